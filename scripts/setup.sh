@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One-time setup on a Debian 12 machine, as root: OS packages, a virtualenv in .venv with stune and its
+# extras, and the local Slurm cluster's prerequisites. Safe to run again; it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh: run as root (it installs Debian packages and starts Slurm daemons)" >&2
+  exit 1
+fi
+
+PKGS="python3 python3-venv python3-dev munge mariadb-server mariadb-client slurmctld slurmd slurmdbd slurm-client
+      hwloc util-linux procps"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup.sh: installing Debian packages:$missing"
+  # policy-rc.d keeps the packages from starting system-wide daemons; stune runs its own under one directory.
+  added_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && added_policy=1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+  [ "$added_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+
+# Debian's interpreter, not a per-user one: jobs run as other users and must be able to run stune.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+  rm -rf .venv
+  /usr/bin/python3 -m venv .venv
+fi
+stamp=.venv/.stune-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[nvml,reports,accountant,test]"
+  touch "$stamp"
+fi
+
+# Test jobs run as unprivileged users (stune-alice, stune-bob): they need to reach the checkout and the venv.
+dir=$REPO
+while [ "$dir" != / ]; do
+  if [ "$(( 0$(stat -c %a "$dir") & 1 ))" = 0 ]; then chmod o+x "$dir"; fi
+  dir=$(dirname "$dir")
+done
+chmod -R o+rX "$REPO" 2>/dev/null || true

@@ -1,0 +1,479 @@
+"""A real, local Slurm cluster for the demo and the tests: munge, MariaDB, slurmdbd, slurmctld and slurmd n1..n3.
+
+Everything binds to loopback and keeps its state under one directory (STUNE_CLUSTER_DIR, default
+/var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing.
+
+    stune-devcluster up | down | status | env
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ClusterError, SlurmError, StuneError
+from .slurm import Slurm
+
+DEBIAN_PACKAGES = ["munge", "mariadb-server", "mariadb-client", "slurmctld", "slurmd", "slurmdbd",
+                   "slurm-client"]
+NODES = ("n1", "n2", "n3")
+GPUS_PER_NODE = 4
+CPUS_PER_NODE = 8
+MEMORY_MB = 16000
+NVIDIA_MAJOR = 195
+CLUSTER_NAME = "stune"
+# Unix users with Slurm associations, for tests that need more than root (fair-share, permissions).
+TEST_ACCOUNTS = {"physics": ["stune-alice"], "biology": ["stune-bob"]}
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything lives, derived from one state directory and one port base."""
+
+    root: Path
+    port_base: int
+
+    @classmethod
+    def from_env(cls) -> "Layout":
+        root = Path(os.environ.get("STUNE_CLUSTER_DIR", "/var/tmp/stune-cluster"))
+        return cls(root=root, port_base=int(os.environ.get("STUNE_CLUSTER_PORT_BASE", "26800")))
+
+    etc = property(lambda s: s.root / "etc")
+    run = property(lambda s: s.root / "run")
+    log = property(lambda s: s.root / "log")
+    spool = property(lambda s: s.root / "spool")
+    dev = property(lambda s: s.root / "dev")
+    mysql_data = property(lambda s: s.root / "mysql")
+    slurm_conf = property(lambda s: s.etc / "slurm.conf")
+    extra_conf = property(lambda s: s.etc / "slurm.extra.conf")
+    munge_socket = property(lambda s: s.run / "munge" / "munge.socket.2")
+    mysql_socket = property(lambda s: s.run / "mysqld.sock")
+    ctld_port = property(lambda s: s.port_base + 17)
+    dbd_port = property(lambda s: s.port_base + 19)
+    mysql_port = property(lambda s: s.port_base + 6)
+
+    def node_port(self, index: int) -> int:
+        return self.port_base + 21 + index
+
+    def pidfile(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+
+def log(msg: str) -> None:
+    print(f"devcluster: {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_packages() -> None:
+    missing = [p for p in DEBIAN_PACKAGES
+               if subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True,
+                                 text=True).stdout.strip() != "install ok installed"]
+    if not missing:
+        return
+    log(f"installing Debian packages: {' '.join(missing)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    # policy-rc.d keeps the packages from starting system-wide daemons we do not use.
+    policy = Path("/usr/sbin/policy-rc.d")
+    added_policy = not policy.exists()
+    if added_policy:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ClusterError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    finally:
+        if added_policy:
+            policy.unlink(missing_ok=True)
+
+
+def ensure_unix_users() -> None:
+    for users in TEST_ACCOUNTS.values():
+        for user in users:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True,
+                               capture_output=True)
+
+
+def pid_alive(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    try:  # a recycled pid is not our daemon
+        if "zombie" in Path(f"/proc/{pid}/status").read_text().lower():
+            return None
+    except OSError:
+        return None
+    return pid
+
+
+def wait_for(what: str, predicate, timeout: float = START_TIMEOUT_S, logfile: Path | None = None,
+             pidfile: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    problem = f"did not come up within {timeout:g}s"
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if pidfile is not None and pidfile.exists() and pid_alive(pidfile) is None:
+            problem = "exited"
+            break
+        time.sleep(0.2)
+    tail = ""
+    if logfile and logfile.exists():
+        tail = " | ".join(logfile.read_text(errors="replace").strip().splitlines()[-3:])
+    raise ClusterError(f"{what} {problem}{': ' + tail if tail else ''}")
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class DevCluster:
+    def __init__(self, layout: Layout | None = None, profiles_dir: Path | None = None):
+        self.layout = layout or Layout.from_env()
+        self.profiles_dir = profiles_dir or Path(os.environ.get("STUNE_PARTITIONS", REPO / "partitions"))
+        self.slurm = Slurm(conf=str(self.layout.slurm_conf), timeout=20)
+
+    # ---- configuration -------------------------------------------------------------------------------
+    def partitions(self) -> list[tuple[str, bool]]:
+        """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3."""
+        from .profiles import load_profiles
+
+        names = sorted(load_profiles(self.profiles_dir))
+        default = os.environ.get("STUNE_DEFAULT_PARTITION") or (names[0] if names else None)
+        return [(n, n == default) for n in names]
+
+    def render_slurm_conf(self) -> str:
+        L = self.layout
+        host = socket.gethostname().split(".")[0]
+        lines = [
+            "# Written by stune-devcluster; regenerated by every `up`.",
+            f"ClusterName={CLUSTER_NAME}",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={L.ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={L.spool}/ctld",
+            f"SlurmdSpoolDir={L.spool}/slurmd-%n",
+            f"SlurmctldPidFile={L.pidfile('slurmctld')}",
+            f"SlurmdPidFile={L.run}/slurmd-%n.pid",
+            f"SlurmctldLogFile={L.log}/slurmctld.log",
+            f"SlurmdLogFile={L.log}/slurmd-%n.log",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={L.munge_socket}",
+            # No cgroup inside a container: linuxproc tracks processes, and nothing binds to CPUs that
+            # the three simulated nodes do not really have.
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=30",
+            "SlurmdParameters=config_overrides",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "GresTypes=gpu",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=sched_interval=5,bf_interval=5",
+            "PriorityType=priority/multifactor",
+            "PriorityWeightFairshare=10000",
+            "PriorityWeightAge=100",
+            "PriorityDecayHalfLife=7-0",
+            "PriorityCalcPeriod=1",
+            "PriorityFavorSmall=NO",
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={L.dbd_port}",
+            f"AccountingStoragePass={L.munge_socket}",  # the munge socket for the slurmdbd connection
+            "AccountingStorageTRES=gres/gpu",
+            "AccountingStorageEnforce=associations",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "SlurmdTimeout=120",
+            "KillWait=5",
+            "MinJobAge=300",
+            "InactiveLimit=0",
+            "HealthCheckInterval=0",
+            f"Include {L.extra_conf}",
+        ]
+        for i, node in enumerate(NODES):
+            lines.append(
+                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={L.node_port(i)} "
+                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN")
+        for name, default in self.partitions():
+            lines.append(f"PartitionName={name} Nodes={','.join(NODES)} Default={'YES' if default else 'NO'} "
+                         "MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
+
+    def render_gres_conf(self) -> str:
+        last = GPUS_PER_NODE - 1
+        return (f"AutoDetect=off\n"
+                f"NodeName={NODES[0][0]}[1-{len(NODES)}] Name=gpu File={self.layout.dev}/nvidia[0-{last}]\n")
+
+    def render_slurmdbd_conf(self) -> str:
+        L = self.layout
+        return "\n".join([
+            f"AuthType=auth/munge",
+            f"AuthInfo=socket={L.munge_socket}",
+            "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
+            f"DbdPort={L.dbd_port}",
+            "SlurmUser=root",
+            "DebugLevel=info",
+            f"LogFile={L.log}/slurmdbd.log",
+            f"PidFile={L.pidfile('slurmdbd')}",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={L.mysql_port}",
+            "StorageUser=slurm",
+            "StoragePass=stune",
+            "StorageLoc=stune_acct",
+        ]) + "\n"
+
+    def write_config(self) -> None:
+        L = self.layout
+        for d in (L.etc, L.run, L.log, L.spool / "ctld", L.dev, L.run / "munge"):
+            d.mkdir(parents=True, exist_ok=True)
+        for d in (L.root, L.log):
+            d.chmod(0o755)
+        (L.etc / "slurm.conf").write_text(self.render_slurm_conf())
+        (L.etc / "gres.conf").write_text(self.render_gres_conf())
+        dbd = L.etc / "slurmdbd.conf"
+        dbd.write_text(self.render_slurmdbd_conf())
+        dbd.chmod(0o600)  # slurmdbd refuses a readable config: it holds the DB password
+        if not L.extra_conf.exists():
+            L.extra_conf.write_text("# Extra slurm.conf lines (hooks), set by tests or the demo.\n")
+        for i in range(GPUS_PER_NODE):
+            path = L.dev / f"nvidia{i}"
+            if not path.exists():
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, i))
+
+    # ---- daemons -------------------------------------------------------------------------------------
+    def start_munge(self) -> None:
+        L = self.layout
+        pidfile = L.run / "munge" / "munged.pid"
+        if pid_alive(pidfile):
+            return
+        key = L.etc / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        # munged runs as its own user and refuses keys, sockets and logs that others could tamper with.
+        munge = pwd.getpwnam("munge")
+        (L.log / "munge").mkdir(exist_ok=True)
+        for path in (key, L.run / "munge", L.log / "munge"):
+            os.chown(path, munge.pw_uid, munge.pw_gid)
+            path.chmod(0o400 if path == key else 0o755)
+        L.munge_socket.unlink(missing_ok=True)
+        proc = subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--socket={L.munge_socket}",
+                               f"--key-file={key}", f"--pid-file={pidfile}",
+                               f"--log-file={L.log}/munge/munged.log", f"--seed-file={L.run}/munge/munged.seed",
+                               "--num-threads=8"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ClusterError(f"munged failed: {proc.stderr.strip()}")
+        wait_for("munged", lambda: L.munge_socket.exists(), logfile=L.log / "munge" / "munged.log")
+
+    def start_mysql(self) -> None:
+        L = self.layout
+        if pid_alive(L.pidfile("mysqld")):
+            return
+        if not (L.mysql_data / "mysql").exists():
+            proc = subprocess.run(["mariadb-install-db", f"--datadir={L.mysql_data}", "--user=root",
+                                   "--auth-root-authentication-method=socket", "--skip-test-db"],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ClusterError(f"mariadb-install-db failed: {proc.stderr.strip()[-300:]}")
+        with open(L.log / "mysqld.log", "ab") as out:
+            subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={L.mysql_data}", "--user=root",
+                              f"--socket={L.mysql_socket}", f"--port={L.mysql_port}", "--bind-address=127.0.0.1",
+                              f"--pid-file={L.pidfile('mysqld')}", f"--log-error={L.log}/mysqld.log",
+                              "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
+                              "--skip-name-resolve"],
+                             stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for("mariadb", lambda: port_open(L.mysql_port) and L.mysql_socket.exists(),
+                 logfile=L.log / "mysqld.log")
+        sql = ("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'stune';"
+               "GRANT ALL ON stune_acct.* TO 'slurm'@'127.0.0.1';"
+               "CREATE DATABASE IF NOT EXISTS stune_acct;")
+        proc = subprocess.run(["mariadb", f"--socket={L.mysql_socket}", "-uroot", "-e", sql],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ClusterError(f"mariadb setup failed: {proc.stderr.strip()}")
+
+    def _daemon(self, name: str, argv: list[str], pidfile: Path, ready, logfile: Path) -> None:
+        if pid_alive(pidfile):
+            return
+        pidfile.unlink(missing_ok=True)  # a stale one would read as "exited" before the daemon writes it
+        env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf))
+        with open(self.layout.log / f"{name}.stdout", "ab") as out:
+            proc = subprocess.run(argv, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                  timeout=START_TIMEOUT_S)
+        if proc.returncode != 0:
+            tail = " | ".join((self.layout.log / f"{name}.stdout").read_text(errors="replace")
+                              .strip().splitlines()[-3:])
+            raise ClusterError(f"{name} exited {proc.returncode}: {tail}")
+        wait_for(name, ready, logfile=logfile, pidfile=pidfile)
+
+    def start_slurmdbd(self) -> None:
+        L = self.layout
+        self._daemon("slurmdbd", ["slurmdbd"], L.pidfile("slurmdbd"), lambda: port_open(L.dbd_port),
+                     L.log / "slurmdbd.log")
+
+    def start_slurmctld(self) -> None:
+        L = self.layout
+        self._daemon("slurmctld", ["slurmctld", "-f", str(L.slurm_conf)], L.pidfile("slurmctld"),
+                     lambda: port_open(L.ctld_port), L.log / "slurmctld.log")
+
+    def start_slurmd(self) -> None:
+        L = self.layout
+        for i, node in enumerate(NODES):
+            self._daemon(f"slurmd-{node}", ["slurmd", "-N", node, "-f", str(L.slurm_conf)],
+                         L.run / f"slurmd-{node}.pid", lambda i=i: port_open(L.node_port(i)),
+                         L.log / f"slurmd-{node}.log")
+
+    def ensure_associations(self) -> None:
+        existing = self.slurm.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user"])
+        have = {tuple(line.split("|")) for line in existing.splitlines()}
+        for account, users in TEST_ACCOUNTS.items():
+            if (account, "") not in have:
+                self.slurm.run(["sacctmgr", "-i", "add", "account", account, f"Cluster={CLUSTER_NAME}",
+                                "Fairshare=1"])
+            for user in users:
+                if (account, user) not in have:
+                    self.slurm.run(["sacctmgr", "-i", "add", "user", user, f"Account={account}",
+                                    f"Cluster={CLUSTER_NAME}"])
+
+    def wait_nodes_ready(self) -> None:
+        def ready() -> bool:
+            try:
+                out = self.slurm.run(["sinfo", "-h", "-N", "-o", "%N %t"])
+            except SlurmError:
+                return False
+            states = {}
+            for line in out.splitlines():
+                name, state = line.split()
+                states[name] = state
+            if any(s.startswith(("drain", "drng", "down")) and self._ours_to_fix(n) for n, s in states.items()):
+                self.slurm.run(["scontrol", "update", f"NodeName={','.join(NODES)}", "State=RESUME"])
+            return set(states) == set(NODES) and all(s.rstrip("*~#") in ("idle", "mix", "alloc", "drain", "drng")
+                                                     for s in states.values())
+        wait_for("slurmd nodes", ready, logfile=self.layout.log / "slurmctld.log")
+
+    def _ours_to_fix(self, node: str) -> bool:
+        """Nodes left down by a restart of the cluster (not drained by a test on purpose)."""
+        out = self.slurm.run(["scontrol", "show", "node", node])
+        return "Reason=Not responding" in out or "Reason=Node unexpectedly rebooted" in out
+
+    def up(self, install: bool = True) -> None:
+        if os.geteuid() != 0:
+            raise ClusterError("the local cluster needs root (it starts munge, MariaDB and Slurm daemons)")
+        if install:
+            ensure_packages()
+        ensure_unix_users()
+        self.write_config()
+        self.start_munge()
+        self.start_mysql()
+        self.start_slurmdbd()
+        # slurmctld registers the cluster in slurmdbd on its first start.
+        self.start_slurmctld()
+        wait_for("cluster registration", self._cluster_registered, logfile=self.layout.log / "slurmctld.log")
+        self.start_slurmd()
+        self.ensure_associations()
+        self.wait_nodes_ready()
+        log(f"up: {len(NODES)} nodes, state in {self.layout.root}")
+
+    def _cluster_registered(self) -> bool:
+        try:
+            out = self.slurm.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster,controlport"])
+        except SlurmError:
+            return False
+        return any(line.split("|")[0] == CLUSTER_NAME and line.split("|")[1] not in ("", "0")
+                   for line in out.splitlines())
+
+    def reconfigure(self, extra: str | None = None) -> None:
+        """Replace the extra slurm.conf lines (Prolog=, HealthCheckProgram=, ...) and reload the daemons."""
+        if extra is not None:
+            self.layout.extra_conf.write_text(extra)
+        self.slurm.run(["scontrol", "reconfigure"])
+
+    def down(self) -> None:
+        L = self.layout
+        order = [L.run / f"slurmd-{n}.pid" for n in NODES] + [
+            L.pidfile("slurmctld"), L.pidfile("slurmdbd"), L.pidfile("mysqld"), L.run / "munge" / "munged.pid"]
+        for pidfile in order:
+            pid = pid_alive(pidfile)
+            if pid is None:
+                continue
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and pid_alive(pidfile) == pid:
+                time.sleep(0.1)
+            if pid_alive(pidfile) == pid:
+                os.kill(pid, signal.SIGKILL)
+        log("down")
+
+    def destroy(self) -> None:
+        self.down()
+        shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    def status(self) -> dict[str, bool]:
+        L = self.layout
+        daemons = {"munged": L.run / "munge" / "munged.pid", "mariadb": L.pidfile("mysqld"),
+                   "slurmdbd": L.pidfile("slurmdbd"), "slurmctld": L.pidfile("slurmctld")}
+        daemons.update({f"slurmd-{n}": L.run / f"slurmd-{n}.pid" for n in NODES})
+        return {name: pid_alive(p) is not None for name, p in daemons.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stune-devcluster", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("up", help="start (or repair) the local cluster; harmless when already up")
+    sub.add_parser("down", help="stop every daemon, keep the state")
+    sub.add_parser("destroy", help="stop every daemon and delete the state directory")
+    sub.add_parser("status", help="which daemons run, and sinfo")
+    sub.add_parser("env", help="print `export SLURM_CONF=...` for eval in a shell")
+    args = parser.parse_args(argv)
+    cluster = DevCluster()
+    try:
+        if args.cmd == "up":
+            cluster.up()
+            print(f"export SLURM_CONF={cluster.layout.slurm_conf}")
+        elif args.cmd == "down":
+            cluster.down()
+        elif args.cmd == "destroy":
+            cluster.destroy()
+        elif args.cmd == "env":
+            print(f"export SLURM_CONF={cluster.layout.slurm_conf}")
+        elif args.cmd == "status":
+            running = cluster.status()
+            for name, alive in running.items():
+                print(f"{name:12s} {'running' if alive else 'stopped'}")
+            if running["slurmctld"]:
+                print(cluster.slurm.run(["sinfo", "-N", "-o", "%N %P %t %G %E"]), end="")
+            return 0 if all(running.values()) else 3
+    except StuneError as exc:
+        print(f"stune-devcluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

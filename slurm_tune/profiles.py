@@ -1,0 +1,318 @@
+"""Partition profiles: `partitions/*.yaml`, one per Slurm partition, over site-wide defaults in `site.yaml`.
+
+A profile says what a partition's nodes should look like (fabric, HCAs, link rate, GPUs, versions) and how
+jobs there should run (NCCL tunables, NUMA binding, cache tier, recovery). Files are validated at load time;
+any mistake is one ConfigError line naming file:line and the key path.
+
+Loading is on the prolog and stune-sbatch paths. After a first full load the validated result is cached with
+`marshal`, keyed by every file's (size, mtime, inode), so later loads neither import yaml nor re-validate.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import ConfigError
+from .schema import (REQUIRED, Bool, Duration, Float, Frozen, Int, List, Map, Nullable, Section, Size, Str,
+                     Where, deep_merge, load_yaml)
+
+SITE_FILE = "site.yaml"
+DEFAULT_DIR = "/etc/stune/partitions"
+FABRICS = ("ib", "roce", "tcp")
+GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
+CACHE_FORMAT = 1
+
+
+def _version_rule(doc: str) -> Nullable:
+    return Nullable(Section({
+        "min": Nullable(Str(), doc="lowest validated version; newer passes"),
+        "allowed": List(Str(), doc="exact versions validated for this partition"),
+    }), doc=doc)
+
+
+def _counter(degraded: int, fail: int | None) -> Section:
+    return Section({
+        "degraded": Int(degraded, min=0, doc="increase per health run above which the port is degraded"),
+        "fail": Nullable(Int(min=0), default=fail, doc="increase per run above which the node fails"),
+    })
+
+
+HCA = Section({
+    "device": Str(doc="RDMA device name, e.g. mlx5_0"),
+    "port": Int(1, min=1, max=255),
+    "netdev": Nullable(Str(), doc="RoCE: the Ethernet interface bound to this port (GID ndevs)"),
+})
+
+PROFILE_SCHEMA = Section({
+    "partition": Str(doc="the Slurm partition name"),
+    "description": Str("", nonempty=False),
+    "fabric": Section({
+        "type": Str(choices=FABRICS, doc="ib: InfiniBand; roce: RDMA over Converged Ethernet v2; tcp: no RDMA"),
+        "hcas": List(HCA, unique=True, doc="the fabric HCA ports NCCL may use; storage NICs are left out"),
+        "rate_gbps": Nullable(Int(min=1), doc="expected link rate per port; lower is degraded"),
+        "socket_ifname": Nullable(Str(), doc="interface for NCCL bootstrap/socket traffic, e.g. ib0, eth0"),
+        "gid_index": Nullable(Int(min=0, max=255), doc="RoCE: fixed GID index; empty means detect per node"),
+    }),
+    "nccl": Section({
+        "ib_timeout": Int(22, min=1, max=31, doc="NCCL_IB_TIMEOUT: 4.096us * 2^n per retry"),
+        "ib_retry_cnt": Int(7, min=0, max=7, doc="NCCL_IB_RETRY_CNT"),
+        "net_gdr_level": Nullable(Str(choices=GDR_LEVELS), doc="NCCL_NET_GDR_LEVEL; empty lets NCCL decide"),
+        "env": Map(Str(), key_spec=Str(prefix="NCCL_"), doc="further NCCL_* variables, verbatim"),
+    }),
+    "versions": Section({
+        "hca_firmware": Map(_version_rule("fw_ver"), doc="by board_id (e.g. MT_0000000223) or HCA model"),
+        "gpu_driver": _version_rule("NVIDIA driver, e.g. 535.161.08"),
+        "cuda_driver": _version_rule("CUDA driver API version, e.g. 12.2"),
+        "vbios": _version_rule("GPU VBIOS"),
+    }),
+    "gpu": Section({
+        "count": Int(0, min=0, max=64, doc="GPUs per node; 0 skips GPU checks"),
+        "model": Nullable(Str(), doc="substring of the NVML name, e.g. 'H100 80GB HBM3'"),
+        "nvlink_down": Str("fail", choices=("degraded", "fail")),
+        "persistence_mode": Bool(True, doc="persistence mode off is degraded"),
+    }),
+    "numa": Section({
+        "bind": Str("stune", choices=("stune", "slurm", "none"),
+                    doc="stune: stune-bind per task; slurm: --gpu-bind=closest and --cpu-bind; none"),
+        "cpu_bind": Str("cores", doc="--cpu-bind value when bind is slurm"),
+    }),
+    "cache": Section({
+        "path": Nullable(Str(absolute_path=True), doc="node-local cache tier; empty disables staging"),
+        "quota": Nullable(Size(), doc="bytes this tier may use, e.g. 1.5T"),
+        "high_watermark": Float(0.90, min=0.0, max=1.0),
+        "low_watermark": Float(0.75, min=0.0, max=1.0),
+        "freshness": Str("fast", choices=("fast", "strict")),
+        "stage": List(Str(), doc="SRC[:NAME] staged for every job of the partition"),
+    }),
+    "health": Section({
+        "max_gpu_temp_c": Int(85, min=30, max=120),
+        "counters": Section({
+            "symbol_error": _counter(10, None),
+            "link_downed": _counter(0, 3),
+            "link_error_recovery": _counter(3, None),
+            "port_rcv_errors": _counter(10, None),
+        }),
+        "probe_timeout_s": Float(5.0, min=0.1, max=120),
+        "drain_max_fraction": Float(0.10, min=0.0, max=1.0, doc="circuit breaker: share of a partition"),
+        "drain_window": Duration(3600, doc="circuit breaker window"),
+    }),
+    "recovery": Section({
+        "requeue": Bool(True),
+        "signal": Nullable(Str(), default="USR1", doc="sent to the batch shell before the time limit"),
+        "signal_seconds": Int(300, min=1, max=65535),
+    }),
+    "placement": Section({
+        "exclude_degraded": Bool(True, doc="multi-node jobs avoid nodes stune marked degraded"),
+        "switches": Nullable(Int(min=1), doc="--switches count for multi-node jobs"),
+        "switches_max_wait": Duration(600),
+    }),
+})
+
+# site.yaml: the same sections, all optional, merged under every partition.
+SITE_SCHEMA = Section({"defaults": Section({k: v for k, v in PROFILE_SCHEMA.fields.items()
+                                             if k not in ("partition", "description")})})
+
+
+class Profile(Frozen):
+    """One validated partition profile. `source` is its file; `digest` identifies its effective content."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self._data["partition"]
+
+    @property
+    def source(self) -> str:
+        return self._data["_source"]
+
+    @property
+    def digest(self) -> str:
+        return self._data["_digest"]
+
+    @property
+    def lines(self) -> dict[str, list]:
+        """key path -> [file, line], for explaining where a setting came from."""
+        return self._data["_lines"]
+
+    def origin(self, key: str) -> str:
+        entry = self._data["_lines"].get(key)
+        return f"{entry[0]}:{entry[1]}" if entry else "built-in default"
+
+
+def profile_dir() -> str:
+    return os.environ.get("STUNE_PARTITIONS") or DEFAULT_DIR
+
+
+def _cross_checks(data: dict, where: Where) -> None:
+    fabric = data["fabric"]
+    if fabric["type"] in ("ib", "roce") and not fabric["hcas"]:
+        raise where.error("fabric.hcas", f"a {fabric['type']} fabric needs at least one HCA")
+    if fabric["type"] == "tcp":
+        if fabric["hcas"]:
+            raise where.error("fabric.hcas", "a tcp fabric uses no HCAs; remove them or use ib/roce")
+        if not fabric["socket_ifname"]:
+            raise where.error("fabric.socket_ifname", "a tcp fabric needs the socket interface")
+    if fabric["type"] == "roce":
+        for i, hca in enumerate(fabric["hcas"]):
+            if not hca["netdev"] and fabric["gid_index"] is None:
+                raise where.error(f"fabric.hcas[{i}].netdev",
+                                  "RoCE GID detection needs the netdev bound to each HCA (or a fixed gid_index)")
+    cache = data["cache"]
+    if cache["low_watermark"] >= cache["high_watermark"]:
+        raise where.error("cache.low_watermark", f"must be below high_watermark ({cache['high_watermark']:g})")
+    versions = data["versions"]
+    for name, rule in [(f"versions.hca_firmware.{k}", v) for k, v in versions["hca_firmware"].items()] + \
+            [(f"versions.{k}", versions[k]) for k in ("gpu_driver", "cuda_driver", "vbios")]:
+        if rule is not None and rule["min"] is None and not rule["allowed"]:
+            raise where.error(name, "give `min` or `allowed`")
+        if rule is not None and rule["min"] is not None and rule["allowed"]:
+            raise where.error(name, "give either `min` or `allowed`, not both")
+        if rule is None:
+            continue
+        for version in rule["allowed"] + ([rule["min"]] if rule["min"] is not None else []):
+            if not version_key(version):
+                raise where.error(name, f"{version!r} is not a version")
+    gpu = data["gpu"]
+    if gpu["count"] == 0 and gpu["model"]:
+        raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
+
+
+def version_key(version: str) -> tuple:
+    """Numeric tuple of a dotted version ('20.31.1014' -> (20, 31, 1014)); () if it has no digits."""
+    parts = []
+    for chunk in str(version).strip().replace("-", ".").split("."):
+        digits = ""
+        for ch in chunk:
+            if ch.isdigit():
+                digits += ch
+            else:
+                break
+        if digits:
+            parts.append(int(digits))
+        elif chunk:
+            parts.append(-1)
+    return tuple(parts) if any(p >= 0 for p in parts) else ()
+
+
+def _digest(data: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(sorted(_items(data))).encode()).hexdigest()[:16]
+
+
+def _items(data, prefix=""):
+    for k, v in data.items():
+        if isinstance(v, dict):
+            yield from _items(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", repr(v)
+
+
+def _yaml_files(directory: str) -> list[str]:
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith((".yaml", ".yml")) and not n.startswith("."))
+    except OSError as exc:
+        raise ConfigError(directory, None, "", f"cannot read the profile directory: {exc.strerror}") from None
+    return names
+
+
+def _validate_all(directory: str) -> dict[str, dict]:
+    names = _yaml_files(directory)
+    site_defaults: dict = {}
+    site_lines: dict[str, list] = {}
+    if SITE_FILE in names:
+        path = os.path.join(directory, SITE_FILE)
+        raw, where = load_yaml(path)
+        site = SITE_SCHEMA.check(raw, "", where)
+        site_defaults = site.get("defaults", {})
+        site_lines = {k.removeprefix("defaults."): [path, v] for k, v in where.lines.items()
+                      if k.startswith("defaults.")}
+    profiles: dict[str, dict] = {}
+    for name in names:
+        if name == SITE_FILE:
+            continue
+        path = os.path.join(directory, name)
+        raw, where = load_yaml(path)
+        if raw is None:
+            raise ConfigError(path, None, "", "the file is empty")
+        checked = PROFILE_SCHEMA.check(raw, "", where)
+        merged = deep_merge(site_defaults, checked)
+        data = PROFILE_SCHEMA.complete(merged, "", where)
+        _cross_checks(data, where)
+        partition = data["partition"]
+        if partition in profiles:
+            raise where.error("partition", f"partition {partition!r} is already defined in "
+                                           f"{profiles[partition]['_source']}")
+        lines = dict(site_lines)
+        lines.update({k: [path, v] for k, v in where.lines.items() if k})
+        data["_digest"] = _digest(data)
+        data["_source"] = path
+        data["_lines"] = lines
+        profiles[partition] = data
+    return profiles
+
+
+def _cache_path(directory: str) -> str | None:
+    base = os.environ.get("STUNE_CACHE_DIR")
+    if not base:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(home, "stune")
+    tag = os.path.abspath(directory).replace("/", "_")
+    return os.path.join(base, f"profiles{tag}.{sys.implementation.cache_tag}.marshal")
+
+
+def _fingerprint(directory: str) -> tuple:
+    stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(__file__)]
+    for name in _yaml_files(directory):
+        try:
+            st = os.stat(os.path.join(directory, name))
+        except OSError:
+            continue
+        stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(stamp)
+
+
+def _load_raw(directory: str) -> dict[str, dict]:
+    import marshal
+
+    fingerprint = _fingerprint(directory)
+    cache = _cache_path(directory)
+    try:
+        with open(cache, "rb") as fh:
+            stored_fingerprint, profiles = marshal.load(fh)
+        if stored_fingerprint == fingerprint:
+            return profiles
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    profiles = _validate_all(directory)
+    try:  # best effort: an unwritable cache only costs speed
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            marshal.dump((fingerprint, profiles), fh)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return profiles
+
+
+def load_profiles(directory: str | os.PathLike | None = None) -> dict[str, Profile]:
+    """Every partition profile in `directory`, validated. Raises ConfigError on the first mistake."""
+    raw = _load_raw(os.fspath(directory) if directory else profile_dir())
+    return {name: Profile(data) for name, data in raw.items()}
+
+
+def load_profile(partition: str, directory: str | os.PathLike | None = None) -> Profile:
+    directory = os.fspath(directory) if directory else profile_dir()
+    profiles = _load_raw(directory)
+    if partition not in profiles:
+        known = ", ".join(sorted(profiles)) or "none"
+        raise ConfigError(directory, None, "", f"no profile for partition {partition!r} (profiles: {known})")
+    return Profile(profiles[partition])
+
+
+def validate_directory(directory: str | os.PathLike) -> dict[str, Profile]:
+    """Validate every file afresh, bypassing the cache (for `stune-admin check-profiles`)."""
+    return {name: Profile(data) for name, data in _validate_all(os.fspath(directory)).items()}

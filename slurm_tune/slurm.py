@@ -1,0 +1,449 @@
+"""The one Slurm adapter. Every other part of stune talks to Slurm through this module.
+
+The backend is the Slurm CLI: `--json` where Slurm 22.05 has it (sinfo, squeue, sacct), `-P`/`-o` output
+elsewhere (scontrol, sshare, sprio). pyslurm only builds against the exact Slurm release it was made for.
+Every call has a timeout; any failure raises SlurmError with the command, its exit code and Slurm's message.
+
+This module is on the stune-sbatch and prolog paths, so it avoids heavy imports: processes are started with
+os.posix_spawn rather than subprocess, records are namedtuples, and json is imported only by JSON readers.
+"""
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+
+from .errors import SlurmError
+
+DEFAULT_TIMEOUT_S = 30.0
+# sacct fields whose text is free (may hold '|'); at most one is allowed, and it is always asked for last.
+FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
+    "AdminComment", "Comment", "SystemComment", "JobName", "Constraints", "Reason", "WorkDir", "SubmitLine",
+    "Reservation", "WCKey"))
+
+
+class Node(namedtuple("Node", "name state flags reason reason_user reason_time features active_features "
+                              "comment partitions gres gres_used tres")):
+    """A node as `sinfo --json` reports it. `state` is the base state (idle, mixed, allocated, down...),
+    `flags` the state flags (DRAIN, NOT_RESPONDING, ...)."""
+
+    __slots__ = ()
+
+    @property
+    def drain(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down"
+
+    @property
+    def feature_set(self) -> frozenset[str]:
+        return frozenset(f for f in self.features.split(",") if f)
+
+    @property
+    def active_feature_set(self) -> frozenset[str]:
+        return frozenset(f for f in self.active_features.split(",") if f)
+
+
+class Job(namedtuple("Job", "job_id name user account partition state reason nodes node_count priority "
+                            "tres_req tres_alloc submit_time start_time end_time admin_comment comment "
+                            "requeue restart_count batch_host")):
+    __slots__ = ()
+
+
+class Partition(namedtuple("Partition", "name nodes default state total_nodes")):
+    __slots__ = ()
+
+
+class ShareRow(namedtuple("ShareRow", "account user raw_shares norm_shares raw_usage norm_usage "
+                                      "effective_usage fairshare level_fs")):
+    """One `sshare -l` row. user is '' for an account row. Numbers are float, or None when Slurm prints none."""
+
+    __slots__ = ()
+
+
+class PrioRow(namedtuple("PrioRow", "job_id user priority site age fairshare fairshare_norm partition")):
+    """One `sprio` row: weighted factors (site is the SiteFactor), plus the normalized fair-share factor."""
+
+    __slots__ = ()
+
+
+class Slurm:
+    """A handle on one cluster. `conf` is the slurm.conf path (SLURM_CONF); None means Slurm's default.
+    `calls` records every command run, so tests can count RPCs."""
+
+    def __init__(self, conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, bin_dir: str | None = None):
+        self.conf, self.timeout, self.bin_dir = conf, timeout, bin_dir
+        self.calls: list[list[str]] = []
+
+    @classmethod
+    def from_env(cls, timeout: float = DEFAULT_TIMEOUT_S) -> "Slurm":
+        return cls(conf=os.environ.get("SLURM_CONF") or None, timeout=timeout,
+                   bin_dir=os.environ.get("STUNE_SLURM_BIN") or None)
+
+    def __repr__(self):
+        return f"Slurm(conf={self.conf!r})"
+
+    # ---- running commands ------------------------------------------------------------------------------
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.conf:
+            env["SLURM_CONF"] = self.conf
+        env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds: no locale or timezone parsing
+        if extra:
+            env.update(extra)
+        return env
+
+    def executable(self, name: str) -> str:
+        return os.path.join(self.bin_dir, name) if self.bin_dir else name
+
+    def run(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
+            env: dict[str, str] | None = None, check: bool = True) -> str:
+        """Run one Slurm command and return its stdout. Raises SlurmError on failure or timeout."""
+        rc, out, err = self.run_full(argv, input=input, timeout=timeout, env=env)
+        if check and rc != 0:
+            raise SlurmError(argv, rc, err or out)
+        return out
+
+    def run_full(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
+                 env: dict[str, str] | None = None, full_env: dict[str, str] | None = None
+                 ) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr); raises SlurmError only when the command cannot run or times out."""
+        argv = [str(a) for a in argv]
+        self.calls.append(argv)
+        limit = self.timeout if timeout is None else timeout
+        try:
+            rc, out, err = spawn_capture([self.executable(argv[0]), *argv[1:]], input,
+                                         full_env if full_env is not None else self.env(env), limit)
+        except TimeoutError:
+            raise SlurmError(argv, None, f"no answer within {limit:g}s") from None
+        except OSError as exc:
+            raise SlurmError(argv, 127, f"cannot run {argv[0]}: {exc.strerror}") from None
+        return rc, out, err
+
+    # ---- reading ---------------------------------------------------------------------------------------
+    def _json(self, argv: list[str], key: str) -> list[dict]:
+        import json
+
+        out = self.run(argv)
+        try:
+            doc = json.loads(out)
+        except ValueError as exc:
+            raise SlurmError(argv, 0, f"unreadable JSON from {argv[0]}: {exc}") from None
+        errors = [e for e in doc.get("errors") or [] if e]
+        if errors:
+            raise SlurmError(argv, 0, "; ".join(str(e.get("error") or e) for e in errors))
+        return doc.get(key) or []
+
+    def nodes(self, names: list[str] | None = None) -> list[Node]:
+        argv = ["sinfo", "--json"] + (["-n", ",".join(names)] if names else [])
+        out = []
+        for n in self._json(argv, "nodes"):
+            out.append(Node(
+                name=n["name"], state=(n.get("state") or "").lower(),
+                flags=tuple(n.get("state_flags") or ()), reason=n.get("reason") or "",
+                reason_user=n.get("reason_set_by_user") or "", reason_time=n.get("reason_changed_at") or 0,
+                features=n.get("features") or "", active_features=n.get("active_features") or "",
+                comment=n.get("comment") or "", partitions=tuple(n.get("partitions") or ()),
+                gres=n.get("gres") or "", gres_used=n.get("gres_used") or "", tres=n.get("tres") or ""))
+        if names:  # 22.05 ignores -n under --json; keep the nodes asked for, in that order
+            by_name = {n.name: n for n in out}
+            return [by_name[name] for name in names if name in by_name]
+        seen: dict[str, Node] = {}
+        for n in out:
+            seen.setdefault(n.name, n)
+        return list(seen.values())
+
+    def node(self, name: str) -> Node:
+        found = self.nodes([name])
+        if not found:
+            raise SlurmError(["sinfo", "-n", name], 1, f"node {name} not found")
+        return found[0]
+
+    def jobs(self, *, job_ids: list[int] | None = None, states: list[str] | None = None,
+             users: list[str] | None = None, partition: str | None = None) -> list[Job]:
+        argv = ["squeue", "--json"]
+        if job_ids:
+            argv += ["-j", ",".join(str(j) for j in job_ids)]
+        if states:
+            argv += ["-t", ",".join(states)]
+        if users:
+            argv += ["-u", ",".join(users)]
+        if partition:
+            argv += ["-p", partition]
+        # Slurm 22.05 ignores squeue's filters under --json; they are passed for newer releases and
+        # applied here as well.
+        wanted_ids = {int(j) for j in job_ids} if job_ids else None
+        wanted_states = {s.upper() for s in states} if states else None
+        wanted_users = set(users) if users else None
+        return [Job(
+            job_id=j["job_id"], name=j.get("name") or "", user=j.get("user_name") or "",
+            account=j.get("account") or "", partition=j.get("partition") or "", state=j.get("job_state") or "",
+            reason=j.get("state_reason") or "", nodes=j.get("nodes") or "", node_count=j.get("node_count") or 0,
+            priority=j.get("priority") or 0, tres_req=j.get("tres_req_str") or "",
+            tres_alloc=j.get("tres_alloc_str") or "", submit_time=j.get("submit_time") or 0,
+            start_time=j.get("start_time") or 0, end_time=j.get("end_time") or 0,
+            admin_comment=j.get("admin_comment") or "", comment=j.get("comment") or "",
+            requeue=bool(j.get("requeue")), restart_count=j.get("restart_cnt") or 0,
+            batch_host=j.get("batch_host") or "") for j in self._json(argv, "jobs")
+            if (wanted_ids is None or j["job_id"] in wanted_ids)
+            and (wanted_states is None or (j.get("job_state") or "").upper() in wanted_states)
+            and (wanted_users is None or j.get("user_name") in wanted_users)
+            and (partition is None or j.get("partition") == partition)]
+
+    def job(self, job_id: int) -> Job:
+        found = self.jobs(job_ids=[job_id])
+        if not found:
+            raise SlurmError(["squeue", "-j", str(job_id)], 1, f"job {job_id} not found")
+        return found[0]
+
+    def partitions(self) -> list[Partition]:
+        """Slurm 22.05's scontrol has no --json, so this reads its one-line-per-record form."""
+        out = []
+        for rec in parse_records(self.run(["scontrol", "show", "partition", "-o"])):
+            out.append(Partition(name=rec.get("PartitionName", ""), nodes=rec.get("Nodes", ""),
+                                 default=rec.get("Default") == "YES", state=rec.get("State", ""),
+                                 total_nodes=int(rec.get("TotalNodes") or 0)))
+        return out
+
+    def default_partition(self) -> str | None:
+        return next((p.name for p in self.partitions() if p.default), None)
+
+    def config(self) -> dict[str, str]:
+        """`scontrol show config` as a dict (PriorityDecayHalfLife, PriorityFlags, ...)."""
+        conf = {}
+        for line in self.run(["scontrol", "show", "config"]).splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and " " not in key.strip():
+                conf[key.strip()] = value.strip()
+        return conf
+
+    def sacct(self, fields: list[str], *, start: int | str | None = None, end: int | str | None = None,
+              job_ids: list[str] | None = None, states: list[str] | None = None, all_users: bool = True,
+              allocations: bool = True, extra: list[str] | None = None) -> list[dict[str, str]]:
+        """Accounting rows as dicts keyed by the requested field names.
+
+        Princeton jobstats style: -P, an explicit field list, free text last, SLURM_TIME_FORMAT=%s. At most
+        one free-text field may be asked for; it is moved last and split off with a bounded split, so a '|'
+        in a comment cannot shift the columns."""
+        free = [f for f in fields if f.lower() in FREE_TEXT_FIELDS]
+        if len(free) > 1:
+            raise ValueError(f"at most one free-text sacct field, got {free}")
+        ordered = [f for f in fields if f not in free] + free
+        argv = ["sacct", "-P", "-n", "--noconvert", f"--format={','.join(ordered)}"]
+        if all_users:
+            argv.append("--allusers")
+        if allocations:
+            argv.append("-X")
+        if start is not None:
+            argv.append(f"--starttime={start}")
+        if end is not None:
+            argv.append(f"--endtime={end}")
+        if job_ids:
+            argv.append(f"--jobs={','.join(str(j) for j in job_ids)}")
+        if states:
+            argv.append(f"--state={','.join(states)}")
+        argv += extra or []
+        rows = []
+        for line in self.run(argv).splitlines():
+            if not line:
+                continue
+            values = line.split("|", len(ordered) - 1)
+            if len(values) != len(ordered):
+                raise SlurmError(argv, 0, f"sacct row has {len(values)} fields, expected {len(ordered)}: {line!r}")
+            rows.append(dict(zip(ordered, values)))
+        return rows
+
+    def sacct_json(self, *, job_ids: list[str] | None = None, start: int | str | None = None,
+                   end: int | str | None = None) -> list[dict]:
+        argv = ["sacct", "--json", "--allusers"]
+        if job_ids:
+            argv.append(f"--jobs={','.join(str(j) for j in job_ids)}")
+        if start is not None:
+            argv.append(f"--starttime={start}")
+        if end is not None:
+            argv.append(f"--endtime={end}")
+        return self._json(argv, "jobs")
+
+    def sshare(self) -> list[ShareRow]:
+        fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
+                  "FairShare", "LevelFS"]
+        out = self.run(["sshare", "-P", "-n", "-a", "-l", f"--format={','.join(fields)}"])
+        rows = []
+        for line in out.splitlines():
+            cols = line.split("|")
+            if len(cols) != len(fields):
+                continue
+            nums = [_number(c) for c in cols[2:]]
+            rows.append(ShareRow(cols[0].strip(), cols[1].strip(), *nums))
+        return rows
+
+    def sprio(self, job_ids: list[int] | None = None) -> list[PrioRow]:
+        argv = ["sprio", "-h", "-o", "%i|%u|%Y|%S|%A|%F|%f|%r"]
+        if job_ids:
+            argv += ["-j", ",".join(str(j) for j in job_ids)]
+        rows = []
+        for line in self.run(argv).splitlines():
+            cols = [c.strip() for c in line.split("|")]
+            if len(cols) != 8 or not cols[0].isdigit():
+                continue
+            rows.append(PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
+                                float(cols[6]), cols[7]))
+        return rows
+
+    # ---- writing ---------------------------------------------------------------------------------------
+    def submit(self, args: list[str], script: str | None = None, env: dict[str, str] | None = None) -> int:
+        """sbatch --parsable; returns the job id. `script` is fed on stdin when given."""
+        out = self.run(["sbatch", "--parsable", *args], input=script, env=env)
+        try:
+            return int(out.strip().split(";")[0])
+        except ValueError:
+            raise SlurmError(["sbatch", *args], 0, f"unexpected sbatch output {out.strip()!r}") from None
+
+    def drain(self, nodes: list[str] | str, reason: str) -> None:
+        if not reason.strip():
+            raise ValueError("a drain needs a reason")
+        self.run(["scontrol", "update", f"NodeName={_names(nodes)}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume(self, nodes: list[str] | str) -> None:
+        self.run(["scontrol", "update", f"NodeName={_names(nodes)}", "State=RESUME"])
+
+    def set_features(self, node: str, features: list[str] | frozenset[str]) -> None:
+        """Set a node's available and active features (no node_features plugin: both are the same)."""
+        value = ",".join(sorted(features))
+        self.run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={value}",
+                  f"ActiveFeatures={value}"])
+
+    def set_node_comment(self, node: str, comment: str) -> None:
+        self.run(["scontrol", "update", f"NodeName={node}", f"Comment={comment}"])
+
+    def set_site_factor(self, job_id: int, value: int) -> None:
+        self.run(["scontrol", "update", f"JobId={job_id}", f"SiteFactor={int(value)}"])
+
+    def set_admin_comment(self, job_id: int | str, text: str) -> None:
+        """Write a finished job's AdminComment in the accounting DB (admins only; users are refused)."""
+        self.run(["sacctmgr", "-i", "modify", "job", "where", f"JobID={job_id}", "set", f"AdminComment={text}"])
+
+    def cancel(self, job_ids: list[int] | int, signal: str | None = None) -> None:
+        ids = [job_ids] if isinstance(job_ids, int) else job_ids
+        self.run(["scancel", *([f"--signal={signal}"] if signal else []), *[str(j) for j in ids]])
+
+    def requeue(self, job_id: int) -> None:
+        self.run(["scontrol", "requeue", str(job_id)])
+
+    def reconfigure(self) -> None:
+        self.run(["scontrol", "reconfigure"])
+
+    def sacctmgr(self, args: list[str]) -> str:
+        return self.run(["sacctmgr", "-i", *args])
+
+
+def _names(nodes: list[str] | str) -> str:
+    return nodes if isinstance(nodes, str) else ",".join(nodes)
+
+
+def _number(text: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    """Parse `scontrol show ... -o` output: one record per line, Key=Value pairs separated by spaces.
+    A value may contain spaces (Reason=...), so a token without '=' continues the previous value."""
+    records = []
+    for line in text.splitlines():
+        rec: dict[str, str] = {}
+        last = None
+        for token in line.split(" "):
+            key, sep, value = token.partition("=")
+            if sep and key and (key[0].isupper() or key[0].isdigit()) and "/" not in key:
+                rec[key] = value
+                last = key
+            elif last is not None and token:
+                rec[last] += " " + token
+        if rec:
+            records.append(rec)
+    return records
+
+
+def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float
+                  ) -> tuple[int, str, str]:
+    """Run argv, feed `input`, collect stdout/stderr, kill it after `timeout` s. Raises TimeoutError/OSError.
+
+    Built on os.posix_spawn and select.poll: importing subprocess costs more than this whole call's
+    own work on the stune-sbatch path."""
+    import select
+    import signal as _signal
+    import time
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+    actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    try:
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+    except OSError:
+        for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    for fd in (out_w, err_w, in_r):
+        os.close(fd)
+    chunks = {out_r: [], err_r: []}
+    pending = input.encode() if input is not None else b""
+    poller = select.poll()
+    poller.register(out_r, select.POLLIN)
+    poller.register(err_r, select.POLLIN)
+    if in_w >= 0:
+        if pending:
+            os.set_blocking(in_w, False)
+            poller.register(in_w, select.POLLOUT)
+        else:
+            os.close(in_w)
+            in_w = -1
+    open_fds = {out_r, err_r} | ({in_w} if in_w >= 0 else set())
+    deadline = time.monotonic() + timeout
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                try:
+                    os.killpg(pid, _signal.SIGKILL)
+                except OSError:
+                    pass
+                os.waitpid(pid, 0)
+                raise TimeoutError(timeout)
+            for fd, event in poller.poll(left * 1000):
+                if fd == in_w:
+                    try:
+                        sent = os.write(in_w, pending[:65536])
+                    except BrokenPipeError:
+                        sent, pending = 0, b""
+                    pending = pending[sent:]
+                    if not pending:
+                        poller.unregister(in_w)
+                        os.close(in_w)
+                        open_fds.discard(in_w)
+                        in_w = -1
+                    continue
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+    return (os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]).decode("utf-8", "replace"),
+            b"".join(chunks[err_r]).decode("utf-8", "replace"))

@@ -1,0 +1,51 @@
+"""Shared fixtures. The local Slurm cluster is started once per test session and shared by every test."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import restore_cluster
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("STUNE_PARTITIONS", str(REPO / "partitions"))
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The local 3-node cluster (n1..n3, 4 GPUs each). Started if needed; stopped at the end only if this
+    session started it. Skips nothing: a cluster that cannot start fails the tests that need it."""
+    from slurm_tune.devcluster import DevCluster
+
+    dev = DevCluster()
+    was_running = all(dev.status().values())
+    dev.up(install=True)
+    os.environ["SLURM_CONF"] = str(dev.layout.slurm_conf)
+    yield dev
+    if not was_running and not os.environ.get("STUNE_KEEP_CLUSTER"):
+        dev.down()
+
+
+@pytest.fixture
+def slurm(cluster, shared_tmp, monkeypatch):
+    """A fresh adapter on the cluster; after the test, its jobs are cancelled and its nodes resumed.
+    The test runs in a temp dir its jobs can write to, so slurm-N.out files land there."""
+    from slurm_tune.devcluster import NODES
+    from slurm_tune.slurm import Slurm
+
+    monkeypatch.chdir(shared_tmp)
+    handle = Slurm(conf=str(cluster.layout.slurm_conf), timeout=20)
+    yield handle
+    restore_cluster(handle, NODES)
+
+
+@pytest.fixture
+def shared_tmp(tmp_path):
+    """A temp dir the unprivileged test users can write to (job output files)."""
+    tmp_path.chmod(0o777)
+    for parent in tmp_path.parents:
+        if parent == Path("/"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o001)
+    return tmp_path

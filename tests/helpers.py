@@ -1,0 +1,45 @@
+"""Helpers for tests that drive the local cluster."""
+from __future__ import annotations
+
+import time
+
+
+def restore_cluster(handle, nodes) -> None:
+    """Leave the cluster as a test found it: no jobs, every node idle and undrained, no stune marks."""
+    handle.run(["scancel", "--full", "--state=PENDING,RUNNING,SUSPENDED,REQUEUED"], check=False)
+    for node in nodes:  # one by one: RESUME on a node that is not drained fails the whole update
+        handle.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+        handle.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=", "ActiveFeatures=",
+                    "Comment="], check=False)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out = handle.run(["squeue", "-h", "-o", "%i"], check=False)
+        if not out.strip():
+            break
+        time.sleep(0.3)
+
+
+def wait_for_state(slurm, job_id: int, states: tuple[str, ...], timeout: float = 60) -> str:
+    """Poll sacct until the job reaches one of `states` (e.g. COMPLETED); return the state."""
+    deadline = time.monotonic() + timeout
+    state = "?"
+    while time.monotonic() < deadline:
+        rows = slurm.sacct(["JobID", "State"], job_ids=[str(job_id)])
+        if rows:
+            state = rows[0]["State"].split()[0]
+            if state in states:
+                return state
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} stayed {state}, expected one of {states} within {timeout}s")
+
+
+def wait_until(what: str, predicate, timeout: float = 30, interval: float = 0.3):
+    """Poll predicate() until it returns a truthy value, which is returned; fail the test at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

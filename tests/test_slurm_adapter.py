@@ -1,0 +1,127 @@
+"""The Slurm adapter's own mechanics: process handling, timeouts, errors and parsing.
+
+Parsing is checked against stand-in commands that print what Slurm 22.05 prints; everything that talks to
+a live controller is in test_cluster.py."""
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from slurm_tune.errors import SlurmError
+from slurm_tune.slurm import Slurm, parse_records, spawn_capture
+
+
+def fake_tool(bin_dir, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_spawn_capture_feeds_stdin_and_separates_streams():
+    rc, out, err = spawn_capture(["/bin/sh", "-c", "tr a-z A-Z; echo oops >&2; exit 3"], "hello\n" * 20000,
+                                 dict(os.environ), 10)
+    assert rc == 3
+    assert out == "HELLO\n" * 20000          # bigger than a pipe buffer: written while read
+    assert err == "oops\n"
+
+
+def test_spawn_capture_kills_a_hung_command_at_the_deadline():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        spawn_capture(["/bin/sh", "-c", "sleep 30"], None, dict(os.environ), 0.5)
+    assert time.monotonic() - start < 5
+
+
+def test_a_failure_carries_command_exit_code_and_slurms_message(tmp_path):
+    fake_tool(tmp_path, "scontrol", 'echo "scontrol: error: Invalid node name specified" >&2; exit 1\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    with pytest.raises(SlurmError) as info:
+        slurm.drain("n9", "stune: test")
+    err = info.value
+    assert err.command == ["scontrol", "update", "NodeName=n9", "State=DRAIN", "Reason=stune: test"]
+    assert err.returncode == 1
+    assert err.message == "scontrol: error: Invalid node name specified"
+    assert str(err) == "scontrol failed (exit 1): scontrol: error: Invalid node name specified"
+
+
+def test_a_timeout_is_a_slurm_error_without_exit_code(tmp_path):
+    fake_tool(tmp_path, "squeue", "sleep 30\n")
+    slurm = Slurm(bin_dir=str(tmp_path), timeout=0.3)
+    with pytest.raises(SlurmError, match="timed out: no answer within 0.3s") as info:
+        slurm.jobs()
+    assert info.value.returncode is None
+
+
+def test_a_missing_binary_is_a_slurm_error(tmp_path):
+    with pytest.raises(SlurmError, match="cannot run sinfo"):
+        Slurm(bin_dir=str(tmp_path)).nodes()
+
+
+def test_sacct_asks_free_text_last_and_keeps_pipes_inside_it(tmp_path):
+    fake_tool(tmp_path, "sacct", 'echo "$@" > "$(dirname "$0")/args"\n'
+                                 'echo "17|COMPLETED|1700000000|stune:v1|a|b"\n'
+                                 'echo "18|FAILED|1700000100|"\n')
+    rows = Slurm(bin_dir=str(tmp_path)).sacct(["JobID", "AdminComment", "State", "End"], start=1690000000)
+    args = (tmp_path / "args").read_text().split()
+    assert "--format=JobID,State,End,AdminComment" in args
+    assert "-P" in args and "--starttime=1690000000" in args
+    assert rows == [{"JobID": "17", "State": "COMPLETED", "End": "1700000000", "AdminComment": "stune:v1|a|b"},
+                    {"JobID": "18", "State": "FAILED", "End": "1700000100", "AdminComment": ""}]
+
+
+def test_sacct_refuses_two_free_text_fields():
+    with pytest.raises(ValueError):
+        Slurm().sacct(["JobName", "AdminComment"])
+
+
+def test_time_format_is_epoch_seconds(tmp_path):
+    fake_tool(tmp_path, "sinfo", 'echo "{\\"nodes\\": [], \\"errors\\": [], \\"fmt\\": \\"$SLURM_TIME_FORMAT\\"}"\n')
+    slurm = Slurm(bin_dir=str(tmp_path), conf="/x/slurm.conf")
+    assert slurm.nodes() == []
+    assert slurm.env()["SLURM_TIME_FORMAT"] == "%s"
+    assert slurm.env()["SLURM_CONF"] == "/x/slurm.conf"
+
+
+def test_json_errors_from_slurm_are_raised(tmp_path):
+    fake_tool(tmp_path, "squeue", "echo '{\"jobs\": [], \"errors\": [{\"error\": \"Unable to contact slurm "
+                                  "controller\", \"errno\": 1}]}'\n")
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+        Slurm(bin_dir=str(tmp_path)).jobs()
+
+
+def test_garbled_json_is_a_slurm_error_not_a_traceback(tmp_path):
+    fake_tool(tmp_path, "sinfo", "echo '{\"nodes\": [ '\n")
+    with pytest.raises(SlurmError, match="unreadable JSON from sinfo"):
+        Slurm(bin_dir=str(tmp_path)).nodes()
+
+
+def test_parse_records_keeps_spaces_inside_values():
+    text = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN Reason=stune: mlx5_2/1 state DOWN "
+            "[root@2026-11-29T19:00:00] Comment=(null)\n")
+    rec = parse_records(text)[0]
+    assert rec["Reason"] == "stune: mlx5_2/1 state DOWN [root@2026-11-29T19:00:00]"
+    assert rec["State"] == "IDLE+DRAIN" and rec["Comment"] == "(null)"
+
+
+def test_sprio_and_sshare_rows_are_typed(tmp_path):
+    fake_tool(tmp_path, "sprio", 'echo "          12|stune-bob|   11234|    1234|     0|  10000|1.0000000|hdr"\n')
+    fake_tool(tmp_path, "sshare", 'echo "physics||1|0.333333|3600|0.25|0.25||0.5"\n'
+                                  'echo " physics|stune-alice|1|1.000000|3600|0.25|1.000000|0.5|1.0"\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    prio = slurm.sprio()[0]
+    assert (prio.job_id, prio.user, prio.priority, prio.site, prio.fairshare_norm) == (12, "stune-bob", 11234, 1234, 1.0)
+    rows = slurm.sshare()
+    assert rows[0].account == "physics" and rows[0].user == "" and rows[0].fairshare is None
+    assert rows[1].user == "stune-alice" and rows[1].fairshare == 0.5 and rows[1].raw_usage == 3600.0
+
+
+def test_every_call_is_recorded_for_rpc_counting(tmp_path):
+    fake_tool(tmp_path, "scontrol", "exit 0\n")
+    slurm = Slurm(bin_dir=str(tmp_path))
+    slurm.resume(["n1", "n2"])
+    slurm.set_site_factor(5, 100)
+    assert slurm.calls == [["scontrol", "update", "NodeName=n1,n2", "State=RESUME"],
+                           ["scontrol", "update", "JobId=5", "SiteFactor=100"]]
