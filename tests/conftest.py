@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ from helpers import restore_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("STUNE_PARTITIONS", str(REPO / "partitions"))
+# The stune commands under test are the ones installed beside this interpreter (.venv/bin); jobs inherit it.
+os.environ["PATH"] = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")
