@@ -57,6 +57,9 @@ class Layout:
     mysql_data = property(lambda s: s.root / "mysql")
     slurm_conf = property(lambda s: s.etc / "slurm.conf")
     extra_conf = property(lambda s: s.etc / "slurm.extra.conf")
+    fragments = property(lambda s: s.etc / "conf.d")
+    prolog_d = property(lambda s: s.root / "prolog.d")
+    epilog_d = property(lambda s: s.root / "epilog.d")
     munge_socket = property(lambda s: s.run / "munge" / "munge.socket.2")
     mysql_socket = property(lambda s: s.run / "mysqld.sock")
     ctld_port = property(lambda s: s.port_base + 17)
@@ -68,6 +71,11 @@ class Layout:
 
     def pidfile(self, daemon: str) -> Path:
         return self.run / f"{daemon}.pid"
+
+    def node_dir(self, node: str) -> Path:
+        """A per-node directory standing in for that node's local disk: fixture sysfs trees, stune's
+        node-local state, the cache tier. Hooks find it from $SLURMD_NODENAME."""
+        return self.root / "nodes" / node
 
 
 def log(msg: str) -> None:
@@ -192,7 +200,8 @@ class DevCluster:
             "SelectTypeParameters=CR_Core",
             "GresTypes=gpu",
             "SchedulerType=sched/backfill",
-            "SchedulerParameters=sched_interval=5,bf_interval=5",
+            # A failed prolog drains the node and requeues the job without holding it, so it runs elsewhere.
+            "SchedulerParameters=sched_interval=5,bf_interval=5,nohold_on_prolog_fail",
             "PriorityType=priority/multifactor",
             "PriorityWeightFairshare=10000",
             "PriorityWeightAge=100",
@@ -213,6 +222,9 @@ class DevCluster:
             "MinJobAge=300",
             "InactiveLimit=0",
             "HealthCheckInterval=0",
+            # Hooks are directories (slurm.conf allows a glob): each stune part drops in its own script.
+            f"Prolog={L.prolog_d}/*",
+            f"Epilog={L.epilog_d}/*",
             f"Include {L.extra_conf}",
         ]
         for i, node in enumerate(NODES):
@@ -251,7 +263,8 @@ class DevCluster:
 
     def write_config(self) -> None:
         L = self.layout
-        for d in (L.etc, L.run, L.log, L.spool / "ctld", L.dev, L.run / "munge"):
+        for d in (L.etc, L.run, L.log, L.spool / "ctld", L.dev, L.run / "munge", L.fragments, L.prolog_d,
+                  L.epilog_d, *(L.node_dir(n) for n in NODES)):
             d.mkdir(parents=True, exist_ok=True)
         for d in (L.root, L.log):
             d.chmod(0o755)
@@ -260,8 +273,12 @@ class DevCluster:
         dbd = L.etc / "slurmdbd.conf"
         dbd.write_text(self.render_slurmdbd_conf())
         dbd.chmod(0o600)  # slurmdbd refuses a readable config: it holds the DB password
-        if not L.extra_conf.exists():
-            L.extra_conf.write_text("# Extra slurm.conf lines (hooks), set by tests or the demo.\n")
+        self._write_extra_conf()
+        for hooks in (L.prolog_d, L.epilog_d):  # slurmd fails a glob that matches nothing
+            noop = hooks / "00-devcluster"
+            if not noop.exists():
+                noop.write_text("#!/bin/sh\n# Keeps the hook glob non-empty; stune's hooks sort after it.\nexit 0\n")
+                noop.chmod(0o755)
         for i in range(GPUS_PER_NODE):
             path = L.dev / f"nvidia{i}"
             if not path.exists():
@@ -408,11 +425,42 @@ class DevCluster:
         return any(line.split("|")[0] == CLUSTER_NAME and line.split("|")[1] not in ("", "0")
                    for line in out.splitlines())
 
-    def reconfigure(self, extra: str | None = None) -> None:
-        """Replace the extra slurm.conf lines (Prolog=, HealthCheckProgram=, ...) and reload the daemons."""
-        if extra is not None:
-            self.layout.extra_conf.write_text(extra)
+    def _write_extra_conf(self) -> None:
+        L = self.layout
+        parts = ["# Composed by stune-devcluster from conf.d/*.conf; edit those through set_fragment().\n"]
+        for frag in sorted(L.fragments.glob("*.conf")):
+            parts.append(f"# --- {frag.name}\n{frag.read_text()}\n")
+        L.extra_conf.write_text("".join(parts))
+
+    def set_fragment(self, name: str, text: str | None, reconfigure: bool = True) -> None:
+        """Add, replace (text) or remove (None) a named slurm.conf fragment, e.g. the HealthCheckProgram
+        lines, then `scontrol reconfigure`. Fragments must not set the same parameter twice."""
+        path = self.layout.fragments / f"{name}.conf"
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text if text.endswith("\n") else text + "\n")
+        self._write_extra_conf()
+        if reconfigure:
+            self.reconfigure()
+
+    def install_hook(self, kind: str, name: str, script: str | None) -> Path:
+        """Drop (script text) or remove (None) an executable in prolog.d or epilog.d. Slurm runs every file
+        there, in name order, as root; a non-zero prolog exit drains the node. Takes effect at once."""
+        directory = {"prolog": self.layout.prolog_d, "epilog": self.layout.epilog_d}[kind]
+        path = directory / name
+        if script is None:
+            path.unlink(missing_ok=True)
+        else:
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text(script)
+            tmp.chmod(0o755)
+            tmp.replace(path)
+        return path
+
+    def reconfigure(self) -> None:
         self.slurm.run(["scontrol", "reconfigure"])
+        self.wait_nodes_ready()
 
     def down(self) -> None:
         L = self.layout
