@@ -36,7 +36,9 @@ fi
 stamp=.venv/.stune-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[nvml,reports,accountant,test]"
+  # compat mode: a plain path entry. The default finder imports pathlib and re at every interpreter start,
+  # which would double the start-up cost of the prolog and stune-sbatch.
+  .venv/bin/python -m pip install -q -e ".[nvml,reports,accountant,test]" --config-settings editable_mode=compat
   touch "$stamp"
 fi
 
