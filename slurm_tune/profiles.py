@@ -13,6 +13,7 @@ import os
 import sys
 
 from .errors import ConfigError
+from .text import is_digits
 from .schema import (REQUIRED, Bool, Duration, Float, Frozen, Int, List, Map, Nullable, Section, Size, Str,
                      Where, deep_merge, load_yaml)
 
@@ -185,7 +186,7 @@ def version_key(version: str) -> tuple:
     for chunk in str(version).strip().replace("-", ".").split("."):
         digits = ""
         for ch in chunk:
-            if ch.isdigit():
+            if is_digits(ch):
                 digits += ch
             else:
                 break

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
+from .text import is_digits
 from .errors import SlurmError
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -285,7 +286,7 @@ class Slurm:
         rows = []
         for line in self.run(argv).splitlines():
             cols = [c.strip() for c in line.split("|")]
-            if len(cols) != 8 or not cols[0].isdigit():
+            if len(cols) != 8 or not is_digits(cols[0]):
                 continue
             rows.append(PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
                                 float(cols[6]), cols[7]))
@@ -361,7 +362,7 @@ def parse_records(text: str) -> list[dict[str, str]]:
         last = None
         for token in line.split(" "):
             key, sep, value = token.partition("=")
-            if sep and key and (key[0].isupper() or key[0].isdigit()) and "/" not in key:
+            if sep and key and (key[0].isupper() or is_digits(key[0])) and "/" not in key:
                 rec[key] = value
                 last = key
             elif last is not None and token:

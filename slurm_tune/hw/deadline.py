@@ -1,0 +1,60 @@
+"""Run a hardware probe with a deadline.
+
+A GPU that has fallen off the bus makes NVML calls block, and a wedged HCA driver can block a sysfs read in
+the kernel. Neither can be interrupted, so the probe runs in a daemon thread and the caller stops waiting at
+the deadline: the result says "did not answer" and the hook goes on. The stuck thread is abandoned; the
+process exits normally because the thread is a daemon.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import namedtuple
+
+OK, TIMEOUT, ERROR = "ok", "timeout", "error"
+
+
+class ProbeResult(namedtuple("ProbeResult", "name status value elapsed_s message")):
+    """status: ok (value is the result), timeout (did not answer within the deadline; value is whatever the
+    probe published before it stalled, or None), error (the probe raised; message says what)."""
+
+    __slots__ = ()
+
+    @property
+    def answered(self) -> bool:
+        return self.status == OK
+
+
+class Partial:
+    """Lets a probe publish progress, so a timeout still returns what was read before the stall."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value=None):
+        self.value = value
+
+
+def run_probe(name: str, probe, timeout_s: float, *args, **kwargs) -> ProbeResult:
+    """probe(partial, *args, **kwargs) -> value. Never raises; never waits past timeout_s."""
+    partial = Partial()
+    box: dict = {}
+    done = threading.Event()
+
+    def target():
+        try:
+            box["value"] = probe(partial, *args, **kwargs)
+        except BaseException as exc:  # reported, never propagated: a probe bug must not kill the hook
+            box["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            done.set()
+
+    start = time.monotonic()
+    thread = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
+    thread.start()
+    finished = done.wait(timeout_s)
+    elapsed = time.monotonic() - start
+    if not finished:
+        return ProbeResult(name, TIMEOUT, partial.value, elapsed, f"{name} did not answer within {timeout_s:g}s")
+    if "error" in box:
+        return ProbeResult(name, ERROR, partial.value, elapsed, box["error"])
+    return ProbeResult(name, OK, box.get("value"), elapsed, "")

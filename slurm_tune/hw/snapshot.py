@@ -1,0 +1,182 @@
+"""A node's full hardware state as one JSON snapshot: capture it live, save it, load it back.
+
+`stune-health capture` writes one; `stune-health check --snapshot FILE` judges one offline ("why was n17
+drained?"); the tests replay fixtures shaped like real ConnectX and A100/H100 nodes. Sysfs values are kept
+raw (`4: ACTIVE`), exactly as the node showed them; parsing happens in the checks.
+
+Each section is read by its own probe under a deadline and says whether it `answered`.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+
+from ..errors import StuneError
+from ..text import is_digits
+from .deadline import OK, run_probe
+from .sysfs import Sysfs
+
+FORMAT = "stune-snapshot/1"
+
+
+class SnapshotError(StuneError):
+    """A snapshot file cannot be read or is not a snapshot."""
+
+
+def _section(result, key: str) -> dict:
+    value = result.value if isinstance(result.value, dict) else {}
+    section = {"answered": result.status == OK, key: value}
+    if result.status != OK:
+        section["error"] = result.message
+    section["elapsed_s"] = round(result.elapsed_s, 4)
+    return section
+
+
+def capture_ib(sysfs: Sysfs, timeout_s: float, gids: bool = True, devices: list[str] | None = None) -> dict:
+    """The `ib` section: every HCA (or just `devices`) with its ports, counters, firmware and GID tables."""
+
+    def probe(partial):
+        out: dict = {}
+        partial.value = out
+        for dev in devices if devices is not None else sysfs.ib_devices():
+            out[dev] = sysfs.ib_device(dev, gids=gids)
+        return out
+
+    return _section(run_probe("sysfs-ib", probe, timeout_s), "devices")
+
+
+def capture_net(sysfs: Sysfs, timeout_s: float) -> dict:
+    def probe(partial):
+        out: dict = {}
+        partial.value = out
+        for name in sysfs.netdevs():
+            out[name] = sysfs.netdev(name)
+        return out
+
+    return _section(run_probe("sysfs-net", probe, timeout_s), "devices")
+
+
+def capture_pci_gpus(sysfs: Sysfs, timeout_s: float) -> dict:
+    """NVIDIA GPUs as the PCI bus sees them: present even when NVML is not, with NUMA node and link state."""
+
+    def probe(partial):
+        out: dict = {}
+        partial.value = out
+        for address in sysfs.nvidia_gpus():
+            out[address] = sysfs.pci_device(address)
+        return out
+
+    return _section(run_probe("sysfs-pci", probe, timeout_s), "devices")
+
+
+def capture_kernel(root: str, timeout_s: float) -> dict:
+    """NVIDIA Xid events still in the kernel log, with their sequence numbers so checks can tell which are new."""
+    return _section(run_probe("kmsg", lambda partial: {"xid": read_xid_events(root)}, timeout_s), "events")
+
+
+def read_xid_events(root: str) -> list[dict]:
+    """NVRM Xid records from `<root>/dev/kmsg`: a live /dev/kmsg (one record per read), or a text file of
+    kmsg records (fixtures, copies). Each: seq, usec, pci, xid, text."""
+    path = os.path.join(root, "dev/kmsg")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    lines: list[str] = []
+    if stat.S_ISCHR(st.st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    record = os.read(fd, 8192)
+                except BlockingIOError:
+                    break
+                except BrokenPipeError:  # the record we were at was overwritten: go on with the next
+                    continue
+                if not record:
+                    break
+                lines.append(record.decode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    else:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read(4 << 20).splitlines()
+    return [ev for ev in (parse_xid_record(line) for line in lines) if ev is not None]
+
+
+def parse_xid_record(line: str) -> dict | None:
+    """`4,1234,5678901,-;NVRM: Xid (PCI:0000:07:00): 79, pid=..., GPU has fallen off the bus.` -> event."""
+    header, sep, message = line.partition(";")
+    if not sep:
+        return None
+    marker = "NVRM: Xid (PCI:"
+    at = message.find(marker)
+    if at < 0:
+        return None
+    fields = header.split(",")
+    if len(fields) < 3 or not is_digits(fields[1].strip()) or not is_digits(fields[2].strip()):
+        return None
+    rest = message[at + len(marker):]
+    pci, sep, tail = rest.partition("):")
+    if not sep:
+        return None
+    code = tail.strip().split(",", 1)[0].strip()
+    if not is_digits(code):
+        return None
+    return {"seq": int(fields[1]), "usec": int(fields[2]), "pci": pci.strip().lower(), "xid": int(code),
+            "text": message[at:].strip()[:400]}
+
+
+def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_module=None,
+            gids: bool = True, node: str | None = None) -> dict:
+    """The whole node. Never raises on hardware trouble: every section records whether it answered."""
+    from .nvml import read_gpus  # NVML only when asked for: importing pynvml alone costs ~30 ms
+
+    sysfs = Sysfs(root)
+    snap = {
+        "format": FORMAT,
+        "node": node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
+        "captured_at": round(time.time(), 3),
+        "sysfs_root": root,
+        "ib": capture_ib(sysfs, timeout_s, gids=gids),
+        "net": capture_net(sysfs, timeout_s),
+        "pci_gpus": capture_pci_gpus(sysfs, timeout_s),
+        "kernel": capture_kernel(root, timeout_s),
+        "gpus": read_gpus(timeout_s, nvml_module) if nvml else {"answered": False, "devices": [],
+                                                                  "error": "not captured (--no-nvml)"},
+    }
+    snap["problems"] = list(sysfs.problems)
+    return snap
+
+
+def save(snapshot: dict, path: str) -> None:
+    import json
+
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(snapshot, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def load(path: str) -> dict:
+    """A snapshot from a file. Unreadable, non-JSON or non-snapshot input is a SnapshotError naming the file
+    (and line, for JSON syntax errors)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path}: not a text file") from None
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        raise SnapshotError(f"{path}:{line}: not JSON: {getattr(exc, 'msg', exc)}" if line
+                            else f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: not a stune snapshot (expected \"format\": \"{FORMAT}\")")
+    return data
