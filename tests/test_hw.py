@@ -233,3 +233,10 @@ def test_committed_snapshot_fixtures_are_current(name):
 
     path = Path(__file__).parent / "fixtures" / "snapshots" / f"{name}.json"
     assert snapshot.load(str(path)) == json.loads(json.dumps(make_snapshots.build(name)))
+
+
+def test_sysfs_root_expands_the_node_name():
+    env = {"SLURMD_NODENAME": "n2", "STUNE_SYSFS_ROOT": "/var/tmp/c/nodes/%n/root"}
+    assert sysfs.resolve_root(None, env) == "/var/tmp/c/nodes/n2/root"
+    assert sysfs.resolve_root("/x/%n", env) == "/x/n2"
+    assert sysfs.resolve_root(None, {}) == "/"

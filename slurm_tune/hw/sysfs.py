@@ -22,6 +22,18 @@ IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port
 IFF_UP = 0x1
 
 
+def resolve_root(text: str | None, environ=None) -> str:
+    """The sysfs root to read under: `text` (from --sysfs-root or STUNE_SYSFS_ROOT), default `/`.
+    `%n` becomes the node name ($SLURMD_NODENAME), so one setting serves every node of the one-machine
+    development cluster, where each node's tree lives in its own directory."""
+    environ = os.environ if environ is None else environ
+    root = text or environ.get("STUNE_SYSFS_ROOT") or "/"
+    if "%n" in root:
+        node = environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+        root = root.replace("%n", node)
+    return root
+
+
 class Sysfs:
     """Reads under `root`. Missing files read as None; a file that exists but cannot be read also reads as
     None and is remembered in `problems`, so a capture can say what it could not see."""
