@@ -34,41 +34,32 @@ def _section(result, key: str) -> dict:
     return section
 
 
-def capture_ib(sysfs: Sysfs, timeout_s: float, gids: bool = True, devices: list[str] | None = None) -> dict:
-    """The `ib` section: every HCA (or just `devices`) with its ports, counters, firmware and GID tables."""
+def _capture_each(probe_name: str, timeout_s: float, names, read) -> dict:
+    """One probe reading `read(name)` for each of `names()`; a stall keeps what was read before it."""
 
     def probe(partial):
         out: dict = {}
         partial.value = out
-        for dev in devices if devices is not None else sysfs.ib_devices():
-            out[dev] = sysfs.ib_device(dev, gids=gids)
+        for name in names():
+            out[name] = read(name)
         return out
 
-    return _section(run_probe("sysfs-ib", probe, timeout_s), "devices")
+    return _section(run_probe(probe_name, probe, timeout_s), "devices")
+
+
+def capture_ib(sysfs: Sysfs, timeout_s: float, gids: bool = True, devices: list[str] | None = None) -> dict:
+    """The `ib` section: every HCA (or just `devices`) with its ports, counters, firmware and GID tables."""
+    return _capture_each("sysfs-ib", timeout_s, sysfs.ib_devices if devices is None else lambda: devices,
+                         lambda dev: sysfs.ib_device(dev, gids=gids))
 
 
 def capture_net(sysfs: Sysfs, timeout_s: float) -> dict:
-    def probe(partial):
-        out: dict = {}
-        partial.value = out
-        for name in sysfs.netdevs():
-            out[name] = sysfs.netdev(name)
-        return out
-
-    return _section(run_probe("sysfs-net", probe, timeout_s), "devices")
+    return _capture_each("sysfs-net", timeout_s, sysfs.netdevs, sysfs.netdev)
 
 
 def capture_pci_gpus(sysfs: Sysfs, timeout_s: float) -> dict:
     """NVIDIA GPUs as the PCI bus sees them: present even when NVML is not, with NUMA node and link state."""
-
-    def probe(partial):
-        out: dict = {}
-        partial.value = out
-        for address in sysfs.nvidia_gpus():
-            out[address] = sysfs.pci_device(address)
-        return out
-
-    return _section(run_probe("sysfs-pci", probe, timeout_s), "devices")
+    return _capture_each("sysfs-pci", timeout_s, sysfs.nvidia_gpus, sysfs.pci_device)
 
 
 def capture_kernel(root: str, timeout_s: float) -> dict:

@@ -183,18 +183,23 @@ def parse_port_state(text: str | None) -> tuple[int, str] | None:
     return int(num), name
 
 
-def parse_rate_gbps(text: str | None) -> float | None:
-    """`200 Gb/sec (4X HDR)` -> 200.0; `100 Gb/sec (2X HDR)` -> 100.0; `2.5 Gb/sec (1X SDR)` -> 2.5."""
+def _number_before(text, unit: str) -> float | None:
+    """The finite, non-negative number in `<number> <unit> ...`, else None."""
     if not isinstance(text, str):
         return None
     parts = text.split()
-    if len(parts) < 2 or parts[1] != "Gb/sec":
+    if len(parts) < 2 or parts[1] != unit:
         return None
     try:
         value = float(parts[0])
     except ValueError:
         return None
-    return value if value >= 0 and value == value and value != float("inf") else None
+    return value if 0 <= value < float("inf") else None
+
+
+def parse_rate_gbps(text: str | None) -> float | None:
+    """`200 Gb/sec (4X HDR)` -> 200.0; `100 Gb/sec (2X HDR)` -> 100.0; `2.5 Gb/sec (1X SDR)` -> 2.5."""
+    return _number_before(text, "Gb/sec")
 
 
 def parse_counter(text: str | None) -> int | None:
@@ -285,17 +290,9 @@ def parse_int(text: str | None) -> int | None:
 
 
 def parse_link_speed(text: str | None) -> float | None:
-    """PCIe `16.0 GT/s PCIe` (or older `8 GT/s`) -> 16.0."""
-    if not isinstance(text, str):
-        return None
-    parts = text.split()
-    if len(parts) < 2 or parts[1] != "GT/s":
-        return None
-    try:
-        value = float(parts[0])
-    except ValueError:
-        return None
-    return value if value > 0 and value == value and value != float("inf") else None
+    """PCIe `16.0 GT/s PCIe` (or older `8 GT/s`) -> 16.0; 0 or garbage -> None."""
+    value = _number_before(text, "GT/s")
+    return value if value else None
 
 
 PCIE_GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
