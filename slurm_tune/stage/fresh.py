@@ -1,0 +1,136 @@
+"""Sources and freshness: what a source is, and a stamp that changes when the source changes.
+
+Two modes (docs/stage.md says exactly what each guarantees):
+
+- fast (default): the source's own status plus one directory listing and one lstat per top-level entry.
+  On a parallel filesystem that is 1 + N metadata round trips for N top-level names, however deep the tree.
+- strict: an lstat of every entry in the tree (the same walk a copy needs).
+
+Each status compared is (inode, type and mode, size, mtime, ctime). ctime cannot be set back by an
+unprivileged user (unlike mtime: `touch -d`), so a write, chmod, rename or replacement always shows.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from collections import namedtuple
+
+from .errors import SourceError
+from .spec import ARCHIVE_SUFFIXES
+
+KINDS = ("dir", "archive", "file")
+
+
+class Source(namedtuple("Source", "path real kind st")):
+    """`path` as requested, `real` with symlinks resolved (a SRC that is a symlink names its target),
+    `kind` dir/archive/file, `st` the lstat of `real`."""
+
+    __slots__ = ()
+
+    @property
+    def basename(self) -> str:
+        return os.path.basename(self.real)
+
+
+def inspect(path: str) -> Source:
+    """What `path` is. Raises SourceError when it is missing, unreadable, or not a directory or file."""
+    try:
+        real = os.path.realpath(path, strict=True)
+        st = os.lstat(real)
+    except FileNotFoundError:
+        raise SourceError(f"source {path} does not exist") from None
+    except OSError as exc:
+        raise SourceError(f"source {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+        readable = os.access(real, os.R_OK | os.X_OK)
+    elif stat.S_ISREG(st.st_mode):
+        kind = "archive" if real.lower().endswith(ARCHIVE_SUFFIXES) else "file"
+        readable = os.access(real, os.R_OK)
+    else:
+        raise SourceError(f"source {path} is neither a directory nor a regular file")
+    if not readable:
+        raise SourceError(f"source {path} is not readable by this user")
+    return Source(path, real, kind, st)
+
+
+def _status(st: os.stat_result) -> str:
+    return f"{st.st_ino}:{st.st_mode:o}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _digest(parts) -> str:
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # pragma: no cover
+        from hashlib import blake2b
+    h = blake2b(digest_size=20)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogateescape"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def stamp(source: Source, mode: str, plan: "Plan | None" = None) -> str:
+    """The freshness stamp of a source in `mode` ("fast" or "strict"). For a strict directory stamp, pass
+    the walk's `plan` when there is one, so the tree is walked once."""
+    parts = [source.kind, source.real, _status(source.st)]
+    if source.kind != "dir":
+        # One file: its status already changes on any write, chmod or replacement, in both modes.
+        return "file:" + _digest(parts)
+    if mode == "strict":
+        plan = plan or walk(source.real)
+        return "strict:" + _digest(parts + [plan.digest])
+    try:
+        with os.scandir(source.real) as it:
+            top = sorted((e.name, _status(e.stat(follow_symlinks=False))) for e in it)
+    except OSError as exc:
+        raise SourceError(f"source {source.path}: {exc.strerror}") from None
+    return "fast:" + _digest(parts + [f"{name}={status}" for name, status in top])
+
+
+class Plan(namedtuple("Plan", "dirs files links skipped bytes alloc digest")):
+    """A directory's copy plan from one walk: `dirs` (relative path, mode, atime_ns, mtime_ns) parents
+    first, `files` (relative path, size), `links` (relative path), `skipped` (sockets, FIFOs, devices),
+    total `bytes`, an allocation estimate `alloc` (4 KiB blocks), and the strict stamp `digest`."""
+
+    __slots__ = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.files) + len(self.links)
+
+
+BLOCK = 4096
+
+
+def walk(root: str) -> Plan:
+    """lstat every entry under root (never following a symlink). Raises SourceError if unreadable."""
+    dirs, files, links, skipped, parts = [], [], [], [], []
+    total = alloc = 0
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        path = os.path.join(root, rel) if rel else root
+        try:
+            with os.scandir(path) as it:
+                children = sorted(((e.name, e.stat(follow_symlinks=False)) for e in it), key=lambda x: x[0])
+        except OSError as exc:
+            raise SourceError(f"cannot read {path}: {exc.strerror}") from None
+        for name, st in children:
+            child = f"{rel}/{name}" if rel else name
+            mode = st.st_mode
+            parts.append(f"{child}={_status(st)}")
+            if stat.S_ISDIR(mode):
+                dirs.append((child, stat.S_IMODE(mode), st.st_atime_ns, st.st_mtime_ns))
+                pending.append(child)
+            elif stat.S_ISREG(mode):
+                files.append((child, st.st_size))
+                total += st.st_size
+                alloc += -(-st.st_size // BLOCK) * BLOCK
+            elif stat.S_ISLNK(mode):
+                links.append(child)
+                alloc += BLOCK
+            else:
+                skipped.append(child)
+    dirs.sort()  # parents before children
+    return Plan(dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts))

@@ -1,0 +1,191 @@
+"""The job side of staging: what the TaskProlog (and `stune-env`, `stune-stage fetch`) call before a task.
+
+    exports, messages = prepare_for_task(os.environ, progress=JobLog(os.environ))
+
+reads STUNE_STAGE (stune-sbatch's encoded `--stage` list) and the partition profile's `cache.stage`
+defaults, stages each request once per node per job (the first task copies, concurrent tasks wait on the
+source's lock, later tasks find the job's hold), and returns `{"STUNE_STAGE_<NAME>": local path}` plus
+one-line messages for the job's stderr. When the tier is missing, full or over quota, the variable names the
+source and a warning says why; with --stage-required it raises StageRequiredError instead.
+
+How a TaskProlog turns that into output (verified on Slurm 22.05):
+- print `export NAME=VALUE` lines on stdout: Slurm sets them in the task's environment;
+- a TaskProlog's stderr goes to /dev/null, and `print TEXT` lines reach the task's stdout only after the
+  TaskProlog exits: so messages and live progress go to the job's stderr file (JobLog);
+- on StageRequiredError, exit non-zero: slurmstepd logs "TaskProlog failed status=N" to the job's stderr,
+  the task never starts, and the job ends FAILED with exit code N (the node is not drained).
+
+This module is on the TaskProlog path: the copy machinery (subprocess, tempfile) loads only on a miss.
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import StuneError
+from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
+from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
+
+
+def prepare_for_task(environ, progress=None) -> tuple[dict[str, str], list[str]]:
+    """Stage the job's datasets on this node; return (exports, messages). `progress` is a writable text
+    stream for live progress lines (None: no progress). Raises StageRequiredError (a StuneError) when the
+    job asked for --stage-required and a dataset could not be staged, and StageRequestError when
+    STUNE_STAGE is malformed."""
+    text = environ.get(ENV_VAR, "")
+    requests, required = decode_requests(text) if text.strip() else ([], False)
+    partition = environ.get("SLURM_JOB_PARTITION", "")
+    node = environ.get("SLURMD_NODENAME") or None
+    job_id = environ.get("SLURM_JOB_ID") or None
+    if job_id is not None and not job_id.isdigit():
+        job_id = None
+    profile, problem = _profile(partition)
+    if profile is not None:
+        try:
+            requests = merge_requests(parse_profile_stage(profile.cache.stage), requests)
+        except StageRequestError as exc:
+            problem = TierUnavailable("missing", f"profile {partition!r}: {exc}")
+    if not requests:
+        return {}, []
+    config = None
+    if profile is not None and problem is None:
+        from .tier import TierConfig
+
+        try:
+            config = TierConfig.from_profile(profile, node)
+        except TierUnavailable as exc:
+            problem = exc
+    exports: dict[str, str] = {}
+    messages: list[str] = []
+    for req in requests:
+        path, message = _stage_one(req, config, problem, job_id, required, progress)
+        exports[req.variable] = path
+        if message:
+            messages.append(message)
+            _write(progress, message)
+    return exports, messages
+
+
+def _profile(partition: str):
+    if not partition:
+        return None, TierUnavailable("missing", "SLURM_JOB_PARTITION is not set: no cache tier to stage into")
+    from ..profiles import load_profile
+
+    try:
+        return load_profile(partition), None
+    except StuneError as exc:
+        return None, TierUnavailable("missing", f"no cache tier for partition {partition!r}: {exc}")
+
+
+def _stage_one(req, config, problem, job_id, required, progress) -> tuple[str, str]:
+    from .stager import stage
+
+    try:
+        if problem is not None:
+            raise problem
+        result = stage(req, config, job_id=job_id, progress_stream=progress)
+    except (TierUnavailable, SourceError) as exc:
+        return _fallback(req, exc, required)
+    except StuneError as exc:
+        return _fallback(req, TierUnavailable("copy-failed", str(exc)), required)
+    except OSError as exc:  # the tier's disk misbehaving: the job can still read the source
+        return _fallback(req, TierUnavailable("copy-failed", f"{exc.strerror or exc}"), required)
+    except Exception as exc:  # a bug in stune must not kill the job, unless it insisted on a local copy
+        return _fallback(req, TierUnavailable("copy-failed", f"internal error: {type(exc).__name__}: {exc}"),
+                         required)
+    if result.status == "fallback":  # an earlier task of this job on this node already fell back
+        if required:
+            raise StageRequiredError(req.name, TierUnavailable("copy-failed", result.note or "not staged"))
+        return req.source, ""
+    from .copy import human
+
+    if result.status == "copied":
+        return result.path, (f"stune-stage: {req.name}: staged {req.source} -> {result.path} "
+                             f"({human(result.bytes)}, {result.files:,} files, {result.seconds:.1f}s)")
+    if result.status == "hit":
+        return result.path, f"stune-stage: {req.name}: cache hit {result.path}"
+    return result.path, ""
+
+
+def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
+    if required:
+        raise StageRequiredError(req.name, exc)
+    return req.source, (f"stune-stage: warning: {req.name}: not staged ({exc}); "
+                        f"{req.variable} points at the source {req.source}")
+
+
+def _write(stream, line: str) -> None:
+    if stream is None:
+        return
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def exports_as_shell(exports: dict[str, str]) -> str:
+    """`export NAME='value'` lines for `eval` in a job script."""
+    return "".join(f"export {name}={_quote(value)}\n" for name, value in exports.items())
+
+
+def exports_for_taskprolog(exports: dict[str, str]) -> str:
+    """TaskProlog stdout lines. Slurm takes the rest of an `export NAME=` line verbatim: no quoting."""
+    return "".join(f"export {name}={value}\n" for name, value in exports.items() if "\n" not in value)
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+class JobLog:
+    """A text stream onto the job's stderr file, opened at the first write (a cache hit writes nothing,
+    so it costs nothing). The path is $STUNE_STAGE_LOG when set (stune-sbatch may pass it), else the
+    job's StdErr from `scontrol show job` with %N expanded. Unresolvable: writes are dropped."""
+
+    def __init__(self, environ, slurm=None):
+        self.environ, self.slurm = environ, slurm
+        self._fd: int | None = None
+        self._tried = False
+
+    def path(self) -> str | None:
+        explicit = self.environ.get("STUNE_STAGE_LOG")
+        if explicit:
+            return explicit
+        job_id = self.environ.get("SLURM_JOB_ID", "")
+        if not job_id.isdigit():
+            return None
+        from ..slurm import Slurm, parse_records
+
+        slurm = self.slurm or Slurm.from_env(timeout=10)
+        try:
+            records = parse_records(slurm.run(["scontrol", "show", "job", "-o", job_id]))
+        except StuneError:
+            return None
+        path = (records[0].get("StdErr") or records[0].get("StdOut")) if records else None
+        if path and "%N" in path:
+            path = path.replace("%N", os.uname().nodename.split(".")[0])
+        return path if path and "%" not in path else None
+
+    def write(self, text: str) -> int:
+        if not self._tried:
+            self._tried = True
+            path = self.path()
+            if path:
+                try:
+                    self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_CLOEXEC)
+                except OSError:
+                    self._fd = None
+        if self._fd is not None:
+            try:
+                os.write(self._fd, text.encode("utf-8", "replace"))
+            except OSError:
+                pass
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,278 @@
+"""Stage one source into this node's tier: hit, or copy and publish atomically; hold it for the job.
+
+The protocol, per user namespace and source key (tier.py has the layout):
+
+1. Fast path, no lock: the job already settled this key on this node (a hold or a fallback note): done.
+2. flock locks/<key>. Concurrent stagers of the same source (tasks of one job, or other jobs) queue here;
+   when they get the lock the first one has published, and they hit.
+3. Under the lock: the current entry's stamp equals the source's stamp -> hit: hold it, touch its LRU time.
+4. Otherwise copy: admit the size (evicting this user's unheld LRU entries when the tier is past its high
+   watermark), reserve it in the ledger, copy into tmp/, write the stamp, syncfs, then rename into
+   entries/<key>.<gen>. Only a complete copy ever has that name: a killed stager leaves a tmp/ directory and
+   a pending ledger row, both reclaimed once their lock is free.
+5. Older generations of the key are deleted unless a running job still holds one.
+
+The source's stamp is taken before copying, so a source that changes during the copy is seen as changed
+by the next job.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import namedtuple
+
+from .errors import SourceError, TierUnavailable
+from .spec import StageRequest
+from .tier import DATA, ENTRIES, STAMP, TMP, Namespace, Tier, TierConfig, new_gen, source_key, write_atomic
+
+STAMP_FORMAT = "1"
+
+
+class StageResult(namedtuple("StageResult", "request path status entry bytes files seconds note")):
+    """status: "hit" (already in the tier), "copied", "held" (this job already staged it on this node), or
+    "fallback" (path is the source; note says why)."""
+
+    __slots__ = ()
+
+    @property
+    def local(self) -> bool:
+        return self.status != "fallback"
+
+
+def stage(request: StageRequest, config: TierConfig, *, job_id: str | None = None, progress_stream=None,
+          jobs: int | None = None, freshness: str | None = None) -> StageResult:
+    """Stage `request` for this process's user. Raises TierUnavailable (the tier cannot take it) or
+    SourceError (the source is unusable); the caller decides between falling back and failing."""
+    started = time.monotonic()
+    key = source_key(request.source)
+    with Tier(config) as tier:
+        with tier.namespace() as ns:
+            if job_id:
+                settled = _settled(request, ns, ns.job_record(job_id, key), started)
+                if settled is not None:
+                    return settled
+            lock = ns.lock(key, blocking=False)
+            if lock is None:
+                _say(progress_stream, f"{request.name}: waiting for another stager of {request.source}")
+                lock = ns.lock(key)
+            try:
+                if job_id:  # another task of this job may have finished it while we waited
+                    settled = _settled(request, ns, ns.job_record(job_id, key), started)
+                    if settled is not None:
+                        return settled
+                try:
+                    return _stage_locked(request, tier, ns, key, job_id, progress_stream, jobs,
+                                         freshness or config.freshness, started)
+                except (TierUnavailable, SourceError) as exc:
+                    if job_id:  # the job's other tasks on this node read the source too, without retrying
+                        ns.record_fallback(job_id, key, str(exc))
+                    raise
+            finally:
+                os.close(lock)
+
+
+def _settled(request, ns: Namespace, record, started) -> StageResult | None:
+    """The result a job's earlier task settled on this node, or None (nothing settled, or the held entry
+    was removed by hand: then stage again)."""
+    if record is None:
+        return None
+    kind, value = record
+    if kind == "fallback":
+        return StageResult(request, request.source, "fallback", None, 0, 0, time.monotonic() - started, value)
+    stamp = ns.read_stamp(value)
+    if stamp is None:
+        return None
+    return StageResult(request, ns.entry_path(value, stamp.get("export", DATA)), "held", value,
+                       int(stamp.get("bytes", 0)), int(stamp.get("files", 0)), time.monotonic() - started, "")
+
+
+def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, jobs, mode: str,
+                  started: float) -> StageResult:
+    from . import fresh
+
+    source = fresh.inspect(request.source)
+    plan = fresh.walk(source.real) if source.kind == "dir" and mode == "strict" else None
+    current = ns.current(key)
+    stamp_now = fresh.stamp(source, mode, plan)
+    if current is not None:
+        stored = ns.read_stamp(current.name)
+        if stored is not None and stored.get("stamp") == stamp_now and stored.get("source") == request.source:
+            if job_id:
+                ns.add_hold(job_id, current.name)
+            tier.ledger_touch(ns.uid, current.name)
+            _drop_old(tier, ns, key, keep=current.name)
+            return StageResult(request, ns.entry_path(current.name, stored.get("export", DATA)), "hit",
+                               current.name, int(stored.get("bytes", 0)), int(stored.get("files", 0)),
+                               time.monotonic() - started, "")
+    if source.kind == "dir" and plan is None:
+        plan = fresh.walk(source.real)
+    entry = f"{key}.{new_gen()}"
+    need = plan.alloc if plan is not None else _file_estimate(source)
+    allowance = admit(tier, ns, need, exclude_key=key)
+    tier.ledger_write(ns.uid, entry, need, f"pending {os.getpid()}")
+    tmp_name = f"{entry}.{os.getpid()}.staging"
+    published = False
+    try:
+        os.mkdir(tmp_name, 0o700, dir_fd=ns.sub(TMP))
+        nbytes, nfiles, export = _copy(source, plan, ns.sub_path(TMP, tmp_name), request, stream, jobs,
+                                       allowance)
+        _publish(ns, tmp_name, entry, request, source, mode, stamp_now, nbytes, nfiles, export)
+        published = True
+        tier.ledger_write(ns.uid, entry, nbytes, "ready")
+        if job_id:
+            ns.add_hold(job_id, entry)
+    finally:
+        if not published:
+            tier.ledger_remove(ns.uid, entry)
+            try:
+                from .tier import rmtree_at
+
+                rmtree_at(tmp_name, ns.sub(TMP))
+            except OSError:
+                pass
+    _drop_old(tier, ns, key, keep=entry)
+    return StageResult(request, ns.entry_path(entry, export), "copied", entry, nbytes, nfiles,
+                       time.monotonic() - started, "")
+
+
+def _file_estimate(source) -> int:
+    """Bytes an archive or file will take. A compressed archive's size is unknown until extracted: assume
+    3x (the copy's guard stops it at the allowance in any case)."""
+    size = source.st.st_size
+    if source.kind == "archive" and not source.real.lower().endswith(".tar"):
+        return 3 * size
+    return size + 4096
+
+
+def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance):
+    from . import copy
+
+    guard = copy.Guard(tmp_path, allowance)
+    data = os.path.join(tmp_path, DATA)
+    os.mkdir(data, 0o700)
+    label = f"{request.name}: staging {request.source}"
+    if source.kind == "dir":
+        progress = copy.Progress(stream, label, plan.bytes, plan.count)
+        copy.copy_tree(source.real, plan, data, jobs=jobs, progress=progress, guard=guard)
+        os.chmod(data, stat_mode(source.st) | 0o700)
+        export = DATA
+    elif source.kind == "archive":
+        progress = copy.Progress(stream, label + " (extracting)", source.st.st_size)
+        copy.extract(source, data, progress=progress, guard=guard)
+        export = DATA
+    else:
+        progress = copy.Progress(stream, label, source.st.st_size)
+        copy.copy_file(source, os.path.join(data, source.basename), progress=progress, guard=guard)
+        export = f"{DATA}/{source.basename}"
+    if plan is not None and plan.skipped:
+        _say(stream, f"{request.name}: skipped {len(plan.skipped)} special file(s) (sockets, FIFOs, devices), "
+                     f"e.g. {plan.skipped[0]}")
+    nbytes, nfiles = copy.disk_usage(data)
+    return nbytes, nfiles, export
+
+
+def stat_mode(st) -> int:
+    return st.st_mode & 0o7777
+
+
+def _publish(ns: Namespace, tmp_name: str, entry: str, request, source, mode, stamp_now, nbytes, nfiles,
+             export) -> None:
+    """Stamp, flush, rename: after the rename the entry is complete, and before it nothing has its name."""
+    from . import copy
+
+    tfd = os.open(tmp_name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=ns.sub(TMP))
+    try:
+        lines = {"format": STAMP_FORMAT, "source": request.source, "real": source.real, "kind": source.kind,
+                 "freshness": mode, "stamp": stamp_now, "bytes": str(nbytes), "files": str(nfiles),
+                 "export": export, "published": f"{time.time():.3f}", "complete": "1"}
+        write_atomic(STAMP, "".join(f"{k}={v}\n" for k, v in lines.items()), tfd, mode=0o600)
+    finally:
+        os.close(tfd)
+    copy.sync_filesystem(ns.sub_path(TMP, tmp_name))
+    os.rename(tmp_name, entry, src_dir_fd=ns.sub(TMP), dst_dir_fd=ns.sub(ENTRIES))
+    os.fsync(ns.sub(ENTRIES))  # the rename itself
+
+
+def _drop_old(tier: Tier, ns: Namespace, key: str, keep: str) -> None:
+    """Delete older copies of this source that no running job holds (we hold the key's lock)."""
+    held = None
+    for entry in ns.entries():
+        if entry.key != key or entry.name == keep:
+            continue
+        held = ns.held_entries() if held is None else held
+        if entry.name in held:
+            continue
+        if ns.remove_entry(entry.name):
+            tier.ledger_remove(ns.uid, entry.name)
+
+
+def admit(tier: Tier, ns: Namespace, need: int, exclude_key: str | None = None) -> int:
+    """Make room for `need` bytes and return the bytes this copy may write. Past the high watermark,
+    evict this user's least recently used unheld entries until usage + need is down to the low watermark
+    (other users' entries are root's to evict: the epilog and `stune-stage gc`). Raises TierUnavailable
+    when the entry cannot fit."""
+    quota = tier.quota()
+    if need > quota:
+        raise TierUnavailable("over-quota", f"needs {_h(need)}, more than the tier's whole quota of {_h(quota)}")
+    usage = tier.usage()
+    if usage + need > tier.config.high * quota:
+        evict_lru(tier, [ns], target=int(tier.config.low * quota) - need, exclude_key=exclude_key)
+        usage = tier.usage()
+    if usage + need > quota:
+        raise TierUnavailable("over-quota", f"needs {_h(need)} but the tier holds {_h(usage)} of its "
+                                            f"{_h(quota)} quota in entries in use or not this user's")
+    free = tier.free_bytes()
+    if need > free:
+        raise TierUnavailable("disk-full", f"needs {_h(need)} but the cache disk has {_h(free)} free")
+    return quota - usage
+
+
+def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key: str | None = None,
+              dry_run: bool = False) -> list[tuple[str, str, int]]:
+    """Delete unheld entries of `namespaces`, least recently used first, until the tier's usage is at most
+    `target`. Entries being staged or checked right now (their key lock is busy) are skipped. Returns the
+    (user, entry, bytes) evicted."""
+    rows = {(r.uid, r.entry): r for r in tier.ledger()}
+    usage = sum(r.bytes for r in rows.values())
+    candidates = []
+    for ns in namespaces:
+        held = ns.held_entries()
+        for entry in ns.entries():
+            row = rows.get((ns.uid, entry.name))
+            if entry.name in held or entry.key == exclude_key:
+                continue
+            candidates.append((row.last_use if row else 0.0, ns, entry, row.bytes if row else 0))
+    evicted = []
+    for _last_use, ns, entry, nbytes in sorted(candidates, key=lambda c: c[0]):
+        if usage <= target:
+            break
+        lock = ns.lock(entry.key, blocking=False)
+        if lock is None:
+            continue
+        try:
+            if entry.name in ns.held_entries():  # a hold taken since we looked
+                continue
+            if not dry_run:
+                if not ns.remove_entry(entry.name):
+                    continue
+                tier.ledger_remove(ns.uid, entry.name)
+        finally:
+            os.close(lock)
+        usage -= nbytes
+        evicted.append((ns.user, entry.name, nbytes))
+    return evicted
+
+
+def _say(stream, line: str) -> None:
+    if stream is not None:
+        try:
+            stream.write(f"stune-stage: {line}\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _h(n: int) -> str:
+    from .copy import human
+
+    return human(n)
