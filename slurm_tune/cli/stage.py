@@ -1,14 +1,271 @@
-"""`stune-stage`: dataset staging to the node-local cache tier."""
+"""`stune-stage`: dataset staging to the node-local cache tier.
+
+    stune-stage fetch [SRC[:NAME] ...] [--required]   stage now on this node; prints `export` lines for eval
+                                                      (no SRC: the job's STUNE_STAGE and profile defaults)
+    stune-stage ls [--json]                           entries: user, source, size, last use, holding jobs
+    stune-stage status [--json]                       quota, usage, watermarks, free disk, per tier
+    stune-stage gc [--dry-run] [--to-low]             reclaim dead stagers' and dead jobs' leftovers; evict LRU
+    stune-stage release [--job ID] [--epilog]         drop a job's holds (the epilog runs this as root)
+    stune-stage init                                  create a tier root (root only): mode 1777, ledger
+
+Tiers come from the partition profiles' `cache` sections: --partition picks one (default: the job's, else
+every profile's); --node expands %n in cache.path (default: $SLURMD_NODENAME, else this host's short name);
+--path names a tier root directly.
+"""
 from __future__ import annotations
 
-from .common import guarded, not_implemented
+import os
+import sys
+
+from .common import EXIT_ERROR, guarded
 
 PROG = "stune-stage"
 
 
+def _parser():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=PROG, description="Stage datasets into the node-local cache tier.")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def add(name, help_text, aliases=()):
+        p = sub.add_parser(name, help=help_text, aliases=list(aliases))
+        p.add_argument("--partition", "-p", help="the partition whose tier to use")
+        p.add_argument("--node", help="node name for %%n in cache.path (default: $SLURMD_NODENAME or hostname)")
+        p.add_argument("--path", help="a tier root, instead of the profiles' cache.path")
+        return p
+
+    fetch = add("fetch", "stage SRC[:NAME] now on this node and print export lines", aliases=("stage",))
+    fetch.add_argument("requests", nargs="*", metavar="SRC[:NAME]")
+    fetch.add_argument("--required", action="store_true", help="fail instead of falling back to the source")
+    fetch.add_argument("--job", help="hold the entries for this job id (default: $SLURM_JOB_ID)")
+    fetch.add_argument("--freshness", choices=("fast", "strict"), help="override the profile's freshness mode")
+    fetch.add_argument("--jobs", "-j", type=int, help="parallel copy processes")
+    fetch.add_argument("--format", choices=("shell", "taskprolog", "paths"), default="shell",
+                       help="shell: export NAME='path' (for eval); taskprolog: unquoted; paths: NAME path")
+    for name, text in (("ls", "list the tier's entries"), ("status", "the tier's quota, usage and health")):
+        p = add(name, text)
+        p.add_argument("--json", action="store_true")
+    gc = add("gc", "reclaim leftovers of dead stagers and jobs; evict LRU above the high watermark")
+    gc.add_argument("--dry-run", "-n", action="store_true", help="say what would go, change nothing")
+    gc.add_argument("--to-low", action="store_true", help="evict down to the low watermark even below the high")
+    release = add("release", "drop a job's holds (the epilog runs `release --epilog` as root)")
+    release.add_argument("--job", help="job id (default: $SLURM_JOB_ID)")
+    release.add_argument("--epilog", action="store_true",
+                         help="epilog mode: the job's user from $SLURM_JOB_UID, then evict above the high "
+                              "watermark; never fails (a cache problem must not drain the node)")
+    add("init", "create the tier root (root only)")
+    return parser
+
+
+def _node(args) -> str:
+    return args.node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def _tiers(args, partition=None):
+    from ..stage.admin import tiers_for
+    from ..errors import StuneError
+
+    tiers = tiers_for(args.partition or partition, _node(args), args.path)
+    if not tiers:
+        raise StuneError("no cache tier: no profile sets cache.path" +
+                         (f" for partition {args.partition}" if args.partition else ""))
+    return tiers
+
+
+# ---- fetch ------------------------------------------------------------------------------------------------
+
+def cmd_fetch(args) -> int:
+    from ..errors import StuneError
+    from ..stage import jobenv
+    from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
+
+    env = dict(os.environ)
+    env["SLURMD_NODENAME"] = _node(args)
+    if args.job is not None:
+        env["SLURM_JOB_ID"] = args.job
+    if args.requests:
+        env[ENV_VAR] = encode_requests([parse_stage_arg(r) for r in args.requests], args.required)
+    elif not env.get(ENV_VAR):
+        raise StuneError(f"nothing to stage: give SRC[:NAME], or run inside a job with {ENV_VAR} set")
+    if args.partition:
+        env["SLURM_JOB_PARTITION"] = args.partition
+    elif not env.get("SLURM_JOB_PARTITION") and not args.path:
+        from ..slurm import Slurm
+
+        env["SLURM_JOB_PARTITION"] = Slurm.from_env().default_partition() or ""
+    job = jobenv.resolve(env, with_defaults=not args.requests)
+    config, problem = job.config, job.problem
+    if args.path:
+        (_label, config), = _tiers(args)
+        problem = None
+    if config is not None and args.freshness:
+        config = config._replace(freshness=args.freshness)
+    exports, _messages = jobenv.stage_requests(job.requests, job.required or args.required, config, job.job_id,
+                                               sys.stderr, problem=problem, jobs=args.jobs)
+    for name, value in exports.items():
+        if args.format == "paths":
+            print(f"{name} {value}")
+        elif args.format == "taskprolog":
+            sys.stdout.write(jobenv.exports_for_taskprolog({name: value}))
+        else:
+            sys.stdout.write(jobenv.exports_as_shell({name: value}))
+    return 0
+
+
+# ---- ls / status ------------------------------------------------------------------------------------------
+
+def cmd_ls(args) -> int:
+    from ..stage.admin import age, list_entries
+    from ..stage.copy import human
+    from ..stage.tier import Tier
+
+    rows_out = []
+    for label, config in _tiers(args):
+        with Tier(config) as tier:
+            try:
+                rows = list_entries(tier)
+            except Exception as exc:  # noqa: BLE001 - one broken tier must not hide the others
+                from ..stage.errors import TierUnavailable
+
+                if not isinstance(exc, (TierUnavailable, OSError)):
+                    raise
+                print(f"{PROG}: {config.root}: {exc}", file=sys.stderr)
+                continue
+        rows_out += [(config.root, r) for r in rows]
+    if args.json:
+        import json
+
+        print(json.dumps([dict(r._asdict(), tier=root) for root, r in rows_out], indent=2))
+        return 0
+    header = ("TIER", "USER", "SOURCE", "KIND", "SIZE", "FILES", "LAST USE", "HELD BY", "ENTRY")
+    table = [header] + [(root, r.user, r.source, r.kind, human(r.bytes), f"{r.files:,}", age(r.last_use),
+                         ",".join(r.holds) or "-", r.entry + ("" if r.current else " (old)"))
+                        for root, r in rows_out]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_status(args) -> int:
+    from ..stage.admin import status
+    from ..stage.copy import human
+    from ..stage.tier import Tier
+
+    results = []
+    for label, config in _tiers(args):
+        with Tier(config) as tier:
+            results.append((label, status(tier)))
+    if args.json:
+        import json
+
+        print(json.dumps([dict(s._asdict(), partitions=label) for label, s in results], indent=2))
+        return 0
+    bad = 0
+    for label, s in results:
+        print(f"{s.root}  (partitions: {label})")
+        if s.problem and not s.quota and not s.fs_size:
+            print(f"  problem: {s.problem}")
+            bad += 1
+            continue
+        pct = 100 * s.usage / s.quota if s.quota else 0
+        print(f"  usage      {human(s.usage)} of {human(s.quota)} quota ({pct:.0f}%); "
+              f"evicts above {s.high:.0%} down to {s.low:.0%}")
+        print(f"  disk       {human(s.fs_free)} free of {human(s.fs_size)}")
+        print(f"  entries    {s.entries} ready, {s.pending} being copied, {s.held} held by running jobs, "
+              f"{s.users} namespace(s)")
+        if s.problem:
+            print(f"  problem: {s.problem}")
+            bad += 1
+    return EXIT_ERROR if bad else 0
+
+
+# ---- gc / release / init ----------------------------------------------------------------------------------
+
+def cmd_gc(args) -> int:
+    from ..stage.admin import gc
+    from ..stage.copy import human
+    from ..stage.tier import Tier
+
+    verb = "would remove" if args.dry_run else "removed"
+    for label, config in _tiers(args):
+        with Tier(config) as tier:
+            report = gc(tier, dry_run=args.dry_run, to_low=args.to_low)
+        print(f"{config.root}:")
+        for user, job in report.stale_holds:
+            print(f"  {verb} stale holds of job {job} ({user}): the job is no longer running")
+        for item in report.tmp_removed:
+            print(f"  {verb} leftover {item}")
+        for item in report.ledger_fixed:
+            print(f"  ledger: {item}")
+        for item in report.old_removed:
+            print(f"  {verb} old copy {item}")
+        for user, entry, nbytes in report.evicted:
+            print(f"  {'would evict' if args.dry_run else 'evicted'} {user}/{entry} ({human(nbytes)}), "
+                  "least recently used")
+        for item in report.locks_removed:
+            print(f"  {verb} unused lock {item}")
+        if report.liveness_problem:
+            print(f"  warning: {report.liveness_problem}", file=sys.stderr)
+        if not any(report[:-1]):
+            print("  nothing to do")
+    return 0
+
+
+def cmd_release(args) -> int:
+    from ..stage.admin import evict_above_high, release_job
+    from ..stage.tier import Tier
+
+    job = args.job or os.environ.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
+        from ..errors import StuneError
+
+        raise StuneError("release needs a job id (--job, or $SLURM_JOB_ID)")
+    uid = user = None
+    if args.epilog:
+        uid = os.environ.get("SLURM_JOB_UID")
+        user = os.environ.get("SLURM_JOB_USER") or None
+        if not (uid or "").isdigit():
+            print(f"{PROG}: epilog: SLURM_JOB_UID is not set; nothing released", file=sys.stderr)
+            return 0
+    partition = os.environ.get("SLURM_JOB_PARTITION") if args.epilog and not args.partition else None
+    for label, config in _tiers(args, partition):
+        with Tier(config) as tier:
+            try:
+                release_job(tier, job, int(uid) if uid else None, user)
+                if args.epilog and os.geteuid() == 0:
+                    evict_above_high(tier)
+            except Exception as exc:  # noqa: BLE001 - the epilog reports and carries on
+                if not args.epilog:
+                    raise
+                from ..stage.errors import TierUnavailable
+
+                if not (isinstance(exc, TierUnavailable) and exc.kind == "missing"):
+                    print(f"{PROG}: epilog: {config.root}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 0
+
+
+def cmd_init(args) -> int:
+    from ..stage.admin import init
+
+    for label, config in _tiers(args):
+        for line in init(config) or [f"{config.root}: already set up"]:
+            print(line)
+    return 0
+
+
+COMMANDS = {"fetch": cmd_fetch, "stage": cmd_fetch, "ls": cmd_ls, "status": cmd_status, "gc": cmd_gc,
+            "release": cmd_release, "init": cmd_init}
+
+
 def _main(argv: list[str]) -> int:
-    return not_implemented(PROG, "dataset staging to the node-local cache tier")
+    args = _parser().parse_args(argv)
+    return COMMANDS[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return guarded(PROG, _main, argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # The epilog must never fail: a bug here is reported, and the node stays in service.
+    internal_exit = 0 if "--epilog" in argv else 70
+    return guarded(PROG, _main, argv, internal_exit=internal_exit)

@@ -20,6 +20,7 @@ This module is on the TaskProlog path: the copy machinery (subprocess, tempfile)
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 
 from ..errors import StuneError
 from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
@@ -28,9 +29,23 @@ from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
 
 def prepare_for_task(environ, progress=None) -> tuple[dict[str, str], list[str]]:
     """Stage the job's datasets on this node; return (exports, messages). `progress` is a writable text
-    stream for live progress lines (None: no progress). Raises StageRequiredError (a StuneError) when the
-    job asked for --stage-required and a dataset could not be staged, and StageRequestError when
-    STUNE_STAGE is malformed."""
+    stream for live progress lines and the messages (None: neither is written). Raises StageRequiredError
+    (a StuneError) when the job asked for --stage-required and a dataset could not be staged, and
+    StageRequestError when STUNE_STAGE is malformed."""
+    job = resolve(environ)
+    if not job.requests:
+        return {}, []
+    return stage_requests(job.requests, job.required, job.config, job.job_id, progress, problem=job.problem)
+
+
+class JobStage(namedtuple("JobStage", "requests required config problem job_id")):
+    """What a task must stage: requests (profile defaults merged), the tier (config) or why there is none
+    (problem, a TierUnavailable), and the job id holds are taken for."""
+
+    __slots__ = ()
+
+
+def resolve(environ, with_defaults: bool = True) -> JobStage:
     text = environ.get(ENV_VAR, "")
     requests, required = decode_requests(text) if text.strip() else ([], False)
     partition = environ.get("SLURM_JOB_PARTITION", "")
@@ -39,25 +54,29 @@ def prepare_for_task(environ, progress=None) -> tuple[dict[str, str], list[str]]
     if job_id is not None and not job_id.isdigit():
         job_id = None
     profile, problem = _profile(partition)
-    if profile is not None:
+    if profile is not None and with_defaults:
         try:
             requests = merge_requests(parse_profile_stage(profile.cache.stage), requests)
         except StageRequestError as exc:
             problem = TierUnavailable("missing", f"profile {partition!r}: {exc}")
-    if not requests:
-        return {}, []
     config = None
-    if profile is not None and problem is None:
+    if profile is not None and problem is None and requests:
         from .tier import TierConfig
 
         try:
             config = TierConfig.from_profile(profile, node)
         except TierUnavailable as exc:
             problem = exc
+    return JobStage(requests, required, config, problem, job_id)
+
+
+def stage_requests(requests, required: bool, config, job_id: str | None, progress=None, problem=None,
+                   jobs: int | None = None) -> tuple[dict[str, str], list[str]]:
+    """Stage each request into `config`'s tier (or fall back, for `problem`): (exports, messages)."""
     exports: dict[str, str] = {}
     messages: list[str] = []
     for req in requests:
-        path, message = _stage_one(req, config, problem, job_id, required, progress)
+        path, message = _stage_one(req, config, problem, job_id, required, progress, jobs)
         exports[req.variable] = path
         if message:
             messages.append(message)
@@ -76,13 +95,13 @@ def _profile(partition: str):
         return None, TierUnavailable("missing", f"no cache tier for partition {partition!r}: {exc}")
 
 
-def _stage_one(req, config, problem, job_id, required, progress) -> tuple[str, str]:
+def _stage_one(req, config, problem, job_id, required, progress, jobs) -> tuple[str, str]:
     from .stager import stage
 
     try:
         if problem is not None:
             raise problem
-        result = stage(req, config, job_id=job_id, progress_stream=progress)
+        result = stage(req, config, job_id=job_id, progress_stream=progress, jobs=jobs)
     except (TierUnavailable, SourceError) as exc:
         return _fallback(req, exc, required)
     except StuneError as exc:

@@ -106,6 +106,7 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
                                time.monotonic() - started, "")
     if source.kind == "dir" and plan is None:
         plan = fresh.walk(source.real)
+    _clear_leftovers(tier, ns, key)
     entry = f"{key}.{new_gen()}"
     need = plan.alloc if plan is not None else _file_estimate(source)
     allowance = admit(tier, ns, need, exclude_key=key)
@@ -133,6 +134,28 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
     _drop_old(tier, ns, key, keep=entry)
     return StageResult(request, ns.entry_path(entry, export), "copied", entry, nbytes, nfiles,
                        time.monotonic() - started, "")
+
+
+def _clear_leftovers(tier: Tier, ns: Namespace, key: str) -> None:
+    """A stager of this key that was killed left a tmp/ copy and a pending ledger row. We hold the key's
+    lock, so their owner is dead: remove both before they count against the quota."""
+    from .tier import rmtree_at
+
+    with os.scandir(ns.sub(TMP)) as it:
+        names = [e.name for e in it if e.name.startswith(key + ".")]
+    for name in names:
+        try:
+            rmtree_at(name, ns.sub(TMP))
+        except OSError:
+            pass
+    published = {e.name for e in ns.entries() if e.key == key}
+    for row in tier.ledger():
+        if row.uid == ns.uid and row.entry.startswith(key + ".") and row.state != "ready":
+            if row.entry in published:  # killed between the rename and the ledger update
+                stamp = ns.read_stamp(row.entry) or {}
+                tier.ledger_write(ns.uid, row.entry, int(stamp.get("bytes", 0) or 0), "ready")
+            else:
+                tier.ledger_remove(ns.uid, row.entry)
 
 
 def _file_estimate(source) -> int:
