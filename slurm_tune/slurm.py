@@ -338,6 +338,26 @@ class Slurm:
     def sacctmgr(self, args: list[str]) -> str:
         return self.run(["sacctmgr", "-i", *args])
 
+    # ---- node health (issue 3) -----------------------------------------------------------------------------
+    def update_node(self, node: str, *, state: str | None = None, reason: str | None = None,
+                    features: list[str] | frozenset[str] | None = None, comment: str | None = None) -> None:
+        """Change several things of one node in ONE `scontrol update` (one RPC): State (DRAIN needs a
+        reason; RESUME), Reason, the available and active features together, and the Comment ('' clears)."""
+        if state is not None and state.upper() == "DRAIN" and not (reason or "").strip():
+            raise ValueError("a drain needs a reason")
+        argv = ["scontrol", "update", f"NodeName={node}"]
+        if state is not None:
+            argv.append(f"State={state.upper()}")
+        if reason is not None:
+            argv.append(f"Reason={reason}")
+        if features is not None:
+            value = ",".join(sorted(features))
+            argv += [f"AvailableFeatures={value}", f"ActiveFeatures={value}"]
+        if comment is not None:
+            argv.append(f"Comment={comment}")
+        if len(argv) > 3:
+            self.run(argv)
+
 
 def _names(nodes: list[str] | str) -> str:
     return nodes if isinstance(nodes, str) else ",".join(nodes)
