@@ -358,6 +358,88 @@ class Slurm:
         if len(argv) > 3:
             self.run(argv)
 
+    # ---- fair-share accountant (issue 6) -----------------------------------------------------------------
+    def associations(self) -> list["Association"]:
+        """Every association of this cluster, in Slurm's tree (lft) order. shares is None for
+        Fairshare=parent."""
+        fields = ["Cluster", "Account", "User", "ParentName", "Share", "Partition", "LFT"]
+        out = self.run(["sacctmgr", "-n", "-P", "show", "assoc", f"format={','.join(fields)}"])
+        cluster = self.config().get("ClusterName")
+        rows = []
+        for line in out.splitlines():
+            cols = line.split("|")
+            if len(cols) != len(fields) or (cluster and cols[0] != cluster):
+                continue
+            share = cols[4].strip().lower()
+            shares = None if share == "parent" else int(share) if is_digits(share) else 1
+            lft = int(cols[6]) if is_digits(cols[6]) else 0
+            rows.append(Association(cols[1], cols[2], cols[3], shares, cols[5], lft))
+        rows.sort(key=lambda a: a.lft)
+        return rows
+
+    def qos_usage_factors(self) -> dict[str, float]:
+        out = self.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,UsageFactor"])
+        factors = {}
+        for line in out.splitlines():
+            name, _, value = line.partition("|")
+            number = _number(value)
+            if name and number is not None:
+                factors[name] = number
+        return factors
+
+    def sacct_dump(self, fields: list[str], *, start: int | str | None = None, end: int | str | None = None,
+                   allocations: bool = True, duplicates: bool = True, timeout: float | None = None) -> str:
+        """Raw `sacct -P` text WITH its header line, for bulk readers that parse columns themselves (the
+        fair-share accountant reads a million rows this way). Free text goes last, as in sacct()."""
+        free = [f for f in fields if f.lower() in FREE_TEXT_FIELDS]
+        if len(free) > 1:
+            raise ValueError(f"at most one free-text sacct field, got {free}")
+        ordered = [f for f in fields if f not in free] + free
+        argv = ["sacct", "-a", "-P", "--noconvert", f"--format={','.join(ordered)}"]
+        if allocations:
+            argv.append("-X")
+        if duplicates:
+            argv.append("-D")
+        if start is not None:
+            argv.append(f"--starttime={start}")
+        if end is not None:
+            argv.append(f"--endtime={end}")
+        return self.run(argv, timeout=timeout)
+
+    # ---- stune-sbatch (issue 4) ----------------------------------------------------------------------------
+    def node_features(self, partition: str) -> dict[str, frozenset[str]]:
+        """Each node of `partition` (a name or comma list) -> its available and active features together.
+        One `sinfo` call; plain -o output, because 22.05's --json ignores -p."""
+        out = self.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%f|%b"])
+        nodes: dict[str, frozenset[str]] = {}
+        for line in out.splitlines():
+            name, _, rest = line.strip().partition("|")
+            if name:
+                features = {f for f in rest.replace("|", ",").split(",") if f and f != "(null)"}
+                nodes[name] = nodes.get(name, frozenset()) | features
+        return nodes
+
+    def sbatch_passthrough(self, args: list[str], script: bytes | None, env: dict[str, str]) -> tuple[int, str]:
+        """Run `sbatch ARGS` as the user would: its stderr is ours, its stdout is relayed to ours as it
+        comes (and returned, for the job id), `script` (when given) is its stdin, and its exit status is
+        returned (128+N for a signal). No timeout: sbatch has its own, and --wait lasts as long as the job."""
+        argv = ["sbatch", *args]
+        self.calls.append(argv)
+        if self.conf and "SLURM_CONF" not in env:
+            env = dict(env, SLURM_CONF=self.conf)
+        try:
+            rc, out = spawn_relay([self.executable("sbatch"), *args], script, env)
+        except OSError as exc:
+            raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
+        return rc, out
+
+
+class Association(namedtuple("Association", "account user parent shares partition lft")):
+    """One `sacctmgr show assoc` row: user is '' for an account, parent the parent account (accounts only),
+    shares the raw Fairshare or None for Fairshare=parent."""
+
+    __slots__ = ()
+
 
 def _names(nodes: list[str] | str) -> str:
     return nodes if isinstance(nodes, str) else ",".join(nodes)
@@ -468,3 +550,47 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
                     pass
     return (os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]).decode("utf-8", "replace"),
             b"".join(chunks[err_r]).decode("utf-8", "replace"))
+
+
+def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str]) -> tuple[int, str]:
+    """Run argv with our stderr, `stdin_data` (or our stdin) as its stdin, and its stdout copied to ours
+    as it arrives. Returns (exit status, stdout text). Raises OSError when it cannot start."""
+    out_r, out_w = os.pipe()
+    in_r, in_w = os.pipe() if stdin_data is not None else (-1, -1)
+    actions = [(os.POSIX_SPAWN_DUP2, out_w, 1)] + ([(os.POSIX_SPAWN_DUP2, in_r, 0)] if in_r >= 0 else [])
+    try:
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+    except OSError:
+        for fd in (out_r, out_w, in_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    os.close(out_w)
+    if in_r >= 0:
+        os.close(in_r)
+        try:  # sbatch reads its whole script before it writes anything, so this cannot deadlock
+            view = memoryview(stdin_data)
+            while view:
+                view = view[os.write(in_w, view):]
+        except BrokenPipeError:  # it exited early (a bad option); its own message says why
+            pass
+        finally:
+            os.close(in_w)
+    chunks = []
+    try:
+        while True:
+            data = os.read(out_r, 65536)
+            if not data:
+                break
+            chunks.append(data)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(1, view):]
+            except OSError:  # our stdout is gone: keep reading so sbatch is not blocked
+                pass
+    finally:
+        os.close(out_r)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return (128 - code if code < 0 else code), b"".join(chunks).decode("utf-8", "replace")

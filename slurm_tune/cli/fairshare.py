@@ -1,13 +1,171 @@
-"""`stune-fairshare`: GPU-utilization fair-share accountant."""
+"""`stune-fairshare`: charge idle GPU holding in fair-share, and report who holds GPUs without using them.
+
+    stune-fairshare apply [--dry-run] [--sacct-file DUMP] [--assoc-file FILE]
+    stune-fairshare report [--format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
+    stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
+    stune-fairshare collect                            (sweep the usage spool for late node summaries)
+"""
 from __future__ import annotations
 
-from .common import guarded, not_implemented
+import argparse
+import sys
+import time
+
+from .common import guarded
 
 PROG = "stune-fairshare"
 
 
+def _since(text: str | None, now: float) -> int | None:
+    """'7d', '12h', '90m', '3600' (seconds ago) or '@1700000000' (an epoch)."""
+    if text is None:
+        return None
+    from ..errors import StuneError
+
+    text = text.strip()
+    if text.startswith("@") and text[1:].isdigit():
+        return int(text[1:])
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in units else text
+    try:
+        seconds = float(number) * units.get(unit, 1)
+    except ValueError:
+        raise StuneError(f"--since {text!r}: give a duration like 7d, 12h, 90m, or @EPOCH") from None
+    return int(now - seconds)
+
+
+def _slurm():
+    from ..slurm import Slurm
+
+    return Slurm.from_env()
+
+
+def _apply(args) -> int:
+    from ..fairshare import accountant
+    from ..fairshare.config import load_config
+
+    config = load_config(args.config)
+    result = accountant.run_locked(config, _slurm(), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
+                                   dry_run=args.dry_run, now=args.now)
+    for warning in result.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    verb = "would set" if args.dry_run else "set"
+    for c in result.changes:
+        print(f"job {c.job_id} ({c.user}/{c.account}): SiteFactor {c.current} -> {c.target}  "
+              f"[{verb}; fair-share slurm {c.fairshare_slurm:.3f}, stune {c.fairshare_stune:.3f}]")
+    where = "dry run, nothing written" if args.dry_run else \
+        (f"ledger {result.ledger_path}" if result.ledger_path else "what-if, no ledger")
+    print(f"{len(result.changes)} SiteFactor change(s) {'planned' if args.dry_run else 'applied'}, "
+          f"{result.kept} pending job(s) already right; {result.settled_now} run(s) settled, "
+          f"{result.provisional} provisional ({where})")
+    if config.report.prometheus_textfile and not args.dry_run:
+        _write_metrics(result, config, None)
+    return 0
+
+
+def _write_metrics(result, config, since) -> None:
+    from ..fairshare import report as report_mod
+
+    report_mod.to_prometheus(report_mod.build(result, config, since), config.report.prometheus_textfile)
+
+
+def _report(args) -> int:
+    from ..fairshare import accountant
+    from ..fairshare import report as report_mod
+    from ..fairshare.config import load_config
+
+    config = load_config(args.config)
+    now = args.now if args.now is not None else time.time()
+    since = None
+    if not args.sacct_file:  # live: the window reaches back at least this far
+        since = _since(args.since, now) if args.since else int(now - config.report.window)
+    result = accountant.run_locked(config, _slurm(), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
+                                   dry_run=True, plan=False, since=since, now=args.now, read_sshare=True)
+    if args.sacct_file and args.since:  # a dump's window is relative to its own last record
+        since = _since(args.since, result.as_of)
+    rep = report_mod.build(result, config, since)
+    text = None
+    if args.format == "csv":
+        text = report_mod.to_csv(rep)
+    elif args.format == "json":
+        text = report_mod.to_json(rep)
+    if text is not None:
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            sys.stdout.write(text)
+    elif args.format == "table":
+        report_mod.to_table(rep)
+    if args.png:
+        report_mod.to_png(rep, args.png)
+        print(f"{PROG}: wrote {args.png}", file=sys.stderr)
+    prom = args.prom or config.report.prometheus_textfile
+    if prom:
+        report_mod.to_prometheus(rep, prom)
+        print(f"{PROG}: wrote {prom}", file=sys.stderr)
+    return 0
+
+
+def _store(args) -> int:
+    from ..fairshare.config import load_config, usage_dirs
+    from ..usage import collect
+
+    config = load_config(args.config)
+    _, spool = usage_dirs(config)
+    wait = config.usage.collect_wait if args.wait is None else args.wait
+    outcome = collect.store_job(_slurm(), spool, args.job, args.nodes, wait_s=wait)
+    print(f"{PROG}: job {args.job}: {outcome}", file=sys.stderr)
+    return 0
+
+
+def _collect(args) -> int:
+    from ..fairshare.config import load_config, usage_dirs
+    from ..usage import collect
+
+    config = load_config(args.config)
+    _, spool = usage_dirs(config)
+    # younger directories may still have an EpilogSlurmctld waiting on them
+    min_age = args.min_age if args.min_age is not None else config.usage.collect_wait + 30
+    for job, outcome in collect.sweep(_slurm(), spool, min_age_s=min_age, max_age_s=config.usage.spool_max_age):
+        print(f"job {job}: {outcome}")
+    return 0
+
+
 def _main(argv: list[str]) -> int:
-    return not_implemented(PROG, "GPU-utilization fair-share accountant")
+    parser = argparse.ArgumentParser(prog=PROG, description="GPU-utilization fair-share for Slurm")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    def common(p, sacct=True):
+        p.add_argument("--config", help="fair-share YAML (default $STUNE_FAIRSHARE_CONFIG or "
+                                        "/etc/stune/fairshare.yaml)")
+        if sacct:
+            p.add_argument("--sacct-file", help="a `sacct -P` dump with header (what-if: no ledger)")
+            p.add_argument("--assoc-file", help="`sacctmgr -P show assoc format=Account,User,ParentName,Share`")
+            p.add_argument("--now", type=int, help=argparse.SUPPRESS)
+
+    p = sub.add_parser("apply", help="charge new jobs, then set SiteFactor on pending jobs")
+    common(p)
+    p.add_argument("--dry-run", action="store_true", help="show the changes; write nothing")
+    p = sub.add_parser("report", help="per account/user GPU-hours held vs used, fair-share, idle jobs")
+    common(p)
+    p.add_argument("--format", choices=("table", "csv", "json", "none"), default="table")
+    p.add_argument("-o", "--output", help="write CSV/JSON here instead of stdout")
+    p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
+    p.add_argument("--prom", help="write Prometheus metrics to this textfile")
+    p.add_argument("--since", help="window: 7d, 12h, @EPOCH (default: report.window from the config)")
+    p = sub.add_parser("store", help="EpilogSlurmctld: merge a job's node summaries into AdminComment")
+    common(p, sacct=False)
+    p.add_argument("--job", required=True)
+    p.add_argument("--nodes", help="the job's node list (SLURM_JOB_NODELIST)")
+    p.add_argument("--wait", type=float, help="seconds to wait for every node (default usage.collect_wait)")
+    p = sub.add_parser("collect", help="store summaries that arrived after EpilogSlurmctld gave up")
+    common(p, sacct=False)
+    p.add_argument("--min-age", type=float, help="leave job directories younger than this alone "
+                                                 "(default usage.collect_wait + 30 s)")
+    args = parser.parse_args(argv)
+    return {"apply": _apply, "report": _report, "store": _store, "collect": _collect}[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,123 @@
-"""`stune-gpu-sampler`: per-node GPU utilization sampler daemon."""
+"""`stune-gpu-sampler`: the per-node GPU utilization sampler, and the node epilog that summarizes a job.
+
+    stune-gpu-sampler run [--snapshot FILE] [--interval 1] [--local-dir DIR]   (the daemon; systemd unit in
+                                                                                contrib/systemd/)
+    stune-gpu-sampler epilog                  (from epilog/20-stune-usage: this node's summary -> shared spool)
+    stune-gpu-sampler status                  (jobs being sampled here, with their running means)
+"""
 from __future__ import annotations
 
-from .common import guarded, not_implemented
+import argparse
+import os
+import sys
+
+from .common import guarded
 
 PROG = "stune-gpu-sampler"
 
 
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop()
+
+
+def _run(args) -> int:
+    import signal
+
+    from ..fairshare.config import load_config, usage_dirs
+    from ..hw.nvml import open_gpu_source
+    from ..usage.sampler import Sampler
+
+    config = load_config(args.config)
+    local, _ = usage_dirs(config)
+    local = args.local_dir or local
+    interval = args.interval or config.usage.interval
+    source = open_gpu_source(snapshot=args.snapshot)
+    sampler = Sampler(source, local, interval=interval, busy_util=config.report.busy_util, gpu_map=args.gpu_map)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
+    print(f"{PROG}: sampling every {interval:g}s into {local} "
+          f"({'snapshot ' + args.snapshot if args.snapshot else 'NVML'})", file=sys.stderr, flush=True)
+    try:
+        sampler.run(args.count)
+    except _Stop:
+        pass
+    finally:
+        sampler.close()
+    return 0
+
+
+def _epilog(args) -> int:
+    """Never fails the epilog: a problem is one line on stderr and exit 0 (a non-zero epilog drains the node)."""
+    try:
+        from ..fairshare.config import usage_dirs
+        from ..usage.spool import node_epilog
+
+        job = os.environ.get("SLURM_JOB_ID") or args.job
+        node = os.environ.get("SLURMD_NODENAME") or args.node or os.uname().nodename.split(".")[0]
+        if not job:
+            print(f"{PROG}: epilog: no SLURM_JOB_ID", file=sys.stderr)
+            return 0
+        local, spool_dir = usage_dirs()
+        outcome = node_epilog(local, spool_dir, job, node, os.environ.get("SLURM_JOB_GPUS"))
+        if args.verbose:
+            print(f"{PROG}: job {job} on {node}: {outcome}", file=sys.stderr)
+    except Exception as exc:  # the hook boundary
+        print(f"{PROG}: epilog: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 0
+
+
+def _status(args) -> int:
+    from ..fairshare.config import load_config, usage_dirs
+    from ..usage import accum
+
+    local, _ = usage_dirs(load_config(args.config))
+    local = args.local_dir or local
+    acc_dir = os.path.join(local, "acc")
+    try:
+        names = sorted(os.listdir(acc_dir))
+    except FileNotFoundError:
+        names = []
+    if not names:
+        print(f"no job is being sampled ({acc_dir})")
+    for name in names:
+        try:
+            _, gpus = accum.read(os.path.join(acc_dir, name))
+        except accum.AccumulatorError as exc:
+            print(f"job {name}: {exc}")
+            continue
+        parts = []
+        for g in gpus:
+            sm = f"{100 * g['sm_sum'] / g['sm_dt']:.0f}%" if g["sm_dt"] > 0 else "-"
+            parts.append(f"gpu{int(g['gpu_id'])} sm {sm} over {g['sm_dt']:.0f}s")
+        print(f"job {name}: " + ", ".join(parts))
+    return 0
+
+
 def _main(argv: list[str]) -> int:
-    return not_implemented(PROG, "per-node GPU utilization sampler daemon")
+    parser = argparse.ArgumentParser(prog=PROG, description="per-job GPU utilization sampler")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("run", help="sample the GPUs until stopped")
+    p.add_argument("--snapshot", help="read GPUs from this snapshot file (re-read when it changes) instead "
+                                      "of NVML")
+    p.add_argument("--interval", type=float, help="seconds between samples (default usage.interval)")
+    p.add_argument("--local-dir", help="node-local state (default $STUNE_USAGE_DIR or usage.local_dir)")
+    p.add_argument("--gpu-map", choices=("auto", "minor", "index"), default="auto",
+                   help="how Slurm GPU ids map to GPUs: device minor (from /proc) or NVML index")
+    p.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--config")
+    p = sub.add_parser("epilog", help="summarize this node's usage of $SLURM_JOB_ID into the shared spool")
+    p.add_argument("--job", help=argparse.SUPPRESS)
+    p.add_argument("--node", help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p = sub.add_parser("status", help="jobs being sampled on this node")
+    p.add_argument("--local-dir")
+    p.add_argument("--config")
+    args = parser.parse_args(argv)
+    return {"run": _run, "epilog": _epilog, "status": _status}[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:

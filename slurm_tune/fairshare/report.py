@@ -1,0 +1,319 @@
+"""`stune-fairshare report`: who holds GPUs without using them, per account and user.
+
+Per association over the report window: jobs, GPU-hours held, GPU-hours used (held x measured utilization),
+efficiency and idle GPU-hours (over the jobs that were measured), and the GPU-hours without a trustworthy
+measurement. Next to them: Slurm's live FairShare (sshare), stune's reproduction of it (eta = 1) and stune's
+factor, and the SiteFactor that follows. Then the top idle jobs, and jobs flagged for review: reported at
+~100 % SM utilization but drawing near-idle power (a spin loop, a stuck kernel, or a faked load).
+
+Outputs: a terminal table (rich), CSV, JSON, a PNG chart (matplotlib, Agg) of held vs used GPU-hours per
+account, and a Prometheus textfile (prometheus_client). rich, matplotlib and prometheus_client come with the
+`reports` extra; without it the table, PNG and metrics say so in one line, and CSV/JSON still work.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..errors import StuneError
+
+EXTRA_HINT = "pip install 'slurm-tune[reports]'"
+BUSY_SHARE_FOR_FLAG = 0.5  # at least half the sampled time at ~100 % before a low power draw is suspicious
+
+
+class ReportsUnavailable(StuneError):
+    """An output needs a package of the `reports` extra that is not installed."""
+
+
+def _need(module: str, what: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ReportsUnavailable(f"{what} needs the `reports` extra ({module} is not installed): "
+                                 f"{EXTRA_HINT}") from None
+
+
+@dataclass
+class AssocRow:
+    level: str                 # "account" or "user"
+    account: str
+    user: str
+    jobs: int
+    gpu_jobs: int
+    held_gpu_h: float
+    measured_gpu_h: float
+    used_gpu_h: float
+    idle_gpu_h: float
+    unmeasured_gpu_h: float
+    efficiency: float | None   # used / measured
+    fairshare_sshare: float | None = None
+    fairshare_slurm: float | None = None
+    fairshare_stune: float | None = None
+    site_factor: int | None = None
+
+
+@dataclass
+class JobRow:
+    job_id: str
+    account: str
+    user: str
+    partition: str
+    state: str
+    gpus: float
+    held_gpu_h: float
+    eta: float | None
+    idle_gpu_h: float | None
+    coverage: float
+    source: str                # stune, slurm-gpuutil, none
+    busy_share: float | None
+    busy_w: float | None
+    flag: str = ""
+
+
+@dataclass
+class Report:
+    as_of: int
+    window_start: int | None
+    algorithm: str
+    weight_fairshare: int
+    accounts: list = field(default_factory=list)
+    users: list = field(default_factory=list)
+    top_idle: list = field(default_factory=list)
+    flagged: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SOURCES = {0: "none", 1: "stune", 2: "slurm-gpuutil"}
+
+
+def build(result, config, since: int | None) -> Report:
+    """Aggregate an accountant RunResult into a Report over rows that ran since `since`."""
+    table, ch = result.table, result.charges
+    rep = config.report
+    ran = (table.start >= 0) & (table.elapsed > 0)
+    if since is not None:
+        ran &= (table.end < 0) | (table.end >= since)
+    held_h = np.where(ran, ch.held_gpu_s / 3600.0, 0.0)
+    measured = ran & ch.trusted & (table.gpus > 0)
+    used_h = np.where(measured, held_h * ch.eta, 0.0)
+    measured_h = np.where(measured, held_h, 0.0)
+    unmeasured_h = np.where(ran & ~measured, held_h, 0.0)
+    gpu_job = ran & (table.gpus > 0)
+    k = len(table.assoc_keys)
+
+    def sums(values):
+        return np.bincount(table.assoc, weights=values, minlength=k) if table.n else np.zeros(k)
+
+    per = {name: sums(v) for name, v in (
+        ("jobs", ran.astype(float)), ("gpu_jobs", gpu_job.astype(float)), ("held", held_h),
+        ("measured", measured_h), ("used", used_h), ("unmeasured", unmeasured_h))}
+    sshare = {(r.account, r.user): r.fairshare for r in (result.sshare or []) if r.user}
+    weight = result.settings.weight_fairshare
+    lo = config.site_factor.min if config.site_factor.min is not None else -weight
+    hi = config.site_factor.max
+
+    def row(level, account, user, idx):
+        jobs, gjobs, held, meas, used, unmeas = (float(per[n][idx].sum()) for n in
+                                                 ("jobs", "gpu_jobs", "held", "measured", "used", "unmeasured"))
+        out = AssocRow(level, account, user, int(jobs), int(gjobs), held, meas, used, max(meas - used, 0.0),
+                       unmeas, used / meas if meas > 0 else None)
+        if level == "user":
+            out.fairshare_sshare = sshare.get((account, user))
+            out.fairshare_slurm = result.shares_slurm.factor(account, user)
+            out.fairshare_stune = result.shares_stune.factor(account, user)
+            if out.fairshare_slurm is not None and out.fairshare_stune is not None:
+                out.site_factor = max(lo, min(hi, int(round(weight * (out.fairshare_stune - out.fairshare_slurm)))))
+        return out
+
+    report = Report(result.as_of, since, result.settings.algorithm, weight, warnings=list(result.warnings))
+    users = sorted(set(table.assoc_keys) | {k for k in result.shares_slurm.factors})
+    index = {key: i for i, key in enumerate(table.assoc_keys)}
+    for account, user in users:
+        i = index.get((account, user))
+        report.users.append(row("user", account, user, np.array([i] if i is not None else [], dtype=int)))
+    for account in sorted({a for a, _ in users}):
+        idx = np.array([index[key] for key in index if key[0] == account], dtype=int)
+        report.accounts.append(row("account", account, "", idx))
+
+    jobs = np.flatnonzero(gpu_job)
+    idle = np.where(measured, held_h * (1.0 - ch.eta), -1.0)
+    order = jobs[np.argsort(-idle[jobs], kind="stable")]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy_share = np.where(table.covered_s > 0, table.busy_s / table.covered_s, np.nan)
+
+    def job_row(i) -> JobRow:
+        account, user = table.assoc_keys[table.assoc[i]]
+        eta = float(ch.eta_measured[i]) if not np.isnan(ch.eta_measured[i]) else None
+        share = float(busy_share[i]) if not np.isnan(busy_share[i]) else None
+        watts = float(table.busy_w[i]) if not np.isnan(table.busy_w[i]) else None
+        return JobRow(table.job_id[i], account, user, table.partitions[table.partition[i]], table.state[i],
+                      float(table.gpus[i]), float(held_h[i]), eta,
+                      float(held_h[i] * (1 - ch.eta[i])) if measured[i] else None, float(ch.coverage[i]),
+                      SOURCES[int(ch.source[i])], share, watts)
+
+    report.top_idle = [job_row(i) for i in order[:rep.top_jobs].tolist() if idle[i] > 0]
+    suspicious = jobs[(busy_share[jobs] >= BUSY_SHARE_FOR_FLAG) & (table.busy_w[jobs] < rep.idle_power_w)]
+    for i in suspicious.tolist():
+        r = job_row(i)
+        r.flag = (f"{100 * r.busy_share:.0f}% of sampled time at >= {rep.busy_util:g}% SM utilization, "
+                  f"but {r.busy_w:.0f} W mean power (< {rep.idle_power_w:g} W): review")
+        report.flagged.append(r)
+    return report
+
+
+# ---- outputs ----------------------------------------------------------------------------------------------
+def _fmt(value, digits=1):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value):
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def to_table(report: Report, console=None) -> None:
+    rich_console = _need("rich.console", "the terminal table")
+    rich_table = _need("rich.table", "the terminal table")
+    console = console or rich_console.Console()
+    window = "all history in the dump" if report.window_start is None else \
+        f"since {_when(report.window_start)}"
+    t = rich_table.Table(title=f"GPU usage by account and user ({window}; as of {_when(report.as_of)})")
+    for name, justify in (("account", "left"), ("user", "left"), ("GPU jobs", "right"), ("held GPU-h", "right"),
+                          ("used GPU-h", "right"), ("efficiency", "right"), ("idle GPU-h", "right"),
+                          ("unmeasured GPU-h", "right"), ("sshare FS", "right"), ("slurm FS", "right"),
+                          ("stune FS", "right"), ("SiteFactor", "right")):
+        t.add_column(name, justify=justify)
+    by_account: dict = {}
+    for u in report.users:
+        by_account.setdefault(u.account, []).append(u)
+    for a in report.accounts:
+        t.add_row(f"[bold]{a.account}[/bold]", "", str(a.gpu_jobs), _fmt(a.held_gpu_h), _fmt(a.used_gpu_h),
+                  _pct(a.efficiency), _fmt(a.idle_gpu_h), _fmt(a.unmeasured_gpu_h), "", "", "", "")
+        for u in by_account.get(a.account, []):
+            t.add_row("", u.user, str(u.gpu_jobs), _fmt(u.held_gpu_h), _fmt(u.used_gpu_h), _pct(u.efficiency),
+                      _fmt(u.idle_gpu_h), _fmt(u.unmeasured_gpu_h), _fmt(u.fairshare_sshare, 3),
+                      _fmt(u.fairshare_slurm, 3), _fmt(u.fairshare_stune, 3),
+                      "-" if u.site_factor is None else str(u.site_factor))
+    console.print(t)
+    if report.top_idle:
+        j = rich_table.Table(title="Top idle jobs")
+        for name in ("job", "account", "user", "GPUs", "held GPU-h", "utilization", "idle GPU-h", "coverage"):
+            j.add_column(name, justify="left" if name in ("job", "account", "user") else "right")
+        for r in report.top_idle:
+            j.add_row(r.job_id, r.account, r.user, f"{r.gpus:g}", _fmt(r.held_gpu_h, 2), _pct(r.eta),
+                      _fmt(r.idle_gpu_h, 2), _pct(r.coverage))
+        console.print(j)
+    if report.flagged:
+        f = rich_table.Table(title="Flagged for review: ~100% utilization at near-idle power")
+        for name in ("job", "account", "user", "why"):
+            f.add_column(name)
+        for r in report.flagged:
+            f.add_row(r.job_id, r.account, r.user, r.flag)
+        console.print(f)
+    for w in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+CSV_COLUMNS = ("level", "account", "user", "jobs", "gpu_jobs", "held_gpu_h", "used_gpu_h", "efficiency",
+               "idle_gpu_h", "measured_gpu_h", "unmeasured_gpu_h", "fairshare_sshare", "fairshare_slurm",
+               "fairshare_stune", "site_factor")
+
+
+def to_csv(report: Report) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in report.accounts + report.users:
+        d = asdict(r)
+        writer.writerow(["" if d[c] is None else (f"{d[c]:.6g}" if isinstance(d[c], float) else d[c])
+                         for c in CSV_COLUMNS])
+    return out.getvalue()
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=1, default=float) + "\n"
+
+
+def to_png(report: Report, path: str) -> None:
+    """Grouped bars per account: GPU-hours held, used, and held without a measurement."""
+    matplotlib = _need("matplotlib", "the PNG chart")
+    matplotlib.use("Agg")
+    plt = _need("matplotlib.pyplot", "the PNG chart")
+    accounts = [a for a in report.accounts if a.held_gpu_h > 0] or report.accounts
+    names = [a.account for a in accounts]
+    x = np.arange(len(names))
+    width = 0.27
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names) + 2), 4.5), dpi=110)
+    held = [a.held_gpu_h for a in accounts]
+    used = [a.used_gpu_h for a in accounts]
+    unmeasured = [a.unmeasured_gpu_h for a in accounts]
+    b1 = ax.bar(x - width, held, width, label="held", color="#4c72b0")
+    b2 = ax.bar(x, used, width, label="used (held x utilization)", color="#55a868")
+    ax.bar(x + width, unmeasured, width, label="held, not measured", color="#c7c7c7")
+    for bars in (b1, b2):
+        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+    for i, a in enumerate(accounts):
+        if a.efficiency is not None:
+            ax.annotate(f"{100 * a.efficiency:.0f}% efficient", (x[i], max(held[i], used[i])), ha="center",
+                        xytext=(0, 14), textcoords="offset points", fontsize=8, color="#333333")
+    ax.set_xticks(x, names)
+    ax.set_ylabel("GPU-hours")
+    ax.set_ylim(0, max(held + used + unmeasured + [1e-6]) * 1.3)
+    window = "" if report.window_start is None else f" since {_when(report.window_start)}"
+    ax.set_title(f"GPU-hours held vs used per account{window}")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def to_prometheus(report: Report, path: str) -> None:
+    """node_exporter textfile: per-user gauges plus the run time (written atomically by prometheus_client)."""
+    prom = _need("prometheus_client", "the Prometheus textfile")
+    registry = prom.CollectorRegistry()
+    labels = ["account", "user"]
+    gauges = {
+        "held": prom.Gauge("stune_gpu_hours_held", "GPU-hours held in the report window", labels, registry=registry),
+        "used": prom.Gauge("stune_gpu_hours_used", "GPU-hours used (held x utilization)", labels, registry=registry),
+        "idle": prom.Gauge("stune_gpu_hours_idle", "GPU-hours held but idle (measured jobs)", labels,
+                           registry=registry),
+        "unmeasured": prom.Gauge("stune_gpu_hours_unmeasured", "GPU-hours without a trusted measurement", labels,
+                                 registry=registry),
+        "eff": prom.Gauge("stune_gpu_efficiency", "used / measured GPU-hours", labels, registry=registry),
+        "fs": prom.Gauge("stune_fairshare_factor", "fair-share factor", labels + ["kind"], registry=registry),
+        "site": prom.Gauge("stune_site_factor", "SiteFactor stune sets on pending jobs", labels, registry=registry),
+    }
+    for u in report.users:
+        gauges["held"].labels(u.account, u.user).set(u.held_gpu_h)
+        gauges["used"].labels(u.account, u.user).set(u.used_gpu_h)
+        gauges["idle"].labels(u.account, u.user).set(u.idle_gpu_h)
+        gauges["unmeasured"].labels(u.account, u.user).set(u.unmeasured_gpu_h)
+        if u.efficiency is not None:
+            gauges["eff"].labels(u.account, u.user).set(u.efficiency)
+        for kind, value in (("sshare", u.fairshare_sshare), ("slurm", u.fairshare_slurm),
+                            ("stune", u.fairshare_stune)):
+            if value is not None:
+                gauges["fs"].labels(u.account, u.user, kind).set(value)
+        if u.site_factor is not None:
+            gauges["site"].labels(u.account, u.user).set(u.site_factor)
+    flagged = prom.Gauge("stune_jobs_flagged", "jobs at ~100% utilization with near-idle power", registry=registry)
+    flagged.set(len(report.flagged))
+    stamp = prom.Gauge("stune_fairshare_report_timestamp_seconds", "when the report was computed",
+                       registry=registry)
+    stamp.set(report.as_of)
+    prom.write_to_textfile(path, registry)
+
+
+def _when(epoch: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))

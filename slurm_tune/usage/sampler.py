@@ -1,0 +1,173 @@
+"""The per-node GPU sampler: every interval, read each GPU once and add the reading to the accumulators of the
+job that Slurm allocated that GPU to.
+
+Attribution comes from the prolog's records (`<local_dir>/jobs/<jobid>` holding SLURM_JOB_GPUS). The
+sampler notices new and finished jobs from one stat() of that directory per tick, and reads no GPU at all
+while the node runs no GPU job. Each sample stands for the time since the previous one, capped at
+`max_gap` intervals: if the sampler was down, the gap is not counted as sampled (coverage drops, and a
+job with too little coverage is charged as Slurm charges it, eta = 1).
+
+Slurm's GPU ids are positions in gres.conf, which sites list by device minor number (/dev/nvidia0..7);
+NVML numbers GPUs by PCI order. The map is read once from /proc/driver/nvidia/gpus/<bus>/information
+("Device Minor"); where that is missing (snapshot sources, odd drivers) the NVML index is used.
+
+This module imports no numpy and nothing heavy: it runs for the node's lifetime next to the jobs.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from . import accum, spool
+
+MAX_GAP_INTERVALS = 2.5
+
+
+class _Job:
+    __slots__ = ("job_id", "acc")
+
+    def __init__(self, job_id: str, acc: accum.JobAccumulator):
+        self.job_id, self.acc = job_id, acc
+
+
+def device_minor(pci_bus_id: str | None, proc_root: str = "/proc/driver/nvidia/gpus") -> int | None:
+    """The /dev/nvidiaN minor number of a GPU from the driver's /proc entry, or None."""
+    if not pci_bus_id:
+        return None
+    candidates = {pci_bus_id, pci_bus_id.lower()}
+    bus = pci_bus_id.lower()
+    if bus.count(":") == 2 and len(bus.split(":")[0]) == 8:  # NVML's 00000000:07:00.0 -> 0000:07:00.0
+        candidates.add(bus[4:])
+    for name in candidates:
+        try:
+            with open(os.path.join(proc_root, name, "information"), encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    if key.strip() == "Device Minor" and value.strip().isdigit():
+                        return int(value.strip())
+        except OSError:
+            continue
+    return None
+
+
+class Sampler:
+    """`source` has .utilization() -> [GpuUtilization] (slurm_tune.hw.nvml.open_gpu_source)."""
+
+    def __init__(self, source, local_dir: str, interval: float = 1.0, busy_util: float = 95.0,
+                 gpu_map: str = "auto", proc_root: str = "/proc/driver/nvidia/gpus", clock=time.time):
+        self.source = source
+        self.jobs_dir = os.path.join(local_dir, "jobs")
+        self.acc_dir = os.path.join(local_dir, "acc")
+        for d in (self.jobs_dir, self.acc_dir):
+            os.makedirs(d, exist_ok=True)
+        self.interval = interval
+        self.max_gap = MAX_GAP_INTERVALS * interval
+        self.busy_util = busy_util
+        self.gpu_map = gpu_map
+        self.proc_root = proc_root
+        self.clock = clock
+        self.jobs: dict[str, _Job] = {}
+        self._stamp = None
+        self._retry = False
+        self._slot_of: dict[int, int] | None = None  # Slurm GPU id -> position in the source's readings
+        self.samples = 0
+
+    # ---- jobs ---------------------------------------------------------------------------------------------
+    def refresh_jobs(self) -> None:
+        try:
+            stamp = os.stat(self.jobs_dir).st_mtime_ns
+        except FileNotFoundError:
+            os.makedirs(self.jobs_dir, exist_ok=True)
+            stamp = None
+        if stamp == self._stamp and not self._retry:
+            return
+        self._stamp, self._retry = stamp, False
+        try:
+            names = {n for n in os.listdir(self.jobs_dir) if not n.startswith(".")}
+        except FileNotFoundError:
+            names = set()
+        for gone in [j for j in self.jobs if j not in names]:
+            self.jobs.pop(gone).acc.close()
+        for job_id in sorted(names - set(self.jobs)):
+            path = os.path.join(self.jobs_dir, job_id)
+            try:
+                with open(path, encoding="ascii", errors="replace") as fh:
+                    text = fh.read()
+                created = os.stat(path).st_mtime
+            except OSError:
+                continue
+            if not text.strip():  # the prolog is writing it right now
+                self._retry = True
+                continue
+            try:
+                gpu_ids = spool.parse_gpu_ids(text)
+            except ValueError:
+                continue
+            if gpu_ids:
+                self.jobs[job_id] = _Job(job_id, accum.JobAccumulator(os.path.join(self.acc_dir, job_id),
+                                                                      gpu_ids, created))
+
+    # ---- sampling -----------------------------------------------------------------------------------------
+    def _build_map(self, readings) -> dict[int, int]:
+        by_minor = {}
+        if self.gpu_map in ("auto", "minor"):
+            for pos, r in enumerate(readings):
+                minor = device_minor(r.pci_bus_id, self.proc_root)
+                if minor is not None:
+                    by_minor[minor] = pos
+        if by_minor and len(by_minor) == len(readings):
+            return by_minor
+        return {r.index: pos for pos, r in enumerate(readings)}
+
+    def sample_once(self, now: float | None = None) -> int:
+        """Read the GPUs once and account the reading to the jobs holding them. Returns the number of GPU
+        samples added (0 when no GPU job runs here: then no GPU is read)."""
+        self.refresh_jobs()
+        if not self.jobs:
+            return 0
+        readings = self.source.utilization()
+        now = self.clock() if now is None else now
+        if self._slot_of is None or len(self._slot_of) != len(readings):
+            self._slot_of = self._build_map(readings)
+        slot_of = self._slot_of
+        added = 0
+        busy, max_gap, interval = self.busy_util, self.max_gap, self.interval
+        for job in self.jobs.values():
+            acc = job.acc
+            for slot, gpu in enumerate(acc.gpu_ids):
+                last = acc.records[slot][1]
+                dt = now - last if last > 0 else min(interval, now - acc.created)
+                if dt > max_gap or dt < 0:
+                    dt = 0.0  # the sampler was away: that time was not observed
+                pos = slot_of.get(gpu)
+                if pos is None:
+                    acc.add(slot, now, 0.0, None, None, None, None, busy, -1)
+                    continue
+                r = readings[pos]
+                mib = r.mem_used_bytes / 1048576.0 if r.mem_used_bytes is not None else None
+                acc.add(slot, now, dt, r.sm_util, r.mem_util, mib, r.power_w, busy, r.index)
+                added += 1
+        self.samples += added
+        return added
+
+    def run(self, iterations: int | None = None) -> None:
+        """Sample every `interval` seconds on a fixed schedule (a slow tick does not shift later ones)."""
+        next_at = time.monotonic()
+        done = 0
+        while iterations is None or done < iterations:
+            self.sample_once()
+            done += 1
+            next_at += self.interval
+            delay = next_at - time.monotonic()
+            if delay < 0:
+                next_at = time.monotonic()
+                continue
+            time.sleep(delay)
+
+    def close(self) -> None:
+        for job in self.jobs.values():
+            job.acc.close()
+        self.jobs.clear()
+        close = getattr(self.source, "close", None)
+        if close:
+            close()

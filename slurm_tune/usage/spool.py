@@ -1,0 +1,213 @@
+"""Where usage data lives on disk, and the node epilog's job: accumulators -> node summary -> shared spool.
+
+Node-local (`usage.local_dir`, default /var/lib/stune/usage):
+    jobs/<jobid>    written by the prolog: the job's Slurm GPU ids ("0,1"); its mtime is the job's start here
+    acc/<jobid>     the sampler's accumulators (accum.py)
+
+Shared (`usage.spool_dir`, default /var/spool/stune/usage; NFS or any filesystem the nodes and the
+controller share; owned root:<SlurmUser's group>, mode 2775 so users cannot forge summaries):
+    <jobid>/<node>.json   one node's summary, written atomically (temp name + rename)
+    <jobid>/stored        what the controller last stored (nodes, time), when it stored a partial job
+
+Why a shared spool: Slurm asks node prologs/epilogs not to call Slurm commands (thousands of nodes ending
+jobs at once would flood slurmctld/slurmdbd). A file drop on a filesystem every cluster already shares
+(home or /var/spool on NFS) costs the nodes nothing, needs no extra service, and the controller's
+EpilogSlurmctld (one process per job, on the controller) does the single slurmdbd write, as Princeton's
+jobstats does. Sites that run Prometheus can still scrape the sampler; the accounting copy lives in Slurm.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from . import accum
+from .summary import ACC_FIELDS
+
+NODE_SUFFIX = ".json"
+STORED_MARKER = "stored"
+SPOOL_DIR_MODE = 0o2775
+
+
+def job_file(local_dir: str, job_id: str) -> str:
+    return os.path.join(local_dir, "jobs", job_id)
+
+
+def acc_file(local_dir: str, job_id: str) -> str:
+    return os.path.join(local_dir, "acc", job_id)
+
+
+def parse_gpu_ids(text: str) -> list[int]:
+    """SLURM_JOB_GPUS ("0,1", "0-3,6" on some setups) -> [0, 1]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"not a GPU id list: {text!r}")
+        out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return out
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm's compressed host list to names: 'n[1-3,5],gpu[01-02]' -> n1 n2 n3 n5 gpu01 gpu02."""
+    out: list[str] = []
+    for term in _split_top(expr or ""):
+        out.extend(_expand_term(term))
+    return out
+
+
+def _split_top(expr: str) -> list[str]:
+    terms, depth, cur = [], 0, ""
+    for ch in expr.strip():
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            if cur:
+                terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        terms.append(cur)
+    return terms
+
+
+def _expand_term(term: str) -> list[str]:
+    at = term.find("[")
+    if at < 0:
+        return [term]
+    close = term.find("]", at)
+    if close < 0:
+        raise ValueError(f"unbalanced host list {term!r}")
+    prefix, body, rest = term[:at], term[at + 1:close], term[close + 1:]
+    names = []
+    for part in body.split(","):
+        lo, sep, hi = part.partition("-")
+        if sep:
+            width = len(lo)
+            names.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
+        else:
+            names.append(prefix + lo)
+    return [n + tail for n in names for tail in _expand_term(rest)]
+
+
+def _safe_name(text: str, what: str) -> str:
+    if not text or "/" in text or text.startswith(".") or "\0" in text:
+        raise ValueError(f"unusable {what} {text!r}")
+    return text
+
+
+def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, now: float) -> dict | None:
+    """This node's summary of a job from the prolog's record and the sampler's accumulators; None when the job
+    had no GPUs here. GPUs the sampler never saw get zero coverage (the accountant then charges eta = 1)."""
+    record = job_file(local_dir, job_id)
+    gpu_ids: list[int] = []
+    start = None
+    try:
+        with open(record, encoding="ascii", errors="replace") as fh:
+            gpu_ids = parse_gpu_ids(fh.read())
+        start = os.stat(record).st_mtime
+    except (OSError, ValueError):
+        pass
+    if not gpu_ids and env_gpus:
+        try:
+            gpu_ids = parse_gpu_ids(env_gpus)
+        except ValueError:
+            gpu_ids = []
+    if not gpu_ids:
+        return None
+    try:
+        created, records = accum.read(acc_file(local_dir, job_id))
+    except accum.AccumulatorError:
+        created, records = 0.0, []
+    if start is None:
+        start = created or now
+    by_id = {int(r["gpu_id"]): r for r in records}
+    zero = {name: 0.0 for name in ACC_FIELDS}
+    gpus = []
+    for gpu in gpu_ids:
+        acc = dict(by_id.get(gpu, zero))
+        acc["gpu_id"] = float(gpu)
+        gpus.append({"id": gpu, "acc": acc})
+    return {"v": 1, "job": job_id, "node": node, "start": start, "end": now, "gpus": gpus,
+            "sampled": bool(records)}
+
+
+def write_node_summary(spool_dir: str, summary: dict) -> str:
+    job_dir = os.path.join(spool_dir, _safe_name(summary["job"], "job id"))
+    try:
+        os.mkdir(job_dir)
+        os.chmod(job_dir, SPOOL_DIR_MODE)
+    except FileExistsError:
+        pass
+    name = _safe_name(summary["node"], "node name") + NODE_SUFFIX
+    final = os.path.join(job_dir, name)
+    tmp = os.path.join(job_dir, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, separators=(",", ":"))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, final)
+    return final
+
+
+def node_epilog(local_dir: str, spool_dir: str, job_id: str, node: str, env_gpus: str | None,
+                now: float | None = None) -> str:
+    """The node epilog: summarize, drop into the spool, forget the job locally. Returns what it did."""
+    _safe_name(job_id, "job id")
+    now = time.time() if now is None else now
+    summary = node_summary(local_dir, job_id, node, env_gpus, now)
+    outcome = "no GPUs on this node"
+    if summary is not None:
+        path = write_node_summary(spool_dir, summary)
+        outcome = f"wrote {path}"
+    for path in (job_file(local_dir, job_id), acc_file(local_dir, job_id)):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return outcome
+
+
+def read_job_dir(job_dir: str) -> tuple[list[dict], dict | None]:
+    """(node summaries, stored marker) of one spooled job. Unreadable node files are skipped."""
+    summaries = []
+    marker = None
+    try:
+        names = os.listdir(job_dir)
+    except FileNotFoundError:
+        return [], None
+    for name in sorted(names):
+        path = os.path.join(job_dir, name)
+        if name.endswith(NODE_SUFFIX) and not name.startswith("."):
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+                if isinstance(doc, dict) and isinstance(doc.get("gpus"), list) and doc.get("node"):
+                    summaries.append(doc)
+            except (OSError, ValueError):
+                continue
+        elif name == STORED_MARKER:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    marker = json.load(fh)
+            except (OSError, ValueError):
+                marker = None
+    return summaries, marker
+
+
+def write_marker(job_dir: str, marker: dict) -> None:
+    tmp = os.path.join(job_dir, f".{STORED_MARKER}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(marker, fh)
+    os.replace(tmp, os.path.join(job_dir, STORED_MARKER))
+
+
+def remove_job_dir(job_dir: str) -> None:
+    import shutil
+
+    shutil.rmtree(job_dir, ignore_errors=True)

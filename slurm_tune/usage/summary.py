@@ -1,0 +1,127 @@
+"""The per-job usage summary: merged from node summaries, stored in AdminComment as one line of text.
+
+    stune1 held=7200.0 used=6480.2 cov=7195.0 busy=0.0 busy_w=- gpus=2 nodes=1/1 per_gpu=n1/0:90.1:40.2:30517:250.3,...
+
+- held: GPU-seconds the job held on the nodes that reported (GPUs x prolog-to-epilog time)
+- used: GPU-seconds of SM activity (sum of utilization x sampled time)
+- cov:  GPU-seconds actually sampled (coverage = cov / held)
+- busy, busy_w: GPU-seconds at >= the busy threshold (~100 %) and the mean power meanwhile (W)
+- per_gpu: node/gpu:SM%:memory-util%:memory-used-MiB:power-W, means over the sampled time; '-' is unknown
+
+Plain key=value text rather than JSON: sacctmgr turns '"' into '`', and `sacct -o AdminComment` stays
+readable. The job-level numbers come first in a fixed order so the accountant parses a million of them fast.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+PREFIX = "stune1 "
+MAX_PER_GPU = 1024  # keeps one AdminComment well under MySQL's TEXT limit (64 KiB)
+
+# One GPU's accumulator fields, in file order (see accum.py). Sums are over sampled seconds (dt).
+ACC_FIELDS = ("gpu_id", "last_ts", "samples", "sm_dt", "sm_sum", "mem_dt", "mem_sum", "mib_dt", "mib_sum",
+              "mib_max", "pw_dt", "pw_sum", "busy_dt", "busy_pw_dt", "busy_pw_sum", "nvml_index")
+
+
+class GpuMeans(namedtuple("GpuMeans", "node gpu sm mem mib watts")):
+    """Means over one GPU's sampled time; None where never measured."""
+
+    __slots__ = ()
+
+
+class JobSummary(namedtuple("JobSummary", "held used covered busy busy_w gpus nodes_reported nodes_expected "
+                                          "per_gpu")):
+    """A job's GPU usage. Seconds are GPU-seconds; busy_w is None when there was no busy time."""
+
+    __slots__ = ()
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.held if self.held > 0 else 0.0
+
+    @property
+    def eta(self) -> float | None:
+        """Mean SM utilization over the sampled time (0..1), None when nothing was sampled."""
+        return min(max(self.used / self.covered, 0.0), 1.0) if self.covered > 0 else None
+
+
+def _num(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def encode(summary: JobSummary) -> str:
+    per_gpu = ",".join(f"{g.node}/{g.gpu}:{_num(g.sm)}:{_num(g.mem)}:{_num(g.mib, 0)}:{_num(g.watts)}"
+                       for g in summary.per_gpu[:MAX_PER_GPU])
+    return (f"{PREFIX}held={summary.held:.1f} used={summary.used:.1f} cov={summary.covered:.1f} "
+            f"busy={summary.busy:.1f} busy_w={_num(summary.busy_w)} gpus={summary.gpus} "
+            f"nodes={summary.nodes_reported}/{summary.nodes_expected} per_gpu={per_gpu}")
+
+
+def _float(text: str):
+    return None if text in ("-", "") else float(text)
+
+
+def parse(text: str) -> JobSummary | None:
+    """The summary in an AdminComment, or None when it holds none (or something else, or garbage)."""
+    if not text or not text.startswith(PREFIX):
+        return None
+    try:
+        fields = dict(token.split("=", 1) for token in text[len(PREFIX):].split(" ") if "=" in token)
+        reported, _, expected = fields.get("nodes", "0/0").partition("/")
+        per_gpu = []
+        for item in filter(None, fields.get("per_gpu", "").split(",")):
+            where, sm, mem, mib, watts = item.rsplit(":", 4)
+            node, _, gpu = where.rpartition("/")
+            per_gpu.append(GpuMeans(node, gpu, _float(sm), _float(mem), _float(mib), _float(watts)))
+        return JobSummary(float(fields["held"]), float(fields["used"]), float(fields["cov"]),
+                          float(fields.get("busy", "0")), _float(fields.get("busy_w", "-")),
+                          int(fields.get("gpus", "0")), int(reported or 0), int(expected or 0), tuple(per_gpu))
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_head(text: str):
+    """Fast path for the accountant: (held, used, covered, busy, busy_w) or None. Falls back to parse()
+    when the order is not the one encode() writes."""
+    if not text.startswith(PREFIX):
+        return None
+    parts = text.split(" ", 6)
+    try:
+        if parts[1][:5] == "held=" and parts[2][:5] == "used=" and parts[3][:4] == "cov=" \
+                and parts[4][:5] == "busy=" and parts[5][:7] == "busy_w=":
+            w = parts[5][7:]
+            return (float(parts[1][5:]), float(parts[2][5:]), float(parts[3][4:]), float(parts[4][5:]),
+                    None if w == "-" else float(w))
+    except (IndexError, ValueError):
+        pass
+    full = parse(text)
+    return None if full is None else (full.held, full.used, full.covered, full.busy, full.busy_w)
+
+
+def merge(node_summaries: list[dict], expected_nodes: int | None = None) -> JobSummary:
+    """One job summary from its nodes' summaries (spool.NodeSummary dicts): sums add, means are recomputed
+    from the sums, so a 2-node job is exactly the two nodes together."""
+    held = used = covered = busy = busy_pw_dt = busy_pw_sum = 0.0
+    gpus = 0
+    per_gpu = []
+    nodes = set()
+    for node_summary in sorted(node_summaries, key=lambda s: s["node"]):
+        nodes.add(node_summary["node"])
+        span = max(0.0, float(node_summary["end"]) - float(node_summary["start"]))
+        for gpu in node_summary["gpus"]:
+            acc = gpu["acc"]
+            gpus += 1
+            held += span
+            used += acc["sm_sum"]
+            covered += acc["sm_dt"]
+            busy += acc["busy_dt"]
+            busy_pw_dt += acc["busy_pw_dt"]
+            busy_pw_sum += acc["busy_pw_sum"]
+            per_gpu.append(GpuMeans(
+                node_summary["node"], str(gpu["id"]),
+                100.0 * acc["sm_sum"] / acc["sm_dt"] if acc["sm_dt"] > 0 else None,
+                100.0 * acc["mem_sum"] / acc["mem_dt"] if acc["mem_dt"] > 0 else None,
+                acc["mib_sum"] / acc["mib_dt"] if acc["mib_dt"] > 0 else None,
+                acc["pw_sum"] / acc["pw_dt"] if acc["pw_dt"] > 0 else None))
+    return JobSummary(held, used, covered, busy, busy_pw_sum / busy_pw_dt if busy_pw_dt > 0 else None, gpus,
+                      len(nodes), expected_nodes if expected_nodes is not None else len(nodes), tuple(per_gpu))
