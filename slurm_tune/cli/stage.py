@@ -118,20 +118,20 @@ def cmd_fetch(args) -> int:
 def cmd_ls(args) -> int:
     from ..stage.admin import age, list_entries
     from ..stage.copy import human
+    from ..stage.errors import TierUnavailable
     from ..stage.tier import Tier
 
     rows_out = []
     for label, config in _tiers(args):
+        problems: list[str] = []
         with Tier(config) as tier:
             try:
-                rows = list_entries(tier)
-            except Exception as exc:  # noqa: BLE001 - one broken tier must not hide the others
-                from ..stage.errors import TierUnavailable
-
-                if not isinstance(exc, (TierUnavailable, OSError)):
-                    raise
+                rows = list_entries(tier, problems)
+            except (TierUnavailable, OSError) as exc:  # one broken tier must not hide the others
                 print(f"{PROG}: {config.root}: {exc}", file=sys.stderr)
                 continue
+        for problem in problems:
+            print(f"{PROG}: warning: {problem}", file=sys.stderr)
         rows_out += [(config.root, r) for r in rows]
     if args.json:
         import json
@@ -206,8 +206,8 @@ def cmd_gc(args) -> int:
                   "least recently used")
         for item in report.locks_removed:
             print(f"  {verb} unused lock {item}")
-        if report.liveness_problem:
-            print(f"  warning: {report.liveness_problem}", file=sys.stderr)
+        for problem in report.problems:
+            print(f"{PROG}: warning: {config.root}: {problem}", file=sys.stderr)
         if not any(report[:-1]):
             print("  nothing to do")
     return 0

@@ -51,29 +51,40 @@ def my_namespaces(tier: Tier) -> list[Namespace]:
 Listing = namedtuple("Listing", "user entry source kind bytes files last_use published holds current")
 
 
-def list_entries(tier: Tier) -> list[Listing]:
+def list_entries(tier: Tier, problems: list[str] | None = None) -> list[Listing]:
+    """Every visible entry, most recently used first. A namespace its user broke (a symlink where a
+    directory belongs) is skipped, and said so in `problems`."""
     rows = {(r.uid, r.entry): r for r in _ledger_or_empty(tier)}
     out = []
     for ns in my_namespaces(tier):
         with ns:
-            holds = ns.holds()
-            held_by: dict[str, list[str]] = {}
-            for job, entries in holds.items():
-                for entry in entries:
-                    held_by.setdefault(entry, []).append(job)
-            entries = ns.entries()
-            newest = {}
-            for e in entries:
-                if e.key not in newest or (len(e.gen), e.gen) > (len(newest[e.key].gen), newest[e.key].gen):
-                    newest[e.key] = e
-            for e in entries:
-                stamp = ns.read_stamp(e.name) or {}
-                row = rows.get((ns.uid, e.name))
-                out.append(Listing(ns.user, e.name, stamp.get("source", "?"), stamp.get("kind", "?"),
-                                   int(stamp.get("bytes", 0) or 0), int(stamp.get("files", 0) or 0),
-                                   row.last_use if row else None, float(stamp.get("published", 0) or 0),
-                                   sorted(held_by.get(e.name, []), key=int), newest[e.key] == e))
+            try:
+                out += _list_namespace(ns, rows)
+            except (TierUnavailable, OSError) as exc:
+                if problems is not None:
+                    problems.append(f"{ns.path}: skipped: {exc}")
     return sorted(out, key=lambda r: -(r.last_use or 0))
+
+
+def _list_namespace(ns: Namespace, rows) -> list[Listing]:
+    held_by: dict[str, list[str]] = {}
+    for job, held in ns.holds().items():
+        for entry in held:
+            held_by.setdefault(entry, []).append(job)
+    entries = ns.entries()
+    newest = {}
+    for e in entries:
+        if e.key not in newest or (len(e.gen), e.gen) > (len(newest[e.key].gen), newest[e.key].gen):
+            newest[e.key] = e
+    out = []
+    for e in entries:
+        stamp = ns.read_stamp(e.name) or {}
+        row = rows.get((ns.uid, e.name))
+        out.append(Listing(ns.user, e.name, stamp.get("source", "?"), stamp.get("kind", "?"),
+                           int(stamp.get("bytes", 0) or 0), int(stamp.get("files", 0) or 0),
+                           row.last_use if row else None, float(stamp.get("published", 0) or 0),
+                           sorted(held_by.get(e.name, []), key=int), newest[e.key] == e))
+    return out
 
 
 def _ledger_or_empty(tier: Tier):
@@ -142,7 +153,7 @@ def evict_above_high(tier: Tier, dry_run: bool = False) -> list[tuple[str, str, 
 # ---- gc ---------------------------------------------------------------------------------------------------
 
 GcReport = namedtuple("GcReport", "stale_holds tmp_removed ledger_fixed old_removed evicted locks_removed "
-                                  "liveness_problem")
+                                  "problems")
 
 
 def live_job_ids(slurm) -> set[str]:
@@ -156,11 +167,18 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False) -> G
     (with to_low: down to the low watermark in any case)."""
     namespaces = my_namespaces(tier)
     stale, tmp_removed, ledger_fixed, old_removed, locks_removed = [], [], [], [], []
-    problem = None
+    problems = []
     try:
         # Holds first, liveness second: a job that starts after the squeue snapshot cannot have a hold
         # in a listing taken before it, so no live job's hold is ever taken for dead.
-        holders = {ns.user: list(ns.holds()) for ns in namespaces}
+        holders = {}
+        for ns in list(namespaces):
+            try:
+                holders[ns.user] = list(ns.holds())
+            except (TierUnavailable, OSError) as exc:  # a namespace its user broke: leave it alone
+                problems.append(f"{ns.path}: skipped: {exc}")
+                namespaces.remove(ns)
+                ns.close()
         alive: set[str] | None = None
         if any(holders.values()):
             try:
@@ -170,19 +188,24 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False) -> G
                     slurm = Slurm.from_env()
                 alive = live_job_ids(slurm)
             except StuneError as exc:
-                problem = f"job liveness unknown, no hold reclaimed: {exc}"
+                problems.append(f"job liveness unknown, no hold reclaimed: {exc}")
         ledger = {(r.uid, r.entry): r for r in _ledger_or_empty(tier)}
-        for ns in namespaces:
-            if alive is not None:
-                for job in holders[ns.user]:
-                    if job not in alive:
-                        stale.append((ns.user, job))
-                        if not dry_run:
-                            ns.release(job)
-            tmp_removed += _clean_tmp(ns, dry_run)
-            ledger_fixed += _fix_ledger(tier, ns, ledger, dry_run)
-            old_removed += _drop_old_generations(tier, ns, dry_run)
-            locks_removed += _clean_locks(ns, dry_run)
+        for ns in list(namespaces):
+            try:
+                if alive is not None:
+                    for job in holders[ns.user]:
+                        if job not in alive:
+                            stale.append((ns.user, job))
+                            if not dry_run:
+                                ns.release(job)
+                tmp_removed += _clean_tmp(ns, dry_run)
+                ledger_fixed += _fix_ledger(tier, ns, ledger, dry_run)
+                old_removed += _drop_old_generations(tier, ns, dry_run)
+                locks_removed += _clean_locks(ns, dry_run)
+            except (TierUnavailable, OSError) as exc:
+                problems.append(f"{ns.path}: skipped: {exc}")
+                namespaces.remove(ns)
+                ns.close()
         quota = tier.quota()
         usage = sum(r.bytes for r in _ledger_or_empty(tier))
         evicted = []
@@ -191,7 +214,7 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False) -> G
     finally:
         for ns in namespaces:
             ns.close()
-    return GcReport(stale, tmp_removed, ledger_fixed, old_removed, evicted, locks_removed, problem)
+    return GcReport(stale, tmp_removed, ledger_fixed, old_removed, evicted, locks_removed, problems)
 
 
 def _clean_tmp(ns: Namespace, dry_run: bool) -> list[str]:

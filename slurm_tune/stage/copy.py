@@ -145,7 +145,9 @@ def _kill(procs) -> None:
 def _failure(errlog, what: str) -> TierUnavailable | SourceError:
     errlog.seek(0)
     text = errlog.read().decode("utf-8", "replace").strip()
-    last = text.splitlines()[-1] if text else "no message"
+    useful = [line for line in text.splitlines()
+              if "Exiting with failure status" not in line and "Removing leading" not in line]
+    last = useful[-1] if useful else (text.splitlines()[-1] if text else "no message")
     if "No space left" in text or "Disk quota exceeded" in text:
         return TierUnavailable("disk-full", f"{what}: the cache disk is full ({last})")
     if "Permission denied" in text or "No such file" in text:
@@ -153,10 +155,23 @@ def _failure(errlog, what: str) -> TierUnavailable | SourceError:
     return TierUnavailable("copy-failed", f"{what} failed: {last}")
 
 
+def _die_with_parent():
+    """Make a worker die with the stager (PR_SET_PDEATHSIG): a stager killed with -9 must not leave `cp`
+    processes writing into a directory the next stager is about to delete."""
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:  # the stager died before prctl took effect
+        os._exit(137)
+
+
 def _spawn(argv: list[str], cwd: str | None, errlog, stdin=None) -> subprocess.Popen:
     # start_new_session: killing a worker's process group takes its children (tar's decompressor) too.
     return subprocess.Popen(argv, cwd=cwd, stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=errlog, start_new_session=True, close_fds=True)
+                            stdout=subprocess.DEVNULL, stderr=errlog, start_new_session=True, close_fds=True,
+                            preexec_fn=_die_with_parent)
 
 
 def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progress: Progress | None = None,

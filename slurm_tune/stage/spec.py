@@ -143,7 +143,8 @@ def encode_requests(requests, required: bool) -> str:
     fields = [FORMAT, "required" if required else "optional"]
     for req in requests:
         check_name(req.name)
-        check_source(req.source)
+        if check_source(req.source) != req.source:
+            raise StageRequestError(f"source {req.source!r} is not an absolute, normalized path")
         if req.name in seen:
             raise StageRequestError(f"--stage NAME {req.name!r} is given twice ({seen[req.name]} and "
                                     f"{req.source})")
@@ -154,7 +155,7 @@ def encode_requests(requests, required: bool) -> str:
 
 def decode_requests(text: str) -> tuple[list[StageRequest], bool]:
     """(requests, required) from a STUNE_STAGE value; every field is re-checked (the value is user input)."""
-    fields = (text or "").strip().split(";")
+    fields = (text or "").rstrip("\n").split(";")
     if fields[0] != FORMAT or len(fields) < 2 or fields[1] not in ("required", "optional"):
         raise StageRequestError(f"{ENV_VAR}={text!r} is not a stage request list "
                                 f"(expected '{FORMAT};optional|required;NAME=SRC;...')")

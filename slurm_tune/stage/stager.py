@@ -259,8 +259,12 @@ def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key:
     usage = sum(r.bytes for r in rows.values())
     candidates = []
     for ns in namespaces:
-        held = ns.held_entries()
-        for entry in ns.entries():
+        try:
+            held = ns.held_entries()
+            entries = ns.entries()
+        except (TierUnavailable, OSError):  # a namespace its owner broke: not ours to fix here
+            continue
+        for entry in entries:
             row = rows.get((ns.uid, entry.name))
             if entry.name in held or entry.key == exclude_key:
                 continue

@@ -333,9 +333,12 @@ class Tier:
             fd = open_dir(user, self.fd)
             if os.geteuid() == 0 and uid != 0:
                 os.chown(fd, uid, -1)
-        except OSError as exc:  # ELOOP: a symlink planted where the namespace should be
-            raise TierUnavailable("unsafe", f"namespace {self.root}/{user} is not a directory "
-                                            f"({exc.strerror})") from None
+        except OSError as exc:  # a symlink planted where the namespace should be, or someone else's dir
+            st = lstat_at(user, self.fd)
+            what = "a symlink" if st is not None and stat.S_ISLNK(st.st_mode) else \
+                f"owned by uid {st.st_uid}" if st is not None else exc.strerror
+            raise TierUnavailable("unsafe", f"namespace {self.root}/{user} must be a directory owned by {user} "
+                                            f"with mode 0700; it is {what}") from None
         st = os.fstat(fd)
         if st.st_uid != uid or stat.S_IMODE(st.st_mode) != 0o700:
             os.close(fd)
@@ -401,15 +404,21 @@ class Namespace:
         fd = self._sub.get(name)
         if fd is None:
             try:
-                fd = open_dir(name, self.fd)
-            except FileNotFoundError:
                 try:
-                    os.mkdir(name, 0o700, dir_fd=self.fd)
-                except FileExistsError:
-                    pass
-                fd = open_dir(name, self.fd)
-                if os.geteuid() == 0 and self.uid != 0:
-                    os.chown(fd, self.uid, -1)
+                    fd = open_dir(name, self.fd)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=self.fd)
+                    except FileExistsError:
+                        pass
+                    fd = open_dir(name, self.fd)
+                    if os.geteuid() == 0 and self.uid != 0:
+                        os.chown(fd, self.uid, -1)
+            except (NotADirectoryError, OSError) as exc:
+                if isinstance(exc, FileNotFoundError):
+                    raise
+                raise TierUnavailable("unsafe", f"{self.path}/{name} is not a directory (a symlink?): "
+                                                f"{exc.strerror}") from None
             self._sub[name] = fd
         return fd
 
