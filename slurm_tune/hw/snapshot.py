@@ -14,7 +14,6 @@ import time
 
 from ..errors import StuneError
 from ..text import is_digits
-from .deadline import OK, run_probe
 from .sysfs import Sysfs
 
 FORMAT = "stune-snapshot/1"
@@ -25,6 +24,8 @@ class SnapshotError(StuneError):
 
 
 def _section(result, key: str) -> dict:
+    from .deadline import OK  # deadline (threading) only for a capture: loading a snapshot needs neither
+
     value = result.value if isinstance(result.value, dict) else {}
     section = {"answered": result.status == OK, key: value}
     if result.status != OK:
@@ -42,6 +43,8 @@ def _capture_each(probe_name: str, timeout_s: float, names, read) -> dict:
         for name in names():
             out[name] = read(name)
         return out
+
+    from .deadline import run_probe
 
     return _section(run_probe(probe_name, probe, timeout_s), "devices")
 
@@ -63,6 +66,8 @@ def capture_pci_gpus(sysfs: Sysfs, timeout_s: float) -> dict:
 
 def capture_kernel(root: str, timeout_s: float) -> dict:
     """NVIDIA Xid events still in the kernel log, with their sequence numbers so checks can tell which are new."""
+    from .deadline import run_probe
+
     return _section(run_probe("kmsg", lambda partial: {"xid": read_xid_events(root)}, timeout_s), "events")
 
 
