@@ -1,14 +1,275 @@
-"""`stune-health`: node health checks and hooks."""
+"""`stune-health`: node health checks and hooks.
+
+    stune-health capture [-o FILE] [--no-nvml | --gpu-snapshot FILE]            the node's state as JSON
+    stune-health check --snapshot FILE [--previous FILE] [-v] [--json]         judge a snapshot offline
+    stune-health prolog | epilog                                               Slurm Prolog / Epilog
+    stune-health run [--dry-run] [--json]                                      HealthCheckProgram
+    stune-health status                                                        this node's health state
+    stune-health clear [--xid] [--baselines] [--trust]                         forget held state
+    stune-health xids                                                          the Xid table
+
+Common options: --partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-dir DIR, --node NAME,
+--prom FILE (Prometheus textfile), --json-out FILE. Environment: STUNE_HEALTH_PARTITION, STUNE_SYSFS_ROOT,
+STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR (each may use %n for the node name), STUNE_HEALTH_PROM,
+STUNE_HEALTH_JSON, STUNE_PARTITIONS.
+
+Exit status: check: 0 ok, 4 unknown, 5 degraded, 6 fail. prolog/epilog: 1 only when a failure fails the job
+(anything else, including a bug or a bad profile, is 0: a hook must never drain the fleet by mistake).
+run: 0, 1 when Slurm or the profile failed, 7 when the circuit breaker held back a drain.
+
+The option parser is hand-made: argparse costs ~5 ms, a third of the prolog's whole budget.
+"""
 from __future__ import annotations
 
-from .common import guarded, not_implemented
+import sys
+
+from .common import EXIT_USAGE, guarded
 
 PROG = "stune-health"
+EXIT_BY_STATUS = {"ok": 0, "unknown": 4, "degraded": 5, "fail": 6}
+EXIT_BREAKER = 7
+COMMON = {"--partition": 1, "--sysfs-root": 1, "--gpu-snapshot": 1, "--state-dir": 1, "--node": 1, "--prom": 1,
+          "--json-out": 1}
+COMMANDS = {
+    "capture": {"-o": 1, "--output": 1, "--no-nvml": 0, "--timeout": 1},
+    "check": {"--snapshot": 1, "--previous": 1, "-v": 0, "--verbose": 0, "--json": 0},
+    "prolog": {},
+    "epilog": {},
+    "run": {"--dry-run": 0, "--json": 0},
+    "status": {},
+    "clear": {"--xid": 0, "--baselines": 0, "--trust": 0},
+    "xids": {},
+}
+
+
+_ENFORCED: list = []  # set by a hook that fails the job on purpose; nothing else may make a hook exit non-zero
+
+
+class Usage(Exception):
+    pass
+
+
+def parse(argv: list[str]) -> tuple[str, dict]:
+    """(command, {option_name: value}); option names lose their dashes (--sysfs-root -> sysfs_root)."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        raise Usage("")
+    command = argv[0]
+    if command not in COMMANDS:
+        raise Usage(f"unknown command {command!r}")
+    allowed = dict(COMMON, **COMMANDS[command])
+    options: dict = {}
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-h", "--help"):
+            raise Usage("")
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name not in allowed:
+            raise Usage(f"{command}: unknown option {arg!r}")
+        if allowed[name] == 0:
+            if eq:
+                raise Usage(f"{command}: {name} takes no value")
+            value = True
+        elif not eq:
+            value = next(args, None)
+            if value is None:
+                raise Usage(f"{command}: {name} needs a value")
+        key = {"-o": "output", "-v": "verbose"}.get(name, name.lstrip("-").replace("-", "_"))
+        options[key] = value
+    return command, options
+
+
+def _capture(options: dict) -> int:
+    from ..health import collect, fastjson
+    from ..health.node import settings
+
+    cfg = settings(options)
+    timeout = None
+    if options.get("timeout"):
+        try:
+            timeout = float(options["timeout"])
+        except ValueError:
+            raise Usage(f"capture: --timeout {options['timeout']!r} is not a number") from None
+    gpu_snapshot = cfg.gpu_snapshot
+    snap = collect.full(cfg.root, None, cfg.node, gpu_snapshot, gids=True, timeout_s=timeout)
+    if options.get("no_nvml") and not gpu_snapshot:
+        snap["gpus"] = {"answered": False, "devices": [], "error": "not captured (--no-nvml)"}
+    out = options.get("output")
+    if out and out != "-":
+        from ..hw.snapshot import save
+
+        save(snap, out)
+        print(f"{PROG}: wrote {out}", file=sys.stderr)
+    else:
+        import json
+
+        print(json.dumps(snap, indent=1, sort_keys=True))
+    return 0
+
+
+def _print_verdict(header: str, verdict, verbose: bool) -> None:
+    print(f"{header}: {verdict.status.upper()}" + (f" - {verdict.reason}" if verdict.reason else ""))
+    hidden = 0
+    for r in sorted(verdict.results, key=lambda r: -_rank(r.status)):
+        if r.status == "ok" and not verbose:
+            hidden += 1
+            continue
+        print(r.line())
+    if hidden:
+        print(f"{hidden} ok results (show them with -v)")
+
+
+def _rank(status: str) -> int:
+    from ..health.result import RANK
+
+    return RANK[status]
+
+
+def _check(options: dict) -> int:
+    from ..health import node, outputs
+    from ..health.state import policy_digest
+
+    if not options.get("snapshot"):
+        raise Usage("check: --snapshot FILE is required")
+    snap = node.load_snapshot(options["snapshot"])
+    previous = node.load_snapshot(options["previous"]) if options.get("previous") else None
+    profile = node.offline_profile(options.get("partition"))
+    verdict, _ = node.check(snap, profile, previous)
+    name = snap.get("node") if isinstance(snap.get("node"), str) else "?"
+    at = snap.get("captured_at") if type(snap.get("captured_at")) in (int, float) else 0.0
+    doc = outputs.report(name, profile.partition, policy_digest(profile), "check", at, verdict,
+                         {"snapshot": options["snapshot"]})
+    if options.get("prom"):
+        outputs.write_prometheus(options["prom"], doc)
+    if options.get("json_out"):
+        outputs.write_json(options["json_out"], doc)
+    if options.get("json"):
+        from ..health.fastjson import dumps
+
+        print(dumps(doc))
+    else:
+        _print_verdict(f"{name} ({profile.partition}, policy {doc['policy']})", verdict, options.get("verbose"))
+    return EXIT_BY_STATUS[verdict.status]
+
+
+def _hook(mode: str, options: dict) -> int:
+    """A hook exits 1 only for an enforced failure; a bug or a bad profile is logged and exits 0."""
+    from ..errors import StuneError
+    from ..health import node
+
+    cfg = None
+    try:
+        cfg = node.settings(options)
+        code, doc = node.hook(mode, cfg)
+    except StuneError as exc:
+        _say_and_log(cfg, f"{mode}: not judged: {exc}")
+        return 0
+    except Exception as exc:  # a bug in stune must never drain a node
+        _say_and_log(cfg, f"{mode}: internal error, not judged: {type(exc).__name__}: {exc}")
+        return 0
+    if doc["status"] == "fail":
+        print(f"{PROG}: {mode}: {doc['reason']} ({doc['note']})", file=sys.stderr)
+    _ENFORCED.append(code == 1)
+    return code
+
+
+def _say_and_log(cfg, line: str) -> None:
+    print(f"{PROG}: {line}", file=sys.stderr)
+    if cfg is not None:
+        from ..health.state import log
+
+        log(cfg.state_dir, line)
+
+
+def _run(options: dict) -> int:
+    from ..health import node
+    from ..slurm import Slurm
+
+    cfg = node.settings(options)
+    slurm = Slurm.from_env(timeout=20)
+    code, doc = node.run(cfg, slurm, dry_run=bool(options.get("dry_run")))
+    if options.get("json"):
+        from ..health.fastjson import dumps
+
+        print(dumps(doc))
+    else:
+        print(f"{cfg.node} ({doc['partition']}): {doc['status'].upper()}"
+              + (f" - {doc['reason']}" if doc["reason"] else "")
+              + (f"; Slurm: {doc['sync']}" if doc["sync"] else "; no Slurm call (nothing changed)"))
+        for note in doc["notes"]:
+            print(f"  {note}")
+    if doc["breaker"]["open"]:
+        print(f"{PROG}: CIRCUIT BREAKER: {doc['breaker']['message']}", file=sys.stderr)
+    if doc["error"]:
+        print(f"{PROG}: {doc['error']}", file=sys.stderr)
+    return code
+
+
+def _status(options: dict) -> int:
+    import json
+
+    from ..health import node
+    from ..health.state import read
+
+    cfg = node.settings(options)
+    state, problem = read(cfg.state_dir)
+    if problem:
+        print(f"{PROG}: {problem}", file=sys.stderr)
+    print(json.dumps(state, indent=1, sort_keys=True))
+    return 0
+
+
+def _clear(options: dict) -> int:
+    from ..health import node
+    from ..health.state import Locked, log
+
+    cfg = node.settings(options)
+    what = [k for k in ("xid", "baselines", "trust") if options.get(k)]
+    if not what:
+        raise Usage("clear: say what to forget: --xid (held Xids, after a GPU reset), --baselines, --trust")
+    with Locked(cfg.state_dir) as st:
+        if "xid" in what:
+            st.state["xid_sticky"] = []
+        if "baselines" in what:
+            st.state["baselines"] = {}
+        if "trust" in what:
+            st.state["trusted"] = []
+        st.save()
+    log(cfg.state_dir, f"clear {' '.join(what)} (by hand)")
+    print(f"{PROG}: cleared {', '.join(what)} in {cfg.state_dir}")
+    return 0
+
+
+def _xids(options: dict) -> int:
+    from ..health.xid import XIDS
+
+    for code, (severity, meaning) in sorted(XIDS.items()):
+        print(f"{code:4d}  {severity:8s}  {meaning}")
+    return 0
 
 
 def _main(argv: list[str]) -> int:
-    return not_implemented(PROG, "node health checks and hooks")
+    try:
+        command, options = parse(argv)
+    except Usage as exc:
+        if str(exc):
+            print(f"{PROG}: {exc}", file=sys.stderr)
+        print(__doc__.split("\n\n")[1], file=sys.stderr if str(exc) else sys.stdout)
+        return EXIT_USAGE if str(exc) else 0
+    try:
+        if command in ("prolog", "epilog"):
+            return _hook(command, options)
+        return {"capture": _capture, "check": _check, "run": _run, "status": _status, "clear": _clear,
+                "xids": _xids}[command](options)
+    except Usage as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
-    return guarded(PROG, _main, argv)
+    # A prolog or epilog must exit 0 on an internal error: only a judged failure may drain a node.
+    args = sys.argv[1:] if argv is None else argv
+    hook = bool(args) and args[0] in ("prolog", "epilog")
+    code = guarded(PROG, _main, args, internal_exit=0 if hook else 70)
+    if hook:
+        return 1 if code == 1 and _ENFORCED and _ENFORCED[-1] else 0
+    return code

@@ -1,0 +1,79 @@
+"""JSON for the hot paths, through CPython's C scanner and encoder (`_json`).
+
+`import json` costs ~6 ms here because json.decoder and json.encoder import `re` for their pure-Python
+fallbacks; the C accelerator they wrap needs neither. The prolog and `stune-health check` run in ~15 ms in
+all, so this matters. Semantics are json's: the same scanner and encoder, with json's defaults. Any error,
+or an interpreter without `_json`, falls back to the `json` module itself, so messages (with line numbers)
+are json's own.
+"""
+from __future__ import annotations
+
+try:
+    import _json
+except ImportError:  # not CPython: the plain module does the same, a few ms slower
+    _json = None
+
+_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _DecoderContext:
+    """The attributes the C scanner reads from a json.JSONDecoder, with JSONDecoder's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+    memo: dict = {}
+
+
+_WHITESPACE = " \t\n\r"
+_scan = _json.make_scanner(_DecoderContext()) if _json is not None else None
+
+
+def loads(text):
+    """Like json.loads(text). Raises ValueError (json.JSONDecodeError) on bad input."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    if _scan is not None and isinstance(text, str):
+        start = 0
+        while start < len(text) and text[start] in _WHITESPACE:
+            start += 1
+        try:
+            value, end = _scan(text, start)
+        except StopIteration:
+            value, end = None, -1
+        except (ValueError, RecursionError):
+            end = -1
+        if end >= 0:
+            while end < len(text) and text[end] in _WHITESPACE:
+                end += 1
+            if end == len(text):
+                return value
+    import json  # the slow path: let json say exactly what is wrong, and where
+
+    return json.loads(text)
+
+
+def _unserialisable(obj):
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+_encode = _json.make_encoder(None, _unserialisable, _json.encode_basestring_ascii, None, ":", ",", True, False,
+                             True) if _json is not None else None
+
+
+def dumps(obj) -> str:
+    """Compact, key-sorted JSON, like json.dumps(obj, sort_keys=True, separators=(",", ":"))."""
+    if _encode is not None:
+        return "".join(_encode(obj, 0))
+    import json
+
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def load_file(path: str):
+    """Parse a JSON file. OSError and ValueError propagate for the caller to word."""
+    with open(path, "rb") as fh:
+        return loads(fh.read())

@@ -1,0 +1,264 @@
+"""The health modes on one node: prolog, epilog, periodic run, and offline check.
+
+    prolog  fast checks before every job; no Slurm command, no NVML. Exit 1 (Slurm drains the node and
+            requeues the job) only for a failure under a policy this node has passed before.
+    epilog  the full checks after every job (NVML, Xids); same exit rule.
+    run     the HealthCheckProgram: full checks, then drain / resume / mark through the Slurm adapter, only
+            when the wanted state changed, with the circuit breaker.
+    check   judge a snapshot file offline.
+
+Which profile applies to a node: $STUNE_HEALTH_PARTITION (per node, from /etc/default/stune) or
+--partition; else the one this node used before (kept in its state); else, for a hook, the job's partition
+when it has a profile, and for the periodic run, the node's first partition with a profile (one Slurm
+lookup). The first answer is kept, so a node in several partitions judges itself by one profile.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..errors import ConfigError
+from ..hw.sysfs import resolve_root
+from . import fastjson, judge, outputs
+from . import result as R
+from . import state as S
+
+HOOK_MODES = ("prolog", "epilog")
+
+
+class Settings(R._Record):
+    """Where one evaluation reads and writes. partition may be None until resolved."""
+
+    __slots__ = ("node", "partition", "root", "state_dir", "gpu_snapshot", "prom_path", "json_path")
+
+    def __init__(self, node, partition, root, state_dir, gpu_snapshot, prom_path, json_path):
+        self.node, self.partition, self.root, self.state_dir = node, partition, root, state_dir
+        self.gpu_snapshot, self.prom_path, self.json_path = gpu_snapshot, prom_path, json_path
+
+
+def settings(options: dict, environ=None) -> Settings:
+    environ = os.environ if environ is None else environ
+    node = options.get("node") or S.node_name(environ)
+    env = dict(environ, SLURMD_NODENAME=node) if options.get("node") else environ
+    return Settings(
+        node=node,
+        partition=options.get("partition") or environ.get("STUNE_HEALTH_PARTITION") or None,
+        root=resolve_root(options.get("sysfs_root"), env),
+        state_dir=S.state_dir(options.get("state_dir"), env),
+        gpu_snapshot=_expand(options.get("gpu_snapshot") or environ.get("STUNE_GPU_SNAPSHOT") or None, node),
+        prom_path=options.get("prom") or environ.get("STUNE_HEALTH_PROM") or None,
+        json_path=options.get("json_out") or environ.get("STUNE_HEALTH_JSON") or None)
+
+
+def _expand(path: str | None, node: str) -> str | None:
+    return path.replace("%n", node) if path else path
+
+
+def _profiles():
+    from ..profiles import load_profiles
+
+    return load_profiles()
+
+
+def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=None):
+    """(profile, how it was chosen). Raises ConfigError when no profile applies."""
+    from ..profiles import load_profile, profile_dir
+
+    environ = os.environ if environ is None else environ
+    if cfg.partition:
+        return load_profile(cfg.partition), "set for this node"
+    known = state.get("partition")
+    if isinstance(known, str) and known:
+        try:
+            return load_profile(known), "used by this node before"
+        except ConfigError:
+            pass  # the profile went away: choose again
+    if mode in HOOK_MODES:
+        job_partition = (environ.get("SLURM_JOB_PARTITION") or "").split(",")[0]
+        if job_partition:
+            return load_profile(job_partition), f"the job's partition {job_partition}"
+    if mode == "run" and slurm is not None:
+        profiles = _profiles()
+        node = next((n for n in slurm.nodes() if n.name == cfg.node), None)
+        for name in node.partitions if node is not None else ():
+            if name in profiles:
+                return profiles[name], f"first profiled partition of {cfg.node} in Slurm"
+    raise ConfigError(profile_dir(), None, "", f"no profile applies to node {cfg.node}: set STUNE_HEALTH_PARTITION "
+                                               "(e.g. in /etc/default/stune) or pass --partition")
+
+
+def _record_last(state: dict, mode: str, now: float, verdict: R.Verdict, policy: str, enforced: bool) -> None:
+    state["last"] = {"mode": mode, "at": round(now, 3), "status": verdict.status, "reason": verdict.reason,
+                     "policy": policy, "enforced": enforced}
+    if verdict.status != R.FAIL:
+        trusted = [p for p in state.get("trusted") or [] if p != policy]
+        state["trusted"] = ([policy] + trusted)[:S.TRUSTED_KEEP]
+
+
+def breaker_open(state: dict, policy: str) -> bool:
+    breaker = state.get("breaker")
+    return isinstance(breaker, dict) and bool(breaker.get("open")) and breaker.get("policy") == policy
+
+
+def enforce_decision(state: dict, verdict: R.Verdict, policy: str) -> tuple[bool, str]:
+    """Whether a hook fails the job for this verdict, and why (or why not)."""
+    if verdict.status != R.FAIL:
+        return False, ""
+    if breaker_open(state, policy):
+        return False, "not failing the job: the circuit breaker is open for this policy"
+    if policy not in (state.get("trusted") or []):
+        return False, (f"not failing the job: this node has never passed policy {policy}, so the policy itself "
+                       "may be wrong; the periodic run judges it, with the circuit breaker")
+    return True, "failing the job: Slurm drains the node and requeues the job"
+
+
+def _outputs(cfg: Settings, doc: dict, mode: str) -> list:
+    """Write the JSON and Prometheus outputs; returns problems (never raises: outputs are not the verdict)."""
+    problems = []
+    targets = [(os.path.join(cfg.state_dir, f"last-{mode}.json"), outputs.write_json)]
+    if cfg.json_path:
+        targets.append((cfg.json_path, outputs.write_json))
+    if cfg.prom_path:
+        targets.append((cfg.prom_path, outputs.write_prometheus))
+    for path, write in targets:
+        try:
+            write(path, doc)
+        except OSError as exc:
+            problems.append(f"cannot write {path}: {exc.strerror}")
+    return problems
+
+
+def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
+    """prolog or epilog: judge, remember, and exit 1 only for an enforced failure. No Slurm command."""
+    from . import collect
+
+    start = time.monotonic()
+    now = time.time()
+    with S.Locked(cfg.state_dir) as st:
+        profile, _how = resolve_profile(cfg, st.state, mode, environ)
+        st.state.setdefault("partition", profile.partition)
+    policy = S.policy_digest(profile)
+    if mode == "prolog":
+        snap = collect.fast(cfg.root, profile, cfg.node)
+    else:
+        snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot)
+    with S.Locked(cfg.state_dir) as st:
+        verdict, updates = judge.judge(snap, profile, st.state)
+        judge.merge_state(st.state, updates, rebaseline=False)
+        enforced, why = enforce_decision(st.state, verdict, policy)
+        _record_last(st.state, mode, now, verdict, policy, enforced)
+        if enforced:
+            st.state["hook_fail"] = {"mode": mode, "at": round(now, 3), "reason": verdict.reason,
+                                     "policy": policy}
+        st.state["node"] = cfg.node
+        st.save()
+        problem = st.problem
+    doc = outputs.report(cfg.node, profile.partition, policy, mode, now, verdict,
+                         {"enforced": enforced, "note": why, "elapsed_s": round(time.monotonic() - start, 4)})
+    problems = _outputs(cfg, doc, mode) + ([problem] if problem else [])
+    line = f"{mode} {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "") + (f"; {why}" if why else "")
+    S.log(cfg.state_dir, line + "".join(f"; {p}" for p in problems), now)
+    return (1 if enforced else 0), doc
+
+
+def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int, dict]:
+    """The periodic run: full checks, then apply to Slurm only if the wanted state changed."""
+    from ..errors import SlurmError
+    from . import apply as A
+    from . import collect
+
+    start = time.monotonic()
+    now = time.time()
+    with S.Locked(cfg.state_dir) as st:
+        profile, how = resolve_profile(cfg, st.state, "run", environ, slurm)
+        st.state.setdefault("partition", profile.partition)
+        st.save()
+    policy = S.policy_digest(profile)
+    snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot)
+    with S.Locked(cfg.state_dir) as st:
+        verdict, updates = judge.judge(snap, profile, st.state)
+        judge.merge_state(st.state, updates, rebaseline=True)
+        _record_last(st.state, "run", now, verdict, policy, False)
+        st.state["node"] = cfg.node
+        want = A.want_for(verdict)
+        why = A.needs_sync(want, st.state, now)
+        snapshot_of_state = dict(st.state)
+        st.save()
+    outcome, error = None, None
+    if why and not dry_run:
+        try:
+            outcome = A.sync(slurm, cfg.node, want, snapshot_of_state, profile, now)
+        except SlurmError as exc:
+            error = str(exc)
+    breaker = outcome.breaker if outcome is not None else None
+    held_back = breaker is not None and not breaker.allowed
+    with S.Locked(cfg.state_dir) as st:
+        if outcome is not None:
+            st.state["applied"] = snapshot_of_state["applied"]
+            st.state["breaker"] = {"open": held_back, "at": round(now, 3), "policy": policy,
+                                   "message": breaker.message if breaker else ""}
+        elif error is not None:
+            applied = st.state.get("applied") if isinstance(st.state.get("applied"), dict) else {}
+            applied["retry_at"] = round(now + A.RETRY_S, 3)
+            st.state["applied"] = applied
+        st.save()
+    extra = {"action": want.action, "sync": why or "", "profile_from": how,
+             "applied": [] if outcome is None else outcome.updates,
+             "notes": [] if outcome is None else outcome.notes,
+             "breaker": {"open": held_back, "message": breaker.message if breaker else "",
+                         "limit": breaker.limit if breaker else None,
+                         "recent": list(breaker.recent) if breaker else []},
+             "dry_run": dry_run, "error": error, "elapsed_s": round(time.monotonic() - start, 4)}
+    doc = outputs.report(cfg.node, profile.partition, policy, "run", now, verdict, extra)
+    problems = _outputs(cfg, doc, "run")
+    line = f"run {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "")
+    if why:
+        line += f"; Slurm: {why}" + (f", changed {','.join(outcome.updates) or 'nothing'}" if outcome else "")
+    for note in (outcome.notes if outcome else []) + ([f"Slurm error: {error}"] if error else []) + problems:
+        line += f"; {note}"
+    S.log(cfg.state_dir, line, now)
+    if held_back:
+        return 7, doc
+    return (1 if error else 0), doc
+
+
+def load_snapshot(path: str) -> dict:
+    """A snapshot file, read through the fast JSON path; anything wrong is hw.snapshot's SnapshotError."""
+    from ..hw.snapshot import FORMAT
+
+    try:
+        data = fastjson.load_file(path)
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        data = None
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        return data
+    from ..hw.snapshot import SnapshotError, load
+
+    load(path)  # raises the precise error (file:line); reaching here means the file changed under us
+    raise SnapshotError(f"{path}: not a stune snapshot")
+
+
+def offline_profile(partition: str | None, environ=None):
+    """--partition, else $STUNE_HEALTH_PARTITION, else the only profile there is."""
+    from ..profiles import load_profile, profile_dir
+
+    environ = os.environ if environ is None else environ
+    partition = partition or environ.get("STUNE_HEALTH_PARTITION")
+    if partition:
+        return load_profile(partition)
+    profiles = _profiles()
+    if len(profiles) == 1:
+        return next(iter(profiles.values()))
+    raise ConfigError(profile_dir(), None, "", "several profiles (" + ", ".join(sorted(profiles)) +
+                      "): say which with --partition")
+
+
+def check(snapshot: dict, profile, previous_snapshot: dict | None = None) -> tuple[R.Verdict, dict]:
+    """Judge a snapshot offline. With a previous snapshot, counters are judged as increases since it and
+    only Xids after it count; without one, this is a first sight (baselines only)."""
+    previous = S.empty()
+    if previous_snapshot is not None:
+        _, updates = judge.judge(previous_snapshot, profile, previous)
+        judge.merge_state(previous, updates, rebaseline=True)
+        previous["xid_sticky"] = []
+    return judge.judge(snapshot, profile, previous)[0], previous

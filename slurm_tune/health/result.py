@@ -1,0 +1,104 @@
+"""What a check returns. Plain slotted classes, not namedtuples or dataclasses: this module is on the
+prolog path, and `collections` alone costs a millisecond to import there."""
+from __future__ import annotations
+
+OK, UNKNOWN, DEGRADED, FAIL = "ok", "unknown", "degraded", "fail"
+# Worst first when sorting; a verdict is its worst result. Unknown ranks below degraded: a check that could
+# not tell must never weigh more than one that saw a real (if mild) problem.
+RANK = {OK: 0, UNKNOWN: 1, DEGRADED: 2, FAIL: 3}
+STATUSES = (OK, UNKNOWN, DEGRADED, FAIL)
+
+
+class _Record:
+    """Immutable-by-convention record: equality, repr and tuple form over its __slots__."""
+
+    __slots__ = ()
+
+    def astuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.astuple() == self.astuple()
+
+    def __hash__(self):
+        return hash(self.astuple())
+
+    def __repr__(self):
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class Result(_Record):
+    """One finding.
+
+    check:   the check's name, family first (`ib.state`, `gpu.ecc`, `versions.hca_firmware`).
+    subject: what was looked at (`mlx5_2/1`, `gpu3 0000:47:00.0`, `node`).
+    status:  ok, degraded, fail or unknown.
+    message: one human line: what was seen, and what was expected.
+    reason:  a short form for a Slurm drain reason or node comment (`mlx5_2/1 state DOWN`); '' when ok.
+    """
+
+    __slots__ = ("check", "subject", "status", "message", "reason")
+
+    def __init__(self, check: str, subject: str, status: str, message: str, reason: str = ""):
+        self.check, self.subject, self.status, self.message, self.reason = check, subject, status, message, reason
+
+    def line(self) -> str:
+        return f"{self.status:8s} {self.check:22s} {self.subject}: {self.message}"
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "subject": self.subject, "status": self.status, "message": self.message,
+                "reason": self.reason}
+
+
+def ok(check: str, subject: str, message: str) -> Result:
+    return Result(check, subject, OK, message, "")
+
+
+def unknown(check: str, subject: str, message: str) -> Result:
+    return Result(check, subject, UNKNOWN, message, "")
+
+
+def degraded(check: str, subject: str, message: str, reason: str) -> Result:
+    return Result(check, subject, DEGRADED, message, reason)
+
+
+def fail(check: str, subject: str, message: str, reason: str) -> Result:
+    return Result(check, subject, FAIL, message, reason)
+
+
+def worst(results) -> str:
+    status = OK
+    for r in results:
+        if RANK[r.status] > RANK[status]:
+            status = r.status
+    return status
+
+
+class Verdict(_Record):
+    """All results of one evaluation. `reason` summarises the worst results for Slurm, e.g.
+    `mlx5_2/1 state DOWN` or `mlx5_2/1 state DOWN (+2 more)`."""
+
+    __slots__ = ("status", "results", "reason")
+
+    def __init__(self, status: str, results: list, reason: str):
+        self.status, self.results, self.reason = status, results, reason
+
+    def of(self, status: str) -> list:
+        return [r for r in self.results if r.status == status]
+
+
+REASON_MAX = 120  # Slurm keeps long reasons, but sinfo/squeue columns and pagers do not
+
+
+def make_verdict(results: list) -> Verdict:
+    status = worst(results)
+    reason = ""
+    if status in (FAIL, DEGRADED):
+        worst_ones = [r for r in results if r.status == status]
+        reason = worst_ones[0].reason or worst_ones[0].message
+        if len(worst_ones) > 1:
+            reason += f" (+{len(worst_ones) - 1} more)"
+        if len(reason) > REASON_MAX:
+            reason = reason[:REASON_MAX - 3] + "..."
+    return Verdict(status, results, reason)

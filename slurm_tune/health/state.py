@@ -1,0 +1,131 @@
+"""Node-local state: what the health hooks remember between runs on one node.
+
+One small JSON file per node (`$STUNE_STATE_DIR/state.json`, default /var/lib/stune/health), read and
+rewritten under an flock so the prolog, the epilog and the periodic run never lose each other's updates:
+
+- `baselines`: error counters per port, for deltas (updated by the periodic run; the hooks only create one);
+- `xid_seq`, `xid_sticky`: the last kernel log record judged, and the fatal Xids held until reboot;
+- `gpu_pci`: the GPUs' PCI addresses as NVML last listed them;
+- `trusted`: the policy digests this node has passed; a hook only fails a job under a policy the node has
+  passed before, so a broken policy cannot drain the fleet through the prologs (see docs/health.md);
+- `last`: the last verdict (mode, time, status, reason, policy);
+- `hook_fail`: the last time a prolog/epilog failed the node on purpose, so the periodic run can tell
+  Slurm's "Prolog error" drain that stune caused from anybody else's;
+- `applied`: what the periodic run last applied to Slurm (drain / degraded / ok and the reason), so an
+  unchanged node makes no Slurm call;
+- `breaker`: the circuit breaker's last decision.
+
+A missing, unreadable or garbled state file starts over (baselines are re-taken): it never stops a hook.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from . import fastjson
+
+FORMAT = "stune-health-state/1"
+DEFAULT_DIR = "/var/lib/stune/health"
+STATE_FILE = "state.json"
+LOG_FILE = "health.log"
+LOG_MAX_BYTES = 1 << 20
+TRUSTED_KEEP = 8
+
+
+def state_dir(text: str | None = None, environ=None) -> str:
+    """`text` (--state-dir), else $STUNE_STATE_DIR, else /var/lib/stune/health; `%n` is the node name."""
+    environ = os.environ if environ is None else environ
+    path = text or environ.get("STUNE_STATE_DIR") or DEFAULT_DIR
+    if "%n" in path:
+        path = path.replace("%n", node_name(environ))
+    return path
+
+
+def node_name(environ=None) -> str:
+    environ = os.environ if environ is None else environ
+    return environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def empty(node: str = "") -> dict:
+    return {"format": FORMAT, "node": node, "baselines": {}, "xid_sticky": [], "trusted": []}
+
+
+def read(directory: str) -> tuple[dict, str | None]:
+    """(state, problem). A missing file is an empty state; an unreadable one too, with the problem said."""
+    path = os.path.join(directory, STATE_FILE)
+    try:
+        data = fastjson.load_file(path)
+    except FileNotFoundError:
+        return empty(), None
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return empty(), f"{path}: unreadable, starting over: {exc}"
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return empty(), f"{path}: not a stune health state file, starting over"
+    for key, kind in (("baselines", dict), ("xid_sticky", list), ("trusted", list)):
+        if not isinstance(data.get(key), kind):
+            data[key] = kind()
+    return data, None
+
+
+def write(directory: str, state: dict) -> None:
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    path = os.path.join(directory, STATE_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(fastjson.dumps(state))
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+class Locked:
+    """`with Locked(dir) as st:` reads the state under an exclusive flock; `st.save()` writes it back."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.fd = -1
+        self.state: dict = {}
+        self.problem: str | None = None
+
+    def __enter__(self) -> "Locked":
+        import fcntl
+
+        os.makedirs(self.directory, mode=0o755, exist_ok=True)
+        self.fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.state, self.problem = read(self.directory)
+        return self
+
+    def save(self) -> None:
+        write(self.directory, self.state)
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = -1
+
+
+def policy_digest(profile) -> str:
+    """A digest of what the health checks judge by (fabric, versions, gpu, health): editing anything else in
+    the profile (cache, NCCL, placement) does not make a node re-earn trust."""
+    import zlib
+
+    data = profile.to_dict()
+    key = repr([data.get(k) for k in ("partition", "fabric", "versions", "gpu", "health")])
+    return f"{zlib.crc32(key.encode()):08x}"
+
+
+def log(directory: str, line: str, now: float | None = None) -> None:
+    """Append one line to the node's health log (kept under 1 MiB, one old copy). Best effort."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
+    path = os.path.join(directory, LOG_FILE)
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        try:
+            if os.stat(path).st_size > LOG_MAX_BYTES:
+                os.replace(path, path + ".1")
+        except FileNotFoundError:
+            pass
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{stamp} {line}\n")
+    except OSError:
+        pass
