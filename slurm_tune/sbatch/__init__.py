@@ -1,0 +1,10 @@
+"""stune-sbatch: a drop-in sbatch that sets the partition's NCCL, binding, placement and recovery settings.
+
+- `options`: sbatch's own option table (probed from Slurm 22.05's sbatch) and a getopt_long-compatible
+  reader for the command line and `#SBATCH` directives;
+- `plan`: what stune adds for a job, each setting with the profile key or rule it came from;
+- `history`: the per-user record of submissions, `history` and `history diff`;
+- `submit`: the orchestration behind the command.
+
+Everything here is on the submission path: only `os`, `sys` and namedtuples at import time.
+"""

@@ -1,0 +1,355 @@
+"""What stune adds to one submission, and why.
+
+`build_plan` turns the options in effect, the submitting environment and the partition profile into a Plan:
+environment variables for the job, sbatch options, settings the TaskProlog detects on each node, and notes.
+Every Setting names the profile key (file:line) or the rule it came from, and one the user already set is
+kept (applied=False) with a note saying so. The plan itself is pure: the only Slurm call it may make (the
+degraded nodes of a multi-node job's partition) goes through the `degraded_nodes` callable it is given.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from ..nodestate import DEGRADED_FEATURE
+from .options import Effective, node_range
+
+# The job's environment variable that lists what stune set (not the user): the TaskProlog may refine those
+# on each node, and a nested stune-sbatch does not mistake them for the user's own.
+MANAGED_VAR = "STUNE_MANAGED"
+
+ENV, OPTION, NODE, NOTE = "env", "option", "node", "note"
+
+
+class Setting(namedtuple("Setting", "kind name value source applied note")):
+    """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
+    the TaskProlog / stune-env), note (advice only). `source`: the profile key and file:line, or the rule.
+    `applied`: False when the user's own value wins; `note` then says so."""
+
+    __slots__ = ()
+
+
+class ExportSpec(namedtuple("ExportSpec", "mode names assigned raw where")):
+    """sbatch's --export in effect. mode: all (the default), list (only the named ones) or none.
+    `names`: listed without a value (their value comes from the environment); `assigned`: NAME=value."""
+
+    __slots__ = ()
+
+
+class Plan(namedtuple("Plan", "partition partition_source profile settings options env export_option "
+                              "multi_node node_reason")):
+    """`options`: the sbatch words stune adds; `env`: the variables stune sets in sbatch's environment;
+    `export_option`: a rewritten --export (the user's list plus stune's names), or None."""
+
+    __slots__ = ()
+
+    @property
+    def managed(self) -> list[str]:
+        return [s.name for s in self.settings if s.kind == ENV and s.applied]
+
+
+def parse_export(opt) -> ExportSpec:
+    """sbatch splits --export on commas: `ALL`, `NONE`, `NAME` (value from the environment), `NAME=value`."""
+    if opt is None or opt.value is None:
+        return ExportSpec("all", (), {}, None, None)
+    names, assigned, mode = [], {}, "list"
+    for item in opt.value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.upper() == "ALL":
+            mode = "all"
+        elif item.upper() == "NONE":
+            mode = "none" if mode != "all" else mode
+        elif "=" in item:
+            name, _, value = item.partition("=")
+            assigned[name] = value
+        else:
+            names.append(item)
+    if mode == "none" and (names or assigned):
+        mode = "list"
+    return ExportSpec(mode, tuple(names), assigned, opt.value, opt.where)
+
+
+def user_value(name: str, export: ExportSpec, environ, export_file: dict[str, str]) -> tuple[str, str] | None:
+    """(value, where) when the job gets the user's own value of `name`; None when stune may set it."""
+    if name in export.assigned:
+        return export.assigned[name], f"--export {export.where}"
+    if name in export_file:
+        return export_file[name], "--export-file"
+    inherited = export.mode == "all" or name in export.names
+    if inherited and name in environ and name not in _managed_by_stune(environ):
+        return environ[name], "your environment"
+    return None
+
+
+def _managed_by_stune(environ) -> frozenset[str]:
+    """Variables a parent stune job set (a submission from inside a job): not the user's choice."""
+    return frozenset(n for n in environ.get(MANAGED_VAR, "").split(",") if n)
+
+
+def read_export_file(path: str | None) -> dict[str, str]:
+    """NAME=value entries of an --export-file (NUL- or newline-separated). Unreadable: sbatch says so."""
+    if not path or path.isdigit():
+        return {}
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return {}
+    sep = "\0" if "\0" in data else "\n"
+    out = {}
+    for entry in data.split(sep):
+        name, eq, value = entry.partition("=")
+        if eq and name.strip():
+            out[name.strip()] = value
+    return out
+
+
+def multi_node(eff: Effective) -> tuple[bool, str]:
+    """Whether the job may span nodes, and the reason: -N above 1, or tasks without -N (Slurm may spread
+    them); an unreadable -N counts as multi-node (excluding degraded nodes is the safe side)."""
+    nodes = eff.get("nodes")
+    if nodes is not None:
+        span = node_range(nodes.value)
+        if span is None:
+            return True, f"-N {nodes.value!r} ({nodes.where}) read as multi-node"
+        if max(span) > 1:
+            return True, f"-N {nodes.value} ({nodes.where})"
+        return False, f"-N {nodes.value} ({nodes.where})"
+    ntasks = eff.get("ntasks")
+    if ntasks is not None:
+        try:
+            count = int(ntasks.value or "1")
+        except ValueError:
+            count = 2
+        if count > 1:
+            return True, f"-n {ntasks.value} without -N ({ntasks.where}): Slurm may spread the tasks"
+    return False, "one node (no -N above 1)"
+
+
+def _origin(profile, *keys: str) -> str:
+    found = [f"{k} @ {profile.origin(k)}" for k in keys]
+    return "; ".join(found)
+
+
+def hca_list(profile) -> str:
+    """NCCL_IB_HCA in exact-match form: `=` makes mlx5_1 not also match mlx5_11."""
+    return "=" + ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas)
+
+
+def nccl_settings(profile) -> list[Setting]:
+    """The NCCL variables the partition's fabric calls for (before the user's own are taken out)."""
+    fabric = profile.fabric
+    out: list[Setting] = []
+    if fabric.type in ("ib", "roce"):
+        out.append(Setting(ENV, "NCCL_IB_HCA", hca_list(profile), _origin(profile, "fabric.hcas"), True,
+                           "narrowed to the ACTIVE ports on each node by stune-task-prolog / stune-env"))
+        if fabric.type == "roce":
+            if fabric.gid_index is not None:
+                out.append(Setting(ENV, "NCCL_IB_GID_INDEX", str(fabric.gid_index),
+                                   _origin(profile, "fabric.gid_index"), True, ""))
+            else:
+                out.append(Setting(NODE, "NCCL_IB_GID_INDEX", None,
+                                   "rule: roce fabric with fabric.gid_index empty", True,
+                                   "the RoCE v2, IPv4-mapped GID on each HCA's netdev, detected on each node"))
+        out.append(Setting(ENV, "NCCL_IB_TIMEOUT", str(profile.nccl.ib_timeout),
+                           _origin(profile, "nccl.ib_timeout"), True, ""))
+        out.append(Setting(ENV, "NCCL_IB_RETRY_CNT", str(profile.nccl.ib_retry_cnt),
+                           _origin(profile, "nccl.ib_retry_cnt"), True, ""))
+        if profile.nccl.net_gdr_level:
+            out.append(Setting(ENV, "NCCL_NET_GDR_LEVEL", profile.nccl.net_gdr_level,
+                               _origin(profile, "nccl.net_gdr_level"), True, ""))
+    else:
+        out.append(Setting(ENV, "NCCL_IB_DISABLE", "1", "rule: fabric.type tcp (no RDMA) @ "
+                           + profile.origin("fabric.type"), True, ""))
+        out.append(Setting(ENV, "NCCL_NET_GDR_LEVEL", "0", "rule: fabric.type tcp: no GPUDirect RDMA @ "
+                           + profile.origin("fabric.type"), True, ""))
+    if fabric.socket_ifname:
+        out.append(Setting(ENV, "NCCL_SOCKET_IFNAME", fabric.socket_ifname,
+                           _origin(profile, "fabric.socket_ifname"), True,
+                           "checked on each node: the interface must exist and be up"))
+    for name, value in sorted(profile.nccl.env.to_dict().items()):
+        out.append(Setting(ENV, name, str(value), _origin(profile, f"nccl.env.{name}"), True, ""))
+    return out
+
+
+def binding_settings(profile, eff: Effective) -> list[Setting]:
+    bind = profile.numa.bind
+    if bind == "slurm":
+        out = []
+        gpu_bind = eff.get("gpu-bind")
+        if gpu_bind is None:
+            out.append(Setting(OPTION, "--gpu-bind", "closest", _origin(profile, "numa.bind"), True, ""))
+        else:
+            out.append(Setting(OPTION, "--gpu-bind", "closest", _origin(profile, "numa.bind"), False,
+                               f"kept your --gpu-bind={gpu_bind.value} ({gpu_bind.where})"))
+        # sbatch has no --cpu-bind; srun reads SLURM_CPU_BIND as its default.
+        out.append(Setting(ENV, "SLURM_CPU_BIND", profile.numa.cpu_bind,
+                           _origin(profile, "numa.bind", "numa.cpu_bind"), True,
+                           "srun's --cpu-bind default for every step (sbatch has no --cpu-bind)"))
+        return out
+    if bind == "stune":
+        return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True,
+                        "run each task as `srun stune-bind CMD` to bind it to its GPU's NUMA node")]
+    return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True, "numa.bind is none: no binding")]
+
+
+def recovery_settings(profile, eff: Effective) -> list[Setting]:
+    out = []
+    rec = profile.recovery
+    if rec.requeue:
+        mine = eff.given("requeue", "no-requeue")
+        out.append(Setting(OPTION, "--requeue", None, _origin(profile, "recovery.requeue"), mine is None,
+                           f"kept your --{mine.key} ({mine.where})" if mine else ""))
+    if rec.signal:
+        value = f"B:{rec.signal}@{rec.signal_seconds}"
+        mine = eff.get("signal")
+        out.append(Setting(OPTION, "--signal", value, _origin(profile, "recovery.signal", "recovery.signal_seconds"),
+                           mine is None, f"kept your --signal={mine.value} ({mine.where})" if mine else
+                           f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit: "
+                           "time to checkpoint"))
+    return out
+
+
+def hms(seconds: int) -> str:
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
+    place = profile.placement
+    out = []
+    if not multi:
+        if place.exclude_degraded:
+            out.append(Setting(NOTE, "placement", None, _origin(profile, "placement.exclude_degraded"), True,
+                               "single-node job: nodes marked degraded may run it"))
+        return out
+    if place.switches:
+        value = f"{place.switches}@{hms(place.switches_max_wait)}"
+        mine = eff.get("switches")
+        out.append(Setting(OPTION, "--switches", value,
+                           _origin(profile, "placement.switches", "placement.switches_max_wait"), mine is None,
+                           f"kept your --switches={mine.value} ({mine.where})" if mine else
+                           "keep the job under one leaf switch, waiting at most that long for it"))
+    if place.exclude_degraded:
+        marked = degraded_nodes()
+        requested = _node_names(eff.get("nodelist"))
+        wanted = [n for n in marked if n in requested]
+        excluded = [n for n in marked if n not in requested]
+        source = _origin(profile, "placement.exclude_degraded")
+        if excluded:
+            mine = eff.get("exclude")
+            value = ",".join(([mine.value] if mine and mine.value else []) + excluded)
+            note = f"nodes marked {DEGRADED_FEATURE}: {','.join(excluded)}"
+            if mine:
+                note += f" (added to your --exclude={mine.value}, {mine.where})"
+            out.append(Setting(OPTION, "--exclude", value, source, True, note))
+        else:
+            out.append(Setting(NOTE, "placement", None, source, True,
+                               f"no node of the partition is marked {DEGRADED_FEATURE}"))
+        if wanted:
+            out.append(Setting(NOTE, "placement", None, source, False,
+                               f"kept {','.join(wanted)}: your --nodelist asks for them although they are "
+                               f"marked {DEGRADED_FEATURE}"))
+    return out
+
+
+def _node_names(opt) -> frozenset[str]:
+    """Plain names of a --nodelist (bracket ranges expanded)."""
+    if opt is None or not opt.value:
+        return frozenset()
+    return frozenset(expand_hostlist(opt.value))
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """`n[1-3,5],gpu7` -> n1 n2 n3 n5 gpu7 (one bracket group per name, as node lists use)."""
+    names, depth, item = [], 0, ""
+    for c in text + ",":
+        if c == "," and depth == 0:
+            if item:
+                names.extend(_expand_one(item))
+            item = ""
+            continue
+        depth += (c == "[") - (c == "]")
+        item += c
+    return names
+
+
+def _expand_one(item: str) -> list[str]:
+    head, sep, rest = item.partition("[")
+    if not sep:
+        return [item]
+    body, _, tail = rest.partition("]")
+    out = []
+    for part in body.split(","):
+        lo, dash, hi = part.partition("-")
+        if dash and lo.isdigit() and hi.isdigit():
+            out.extend(f"{head}{i:0{len(lo)}d}{tail}" for i in range(int(lo), int(hi) + 1))
+        else:
+            out.append(f"{head}{part}{tail}")
+    return out
+
+
+def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effective, environ) -> list[Setting]:
+    """--stage SRC[:NAME] / --stage-required -> STUNE_STAGE for the TaskProlog."""
+    if not stage_args and not required:
+        return []
+    from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
+
+    chdir = eff.get("chdir")
+    base = cwd
+    if chdir is not None and chdir.value:
+        base = chdir.value if chdir.value.startswith("/") else f"{cwd.rstrip('/')}/{chdir.value}"
+    requests = [parse_stage_arg(arg, base) for arg in stage_args]
+    value = encode_requests(requests, required)
+    what = ", ".join(str(r) for r in requests) or "the profile's cache.stage"
+    return [Setting(ENV, ENV_VAR, value, "rule: --stage" + (" --stage-required" if required else ""), True,
+                    f"staged on each node into the cache tier: {what}")]
+
+
+def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
+               stage_args: list[str], stage_required: bool, degraded_nodes, het: bool) -> Plan:
+    export = parse_export(eff.get("export"))
+    export_file_opt = eff.get("export-file")
+    export_file = read_export_file(export_file_opt.value if export_file_opt else None)
+    multi, node_reason = multi_node(eff)
+    settings = nccl_settings(profile) + binding_settings(profile, eff) + recovery_settings(profile, eff)
+    if het:
+        settings = [s for s in settings if s.kind != OPTION]
+        settings.append(Setting(NOTE, "placement", None, "rule: heterogeneous job", True,
+                                "a het job: stune sets the environment only, no sbatch options"))
+    else:
+        settings += placement_settings(profile, eff, multi, degraded_nodes)
+    settings += stage_settings(stage_args, stage_required, cwd, eff, environ)
+    final: list[Setting] = []
+    for s in settings:
+        if s.kind in (ENV, NODE) and s.applied:
+            mine = user_value(s.name, export, environ, export_file)
+            if mine is not None:
+                s = s._replace(applied=False, note=f"kept your {s.name}={mine[0]} ({mine[1]}); "
+                               + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"))
+        final.append(s)
+    env = {s.name: s.value for s in final if s.kind == ENV and s.applied}
+    managed = [s.name for s in final if s.kind in (ENV, NODE) and s.applied]
+    if managed:
+        env[MANAGED_VAR] = ",".join(managed)
+    options = []
+    for s in final:
+        if s.kind == OPTION and s.applied:
+            options.append(s.name if s.value is None else f"{s.name}={s.value}")
+    export_option = None
+    if env and export.mode in ("list", "none"):
+        kept = [] if export.mode == "none" else [export.raw]
+        export_option = "--export=" + ",".join(kept + sorted(env))
+        options.append(export_option)
+    return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason)
+
+
+def job_environment(plan_env: dict[str, str], export: ExportSpec, environ) -> dict[str, str]:
+    """The environment the job starts with, as far as the submission decides it (for the history)."""
+    if export.mode == "all":
+        env = dict(environ)
+    else:
+        env = {k: v for k, v in environ.items() if k in export.names or k.startswith("SLURM_")}
+    env.update(export.assigned)
+    env.update(plan_env)
+    return env

@@ -1,0 +1,229 @@
+"""The submission: read the command line and the script, resolve the partition, plan, run sbatch, record.
+
+stune stays out of sbatch's way wherever it cannot help: a command line sbatch would reject, --help,
+--usage and --version, a partition without a profile, or a profile directory that does not load all run
+plain sbatch with the user's words (a broken profile also prints one warning). sbatch's stdout, stderr and
+exit status are always the user's to see, unchanged.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import ConfigError, StuneError
+from .options import INFO_KEYS, Effective, parse_args, parse_directives
+
+PROG = "stune-sbatch"
+
+
+def warn(text: str) -> None:
+    sys.stderr.write(f"{PROG}: {text}\n")
+
+
+def read_script(argv: list[str], parsed, environ, stdin) -> tuple[str | None, bytes | None, str]:
+    """(script text for the directives, bytes to feed sbatch on stdin, a label for the history)."""
+    if parsed.script_index is not None:
+        path = argv[parsed.script_index]
+        try:
+            with open(path, "rb") as fh:
+                return fh.read(1 << 22).decode("utf-8", "replace"), None, path
+        except OSError:
+            return None, None, path  # sbatch says it cannot open it
+    if any(o.key == "wrap" for o in parsed.options):
+        return None, None, "--wrap"
+    data = stdin.read() if stdin is not None else b""
+    return data.decode("utf-8", "replace"), data, "<stdin>"
+
+
+def sbatch_words(argv: list[str], parsed, added: list[str]) -> list[str]:
+    """The user's words minus stune's own options, with stune's options just before the script."""
+    drop = set(parsed.stune_words)
+    words = [w for i, w in enumerate(argv) if i not in drop]
+    if not added:
+        return words
+    end = parsed.dashdash if parsed.dashdash is not None else parsed.script_index
+    end = len(argv) if end is None else end
+    at = end - sum(1 for i in drop if i < end)
+    return words[:at] + added + words[at:]
+
+
+def job_id_from(stdout: str) -> tuple[str | None, str | None]:
+    """(job id, cluster) from `Submitted batch job N[ on cluster C]` or --parsable's `N[;C]`."""
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("Submitted batch job "):
+            words = line.split()
+            return words[3], (words[6] if len(words) >= 7 and words[4:6] == ["on", "cluster"] else None)
+        head, _, cluster = line.partition(";")
+        if head.isdigit():
+            return head, cluster or None
+    return None, None
+
+
+def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
+    environ = os.environ if environ is None else environ
+    parsed = parse_args(argv)
+    dry_run = any(o.key == "stune:dry-run" for o in parsed.stune)
+    if slurm is None:
+        from ..slurm import Slurm
+
+        slurm = Slurm.from_env()
+    if parsed.problems or any(o.key in INFO_KEYS for o in parsed.options):
+        if dry_run:
+            for problem in parsed.problems:
+                warn(f"sbatch would refuse this command line: {problem}")
+            return 2 if parsed.problems else 0
+        return _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
+    text, stdin_bytes, script_label = read_script(argv, parsed, environ,
+                                                  stdin if stdin is not None else _stdin_buffer())
+    directives, script_het = parse_directives(text) if text else ([], False)
+    eff = Effective(parsed.options, directives, environ)
+    try:
+        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het)
+    except _NoProfile as exc:
+        if dry_run:
+            print(f"{PROG} --dry-run: {exc}; the job would be submitted unchanged:")
+            print("  " + _command_text(["sbatch", *sbatch_words(argv, parsed, [])]))
+            return 0
+        rc = _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
+        if rc == 0 and exc.partition:
+            warn(f"note: {exc}; submitted without stune settings")
+        return rc
+    except StuneError as exc:
+        if dry_run or _stage_error(exc):
+            raise
+        warn(f"warning: {exc}; submitting without stune settings")
+        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
+    words = sbatch_words(argv, parsed, plan.options)
+    if dry_run:
+        sys.stdout.write(explain(plan, words, script_label))
+        return 0
+    env = dict(environ)
+    env.update(plan.env)
+    sys.stdout.flush()
+    rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env)
+    if rc == 0:
+        _record(argv, words, plan, eff, environ, stdout, script_label)
+    return rc
+
+
+class _NoProfile(StuneError):
+    def __init__(self, message: str, partition: str | None):
+        self.partition = partition
+        super().__init__(message)
+
+
+def _stage_error(exc: StuneError) -> bool:
+    return type(exc).__name__ == "StageRequestError"  # a bad --stage is the user's to fix: refuse
+
+
+def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool):
+    from ..profiles import load_profile, profile_dir
+    from .plan import build_plan
+
+    opt = eff.get("partition")
+    if opt is not None and opt.value:
+        partition, source = opt.value, ("command line" if opt.where == "command line" else opt.where)
+    else:
+        try:
+            partition, source = slurm.default_partition(), "Slurm's default partition"
+        except StuneError:
+            raise _NoProfile("cannot ask Slurm for its default partition", None) from None
+        if not partition:
+            raise _NoProfile("Slurm has no default partition", None)
+    first = partition.split(",")[0].strip()
+    try:
+        profile = load_profile(first)
+    except ConfigError as exc:
+        if exc.key == "" and exc.problem.startswith("no profile for partition"):
+            raise _NoProfile(f"partition {first!r} has no stune profile in {profile_dir()}", first) from None
+        raise
+    if first != partition:
+        source += f"; the profile of {first!r}, the first of {partition!r}"
+    stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
+    stage_required = any(o.key == "stune:stage-required" for o in parsed.stune)
+
+    def degraded_nodes() -> list[str]:
+        from ..nodestate import DEGRADED_FEATURE
+
+        return sorted(n for n, feats in slurm.node_features(partition).items() if DEGRADED_FEATURE in feats)
+
+    return build_plan(partition=partition, partition_source=source, profile=profile, eff=eff, environ=environ,
+                      cwd=os.getcwd(), stage_args=stage_args, stage_required=stage_required,
+                      degraded_nodes=degraded_nodes, het=het)
+
+
+def _stdin_buffer():
+    return getattr(sys.stdin, "buffer", None)
+
+
+def _sbatch(slurm, words: list[str], stdin_bytes: bytes | None, environ) -> int:
+    sys.stdout.flush()
+    rc, _ = slurm.sbatch_passthrough(words, stdin_bytes, dict(environ))
+    return rc
+
+
+def _record(argv, words, plan, eff, environ, stdout: str, script_label: str) -> None:
+    import time
+
+    from . import history
+    from .plan import job_environment, parse_export
+
+    job_id, cluster = job_id_from(stdout)
+    entry = {
+        "time": int(time.time()), "job_id": job_id, "cluster": cluster, "partition": plan.partition,
+        "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": os.getcwd(), "script": script_label,
+        "profile": plan.profile.source, "digest": plan.profile.digest,
+        "env": history.recorded_env(job_environment(plan.env, parse_export(eff.get("export")), environ)),
+    }
+    try:
+        history.record(entry, environ)
+    except OSError as exc:  # the job is submitted; a history that cannot be written must not hide that
+        warn(f"warning: job submitted, but the history was not written: {exc.strerror or exc}")
+
+
+# ---- --dry-run -------------------------------------------------------------------------------------------------
+
+def _command_text(words: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def explain(plan, words: list[str], script_label: str) -> str:
+    from .plan import ENV, NODE, NOTE, OPTION
+
+    p = plan.profile
+    lines = [f"{PROG} --dry-run: nothing was submitted",
+             f"partition   {plan.partition}  ({plan.partition_source})",
+             f"profile     {p.source}  (digest {p.digest}, fabric {p.fabric.type})",
+             f"nodes       {'multi-node' if plan.multi_node else 'single node'}: {plan.node_reason}",
+             f"script      {script_label}",
+             "", "sbatch command:", "  " + _command_text(["sbatch", *words])]
+
+    def table(title: str, rows: list[tuple[str, str]]) -> None:
+        if not rows:
+            return
+        lines.extend(["", title])
+        width = min(max(len(r[0]) for r in rows), 44)
+        for left, right in rows:
+            pad = " " * max(width - len(left), 0)
+            lines.append(f"  {left}{pad}  <- {right}")
+
+    s_env = [s for s in plan.settings if s.kind == ENV and s.applied]
+    table("environment stune sets for the job:",
+          [(f"{s.name}={s.value}", s.source + (f"; {s.note}" if s.note else "")) for s in s_env]
+          + ([("STUNE_MANAGED=" + plan.env["STUNE_MANAGED"], "rule: the names stune set, so the TaskProlog "
+               "may refine them and never touches yours")] if "STUNE_MANAGED" in plan.env else []))
+    table("detected on each node (stune-task-prolog, or eval \"$(stune-env)\" in the script):",
+          [(s.name, s.source + f"; {s.note}") for s in plan.settings if s.kind == NODE and s.applied])
+    table("sbatch options stune adds:",
+          [(s.name if s.value is None else f"{s.name}={s.value}", s.source + (f"; {s.note}" if s.note else ""))
+           for s in plan.settings if s.kind == OPTION and s.applied]
+          + ([(plan.export_option, "rule: your --export names only some variables: stune's are added to "
+               "the list")] if plan.export_option else []))
+    table("kept as you set them (stune does not override):",
+          [(s.name, f"{s.note}  [{s.source}]") for s in plan.settings if not s.applied and s.kind != NOTE])
+    notes = [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == NOTE]
+    table("notes:", notes)
+    return "\n".join(lines) + "\n"
