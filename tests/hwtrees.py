@@ -176,3 +176,8 @@ def vpc_tcp(root: Path, *, gpus: int = 4, numa_node: int = -1) -> Path:
 def kmsg(root: Path, records: list[str]) -> Path:
     """A kernel-log copy in /dev/kmsg record form (`prio,seq,usec,flags;message`)."""
     return put(root, "dev/kmsg", "\n".join(records))
+
+
+def boot_id(root: Path, value: str = "3b2f0c5e-8d1a-4f6b-9c2e-7a5d4e1f0b93") -> Path:
+    """/proc/sys/kernel/random/boot_id: a new one after every reboot."""
+    return put(root, "proc/sys/kernel/random/boot_id", value)

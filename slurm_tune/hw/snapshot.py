@@ -17,6 +17,7 @@ from ..text import is_digits
 from .sysfs import Sysfs
 
 FORMAT = "stune-snapshot/1"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
 
 
 class SnapshotError(StuneError):
@@ -65,10 +66,14 @@ def capture_pci_gpus(sysfs: Sysfs, timeout_s: float) -> dict:
 
 
 def capture_kernel(root: str, timeout_s: float) -> dict:
-    """NVIDIA Xid events still in the kernel log, with their sequence numbers so checks can tell which are new."""
+    """NVIDIA Xid events still in the kernel log, with their sequence numbers so checks can tell which are new,
+    and the boot id, so they can tell a reboot (which resets the GPUs and restarts the sequence numbers)."""
     from .deadline import run_probe
 
-    return _section(run_probe("kmsg", lambda partial: {"xid": read_xid_events(root)}, timeout_s), "events")
+    def probe(partial):
+        return {"xid": read_xid_events(root), "boot_id": Sysfs(root).read(BOOT_ID)}
+
+    return _section(run_probe("kmsg", probe, timeout_s), "events")
 
 
 def read_xid_events(root: str) -> list[dict]:
