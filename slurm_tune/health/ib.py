@@ -7,13 +7,15 @@ was reset by a driver reload or reboot: re-baseline, no alarm). RoCE ports need 
 """
 from __future__ import annotations
 
-from ..hw.sysfs import netdev_is_up, parse_counter, parse_port_state, parse_rate_gbps
+from ..hw.sysfs import netdev_is_up, parse_counter, parse_int, parse_port_state, parse_rate_gbps
 from . import result as R
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
 # What Linux writes (drivers/infiniband/core/sysfs.c): "<number>: <name>". Anything else is unreadable, so a
 # garbled file can never pass for a real DOWN.
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+# RFC 2863 operational states, as /sys/class/net/*/operstate spells them.
+OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining", 5: "LinkUp",
                6: "LinkErrorRecovery", 7: "Phy Test"}
 # Width of each error counter in the IB PortCounters attribute that sysfs shows: they stop at their maximum
@@ -196,8 +198,9 @@ def _check_roce_netdev(devices: dict, nets: dict | None, hca) -> R.Result:
         return R.fail("ib.netdev", subject, f"{hca.device} is bound to {', '.join(bound)}; the profile expects "
                                             f"{hca.netdev}", f"{hca.device} netdev {','.join(bound)}")
     state = info.get("operstate")
-    if not isinstance(state, str) or not state:
-        return R.unknown("ib.netdev", subject, f"unreadable operstate {state!r} of {hca.netdev}")
+    if state not in OPERSTATES or (state == "unknown" and parse_int(info.get("flags")) is None):
+        return R.unknown("ib.netdev", subject, f"unreadable operstate {state!r} (flags {info.get('flags')!r}) "
+                                               f"of {hca.netdev}")
     if not netdev_is_up(info):
         return R.fail("ib.netdev", subject, f"{hca.netdev} operstate {state}; expected up",
                       f"{hca.netdev} {state}")
@@ -217,8 +220,8 @@ def _check_socket_ifname(snapshot, name: str) -> R.Result:
     if info.get("present") is not True:
         return R.unknown("net.socket", name, "unreadable entry")
     state = info.get("operstate")
-    if not isinstance(state, str) or not state:
-        return R.unknown("net.socket", name, f"unreadable operstate {state!r}")
+    if state not in OPERSTATES or (state == "unknown" and parse_int(info.get("flags")) is None):
+        return R.unknown("net.socket", name, f"unreadable operstate {state!r} (flags {info.get('flags')!r})")
     if not netdev_is_up(info):
         return R.fail("net.socket", name, f"operstate {state}; expected up", f"{name} {state}")
     return R.ok("net.socket", name, "up")

@@ -37,6 +37,6 @@ def merge_state(state: dict, updates: dict, *, rebaseline: bool) -> None:
             for port, values in new.items():
                 old.setdefault(port, values)
         state["baselines"] = old
-    for key in ("xid_seq", "xid_sticky", "gpu_pci"):
+    for key in ("xid_seq", "xid_sticky", "boot_id", "gpu_pci"):
         if key in updates:
             state[key] = updates[key]

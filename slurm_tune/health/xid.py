@@ -68,12 +68,21 @@ def _valid(ev) -> bool:
             and isinstance(ev.get("pci", ""), str))
 
 
-def new_events(snapshot, last_seq) -> tuple[list, int | None, bool]:
-    """(events newer than last_seq, the highest seq seen, whether the log restarted).
+def boot_id(snapshot) -> str | None:
+    events = snapshot["kernel"].get("events") if isinstance(snapshot.get("kernel"), dict) else None
+    value = events.get("boot_id") if isinstance(events, dict) else None
+    return value if isinstance(value, str) and value else None
 
-    Kernel log sequence numbers start over at boot: when every sequence number in the log is below the
-    last one seen, the node rebooted and every event in the log is new."""
+
+def new_events(snapshot, last_seq, last_boot) -> tuple[list, int | None, bool]:
+    """(events after last_seq, the highest seq seen, whether the node rebooted since).
+
+    A reboot resets the GPUs and restarts the kernel log's sequence numbers: it is a new boot id, or (when
+    the boot id cannot be read) every sequence number in the log being below the last one seen."""
     events = [ev for ev in _events(snapshot) or [] if _valid(ev)]
+    boot = boot_id(snapshot)
+    if boot is not None and isinstance(last_boot, str) and boot != last_boot:
+        return events, max((ev["seq"] for ev in events), default=None), True
     if not events:
         return [], last_seq, False
     top = max(ev["seq"] for ev in events)
@@ -109,7 +118,7 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
         results = [R.unknown("gpu.xid", "kernel log", f"could not read Xid events: {why}")]
         results += [_sticky_result(snapshot, ev) for ev in sticky]
         return results, {}
-    fresh, seq, rebooted = new_events(snapshot, previous.get("xid_seq"))
+    fresh, seq, rebooted = new_events(snapshot, previous.get("xid_seq"), previous.get("boot_id"))
     if rebooted:
         sticky = []  # a reboot resets the GPUs: old Xids no longer hold
     results = []
@@ -129,9 +138,9 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
     results += [_sticky_result(snapshot, ev) for ev in sticky]
     if not results:
         results.append(R.ok("gpu.xid", "kernel log", "no new Xid events"))
-    updates = {"xid_sticky": sticky}
-    if seq is not None:
-        updates["xid_seq"] = seq
+    updates = {"xid_sticky": sticky, "xid_seq": seq}
+    if boot_id(snapshot) is not None:
+        updates["boot_id"] = boot_id(snapshot)
     return results, updates
 
 
