@@ -13,9 +13,10 @@ Common options: --partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-di
 STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR (each may use %n for the node name), STUNE_HEALTH_PROM,
 STUNE_HEALTH_JSON, STUNE_PARTITIONS.
 
-Exit status: check: 0 ok, 4 unknown, 5 degraded, 6 fail. prolog/epilog: 1 only when a failure fails the job
-(anything else, including a bug or a bad profile, is 0: a hook must never drain the fleet by mistake).
-run: 0, 1 when Slurm or the profile failed, 7 when the circuit breaker held back a drain.
+Exit status: check: 0 ok, 4 unknown, 5 degraded, 6 fail. prolog/epilog: 10 only when a failure fails the
+job, 0 for anything else, including a bug or a bad profile: a hook must never drain the fleet by mistake. (10,
+not 1, so that a Python that cannot even start - exit 1 - is told apart by the hook scripts.) run: 0, 1 when
+Slurm or the profile failed, 7 when the circuit breaker held back a drain.
 
 The option parser is hand-made: argparse costs ~5 ms, a third of the prolog's whole budget.
 """
@@ -28,6 +29,7 @@ from .common import EXIT_USAGE, guarded
 PROG = "stune-health"
 EXIT_BY_STATUS = {"ok": 0, "unknown": 4, "degraded": 5, "fail": 6}
 EXIT_BREAKER = 7
+EXIT_HOOK_FAIL = 10
 COMMON = {"--partition": 1, "--sysfs-root": 1, "--gpu-snapshot": 1, "--state-dir": 1, "--node": 1, "--prom": 1,
           "--json-out": 1}
 COMMANDS = {
@@ -169,7 +171,7 @@ def _hook(mode: str, options: dict) -> int:
     if doc["status"] == "fail":
         print(f"{PROG}: {mode}: {doc['reason']} ({doc['note']})", file=sys.stderr)
     _ENFORCED.append(code == 1)
-    return code
+    return EXIT_HOOK_FAIL if code == 1 else 0
 
 
 def _say_and_log(cfg, line: str) -> None:
@@ -271,5 +273,5 @@ def main(argv: list[str] | None = None) -> int:
     hook = bool(args) and args[0] in ("prolog", "epilog")
     code = guarded(PROG, _main, args, internal_exit=0 if hook else 70)
     if hook:
-        return 1 if code == 1 and _ENFORCED and _ENFORCED[-1] else 0
+        return EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else 0
     return code

@@ -44,7 +44,8 @@ def loads(text):
             value, end = _scan(text, start)
         except StopIteration:
             value, end = None, -1
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError, SystemError):
+            # SystemError: the C scanner reports bad input through json.decoder, which is not imported
             end = -1
         if end >= 0:
             while end < len(text) and text[end] in _WHITESPACE:

@@ -29,14 +29,17 @@ def _dict(value) -> dict | None:
 
 
 def section(snapshot, name: str) -> tuple[dict | None, str | None]:
-    """(devices, None) for an answered snapshot section, else (None, why not)."""
+    """(devices, None) for an answered snapshot section; (what was read before the probe stalled, why) for
+    one that did not answer, so a device missing from it is "did not answer", not "missing"; (None, why)
+    when there is nothing to judge."""
     sec = _dict(snapshot.get(name)) if isinstance(snapshot, dict) else None
     if sec is None:
         return None, f"the snapshot has no readable {name!r} section"
+    devices = _dict(sec.get("devices"))
     if sec.get("answered") is not True:
         err = sec.get("error")
-        return None, err if isinstance(err, str) and err else f"the {name!r} probe did not answer"
-    devices = _dict(sec.get("devices"))
+        why = err if isinstance(err, str) and err else f"the {name!r} probe did not answer"
+        return (devices if sec.get("answered") is False else None), why
     if devices is None:
         return None, f"the {name!r} section has no readable device list"
     return devices, None
@@ -50,10 +53,10 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
     baselines: dict = {}
     if fabric.type in LINK_LAYER:
         devices, why = section(snapshot, "ib")
-        nets, _ = section(snapshot, "net")
+        nets, nets_why = section(snapshot, "net")
         for hca in fabric.hcas:
             subject = f"{hca.device}/{hca.port}"
-            if devices is None:
+            if devices is None or (why is not None and hca.device not in devices):
                 results.append(R.unknown("ib.link", subject, f"cannot judge: {why}"))
                 continue
             port_results, counters = _check_port(devices, hca, fabric, profile.health.counters,
@@ -62,7 +65,7 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
             if counters is not None:
                 baselines[subject] = counters
             if fabric.type == "roce" and hca.netdev:
-                results.append(_check_roce_netdev(devices, nets, hca))
+                results.append(_check_roce_netdev(devices, nets, nets_why, hca))
     if fabric.socket_ifname:
         results.append(_check_socket_ifname(snapshot, fabric.socket_ifname))
     return results, {"baselines": baselines}
@@ -180,10 +183,10 @@ def _check_counters(port: dict, subject: str, thresholds, baseline: dict) -> tup
     return [result], new_baseline
 
 
-def _check_roce_netdev(devices: dict, nets: dict | None, hca) -> R.Result:
+def _check_roce_netdev(devices: dict, nets: dict | None, nets_why: str | None, hca) -> R.Result:
     subject = f"{hca.device}/{hca.port}"
-    if nets is None:
-        return R.unknown("ib.netdev", subject, f"cannot see {hca.netdev}: no readable 'net' section")
+    if nets is None or (nets_why is not None and hca.netdev not in nets):
+        return R.unknown("ib.netdev", subject, f"cannot see {hca.netdev}: {nets_why}")
     info = _dict(nets.get(hca.netdev))
     if info is None or info.get("present") is False:
         if hca.netdev in nets and info is None:
@@ -209,7 +212,7 @@ def _check_roce_netdev(devices: dict, nets: dict | None, hca) -> R.Result:
 
 def _check_socket_ifname(snapshot, name: str) -> R.Result:
     nets, why = section(snapshot, "net")
-    if nets is None:
+    if nets is None or (why is not None and name not in nets):
         return R.unknown("net.socket", name, f"cannot judge: {why}")
     info = _dict(nets.get(name))
     if info is None or info.get("present") is False:

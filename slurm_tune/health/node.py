@@ -134,9 +134,7 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
 
     start = time.monotonic()
     now = time.time()
-    with S.Locked(cfg.state_dir) as st:
-        profile, _how = resolve_profile(cfg, st.state, mode, environ)
-        st.state.setdefault("partition", profile.partition)
+    profile, _how = resolve_profile(cfg, S.read(cfg.state_dir)[0], mode, environ)
     policy = S.policy_digest(profile)
     if mode == "prolog":
         snap = collect.fast(cfg.root, profile, cfg.node)
@@ -145,6 +143,7 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
     with S.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         judge.merge_state(st.state, updates, rebaseline=False)
+        st.state.setdefault("partition", profile.partition)
         enforced, why = enforce_decision(st.state, verdict, policy)
         _record_last(st.state, mode, now, verdict, policy, enforced)
         if enforced:
@@ -169,15 +168,13 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
 
     start = time.monotonic()
     now = time.time()
-    with S.Locked(cfg.state_dir) as st:
-        profile, how = resolve_profile(cfg, st.state, "run", environ, slurm)
-        st.state.setdefault("partition", profile.partition)
-        st.save()
+    profile, how = resolve_profile(cfg, S.read(cfg.state_dir)[0], "run", environ, slurm)
     policy = S.policy_digest(profile)
     snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot)
     with S.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         judge.merge_state(st.state, updates, rebaseline=True)
+        st.state.setdefault("partition", profile.partition)
         _record_last(st.state, "run", now, verdict, policy, False)
         st.state["node"] = cfg.node
         want = A.want_for(verdict)

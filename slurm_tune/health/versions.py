@@ -37,7 +37,7 @@ def _hca_firmware(snapshot, profile) -> list:
     devices, why = section(snapshot, "ib")
     out = []
     for name in dict.fromkeys(h.device for h in profile.fabric.hcas):
-        if devices is None:
+        if devices is None or (why is not None and name not in devices):
             out.append(R.unknown("versions.hca_firmware", name, f"cannot judge: {why}"))
             continue
         dev = devices.get(name)
