@@ -35,10 +35,25 @@ def _since(text: str | None, now: float) -> int | None:
     return int(now - seconds)
 
 
-def _slurm():
+def _slurm(args=None):
+    """The cluster, or None for an offline what-if (--sacct-file without --cluster)."""
     from ..slurm import Slurm
 
+    if args is not None and getattr(args, "sacct_file", None) and not args.cluster:
+        return None
     return Slurm.from_env()
+
+
+def _offline_settings(args):
+    from ..fairshare.accountant import PrioritySettings
+    from ..schema import Duration, Where
+
+    if not getattr(args, "sacct_file", None) or args.cluster:
+        return None
+    half_life = Duration().check(args.half_life, "--half-life", Where("command line")) \
+        if args.half_life is not None else 7 * 86400
+    return PrioritySettings(algorithm=args.algorithm, half_life_s=float(half_life),
+                            weight_fairshare=args.weight_fairshare)
 
 
 def _apply(args) -> int:
@@ -46,8 +61,8 @@ def _apply(args) -> int:
     from ..fairshare.config import load_config
 
     config = load_config(args.config)
-    result = accountant.run_locked(config, _slurm(), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
-                                   dry_run=args.dry_run, now=args.now)
+    result = accountant.run_locked(config, _slurm(args), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
+                                   dry_run=args.dry_run, now=args.now, settings=_offline_settings(args))
     for warning in result.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     verb = "would set" if args.dry_run else "set"
@@ -80,8 +95,9 @@ def _report(args) -> int:
     since = None
     if not args.sacct_file:  # live: the window reaches back at least this far
         since = _since(args.since, now) if args.since else int(now - config.report.window)
-    result = accountant.run_locked(config, _slurm(), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
-                                   dry_run=True, plan=False, since=since, now=args.now, read_sshare=True)
+    result = accountant.run_locked(config, _slurm(args), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
+                                   dry_run=True, plan=False, since=since, now=args.now, read_sshare=True,
+                                   settings=_offline_settings(args))
     if args.sacct_file and args.since:  # a dump's window is relative to its own last record
         since = _since(args.since, result.as_of)
     rep = report_mod.build(result, config, since)
@@ -141,8 +157,17 @@ def _main(argv: list[str]) -> int:
         p.add_argument("--config", help="fair-share YAML (default $STUNE_FAIRSHARE_CONFIG or "
                                         "/etc/stune/fairshare.yaml)")
         if sacct:
-            p.add_argument("--sacct-file", help="a `sacct -P` dump with header (what-if: no ledger)")
+            p.add_argument("--sacct-file", help="a `sacct -P` dump with header: a what-if, no ledger, offline "
+                                                "unless --cluster")
             p.add_argument("--assoc-file", help="`sacctmgr -P show assoc format=Account,User,ParentName,Share`")
+            p.add_argument("--cluster", action="store_true",
+                           help="with --sacct-file: take priority settings, associations and pending jobs from "
+                                "the live cluster")
+            p.add_argument("--algorithm", choices=("fair_tree", "classic"), default="fair_tree",
+                           help="offline what-if: Slurm's fair-share algorithm (default fair_tree)")
+            p.add_argument("--half-life", help="offline what-if: PriorityDecayHalfLife, e.g. 7d (default)")
+            p.add_argument("--weight-fairshare", type=int, default=10000,
+                           help="offline what-if: PriorityWeightFairshare (default 10000)")
             p.add_argument("--now", type=int, help=argparse.SUPPRESS)
 
     p = sub.add_parser("apply", help="charge new jobs, then set SiteFactor on pending jobs")

@@ -194,22 +194,20 @@ def _sum_dicts(*dicts) -> dict:
 
 def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | None = None,
         now: int | None = None, dry_run: bool = False, plan: bool = True, since: int | None = None,
-        read_sshare: bool = False) -> RunResult:
+        read_sshare: bool = False, settings: PrioritySettings | None = None) -> RunResult:
     """One accountant run. Live (slurm given, no sacct_file): incremental from the ledger's watermark, and
-    the ledger is saved unless dry_run. With sacct_file: a stateless what-if over the whole dump.
+    the ledger is saved unless dry_run. With sacct_file: a stateless what-if over the whole dump, offline
+    unless `slurm` is given (then the cluster's settings, tree and pending jobs are used).
     `plan` computes SiteFactor changes for pending jobs (needs slurm); they are applied unless dry_run."""
     acc = config.accountant
     warnings: list[str] = []
-    settings = PrioritySettings()
     if slurm is not None:
-        try:
-            settings = PrioritySettings.from_config(slurm.config())
-        except SlurmError:
-            if sacct_file is None:
-                raise
-            slurm = None
-            warnings.append("no Slurm controller reachable: Slurm's defaults assumed (Fair Tree, 7-day "
-                            "half-life), flat association tree, no SiteFactor plan")
+        settings = PrioritySettings.from_config(slurm.config())
+    elif settings is None:
+        settings = PrioritySettings()
+    if slurm is None and sacct_file is not None and not assoc_file:
+        warnings.append("offline what-if: flat association tree (every account and user with Fairshare=1); "
+                        "give --assoc-file or --cluster for the real one")
     if settings.usage_reset not in ("NONE", ""):
         warnings.append(f"PriorityUsageResetPeriod={settings.usage_reset} is not modelled: usage is decayed only")
     if sacct_file is None and slurm is None:
@@ -317,8 +315,9 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
                         for k in set(settled_slurm) | set(settled_stune)}
         keep_from = new_watermark - acc.settle_delay
         settled = {k: e for k, e in ledger.settled.items() if e >= keep_from}
-        for i in np.flatnonzero(settle).tolist():
-            settled[keys[i]] = int(table.end[i])
+        for i in np.flatnonzero(settle).tolist():  # only runs the next read window can still return
+            if table.end[i] >= keep_from:
+                settled[keys[i]] = int(table.end[i])
         ledger.settled = settled
         ledger.watermark, ledger.as_of, ledger.half_life_s = int(new_watermark), as_of, half_life
         ledger.save(path)

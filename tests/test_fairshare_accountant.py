@@ -1,0 +1,343 @@
+"""The accountant end to end, without a cluster: what-if runs on sacct dumps, the eta = 1 property, and the
+watermark/ledger logic.
+
+The incremental tests feed the accountant from `RowsSlurm`, a stand-in that serves sacct rows out of a list
+(filtered by the time window the way `sacct -S/-E` selects jobs) and records SiteFactor writes. It stands in
+for data only; what Slurm itself does (sacct, sshare, sprio, SiteFactor) is tested on the local cluster in
+test_fairshare_cluster.py."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_tune.errors import ConfigError
+from slurm_tune.fairshare import accountant
+from slurm_tune.fairshare.config import load_config
+from slurm_tune.fairshare.ledger import Ledger, LedgerError
+from slurm_tune.fairshare.sacct import FIELDS
+from slurm_tune.slurm import Association, Job, PrioRow
+
+HEADER = "|".join(FIELDS)
+USERS = {"stune-alice": "physics", "stune-bob": "biology", "root": "root", "carol": "physics"}
+ASSOCS = [Association("root", "", "", 1, "", 1), Association("biology", "", "root", 1, "", 2),
+          Association("biology", "stune-bob", "", 1, "", 3), Association("physics", "", "root", 2, "", 4),
+          Association("physics", "stune-alice", "", 1, "", 5), Association("physics", "carol", "", 3, "", 6),
+          Association("root", "root", "", 1, "", 7)]
+# the local cluster's tree: two accounts of equal shares, one user each
+EQUAL = [Association("root", "", "", 1, "", 1), Association("biology", "", "root", 1, "", 2),
+         Association("biology", "stune-bob", "", 1, "", 3), Association("physics", "", "root", 1, "", 4),
+         Association("physics", "stune-alice", "", 1, "", 5), Association("root", "root", "", 1, "", 6)]
+
+
+def summary(held, used, covered):
+    return f"stune1 held={held:.1f} used={used:.1f} cov={covered:.1f} busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
+
+
+def row(job, user, start, elapsed, gpus=2, billing=4, comment="", running=False, qos="normal"):
+    end = "Unknown" if running else start + elapsed
+    return (f"{job}|{job}|{user}|{USERS[user]}|hdr|{qos}|{'RUNNING' if running else 'COMPLETED'}|{start}|{end}|"
+            f"{elapsed}|billing={billing},cpu={billing},gres/gpu={gpus},node=1|{comment}")
+
+
+def write_config(tmp_path, text=""):
+    path = tmp_path / "fairshare.yaml"
+    path.write_text(f"accountant:\n  state_dir: {tmp_path / 'state'}\n  settle_delay: 300\n" + text)
+    return load_config(str(path))
+
+
+class RowsSlurm:
+    """Serves sacct rows from a list; pending jobs and sprio from lists; records SiteFactor writes."""
+
+    def __init__(self, rows=(), pending=(), half_life="7-00:00:00", flags="", assocs=ASSOCS):
+        self.rows = list(rows)
+        self.assocs = list(assocs)
+        self.pending = list(pending)
+        self.site = {}
+        self.writes = []
+        self.timeout = 30
+        self.conf = {"PriorityType": "priority/multifactor", "PriorityDecayHalfLife": half_life,
+                     "PriorityFlags": flags, "PriorityWeightFairShare": "10000",
+                     "PrioritySiteFactorPlugin": "(null)", "AccountingStorageTRES": "cpu,mem,gres/gpu",
+                     "ClusterName": "stune"}
+
+    def config(self):
+        return dict(self.conf)
+
+    def qos_usage_factors(self):
+        return {"normal": 1.0}
+
+    def associations(self):
+        return list(self.assocs)
+
+    def sacct_dump(self, fields, *, start=None, end=None, allocations=True, duplicates=True, timeout=None):
+        lo = time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S"))
+        hi = time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S"))
+        keep = []
+        for r in self.rows:
+            cols = r.split("|")
+            s, e = int(cols[7]), (int(cols[8]) if cols[8].isdigit() else None)
+            if s <= hi and (e is None or e >= lo):
+                keep.append(r)
+        return "\n".join([HEADER, *keep]) + "\n"
+
+    def jobs(self, states=None, **_):
+        return list(self.pending)
+
+    def sprio(self, job_ids=None):
+        return [PrioRow(j.job_id, j.user, 10000, self.site.get(j.job_id, 0), 0, 0, 0.0, "hdr")
+                for j in self.pending]
+
+    def set_site_factor(self, job_id, value):
+        for j in str(job_id).split(","):
+            self.site[int(j)] = value
+        self.writes.append((str(job_id), value))
+
+    def sshare(self):
+        return []
+
+
+def pending_job(job_id, user):
+    return Job(job_id, "w", user, USERS[user], "hdr", "PENDING", "Resources", "", 1, 10000, "", "", 0, 0, 0,
+               "", "", False, 0, "")
+
+
+# ---- what-if runs on dumps: the eta = 1 property ----------------------------------------------------------
+eta1_comment = st.sampled_from(["none", "full", "low", "other"])
+
+
+@st.composite
+def eta1_dumps(draw):
+    """Random job sets in which no job has a trusted eta below 1: no summary, 100 % utilization, too little
+    coverage, no GPUs, somebody else's comment, or still running."""
+    lines = []
+    t = 1_700_000_000
+    for job in range(1, draw(st.integers(1, 40)) + 1):
+        user = draw(st.sampled_from(sorted(USERS)))
+        start = t + draw(st.integers(0, 20 * 86400))
+        elapsed = draw(st.integers(1, 2 * 86400))
+        gpus = draw(st.integers(0, 8))
+        kind = draw(eta1_comment)
+        held = gpus * elapsed
+        comment = {"none": "", "other": "admin: re-run after maintenance",
+                   "full": summary(held, held, held),
+                   "low": summary(held, 0.01 * held, 0.3 * held)}[kind]
+        lines.append(row(job, user, start, elapsed, gpus=gpus, billing=draw(st.integers(1, 64)), comment=comment,
+                         running=draw(st.booleans()) and job % 5 == 0))
+    return "\n".join([HEADER, *lines]) + "\n"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(eta1_dumps(), st.sampled_from(["fair_tree", "classic"]), st.floats(0.1, 20))
+def test_with_eta_1_everywhere_stunes_factor_is_slurms(tmp_path, dump, algorithm, alpha):
+    path = tmp_path / "dump.txt"
+    path.write_text(dump)
+    config = write_config(tmp_path, f"  alpha: {alpha}\n")
+    slurm = RowsSlurm(flags="NO_FAIR_TREE" if algorithm == "classic" else "")
+    result = accountant.run(config, slurm, sacct_file=str(path), plan=False)
+    assert result.settings.algorithm == algorithm
+    assert result.usage_stune == result.usage_slurm
+    assert result.shares_stune.factors == result.shares_slurm.factors
+
+
+def test_penalized_user_drops_below_the_one_who_uses_their_gpus(tmp_path):
+    t = 1_700_000_000
+    dump = tmp_path / "dump.txt"
+    dump.write_text("\n".join([
+        HEADER,
+        row(1, "stune-alice", t, 3600, comment=summary(7200, 0.9 * 7200, 7200)),
+        row(2, "stune-bob", t, 3600, comment=summary(7200, 0.1 * 7200, 7200)),
+    ]) + "\n")
+    config = write_config(tmp_path)
+    result = accountant.run(config, RowsSlurm(assocs=EQUAL), sacct_file=str(dump), plan=False)
+    slurm_fs, stune_fs = result.shares_slurm.factors, result.shares_stune.factors
+    # Slurm sees two equal jobs (alice and bob tied); stune charges bob 1.9x (alpha 1, eta 0.1), alice 1.1x.
+    assert slurm_fs[("biology", "stune-bob")] == slurm_fs[("physics", "stune-alice")] == pytest.approx(2 / 3)
+    assert result.usage_slurm[("physics", "stune-alice")] == result.usage_slurm[("biology", "stune-bob")]
+    assert result.usage_stune[("biology", "stune-bob")] / result.usage_slurm[("biology", "stune-bob")] == \
+        pytest.approx(1.9)
+    assert stune_fs[("biology", "stune-bob")] == pytest.approx(1 / 3)
+    assert stune_fs[("physics", "stune-alice")] == pytest.approx(2 / 3)
+
+
+# ---- incremental runs ----------------------------------------------------------------------------------
+def test_second_run_over_the_same_window_changes_nothing(tmp_path):
+    now = 1_800_000_000
+    rows = [row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
+            row(2, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
+            row(3, "carol", now - 100, 50, gpus=0, billing=1)]  # ended 50 s ago: provisional
+    slurm = RowsSlurm(rows, pending=[pending_job(100, "stune-alice"), pending_job(101, "stune-bob")],
+                      assocs=EQUAL + [Association("physics", "carol", "", 1, "", 7)])
+    config = write_config(tmp_path)
+    first = accountant.run_locked(config, slurm, now=now)
+    assert first.settled_now == 2 and first.provisional == 1
+    assert first.applied and len(first.changes) == 1
+    change = first.changes[0]
+    assert change.job_id == 101 and change.target < 0 and slurm.site[101] == change.target
+    ledger_after_first = Ledger.load(accountant.ledger_path(config))
+
+    second = accountant.run_locked(config, slurm, now=now + 5)
+    assert second.settled_now == 0
+    assert second.changes == [] and not second.applied
+    assert second.kept == 2
+    ledger = Ledger.load(accountant.ledger_path(config))
+    assert ledger.settled == ledger_after_first.settled
+    for key, (slurm_usage, stune_usage) in ledger.usage.items():  # only 5 s of decay
+        assert slurm_usage == pytest.approx(ledger_after_first.usage[key][0], rel=1e-5)
+        assert stune_usage == pytest.approx(ledger_after_first.usage[key][1], rel=1e-5)
+    assert len(slurm.writes) == 1
+
+
+def test_each_run_is_charged_once_even_when_its_record_arrives_late(tmp_path):
+    now = 1_800_000_000
+    slurm = RowsSlurm([row(1, "stune-alice", now - 5000, 1000)])
+    config = write_config(tmp_path)
+    accountant.run_locked(config, slurm, now=now, plan=False)
+    once = Ledger.load(accountant.ledger_path(config)).usage[("physics", "stune-alice")][0]
+    # a job that ended before the first run's watermark (now - 300) but reached the database only after it
+    # (slurmdbd was behind, by less than settle_delay)
+    slurm.rows.append(row(2, "stune-alice", now - 1400, 1000))
+    # and a requeued run of job 1: same id, new start
+    slurm.rows.append(row(1, "stune-alice", now - 300, 100))
+    later = accountant.run_locked(config, slurm, now=now + 600, plan=False)
+    assert later.settled_now == 2
+    usage = Ledger.load(accountant.ledger_path(config)).usage[("physics", "stune-alice")][0]
+    assert usage == pytest.approx(once * 2 ** (-600 / (7 * 86400)) + 4 * 1000 + 4 * 100, rel=1e-3)
+    again = accountant.run_locked(config, slurm, now=now + 700, plan=False)
+    assert again.settled_now == 0
+
+
+def test_a_summary_that_lands_after_the_job_ended_is_still_used(tmp_path):
+    now = 1_800_000_000
+    slurm = RowsSlurm([row(1, "stune-bob", now - 1100, 1000)])
+    config = write_config(tmp_path)
+    first = accountant.run_locked(config, slurm, now=now, plan=False)
+    assert first.settled_now == 0 and first.provisional == 1  # ended 100 s ago < settle_delay
+    slurm.rows[0] = row(1, "stune-bob", now - 1100, 1000, comment=summary(2000, 200, 2000))
+    later = accountant.run_locked(config, slurm, now=now + 400, plan=False)
+    assert later.settled_now == 1
+    slurm_usage, stune_usage = Ledger.load(accountant.ledger_path(config)).usage[("biology", "stune-bob")]
+    assert stune_usage / slurm_usage == pytest.approx(1.9)
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    now = 1_800_000_000
+    slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
+                       row(2, "stune-alice", now - 9000, 3600)], pending=[pending_job(7, "stune-bob")],
+                      assocs=EQUAL)
+    config = write_config(tmp_path)
+    result = accountant.run_locked(config, slurm, now=now, dry_run=True)
+    assert result.changes and not result.applied
+    assert slurm.writes == []
+    assert not os.path.exists(accountant.ledger_path(config))
+
+
+def test_site_factor_is_clamped(tmp_path):
+    now = 1_800_000_000
+    slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
+                       row(2, "stune-alice", now - 9000, 3600, comment=summary(7200, 7200, 7200))],
+                      pending=[pending_job(7, "stune-bob")], assocs=EQUAL)
+    config = write_config(tmp_path, "site_factor:\n  min: -1000\n")
+    result = accountant.run_locked(config, slurm, now=now)
+    assert [c.target for c in result.changes] == [-1000]
+
+
+def test_a_site_factor_plugin_is_refused(tmp_path):
+    now = 1_800_000_000
+    slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
+                       row(2, "stune-alice", now - 9000, 3600)], pending=[pending_job(7, "stune-bob")],
+                      assocs=EQUAL)
+    slurm.conf["PrioritySiteFactorPlugin"] = "site_factor/example"
+    with pytest.raises(accountant.AccountantError, match="would overwrite stune's SiteFactor"):
+        accountant.run_locked(write_config(tmp_path), slurm, now=now)
+
+
+def test_two_accountants_never_run_at_once(tmp_path):
+    from slurm_tune.fairshare.ledger import LedgerLock
+
+    config = write_config(tmp_path)
+    with LedgerLock(accountant.ledger_path(config)):
+        with pytest.raises(LedgerError, match="another stune-fairshare is running"):
+            accountant.run_locked(config, RowsSlurm(), now=1_800_000_000)
+
+
+def test_a_corrupt_ledger_is_a_clear_error(tmp_path):
+    config = write_config(tmp_path)
+    os.makedirs(config.accountant.state_dir)
+    with open(accountant.ledger_path(config), "w") as fh:
+        fh.write("{not json")
+    with pytest.raises(LedgerError, match="unreadable ledger"):
+        accountant.run_locked(config, RowsSlurm(), now=1_800_000_000)
+
+
+# ---- config and CLI --------------------------------------------------------------------------------------
+def test_config_errors_name_file_line_and_key(tmp_path):
+    path = tmp_path / "fs.yaml"
+    path.write_text("accountant:\n  alpha: 1.5\n  coverage_mni: 0.5\n")
+    with pytest.raises(ConfigError, match=r"fs.yaml:3: accountant.coverage_mni: unknown key \(did you mean "
+                                          r"'coverage_min'\?\)"):
+        load_config(str(path))
+    path.write_text("site_factor:\n  min: 5\n  max: 0\n")
+    with pytest.raises(ConfigError, match=r"fs.yaml:2: site_factor.min: 5 is above site_factor.max"):
+        load_config(str(path))
+    path.write_text("usage:\n  interval: fast\n")
+    with pytest.raises(ConfigError, match=r"fs.yaml:2: usage.interval: expected a number"):
+        load_config(str(path))
+
+
+def test_defaults_without_a_config_file(monkeypatch, tmp_path):
+    monkeypatch.delenv("STUNE_FAIRSHARE_CONFIG", raising=False)
+    monkeypatch.setattr("slurm_tune.fairshare.config.DEFAULT_PATH", str(tmp_path / "absent.yaml"))
+    config = load_config()
+    assert config.accountant.alpha == 1.0 and config.site_factor.max == 0
+    assert config.usage.spool_dir == "/var/spool/stune/usage"
+
+
+def _cli(args, env_extra=None, tmp_path=None):
+    env = dict(os.environ, SLURM_CONF=str(tmp_path / "no-such-slurm.conf"))
+    env.update(env_extra or {})
+    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "stune-fairshare"), *args],
+                          capture_output=True, text=True, env=env)
+
+
+def test_cli_what_if_on_a_dump_without_a_cluster(tmp_path):
+    t = 1_700_000_000
+    dump = tmp_path / "dump.txt"
+    dump.write_text("\n".join([HEADER, row(1, "stune-alice", t, 3600, comment=summary(7200, 6480, 7200)),
+                               row(2, "stune-bob", t, 3600, comment=summary(7200, 720, 7200))]) + "\n")
+    cfg = tmp_path / "fs.yaml"
+    cfg.write_text(f"accountant:\n  state_dir: {tmp_path / 'state'}\n")
+    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "json"],
+                tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    users = {(u["account"], u["user"]): u for u in doc["users"]}
+    assert users[("physics", "stune-alice")]["efficiency"] == pytest.approx(0.9)
+    assert users[("biology", "stune-bob")]["idle_gpu_h"] == pytest.approx(1.8)
+    assert users[("biology", "stune-bob")]["fairshare_stune"] < users[("biology", "stune-bob")]["fairshare_slurm"]
+    assert any("offline what-if: flat association tree" in w for w in doc["warnings"])
+    assert not (tmp_path / "state").exists()  # a what-if keeps no ledger
+    proc = _cli(["apply", "--dry-run", "--sacct-file", str(dump), "--config", str(cfg)], tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 SiteFactor change(s) planned" in proc.stdout
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("JobIDRaw|User\n1|x\n")
+    proc = _cli(["report", "--sacct-file", str(bad)], tmp_path=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("stune-fairshare: ") and "bad.txt:1: header lacks" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    cfg = tmp_path / "fs.yaml"
+    cfg.write_text("report:\n  top_jobs: many\n")
+    proc = _cli(["report", "--config", str(cfg)], tmp_path=tmp_path)
+    assert proc.returncode == 1 and "fs.yaml:2: report.top_jobs: expected an integer" in proc.stderr
+    proc = _cli(["apply"], tmp_path=tmp_path, env_extra={"STUNE_FAIRSHARE_CONFIG": str(tmp_path / "none.yaml")})
+    assert proc.returncode == 1 and "none.yaml" in proc.stderr and "Traceback" not in proc.stderr

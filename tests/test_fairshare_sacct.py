@@ -1,0 +1,88 @@
+"""Reading sacct text (live or a dump) into columns: the formats Slurm 22.05 prints, and clear errors."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from slurm_tune.fairshare.sacct import FIELDS, SacctFormatError, parse, read_file
+
+HEADER = "|".join(FIELDS)
+# Rows as `SLURM_TIME_FORMAT=%s sacct -a -X -D -P --noconvert` prints them on the devcluster.
+ROWS = [
+    "1|1|stune-alice|physics|hdr|normal|COMPLETED|1795982612|1795982614|2|billing=2,cpu=2,gres/gpu=4,node=2|",
+    "4|4|stune-alice|physics|hdr|normal|COMPLETED|1795982686|1795982688|2|billing=2,cpu=2,gres/gpu=4,node=2|"
+    "stune1 held=8.0 used=3.2 cov=7.9 busy=0.0 busy_w=- gpus=4 nodes=2/2 per_gpu=n1/0:40.0:1.0:10:60.0",
+    "5|5|root|root|hdr|normal|RUNNING|1795982890|Unknown|2|billing=1,cpu=1,node=1|",
+    "7|7|root|root|hdr|normal|PENDING|Unknown|Unknown|0||",
+    "9|8_1|stune-bob|biology|vpc|normal|CANCELLED by 0|1795982900|1795983000|100|"
+    "billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1|a note | with pipes",
+]
+
+
+def test_columns_from_a_devcluster_dump():
+    t = parse("\n".join([HEADER, *ROWS]) + "\n")
+    assert t.n == 5
+    assert t.job_id_raw == ["1", "4", "5", "7", "9"]
+    assert t.job_id[4] == "8_1"
+    assert [t.assoc_keys[a] for a in t.assoc] == [("physics", "stune-alice"), ("physics", "stune-alice"),
+                                                 ("root", "root"), ("root", "root"), ("biology", "stune-bob")]
+    assert t.state == ["COMPLETED", "COMPLETED", "RUNNING", "PENDING", "CANCELLED"]
+    assert t.start.tolist() == [1795982612, 1795982686, 1795982890, -1, 1795982900]
+    assert t.end.tolist() == [1795982614, 1795982688, -1, -1, 1795983000]
+    assert t.billing.tolist() == [2, 2, 1, 0, 8]
+    assert t.gpus.tolist() == [4, 4, 0, 0, 2]  # the typed gres/gpu:a100 entry is the same GPUs again
+    assert t.has_summary.tolist() == [False, True, False, False, False]
+    assert (t.held_s[1], t.used_s[1], t.covered_s[1]) == (8.0, 3.2, 7.9)
+    assert np.isnan(t.held_s[0])
+    assert t.admin_comment[4] == "a note | with pipes"  # free text keeps its '|'
+    assert t.keys()[0] == "1@1795982612"
+
+
+def test_column_order_is_free_but_admin_comment_must_be_last():
+    fields = ["User", "JobIDRaw", "Account", "State", "ElapsedRaw", "Start", "End", "AllocTRES"]
+    t = parse("|".join(fields) + "\nbob|3|bio|COMPLETED|60|100|160|billing=1,gres/gpu=1\n")
+    assert t.assoc_keys == [("bio", "bob")] and t.elapsed.tolist() == [60] and t.gpus.tolist() == [1]
+    with pytest.raises(SacctFormatError, match="AdminComment must be the last column"):
+        parse("AdminComment|" + "|".join(fields) + "\n")
+
+
+def test_iso_times_are_local_wall_clock():
+    start = 1795982612
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
+    t = parse(f"{HEADER}\n1|1|u|a|p|normal|COMPLETED|{iso}|None|5|billing=1|\n")
+    assert t.start.tolist() == [start]
+    assert t.end.tolist() == [-1]
+
+
+def test_bad_dumps_name_file_and_line(tmp_path):
+    missing = tmp_path / "short.txt"
+    missing.write_text("JobIDRaw|User\n1|u\n")
+    with pytest.raises(SacctFormatError, match=r"short.txt:1: header lacks Account, State"):
+        read_file(str(missing))
+    ragged = tmp_path / "ragged.txt"
+    ragged.write_text(f"{HEADER}\n{ROWS[0]}\n1|2|3\n")
+    with pytest.raises(SacctFormatError, match=r"ragged.txt:3: 3 fields, the header has 12"):
+        read_file(str(ragged))
+    with pytest.raises(SacctFormatError, match=r"nope.txt: cannot read"):
+        read_file(str(tmp_path / "nope.txt"))
+    with pytest.raises(SacctFormatError, match="empty"):
+        parse("\n\n")
+
+
+def test_slurm_gpuutil_from_steps_is_joined_to_its_job():
+    # Slurm >= 23.02 with NVML records gres/gpuutil per step in TRESUsageInAve.
+    header = "JobIDRaw|JobID|User|Account|State|Start|End|ElapsedRaw|AllocTRES|TRESUsageInAve"
+    text = "\n".join([
+        header,
+        "10|10|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4|",
+        "10.batch|10.batch|||COMPLETED|100|1100|1000||cpu=00:00:01,gres/gpumem=1024M,gres/gpuutil=80,mem=1G",
+        "10.0|10.0|||COMPLETED|200|700|500||cpu=00:00:01,gres/gpuutil=20",
+        "11|11|u|a|COMPLETED|100|200|100|billing=1,gres/gpu=1|",
+    ])
+    t = parse(text)
+    assert t.n == 2
+    assert t.gpuutil[0] == pytest.approx((80 * 1000 + 20 * 500) / 1500)
+    assert t.gpuutil_cover[0] == 1.0
+    assert np.isnan(t.gpuutil[1])
