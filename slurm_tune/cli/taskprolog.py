@@ -51,4 +51,8 @@ def _main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     # internal_exit=0: a bug in stune must not stop the user's task.
-    return guarded(PROG, _main, argv, internal_exit=0)
+    if argv is not None:
+        return guarded(PROG, _main, argv, internal_exit=0)
+    from .sbatch import run_console
+
+    run_console(PROG, _main, internal_exit=0)

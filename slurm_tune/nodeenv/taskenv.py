@@ -92,7 +92,7 @@ def _gid_index(sysfs: Sysfs, active: list[Port], node: str) -> tuple[int | None,
         else:
             found.setdefault(index, []).append(str(port))
     if not found:
-        return None, f"{node}: no RoCE v2 GID index found, NCCL_IB_GID_INDEX not set: {'; '.join(missing)}"
+        return None, f"{node}: no RoCE v2 GID index found, NCCL_IB_GID_INDEX not set: {_first(missing)}"
     best = max(found, key=lambda i: (len(found[i]), -i))
     problems = []
     if len(found) > 1:
@@ -100,8 +100,14 @@ def _gid_index(sysfs: Sysfs, active: list[Port], node: str) -> tuple[int | None,
         problems.append(f"{node}: the ports disagree on the RoCE v2 GID index: NCCL_IB_GID_INDEX={best} "
                         f"(from {', '.join(found[best])}) but {others}")
     if missing:
-        problems.append(f"{node}: " + "; ".join(missing))
+        problems.append(f"{node}: {_first(missing)}")
     return best, " | ".join(problems)
+
+
+def _first(reasons: list[str], shown: int = 2) -> str:
+    """A few reasons, then a count: eight ports that all lack the GID need not be eight sentences."""
+    more = len(reasons) - shown
+    return "; ".join(reasons[:shown]) + (f"; and {more} more port(s)" if more > 0 else "")
 
 
 def shell_quote(value: str) -> str:

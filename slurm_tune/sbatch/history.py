@@ -102,8 +102,11 @@ def record(entry: dict, environ=None) -> str:
     if directory:
         os.makedirs(directory, mode=0o700, exist_ok=True)
     line = (json_text(dict(entry, v=FORMAT)) + "\n").encode("utf-8", "surrogateescape")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash: end it, keep ours whole
+            line = b"\n" + line
         os.write(fd, line)  # one write on an O_APPEND file: concurrent submissions do not interleave
     finally:
         os.close(fd)

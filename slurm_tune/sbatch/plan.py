@@ -8,8 +8,6 @@ degraded nodes of a multi-node job's partition) goes through the `degraded_nodes
 """
 from __future__ import annotations
 
-from collections import namedtuple
-
 from ..nodestate import DEGRADED_FEATURE
 from .options import Effective, node_range
 
@@ -20,27 +18,49 @@ MANAGED_VAR = "STUNE_MANAGED"
 ENV, OPTION, NODE, NOTE = "env", "option", "node", "note"
 
 
-class Setting(namedtuple("Setting", "kind name value source applied note")):
+class _Record:
+    """A small read-only record built from positional values (cheaper to define than a namedtuple)."""
+
+    __slots__ = ()
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def _replace(self, **changes):
+        return type(self)(*(changes.get(n, getattr(self, n)) for n in self.__slots__))
+
+    def __eq__(self, other):
+        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
+
+
+class Setting(_Record):
     """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
     the TaskProlog / stune-env), note (advice only). `source`: the profile key and file:line, or the rule.
     `applied`: False when the user's own value wins; `note` then says so."""
 
-    __slots__ = ()
+    __slots__ = ("kind", "name", "value", "source", "applied", "note")
 
 
-class ExportSpec(namedtuple("ExportSpec", "mode names assigned raw where")):
+class ExportSpec(_Record):
     """sbatch's --export in effect. mode: all (the default), list (only the named ones) or none.
     `names`: listed without a value (their value comes from the environment); `assigned`: NAME=value."""
 
-    __slots__ = ()
+    __slots__ = ("mode", "names", "assigned", "raw", "where")
 
 
-class Plan(namedtuple("Plan", "partition partition_source profile settings options env export_option "
-                              "multi_node node_reason")):
+class Plan(_Record):
     """`options`: the sbatch words stune adds; `env`: the variables stune sets in sbatch's environment;
     `export_option`: a rewritten --export (the user's list plus stune's names), or None."""
 
-    __slots__ = ()
+    __slots__ = ("partition", "partition_source", "profile", "settings", "options", "env", "export_option",
+                 "multi_node", "node_reason")
 
     @property
     def managed(self) -> list[str]:

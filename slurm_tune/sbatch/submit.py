@@ -101,9 +101,17 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     env = dict(environ)
     env.update(plan.env)
     sys.stdout.flush()
-    rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env)
+    entry: dict = {}
+
+    def prepare_record() -> None:  # runs while sbatch talks to slurmctld
+        try:
+            entry.update(_entry(argv, words, plan, eff, environ, script_label))
+        except Exception as exc:  # the history must never cost the user their submission
+            entry["_error"] = f"{type(exc).__name__}: {exc}"
+
+    rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env, while_waiting=prepare_record)
     if rc == 0:
-        _record(argv, words, plan, eff, environ, stdout, script_label)
+        _record(entry, stdout, environ)
     return rc
 
 
@@ -163,19 +171,28 @@ def _sbatch(slurm, words: list[str], stdin_bytes: bytes | None, environ) -> int:
     return rc
 
 
-def _record(argv, words, plan, eff, environ, stdout: str, script_label: str) -> None:
+def _entry(argv, words, plan, eff, environ, script_label: str) -> dict:
+    """The history record of this submission, all but the job id (known once sbatch answers)."""
     import time
 
     from . import history
     from .plan import job_environment, parse_export
 
-    job_id, cluster = job_id_from(stdout)
-    entry = {
-        "time": int(time.time()), "job_id": job_id, "cluster": cluster, "partition": plan.partition,
+    return {
+        "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,
         "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": os.getcwd(), "script": script_label,
         "profile": plan.profile.source, "digest": plan.profile.digest,
         "env": history.recorded_env(job_environment(plan.env, parse_export(eff.get("export")), environ)),
     }
+
+
+def _record(entry: dict, stdout: str, environ) -> None:
+    from . import history
+
+    if "_error" in entry:
+        warn(f"warning: job submitted, but the history was not written: {entry['_error']}")
+        return
+    entry["job_id"], entry["cluster"] = job_id_from(stdout)
     try:
         history.record(entry, environ)
     except OSError as exc:  # the job is submitted; a history that cannot be written must not hide that

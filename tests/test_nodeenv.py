@@ -1,0 +1,188 @@
+"""Node-side detection against sysfs fixture trees: ACTIVE fabric ports, the RoCE v2 GID index, the socket
+interface; and what stune-task-prolog / stune-env print from it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hwtrees
+from slurm_tune.hw.sysfs import Sysfs
+from slurm_tune.nodeenv.detect import Port, active_ports, ifname_matches, roce_v2_gid_index, socket_interfaces
+from slurm_tune.nodeenv.taskenv import as_shell, as_taskprolog, node_exports, with_managed
+from slurm_tune.profiles import load_profile
+
+BIN = os.path.dirname(sys.executable)
+LL = hwtrees.link_local_gid(0x0A5C2FFFFE3B0000)
+V4 = hwtrees.ipv4_mapped_gid("10.0.0.5")
+
+
+def roce_tree(root: Path, table, **overrides) -> Sysfs:
+    """An h100_roce node whose every HCA has `table` (a function of its netdev) as its GID table."""
+    hca_overrides = {f"mlx5_{i}": dict(gids=table(f"eth{i + 1}"), **overrides.get(f"mlx5_{i}", {}))
+                     for i in range(8)}
+    hwtrees.h100_roce(root, hca_overrides=hca_overrides)
+    return Sysfs(str(root))
+
+
+def issue_table(dev):
+    """The issue's case: 1 is RoCE v1, 2 is RoCE v2 on fe80::, 3 is RoCE v2 on ::ffff:10.0.0.5 bound to the
+    fabric netdev."""
+    return [(LL, "IB/RoCE v1", dev), (V4, "IB/RoCE v1", dev), (LL, "RoCE v2", dev), (V4, "RoCE v2", dev)]
+
+
+def test_the_issue_gid_table_picks_index_3(tmp_path):
+    sysfs = roce_tree(tmp_path, issue_table)
+    assert roce_v2_gid_index(sysfs, Port("mlx5_0", 1, "eth1")) == (3, "")
+
+
+def test_a_roce_v2_gid_on_another_netdev_is_not_taken(tmp_path):
+    # index 1: RoCE v2 and IPv4-mapped, but bound to a VLAN device, not the fabric netdev
+    sysfs = roce_tree(tmp_path, lambda dev: [(LL, "IB/RoCE v1", dev), (hwtrees.ipv4_mapped_gid("192.168.7.5"),
+                                                                        "RoCE v2", f"{dev}.100"),
+                                              (V4, "RoCE v2", dev)])
+    assert roce_v2_gid_index(sysfs, Port("mlx5_0", 1, "eth1")) == (2, "")
+
+
+def test_no_roce_v2_ipv4_gid_says_why_instead_of_guessing(tmp_path):
+    sysfs = roce_tree(tmp_path, lambda dev: [(LL, "IB/RoCE v1", dev), (LL, "RoCE v2", dev),
+                                             (V4, "IB/RoCE v1", dev)])
+    index, why = roce_v2_gid_index(sysfs, Port("mlx5_0", 1, "eth1"))
+    assert index is None and "no RoCE v2 IPv4-mapped GID on eth1" in why and "0 (RoCE v2, not IPv4-mapped)" not in why
+    assert "1 (RoCE v2, not IPv4-mapped)" in why
+
+
+def test_only_active_ports_and_never_the_storage_hca(tmp_path):
+    hwtrees.dgx_a100_ib(tmp_path, hca_overrides={"mlx5_2": {"state": "1: DOWN", "phys_state": "3: Disabled"}})
+    sysfs = Sysfs(str(tmp_path))
+    profile = load_profile("hdr")
+    ports = [Port(h.device, h.port, h.netdev) for h in profile.fabric.hcas] + [Port("mlx5_99", 1, None)]
+    active, others = active_ports(sysfs, ports)
+    assert [str(p) for p in active] == [f"mlx5_{i}:1" for i in (0, 1, 3, 4, 5, 6, 7)]
+    assert others == {"mlx5_2:1": "DOWN", "mlx5_99:1": "missing"}
+    exports, messages = node_exports({"SLURMD_NODENAME": "n7"}, profile, sysfs)
+    assert exports["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"
+    assert "mlx5_8" not in exports["NCCL_IB_HCA"]
+    assert messages == ["n7: NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN"]
+
+
+def test_no_active_port_exports_nothing_and_says_so(tmp_path):
+    down = {f"mlx5_{i}": {"state": "1: DOWN"} for i in range(9)}
+    hwtrees.dgx_a100_ib(tmp_path, hca_overrides=down)
+    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("hdr"), Sysfs(str(tmp_path)))
+    assert "NCCL_IB_HCA" not in exports
+    assert messages[0].startswith("n1: none of the fabric HCA ports is ACTIVE (mlx5_0:1 DOWN")
+
+
+def test_roce_node_exports_hcas_gid_index_and_socket_interface(tmp_path):
+    sysfs = roce_tree(tmp_path, issue_table)
+    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("roce"), sysfs)
+    assert exports == {"NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8)),
+                       "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert messages == []
+
+
+def test_ports_that_disagree_on_the_gid_index_are_named(tmp_path):
+    tables = lambda dev: issue_table(dev) if dev != "eth4" else [(LL, "IB/RoCE v1", dev), (V4, "RoCE v2", dev)]
+    sysfs = roce_tree(tmp_path, tables)
+    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("roce"), sysfs)
+    assert exports["NCCL_IB_GID_INDEX"] == "3"
+    assert len(messages) == 1 and "disagree" in messages[0] and "mlx5_3:1 use 1" in messages[0]
+
+
+def test_user_values_are_left_alone_and_stunes_own_are_refined(tmp_path):
+    sysfs = roce_tree(tmp_path, issue_table, mlx5_5={"state": "1: DOWN"})
+    profile = load_profile("roce")
+    mine = {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9"}
+    assert node_exports(mine, profile, sysfs)[0] == {}
+    managed = dict(mine, STUNE_MANAGED="NCCL_IB_HCA,NCCL_IB_GID_INDEX")
+    exports, _ = node_exports(managed, profile, sysfs)
+    assert exports["NCCL_IB_GID_INDEX"] == "3" and "mlx5_5" not in exports["NCCL_IB_HCA"]
+    assert "NCCL_SOCKET_IFNAME" not in exports
+    assert with_managed({"NCCL_IB_HCA": "=x"}, {"STUNE_MANAGED": "A"})["STUNE_MANAGED"] == "A,NCCL_IB_HCA"
+
+
+def test_a_fixed_gid_index_that_is_not_roce_v2_is_reported(tmp_path):
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "r.yaml").write_text("partition: r\nfabric:\n  type: roce\n  gid_index: 1\n  hcas:\n"
+                              "    - {device: mlx5_0, port: 1, netdev: eth1}\n")
+    sysfs = roce_tree(tmp_path / "node", issue_table)
+    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("r", d), sysfs)
+    assert "NCCL_IB_GID_INDEX" not in exports  # stune-sbatch sets the fixed one
+    assert messages == ["n1: fabric.gid_index 1 is not a RoCE v2 GID on mlx5_0:1"]
+
+
+def test_socket_interface_must_exist_and_be_up(tmp_path):
+    hwtrees.h100_roce(tmp_path)
+    hwtrees.netdev(tmp_path, "eth0", operstate="down", flags="0x1002")
+    sysfs = Sysfs(str(tmp_path))
+    up, why = socket_interfaces(sysfs, "eth0")
+    assert up == [] and why == "socket interface eth0: eth0 is not up"
+    assert socket_interfaces(sysfs, "bond0")[1].startswith("socket interface bond0 does not exist on this node (up:")
+    assert socket_interfaces(sysfs, "eth")[0][0] == "eth1"  # NCCL's prefix match
+    assert socket_interfaces(sysfs, "=eth1")[0] == ["eth1"]
+
+
+def test_nccl_ifname_syntax():
+    assert ifname_matches("eth", "eth10") and not ifname_matches("=eth1", "eth10")
+    assert ifname_matches("^docker,lo", "eth0") and not ifname_matches("^docker,lo", "docker0")
+    assert ifname_matches("ib0,eth0", "eth0")
+
+
+def test_output_forms():
+    exports = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "ODD": "it's a b", "BAD": "two\nlines"}
+    assert as_taskprolog(exports) == "export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nexport ODD=it's a b\n"
+    script = as_shell(exports) + 'printf "%s|%s|%s" "$NCCL_IB_HCA" "$ODD" "$BAD"'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout
+    assert out == "=mlx5_0:1,mlx5_1:1|it's a b|two\nlines"
+
+
+def run(cmd, env):
+    return subprocess.run([os.path.join(BIN, cmd[0]), *cmd[1:]], capture_output=True, text=True, env=env)
+
+
+def test_stune_env_prints_shell_exports_and_says_what_it_could_not_find(tmp_path):
+    sysfs = roce_tree(tmp_path, issue_table, mlx5_2={"state": "1: DOWN"})
+    env = dict(os.environ, SLURMD_NODENAME="n1")
+    env.pop("SLURM_JOB_PARTITION", None)
+    out = run(["stune-env", "-p", "roce", "--sysfs-root", sysfs.root], env)
+    assert out.returncode == 0
+    evaluated = subprocess.run(["bash", "-c", out.stdout + 'echo "$NCCL_IB_HCA $NCCL_IB_GID_INDEX"'],
+                               capture_output=True, text=True).stdout.strip()
+    assert evaluated == "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1 3"
+    assert out.stderr == "stune-env: n1: NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN\n"
+    nopart = run(["stune-env"], env)
+    assert nopart.returncode == 2 and "no partition" in nopart.stderr
+
+
+def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path):
+    sysfs = roce_tree(tmp_path, issue_table)
+    env = dict(os.environ, SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", STUNE_SYSFS_ROOT=sysfs.root)
+    out = run(["stune-task-prolog"], env)
+    assert out.returncode == 0
+    assert out.stdout.splitlines() == [
+        "export NCCL_IB_HCA==" + ",".join(f"mlx5_{i}:1" for i in range(8)), "export NCCL_IB_GID_INDEX=3",
+        "export NCCL_SOCKET_IFNAME=eth0", "export STUNE_MANAGED=NCCL_IB_HCA,NCCL_IB_GID_INDEX,NCCL_SOCKET_IFNAME"]
+    # a partition without a profile, or a broken profile directory: nothing exported, the task runs
+    assert run(["stune-task-prolog"], dict(env, SLURM_JOB_PARTITION="other")).returncode == 0
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "x.yaml").write_text("partition: [\n")
+    out = run(["stune-task-prolog"], dict(env, STUNE_PARTITIONS=str(broken)))
+    assert (out.returncode, out.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("kind", ["ib", "tcp"])
+def test_other_fabrics(tmp_path, kind):
+    if kind == "ib":
+        hwtrees.dgx_a100_ib(tmp_path)
+        exports, messages = node_exports({}, load_profile("hdr"), Sysfs(str(tmp_path)))
+        assert set(exports) == {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"} and messages == []
+    else:
+        hwtrees.vpc_tcp(tmp_path)
+        exports, messages = node_exports({}, load_profile("vpc"), Sysfs(str(tmp_path)))
+        assert exports == {"NCCL_SOCKET_IFNAME": "ens5"} and messages == []

@@ -1,0 +1,229 @@
+"""What stune-sbatch adds for a job, and why: NCCL per fabric, the user's own values, --export, binding,
+recovery, placement. Pure: profiles from partitions/ or a temp directory, no Slurm."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from slurm_tune.profiles import load_profile
+from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
+from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, expand_hostlist, hms, parse_export,
+                                    user_value)
+from slurm_tune.sbatch.submit import explain, sbatch_words
+
+
+def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partition=None, stage=(), required=False):
+    parsed = parse_args(argv)
+    directives, het = parse_directives(script)
+    environ = {} if environ is None else environ
+    eff = Effective(parsed.options, directives, environ)
+    partition = partition or eff.get("partition").value
+    calls = []
+
+    def degraded_nodes():
+        calls.append(partition)
+        return list(degraded)
+
+    plan = build_plan(partition=partition, partition_source="test", profile=profile or load_profile(partition),
+                      eff=eff, environ=environ, cwd="/home/u/run", stage_args=list(stage), stage_required=required,
+                      degraded_nodes=degraded_nodes, het=het or parsed.het)
+    return plan, calls
+
+
+def setting(plan, name, kind=None):
+    found = [s for s in plan.settings if s.name == name and (kind is None or s.kind == kind)]
+    assert len(found) == 1, (name, plan.settings)
+    return found[0]
+
+
+def test_ib_sets_the_fabric_hcas_in_exact_match_form_without_the_storage_hca():
+    plan, _ = plan_for(["-p", "hdr"])
+    assert plan.env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert "mlx5_8" not in plan.env["NCCL_IB_HCA"]
+    assert plan.env["NCCL_IB_TIMEOUT"] == "22" and plan.env["NCCL_IB_RETRY_CNT"] == "7"
+    assert plan.env["NCCL_NET_GDR_LEVEL"] == "PHB" and plan.env["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert "NCCL_IB_DISABLE" not in plan.env and "NCCL_IB_GID_INDEX" not in plan.env
+    source = setting(plan, "NCCL_IB_HCA").source
+    assert "fabric.hcas @ " in source and source.endswith("hdr.yaml:7")
+    assert setting(plan, "NCCL_IB_TIMEOUT").source.endswith("site.yaml:5")
+
+
+def test_roce_leaves_the_gid_index_to_each_node_and_passes_nccl_env_verbatim():
+    plan, _ = plan_for(["-p", "roce"])
+    gid = setting(plan, "NCCL_IB_GID_INDEX")
+    assert gid.kind == NODE and gid.value is None and "NCCL_IB_GID_INDEX" not in plan.env
+    assert plan.env["NCCL_IB_TC"] == "106" and plan.env["NCCL_IB_QPS_PER_CONNECTION"] == "2"
+    assert "NCCL_IB_GID_INDEX" in plan.env["STUNE_MANAGED"].split(",")
+
+
+def test_tcp_disables_ib_and_gdr_and_names_the_socket_interface():
+    plan, _ = plan_for(["-p", "vpc"])
+    assert plan.env["NCCL_IB_DISABLE"] == "1" and plan.env["NCCL_NET_GDR_LEVEL"] == "0"
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ens5"
+    assert "NCCL_IB_HCA" not in plan.env and "NCCL_IB_TIMEOUT" not in plan.env
+    assert setting(plan, "NCCL_IB_DISABLE").source.startswith("rule: fabric.type tcp")
+
+
+def test_a_variable_the_user_exported_is_kept_and_the_explanation_says_so():
+    plan, _ = plan_for(["-p", "roce"], environ={"NCCL_IB_HCA": "=mlx5_3:1", "NCCL_IB_GID_INDEX": "5"})
+    hca = setting(plan, "NCCL_IB_HCA")
+    assert not hca.applied and "NCCL_IB_HCA" not in plan.env
+    assert "kept your NCCL_IB_HCA==mlx5_3:1 (your environment)" in hca.note and "stune would set =mlx5_0:1" in hca.note
+    gid = setting(plan, "NCCL_IB_GID_INDEX")
+    assert not gid.applied and "NCCL_IB_GID_INDEX" not in plan.env["STUNE_MANAGED"].split(",")
+    assert "NCCL_IB_HCA" not in plan.env["STUNE_MANAGED"].split(",")
+    text = explain(plan, ["-p", "roce"], "job.sh")
+    assert "kept as you set them" in text and "kept your NCCL_IB_HCA==mlx5_3:1" in text
+
+
+def test_a_value_a_parent_stune_job_set_is_not_taken_for_the_users():
+    environ = {"NCCL_IB_HCA": "=mlx5_0:1", "STUNE_MANAGED": "NCCL_IB_HCA"}
+    plan, _ = plan_for(["-p", "hdr"], environ=environ)
+    assert setting(plan, "NCCL_IB_HCA").applied
+
+
+def test_export_none_becomes_a_list_of_stunes_variables():
+    plan, _ = plan_for(["-p", "hdr", "--export=NONE"], environ={"NCCL_IB_HCA": "=mlx5_9:1"})
+    # NONE: the user's environment does not reach the job, so stune's value applies
+    assert setting(plan, "NCCL_IB_HCA").applied
+    names = plan.export_option.removeprefix("--export=").split(",")
+    assert "NONE" not in names and {"NCCL_IB_HCA", "NCCL_IB_TIMEOUT", "STUNE_MANAGED"} <= set(names)
+    assert plan.options[-1] == plan.export_option
+
+
+def test_an_export_list_keeps_the_users_names_and_values_and_adds_stunes():
+    environ = {"NCCL_SOCKET_IFNAME": "eth9", "NCCL_IB_TIMEOUT": "3"}
+    plan, _ = plan_for(["-p", "roce", "--export=HOME,NCCL_SOCKET_IFNAME,NCCL_IB_HCA=mine"], environ=environ)
+    assert not setting(plan, "NCCL_SOCKET_IFNAME").applied  # listed by name: the environment's value goes
+    assert not setting(plan, "NCCL_IB_HCA").applied  # given a value in the list
+    assert setting(plan, "NCCL_IB_TIMEOUT").applied  # in the environment but not listed: not exported
+    assert plan.export_option.startswith("--export=HOME,NCCL_SOCKET_IFNAME,NCCL_IB_HCA=mine,")
+    assert "NCCL_IB_TIMEOUT" in plan.export_option
+
+
+def test_export_all_needs_no_rewrite_and_sbatch_export_counts_like_the_option():
+    plan, _ = plan_for(["-p", "roce", "--export=ALL,FOO=1"])
+    assert plan.export_option is None
+    plan, _ = plan_for(["-p", "roce"], environ={"SBATCH_EXPORT": "NONE"})
+    assert plan.export_option and "NONE" not in plan.export_option
+    plan, _ = plan_for(["-p", "roce"], script="#!/bin/sh\n#SBATCH --export=NONE\ntrue\n")
+    assert plan.export_option is not None
+
+
+def test_parse_export_forms():
+    assert parse_export(None).mode == "all"
+    spec = parse_export(Opt("export", "ALL,A=1,B", "command line"))
+    assert (spec.mode, spec.names, spec.assigned) == ("all", ("B",), {"A": "1"})
+    assert parse_export(Opt("export", "none", "x")).mode == "none"
+    assert parse_export(Opt("export", "A,B=2", "x")).mode == "list"
+    assert user_value("A", parse_export(Opt("export", "A", "x")), {"A": "9"}, {}) == ("9", "your environment")
+    assert user_value("A", parse_export(Opt("export", "NONE", "x")), {"A": "9"}, {}) is None
+    assert user_value("A", parse_export(None), {}, {"A": "f"}) == ("f", "--export-file")
+
+
+def test_recovery_defaults_unless_the_user_gave_their_own():
+    plan, _ = plan_for(["-p", "roce", "--wrap", "true"])
+    assert "--requeue" in plan.options and "--signal=B:USR1@300" in plan.options
+    plan, _ = plan_for(["-p", "roce", "--no-requeue", "--signal=B:TERM@60"])
+    assert "--requeue" not in plan.options and not any(o.startswith("--signal") for o in plan.options)
+    assert "kept your --no-requeue (command line)" in setting(plan, "--requeue").note
+    plan, _ = plan_for(["-p", "roce"], script="#!/bin/sh\n#SBATCH --signal=USR2@90\n")
+    assert "kept your --signal=USR2@90 (script line 2)" in setting(plan, "--signal").note
+    plan, _ = plan_for(["-p", "roce"], environ={"SBATCH_REQUEUE": ""})
+    assert "--requeue" not in plan.options
+
+
+def write_profiles(tmp_path, body: str):
+    d = tmp_path / "partitions"
+    d.mkdir()
+    (d / "gpu.yaml").write_text(textwrap.dedent(body))
+    return d
+
+
+def test_slurm_binding_adds_gpu_bind_and_cpu_bind_default(tmp_path):
+    d = write_profiles(tmp_path, """\
+        partition: gpu
+        fabric: {type: ib, hcas: [{device: mlx5_0, port: 1}]}
+        numa: {bind: slurm, cpu_bind: sockets}
+        """)
+    profile = load_profile("gpu", d)
+    plan, _ = plan_for(["-p", "gpu"], profile=profile)
+    assert "--gpu-bind=closest" in plan.options and plan.env["SLURM_CPU_BIND"] == "sockets"
+    assert setting(plan, "SLURM_CPU_BIND").source.endswith("gpu.yaml:3")
+    plan, _ = plan_for(["-p", "gpu", "--gpu-bind=single:1"], profile=profile, environ={"SLURM_CPU_BIND": "none"})
+    assert not any(o.startswith("--gpu-bind") for o in plan.options) and "SLURM_CPU_BIND" not in plan.env
+
+
+def test_stune_binding_is_advice_only():
+    plan, _ = plan_for(["-p", "hdr"])
+    assert "srun stune-bind" in setting(plan, "binding", NOTE).note
+    assert not any(o.startswith("--gpu-bind") for o in plan.options)
+
+
+def test_switches_and_degraded_exclusion_only_for_multi_node_jobs():
+    plan, calls = plan_for(["-p", "hdr", "-N", "1"], degraded=["n2"])
+    assert calls == [] and not any(o.startswith(("--switches", "--exclude")) for o in plan.options)
+    assert "single-node job" in setting(plan, "placement", NOTE).note
+    plan, calls = plan_for(["-p", "hdr", "-N", "2-4"], degraded=["n2"])
+    assert calls == ["hdr"]
+    assert "--switches=1@0:10:00" in plan.options and "--exclude=n2" in plan.options
+    assert "nodes marked stune_degraded: n2" in setting(plan, "--exclude").note
+
+
+def test_tasks_without_a_node_count_may_spread_so_they_count_as_multi_node():
+    plan, calls = plan_for(["-p", "hdr", "-n", "16"], degraded=[])
+    assert plan.multi_node and calls == ["hdr"]
+    assert "no node of the partition is marked" in setting(plan, "placement", NOTE).note
+
+
+def test_exclusion_merges_with_the_users_exclude_and_spares_nodes_they_asked_for():
+    plan, _ = plan_for(["-p", "hdr", "-N", "3", "-x", "n9", "-w", "n[1-2]"], degraded=["n1", "n3"])
+    assert "--exclude=n9,n3" in plan.options
+    kept = [s for s in plan.settings if s.kind == NOTE and not s.applied]
+    assert kept and "kept n1: your --nodelist asks for them" in kept[0].note
+
+
+def test_user_switches_are_kept():
+    plan, _ = plan_for(["-p", "hdr", "-N", "4"], script="#!/bin/sh\n#SBATCH --switches=2@5\n")
+    assert not any(o.startswith("--switches") for o in plan.options)
+    assert "kept your --switches=2@5 (script line 2)" in setting(plan, "--switches").note
+
+
+def test_a_het_job_gets_the_environment_only():
+    plan, calls = plan_for(["-p", "hdr", "-N", "2", ":", "-N", "1", "job.sh"], degraded=["n1"])
+    assert plan.options == [] and calls == [] and plan.env["NCCL_IB_HCA"].startswith("=mlx5_0:1")
+
+
+def test_stage_requests_become_stune_stage_relative_to_the_job_directory():
+    plan, _ = plan_for(["-p", "vpc", "-D", "exp1"], stage=["data/imagenet.tar.gz", "/lustre/coco:COCO"],
+                       required=True)
+    value = plan.env["STUNE_STAGE"]
+    assert value == "v1;required;IMAGENET=/home/u/run/exp1/data/imagenet.tar.gz;COCO=/lustre/coco"
+    assert "STUNE_STAGE" in plan.env["STUNE_MANAGED"].split(",")
+
+
+def test_a_bad_stage_request_is_refused_with_a_clear_error():
+    from slurm_tune.errors import StuneError
+
+    with pytest.raises(StuneError, match="--stage"):
+        plan_for(["-p", "vpc"], stage=["../up/and/away"])
+
+
+def test_explain_names_command_environment_and_origins():
+    plan, _ = plan_for(["-p", "hdr", "-N", "2"], degraded=["n3"])
+    words = sbatch_words(["-p", "hdr", "-N", "2", "job.sh"], parse_args(["-p", "hdr", "-N", "2", "job.sh"]),
+                         plan.options)
+    text = explain(plan, words, "job.sh")
+    assert "sbatch -p hdr -N 2 --requeue --signal=B:USR1@300 --switches=1@0:10:00 --exclude=n3 job.sh" in text
+    assert "NCCL_IB_HCA==mlx5_0:1" in text and "fabric.hcas @ " in text and "hdr.yaml:7" in text
+    assert "recovery.requeue @ " in text and "site.yaml:13" in text
+    assert "placement.switches @ " in text
+
+
+def test_small_helpers():
+    assert hms(600) == "0:10:00" and hms(3725) == "1:02:05"
+    assert expand_hostlist("n[1-3,5],gpu07,a[08-10]") == ["n1", "n2", "n3", "n5", "gpu07", "a08", "a09", "a10"]
+    assert os.path.basename(load_profile("hdr").source) == "hdr.yaml"
+    assert {s.kind for s in plan_for(["-p", "roce", "-N2"])[0].settings} >= {ENV, NODE, OPTION, NOTE}
