@@ -419,16 +419,18 @@ class Slurm:
                 nodes[name] = nodes.get(name, frozenset()) | features
         return nodes
 
-    def sbatch_passthrough(self, args: list[str], script: bytes | None, env: dict[str, str]) -> tuple[int, str]:
+    def sbatch_passthrough(self, args: list[str], script: bytes | None, env: dict[str, str],
+                           while_waiting=None) -> tuple[int, str]:
         """Run `sbatch ARGS` as the user would: its stderr is ours, its stdout is relayed to ours as it
         comes (and returned, for the job id), `script` (when given) is its stdin, and its exit status is
-        returned (128+N for a signal). No timeout: sbatch has its own, and --wait lasts as long as the job."""
+        returned (128+N for a signal). No timeout: sbatch has its own, and --wait lasts as long as the job.
+        `while_waiting()` runs once sbatch has started (work that overlaps its round trip to slurmctld)."""
         argv = ["sbatch", *args]
         self.calls.append(argv)
         if self.conf and "SLURM_CONF" not in env:
             env = dict(env, SLURM_CONF=self.conf)
         try:
-            rc, out = spawn_relay([self.executable("sbatch"), *args], script, env)
+            rc, out = spawn_relay([self.executable("sbatch"), *args], script, env, while_waiting)
         except OSError as exc:
             raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
         return rc, out
@@ -552,9 +554,11 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
             b"".join(chunks[err_r]).decode("utf-8", "replace"))
 
 
-def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str]) -> tuple[int, str]:
+def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], while_waiting=None
+                ) -> tuple[int, str]:
     """Run argv with our stderr, `stdin_data` (or our stdin) as its stdin, and its stdout copied to ours
-    as it arrives. Returns (exit status, stdout text). Raises OSError when it cannot start."""
+    as it arrives. `while_waiting()` runs after the start (its exceptions propagate once the child has been
+    waited for). Returns (exit status, stdout text). Raises OSError when it cannot start."""
     out_r, out_w = os.pipe()
     in_r, in_w = os.pipe() if stdin_data is not None else (-1, -1)
     actions = [(os.POSIX_SPAWN_DUP2, out_w, 1)] + ([(os.POSIX_SPAWN_DUP2, in_r, 0)] if in_r >= 0 else [])
@@ -577,6 +581,12 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str]) 
         finally:
             os.close(in_w)
     chunks = []
+    pending_error = None
+    if while_waiting is not None:
+        try:
+            while_waiting()
+        except Exception as exc:  # raised after the child is reaped: never leave it behind
+            pending_error = exc
     try:
         while True:
             data = os.read(out_r, 65536)
@@ -592,5 +602,7 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str]) 
     finally:
         os.close(out_r)
     _, status = os.waitpid(pid, 0)
+    if pending_error is not None:
+        raise pending_error
     code = os.waitstatus_to_exitcode(status)
     return (128 - code if code < 0 else code), b"".join(chunks).decode("utf-8", "replace")
