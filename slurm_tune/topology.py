@@ -209,23 +209,34 @@ def _heights(devices, neighbours) -> dict[str, int]:
 
 
 def compress(names: list[str]) -> str:
-    """Slurm hostlist form: node01,node02,node03,node07 -> node[01-03,07]."""
-    groups: dict[tuple[str, int, str], list[int]] = {}
+    """Slurm hostlist form: node01,node02,node03,node07 -> node[01-03,07]. A range has a width (zero
+    padding): `cn[1-10]` is cn1..cn10, `node[01-10]` is node01..node10, so a number without a leading zero
+    joins the widest padded range it fits, else the unpadded one."""
+    split: dict[str, list[str]] = {}
     plain: list[str] = []
     for name in names:
-        m = re.fullmatch(r"(.*?)(\d+)([^\d]*)", name)
-        if not m or m.group(3):
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        if m is None:
             plain.append(name)
-            continue
-        groups.setdefault((m.group(1), len(m.group(2)), ""), []).append(int(m.group(2)))
+        else:
+            split.setdefault(m.group(1), []).append(m.group(2))
+    groups: dict[tuple[str, int], set[int]] = {}
+    for prefix, numbers in split.items():
+        padded = {len(d) for d in numbers if len(d) > 1 and d.startswith("0")}
+        for digits in numbers:
+            if len(digits) > 1 and digits.startswith("0"):
+                width = len(digits)
+            else:
+                width = max((w for w in padded if w <= len(digits)), default=1)
+            groups.setdefault((prefix, width), set()).add(int(digits))
     parts = []
-    for (prefix, width, _), numbers in sorted(groups.items()):
-        numbers = sorted(set(numbers))
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0]:0{width}d}")
+    for (prefix, width), numbers in sorted(groups.items()):
+        ordered = sorted(numbers)
+        if len(ordered) == 1:
+            parts.append(f"{prefix}{ordered[0]:0{width}d}")
             continue
-        ranges, start, prev = [], numbers[0], numbers[0]
-        for n in numbers[1:] + [None]:
+        ranges, start, prev = [], ordered[0], ordered[0]
+        for n in ordered[1:] + [None]:
             if n is not None and n == prev + 1:
                 prev = n
                 continue
