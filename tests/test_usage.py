@@ -1,0 +1,342 @@
+"""The node side of per-job GPU usage: summaries, mmap'd accumulators, the sampler, the node epilog and the
+hook scripts. The controller side (EpilogSlurmctld, AdminComment) is in test_fairshare_cluster.py."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_tune.hw.nvml import GpuUtilization, open_gpu_source
+from slurm_tune.usage import accum, spool, summary
+from slurm_tune.usage.sampler import Sampler, device_minor
+from usage_helpers import write_snapshot
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = os.path.dirname(sys.executable)
+
+
+# ---- the summary text ------------------------------------------------------------------------------------
+means = st.one_of(st.none(), st.floats(0, 1e5, allow_nan=False).map(lambda x: round(x, 1)))
+gpu_means = st.builds(summary.GpuMeans, st.sampled_from(["n1", "gpu-a017", "dgx42"]),
+                      st.integers(0, 7).map(str), means, means, means.map(lambda x: None if x is None else
+                                                                           float(round(x))), means)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.builds(summary.JobSummary, st.floats(0, 1e9).map(lambda x: round(x, 1)),
+                 st.floats(0, 1e9).map(lambda x: round(x, 1)), st.floats(0, 1e9).map(lambda x: round(x, 1)),
+                 st.floats(0, 1e9).map(lambda x: round(x, 1)), means, st.integers(0, 4096), st.integers(0, 512),
+                 st.integers(0, 512), st.lists(gpu_means, max_size=16).map(tuple)))
+def test_summary_text_round_trips(s):
+    text = summary.encode(s)
+    assert '"' not in text and "|" not in text and "\n" not in text  # sacctmgr-safe, sacct -P-safe
+    back = summary.parse(text)
+    assert back == s
+    assert summary.parse_head(text) == (s.held, s.used, s.covered, s.busy, s.busy_w)
+
+
+def test_parse_ignores_what_is_not_a_summary():
+    assert summary.parse("") is None
+    assert summary.parse("JS1:H4sIAAAAA") is None  # jobstats' own format
+    assert summary.parse("stune1 held=oops used=1 cov=1") is None
+    assert summary.parse_head("stune1 garbage") is None
+    # a different key order still parses (slow path)
+    text = "stune1 used=5.0 held=10.0 cov=10.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
+    assert summary.parse_head(text) == (10.0, 5.0, 10.0, 0.0, None)
+
+
+def node_doc(node, start, end, gpus):
+    zero = {name: 0.0 for name in summary.ACC_FIELDS}
+    return {"node": node, "start": start, "end": end,
+            "gpus": [{"id": gid, "acc": {**zero, **acc}} for gid, acc in gpus]}
+
+
+def test_merging_two_nodes_adds_sums_and_recomputes_means():
+    a = node_doc("n1", 0, 100, [(0, {"sm_dt": 100, "sm_sum": 90, "pw_dt": 100, "pw_sum": 30000,
+                                      "busy_dt": 50, "busy_pw_dt": 50, "busy_pw_sum": 15000})])
+    b = node_doc("n2", 0, 100, [(0, {"sm_dt": 50, "sm_sum": 5, "mib_dt": 50, "mib_sum": 50 * 1024}),
+                                (1, {})])
+    merged = summary.merge([b, a], expected_nodes=3)
+    assert (merged.held, merged.used, merged.covered, merged.busy) == (300.0, 95.0, 150.0, 50.0)
+    assert merged.busy_w == 300.0
+    assert (merged.gpus, merged.nodes_reported, merged.nodes_expected) == (3, 2, 3)
+    assert merged.per_gpu[0] == summary.GpuMeans("n1", "0", 90.0, None, None, 300.0)
+    assert merged.per_gpu[1].sm == 10.0 and merged.per_gpu[1].mib == 1024.0
+    assert merged.per_gpu[2].sm is None
+    assert merged.coverage == 0.5 and merged.eta == pytest.approx(95 / 150)
+
+
+# ---- accumulators --------------------------------------------------------------------------------------
+def test_accumulators_survive_a_reopen(tmp_path):
+    path = str(tmp_path / "acc" / "42")
+    os.makedirs(tmp_path / "acc")
+    acc = accum.JobAccumulator(path, [2, 3], created=1000.0)
+    acc.add(0, 1001.0, 1.0, 80, 10, 2048.0, 300.0, 95.0, 2)
+    acc.add(1, 1001.0, 1.0, 100, 10, None, 90.0, 95.0, 3)
+    acc.close()
+    again = accum.JobAccumulator(path, [2, 3], created=5555.0)  # a restarted sampler
+    assert again.created == 1000.0 and again.last_ts(0) == 1001.0
+    again.add(0, 1002.0, 1.0, 40, None, 1024.0, None, 95.0, 2)
+    created, gpus = accum.read(path)
+    assert created == 1000.0
+    assert gpus[0]["gpu_id"] == 2 and gpus[0]["samples"] == 2 and gpus[0]["sm_dt"] == 2.0
+    assert gpus[0]["sm_sum"] == pytest.approx(1.2)
+    assert gpus[0]["mem_dt"] == 1.0 and gpus[0]["mib_max"] == 2048.0 and gpus[0]["pw_dt"] == 1.0
+    assert gpus[1]["busy_dt"] == 1.0 and gpus[1]["busy_pw_sum"] == 90.0
+    # the same job id with another allocation (a reused id) starts over
+    other = accum.JobAccumulator(path, [0], created=7.0)
+    assert other.records[0][accum.F["samples"]] == 0 and other.created == 7.0
+
+
+def test_a_foreign_file_is_not_read_as_accumulators(tmp_path):
+    bad = tmp_path / "acc"
+    bad.write_bytes(b"hello")
+    with pytest.raises(accum.AccumulatorError, match="truncated"):
+        accum.read(str(bad))
+    bad.write_bytes(b"X" * 200)
+    with pytest.raises(accum.AccumulatorError, match="not a stune accumulator"):
+        accum.read(str(bad))
+    assert accum.read(str(tmp_path / "missing")) == (0.0, [])
+
+
+# ---- the sampler -----------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self, t=1_000_000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def prolog(local: Path, job: str, gpus: str, when: float | None = None) -> None:
+    (local / "jobs").mkdir(parents=True, exist_ok=True)
+    path = local / "jobs" / job
+    path.write_text(gpus + "\n")
+    if when is not None:
+        os.utime(path, (when, when))
+
+
+def test_sampler_attributes_each_gpu_to_its_job(tmp_path):
+    local = tmp_path / "usage"
+    snap = write_snapshot(tmp_path / "snap.json", 90, gpus=4, power=300.0)
+    clock = Clock()
+    sampler = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
+    assert sampler.sample_once() == 0  # no GPU job here: no GPU is read
+    prolog(local, "7", "0,1", when=clock.t)
+    prolog(local, "8", "3", when=clock.t)
+    for _ in range(10):
+        clock.t += 1.0
+        sampler.sample_once()
+    _, seven = accum.read(str(local / "acc" / "7"))
+    _, eight = accum.read(str(local / "acc" / "8"))
+    assert [int(g["gpu_id"]) for g in seven] == [0, 1] and [int(g["gpu_id"]) for g in eight] == [3]
+    for g in seven + eight:
+        assert g["samples"] == 10 and g["sm_dt"] == 10.0
+        assert 100 * g["sm_sum"] / g["sm_dt"] == pytest.approx(90.0)
+        assert g["pw_sum"] / g["pw_dt"] == 300.0
+    # utilization changes: the snapshot is re-read
+    write_snapshot(snap, 10, gpus=4)
+    os.utime(snap, (clock.t + 1, clock.t + 1))
+    for _ in range(10):
+        clock.t += 1.0
+        sampler.sample_once()
+    _, seven = accum.read(str(local / "acc" / "7"))
+    assert 100 * seven[0]["sm_sum"] / seven[0]["sm_dt"] == pytest.approx(50.0)
+    # job 8 ends: its record goes, the sampler lets go of it
+    (local / "jobs" / "8").unlink()
+    clock.t += 1.0
+    sampler.sample_once()
+    assert set(sampler.jobs) == {"7"}
+    sampler.close()
+
+
+def test_a_sampler_restart_keeps_the_sums_and_does_not_count_the_gap(tmp_path):
+    local = tmp_path / "usage"
+    snap = write_snapshot(tmp_path / "snap.json", 50)
+    clock = Clock()
+    prolog(local, "9", "0", when=clock.t)
+    first = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
+    for _ in range(5):
+        clock.t += 1.0
+        first.sample_once()
+    first.close()
+    clock.t += 60.0  # down for a minute
+    second = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
+    for _ in range(5):
+        clock.t += 1.0
+        second.sample_once()
+    _, gpus = accum.read(str(local / "acc" / "9"))
+    assert gpus[0]["samples"] == 10
+    # 5 s before; after the restart the first sample stands for the unobserved minute, so it adds nothing
+    assert gpus[0]["sm_dt"] == 9.0
+    assert 100 * gpus[0]["sm_sum"] / gpus[0]["sm_dt"] == pytest.approx(50.0)
+    second.close()
+
+
+def test_unanswered_readings_add_samples_but_no_coverage(tmp_path):
+    local = tmp_path / "usage"
+    snap = write_snapshot(tmp_path / "snap.json", None, power=None, mem_used=None)
+    clock = Clock()
+    prolog(local, "5", "0,1", when=clock.t)
+    sampler = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
+    for _ in range(3):
+        clock.t += 1.0
+        sampler.sample_once()
+    _, gpus = accum.read(str(local / "acc" / "5"))
+    assert gpus[0]["samples"] == 3 and gpus[0]["sm_dt"] == 0.0 and gpus[0]["pw_dt"] == 0.0
+    sampler.close()
+
+
+def test_slurm_gpu_ids_map_to_gpus_by_device_minor(tmp_path):
+    proc = tmp_path / "proc"
+    readings = [GpuUtilization(i, f"GPU-{i}", f"00000000:{bus}:00.0", 10 * (i + 1), 0, 0, 0, 100.0)
+                for i, bus in enumerate(("07", "0F", "47", "4E"))]
+    minors = {"07": 3, "0F": 2, "47": 1, "4E": 0}  # the driver numbered them the other way round
+    for bus, minor in minors.items():
+        d = proc / f"0000:{bus.lower()}:00.0"
+        d.mkdir(parents=True)
+        (d / "information").write_text(f"Model: \t\t NVIDIA A100\nDevice Minor: \t {minor}\n")
+    assert device_minor("00000000:0F:00.0", str(proc)) == 2
+    assert device_minor(None, str(proc)) is None
+
+    class Source:
+        def utilization(self):
+            return readings
+
+    local = tmp_path / "usage"
+    clock = Clock()
+    prolog(local, "3", "0", when=clock.t)
+    sampler = Sampler(Source(), str(local), interval=1.0, clock=clock, proc_root=str(proc))
+    clock.t += 1.0
+    sampler.sample_once()
+    _, gpus = accum.read(str(local / "acc" / "3"))
+    assert gpus[0]["nvml_index"] == 3 and gpus[0]["sm_sum"] == pytest.approx(0.4)  # minor 0 is NVML 3
+    plain = Sampler(Source(), str(tmp_path / "u2"), interval=1.0, clock=clock, proc_root=str(tmp_path / "none"))
+    assert plain._build_map(readings) == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+# ---- the node epilog -------------------------------------------------------------------------------------
+def test_node_epilog_moves_the_summary_to_the_spool_and_forgets_the_job(tmp_path):
+    local, shared = tmp_path / "usage", tmp_path / "spool"
+    shared.mkdir()
+    snap = write_snapshot(tmp_path / "snap.json", 80, gpus=2, power=200.0)
+    clock = Clock()
+    prolog(local, "11", "0,1", when=clock.t - 2)
+    sampler = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
+    for _ in range(4):
+        clock.t += 1.0
+        sampler.sample_once()
+    outcome = spool.node_epilog(str(local), str(shared), "11", "n1", "0,1", now=clock.t)
+    assert outcome == f"wrote {shared}/11/n1.json"
+    assert not (local / "jobs" / "11").exists() and not (local / "acc" / "11").exists()
+    docs, marker = spool.read_job_dir(str(shared / "11"))
+    assert marker is None and len(docs) == 1
+    merged = summary.merge(docs, 1)
+    assert merged.held == pytest.approx(2 * 6.0)  # 2 GPUs from the prolog (t-2) to the epilog (t+4)
+    assert merged.covered == pytest.approx(2 * 4.0) and merged.eta == pytest.approx(0.8)
+    assert oct(os.stat(shared / "11").st_mode & 0o7777) == oct(spool.SPOOL_DIR_MODE)
+    sampler.close()
+
+
+def test_node_epilog_without_a_record(tmp_path):
+    local, shared = tmp_path / "usage", tmp_path / "spool"
+    shared.mkdir()
+    assert spool.node_epilog(str(local), str(shared), "12", "n1", None) == "no GPUs on this node"
+    assert not (shared / "12").exists()
+    # GPUs in the environment but no prolog record (prolog without PrologFlags=Alloc never ran here):
+    # a summary with zero coverage, so the controller knows the node reported and charges eta = 1
+    assert spool.node_epilog(str(local), str(shared), "13", "n2", "0,1", now=50.0).startswith("wrote")
+    merged = summary.merge(spool.read_job_dir(str(shared / "13"))[0])
+    assert merged.gpus == 2 and merged.covered == 0.0 and merged.eta is None
+    with pytest.raises(ValueError):
+        spool.node_epilog(str(local), str(shared), "../etc", "n1", "0")
+
+
+@pytest.mark.parametrize("expr, names", [
+    ("n1", ["n1"]), ("n[1-3]", ["n1", "n2", "n3"]), ("n[1-2,5],gpu[08-10]", ["n1", "n2", "n5", "gpu08", "gpu09",
+                                                                             "gpu10"]),
+    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]), ("", [])])
+def test_expand_hostlist(expr, names):
+    assert spool.expand_hostlist(expr) == names
+
+
+def test_gpu_id_lists():
+    assert spool.parse_gpu_ids("0,1\n") == [0, 1]
+    assert spool.parse_gpu_ids("0-2,6") == [0, 1, 2, 6]
+    with pytest.raises(ValueError):
+        spool.parse_gpu_ids("gpu0")
+
+
+# ---- the hook scripts ------------------------------------------------------------------------------------
+def run_hook(path: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([str(path)], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True)
+
+
+def test_prolog_records_the_jobs_gpus_and_never_fails(tmp_path):
+    script = REPO / "prolog" / "20-stune-jobgpus"
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0,2", "STUNE_USAGE_DIR": str(tmp_path / "usage")}
+    proc = run_hook(script, env)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert (tmp_path / "usage" / "jobs" / "77").read_text() == "0,2\n"
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "78", "SLURM_JOB_GPUS": ""})
+    assert proc.returncode == 0 and not (tmp_path / "usage" / "jobs" / "78").exists()
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert run_hook(script, {**env, "STUNE_USAGE_DIR": str(blocked)}).returncode == 0
+
+
+def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
+    script = REPO / "epilog" / "20-stune-usage"
+    local, shared = tmp_path / "usage", tmp_path / "spool"
+    shared.mkdir()
+    prolog(local, "90", "1")
+    env = {"SLURM_JOB_ID": "90", "SLURMD_NODENAME": "n3", "SLURM_JOB_GPUS": "1", "STUNE_BIN": BIN,
+           "STUNE_USAGE_DIR": str(local), "STUNE_USAGE_SPOOL": str(shared)}
+    proc = run_hook(script, env)
+    assert proc.returncode == 0, proc.stderr
+    assert (shared / "90" / "n3.json").exists() and not (local / "jobs" / "90").exists()
+    # CPU-only job: returns at once, without starting Python
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"})
+    assert proc.returncode == 0 and proc.stderr == ""
+    # a broken spool: one line on stderr, still exit 0
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")})
+    assert proc.returncode == 0 and "epilog:" in proc.stderr
+
+
+def test_sampler_cli_runs_and_reports_status(tmp_path):
+    local = tmp_path / "usage"
+    prolog(local, "5", "0,1")
+    snap = write_snapshot(tmp_path / "snap.json", 60)
+    env = dict(os.environ, STUNE_FAIRSHARE_CONFIG=str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("usage:\n  interval: 0.05\n")
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
+                           "--count", "5"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("job 5: gpu0 sm 60% over") and "gpu1 sm 60%" in proc.stdout
+
+
+def test_sampler_stops_cleanly_on_sigterm(tmp_path):
+    local = tmp_path / "usage"
+    prolog(local, "6", "0")
+    snap = write_snapshot(tmp_path / "snap.json", 60)
+    env = dict(os.environ, STUNE_FAIRSHARE_CONFIG=str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("")
+    proc = subprocess.Popen([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
+                             "--interval", "0.05"], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (local / "acc" / "6").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    assert "Traceback" not in proc.stderr.read()
+    _, gpus = accum.read(str(local / "acc" / "6"))
+    assert gpus[0]["samples"] >= 1

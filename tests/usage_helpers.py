@@ -1,0 +1,29 @@
+"""Snapshot GPU sources for driving the sampler: real `stune-health capture` files with utilization set."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "dgx-a100-ib.json"
+
+
+def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None = 30.0, power: float | None = 250.0,
+                   mem_used: int | None = 32 << 30) -> str:
+    """A copy of the DGX A100 capture with `gpus` GPUs all reading `sm` % SM utilization (None: no answer).
+    Written atomically, so a running sampler never reads half a file."""
+    snap = json.loads(FIXTURE.read_text())
+    devices = copy.deepcopy(snap["gpus"]["devices"][:gpus])
+    for dev in devices:
+        dev["utilization"] = None if sm is None else {"gpu": sm, "memory": mem}
+        dev["memory"] = None if mem_used is None else {"used": mem_used, "total": dev["memory"]["total"]}
+        dev["power_w"] = power
+    snap["gpus"]["devices"] = devices
+    snap["gpus"]["count"] = len(devices)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(snap, fh)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return str(path)
