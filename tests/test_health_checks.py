@@ -328,3 +328,31 @@ def test_the_verdict_reason_counts_the_other_findings():
     assert (v.status, v.reason) == (FAIL, "mlx5_2/1 state DOWN (+1 more)")
     assert make_verdict([Result("x", "y", UNKNOWN, "m", "")]).status == UNKNOWN
     assert make_verdict([]).status == OK
+
+
+def test_a_gpu_gone_from_the_pci_bus_is_named_and_a_garbled_vendor_is_not_gone(tmp_path):
+    import shutil
+
+    from slurm_tune.health import collect
+
+    root = kit.tree(tmp_path, "hdr")
+    profile = kit.profile("hdr")
+    state = empty()
+    J.merge_state(state, J.judge(kit.take(root, "hdr"), profile, {})[1], rebaseline=True)
+    assert state["gpu_pci"][2] == "0000:47:00.0"
+    (root / "sys/bus/pci/devices/0000:47:00.0/vendor").write_text("\x00\xff\n")
+    garbled, _ = J.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
+    assert garbled.status == UNKNOWN
+    assert "unreadable vendor id of 0000:47:00.0" in by((garbled, None), "gpu.pci")[0].message
+    shutil.rmtree(root / "sys/bus/pci/devices/0000:47:00.0")
+    gone, _ = J.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
+    assert (gone.status, gone.reason) == (FAIL, "0000:47:00.0 gone from PCI")
+
+
+def test_the_prolog_judges_pcie_width_from_sysfs(tmp_path):
+    from slurm_tune.health import collect
+
+    root = kit.tree(tmp_path, "hdr")
+    (root / "sys/bus/pci/devices/0000:b7:00.0/current_link_width").write_text("8\n")
+    v, _ = J.judge(collect.fast(str(root), kit.profile("hdr"), "n1"), kit.profile("hdr"), {})
+    assert (v.status, v.reason) == (DEGRADED, "0000:b7:00.0 PCIe x8")

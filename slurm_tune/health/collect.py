@@ -15,7 +15,19 @@ from ..hw.sysfs import Sysfs
 from . import fastjson
 
 
-def fast(root: str, profile, node: str) -> dict:
+def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
+    """Read the GPUs NVML listed before by address as well, even if the bus no longer shows them as NVIDIA
+    GPUs: a GPU gone from the bus must say which one, and a garbled vendor id must not look like one gone."""
+    section = snap.get("pci_gpus")
+    devices = section.get("devices") if isinstance(section, dict) else None
+    if not isinstance(devices, dict) or not isinstance(known, list) or section.get("answered") is not True:
+        return
+    for address in known:
+        if isinstance(address, str) and address not in devices and "/" not in address:
+            devices[address] = sysfs.pci_device(address)
+
+
+def fast(root: str, profile, node: str, known_gpus=None) -> dict:
     """The prolog's snapshot: required HCA ports (no GID tables), netdevs and the GPUs on the PCI bus."""
     sysfs = Sysfs(root)
     timeout = profile.health.probe_timeout_s
@@ -34,12 +46,13 @@ def fast(root: str, profile, node: str) -> dict:
         snap["net"] = capture_net(sysfs, timeout)
     if profile.gpu.count:
         snap["pci_gpus"] = capture_pci_gpus(sysfs, timeout)
+        add_known_gpus(sysfs, snap, known_gpus)
     snap["problems"] = list(sysfs.problems)
     return snap
 
 
 def full(root: str, profile, node: str, gpu_snapshot: str | None = None, gids: bool = False,
-         timeout_s: float | None = None) -> dict:
+         timeout_s: float | None = None, known_gpus=None) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
     only when asked for: the checks do not need them, a capture for triage does."""
     from ..hw.snapshot import capture
@@ -48,6 +61,7 @@ def full(root: str, profile, node: str, gpu_snapshot: str | None = None, gids: b
     snap = capture(root, timeout_s=timeout, nvml=gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:
         snap["gpus"] = replay_gpus(gpu_snapshot)
+    add_known_gpus(Sysfs(root), snap, known_gpus)
     return snap
 
 

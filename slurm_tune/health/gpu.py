@@ -9,7 +9,7 @@ per profile; persistence mode off is degraded. The bus view counts GPUs even whe
 """
 from __future__ import annotations
 
-from ..hw.sysfs import parse_int, pci_address
+from ..hw.sysfs import NVIDIA_VENDOR, parse_int, pci_address
 from . import result as R
 
 # NVML clock event reasons that mean the hardware is protecting itself (values from nvml.h).
@@ -231,26 +231,37 @@ def _check_persistence(dev, subject, short) -> R.Result:
 
 
 def _check_pci(section, spec, judge_width: bool) -> list:
-    """The bus's view: how many NVIDIA GPUs are on it, and (when NVML did not give it) each link's width."""
+    """The bus's view: the NVIDIA GPUs on it (and, by address, those NVML listed before), and each link's
+    width when NVML did not give it. A GPU gone from the bus fails, naming it; a device whose vendor id cannot
+    be read is unknown, not gone."""
     if not isinstance(section, dict) or section.get("answered") is not True or \
             not isinstance(section.get("devices"), dict):
         why = section.get("error") if isinstance(section, dict) and isinstance(section.get("error"), str) else \
             "unreadable 'pci_gpus' section"
         return [R.unknown("gpu.pci", "node", f"cannot see the PCI bus: {why}")]
-    devices = section["devices"]
-    n = len(devices)
-    out = []
-    if n < spec.count:
-        out.append(R.fail("gpu.pci", "node", f"{n} NVIDIA GPUs on the PCI bus; expected {spec.count}",
-                          f"{n}/{spec.count} GPUs on PCI"))
+    devices = {a: d for a, d in section["devices"].items() if isinstance(a, str)}
+    nvidia, gone, unreadable = [], [], []
+    for address, dev in sorted(devices.items()):
+        if isinstance(dev, dict) and dev.get("present") is False:
+            gone.append(address)
+        elif isinstance(dev, dict) and dev.get("present") is True and isinstance(dev.get("vendor"), str) and \
+                dev["vendor"].strip().lower() == NVIDIA_VENDOR:
+            nvidia.append(address)
+        elif not (isinstance(dev, dict) and dev.get("present") is True and parse_int(dev.get("vendor")) is not None):
+            unreadable.append(address)  # (a readable other vendor id is simply not a GPU)
+    seen = f"{len(nvidia)} NVIDIA GPUs on the PCI bus; expected {spec.count}"
+    if gone:
+        out = [R.fail("gpu.pci", "node", f"{seen}; gone from the bus: {', '.join(gone)}", f"{gone[0]} gone from PCI")]
+    elif len(nvidia) < spec.count and unreadable:
+        out = [R.unknown("gpu.pci", "node", f"{seen}; unreadable vendor id of {', '.join(unreadable)}")]
+    elif len(nvidia) < spec.count:
+        out = [R.fail("gpu.pci", "node", seen, f"{len(nvidia)}/{spec.count} GPUs on PCI")]
     else:
-        out.append(R.ok("gpu.pci", "node", f"{n} NVIDIA GPUs on the PCI bus; expected {spec.count}"))
+        out = [R.ok("gpu.pci", "node", seen)]
     if not judge_width:
         return out
-    for address, dev in sorted((a, d) for a, d in devices.items() if isinstance(a, str)):
-        if not isinstance(dev, dict):
-            out.append(R.unknown("gpu.pcie", address, "unreadable PCI entry"))
-            continue
+    for address in nvidia:
+        dev = devices[address]
         width, max_width = parse_int(dev.get("current_link_width")), parse_int(dev.get("max_link_width"))
         if width is None or max_width is None or width <= 0 or max_width <= 0:
             out.append(R.unknown("gpu.pcie", address, f"unreadable link width {dev.get('current_link_width')!r} "

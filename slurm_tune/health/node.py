@@ -134,12 +134,13 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
 
     start = time.monotonic()
     now = time.time()
-    profile, _how = resolve_profile(cfg, S.read(cfg.state_dir)[0], mode, environ)
+    before = S.read(cfg.state_dir)[0]
+    profile, _how = resolve_profile(cfg, before, mode, environ)
     policy = S.policy_digest(profile)
     if mode == "prolog":
-        snap = collect.fast(cfg.root, profile, cfg.node)
+        snap = collect.fast(cfg.root, profile, cfg.node, before.get("gpu_pci"))
     else:
-        snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot)
+        snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"))
     with S.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         judge.merge_state(st.state, updates, rebaseline=False)
@@ -168,9 +169,10 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
 
     start = time.monotonic()
     now = time.time()
-    profile, how = resolve_profile(cfg, S.read(cfg.state_dir)[0], "run", environ, slurm)
+    before = S.read(cfg.state_dir)[0]
+    profile, how = resolve_profile(cfg, before, "run", environ, slurm)
     policy = S.policy_digest(profile)
-    snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot)
+    snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"))
     with S.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         judge.merge_state(st.state, updates, rebaseline=True)

@@ -1,0 +1,172 @@
+"""Property-based tests: garbage in every snapshot field and every sysfs file never raises, and nothing is
+judged "fail" because something could not be parsed. Plus the fast JSON path against the json module."""
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+import healthkit as kit
+from slurm_tune.health import collect, fastjson, ib, judge as J
+from slurm_tune.health.result import FAIL, OK
+from slurm_tune.hw import sysfs as S
+from slurm_tune.profiles import version_key
+
+
+def _version_garbage(text: str) -> bool:
+    return not version_key(text)
+
+
+# What each grammar-bound field accepts; garbage for it is text its parser rejects.
+PARSERS = {
+    "state": lambda t: ib._known(t, ib.PORT_STATES) is None,
+    "phys_state": lambda t: ib._known(t, ib.PHYS_STATES) is None,
+    "rate": lambda t: S.parse_rate_gbps(t) is None,
+    "link_layer": lambda t: t not in ("InfiniBand", "Ethernet"),
+    "fw_ver": _version_garbage, "driver_version": _version_garbage, "cuda_driver_version": _version_garbage,
+    "vbios_version": _version_garbage,
+    "operstate": lambda t: t not in ib.OPERSTATES,
+    "flags": lambda t: S.parse_int(t) is None,
+    "current_link_width": lambda t: S.parse_int(t) is None, "max_link_width": lambda t: S.parse_int(t) is None,
+    "vendor": lambda t: S.parse_int(t) is None,
+}
+COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
+# Free text that is compared, not parsed: another value there is a real finding, not garbage.
+FREE_TEXT = {"name", "netdevs"}
+
+
+def unparseable(key: str, text: str) -> bool:
+    if key in COUNTERS:
+        return S.parse_counter(text) is None
+    return PARSERS.get(key, lambda t: True)(text)
+
+
+def leaves(value, path=()):
+    """Every path into a snapshot (containers too), with its value."""
+    yield path, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from leaves(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from leaves(v, path + (i,))
+
+
+def _snapshots():
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for partition in ("hdr", "roce", "vpc"):
+            out[partition] = kit.node_snapshot(Path(tmp) / partition, partition)
+    return out
+
+
+SNAPSHOTS = _snapshots()
+PATHS = [(p, path) for p, snap in SNAPSHOTS.items() for path, _ in leaves(snap) if path]
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+                    st.binary(max_size=20).map(lambda b: b.decode("latin-1")))
+GARBAGE = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                       max_leaves=6)
+
+
+def _is_garbage_for(old, new, key) -> bool:
+    """Wrong type for the field, or (for text) text the field's parser rejects."""
+    if isinstance(old, bool) or isinstance(new, bool):
+        return type(old) is not type(new)
+    if isinstance(old, str):
+        return not isinstance(new, str) or (key not in FREE_TEXT and unparseable(key, new))
+    if isinstance(old, (int, float)):
+        return not isinstance(new, (int, float)) or (isinstance(new, float) and not new.is_integer()
+                                                     and not isinstance(old, float))
+    return type(new) is not type(old)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PATHS), GARBAGE)
+def test_garbage_in_any_snapshot_field_is_never_a_failure(where, garbage):
+    partition, path = where
+    snap = SNAPSHOTS[partition]
+    old = snap
+    for key in path:
+        old = old[key]
+    key = next((k for k in reversed(path) if isinstance(k, str)), "")
+    assume(_is_garbage_for(old, garbage, key))
+    assume(not (key in FREE_TEXT or (len(path) > 1 and path[-2] in FREE_TEXT)))
+    verdict, _ = J.judge(kit.mutate(snap, path, garbage), kit.profile(partition), {})
+    failures = [r.line() for r in verdict.results if r.status == FAIL]
+    assert not failures, f"{path} = {garbage!r} made {failures}"
+
+
+def test_the_unmutated_snapshots_are_healthy():
+    for partition, snap in SNAPSHOTS.items():
+        assert J.judge(snap, kit.profile(partition), {})[0].status == OK
+
+
+# ---- garbage in sysfs files -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def clean_tree(tmp_path_factory):
+    """A DGX-A100 tree, and the state its first (clean) evaluation left: NVML listed its GPUs."""
+    root = kit.tree(tmp_path_factory.mktemp("clean") / "root", "hdr")
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    state: dict = {}
+    J.merge_state(state, J.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})[1], rebaseline=True)
+    return root, files, state
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                    HealthCheck.too_slow])
+@given(data=st.data(), garbage=st.binary(max_size=40))
+def test_garbage_in_any_sysfs_file_is_never_a_failure(clean_tree, data, garbage):
+    root, files, state = clean_tree
+    rel = data.draw(st.sampled_from(files))
+    text = garbage.decode("utf-8", "replace").strip()
+    assume(unparseable(Path(rel).name, text))
+    profile = kit.profile("hdr")
+    original = (root / rel).read_bytes()
+    (root / rel).write_bytes(garbage)
+    try:
+        for snap in (collect.fast(str(root), profile, "n1", state.get("gpu_pci")), kit.take(root, "hdr")):
+            collect.add_known_gpus(S.Sysfs(str(root)), snap, state.get("gpu_pci"))
+            verdict, _ = J.judge(snap, profile, state)
+            failures = [r.line() for r in verdict.results if r.status == FAIL]
+            assert not failures, f"{rel} = {garbage!r} made {failures}"
+    finally:
+        (root / rel).write_bytes(original)
+
+
+# ---- the fast JSON path is json ------------------------------------------------------------------------------
+
+JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                              st.text()),
+                    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                            st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+                    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_fastjson_round_trips_like_json(value):
+    text = fastjson.dumps(value)
+    assert text == json.dumps(value, sort_keys=True, separators=(",", ":"))
+    assert fastjson.loads(text) == json.loads(text)
+    assert fastjson.loads(f" \n{json.dumps(value, indent=2)}\n ") == json.loads(json.dumps(value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_fastjson_rejects_what_json_rejects(text):
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            fastjson.loads(text)
+        return
+    got = fastjson.loads(text)
+    assert got == expected or (isinstance(got, float) and math.isnan(got) and math.isnan(expected))
