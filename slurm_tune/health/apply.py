@@ -14,7 +14,9 @@ Rules (see docs/health.md):
   than `health.drain_max_fraction` of the partition under stune drains set within `health.drain_window`,
   stune does not drain. Concurrent runs on many nodes could all pass that check at once, so after draining
   each node reads again and keeps its drain only if it is among the first `limit` (by drain time, then name);
-  otherwise it resumes itself. Every node computes the same order, so at most `limit` drains survive.
+  otherwise it resumes itself. It reads only after waiting out the drain time's resolution (BREAKER_SETTLE_S),
+  so every drain that sorts before its own is visible: every node computes its true place in one order,
+  and at most `limit` drains survive.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ HOOK_REASONS = ("Prolog error", "Epilog error", "prolog error", "epilog error")
 HOOK_SLACK_S = 120  # the drain follows the hook's exit by a moment; clocks of node and controller differ a bit
 RESYNC_S = 3600     # re-read Slurm this often while a node is not healthy (an admin may have resumed it)
 RETRY_S = 600       # and this often while the breaker holds a drain back or Slurm did not answer
+BREAKER_SETTLE_S = 2.0  # reason times have 1 s resolution: wait past it before reading the others' drains
 
 
 class Want(namedtuple("Want", "action reason")):
@@ -174,12 +177,12 @@ def breaker_confirm(nodes, partition: str, me: str, now: float, window: float, f
     names = [n.name for n in recent]
     allowed = me not in names or names.index(me) < limit
     message = "" if allowed else (
-        f"circuit breaker open: {len(names)} nodes in partition {partition} were drained by stune at the same "
-        f"time (limit {fraction:.0%} of {len(members)} = {limit}); undid the drain of {me}")
+        f"circuit breaker open: {names.index(me)} of {len(members)} nodes in partition {partition} were drained "
+        f"by stune just before {me} (limit {fraction:.0%} = {limit}); undid the drain of {me}")
     return Breaker(allowed, limit, len(members), names, message)
 
 
-def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float) -> Outcome:
+def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sleep=None) -> Outcome:
     """Read the node (and, before a drain, its partition), change what differs, record what was applied.
     Raises SlurmError when Slurm does not answer; the caller records a retry."""
     nodes = slurm.nodes()
@@ -201,6 +204,11 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float) ->
     if fields:
         slurm.update_node(node_name, **fields)
     if fields.get("state") == "DRAIN" and kind == "none":
+        if sleep is None:
+            import time
+
+            sleep = time.sleep
+        sleep(BREAKER_SETTLE_S)
         after = breaker_confirm(slurm.nodes(), profile.partition, node_name, now, health.drain_window,
                                 health.drain_max_fraction)
         if not after.allowed:
