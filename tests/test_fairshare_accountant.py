@@ -341,3 +341,50 @@ def test_cli_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 1 and "fs.yaml:2: report.top_jobs: expected an integer" in proc.stderr
     proc = _cli(["apply"], tmp_path=tmp_path, env_extra={"STUNE_FAIRSHARE_CONFIG": str(tmp_path / "none.yaml")})
     assert proc.returncode == 1 and "none.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_without_the_reports_extra_the_outputs_say_so(tmp_path):
+    t = 1_700_000_000
+    dump = tmp_path / "dump.txt"
+    dump.write_text("\n".join([HEADER, row(1, "stune-bob", t, 3600, comment=summary(7200, 720, 7200))]) + "\n")
+    cfg = tmp_path / "fs.yaml"
+    cfg.write_text("")
+    blocked = ("import sys\nfor m in ('matplotlib', 'matplotlib.pyplot', 'rich', 'rich.console', 'rich.table', "
+               "'prometheus_client'):\n    sys.modules[m] = None\n"
+               "from slurm_tune.cli.fairshare import main\nsys.exit(main(sys.argv[1:]))\n")
+    base = [sys.executable, "-c", blocked, "report", "--sacct-file", str(dump), "--config", str(cfg)]
+    for extra, what in (([], "the terminal table"), (["--format", "none", "--png", str(tmp_path / "x.png")],
+                                                       "the PNG chart"),
+                        (["--format", "none", "--prom", str(tmp_path / "x.prom")], "the Prometheus textfile")):
+        proc = subprocess.run(base + extra, capture_output=True, text=True)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.strip() == (f"stune-fairshare: {what} needs the `reports` extra "
+                                       f"({proc.stderr.split('(')[1].split(')')[0]}): pip install 'slurm-tune[reports]'")
+    proc = subprocess.run(base + ["--format", "csv"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("level,account,user,")
+
+
+def test_report_outputs_offline(tmp_path):
+    t = 1_700_000_000
+    dump = tmp_path / "dump.txt"
+    busy_idle_power = ("stune1 held=7200.0 used=7128.0 cov=7200.0 busy=7000.0 busy_w=62.0 gpus=2 nodes=1/1 "
+                       "per_gpu=n1/0:99.0:1.0:500:62.0,n1/1:99.0:1.0:500:62.0")
+    dump.write_text("\n".join([HEADER, row(1, "stune-alice", t, 3600, comment=busy_idle_power),
+                               row(2, "stune-bob", t, 3600, comment=summary(7200, 720, 7200)),
+                               row(3, "carol", t, 600, gpus=0, billing=1)]) + "\n")
+    cfg = tmp_path / "fs.yaml"
+    cfg.write_text("")
+    png, prom = tmp_path / "r.png", tmp_path / "r.prom"
+    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "json", "--png", str(png),
+                 "--prom", str(prom)], tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [j["job_id"] for j in doc["flagged"]] == ["1"]
+    assert "62 W mean power" in doc["flagged"][0]["flag"]
+    assert [j["job_id"] for j in doc["top_idle"]] == ["2", "1"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "stune_jobs_flagged 1.0" in prom.read_text()
+    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "csv"], tmp_path=tmp_path)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("level,account,user,jobs,gpu_jobs,held_gpu_h,used_gpu_h,efficiency")
+    assert any(line.startswith("user,biology,stune-bob,1,1,2,0.2,0.1,1.8,") for line in lines)

@@ -70,7 +70,8 @@ def measured_eta(table: JobTable, coverage_min: float):
     with np.errstate(divide="ignore", invalid="ignore"):
         coverage = np.where(table.has_summary & (held > 0), table.covered_s / held, 0.0)
         from_summary = np.where(table.covered_s > 0, table.used_s / table.covered_s, np.nan)
-    coverage = np.nan_to_num(coverage, nan=0.0)
+    # the sampler sees the job from prolog to epilog, a little longer than Slurm's elapsed time
+    coverage = np.minimum(np.nan_to_num(coverage, nan=0.0), 1.0)
     stune_ok = table.has_summary & (held > 0) & (coverage >= coverage_min) & (table.covered_s > 0)
     slurm_ok = ~stune_ok & (held > 0) & ~np.isnan(table.gpuutil) & (table.gpuutil_cover >= coverage_min)
     eta_measured = np.where(stune_ok, from_summary, np.where(slurm_ok, table.gpuutil / 100.0, np.nan))

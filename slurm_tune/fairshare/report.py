@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -182,15 +183,18 @@ def _pct(value):
 def to_table(report: Report, console=None) -> None:
     rich_console = _need("rich.console", "the terminal table")
     rich_table = _need("rich.table", "the terminal table")
-    console = console or rich_console.Console()
+    if console is None:
+        console = rich_console.Console()
+        if not console.is_terminal and "COLUMNS" not in os.environ:  # a pipe or a file: do not squeeze to 80
+            console = rich_console.Console(width=160)
     window = "all history in the dump" if report.window_start is None else \
         f"since {_when(report.window_start)}"
     t = rich_table.Table(title=f"GPU usage by account and user ({window}; as of {_when(report.as_of)})")
     for name, justify in (("account", "left"), ("user", "left"), ("GPU jobs", "right"), ("held GPU-h", "right"),
                           ("used GPU-h", "right"), ("efficiency", "right"), ("idle GPU-h", "right"),
-                          ("unmeasured GPU-h", "right"), ("sshare FS", "right"), ("slurm FS", "right"),
+                          ("unmeasured GPU-h", "right"), ("sshare FS", "right"), ("Slurm FS (eta=1)", "right"),
                           ("stune FS", "right"), ("SiteFactor", "right")):
-        t.add_column(name, justify=justify)
+        t.add_column(name, justify=justify, no_wrap=name in ("account", "user"))
     by_account: dict = {}
     for u in report.users:
         by_account.setdefault(u.account, []).append(u)
@@ -251,7 +255,7 @@ def to_png(report: Report, path: str) -> None:
     names = [a.account for a in accounts]
     x = np.arange(len(names))
     width = 0.27
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names) + 2), 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names) + 2), 5.0), dpi=110)
     held = [a.held_gpu_h for a in accounts]
     used = [a.used_gpu_h for a in accounts]
     unmeasured = [a.unmeasured_gpu_h for a in accounts]
@@ -259,17 +263,17 @@ def to_png(report: Report, path: str) -> None:
     b2 = ax.bar(x, used, width, label="used (held x utilization)", color="#55a868")
     ax.bar(x + width, unmeasured, width, label="held, not measured", color="#c7c7c7")
     for bars in (b1, b2):
-        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)  # GPU-hours
     for i, a in enumerate(accounts):
         if a.efficiency is not None:
-            ax.annotate(f"{100 * a.efficiency:.0f}% efficient", (x[i], max(held[i], used[i])), ha="center",
-                        xytext=(0, 14), textcoords="offset points", fontsize=8, color="#333333")
+            ax.annotate(f"{100 * a.efficiency:.0f}% used", (x[i], max(held[i], used[i], unmeasured[i])),
+                        ha="center", xytext=(0, 14), textcoords="offset points", fontsize=8, color="#333333")
     ax.set_xticks(x, names)
     ax.set_ylabel("GPU-hours")
     ax.set_ylim(0, max(held + used + unmeasured + [1e-6]) * 1.3)
     window = "" if report.window_start is None else f" since {_when(report.window_start)}"
     ax.set_title(f"GPU-hours held vs used per account{window}")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3, fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)

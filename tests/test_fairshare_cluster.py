@@ -1,0 +1,325 @@
+"""Fair-share by GPU utilization on the live local cluster, as a new user would try it.
+
+The module installs the real hooks (prolog 20-stune-jobgpus, epilog 20-stune-usage, EpilogSlurmctld
+stune-usage-slurmctld) and runs one `stune-gpu-sampler` per node, each driven by a snapshot GPU source.
+slurm.conf gets `PrologFlags=Alloc` (the prolog runs on every node at allocation, so the sampler knows all
+of a job's GPUs), `AccountingStorageEnforce=associations,limits` (without `limits`, Slurm 22.05 never charges
+a finished job's last partial PriorityCalcPeriod to fair-share) and `EpilogSlurmctld=` (read only when
+slurmctld starts, so the controller is restarted, once at the start and once at the end).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import wait_for_state, wait_until
+from slurm_tune.devcluster import NODES, pid_alive
+from slurm_tune.fairshare.sacct import FIELDS
+from slurm_tune.usage import summary
+from usage_helpers import write_snapshot
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = os.path.dirname(sys.executable)
+FRAGMENT = "stune-fairshare-test"
+
+
+def restart_controller(cluster) -> None:
+    """slurmctld reads EpilogSlurmctld only at start (22.05's prep/script plugin), so restart it."""
+    pidfile = cluster.layout.pidfile("slurmctld")
+    pid = pid_alive(pidfile)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while pid_alive(pidfile) == pid and time.monotonic() < deadline:
+            time.sleep(0.1)
+    cluster.start_slurmctld()
+    cluster.reconfigure()  # the slurmds take the new slurm.conf too
+
+
+class World:
+    def __init__(self, cluster, root: Path):
+        self.cluster = cluster
+        self.root = root
+        self.spool = root / "spool"
+        self.state = root / "state"
+        self.config = root / "fairshare.yaml"
+        self.store_log = root / "store.log"
+        self.snapshots = {n: root / f"gpus-{n}.json" for n in NODES}
+        self.local = {n: cluster.layout.node_dir(n) / "usage" for n in NODES}
+        self.samplers: dict[str, subprocess.Popen] = {}
+        self.started = int(time.time())
+
+    def env(self) -> dict:
+        return {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "STUNE_FAIRSHARE_CONFIG": str(self.config), "SLURM_CONF": os.environ["SLURM_CONF"]}
+
+    def write_config(self, **accountant) -> None:
+        lines = ["accountant:", f"  state_dir: {self.state}", "  settle_delay: 0"]
+        lines += [f"  {k}: {v}" for k, v in accountant.items()]
+        lines += ["usage:", f"  spool_dir: {self.spool}", "  interval: 0.2", "  collect_wait: 20",
+                  "report:", "  idle_power_w: 100"]
+        self.config.write_text("\n".join(lines) + "\n")
+
+    def stune(self, *args, check=True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([f"{VENV_BIN}/stune-fairshare", *args], capture_output=True, text=True,
+                              env=self.env(), timeout=300)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+
+@pytest.fixture(scope="module")
+def world(cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fairshare")
+    w = World(cluster, root)
+    w.spool.mkdir()
+    w.spool.chmod(0o2775)
+    w.write_config()
+    for node in NODES:
+        write_snapshot(w.snapshots[node], 0, gpus=4, power=60.0)
+    env_line = (f"export STUNE_USAGE_DIR={cluster.layout.root}/nodes/$SLURMD_NODENAME/usage "
+                f"STUNE_USAGE_SPOOL={w.spool} STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config}")
+    cluster.install_hook("prolog", "20-stune-jobgpus",
+                         f"#!/bin/sh\n{env_line}\nexec {REPO}/prolog/20-stune-jobgpus\n")
+    cluster.install_hook("epilog", "20-stune-usage", f"#!/bin/sh\n{env_line}\nexec {REPO}/epilog/20-stune-usage\n")
+    ctld = root / "epilog-slurmctld"
+    ctld.write_text(f"#!/bin/sh\nexport PATH={VENV_BIN}:/usr/bin:/bin SLURM_CONF={os.environ['SLURM_CONF']} "
+                    f"STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config} STUNE_USAGE_SPOOL={w.spool} "
+                    f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={w.store_log}\n"
+                    f"exec {REPO}/epilog/stune-usage-slurmctld\n")
+    ctld.chmod(0o755)
+    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\nAccountingStorageEnforce=associations,limits\n"
+                                   "PrologFlags=Alloc", reconfigure=False)
+    restart_controller(cluster)
+    for node in NODES:
+        w.samplers[node] = subprocess.Popen(
+            [f"{VENV_BIN}/stune-gpu-sampler", "run", "--snapshot", str(w.snapshots[node]), "--local-dir",
+             str(w.local[node]), "--interval", "0.2"], env=w.env(), stdout=subprocess.DEVNULL,
+            stderr=open(root / f"sampler-{node}.log", "w"))
+    try:
+        yield w
+    finally:
+        for proc in w.samplers.values():
+            proc.terminate()
+        for proc in w.samplers.values():
+            proc.wait(timeout=30)
+        cluster.install_hook("prolog", "20-stune-jobgpus", None)
+        cluster.install_hook("epilog", "20-stune-usage", None)
+        cluster.set_fragment(FRAGMENT, None, reconfigure=False)
+        restart_controller(cluster)
+
+
+def cancel_everything(slurm) -> None:
+    # scancel 22.05 takes one --state at a time ("PENDING,RUNNING" is refused)
+    for state in ("PENDING", "RUNNING", "SUSPENDED"):
+        slurm.run(["scancel", "--full", f"--state={state}"], check=False)
+    wait_until("no jobs left", lambda: not slurm.run(["squeue", "-h", "-o", "%i"], check=False).strip())
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_jobs(world, slurm):
+    cancel_everything(slurm)
+    yield
+    cancel_everything(slurm)
+
+
+def submit_as(slurm, user: str, account: str, args: list[str], wrap: str) -> int:
+    rc, out, err = slurm.run_full(["runuser", "-u", user, "--", "sbatch", "--parsable", "-A", account, *args,
+                                   "--wrap", wrap])
+    assert rc == 0, err
+    return int(out.strip().split(";")[0])
+
+
+def admin_comment(slurm, job_id: int) -> str:
+    rows = slurm.sacct(["JobIDRaw", "AdminComment"], job_ids=[str(job_id)])
+    return rows[0]["AdminComment"] if rows else ""
+
+
+def wait_summary(slurm, job_id: int, timeout: float = 60) -> summary.JobSummary:
+    text = wait_until(f"job {job_id}'s usage summary in AdminComment",
+                      lambda: admin_comment(slurm, job_id).startswith(summary.PREFIX) and admin_comment(slurm, job_id),
+                      timeout=timeout, interval=0.5)
+    parsed = summary.parse(text)
+    assert parsed is not None, text
+    return parsed
+
+
+def test_users_cannot_write_their_jobs_usage_field(world, slurm, shared_tmp):
+    job = submit_as(slurm, "stune-alice", "physics", ["--gres=gpu:1", f"--chdir={shared_tmp}"], "sleep 30")
+    wait_until("alice's job running", lambda: slurm.job(job).state == "RUNNING")
+    fake = "stune1 held=10.0 used=10.0 cov=10.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
+    rc, out, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "scontrol", "update", f"JobId={job}",
+                                   f"AdminComment={fake}"])
+    assert rc != 0 and "Access/permission denied" in err
+    rc, out, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "sacctmgr", "-i", "modify", "job",
+                                   "where", f"JobID={job}", "set", f"AdminComment={fake}"])
+    assert rc != 0 and "privilege" in (out + err)
+    assert slurm.job(job).admin_comment == ""
+    # the field a user CAN write is not the one stune reads
+    rc, _, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "scontrol", "update", f"JobId={job}",
+                                 f"Comment={fake}"])
+    assert rc == 0, err
+    slurm.cancel(job)
+
+
+def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
+    """Two users, equal GPU jobs, samplers at 90 % and 10 %: summaries in sacct, then the 10 % user's pending
+    job gets the lower SiteFactor, sprio shows it, and a second run changes nothing."""
+    write_snapshot(world.snapshots["n1"], 90, gpus=4, power=310.0)
+    write_snapshot(world.snapshots["n2"], 10, gpus=4, power=90.0)
+    args = ["--gres=gpu:2", "-c", "1", "--hold", f"--chdir={shared_tmp}"]
+    # Fair Tree ranks users, so a penalty shows only where it changes the order. bob's job is never longer
+    # than alice's (the same size, one second shorter): Slurm never ranks bob below alice on its own.
+    bob = submit_as(slurm, "stune-bob", "biology", ["-w", "n2", *args], "sleep 9")
+    alice = submit_as(slurm, "stune-alice", "physics", ["-w", "n1", *args], "sleep 10")
+    slurm.run(["scontrol", "release", f"{bob},{alice}"])
+    for job in (bob, alice):
+        assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+    s_alice, s_bob = wait_summary(slurm, alice), wait_summary(slurm, bob)
+    for s, eta in ((s_alice, 0.9), (s_bob, 0.1)):
+        assert s.gpus == 2 and (s.nodes_reported, s.nodes_expected) == (1, 1)
+        assert s.eta == pytest.approx(eta, abs=0.01)
+        assert s.coverage > 0.8
+        assert s.held == pytest.approx(2 * (10 if s is s_alice else 9), rel=0.25)
+    assert {g.node for g in s_alice.per_gpu} == {"n1"} and {g.node for g in s_bob.per_gpu} == {"n2"}
+    assert s_alice.per_gpu[0].watts == pytest.approx(310.0) and s_bob.per_gpu[0].sm == pytest.approx(10.0)
+    assert "stored (1/1 nodes" in world.store_log.read_text()
+
+    # Both now wait behind a job that holds every GPU.
+    blocker = slurm.submit(["-N3", "--gres=gpu:4", f"--chdir={shared_tmp}"], script="#!/bin/sh\nsleep 300\n")
+    wait_until("the blocker running", lambda: slurm.job(blocker).state == "RUNNING")
+    pend = ["--gres=gpu:1", f"--chdir={shared_tmp}"]
+    bob_pending = submit_as(slurm, "stune-bob", "biology", pend, "true")
+    alice_pending = submit_as(slurm, "stune-alice", "physics", pend, "true")
+    wait_until("both pending jobs in sprio",
+               lambda: {bob_pending, alice_pending} <= {r.job_id for r in slurm.sprio()})
+
+    # Only this test's jobs: the accountant's first read starts when this module did.
+    world.state.joinpath("ledger.json").unlink(missing_ok=True)
+    world.write_config(initial_history=int(time.time()) - world.started + 5)
+    dry = world.stune("apply", "--dry-run")
+    assert f"job {bob_pending} (stune-bob/biology): SiteFactor 0 -> -" in dry.stdout
+    assert "would set" in dry.stdout and f"job {alice_pending}" not in dry.stdout
+    assert {r.job_id: r.site for r in slurm.sprio()}[bob_pending] == 0  # a dry run changes nothing
+    assert not world.state.joinpath("ledger.json").exists()
+
+    first = world.stune("apply")
+    assert "1 SiteFactor change(s) applied" in first.stdout
+    sprio = {r.job_id: r for r in slurm.sprio()}
+    # bob's penalty is what his rank lost: W x (F_stune - F_slurm) = -W/3 with three user associations
+    assert sprio[bob_pending].site == -round(10000 / 3) and sprio[alice_pending].site == 0
+    assert sprio[bob_pending].priority == sprio[bob_pending].fairshare + sprio[bob_pending].age - 3333
+    ledger = json.loads(world.state.joinpath("ledger.json").read_text())
+
+    second = world.stune("apply")
+    assert "0 SiteFactor change(s) applied, 2 pending job(s) already right; 0 run(s) settled" in second.stdout
+    assert {r.job_id: r.site for r in slurm.sprio()} == {j: r.site for j, r in sprio.items()}
+    again = json.loads(world.state.joinpath("ledger.json").read_text())
+    assert again["settled"] == ledger["settled"]
+    assert again["usage"].keys() == ledger["usage"].keys()
+    for key, (slurm_usage, stune_usage) in again["usage"].items():
+        assert slurm_usage == pytest.approx(ledger["usage"][key][0], rel=1e-4)
+        assert stune_usage == pytest.approx(ledger["usage"][key][1], rel=1e-4)
+
+    # The report: per account held vs used, the chart, the metrics.
+    png, prom = world.root / "report.png", world.root / "fairshare.prom"
+    rep = world.stune("report", "--format", "json", "--png", str(png), "--prom", str(prom),
+                      "--since", f"@{world.started}")
+    doc = json.loads(rep.stdout)
+    accounts = {a["account"]: a for a in doc["accounts"]}
+    assert accounts["physics"]["efficiency"] == pytest.approx(0.9, abs=0.02)
+    assert accounts["biology"]["efficiency"] == pytest.approx(0.1, abs=0.02)
+    assert accounts["biology"]["idle_gpu_h"] > accounts["physics"]["idle_gpu_h"]
+    users = {u["user"]: u for u in doc["users"]}
+    assert users["stune-bob"]["site_factor"] < 0 == users["stune-alice"]["site_factor"]
+    assert users["stune-bob"]["fairshare_stune"] < users["stune-alice"]["fairshare_stune"]
+    assert users["stune-bob"]["fairshare_sshare"] is not None
+    assert doc["top_idle"][0]["job_id"] == str(bob)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    metrics = prom.read_text()
+    assert 'stune_gpu_hours_held{account="biology",user="stune-bob"}' in metrics
+    assert 'stune_fairshare_factor{account="biology",kind="stune",user="stune-bob"}' in metrics
+    table = world.stune("report", "--since", f"@{world.started}")
+    assert "stune-bob" in table.stdout and "Top idle jobs" in table.stdout
+    slurm.cancel([blocker, bob_pending, alice_pending])
+
+
+def test_a_multi_node_job_is_merged_and_late_nodes_are_swept_in(world, slurm, shared_tmp):
+    write_snapshot(world.snapshots["n1"], 90, gpus=4, power=310.0)
+    write_snapshot(world.snapshots["n2"], 10, gpus=4, power=90.0)
+    job = submit_as(slurm, "stune-alice", "physics", ["-N2", "-w", "n[1-2]", "--gres=gpu:1",
+                                                      f"--chdir={shared_tmp}"], "sleep 6")
+    assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+    merged = wait_summary(slurm, job)
+    assert (merged.gpus, merged.nodes_reported, merged.nodes_expected) == (2, 2, 2)
+    assert {g.node: round(g.sm) for g in merged.per_gpu} == {"n1": 90, "n2": 10}
+    assert merged.eta == pytest.approx(0.5, abs=0.02)
+    assert not (world.spool / str(job)).exists()  # complete: the spool directory is gone
+
+    # A node whose summary came too late for EpilogSlurmctld: `collect` stores the job again, whole.
+    late = world.spool / str(job)
+    late.mkdir()
+    docs = [{"v": 1, "job": str(job), "node": n, "start": 0, "end": 100, "gpus": [
+        {"id": 0, "acc": {**{k: 0.0 for k in summary.ACC_FIELDS}, "sm_dt": 100.0, "sm_sum": eta * 100}}]}
+        for n, eta in (("n1", 0.8), ("n3", 0.2))]
+    (late / "n1.json").write_text(json.dumps(docs[0]))
+    (late / "stored").write_text(json.dumps({"stored": ["n1"], "expected": ["n1", "n3"], "at": 0}))
+    out = world.stune("collect", "--min-age", "0").stdout
+    assert out == ""  # nothing new since the last store
+    (late / "n3.json").write_text(json.dumps(docs[1]))
+    out = world.stune("collect", "--min-age", "0").stdout
+    assert out.strip() == f"job {job}: stored (2/2 nodes); removed"
+    again = summary.parse(admin_comment(slurm, job))
+    assert (again.nodes_reported, again.used, again.covered) == (2, 100.0, 200.0)
+    assert not late.exists()
+
+
+def test_a_cpu_job_stores_nothing(world, slurm, shared_tmp):
+    job = submit_as(slurm, "stune-bob", "biology", ["-c", "1", f"--chdir={shared_tmp}"], "true")
+    assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=60) == "COMPLETED"
+    wait_until("EpilogSlurmctld's verdict", lambda: f"job {job}: no GPUs" in world.store_log.read_text(),
+               timeout=30)
+    assert admin_comment(slurm, job) == ""
+
+
+def test_with_eta_1_everywhere_stunes_factors_equal_sshare(world, slurm, shared_tmp, cluster):
+    """Reset Slurm's usage, run jobs of different sizes, wait for Slurm's next fair-share pass, then run the
+    accountant on the same jobs with every eta = 1 (AdminComment dropped from the dump)."""
+    slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
+    t0 = int(time.time())
+    time.sleep(1)
+    jobs = [submit_as(slurm, "stune-alice", "physics", ["-c", "4", f"--chdir={shared_tmp}"], "sleep 6"),
+            submit_as(slurm, "stune-bob", "biology", ["-c", "1", "--gres=gpu:1", f"--chdir={shared_tmp}"],
+                      "sleep 6")]
+    for job in jobs:
+        assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+    last_end = max(int(r["End"]) for r in slurm.sacct(["JobIDRaw", "End"], job_ids=[str(j) for j in jobs]))
+    decay_file = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
+    wait_until("Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
+               lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1, timeout=90, interval=1)
+    sshare = {(r.account, r.user): r for r in slurm.sshare() if r.user}
+
+    dump = world.root / "eta1.txt"
+    text = slurm.sacct_dump(list(FIELDS), start=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0)))
+    lines = text.splitlines()
+    dump.write_text("\n".join([lines[0]] + [line.rsplit("|", 1)[0] + "|" for line in lines[1:]]) + "\n")
+    rep = world.stune("report", "--sacct-file", str(dump), "--cluster", "--format", "json",
+                      "--now", str(int(time.time())))
+    doc = json.loads(rep.stdout)
+    users = {(u["account"], u["user"]): u for u in doc["users"]}
+    assert set(users) == set(sshare)
+    for key, row in sshare.items():
+        assert users[key]["fairshare_stune"] == users[key]["fairshare_slurm"] == pytest.approx(row.fairshare,
+                                                                                             abs=1e-6), key
+    # and the usage behind it is Slurm's own: billing x seconds (sshare prints RawUsage as an integer)
+    assert sshare[("physics", "stune-alice")].raw_usage > sshare[("biology", "stune-bob")].raw_usage > 0
+    assert len({r.fairshare for r in sshare.values()}) == 3  # distinct ranks: the comparison means something
