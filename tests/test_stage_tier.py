@@ -195,6 +195,34 @@ def test_the_source_is_stamped_before_the_copy(tier, dataset, monkeypatch):
     assert Path(again.path, "late.txt").exists()
 
 
+def _set_boot(entry: Path, boot: str) -> None:
+    stamp = entry / "stamp"
+    stamp.write_text("".join(f"boot={boot}\n" if line.startswith("boot=") else line + "\n"
+                             for line in stamp.read_text().splitlines()))
+
+
+def test_after_a_reboot_an_intact_entry_is_verified_and_kept(tier, dataset):
+    from slurm_tune.stage.fresh import boot_id
+
+    first = stage(req(dataset), tier)
+    entry = Path(first.path).parent
+    _set_boot(entry, "an-earlier-boot")
+    again = stage(req(dataset), tier)
+    assert again.status == "hit" and again.path == first.path
+    assert f"boot={boot_id()}" in (entry / "stamp").read_text(), "re-stamped with this boot"
+
+
+def test_after_a_crash_an_entry_whose_data_never_reached_the_disk_is_restaged(tier, dataset):
+    first = stage(req(dataset), tier)
+    entry = Path(first.path).parent
+    (entry / "data" / "class03" / "img0007.bin").write_bytes(b"")  # what an unflushed file looks like
+    _set_boot(entry, "the-boot-that-crashed")
+    again = stage(req(dataset), tier)
+    assert again.status == "copied"
+    assert tree_digest(again.path) == tree_digest(dataset)
+    assert not entry.exists()
+
+
 # ---- kinds of source --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix, mode", [(".tar", "w"), (".tar.gz", "w:gz"), (".tar.xz", "w:xz")])

@@ -289,40 +289,6 @@ def extract(source: Source, dst: str, *, progress: Progress | None = None, guard
         progress.done(source.st.st_size)
 
 
-def disk_usage(path: str) -> tuple[int, int]:
-    """(allocated bytes, entries) under path, never following symlinks."""
-    total, count = 0, 0
-    pending = [path]
-    while pending:
-        cur = pending.pop()
-        with os.scandir(cur) as it:
-            for e in it:
-                st = e.stat(follow_symlinks=False)
-                total += st.st_blocks * 512
-                count += 1
-                if stat.S_ISDIR(st.st_mode):
-                    pending.append(e.path)
-    return total, count
-
-
-def sync_filesystem(path: str) -> None:
-    """syncfs(2) the filesystem holding path: one call flushes every file of the new entry, where an fsync
-    per file would cost a journal commit each."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            if libc.syncfs(fd) == 0:
-                return
-        finally:
-            os.close(fd)
-    except (OSError, AttributeError):
-        pass
-    subprocess.run(["sync", "-f", path], check=False)  # coreutils' syncfs wrapper
-
-
 if __name__ == "__main__":  # pragma: no cover - manual check: python -m slurm_tune.stage.copy SRC DST
     from .fresh import inspect, walk
 

@@ -134,3 +134,34 @@ def walk(root: str) -> Plan:
                 skipped.append(child)
     dirs.sort()  # parents before children
     return Plan(dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts))
+
+
+def manifest(root: str) -> tuple[int, int, str]:
+    """(allocated bytes, entries, digest) of a local copy: the digest covers each relative path, type and
+    size. Taken at publication and compared after a reboot, it shows whether a crash left files whose data
+    never reached the disk (they come back empty or short)."""
+    total = count = 0
+    parts = []
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(os.path.join(root, rel) if rel else root) as it:
+            children = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+        for name, st in children:
+            child = f"{rel}/{name}" if rel else name
+            kind = "d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "f"
+            parts.append(f"{child}:{kind}:{0 if kind == 'd' else st.st_size}")
+            total += st.st_blocks * 512
+            count += 1
+            if kind == "d":
+                pending.append(child)
+    return total, count, _digest(parts)
+
+
+def boot_id() -> str:
+    """This boot's id: an entry published in an earlier boot is re-verified before it is trusted."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "unknown"

@@ -1,0 +1,183 @@
+"""Staging speed against the tools an admin would use by hand, interleaved in the same run.
+
+    .venv/bin/python bench/bench_stage.py [--rounds N] [--workdir DIR]
+
+1. stage_cold_small: 20,000 small files (1-8 KiB, 100 directories), a cold `stune-stage fetch` into an empty
+   tier vs a serial `cp -r` (and `cp -r` followed by `sync -f`, since a published entry is flushed to disk).
+   Goal: stune at least 1.5x faster than `cp -r`.
+2. stage_large_file: one 1 GiB file vs `dd bs=4M` to the same disk (and `dd conv=fsync`). Goal: >= 0.8x dd.
+3. stage_warm_hit: `stune-stage fetch` of a 100,000-file dataset already in the tier (the whole command:
+   interpreter start, profile, lock, freshness check, hold). Goal: <= 0.5 s. Baseline: `python -c pass`.
+
+Run as root (the tier root is made with `stune-stage init`'s rules). Everything lives under --workdir, on
+one filesystem, so every copy writes to the same disk.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import compare, time_once  # noqa: E402
+
+from slurm_tune.stage import admin  # noqa: E402
+from slurm_tune.stage.tier import TierConfig  # noqa: E402
+
+STUNE_STAGE = str(Path(sys.executable).parent / "stune-stage")
+
+
+def make_small_files(root: Path, count: int, dirs: int, min_size: int, max_size: int) -> Path:
+    if root.exists() and sum(1 for _ in root.rglob("*")) == count + dirs:
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    import random
+
+    rng = random.Random(7)
+    per_dir = count // dirs
+    for d in range(dirs):
+        sub = root / f"class{d:04d}"
+        sub.mkdir(parents=True)
+        for f in range(per_dir):
+            (sub / f"sample{f:05d}.bin").write_bytes(os.urandom(rng.randint(min_size, max_size)))
+    return root
+
+
+def make_large_file(path: Path, size: int) -> Path:
+    if path.exists() and path.stat().st_size == size:
+        return path
+    with open(path, "wb") as fh:
+        chunk = os.urandom(4 << 20)
+        for _ in range(size // len(chunk)):
+            fh.write(chunk)
+    return path
+
+
+def fresh_tier(path: Path) -> TierConfig:
+    shutil.rmtree(path, ignore_errors=True)
+    config = TierConfig(str(path), None, 0.95, 0.80, "fast")
+    admin.init(config)
+    return config
+
+
+def drop(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    if path.is_file():
+        path.unlink()
+
+
+def stage_cmd(tier: Path, source: Path) -> list[str]:
+    return [STUNE_STAGE, "fetch", "--path", str(tier), "--format", "paths", f"{source}:DS"]
+
+
+def timed_then(argv: list[str], cleanup, env=None):
+    """A compare() subject: time argv, then run cleanup outside the timed region."""
+    def run():
+        seconds = time_once(argv, env=env)
+        cleanup()
+        return seconds
+    return run
+
+
+class FreshDirs:
+    """A new destination per run, all deleted at the end. Deleting a 20k-file tree between runs would bias
+    the next run: ext4 will not reuse inodes freed in the last ~30 s and scans past them, which made the
+    copy right after a delete 5-10x slower here, whichever tool it was."""
+
+    def __init__(self, base: Path, prefix: str):
+        self.base, self.prefix, self.made = base, prefix, []
+
+    def next(self) -> Path:
+        path = self.base / f"{self.prefix}-{len(self.made)}"
+        drop(path)
+        self.made.append(path)
+        return path
+
+    def subject(self, make_argv, env=None, before=None):
+        def run():
+            dst = self.next()
+            if before:
+                before(dst)
+            return time_once(make_argv(dst), env=env)
+        return run
+
+    def cleanup(self):
+        for path in self.made:
+            drop(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workdir", default="/var/tmp/stune-bench-stage")
+    parser.add_argument("--only", choices=("cold", "large", "warm"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench_stage: run as root (the tier is set up as `stune-stage init` would)")
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, STUNE_CACHE_DIR=str(work / ".profile-cache"))
+    results = {}
+
+    if args.only in (None, "cold"):
+        small = make_small_files(work / "small-20k", 20_000, 100, 1024, 8192)
+        dirs = FreshDirs(work, "cold")
+        subprocess.run(["sync"], check=True)
+        time.sleep(35)  # past ext4's recently-deleted-inode window of any earlier run (see FreshDirs)
+        try:
+            results["cold"] = compare("stage_cold_small", {
+                "cp -r (serial)": dirs.subject(lambda d: ["cp", "-r", str(small), str(d)]),
+                "cp -r + sync -f": dirs.subject(lambda d: ["sh", "-c", f"cp -r {small} {d} && sync -f {d}"]),
+                "stune-stage fetch (cold)": dirs.subject(lambda d: stage_cmd(d, small), env, before=fresh_tier),
+            }, rounds=args.rounds, warmup=1, baseline="cp -r (serial)")
+        finally:
+            dirs.cleanup()
+
+    if args.only in (None, "large"):
+        big = make_large_file(work / "large.bin", 1 << 30)
+        tier, dst = work / "tier-large", work / "dd-dst.bin"
+        fresh_tier(tier)
+        results["large"] = compare("stage_large_file", {
+            "dd bs=4M": timed_then(["dd", f"if={big}", f"of={dst}", "bs=4M", "status=none"], lambda: drop(dst)),
+            "dd bs=4M conv=fsync": timed_then(["dd", f"if={big}", f"of={dst}", "bs=4M", "conv=fsync",
+                                               "status=none"], lambda: drop(dst)),
+            "stune-stage fetch (cold)": timed_then(stage_cmd(tier, big), lambda: fresh_tier(tier), env),
+        }, rounds=args.rounds, warmup=1, baseline="dd bs=4M")
+        fresh_tier(tier)
+
+    if args.only in (None, "warm"):
+        many = make_small_files(work / "small-100k", 100_000, 200, 64, 256)
+        tier = work / "tier-warm"
+        if not tier.exists():
+            fresh_tier(tier)
+        start = time.perf_counter()
+        subprocess.run(stage_cmd(tier, many), env=env, check=True, stdout=subprocess.DEVNULL)
+        print(f"(warm-up: first, cold staging of 100k files took {time.perf_counter() - start:.1f}s)")
+        results["warm"] = compare("stage_warm_hit", {
+            "python -c pass": lambda: time_once([sys.executable, "-c", "pass"]),
+            "stune-stage fetch (hit, 100k files)": lambda: time_once(stage_cmd(tier, many), env=env),
+        }, rounds=max(args.rounds * 2, 10), warmup=2, baseline="python -c pass")
+
+    print()
+    if "cold" in results:
+        m = results["cold"]["median_s"]
+        print(f"cold 20k small files: {m['cp -r (serial)'] / m['stune-stage fetch (cold)']:.2f}x faster than cp -r "
+              f"(goal >= 1.5x); {m['cp -r + sync -f'] / m['stune-stage fetch (cold)']:.2f}x cp -r + sync")
+    if "large" in results:
+        m = results["large"]["median_s"]
+        print(f"1 GiB file: {m['dd bs=4M'] / m['stune-stage fetch (cold)']:.2f}x the speed of dd (goal >= 0.8x); "
+              f"{m['dd bs=4M conv=fsync'] / m['stune-stage fetch (cold)']:.2f}x dd conv=fsync")
+    if "warm" in results:
+        m = results["warm"]["median_s"]
+        print(f"warm hit, 100k files: {m['stune-stage fetch (hit, 100k files)']:.3f}s (goal <= 0.5s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
