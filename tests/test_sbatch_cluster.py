@@ -1,0 +1,232 @@
+"""stune-sbatch, stune-task-prolog and stune-bind on the real local cluster: the acceptance list of issue 4.
+
+Each node gets a sysfs fixture under its node directory (the devcluster's stand-in for the node's own disk):
+a RoCE node whose every HCA has the issue's GID table (1 = RoCE v1, 2 = RoCE v2 on fe80::, 3 = RoCE v2 on
+::ffff:10.0.0.x bound to the fabric netdev), and a 2-NUMA GPU layout (GPUs 0-1 on CPU 0, GPUs 2-3 on CPU 1)
+for stune-bind. The TaskProlog is installed the way a site would: a wrapper script that sets PATH and STUNE_*
+and execs stune-task-prolog.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hwtrees
+from helpers import wait_for_state, wait_until
+
+pytestmark = pytest.mark.cluster
+
+BIN = os.path.dirname(sys.executable)
+REPO = Path(__file__).resolve().parent.parent
+SYSFS = "sysfs-sbatch"
+ROCE_HCAS = "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+
+
+def issue_table(dev: str, ip: str):
+    ll = hwtrees.link_local_gid(0x0A5C2FFFFE3B0000)
+    v4 = hwtrees.ipv4_mapped_gid(ip)
+    return [(ll, "IB/RoCE v1", dev), (v4, "IB/RoCE v1", dev), (ll, "RoCE v2", dev), (v4, "RoCE v2", dev)]
+
+
+@pytest.fixture(scope="module")
+def taskprolog(cluster):
+    """Per-node sysfs fixtures, and TaskProlog= pointing at a site-style wrapper for the module's tests."""
+    from slurm_tune.devcluster import NODES
+
+    for k, node in enumerate(NODES):
+        root = cluster.layout.node_dir(node) / SYSFS
+        overrides = {f"mlx5_{i}": {"gids": issue_table(f"eth{i + 1}", f"10.0.{k}.{5 + i}")} for i in range(8)}
+        hwtrees.h100_roce(root, hca_overrides=overrides)
+        # the 2-NUMA layout stune-bind reads: GPUs 0-1 on NUMA 0 (CPU 0), 2-3 on NUMA 1 (CPU 1)
+        hwtrees.numa(root, {0: "0", 1: "1"})
+        for g, address in enumerate(hwtrees.DGX_GPU_PCI[:4]):
+            hwtrees.pci_device(root, address, vendor="0x10de", device="0x2330", cls="0x030200",
+                               numa_node=g // 2, local_cpulist=str(g // 2))
+        for extra in hwtrees.DGX_GPU_PCI[4:]:  # this node has 4 GPUs
+            subprocess.run(["rm", "-rf", str(root / "sys/bus/pci/devices" / extra)], check=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(cluster.layout.node_dir(node))], check=True)
+    wrapper = cluster.layout.root / "stune-task-prolog-wrapper.sh"
+    wrapper.write_text(
+        "#!/bin/sh\n# Slurm runs the TaskProlog with the job's environment: set what stune needs explicitly.\n"
+        f"PATH={BIN}:/usr/bin:/bin; export PATH\n"
+        f"STUNE_PARTITIONS={os.environ['STUNE_PARTITIONS']}; export STUNE_PARTITIONS\n"
+        f"STUNE_SYSFS_ROOT={cluster.layout.root}/nodes/%n/{SYSFS}; export STUNE_SYSFS_ROOT\n"
+        "exec stune-task-prolog\n")
+    wrapper.chmod(0o755)
+    cluster.set_fragment("sbatch", f"TaskProlog={wrapper}")
+    yield cluster
+    cluster.set_fragment("sbatch", None)
+
+
+@pytest.fixture
+def env(tmp_path, slurm):
+    e = dict(os.environ, STUNE_HISTORY=str(tmp_path / "history.jsonl"))
+    for name in [n for n in e if n.startswith(("NCCL_", "SBATCH_", "STUNE_STAGE", "STUNE_MANAGED"))]:
+        del e[name]
+    yield e
+    # Cancel this test's jobs (held ones included) before the shared teardown waits for an empty queue.
+    for state in ("PENDING", "RUNNING", "SUSPENDED"):
+        slurm.run(["scancel", f"--state={state}", "-u", pwd.getpwuid(os.getuid()).pw_name], check=False)
+
+
+def stune_sbatch(args, env, stdin=None):
+    return subprocess.run([os.path.join(BIN, "stune-sbatch"), *args], capture_output=True, text=True, env=env,
+                          input=stdin)
+
+
+def submit(args, env, stdin=None) -> int:
+    out = stune_sbatch(["--parsable", *args], env, stdin)
+    assert out.returncode == 0, out.stderr
+    assert re.fullmatch(r"\d+\n", out.stdout), out.stdout
+    return int(out.stdout)
+
+
+def finished_output(slurm, job_id: int, path: Path) -> str:
+    wait_for_state(slurm, job_id, ("COMPLETED",), timeout=60)
+    return wait_until(f"{path} written", lambda: path.exists() and path.read_text(), timeout=10)
+
+
+REPORT = 'echo "HCA=$NCCL_IB_HCA GID=$NCCL_IB_GID_INDEX IF=$NCCL_SOCKET_IFNAME TO=$NCCL_IB_TIMEOUT"'
+
+
+def test_roce_job_sees_the_profiles_hcas_and_the_gid_index_detected_on_its_node(taskprolog, slurm, env, shared_tmp):
+    job = submit(["-p", "roce", "-o", "out-%j.txt", "--wrap", REPORT], env)
+    out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    assert f"HCA={ROCE_HCAS} GID=3 IF=eth0 TO=22" in out
+
+
+def test_the_users_own_nccl_ib_hca_is_kept(taskprolog, slurm, env, shared_tmp):
+    env["NCCL_IB_HCA"] = "=mlx5_6:1"
+    job = submit(["-p", "roce", "-o", "out-%j.txt", "--wrap", REPORT], env)
+    assert "HCA==mlx5_6:1 GID=3" in finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+
+
+def test_export_none_still_carries_stunes_settings(taskprolog, slurm, env, shared_tmp):
+    env["UNRELATED"] = "x"
+    job = submit(["-p", "roce", "--export=NONE", "-o", "out-%j.txt", "--wrap", REPORT + '; echo "U=$UNRELATED"'],
+                 env)
+    out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    assert f"HCA={ROCE_HCAS} GID=3" in out and "U=\n" in out
+
+
+def test_sbatch_partition_directive_is_honoured_from_a_stdin_script(taskprolog, slurm, env, shared_tmp):
+    script = ("#!/bin/sh\n#SBATCH --partition=vpc\n#SBATCH -o out-%j.txt\n"
+              'echo "DISABLE=$NCCL_IB_DISABLE IF=$NCCL_SOCKET_IFNAME P=$SLURM_JOB_PARTITION ARGS=$*"\n')
+    job = submit([], env, stdin=script)
+    out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    assert "DISABLE=1 IF=ens5 P=vpc ARGS=" in out
+
+
+def test_a_script_file_gets_its_arguments(taskprolog, slurm, env, shared_tmp):
+    script = shared_tmp / "job.sh"
+    script.write_text('#!/bin/sh\n#SBATCH -p roce -o out-%j.txt\necho "ARGS=$* GID=$NCCL_IB_GID_INDEX"\n')
+    job = submit([str(script), "--lr", "0.1"], env)
+    assert "ARGS=--lr 0.1 GID=3" in finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+
+
+def both(args, env, stdin=None):
+    plain = subprocess.run(["sbatch", *args], capture_output=True, text=True, env=env, input=stdin)
+    wrapped = stune_sbatch(args, env, stdin)
+    return plain, wrapped
+
+
+@pytest.mark.parametrize("args", [["-p", "nope", "--wrap", "true"], ["--bogus", "--wrap", "true"],
+                                  ["-p"], ["--parsable", "-p", "nope", "--wrap", "true"],
+                                  ["/no/such/script.sh"]])
+def test_errors_are_sbatchs_own(slurm, env, args):
+    plain, wrapped = both(args, env)
+    assert plain.returncode != 0
+    assert (wrapped.returncode, wrapped.stdout, wrapped.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+
+
+def test_an_unknown_partition_in_the_script_gives_sbatchs_error_too(slurm, env):
+    script = "#!/bin/sh\n#SBATCH -p nope\ntrue\n"
+    plain, wrapped = both([], env, stdin=script)
+    assert plain.returncode == 1 and "invalid partition specified: nope" in plain.stderr
+    assert (wrapped.returncode, wrapped.stdout, wrapped.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+
+
+def test_output_has_sbatchs_form(slurm, env):
+    plain, wrapped = both(["-H", "-p", "roce", "--wrap", "true"], env)
+    assert re.fullmatch(r"Submitted batch job \d+\n", plain.stdout)
+    assert re.fullmatch(r"Submitted batch job \d+\n", wrapped.stdout) and wrapped.stderr == ""
+
+
+@pytest.mark.parametrize("cmd, env_var, directive", [
+    ("roce", None, None), (None, "vpc", None), (None, None, "vpc"), (None, "roce", "vpc"), ("hdr", "roce", "vpc"),
+    ("hdr", None, "vpc"), (None, None, None)])
+def test_partition_resolution_matches_sbatchs(slurm, env, cmd, env_var, directive):
+    """Differential: sbatch --test-only says which partition it would use; stune's plan must agree."""
+    args = ["-p", cmd] if cmd else []
+    script = "#!/bin/sh\n" + (f"#SBATCH --partition={directive}\n" if directive else "") + "true\n"
+    if env_var:
+        env["SBATCH_PARTITION"] = env_var
+    plain = subprocess.run(["sbatch", "--test-only", *args], capture_output=True, text=True, env=env, input=script)
+    expected = re.search(r"in partition (\S+)", plain.stderr).group(1)
+    dry = stune_sbatch(["--dry-run", *args], env, stdin=script)
+    assert dry.returncode == 0, dry.stderr
+    assert re.search(r"^partition\s+(\S+)", dry.stdout, re.M).group(1) == expected
+
+
+def test_degraded_nodes_are_excluded_from_multi_node_jobs_only(slurm, env):
+    slurm.set_features("n2", ["stune_degraded"])
+    multi = submit(["-H", "-p", "hdr", "-N", "2", "--wrap", "true"], env)
+    single = submit(["-H", "-p", "hdr", "-N", "1", "--wrap", "true"], env)
+    show = lambda j: slurm.run(["scontrol", "show", "job", str(j)])
+    assert "ExcNodeList=n2" in show(multi) and re.search(r"Switches=1@", show(multi))
+    assert "ExcNodeList=(null)" in show(single)
+    assert "Requeue=1" in show(single)
+
+
+def test_history_diff_of_two_runs_differing_in_one_variable(slurm, env):
+    env["STUNE_TEST_KNOB"] = "1"
+    a = submit(["-H", "-p", "roce", "--wrap", "true"], env)
+    env["STUNE_TEST_KNOB"] = "2"
+    b = submit(["-H", "-p", "roce", "--wrap", "true"], env)
+    listing = stune_sbatch(["history"], env)
+    assert str(a) in listing.stdout and str(b) in listing.stdout
+    out = stune_sbatch(["history", "diff", str(a), str(b)], env)
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[1:] == ["environment (1 variable differ):", "  ~ STUNE_TEST_KNOB: '1' -> '2'"]
+
+
+def test_stune_bind_under_srun_lands_on_its_gpus_numa_cpus(taskprolog, slurm, env, shared_tmp):
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    report = shared_tmp / "report.sh"
+    report.write_text('#!/bin/sh\necho "task $SLURM_LOCALID $(grep Cpus_allowed_list /proc/self/status | tr -d "\\t")'
+                      ' $(taskset -cp $$)"\n')
+    report.chmod(0o755)
+    env["STUNE_SYSFS_ROOT"] = f"{taskprolog.layout.root}/nodes/%n/{SYSFS}"
+    job = submit(["-p", "roce", "-N", "1", "-n", "4", "--gres=gpu:4", "-o", "out-%j.txt",
+                  "--wrap", f"srun -n 4 stune-bind {report}"], env)
+    out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    lines = sorted(line for line in out.splitlines() if line.startswith("task "))
+    assert [line.split()[:3] for line in lines] == [
+        ["task", "0", "Cpus_allowed_list:0"], ["task", "1", "Cpus_allowed_list:0"],
+        ["task", "2", "Cpus_allowed_list:1"], ["task", "3", "Cpus_allowed_list:1"]]
+    assert all(line.endswith(f"current affinity list: {line.split(':')[1][0]}") for line in lines)
+
+
+def test_stage_requests_reach_the_taskprolog_and_a_required_one_fails_the_job(taskprolog, slurm, env, shared_tmp):
+    """The shipped profiles' cache tier (/local/nvme/stune-cache) does not exist here: an optional request
+    falls back to the source (with a warning in the job's stderr), a required one fails the job cleanly."""
+    data = shared_tmp / "dataset"
+    data.mkdir()
+    (data / "part-0").write_text("x")
+    job = submit(["-p", "roce", "--stage", f"{data}:DATA", "-o", "out-%j.txt", "-e", "err-%j.txt",
+                  "--wrap", 'echo "DATA=$STUNE_STAGE_DATA"'], env)
+    assert f"DATA={data}" in finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    assert "not staged" in (shared_tmp / f"err-{job}.txt").read_text()
+    job = submit(["-p", "roce", "--stage", f"{data}:DATA", "--stage-required", "-o", "out-%j.txt",
+                  "-e", "err-%j.txt", "--wrap", "echo ran"], env)
+    assert wait_for_state(slurm, job, ("FAILED", "COMPLETED"), timeout=60) == "FAILED"
+    err = (shared_tmp / f"err-{job}.txt").read_text()
+    assert "--stage-required: DATA" in err
+    assert "ran" not in (shared_tmp / f"out-{job}.txt").read_text()
