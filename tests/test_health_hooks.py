@@ -50,8 +50,15 @@ def test_a_healthy_prolog_passes_and_the_node_earns_trust_in_the_policy(box):
     assert problem is None and state["last"]["status"] == "ok" and state["last"]["mode"] == "prolog"
     policy = S.policy_digest(kit.profile("hdr"))
     assert state["trusted"] == [policy] and state["partition"] == "hdr" and state["node"] == "n7"
+    assert not (box["state"] / "last-prolog.json").exists()  # a healthy prolog writes only its state
+
+
+def test_a_hook_that_finds_something_leaves_its_full_report(box):
+    port_down(box)
+    assert health("prolog").returncode == 0
     doc = json.loads((box["state"] / "last-prolog.json").read_text())
-    assert doc["status"] == "ok" and doc["node"] == "n7" and doc["counts"]["fail"] == 0
+    assert doc["status"] == "fail" and doc["node"] == "n7" and doc["counts"]["ok"] > 20
+    assert doc["note"].startswith("not failing the job: this node has never passed policy")
 
 
 def test_a_port_down_fails_the_prolog_once_the_policy_is_trusted(box):
@@ -267,3 +274,12 @@ def test_state_survives_garbage(box):
     assert proc.returncode == 0
     assert "unreadable, starting over" in (box["state"] / "health.log").read_text()
     assert S.read(str(box["state"]))[0]["last"]["status"] == "ok"
+
+
+def test_a_process_with_a_hung_probe_still_exits_at_once():
+    code = ("import time; from slurm_tune.hw.deadline import run_probe; "
+            "r = run_probe('stuck', lambda p: time.sleep(60), 0.2); print(r.status, r.message)")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - start < 10
+    assert proc.returncode == 0 and proc.stdout.strip() == "timeout stuck did not answer within 0.2s"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import time
 
-from ..hw.snapshot import FORMAT, capture_ib, capture_net, capture_pci_gpus
-from ..hw.sysfs import Sysfs
+from ..hw.snapshot import FORMAT
+from ..hw.sysfs import IB_ERROR_COUNTERS, Sysfs
 from . import fastjson
 
 
@@ -28,25 +28,51 @@ def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
 
 
 def fast(root: str, profile, node: str, known_gpus=None) -> dict:
-    """The prolog's snapshot: required HCA ports (no GID tables), netdevs and the GPUs on the PCI bus."""
+    """The prolog's snapshot: the required HCA ports (the four judged counters, no GID tables), the needed
+    netdevs and the GPUs on the PCI bus, read by ONE probe under the profile's deadline (a thread per section
+    would cost more than the reads). Sections the probe did not finish say they did not answer and keep what
+    was read."""
+    from ..hw.deadline import ERROR, run_probe
+
     sysfs = Sysfs(root)
-    timeout = profile.health.probe_timeout_s
-    snap = {"format": FORMAT, "node": node, "captured_at": round(time.time(), 3), "sysfs_root": root,
-            "scope": "fast"}
+    plan = []  # (section, names, read one)
     if profile.fabric.type in ("ib", "roce"):
         devices = list(dict.fromkeys(h.device for h in profile.fabric.hcas))
-        snap["ib"] = capture_ib(sysfs, timeout, gids=False, devices=devices)
-        # capture_ib reads any name it is given; a device that is not there reads as all-None: drop it
-        found = snap["ib"].get("devices")
-        if isinstance(found, dict):
-            for name in devices:
-                if name in found and not sysfs.exists(f"sys/class/infiniband/{name}"):
-                    del found[name]
-    if profile.fabric.socket_ifname or profile.fabric.type == "roce":
-        snap["net"] = capture_net(sysfs, timeout)
+        plan.append(("ib", devices, lambda d: sysfs.ib_device(d, gids=False, counters=IB_ERROR_COUNTERS)
+                     if sysfs.exists(f"sys/class/infiniband/{d}") else None))  # absent: judged missing
+    names = [profile.fabric.socket_ifname] if profile.fabric.socket_ifname else []
+    names += [h.netdev for h in profile.fabric.hcas if h.netdev]
+    if names:
+        plan.append(("net", list(dict.fromkeys(names)), sysfs.netdev))
     if profile.gpu.count:
-        snap["pci_gpus"] = capture_pci_gpus(sysfs, timeout)
-        add_known_gpus(sysfs, snap, known_gpus)
+        # the GPUs NVML listed last time, by address; a scan of the whole bus only until that is known
+        known = [a for a in known_gpus if isinstance(a, str) and "/" not in a] if isinstance(known_gpus, list) else []
+        plan.append(("pci_gpus", known if len(known) >= profile.gpu.count else None, sysfs.pci_device))
+    finished: list = []
+
+    def probe(partial):
+        out: dict = {}
+        partial.value = out
+        for section, wanted, read in plan:
+            found = out[section] = {}
+            for name in sysfs.nvidia_gpus() if wanted is None else wanted:
+                value = read(name)
+                if value is not None:
+                    found[name] = value
+            finished.append(section)
+        return out
+
+    result = run_probe("sysfs", probe, profile.health.probe_timeout_s)
+    read = result.value if isinstance(result.value, dict) else {}
+    snap = {"format": FORMAT, "node": node, "captured_at": round(time.time(), 3), "sysfs_root": root,
+            "scope": "fast"}
+    for section, _, _ in plan:
+        snap[section] = {"answered": section in finished, "devices": read.get(section, {}),
+                         "elapsed_s": round(result.elapsed_s, 4)}
+        if section not in finished:
+            snap[section]["error"] = result.message if result.status != ERROR else f"sysfs probe failed: " \
+                                                                                   f"{result.message}"
+    add_known_gpus(sysfs, snap, known_gpus)
     snap["problems"] = list(sysfs.problems)
     return snap
 

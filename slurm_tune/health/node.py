@@ -113,9 +113,13 @@ def enforce_decision(state: dict, verdict: R.Verdict, policy: str) -> tuple[bool
 
 
 def _outputs(cfg: Settings, doc: dict, mode: str) -> list:
-    """Write the JSON and Prometheus outputs; returns problems (never raises: outputs are not the verdict)."""
+    """Write the JSON and Prometheus outputs; returns problems (never raises: outputs are not the verdict).
+    The node keeps the last full report of each mode in its state dir, for triage; a hook only when it
+    found something (its common, healthy case stays cheap)."""
     problems = []
-    targets = [(os.path.join(cfg.state_dir, f"last-{mode}.json"), outputs.write_json)]
+    targets = []
+    if mode not in HOOK_MODES or doc["status"] != R.OK:
+        targets.append((os.path.join(cfg.state_dir, f"last-{mode}.json"), outputs.write_json))
     if cfg.json_path:
         targets.append((cfg.json_path, outputs.write_json))
     if cfg.prom_path:
