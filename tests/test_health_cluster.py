@@ -262,3 +262,17 @@ def test_slurmd_runs_the_health_check_program_which_drains_and_resumes(health, s
     cluster.set_fragment("health", None)
     assert "run fail: mlx5_5/1 state DOWN; Slurm: the verdict changed" in \
         (health.base("n3") / "state/health.log").read_text()
+
+
+def test_without_a_partition_setting_the_run_asks_slurm_once(health, slurm):
+    del health.env["STUNE_HEALTH_PARTITION"]
+    env = dict(os.environ, **health.env, SLURMD_NODENAME="n2")
+    env.pop("STUNE_HEALTH_PARTITION", None)
+
+    def run():
+        proc = subprocess.run([str(BIN / "stune-health"), "run", "--json"], capture_output=True, text=True, env=env)
+        return json.loads(proc.stdout)
+
+    first = run()
+    assert (first["partition"], first["profile_from"]) == ("hdr", "first profiled partition of n2 in Slurm")
+    assert run()["profile_from"] == "used by this node before"

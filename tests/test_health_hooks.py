@@ -283,3 +283,19 @@ def test_a_process_with_a_hung_probe_still_exits_at_once():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert time.monotonic() - start < 10
     assert proc.returncode == 0 and proc.stdout.strip() == "timeout stuck did not answer within 0.2s"
+
+
+def test_which_profile_a_node_uses(box, monkeypatch):
+    monkeypatch.delenv("STUNE_HEALTH_PARTITION")
+    cfg = N.settings({})
+    assert cfg.partition is None
+    profile, how = N.resolve_profile(cfg, {}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
+    assert (profile.partition, how) == ("roce", "the job's partition roce")
+    profile, how = N.resolve_profile(cfg, {"partition": "vpc"}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
+    assert (profile.partition, how) == ("vpc", "used by this node before")  # one profile per node, once chosen
+    profile, how = N.resolve_profile(N.settings({"partition": "hdr"}), {"partition": "vpc"}, "prolog", {})
+    assert (profile.partition, how) == ("hdr", "set for this node")
+    from slurm_tune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no profile applies to node n7: set STUNE_HEALTH_PARTITION"):
+        N.resolve_profile(cfg, {}, "prolog", {})
