@@ -119,7 +119,8 @@ def test_the_prolog_makes_no_slurm_call_and_imports_nothing_heavy(box):
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
     for heavy in ("numpy", "matplotlib", "pynvml", "yaml", "json", "re", "subprocess", "dataclasses", "typing",
-                  "argparse", "enum", "socket", "slurm_tune.slurm", "slurm_tune.hw.nvml"):
+                  "argparse", "enum", "socket", "threading", "collections", "slurm_tune.slurm",
+                  "slurm_tune.hw.nvml"):
         assert heavy not in loaded, f"the prolog imported {heavy}"
 
 
