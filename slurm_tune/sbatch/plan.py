@@ -8,7 +8,6 @@ degraded nodes of a multi-node job's partition) goes through the `degraded_nodes
 """
 from __future__ import annotations
 
-from ..nodestate import DEGRADED_FEATURE
 from .options import Effective, node_range
 
 # The job's environment variable that lists what stune set (not the user): the TaskProlog may refine those
@@ -236,6 +235,8 @@ def hms(seconds: int) -> str:
 
 
 def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
+    from ..nodestate import DEGRADED_FEATURE
+
     place = profile.placement
     out = []
     if not multi:

@@ -14,6 +14,16 @@ from ..errors import ConfigError, StuneError
 from .options import INFO_KEYS, Effective, parse_args, parse_directives
 
 PROG = "stune-sbatch"
+STUNE_HELP = """
+stune-sbatch options (everything else is sbatch's, passed through untouched):
+      --dry-run               print the sbatch command and environment stune would use, and where each
+                              setting comes from; submit nothing
+      --stage=SRC[:NAME]      stage SRC into the node-local cache tier; the job finds it in
+                              $STUNE_STAGE_<NAME> (repeatable)
+      --stage-required        fail the job when a dataset cannot be staged (default: read the source)
+  stune-sbatch history [-n N]       the submissions recorded for you
+  stune-sbatch history diff A B     what changed between two runs (job ids, or -1 for the latest)
+"""
 
 
 def warn(text: str) -> None:
@@ -73,7 +83,10 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
             for problem in parsed.problems:
                 warn(f"sbatch would refuse this command line: {problem}")
             return 2 if parsed.problems else 0
-        return _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
+        rc = _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
+        if rc == 0 and not parsed.problems and any(o.key == "help" for o in parsed.options):
+            sys.stdout.write(STUNE_HELP)
+        return rc
     text, stdin_bytes, script_label = read_script(argv, parsed, environ,
                                                   stdin if stdin is not None else _stdin_buffer())
     directives, script_het = parse_directives(text) if text else ([], False)
@@ -110,7 +123,7 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
             entry["_error"] = f"{type(exc).__name__}: {exc}"
 
     rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env, while_waiting=prepare_record)
-    if rc == 0:
+    if rc == 0 and eff.get("test-only") is None:  # --test-only submits nothing: nothing to remember
         _record(entry, stdout, environ)
     return rc
 
