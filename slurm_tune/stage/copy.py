@@ -188,7 +188,7 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
             while chunks or running:
                 while chunks and len(running) < jobs:
                     names, nbytes = chunks.pop(0)
-                    argv = ["cp", "-P", "--preserve=mode,timestamps", "--parents", "-t", dst, "--", *names]
+                    argv = ["cp", "-P", "--preserve=mode", "--parents", "-t", dst, "--", *names]
                     running[_spawn(argv, src, errlog)] = (nbytes, len(names))
                 time.sleep(POLL_S)
                 for proc in [p for p in running if p.poll() is not None]:
