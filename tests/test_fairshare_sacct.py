@@ -86,3 +86,34 @@ def test_slurm_gpuutil_from_steps_is_joined_to_its_job():
     assert t.gpuutil[0] == pytest.approx((80 * 1000 + 20 * 500) / 1500)
     assert t.gpuutil_cover[0] == 1.0
     assert np.isnan(t.gpuutil[1])
+
+
+def test_pipes_that_add_up_across_lines_do_not_misalign_columns():
+    # line 2's comment holds one '|' too many, line 3 lacks a field: the totals match a clean dump
+    text = "\n".join([HEADER, ROWS[0][:-1] + "x|y", "2|2|u|a|p|normal|COMPLETED|1|2|billing=1|"]) + "\n"
+    with pytest.raises(SacctFormatError, match=r"sacct:3: 11 fields, the header has 12"):
+        parse(text)
+
+
+def test_summaries_in_another_order_or_damaged_still_parse_row_by_row():
+    good = "stune1 held=10.0 used=5.0 cov=10.0 busy=1.0 busy_w=300.0 gpus=1 nodes=1/1 per_gpu="
+    reordered = "stune1 used=2.0 held=4.0 cov=4.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
+    rows = [f"{i}|{i}|u|a|p|normal|COMPLETED|100|200|100|billing=1,gres/gpu=1|{c}"
+            for i, c in enumerate((good, reordered, "stune1 held=broken", ""), start=1)]
+    t = parse("\n".join([HEADER, *rows]) + "\n")
+    assert t.has_summary.tolist() == [True, True, False, False]
+    assert (t.held_s[0], t.used_s[0], t.busy_w[0]) == (10.0, 5.0, 300.0)
+    assert (t.held_s[1], t.used_s[1]) == (4.0, 2.0) and np.isnan(t.busy_w[1])
+    fast = parse("\n".join([HEADER, rows[0], rows[0].replace("1|1|", "9|9|", 1)]) + "\n")
+    assert fast.has_summary.tolist() == [True, True] and fast.covered_s.tolist() == [10.0, 10.0]
+
+
+def test_mixed_epoch_and_iso_times_take_the_careful_path():
+    start = 1795982612
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start + 60))
+    rows = [f"1|1|u|a|p|normal|COMPLETED|{start}|{start + 5}|5|billing=1|",
+            f"2|2|u|a|p|normal|COMPLETED|{iso}|Unknown||billing=1|"]
+    t = parse("\n".join([HEADER, *rows]) + "\n")
+    assert t.start.tolist() == [start, start + 60]
+    assert t.end.tolist() == [start + 5, -1]
+    assert t.elapsed.tolist() == [5, 0]
