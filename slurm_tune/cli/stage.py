@@ -4,7 +4,7 @@
                                                       (no SRC: the job's STUNE_STAGE and profile defaults)
     stune-stage ls [--json]                           entries: user, source, size, last use, holding jobs
     stune-stage status [--json]                       quota, usage, watermarks, free disk, per tier
-    stune-stage gc [--dry-run] [--to-low]             reclaim dead stagers' and dead jobs' leftovers; evict LRU
+    stune-stage gc [--dry-run] [--to-low|--evict-all] reclaim dead stagers' and dead jobs' leftovers; evict LRU
     stune-stage release [--job ID] [--epilog]         drop a job's holds (the epilog runs this as root)
     stune-stage init                                  create a tier root (root only): mode 1777, ledger
 
@@ -49,6 +49,7 @@ def _parser():
     gc = add("gc", "reclaim leftovers of dead stagers and jobs; evict LRU above the high watermark")
     gc.add_argument("--dry-run", "-n", action="store_true", help="say what would go, change nothing")
     gc.add_argument("--to-low", action="store_true", help="evict down to the low watermark even below the high")
+    gc.add_argument("--evict-all", action="store_true", help="evict every entry no running job holds")
     release = add("release", "drop a job's holds (the epilog runs `release --epilog` as root)")
     release.add_argument("--job", help="job id (default: $SLURM_JOB_ID)")
     release.add_argument("--epilog", action="store_true",
@@ -191,7 +192,7 @@ def cmd_gc(args) -> int:
     verb = "would remove" if args.dry_run else "removed"
     for label, config in _tiers(args):
         with Tier(config) as tier:
-            report = gc(tier, dry_run=args.dry_run, to_low=args.to_low)
+            report = gc(tier, dry_run=args.dry_run, to_low=args.to_low, evict_all=args.evict_all)
         print(f"{config.root}:")
         for user, job in report.stale_holds:
             print(f"  {verb} stale holds of job {job} ({user}): the job is no longer running")
@@ -214,13 +215,12 @@ def cmd_gc(args) -> int:
 
 
 def cmd_release(args) -> int:
+    from ..errors import StuneError
     from ..stage.admin import evict_above_high, release_job
     from ..stage.tier import Tier
 
     job = args.job or os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
-        from ..errors import StuneError
-
         raise StuneError("release needs a job id (--job, or $SLURM_JOB_ID)")
     uid = user = None
     if args.epilog:
@@ -230,7 +230,14 @@ def cmd_release(args) -> int:
             print(f"{PROG}: epilog: SLURM_JOB_UID is not set; nothing released", file=sys.stderr)
             return 0
     partition = os.environ.get("SLURM_JOB_PARTITION") if args.epilog and not args.partition else None
-    for label, config in _tiers(args, partition):
+    try:
+        tiers = _tiers(args, partition)
+    except StuneError as exc:
+        if not args.epilog:
+            raise
+        print(f"{PROG}: epilog: job {job}: {exc}", file=sys.stderr)
+        return 0
+    for label, config in tiers:
         with Tier(config) as tier:
             try:
                 release_job(tier, job, int(uid) if uid else None, user)

@@ -162,9 +162,9 @@ def live_job_ids(slurm) -> set[str]:
     return {str(j.job_id) for j in slurm.jobs() if (j.state or "").upper() in LIVE_STATES}
 
 
-def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False) -> GcReport:
+def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evict_all: bool = False) -> GcReport:
     """Reclaim what dead stagers and dead jobs left behind, then evict LRU past the high watermark
-    (with to_low: down to the low watermark in any case)."""
+    (with to_low: down to the low watermark in any case; with evict_all: every unheld entry)."""
     namespaces = my_namespaces(tier)
     stale, tmp_removed, ledger_fixed, old_removed, locks_removed = [], [], [], [], []
     problems = []
@@ -209,8 +209,9 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False) -> G
         quota = tier.quota()
         usage = sum(r.bytes for r in _ledger_or_empty(tier))
         evicted = []
-        if to_low or usage > tier.config.high * quota:
-            evicted = evict_lru(tier, namespaces, int(tier.config.low * quota), dry_run=dry_run)
+        if evict_all or to_low or usage > tier.config.high * quota:
+            target = -1 if evict_all else int(tier.config.low * quota)
+            evicted = evict_lru(tier, namespaces, target, dry_run=dry_run)
     finally:
         for ns in namespaces:
             ns.close()

@@ -1,0 +1,79 @@
+"""`stune-stage` as an admin and a user run it: init, fetch (eval-able), ls, status, release, gc; clean errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_stage_tier import make_tree, open_up, tree_digest
+
+STAGE = str(Path(sys.executable).parent / "stune-stage")
+
+
+def run(*args, env=None, check=True):
+    proc = subprocess.run([STAGE, *args], capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+    assert "Traceback" not in proc.stderr
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_the_admin_and_user_round_trip(shared_tmp):
+    open_up(shared_tmp)
+    tier = shared_tmp / "nvme" / "cache"
+    tier.parent.mkdir()
+    ds = make_tree(shared_tmp / "ds")
+    assert "created" in run("init", "--path", str(tier)).stdout
+    assert oct(tier.stat().st_mode & 0o7777) == "0o1777" and (tier / ".ledger").is_dir()
+    assert "already set up" in run("init", "--path", str(tier)).stdout
+
+    fetched = run("fetch", "--path", str(tier), "--job", "31", f"{ds}:TRAIN")
+    assert "TRAIN: staged" in fetched.stderr
+    shell = subprocess.run(["bash", "-c", fetched.stdout + 'printf %s "$STUNE_STAGE_TRAIN"'],
+                           capture_output=True, text=True, check=True).stdout
+    assert tree_digest(shell) == tree_digest(ds)
+    paths = run("fetch", "--path", str(tier), "--format", "paths", f"{ds}:TRAIN").stdout
+    assert paths == f"STUNE_STAGE_TRAIN {shell}\n"
+
+    listing = json.loads(run("ls", "--path", str(tier), "--json").stdout)
+    assert [(r["user"], r["source"], r["holds"]) for r in listing] == [("root", str(ds), ["31"])]
+    table = run("ls", "--path", str(tier)).stdout
+    assert str(ds) in table and "31" in table
+    status = run("status", "--path", str(tier)).stdout
+    assert "1 ready" in status and "1 held by running jobs" in status
+
+    run("release", "--path", str(tier), "--job", "31")
+    assert json.loads(run("ls", "--path", str(tier), "--json").stdout)[0]["holds"] == []
+    assert "nothing to do" in run("gc", "--path", str(tier), "--dry-run").stdout
+    assert "nothing to do" in run("gc", "--path", str(tier), "--to-low").stdout, "far below the low watermark"
+    assert "evicted root/" in run("gc", "--path", str(tier), "--evict-all").stdout
+    assert json.loads(run("ls", "--path", str(tier), "--json").stdout) == []
+
+
+def test_fetch_with_nothing_to_stage_says_so():
+    proc = run("fetch", env={"STUNE_STAGE": ""}, check=False)
+    assert proc.returncode == 1 and "nothing to stage" in proc.stderr
+
+
+def test_fetch_required_fails_cleanly_where_a_plain_fetch_falls_back(shared_tmp):
+    ds = make_tree(shared_tmp / "ds", dirs=1, files=2)
+    missing = shared_tmp / "no-such-tier"
+    plain = run("fetch", "--path", str(missing), f"{ds}:D")
+    assert plain.stdout == f"export STUNE_STAGE_D='{ds}'\n" and "warning: D: not staged" in plain.stderr
+    required = run("fetch", "--path", str(missing), "--required", f"{ds}:D", check=False)
+    assert required.returncode == 1 and required.stdout == ""
+    assert required.stderr.startswith("stune-stage: --stage-required: D: cache tier") and "does not exist" in required.stderr
+
+
+def test_the_epilog_never_fails(shared_tmp):
+    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "nosuch",
+           "STUNE_PARTITIONS": str(shared_tmp / "no-profiles")}
+    proc = run("release", "--epilog", env=env, check=False)
+    assert proc.returncode == 0 and "epilog: job 12" in proc.stderr
+    hook = Path(__file__).resolve().parent.parent / "epilog" / "30-stune-stage"
+    proc = subprocess.run([str(hook)], capture_output=True, text=True,
+                          env=dict(env, STUNE_BIN=str(Path(sys.executable).parent), PATH="/usr/bin:/bin",
+                                   STUNE_ENV_FILE="/nonexistent"))
+    assert proc.returncode == 0 and "epilog: job 12" in proc.stderr
