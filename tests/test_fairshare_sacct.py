@@ -117,3 +117,12 @@ def test_mixed_epoch_and_iso_times_take_the_careful_path():
     assert t.start.tolist() == [start, start + 60]
     assert t.end.tolist() == [start + 5, -1]
     assert t.elapsed.tolist() == [5, 0]
+
+
+def test_a_shift_between_summaries_is_caught():
+    summary = "stune1 held=1.0 used=1.0 cov=1.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
+    rows = [f"{i}|{i}|u|a|p|normal|COMPLETED|100|200|100|billing=1,gres/gpu=1|{summary}" for i in range(1, 5)]
+    rows[0] += "|extra"                                      # one field too many...
+    rows[2] = rows[2].replace("|normal|", "|", 1)             # ...and one too few, two lines later
+    with pytest.raises(SacctFormatError, match=r"sacct:4: 11 fields, the header has 12"):
+        parse("\n".join([HEADER, *rows]) + "\n")

@@ -156,7 +156,7 @@ def build(result, config, since: int | None) -> Report:
         eta = float(ch.eta_measured[i]) if not np.isnan(ch.eta_measured[i]) else None
         share = float(busy_share[i]) if not np.isnan(busy_share[i]) else None
         watts = float(table.busy_w[i]) if not np.isnan(table.busy_w[i]) else None
-        return JobRow(table.job_id[i], account, user, table.partitions[table.partition[i]], table.state[i],
+        return JobRow(table.job_id[i], account, user, table.partition[i], table.state_of(i),
                       float(table.gpus[i]), float(held_h[i]), eta,
                       float(held_h[i] * (1 - ch.eta[i])) if measured[i] else None, float(ch.coverage[i]),
                       SOURCES[int(ch.source[i])], share, watts)

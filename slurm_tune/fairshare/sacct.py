@@ -46,11 +46,10 @@ class JobTable:
     job_id: list              # str, as users know it (array jobs: 123_4)
     assoc: np.ndarray         # int32 code into assoc_keys
     assoc_keys: list          # (account, user)
-    partition: np.ndarray     # int32 code into partitions
-    partitions: list
+    partition: list           # str (kept as read: only reports look at it, for a few rows)
     qos: np.ndarray           # int32 code into qos_names
     qos_names: list
-    state: list               # str, first word (CANCELLED by 0 -> CANCELLED)
+    state_raw: list           # str as sacct prints it ("CANCELLED by 0")
     start: np.ndarray         # int64 epoch, -1 unknown
     end: np.ndarray           # int64 epoch, -1 unknown (running)
     elapsed: np.ndarray       # int64 seconds
@@ -69,6 +68,14 @@ class JobTable:
     @property
     def n(self) -> int:
         return len(self.job_id_raw)
+
+    def state_of(self, i: int) -> str:
+        """The state's first word: CANCELLED by 0 -> CANCELLED."""
+        return self.state_raw[i].split(" ", 1)[0]
+
+    @property
+    def state(self) -> list:
+        return _first_words(self.state_raw)
 
     def keys(self) -> list[str]:
         """A run's identity: job id and start time (a requeued job runs again under the same id)."""
@@ -236,16 +243,23 @@ def _columns(text: str, source: str) -> tuple[list, dict, int]:
     if "AdminComment" in header and header[-1] != "AdminComment":
         raise SacctFormatError(f"{source}:1: AdminComment must be the last column (it is free text)")
     width = len(header)
-    body = "" if head_end < 0 else text[head_end + 1:].rstrip("\n")
-    if not body:
+    if head_end < 0 or not text[head_end + 1:head_end + 2]:
         return header, {name: [] for name in header}, 0
-    lines = body.count("\n") + 1
-    if body.count("|") == (width - 1) * lines and "\n\n" not in body and "\r" not in body:
-        flat = body.replace("\n", "|").split("|")
-        columns = {name: flat[i::width] for i, name in enumerate(header)}
-        # a '|' too many on one line and one too few on another would still add up: check the alignment
-        if all(map(str.isdigit, columns["ElapsedRaw"])):
-            return header, columns, lines
+    # Fast path: split the whole text once (header included), no per-line copies or counts. A '|' inside
+    # a free-text field, a blank line or CRLF breaks the stride; the alignment checks send those to the
+    # per-line path, which names the bad line.
+    if "\r" not in header_line:
+        flat = text.replace("\n", "|").split("|")
+        if flat[-1] == "":
+            flat.pop()
+        if len(flat) % width == 0 and flat[:width] == header:
+            columns = {name: flat[width + i::width] for i, name in enumerate(header)}
+            ids = "\n".join(columns["JobIDRaw"])
+            if all(map(str.isdigit, columns["ElapsedRaw"])) and all(map(str.__len__, columns["JobIDRaw"])) \
+                    and " " not in ids and "=" not in ids:
+                return header, columns, len(flat) // width - 1
+        del flat
+    body = text[head_end + 1:]
     rows = [line.split("|", width - 1) for line in body.splitlines() if line]
     if rows and (min(map(len, rows)) != width or max(map(len, rows)) != width):
         for lineno, row in enumerate(rows, start=2):
@@ -272,7 +286,6 @@ def _parse(text: str, source: str) -> JobTable:
     ids = pick("JobIDRaw")
     users, accounts = pick("User"), pick("Account")
     assoc, assoc_keys = _factorize_pairs(accounts, users)
-    partition, partitions = _factorize(pick("Partition"))
     qos, qos_names = _factorize(pick("QOS"))
     tres_codes, tres_strings = _factorize(pick("AllocTRES"))
     billing = np.array([_tres_value(t, "billing") for t in tres_strings] or [0.0])[tres_codes]
@@ -289,8 +302,8 @@ def _parse(text: str, source: str) -> JobTable:
                       [columns["TRESUsageInAve"][i] for i in step.tolist()], gpuutil, gpuutil_cover)
     return JobTable(
         job_id_raw=ids, job_id=pick("JobID") if "JobID" in columns else list(ids), assoc=assoc,
-        assoc_keys=assoc_keys, partition=partition, partitions=partitions, qos=qos, qos_names=qos_names,
-        state=_first_words(pick("State")), start=start, end=end, elapsed=elapsed,
+        assoc_keys=assoc_keys, partition=pick("Partition"), qos=qos, qos_names=qos_names,
+        state_raw=pick("State"), start=start, end=end, elapsed=elapsed,
         billing=billing, gpus=gpus, has_summary=has_summary, held_s=held, used_s=used, covered_s=covered,
         busy_s=busy, busy_w=busy_w, admin_comment=comments, gpuutil=gpuutil, gpuutil_cover=gpuutil_cover)
 
