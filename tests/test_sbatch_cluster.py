@@ -230,3 +230,12 @@ def test_stage_requests_reach_the_taskprolog_and_a_required_one_fails_the_job(ta
     err = (shared_tmp / f"err-{job}.txt").read_text()
     assert "--stage-required: DATA" in err
     assert "ran" not in (shared_tmp / f"out-{job}.txt").read_text()
+
+
+def test_wait_relays_sbatch_live_returns_the_jobs_status_and_is_recorded(taskprolog, slurm, env):
+    plain = subprocess.run(["sbatch", "-W", "-p", "roce", "-o", "/dev/null", "--wrap", "exit 3"],
+                           capture_output=True, text=True, env=env)
+    wrapped = stune_sbatch(["-W", "-p", "roce", "-o", "/dev/null", "--wrap", "exit 3"], env)
+    assert plain.returncode == wrapped.returncode == 3
+    job = re.fullmatch(r"Submitted batch job (\d+)\n", wrapped.stdout).group(1)
+    assert job in stune_sbatch(["history"], env).stdout

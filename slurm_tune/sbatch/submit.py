@@ -123,7 +123,9 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
             entry["_error"] = f"{type(exc).__name__}: {exc}"
 
     rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env, while_waiting=prepare_record)
-    if rc == 0 and eff.get("test-only") is None:  # --test-only submits nothing: nothing to remember
+    # A job id in the output means a submission, whatever the exit status (--wait returns the job's);
+    # rc 0 without one is a --quiet submission. --test-only submits nothing.
+    if (rc == 0 or job_id_from(stdout)[0]) and eff.get("test-only") is None:
         _record(entry, stdout, environ)
     return rc
 
