@@ -227,3 +227,61 @@ def test_small_helpers():
     assert expand_hostlist("n[1-3,5],gpu07,a[08-10]") == ["n1", "n2", "n3", "n5", "gpu07", "a08", "a09", "a10"]
     assert os.path.basename(load_profile("hdr").source) == "hdr.yaml"
     assert {s.kind for s in plan_for(["-p", "roce", "-N2"])[0].settings} >= {ENV, NODE, OPTION, NOTE}
+
+
+class FakeSlurm:
+    """Records what would have been run instead of talking to Slurm (for paths that must not plan)."""
+
+    def __init__(self):
+        self.ran = []
+
+    def sbatch_passthrough(self, words, script, env, while_waiting=None):
+        self.ran.append((words, dict(env)))
+        return 0, "Submitted batch job 7\n"
+
+    def default_partition(self):
+        return "roce"
+
+
+def test_a_bug_while_planning_submits_unchanged_with_a_warning(monkeypatch, capsys, tmp_path):
+    from slurm_tune.sbatch import submit
+
+    def broken(*a, **k):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(submit, "make_plan", broken)
+    fake = FakeSlurm()
+    rc = submit.run(["-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    assert rc == 0 and fake.ran[0][0] == ["-p", "roce", "--wrap", "true"]
+    assert "internal error: KeyError" in capsys.readouterr().err
+    with pytest.raises(KeyError):
+        submit.run(["--dry-run", "-p", "roce", "--wrap", "true"], environ={}, slurm=fake)
+
+
+def test_a_partition_without_a_profile_is_submitted_unchanged_with_a_note(capsys, tmp_path):
+    from slurm_tune.sbatch import submit
+
+    fake = FakeSlurm()
+    rc = submit.run(["-p", "debug", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    words, env = fake.ran[0]
+    assert rc == 0 and words == ["-p", "debug", "--wrap", "true"] and "NCCL_IB_HCA" not in env
+    assert "partition 'debug' has no stune profile" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_the_default_partition_is_asked_only_when_nothing_names_one(tmp_path):
+    from slurm_tune.sbatch import submit
+
+    class Counting(FakeSlurm):
+        asked = 0
+
+        def default_partition(self):
+            Counting.asked += 1
+            return "roce"
+
+    fake = Counting()
+    submit.run(["--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    assert Counting.asked == 1 and fake.ran[0][1]["NCCL_IB_TC"] == "106"
+    submit.run(["--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h"), "SBATCH_PARTITION": "vpc"},
+               slurm=fake)
+    assert Counting.asked == 1 and fake.ran[1][1]["NCCL_IB_DISABLE"] == "1"

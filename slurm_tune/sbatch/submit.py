@@ -107,6 +107,12 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
             raise
         warn(f"warning: {exc}; submitting without stune settings")
         return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
+    except Exception as exc:  # a bug in stune must not stop a submission: fail open, loudly
+        if dry_run or environ.get("STUNE_DEBUG"):
+            raise
+        warn(f"warning: internal error: {type(exc).__name__}: {exc}; submitting without stune settings "
+             "(set STUNE_DEBUG=1 for a traceback)")
+        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
     words = sbatch_words(argv, parsed, plan.options)
     if dry_run:
         sys.stdout.write(explain(plan, words, script_label))
