@@ -60,7 +60,24 @@ def main() -> int:
     extra = med["stune-sbatch -p roce"] - med["sbatch -p roce"]
     verdict = "meets" if extra <= 1.5 * bare else "MISSES"
     print(f"\n  goal: stune-sbatch - sbatch <= 1.5x bare start ({1.5 * bare * 1000:.2f} ms): {verdict}")
+    taskprolog(env, tmp, rounds)
     return 0
+
+
+def taskprolog(env: dict, tmp: str, rounds: int) -> None:
+    """The TaskProlog runs before every task: its cost on a RoCE node fixture (8 HCAs, GID tables)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import hwtrees
+
+    root = Path(tmp) / "node"
+    hwtrees.h100_roce(root)
+    tp_env = dict(env, SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", SLURM_LOCALID="0",
+                  STUNE_SYSFS_ROOT=str(root))
+    prolog = os.path.join(os.path.dirname(sys.executable), "stune-task-prolog")
+    compare("taskprolog", {
+        "python -c pass": lambda: time_once([sys.executable, "-c", "pass"], env=tp_env, cwd=tmp),
+        "stune-task-prolog (roce)": lambda: time_once([prolog], env=tp_env, cwd=tmp),
+    }, rounds=rounds, baseline="python -c pass")
 
 
 if __name__ == "__main__":
