@@ -81,7 +81,7 @@ def parse(argv: list[str]) -> tuple[str, dict]:
 
 
 def _capture(options: dict) -> int:
-    from ..health import collect, fastjson
+    from ..health import collect
     from ..health.node import settings
 
     cfg = settings(options)
@@ -91,10 +91,8 @@ def _capture(options: dict) -> int:
             timeout = float(options["timeout"])
         except ValueError:
             raise Usage(f"capture: --timeout {options['timeout']!r} is not a number") from None
-    gpu_snapshot = cfg.gpu_snapshot
-    snap = collect.full(cfg.root, None, cfg.node, gpu_snapshot, gids=True, timeout_s=timeout)
-    if options.get("no_nvml") and not gpu_snapshot:
-        snap["gpus"] = {"answered": False, "devices": [], "error": "not captured (--no-nvml)"}
+    snap = collect.full(cfg.root, None, cfg.node, cfg.gpu_snapshot, gids=True, timeout_s=timeout,
+                        nvml=not options.get("no_nvml"))
     out = options.get("output")
     if out and out != "-":
         from ..hw.snapshot import save

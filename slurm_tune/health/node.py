@@ -204,7 +204,12 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
             applied = st.state.get("applied") if isinstance(st.state.get("applied"), dict) else {}
             applied["retry_at"] = round(now + A.RETRY_S, 3)
             st.state["applied"] = applied
+        elif want.action == A.DRAIN and breaker_open(st.state, policy):
+            held_back = True  # still held back, waiting for the retry: say so on every run
+            breaker_message = st.state["breaker"].get("message", "")
         st.save()
+    if held_back and breaker is None:
+        breaker = A.Breaker(False, None, None, [], breaker_message)
     extra = {"action": want.action, "sync": why or "", "profile_from": how,
              "applied": [] if outcome is None else outcome.updates,
              "notes": [] if outcome is None else outcome.notes,
