@@ -6,7 +6,8 @@ import time
 
 def restore_cluster(handle, nodes) -> None:
     """Leave the cluster as a test found it: no jobs, every node idle and undrained, no stune marks."""
-    handle.run(["scancel", "--full", "--state=PENDING,RUNNING,SUSPENDED,REQUEUED"], check=False)
+    for state in ("PENDING", "RUNNING", "SUSPENDED"):  # scancel takes one --state per call
+        handle.run(["scancel", "--full", f"--state={state}"], check=False)
     for node in nodes:  # one by one: RESUME on a node that is not drained fails the whole update
         handle.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
         handle.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=", "ActiveFeatures=",
