@@ -234,6 +234,13 @@ exec {REPO}/epilog/30-stune-stage
     assert (holds / str(orphan)).is_dir()
     # ... while a running job's hold must survive gc.
     running = world.submit(f"#!/bin/bash\neval \"$(stune-stage fetch {ds}:DS)\"\nsleep 300\n", "-w", "n1")
+    try:
+        _gc_keeps_the_running_jobs_hold(world, holds, orphan, running)
+    finally:
+        world.slurm.cancel(running)  # the fixture's scancel only reaches root's own jobs
+
+
+def _gc_keeps_the_running_jobs_hold(world, holds, orphan, running):
     wait_until("the running job's hold", lambda: (holds / str(running)).is_dir(), timeout=60)
     gc = world.stune("gc", "--node", "n1", "-p", "hdr")
     assert f"removed stale holds of job {orphan} ({USER})" in gc.stdout
