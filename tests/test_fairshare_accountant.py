@@ -388,3 +388,19 @@ def test_report_outputs_offline(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("level,account,user,jobs,gpu_jobs,held_gpu_h,used_gpu_h,efficiency")
     assert any(line.startswith("user,biology,stune-bob,1,1,2,0.2,0.1,1.8,") for line in lines)
+
+
+def test_a_report_reaching_back_charges_nothing_twice(tmp_path):
+    now = 1_800_000_000
+    rows = [row(1, "stune-alice", now - 20 * 86400, 3600), row(2, "stune-bob", now - 9000, 3600,
+                                                                 comment=summary(7200, 720, 7200))]
+    slurm = RowsSlurm(rows, assocs=EQUAL)
+    config = write_config(tmp_path)
+    accountant.run_locked(config, slurm, now=now, plan=False)
+    later = now + 3 * 86400
+    applied = accountant.run_locked(config, RowsSlurm(rows, assocs=EQUAL), now=later, plan=False)
+    report = accountant.run_locked(config, RowsSlurm(rows, assocs=EQUAL), now=later + 1, plan=False, dry_run=True,
+                                   since=now - 30 * 86400)
+    assert report.table.n == 2  # the report sees both jobs...
+    for key, value in applied.usage_slurm.items():  # ...but charges neither again
+        assert report.usage_slurm[key] == pytest.approx(value, rel=1e-5)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_for_state, wait_until
-from slurm_tune.devcluster import NODES, pid_alive
+from slurm_tune.devcluster import NODES, pid_alive, port_open
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
 from usage_helpers import write_snapshot
@@ -38,8 +38,10 @@ def restart_controller(cluster) -> None:
     pid = pid_alive(pidfile)
     if pid:
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while pid_alive(pidfile) == pid and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        # gone, and its port free: a new slurmctld started earlier would exit on "address in use"
+        while (os.path.exists(f"/proc/{pid}") or port_open(cluster.layout.ctld_port)) and \
+                time.monotonic() < deadline:
             time.sleep(0.1)
     cluster.start_slurmctld()
     cluster.reconfigure()  # the slurmds take the new slurm.conf too
@@ -217,7 +219,8 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     sprio = {r.job_id: r for r in slurm.sprio()}
     # bob's penalty is what his rank lost: W x (F_stune - F_slurm) = -W/3 with three user associations
     assert sprio[bob_pending].site == -round(10000 / 3) and sprio[alice_pending].site == 0
-    assert sprio[bob_pending].priority == sprio[bob_pending].fairshare + sprio[bob_pending].age - 3333
+    # sprio rounds each column: the sum may be one off
+    assert abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age - 3333)) <= 1
     ledger = json.loads(world.state.joinpath("ledger.json").read_text())
 
     second = world.stune("apply")

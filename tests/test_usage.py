@@ -340,3 +340,34 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
     assert "Traceback" not in proc.stderr.read()
     _, gpus = accum.read(str(local / "acc" / "6"))
     assert gpus[0]["samples"] >= 1
+
+
+def test_a_gpu_belongs_to_its_newest_job(tmp_path):
+    """A record left by a job whose epilog never ran (the node crashed) stops being sampled once its GPU is
+    given to a new job: Slurm gives a GPU to one job at a time."""
+    local = tmp_path / "usage"
+    snap = write_snapshot(tmp_path / "snap.json", 40)
+    clock = Clock()
+    prolog(local, "50", "0,1", when=clock.t - 100)   # stale
+    prolog(local, "51", "1", when=clock.t)           # new, on GPU 1
+    sampler = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
+    for _ in range(3):
+        clock.t += 1.0
+        sampler.sample_once()
+    _, stale = accum.read(str(local / "acc" / "50"))
+    _, new = accum.read(str(local / "acc" / "51"))
+    assert [g["samples"] for g in stale] == [3, 0] and new[0]["samples"] == 3
+    sampler.close()
+
+
+def test_the_sampler_loop_survives_a_failing_source(tmp_path, capsys):
+    local = tmp_path / "usage"
+    prolog(local, "60", "0")
+
+    class Broken:
+        def utilization(self):
+            raise RuntimeError("driver went away")
+
+    sampler = Sampler(Broken(), str(local), interval=0.01)
+    sampler.run(iterations=3)
+    assert capsys.readouterr().err.count("stune-gpu-sampler: RuntimeError: driver went away") == 3

@@ -208,6 +208,8 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
     if slurm is None and sacct_file is not None and not assoc_file:
         warnings.append("offline what-if: flat association tree (every account and user with Fairshare=1); "
                         "give --assoc-file or --cluster for the real one")
+    if settings.weight_fairshare <= 0:
+        warnings.append("PriorityWeightFairshare is 0: fair-share (and so stune's SiteFactor) has no weight")
     if settings.usage_reset not in ("NONE", ""):
         warnings.append(f"PriorityUsageResetPeriod={settings.usage_reset} is not modelled: usage is decayed only")
     if sacct_file is None and slurm is None:
@@ -254,7 +256,11 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         keys = table.keys()
         known = np.fromiter((k in ledger.settled for k in keys), dtype=bool, count=table.n)
         done = ended & (table.end < new_watermark)
-        settle = ran & done & ~known
+        # runs that ended before the previous read window are in the ledger already (a report reaching
+        # further back reads them for its tables, not to charge them again)
+        fresh = table.end >= (ledger.watermark - acc.settle_delay) if ledger.watermark is not None \
+            else np.ones(table.n, dtype=bool)
+        settle = ran & done & ~known & fresh
         provisional = ran & ~done
     counted = settle | provisional
     ch = charges_mod.compute(table, counted, as_of=as_of, half_life_s=half_life, alpha=acc.alpha,

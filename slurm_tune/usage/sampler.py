@@ -70,7 +70,9 @@ class Sampler:
         self._stamp = None
         self._retry = False
         self._slot_of: dict[int, int] | None = None  # Slurm GPU id -> position in the source's readings
+        self._owner: dict[int, str] = {}
         self.samples = 0
+        self.errors: list[str] = []
 
     # ---- jobs ---------------------------------------------------------------------------------------------
     def refresh_jobs(self) -> None:
@@ -104,8 +106,20 @@ class Sampler:
             except ValueError:
                 continue
             if gpu_ids:
-                self.jobs[job_id] = _Job(job_id, accum.JobAccumulator(os.path.join(self.acc_dir, job_id),
-                                                                      gpu_ids, created))
+                try:
+                    acc = accum.JobAccumulator(os.path.join(self.acc_dir, job_id), gpu_ids, created)
+                except (OSError, ValueError) as exc:  # a full disk: try again next tick
+                    self._retry = True
+                    self.errors.append(f"job {job_id}: cannot open accumulators: {exc}")
+                    continue
+                self.jobs[job_id] = _Job(job_id, acc)
+        # Slurm gives a GPU to one job at a time: the newest record owns it. A record whose epilog never ran
+        # (the node crashed) so stops being sampled as soon as its GPUs go to a new job.
+        owner: dict[int, str] = {}
+        for job in sorted(self.jobs.values(), key=lambda j: (j.acc.created, j.job_id)):
+            for gpu in job.acc.gpu_ids:
+                owner[gpu] = job.job_id
+        self._owner = owner
 
     # ---- sampling -----------------------------------------------------------------------------------------
     def _build_map(self, readings) -> dict[int, int]:
@@ -131,10 +145,12 @@ class Sampler:
             self._slot_of = self._build_map(readings)
         slot_of = self._slot_of
         added = 0
-        busy, max_gap, interval = self.busy_util, self.max_gap, self.interval
+        busy, max_gap, interval, owner = self.busy_util, self.max_gap, self.interval, self._owner
         for job in self.jobs.values():
             acc = job.acc
             for slot, gpu in enumerate(acc.gpu_ids):
+                if owner.get(gpu) != job.job_id:
+                    continue
                 last = acc.records[slot][1]
                 dt = now - last if last > 0 else min(interval, now - acc.created)
                 if dt > max_gap or dt < 0:
@@ -152,10 +168,18 @@ class Sampler:
 
     def run(self, iterations: int | None = None) -> None:
         """Sample every `interval` seconds on a fixed schedule (a slow tick does not shift later ones)."""
+        import sys
+
         next_at = time.monotonic()
         done = 0
         while iterations is None or done < iterations:
-            self.sample_once()
+            try:
+                self.sample_once()
+            except Exception as exc:  # a daemon keeps going; the next tick tries again
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            for error in self.errors[:5]:
+                print(f"stune-gpu-sampler: {error}", file=sys.stderr, flush=True)
+            self.errors.clear()
             done += 1
             next_at += self.interval
             delay = next_at - time.monotonic()
