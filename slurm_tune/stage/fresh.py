@@ -88,10 +88,11 @@ def stamp(source: Source, mode: str, plan: "Plan | None" = None) -> str:
     return "fast:" + _digest(parts + [f"{name}={status}" for name, status in top])
 
 
-class Plan(namedtuple("Plan", "dirs files links skipped bytes alloc digest")):
+class Plan(namedtuple("Plan", "dirs files links skipped bytes alloc digest tree")):
     """A directory's copy plan from one walk: `dirs` (relative path, mode, atime_ns, mtime_ns) parents
     first, `files` (relative path, size), `links` (relative path), `skipped` (sockets, FIFOs, devices),
-    total `bytes`, an allocation estimate `alloc` (4 KiB blocks), and the strict stamp `digest`."""
+    total `bytes`, an allocation estimate `alloc` (4 KiB blocks), the strict stamp `digest`, and `tree`,
+    the manifest() digest the copy will have (so publishing need not walk the copy again)."""
 
     __slots__ = ()
 
@@ -105,7 +106,7 @@ BLOCK = 4096
 
 def walk(root: str) -> Plan:
     """lstat every entry under root (never following a symlink). Raises SourceError if unreadable."""
-    dirs, files, links, skipped, parts = [], [], [], [], []
+    dirs, files, links, skipped, parts, tree = [], [], [], [], [], []
     total = alloc = 0
     pending = [""]
     while pending:
@@ -123,17 +124,21 @@ def walk(root: str) -> Plan:
             if stat.S_ISDIR(mode):
                 dirs.append((child, stat.S_IMODE(mode), st.st_atime_ns, st.st_mtime_ns))
                 pending.append(child)
+                tree.append(f"{child}:d:0")
             elif stat.S_ISREG(mode):
                 files.append((child, st.st_size))
                 total += st.st_size
                 alloc += -(-st.st_size // BLOCK) * BLOCK
+                tree.append(f"{child}:f:{st.st_size}")
             elif stat.S_ISLNK(mode):
                 links.append(child)
                 alloc += BLOCK
+                tree.append(f"{child}:l:{st.st_size}")
             else:
                 skipped.append(child)
     dirs.sort()  # parents before children
-    return Plan(dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts))
+    return Plan(dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts),
+                _digest(tree))
 
 
 def manifest(root: str) -> tuple[int, int, str]:

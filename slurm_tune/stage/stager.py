@@ -196,6 +196,8 @@ def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance):
     if plan is not None and plan.skipped:
         _say(stream, f"{request.name}: skipped {len(plan.skipped)} special file(s) (sockets, FIFOs, devices), "
                      f"e.g. {plan.skipped[0]}")
+    if plan is not None:  # the walk already knows what the copy holds: no second walk
+        return plan.alloc, len(plan.dirs) + plan.count, plan.tree, export
     nbytes, nfiles, tree = fresh_manifest(data)
     return nbytes, nfiles, tree, export
 
