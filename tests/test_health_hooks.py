@@ -300,3 +300,19 @@ def test_which_profile_a_node_uses(box, monkeypatch):
 
     with pytest.raises(ConfigError, match="no profile applies to node n7: set STUNE_HEALTH_PARTITION"):
         N.resolve_profile(cfg, {}, "prolog", {})
+
+
+def test_a_dry_run_changes_nothing_on_the_node(box):
+    from slurm_tune.slurm import Slurm
+
+    slurm = Slurm(conf="/nonexistent/slurm.conf")
+    code, doc = N.run(N.settings({}), slurm, dry_run=True)
+    assert (code, doc["status"], doc["sync"], doc["dry_run"]) == (0, "ok", "the verdict changed", True)
+    assert slurm.calls == [] and not (box["state"] / "state.json").exists()
+
+
+def test_unknown_earns_no_trust(box):
+    (box["root"] / "sys/class/infiniband/mlx5_0/ports/1/state").write_text("garbage\n")
+    assert health("prolog").returncode == 0
+    state, _ = S.read(str(box["state"]))
+    assert state["last"]["status"] == "unknown" and state["trusted"] == []

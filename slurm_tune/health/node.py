@@ -90,7 +90,7 @@ def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=N
 def _record_last(state: dict, mode: str, now: float, verdict: R.Verdict, policy: str, enforced: bool) -> None:
     state["last"] = {"mode": mode, "at": round(now, 3), "status": verdict.status, "reason": verdict.reason,
                      "policy": policy, "enforced": enforced}
-    if verdict.status != R.FAIL:
+    if verdict.status in (R.OK, R.DEGRADED):  # passed: not a failure, and not merely unseen
         trusted = [p for p in state.get("trusted") or [] if p != policy]
         state["trusted"] = ([policy] + trusted)[:S.TRUSTED_KEEP]
 
@@ -186,7 +186,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         want = A.want_for(verdict)
         why = A.needs_sync(want, st.state, now)
         snapshot_of_state = dict(st.state)
-        st.save()
+        if not dry_run:  # a dry run judges and says what it would do; it moves no baseline
+            st.save()
     outcome, error = None, None
     if why and not dry_run:
         try:
@@ -195,6 +196,7 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
             error = str(exc)
     breaker = outcome.breaker if outcome is not None else None
     held_back = breaker is not None and not breaker.allowed
+    breaker_message = ""
     with S.Locked(cfg.state_dir) as st:
         if outcome is not None:
             st.state["applied"] = snapshot_of_state["applied"]
@@ -207,7 +209,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         elif want.action == A.DRAIN and breaker_open(st.state, policy):
             held_back = True  # still held back, waiting for the retry: say so on every run
             breaker_message = st.state["breaker"].get("message", "")
-        st.save()
+        if not dry_run:
+            st.save()
     if held_back and breaker is None:
         breaker = A.Breaker(False, None, None, [], breaker_message)
     extra = {"action": want.action, "sync": why or "", "profile_from": how,
@@ -218,6 +221,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
                          "recent": list(breaker.recent) if breaker else []},
              "dry_run": dry_run, "error": error, "elapsed_s": round(time.monotonic() - start, 4)}
     doc = outputs.report(cfg.node, profile.partition, policy, "run", now, verdict, extra)
+    if dry_run:
+        return 0, doc
     problems = _outputs(cfg, doc, "run")
     line = f"run {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "")
     if why:
