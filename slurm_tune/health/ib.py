@@ -137,7 +137,7 @@ def _check_counters(port: dict, subject: str, thresholds, baseline: dict) -> tup
     raw = _dict(port.get("counters"))
     if raw is None:
         return [R.unknown("ib.counters", subject, "no readable counters directory")], dict(baseline)
-    seen, worst, unreadable, notes, new_baseline = [], R.OK, [], [], {}
+    seen, worst, unreadable, notes, new_baseline, first = [], R.OK, [], [], {}, []
     reason = ""
     for name in ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors"):
         limits = thresholds.get(name) if name in thresholds else None
@@ -150,7 +150,7 @@ def _check_counters(port: dict, subject: str, thresholds, baseline: dict) -> tup
         new_baseline[name] = value
         before = baseline.get(name)
         if type(before) is not int:
-            notes.append(f"{name} baseline {value}")
+            first.append(f"{name} {value}")
             continue
         if value < before:
             notes.append(f"{name} went from {before} to {value} (counters reset): re-baselined")
@@ -173,6 +173,8 @@ def _check_counters(port: dict, subject: str, thresholds, baseline: dict) -> tup
         seen.append(f"{name} +{delta} since the last run ({limit})")
         if R.RANK[status] > R.RANK[worst]:
             worst, reason = status, f"{subject} {name} +{delta}"
+    if first:  # a first sight: totals are history, the next run judges the increase
+        notes.insert(0, f"first reading, baseline taken ({', '.join(first)})")
     if worst != R.OK:
         message = "; ".join(seen + notes)
         result = R.Result("ib.counters", subject, worst, message, reason)
