@@ -110,7 +110,21 @@ def main() -> int:
           f"{'OK' if worst <= 0.005 else 'OVER'}")
     result["direct_1hz_cpu_per_sample"] = direct
     (HERE / "results" / "bench_sampler.json").write_text(json.dumps(result, indent=2) + "\n")
+    bench_prolog(args.rounds * 6)
     return 0
+
+
+def bench_prolog(rounds: int) -> None:
+    """The prolog hook that feeds the sampler runs in every job's prolog: plain sh, no Python."""
+    from common import time_once
+
+    work = tempfile.mkdtemp(prefix="bench-prolog-")
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1,2,3",
+           "STUNE_USAGE_DIR": work}
+    compare("bench_prolog_jobgpus", {
+        "sh -c 'exit 0' (baseline)": lambda: time_once(["/bin/sh", "-c", "exit 0"], env=env),
+        "prolog/20-stune-jobgpus": lambda: time_once([str(REPO / "prolog" / "20-stune-jobgpus")], env=env),
+    }, rounds=rounds, warmup=3)
 
 
 if __name__ == "__main__":
