@@ -213,13 +213,16 @@ class DevCluster:
             f"AccountingStoragePort={L.dbd_port}",
             f"AccountingStoragePass={L.munge_socket}",  # the munge socket for the slurmdbd connection
             "AccountingStorageTRES=gres/gpu",
-            "AccountingStorageEnforce=associations",
+            # `limits` also makes Slurm charge a finished job's last partial PriorityCalcPeriod.
+            "AccountingStorageEnforce=associations,limits",
             "JobCompType=jobcomp/none",
             "MpiDefault=none",
             "ReturnToService=2",
             "SlurmdTimeout=120",
             "KillWait=5",
-            "MinJobAge=300",
+            # Finished jobs stay known for a day: Slurm 22.05 can hand out a purged job's id again after a
+            # reconfigure, and tests (and sacct) would then see two jobs under one id.
+            "MinJobAge=86400",
             "InactiveLimit=0",
             "HealthCheckInterval=0",
             # Hooks are directories (slurm.conf allows a glob): each stune part drops in its own script.
@@ -261,15 +264,19 @@ class DevCluster:
             "StorageLoc=stune_acct",
         ]) + "\n"
 
-    def write_config(self) -> None:
+    def write_config(self) -> bool:
+        """Write every config file; True when slurm.conf or gres.conf changed."""
         L = self.layout
         for d in (L.etc, L.run, L.log, L.spool / "ctld", L.dev, L.run / "munge", L.fragments, L.prolog_d,
                   L.epilog_d, *(L.node_dir(n) for n in NODES)):
             d.mkdir(parents=True, exist_ok=True)
         for d in (L.root, L.log):
             d.chmod(0o755)
-        (L.etc / "slurm.conf").write_text(self.render_slurm_conf())
-        (L.etc / "gres.conf").write_text(self.render_gres_conf())
+        changed = False
+        for path, text in ((L.slurm_conf, self.render_slurm_conf()), (L.etc / "gres.conf", self.render_gres_conf())):
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                changed = True
         dbd = L.etc / "slurmdbd.conf"
         dbd.write_text(self.render_slurmdbd_conf())
         dbd.chmod(0o600)  # slurmdbd refuses a readable config: it holds the DB password
@@ -283,6 +290,7 @@ class DevCluster:
             path = L.dev / f"nvidia{i}"
             if not path.exists():
                 os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, i))
+        return changed
 
     # ---- daemons -------------------------------------------------------------------------------------
     def start_munge(self) -> None:
@@ -359,6 +367,18 @@ class DevCluster:
         self._daemon("slurmctld", ["slurmctld", "-f", str(L.slurm_conf)], L.pidfile("slurmctld"),
                      lambda: port_open(L.ctld_port), L.log / "slurmctld.log")
 
+    def restart_controller(self) -> None:
+        """Stop slurmctld (it saves its state on SIGTERM) and start it again, for settings that slurmctld
+        reads only at start, such as EpilogSlurmctld in 22.05; then reconfigure the slurmds."""
+        L = self.layout
+        pid = pid_alive(L.pidfile("slurmctld"))
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            # gone, and its port free: a new slurmctld would otherwise exit on "address in use"
+            wait_for("slurmctld to stop", lambda: not os.path.exists(f"/proc/{pid}") and not port_open(L.ctld_port))
+        self.start_slurmctld()
+        self.reconfigure()
+
     def start_slurmd(self) -> None:
         L = self.layout
         for i, node in enumerate(NODES):
@@ -405,7 +425,8 @@ class DevCluster:
         if install:
             ensure_packages()
         ensure_unix_users()
-        self.write_config()
+        was_running = pid_alive(self.layout.pidfile("slurmctld")) is not None
+        changed = self.write_config()
         self.start_munge()
         self.start_mysql()
         self.start_slurmdbd()
@@ -413,6 +434,8 @@ class DevCluster:
         self.start_slurmctld()
         wait_for("cluster registration", self._cluster_registered, logfile=self.layout.log / "slurmctld.log")
         self.start_slurmd()
+        if changed and was_running:  # running daemons take a new slurm.conf (e.g. after a stune upgrade)
+            self.slurm.run(["scontrol", "reconfigure"])
         self.ensure_associations()
         self.wait_nodes_ready()
         log(f"up: {len(NODES)} nodes, state in {self.layout.root}")

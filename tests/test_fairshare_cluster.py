@@ -3,15 +3,14 @@
 The module installs the real hooks (prolog 20-stune-jobgpus, epilog 20-stune-usage, EpilogSlurmctld
 stune-usage-slurmctld) and runs one `stune-gpu-sampler` per node, each driven by a snapshot GPU source.
 slurm.conf gets `PrologFlags=Alloc` (the prolog runs on every node at allocation, so the sampler knows all
-of a job's GPUs), `AccountingStorageEnforce=associations,limits` (without `limits`, Slurm 22.05 never charges
-a finished job's last partial PriorityCalcPeriod to fair-share) and `EpilogSlurmctld=` (read only when
-slurmctld starts, so the controller is restarted, once at the start and once at the end).
+of a job's GPUs) and `EpilogSlurmctld=` (read only when slurmctld starts, so the controller is restarted,
+once at the start and once at the end). The devcluster's `AccountingStorageEnforce=associations,limits` matters
+too: without `limits`, Slurm 22.05 never charges a finished job's last partial PriorityCalcPeriod.
 """
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_for_state, wait_until
-from slurm_tune.devcluster import NODES, pid_alive, port_open
+from slurm_tune.devcluster import NODES
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
 from usage_helpers import write_snapshot
@@ -30,21 +29,6 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = os.path.dirname(sys.executable)
 FRAGMENT = "stune-fairshare-test"
-
-
-def restart_controller(cluster) -> None:
-    """slurmctld reads EpilogSlurmctld only at start (22.05's prep/script plugin), so restart it."""
-    pidfile = cluster.layout.pidfile("slurmctld")
-    pid = pid_alive(pidfile)
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        # gone, and its port free: a new slurmctld started earlier would exit on "address in use"
-        while (os.path.exists(f"/proc/{pid}") or port_open(cluster.layout.ctld_port)) and \
-                time.monotonic() < deadline:
-            time.sleep(0.1)
-    cluster.start_slurmctld()
-    cluster.reconfigure()  # the slurmds take the new slurm.conf too
 
 
 class World:
@@ -99,9 +83,9 @@ def world(cluster, tmp_path_factory):
                     f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={w.store_log}\n"
                     f"exec {REPO}/epilog/stune-usage-slurmctld\n")
     ctld.chmod(0o755)
-    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\nAccountingStorageEnforce=associations,limits\n"
+    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\n"
                                    "PrologFlags=Alloc", reconfigure=False)
-    restart_controller(cluster)
+    cluster.restart_controller()
     for node in NODES:
         w.samplers[node] = subprocess.Popen(
             [f"{VENV_BIN}/stune-gpu-sampler", "run", "--snapshot", str(w.snapshots[node]), "--local-dir",
@@ -117,7 +101,7 @@ def world(cluster, tmp_path_factory):
         cluster.install_hook("prolog", "20-stune-jobgpus", None)
         cluster.install_hook("epilog", "20-stune-usage", None)
         cluster.set_fragment(FRAGMENT, None, reconfigure=False)
-        restart_controller(cluster)
+        cluster.restart_controller()
 
 
 def cancel_everything(slurm) -> None:
@@ -196,10 +180,17 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     assert s_alice.per_gpu[0].watts == pytest.approx(310.0) and s_bob.per_gpu[0].sm == pytest.approx(10.0)
     assert "stored (1/1 nodes" in world.store_log.read_text()
 
-    # Both now wait behind a job that holds every GPU.
-    blocker = slurm.submit(["-N3", "--gres=gpu:4", f"--chdir={shared_tmp}"], script="#!/bin/sh\nsleep 300\n")
-    wait_until("the blocker running", lambda: slurm.job(blocker).state == "RUNNING")
-    pend = ["--gres=gpu:1", f"--chdir={shared_tmp}"]
+    # Both now wait in a partition that is down: pending, listed by sprio, and, unlike jobs queued behind a
+    # running blocker, with nobody's usage growing between the two accountant runs below.
+    slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
+    try:
+        _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob)
+    finally:
+        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
+
+
+def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob) -> None:
+    pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
     bob_pending = submit_as(slurm, "stune-bob", "biology", pend, "true")
     alice_pending = submit_as(slurm, "stune-alice", "physics", pend, "true")
     wait_until("both pending jobs in sprio",
@@ -253,7 +244,7 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     assert 'stune_fairshare_factor{account="biology",kind="stune",user="stune-bob"}' in metrics
     table = world.stune("report", "--since", f"@{world.started}")
     assert "stune-bob" in table.stdout and "Top idle jobs" in table.stdout
-    slurm.cancel([blocker, bob_pending, alice_pending])
+    slurm.cancel([bob_pending, alice_pending])
 
 
 def test_a_multi_node_job_is_merged_and_late_nodes_are_swept_in(world, slurm, shared_tmp):
