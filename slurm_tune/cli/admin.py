@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import guarded, not_implemented
+from .common import guarded
 
 PROG = "stune-admin"
 
@@ -78,9 +78,7 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "check-profiles":
         return _check_profiles(args)
-    if args.cmd == "topology":
-        return _topology(args)
-    return not_implemented(PROG, args.cmd)
+    return _topology(args)
 
 
 def main(argv: list[str] | None = None) -> int:

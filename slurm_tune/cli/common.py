@@ -8,7 +8,6 @@ from ..errors import StuneError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-EXIT_NOT_IMPLEMENTED = 3
 EXIT_INTERNAL = 70  # EX_SOFTWARE
 
 
@@ -31,7 +30,3 @@ def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_I
               file=sys.stderr)
         return internal_exit
 
-
-def not_implemented(prog: str, what: str) -> int:
-    print(f"{prog}: not implemented yet ({what})", file=sys.stderr)
-    return EXIT_NOT_IMPLEMENTED
