@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from helpers import restore_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("STUNE_PARTITIONS", str(REPO / "partitions"))
+# Submission history goes to a session directory, not to the tester's own ~/.local/state.
+os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="stune-tests-state-"))
 # The stune commands under test are the ones installed beside this interpreter (.venv/bin); jobs inherit it.
 os.environ["PATH"] = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
 
