@@ -338,7 +338,7 @@ class Slurm:
     def sacctmgr(self, args: list[str]) -> str:
         return self.run(["sacctmgr", "-i", *args])
 
-    # ---- node health (issue 3) -----------------------------------------------------------------------------
+    # ---- node health -----------------------------------------------------------------------------
     def update_node(self, node: str, *, state: str | None = None, reason: str | None = None,
                     features: list[str] | frozenset[str] | None = None, comment: str | None = None) -> None:
         """Change several things of one node in ONE `scontrol update` (one RPC): State (DRAIN needs a
@@ -358,7 +358,7 @@ class Slurm:
         if len(argv) > 3:
             self.run(argv)
 
-    # ---- fair-share accountant (issue 6) -----------------------------------------------------------------
+    # ---- fair-share accountant -----------------------------------------------------------------
     def associations(self) -> list["Association"]:
         """Every association of this cluster, in Slurm's tree (lft) order. shares is None for
         Fairshare=parent."""
@@ -406,7 +406,7 @@ class Slurm:
             argv.append(f"--endtime={end}")
         return self.run(argv, timeout=timeout)
 
-    # ---- stune-sbatch (issue 4) ----------------------------------------------------------------------------
+    # ---- stune-sbatch ----------------------------------------------------------------------------
     def node_features(self, partition: str) -> dict[str, frozenset[str]]:
         """Each node of `partition` (a name or comma list) -> its available and active features together.
         One `sinfo` call; plain -o output, because 22.05's --json ignores -p."""
