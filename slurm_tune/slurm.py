@@ -227,19 +227,8 @@ class Slurm:
         Princeton jobstats style: -P, an explicit field list, free text last, SLURM_TIME_FORMAT=%s. At most
         one free-text field may be asked for; it is moved last and split off with a bounded split, so a '|'
         in a comment cannot shift the columns."""
-        free = [f for f in fields if f.lower() in FREE_TEXT_FIELDS]
-        if len(free) > 1:
-            raise ValueError(f"at most one free-text sacct field, got {free}")
-        ordered = [f for f in fields if f not in free] + free
-        argv = ["sacct", "-P", "-n", "--noconvert", f"--format={','.join(ordered)}"]
-        if all_users:
-            argv.append("--allusers")
-        if allocations:
-            argv.append("-X")
-        if start is not None:
-            argv.append(f"--starttime={start}")
-        if end is not None:
-            argv.append(f"--endtime={end}")
+        ordered = free_text_last(fields)
+        argv = _sacct_argv(ordered, ["-n", *(["--allusers"] if all_users else [])], allocations, start, end)
         if job_ids:
             argv.append(f"--jobs={','.join(str(j) for j in job_ids)}")
         if states:
@@ -391,19 +380,7 @@ class Slurm:
                    allocations: bool = True, duplicates: bool = True, timeout: float | None = None) -> str:
         """Raw `sacct -P` text WITH its header line, for bulk readers that parse columns themselves (the
         fair-share accountant reads a million rows this way). Free text goes last, as in sacct()."""
-        free = [f for f in fields if f.lower() in FREE_TEXT_FIELDS]
-        if len(free) > 1:
-            raise ValueError(f"at most one free-text sacct field, got {free}")
-        ordered = [f for f in fields if f not in free] + free
-        argv = ["sacct", "-a", "-P", "--noconvert", f"--format={','.join(ordered)}"]
-        if allocations:
-            argv.append("-X")
-        if duplicates:
-            argv.append("-D")
-        if start is not None:
-            argv.append(f"--starttime={start}")
-        if end is not None:
-            argv.append(f"--endtime={end}")
+        argv = _sacct_argv(free_text_last(fields), ["-a", *(["-D"] if duplicates else [])], allocations, start, end)
         return self.run(argv, timeout=timeout)
 
     # ---- stune-sbatch ----------------------------------------------------------------------------
@@ -441,6 +418,26 @@ class Association(namedtuple("Association", "account user parent shares partitio
     shares the raw Fairshare or None for Fairshare=parent."""
 
     __slots__ = ()
+
+
+def free_text_last(fields: list[str]) -> list[str]:
+    """The sacct field list with its one free-text field (if any) moved last: it is split off with a bounded
+    split, so a '|' inside a comment cannot shift the columns."""
+    free = [f for f in fields if f.lower() in FREE_TEXT_FIELDS]
+    if len(free) > 1:
+        raise ValueError(f"at most one free-text sacct field, got {free}")
+    return [f for f in fields if f not in free] + free
+
+
+def _sacct_argv(ordered: list[str], flags: list[str], allocations: bool, start, end) -> list[str]:
+    argv = ["sacct", "-P", "--noconvert", *flags, f"--format={','.join(ordered)}"]
+    if allocations:
+        argv.append("-X")
+    if start is not None:
+        argv.append(f"--starttime={start}")
+    if end is not None:
+        argv.append(f"--endtime={end}")
+    return argv
 
 
 def _names(nodes: list[str] | str) -> str:

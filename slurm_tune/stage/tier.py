@@ -505,14 +505,18 @@ class Namespace:
         return False
 
     # ---- holds -------------------------------------------------------------------------------------------
-    def add_hold(self, job_id: str, entry: str) -> None:
+    def _job_dir(self, job_id: str) -> int:
+        """A descriptor of the job's directory under holds/, made if missing."""
         check_job_id(job_id)
         holds = self.sub(HOLDS)
         try:
             os.mkdir(job_id, 0o700, dir_fd=holds)
         except FileExistsError:
             pass
-        jfd = open_dir(job_id, holds)
+        return open_dir(job_id, holds)
+
+    def add_hold(self, job_id: str, entry: str) -> None:
+        jfd = self._job_dir(job_id)
         try:
             os.close(os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=jfd))
         finally:
@@ -539,13 +543,7 @@ class Namespace:
         return None
 
     def record_fallback(self, job_id: str, key: str, reason: str) -> None:
-        check_job_id(job_id)
-        holds = self.sub(HOLDS)
-        try:
-            os.mkdir(job_id, 0o700, dir_fd=holds)
-        except FileExistsError:
-            pass
-        jfd = open_dir(job_id, holds)
+        jfd = self._job_dir(job_id)
         try:
             write_atomic(f"{key}.fallback", reason.replace("\n", " ") + "\n", jfd)
         finally:
