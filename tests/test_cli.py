@@ -25,7 +25,7 @@ def test_command_is_installed(command):
 
 
 @pytest.mark.parametrize("command, words", COMMANDS.items())
-def test_help_shows_usage(command, words):
+def test_help_shows_usage(command, words, cluster):  # sbatch wants a slurm.conf even for --help
     proc = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert words in proc.stdout + proc.stderr
