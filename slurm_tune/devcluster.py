@@ -247,7 +247,7 @@ class DevCluster:
     def render_slurmdbd_conf(self) -> str:
         L = self.layout
         return "\n".join([
-            f"AuthType=auth/munge",
+            "AuthType=auth/munge",
             f"AuthInfo=socket={L.munge_socket}",
             "DbdHost=localhost",
             "DbdAddr=127.0.0.1",

@@ -14,7 +14,7 @@ import sys
 
 from .errors import ConfigError
 from .text import is_digits
-from .schema import (REQUIRED, Bool, Duration, Float, Frozen, Int, List, Map, Nullable, Section, Size, Str,
+from .schema import (Bool, Duration, Float, Frozen, Int, List, Map, Nullable, Section, Size, Str,
                      Where, deep_merge, load_yaml)
 
 SITE_FILE = "site.yaml"

@@ -440,6 +440,40 @@ def _sacct_argv(ordered: list[str], flags: list[str], allocations: bool, start, 
     return argv
 
 
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm's compressed host list to names: `n[1-3,5],gpu[08-10],rack[1-2]-n[1-2]` -> n1 n2 n3 n5 gpu08
+    gpu09 gpu10 rack1-n1 rack1-n2 rack2-n1 rack2-n2. Zero padding is kept; a range part that is not a
+    number, or an unbalanced bracket, is taken literally (sbatch judges a bad --nodelist, not stune)."""
+    names: list[str] = []
+    depth, term = 0, ""
+    for ch in (expr or "").strip() + ",":
+        if ch == "," and depth == 0:
+            if term:
+                names.extend(_expand_term(term))
+            term = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        term += ch
+    if term:  # an unbalanced bracket swallowed the rest
+        names.append(term[:-1])
+    return names
+
+
+def _expand_term(term: str) -> list[str]:
+    head, sep, rest = term.partition("[")
+    body, closed, tail = rest.partition("]")
+    if not sep or not closed:
+        return [term]
+    heads = []
+    for part in body.split(","):
+        lo, dash, hi = part.partition("-")
+        if dash and is_digits(lo) and is_digits(hi) and int(hi) - int(lo) < 1_000_000:
+            heads.extend(f"{head}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
+        else:
+            heads.append(head + part)
+    return [h + t for h in heads for t in _expand_term(tail)] if tail else heads
+
+
 def _names(nodes: list[str] | str) -> str:
     return nodes if isinstance(nodes, str) else ",".join(nodes)
 

@@ -11,7 +11,7 @@ import pytest
 
 import hwtrees
 from slurm_tune.hw.sysfs import Sysfs
-from slurm_tune.nodeenv.binding import format_cpus, gpu_pci, plan_binding, set_membind, task_gpu
+from slurm_tune.nodeenv.binding import format_cpus, gpu_pci, plan_binding, task_gpu
 
 BIN = os.path.dirname(sys.executable)
 GPUS = ["0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0"]

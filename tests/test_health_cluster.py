@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import healthkit as kit
-import hwtrees
 from helpers import wait_for_state, wait_until
 from slurm_tune.devcluster import NODES
 from slurm_tune.nodestate import DEGRADED_FEATURE

@@ -258,14 +258,6 @@ def test_node_epilog_without_a_record(tmp_path):
         spool.node_epilog(str(local), str(shared), "../etc", "n1", "0")
 
 
-@pytest.mark.parametrize("expr, names", [
-    ("n1", ["n1"]), ("n[1-3]", ["n1", "n2", "n3"]), ("n[1-2,5],gpu[08-10]", ["n1", "n2", "n5", "gpu08", "gpu09",
-                                                                             "gpu10"]),
-    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]), ("", [])])
-def test_expand_hostlist(expr, names):
-    assert spool.expand_hostlist(expr) == names
-
-
 def test_gpu_id_lists():
     assert spool.parse_gpu_ids("0,1\n") == [0, 1]
     assert spool.parse_gpu_ids("0-2,6") == [0, 1, 2, 6]

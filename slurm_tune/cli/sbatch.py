@@ -44,7 +44,7 @@ def _main(argv: list[str]) -> int:
     return run(argv)
 
 
-def run_console(prog: str, func, internal_exit: int = 70) -> "NoReturn":
+def run_console(prog: str, func, internal_exit: int = 70):  # never returns
     """Run a hot-path console script (stune-sbatch, stune-task-prolog) and exit without the interpreter's
     teardown. These commands sit on a user's critical path: the collector would only run passes over freshly
     imported modules (there is nothing to free), and the teardown (~2 ms) frees memory the exit frees anyway.

@@ -7,7 +7,6 @@ snapshot file (`--gpu-snapshot`, `$STUNE_GPU_SNAPSHOT`) instead of the driver.
 """
 from __future__ import annotations
 
-import os
 import time
 
 from ..hw.snapshot import FORMAT

@@ -19,6 +19,7 @@ import time
 
 from ..errors import ConfigError
 from ..hw.sysfs import resolve_root
+from ..thisnode import expand_node, node_name
 from . import fastjson, judge, outputs
 from . import result as R
 from . import state as S
@@ -38,7 +39,7 @@ class Settings(R._Record):
 
 def settings(options: dict, environ=None) -> Settings:
     environ = os.environ if environ is None else environ
-    node = options.get("node") or S.node_name(environ)
+    node = options.get("node") or node_name(environ)
     env = dict(environ, SLURMD_NODENAME=node) if options.get("node") else environ
     return Settings(
         node=node,
@@ -51,7 +52,7 @@ def settings(options: dict, environ=None) -> Settings:
 
 
 def _expand(path: str | None, node: str) -> str | None:
-    return path.replace("%n", node) if path else path
+    return expand_node(path, node) if path else path
 
 
 def _profiles():

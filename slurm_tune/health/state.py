@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..thisnode import expand_node, node_name, uses_node
 from . import fastjson
 
 FORMAT = "stune-health-state/1"
@@ -36,14 +37,7 @@ def state_dir(text: str | None = None, environ=None) -> str:
     """`text` (--state-dir), else $STUNE_STATE_DIR, else /var/lib/stune/health; `%n` is the node name."""
     environ = os.environ if environ is None else environ
     path = text or environ.get("STUNE_STATE_DIR") or DEFAULT_DIR
-    if "%n" in path:
-        path = path.replace("%n", node_name(environ))
-    return path
-
-
-def node_name(environ=None) -> str:
-    environ = os.environ if environ is None else environ
-    return environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    return expand_node(path, node_name(environ)) if uses_node(path) else path
 
 
 def empty(node: str = "") -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from ..text import is_digits
+from ..thisnode import expand_node, node_name, uses_node
 
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
@@ -28,10 +29,7 @@ def resolve_root(text: str | None, environ=None) -> str:
     development cluster, where each node's tree lives in its own directory."""
     environ = os.environ if environ is None else environ
     root = text or environ.get("STUNE_SYSFS_ROOT") or "/"
-    if "%n" in root:
-        node = environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-        root = root.replace("%n", node)
-    return root
+    return expand_node(root, node_name(environ)) if uses_node(root) else root
 
 
 class Sysfs:

@@ -9,16 +9,12 @@ A variable the user set is never touched: stune only sets one that is absent, or
 """
 from __future__ import annotations
 
-import os
 
 from ..hw.sysfs import Sysfs, resolve_root
+from ..thisnode import node_name
 from .detect import Port, active_ports, gid_type, roce_v2_gid_index, socket_interfaces
 
 MANAGED_VAR = "STUNE_MANAGED"  # the same name stune-sbatch writes (slurm_tune.sbatch.plan.MANAGED_VAR)
-
-
-def node_name(environ) -> str:
-    return environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def may_set(name: str, environ) -> bool:

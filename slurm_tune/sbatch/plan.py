@@ -278,36 +278,9 @@ def _node_names(opt) -> frozenset[str]:
     """Plain names of a --nodelist (bracket ranges expanded)."""
     if opt is None or not opt.value:
         return frozenset()
+    from ..slurm import expand_hostlist
+
     return frozenset(expand_hostlist(opt.value))
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """`n[1-3,5],gpu7` -> n1 n2 n3 n5 gpu7 (one bracket group per name, as node lists use)."""
-    names, depth, item = [], 0, ""
-    for c in text + ",":
-        if c == "," and depth == 0:
-            if item:
-                names.extend(_expand_one(item))
-            item = ""
-            continue
-        depth += (c == "[") - (c == "]")
-        item += c
-    return names
-
-
-def _expand_one(item: str) -> list[str]:
-    head, sep, rest = item.partition("[")
-    if not sep:
-        return [item]
-    body, _, tail = rest.partition("]")
-    out = []
-    for part in body.split(","):
-        lo, dash, hi = part.partition("-")
-        if dash and lo.isdigit() and hi.isdigit():
-            out.extend(f"{head}{i:0{len(lo)}d}{tail}" for i in range(int(lo), int(hi) + 1))
-        else:
-            out.append(f"{head}{part}{tail}")
-    return out
 
 
 def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effective, environ) -> list[Setting]:

@@ -26,6 +26,7 @@ import os
 import stat
 from collections import namedtuple
 
+from ..thisnode import expand_node, uses_node
 from .errors import TierUnavailable
 
 LEDGER = ".ledger"
@@ -54,12 +55,10 @@ class TierConfig(namedtuple("TierConfig", "root quota high low freshness")):
 
 def expand_path(path: str, node: str | None) -> str:
     """`%n` is the node name (one profile serves every node of a one-machine test cluster); `%%` is `%`."""
-    if "%n" in path.replace("%%", ""):
-        if not node:
-            raise TierUnavailable("missing", f"cache.path {path!r} uses %n but the node name is unknown "
-                                             "(SLURMD_NODENAME is not set; pass --node)")
-        path = path.replace("%%", "\0").replace("%n", node).replace("\0", "%")
-    return os.path.normpath(path)
+    if uses_node(path) and not node:
+        raise TierUnavailable("missing", f"cache.path {path!r} uses %n but the node name is unknown "
+                                         "(SLURMD_NODENAME is not set; pass --node)")
+    return os.path.normpath(expand_node(path, node or ""))
 
 
 Entry = namedtuple("Entry", "name key gen")

@@ -13,6 +13,7 @@ import os
 import time
 
 from ..errors import SlurmError
+from ..slurm import expand_hostlist
 from . import spool, summary
 
 
@@ -41,7 +42,7 @@ def store_job(slurm, spool_dir: str, job_id: str, nodes_expr: str | None, wait_s
               poll_s: float = 0.2) -> str:
     """EpilogSlurmctld: wait for the job's node summaries, merge, write AdminComment. Returns what it did."""
     job_dir = os.path.join(spool_dir, job_id)
-    expected = spool.expand_hostlist(nodes_expr) if nodes_expr else None
+    expected = expand_hostlist(nodes_expr) if nodes_expr else None
     deadline = time.monotonic() + wait_s
     checked_gpus = False
     while True:

@@ -51,51 +51,6 @@ def parse_gpu_ids(text: str) -> list[int]:
     return out
 
 
-def expand_hostlist(expr: str) -> list[str]:
-    """Slurm's compressed host list to names: 'n[1-3,5],gpu[01-02]' -> n1 n2 n3 n5 gpu01 gpu02."""
-    out: list[str] = []
-    for term in _split_top(expr or ""):
-        out.extend(_expand_term(term))
-    return out
-
-
-def _split_top(expr: str) -> list[str]:
-    terms, depth, cur = [], 0, ""
-    for ch in expr.strip():
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            if cur:
-                terms.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        terms.append(cur)
-    return terms
-
-
-def _expand_term(term: str) -> list[str]:
-    at = term.find("[")
-    if at < 0:
-        return [term]
-    close = term.find("]", at)
-    if close < 0:
-        raise ValueError(f"unbalanced host list {term!r}")
-    prefix, body, rest = term[:at], term[at + 1:close], term[close + 1:]
-    names = []
-    for part in body.split(","):
-        lo, sep, hi = part.partition("-")
-        if sep:
-            width = len(lo)
-            names.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
-        else:
-            names.append(prefix + lo)
-    return [n + tail for n in names for tail in _expand_term(rest)]
-
-
 def _safe_name(text: str, what: str) -> str:
     if not text or "/" in text or text.startswith(".") or "\0" in text:
         raise ValueError(f"unusable {what} {text!r}")
