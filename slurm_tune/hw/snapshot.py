@@ -14,6 +14,7 @@ import time
 
 from ..errors import StuneError
 from ..text import is_digits
+from ..thisnode import node_name
 from .sysfs import Sysfs
 
 FORMAT = "stune-snapshot/1"
@@ -133,12 +134,11 @@ def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_
             gids: bool = True, node: str | None = None) -> dict:
     """The whole node. Never raises on hardware trouble: every section records whether it answered."""
     from .nvml import read_gpus  # NVML only when asked for: importing pynvml alone costs ~30 ms
-    import socket  # ~7 ms (it pulls in enum): only for a capture, never for the prolog's own reads
 
     sysfs = Sysfs(root)
     snap = {
         "format": FORMAT,
-        "node": node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
+        "node": node or node_name(),
         "captured_at": round(time.time(), 3),
         "sysfs_root": root,
         "ib": capture_ib(sysfs, timeout_s, gids=gids),
