@@ -291,21 +291,17 @@ class Slurm:
             raise SlurmError(["sbatch", *args], 0, f"unexpected sbatch output {out.strip()!r}") from None
 
     def drain(self, nodes: list[str] | str, reason: str) -> None:
-        if not reason.strip():
-            raise ValueError("a drain needs a reason")
-        self.run(["scontrol", "update", f"NodeName={_names(nodes)}", "State=DRAIN", f"Reason={reason}"])
+        self.update_node(_names(nodes), state="DRAIN", reason=reason)
 
     def resume(self, nodes: list[str] | str) -> None:
-        self.run(["scontrol", "update", f"NodeName={_names(nodes)}", "State=RESUME"])
+        self.update_node(_names(nodes), state="RESUME")
 
     def set_features(self, node: str, features: list[str] | frozenset[str]) -> None:
         """Set a node's available and active features (no node_features plugin: both are the same)."""
-        value = ",".join(sorted(features))
-        self.run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={value}",
-                  f"ActiveFeatures={value}"])
+        self.update_node(node, features=features)
 
     def set_node_comment(self, node: str, comment: str) -> None:
-        self.run(["scontrol", "update", f"NodeName={node}", f"Comment={comment}"])
+        self.update_node(node, comment=comment)
 
     def set_site_factor(self, job_id: int, value: int) -> None:
         self.run(["scontrol", "update", f"JobId={job_id}", f"SiteFactor={int(value)}"])
@@ -330,8 +326,9 @@ class Slurm:
     # ---- node health -----------------------------------------------------------------------------
     def update_node(self, node: str, *, state: str | None = None, reason: str | None = None,
                     features: list[str] | frozenset[str] | None = None, comment: str | None = None) -> None:
-        """Change several things of one node in ONE `scontrol update` (one RPC): State (DRAIN needs a
-        reason; RESUME), Reason, the available and active features together, and the Comment ('' clears)."""
+        """Change several things of a node (or a comma list of nodes) in ONE `scontrol update` (one RPC):
+        State (DRAIN needs a reason; RESUME), Reason, the available and active features together (no
+        node_features plugin: both are the same), and the Comment ('' clears)."""
         if state is not None and state.upper() == "DRAIN" and not (reason or "").strip():
             raise ValueError("a drain needs a reason")
         argv = ["scontrol", "update", f"NodeName={node}"]
