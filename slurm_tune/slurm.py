@@ -1,7 +1,7 @@
 """The one Slurm adapter. Every other part of stune talks to Slurm through this module.
 
-The backend is the Slurm CLI: `--json` where Slurm 22.05 has it (sinfo, squeue, sacct), `-P`/`-o` output
-elsewhere (scontrol, sshare, sprio). pyslurm only builds against the exact Slurm release it was made for.
+The backend is the Slurm CLI: `--json` for sinfo and squeue, `-P`/`-o` output elsewhere (sacct, whose rows
+are read by field list, and scontrol, sshare, sprio, which have no --json in 22.05). pyslurm only builds against the exact Slurm release it was made for.
 Every call has a timeout; any failure raises SlurmError with the command, its exit code and Slurm's message.
 
 This module is on the stune-sbatch and prolog paths, so it avoids heavy imports: processes are started with
@@ -244,17 +244,6 @@ class Slurm:
             rows.append(dict(zip(ordered, values)))
         return rows
 
-    def sacct_json(self, *, job_ids: list[str] | None = None, start: int | str | None = None,
-                   end: int | str | None = None) -> list[dict]:
-        argv = ["sacct", "--json", "--allusers"]
-        if job_ids:
-            argv.append(f"--jobs={','.join(str(j) for j in job_ids)}")
-        if start is not None:
-            argv.append(f"--starttime={start}")
-        if end is not None:
-            argv.append(f"--endtime={end}")
-        return self._json(argv, "jobs")
-
     def sshare(self) -> list[ShareRow]:
         fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
                   "FairShare", "LevelFS"]
@@ -313,9 +302,6 @@ class Slurm:
     def cancel(self, job_ids: list[int] | int, signal: str | None = None) -> None:
         ids = [job_ids] if isinstance(job_ids, int) else job_ids
         self.run(["scancel", *([f"--signal={signal}"] if signal else []), *[str(j) for j in ids]])
-
-    def requeue(self, job_id: int) -> None:
-        self.run(["scontrol", "requeue", str(job_id)])
 
     def reconfigure(self) -> None:
         self.run(["scontrol", "reconfigure"])
