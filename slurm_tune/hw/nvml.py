@@ -15,16 +15,6 @@ from collections import namedtuple
 
 from .deadline import OK, run_probe
 
-# NVML clock event (throttle) reason bits; stable across NVML versions.
-THROTTLE_SW_POWER_CAP = 0x4
-THROTTLE_HW_SLOWDOWN = 0x8
-THROTTLE_SW_THERMAL = 0x20
-THROTTLE_HW_THERMAL = 0x40
-THROTTLE_HW_POWER_BRAKE = 0x80
-THROTTLE_NAMES = {0x1: "gpu_idle", 0x2: "applications_clocks", THROTTLE_SW_POWER_CAP: "sw_power_cap",
-                  THROTTLE_HW_SLOWDOWN: "hw_slowdown", 0x10: "sync_boost", THROTTLE_SW_THERMAL: "sw_thermal",
-                  THROTTLE_HW_THERMAL: "hw_thermal", THROTTLE_HW_POWER_BRAKE: "hw_power_brake",
-                  0x100: "display_clocks"}
 MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS is 18 on Hopper-era drivers; absent links answer NotSupported
 
 
