@@ -19,7 +19,7 @@ class Port(namedtuple("Port", "device port netdev")):
 
 def port_state(sysfs: Sysfs, port: Port) -> str:
     """`ACTIVE`, `DOWN`, `INIT`, ... or `missing` when the device or port is not on this node."""
-    info = sysfs.ib_port(port.device, port.port)
+    info = sysfs.ib_port(port.device, port.port, counters=())  # the state only: no counter reads per task
     if not info.get("present"):
         return "missing"
     parsed = parse_port_state(info.get("state"))
