@@ -391,12 +391,10 @@ class DevCluster:
         have = {tuple(line.split("|")) for line in existing.splitlines()}
         for account, users in TEST_ACCOUNTS.items():
             if (account, "") not in have:
-                self.slurm.run(["sacctmgr", "-i", "add", "account", account, f"Cluster={CLUSTER_NAME}",
-                                "Fairshare=1"])
+                self.slurm.sacctmgr(["add", "account", account, f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
             for user in users:
                 if (account, user) not in have:
-                    self.slurm.run(["sacctmgr", "-i", "add", "user", user, f"Account={account}",
-                                    f"Cluster={CLUSTER_NAME}"])
+                    self.slurm.sacctmgr(["add", "user", user, f"Account={account}", f"Cluster={CLUSTER_NAME}"])
 
     def wait_nodes_ready(self) -> None:
         def ready() -> bool:
@@ -409,7 +407,7 @@ class DevCluster:
                 name, state = line.split()
                 states[name] = state
             if any(s.startswith(("drain", "drng", "down")) and self._ours_to_fix(n) for n, s in states.items()):
-                self.slurm.run(["scontrol", "update", f"NodeName={','.join(NODES)}", "State=RESUME"])
+                self.slurm.resume(list(NODES))
             return set(states) == set(NODES) and all(s.rstrip("*~#") in ("idle", "mix", "alloc", "drain", "drng")
                                                      for s in states.values())
         wait_for("slurmd nodes", ready, logfile=self.layout.log / "slurmctld.log")
@@ -435,7 +433,7 @@ class DevCluster:
         wait_for("cluster registration", self._cluster_registered, logfile=self.layout.log / "slurmctld.log")
         self.start_slurmd()
         if changed and was_running:  # running daemons take a new slurm.conf (e.g. after a stune upgrade)
-            self.slurm.run(["scontrol", "reconfigure"])
+            self.slurm.reconfigure()
         self.ensure_associations()
         self.wait_nodes_ready()
         log(f"up: {len(NODES)} nodes, state in {self.layout.root}")
@@ -482,7 +480,7 @@ class DevCluster:
         return path
 
     def reconfigure(self) -> None:
-        self.slurm.run(["scontrol", "reconfigure"])
+        self.slurm.reconfigure()
         self.wait_nodes_ready()
 
     def down(self) -> None:
