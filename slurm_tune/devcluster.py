@@ -383,7 +383,7 @@ class DevCluster:
         L = self.layout
         for i, node in enumerate(NODES):
             self._daemon(f"slurmd-{node}", ["slurmd", "-N", node, "-f", str(L.slurm_conf)],
-                         L.run / f"slurmd-{node}.pid", lambda i=i: port_open(L.node_port(i)),
+                         L.pidfile(f"slurmd-{node}"), lambda i=i: port_open(L.node_port(i)),
                          L.log / f"slurmd-{node}.log")
 
     def ensure_associations(self) -> None:
@@ -483,11 +483,16 @@ class DevCluster:
         self.slurm.reconfigure()
         self.wait_nodes_ready()
 
-    def down(self) -> None:
+    def pidfiles(self) -> dict[str, Path]:
+        """Each daemon's pidfile, in start order (down() stops them in the reverse order)."""
         L = self.layout
-        order = [L.run / f"slurmd-{n}.pid" for n in NODES] + [
-            L.pidfile("slurmctld"), L.pidfile("slurmdbd"), L.pidfile("mysqld"), L.run / "munge" / "munged.pid"]
-        for pidfile in order:
+        daemons = {"munged": L.run / "munge" / "munged.pid", "mariadb": L.pidfile("mysqld"),
+                   "slurmdbd": L.pidfile("slurmdbd"), "slurmctld": L.pidfile("slurmctld")}
+        daemons.update({f"slurmd-{n}": L.pidfile(f"slurmd-{n}") for n in NODES})
+        return daemons
+
+    def down(self) -> None:
+        for pidfile in reversed(self.pidfiles().values()):
             pid = pid_alive(pidfile)
             if pid is None:
                 continue
@@ -504,11 +509,7 @@ class DevCluster:
         shutil.rmtree(self.layout.root, ignore_errors=True)
 
     def status(self) -> dict[str, bool]:
-        L = self.layout
-        daemons = {"munged": L.run / "munge" / "munged.pid", "mariadb": L.pidfile("mysqld"),
-                   "slurmdbd": L.pidfile("slurmdbd"), "slurmctld": L.pidfile("slurmctld")}
-        daemons.update({f"slurmd-{n}": L.run / f"slurmd-{n}.pid" for n in NODES})
-        return {name: pid_alive(p) is not None for name, p in daemons.items()}
+        return {name: pid_alive(p) is not None for name, p in self.pidfiles().items()}
 
 
 def main(argv: list[str] | None = None) -> int:
