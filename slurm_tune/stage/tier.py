@@ -229,17 +229,12 @@ class Tier:
         return vfs.f_bavail * vfs.f_frsize
 
     # ---- ledger ------------------------------------------------------------------------------------------
-    def ledger_fd(self, create: bool = False) -> int:
+    def ledger_fd(self) -> int:
         try:
             fd = open_dir(LEDGER, self.fd)
         except FileNotFoundError:
-            if not (create and os.geteuid() == 0):
-                raise TierUnavailable("missing", f"cache tier {self.root} is not initialised "
-                                                 "(run `stune-stage init` as root)") from None
-            os.mkdir(LEDGER, 0o755, dir_fd=self.fd)
-            fd = open_dir(LEDGER, self.fd)
-            os.chown(fd, 0, 0)
-            os.chmod(fd, 0o1777)
+            raise TierUnavailable("missing", f"cache tier {self.root} is not initialised "
+                                             "(run `stune-stage init` as root)") from None
         except OSError as exc:
             raise TierUnavailable("unsafe", f"{self.root}/{LEDGER}: {exc.strerror}") from None
         problem = unsafe_shared_dir(os.fstat(fd))
