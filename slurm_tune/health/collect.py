@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from ..hw.snapshot import FORMAT
-from ..hw.sysfs import IB_ERROR_COUNTERS, Sysfs
+from ..hw.sysfs import IB_CLASS, IB_ERROR_COUNTERS, Sysfs
 from . import fastjson
 
 
@@ -38,7 +38,7 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
     if profile.fabric.type in ("ib", "roce"):
         devices = list(dict.fromkeys(h.device for h in profile.fabric.hcas))
         plan.append(("ib", devices, lambda d: sysfs.ib_device(d, gids=False, counters=IB_ERROR_COUNTERS)
-                     if sysfs.exists(f"sys/class/infiniband/{d}") else None))  # absent: judged missing
+                     if sysfs.exists(f"{IB_CLASS}/{d}") else None))  # absent: judged missing
     names = [profile.fabric.socket_ifname] if profile.fabric.socket_ifname else []
     names += [h.netdev for h in profile.fabric.hcas if h.netdev]
     if names:

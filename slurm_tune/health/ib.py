@@ -7,7 +7,7 @@ was reset by a driver reload or reboot: re-baseline, no alarm). RoCE ports need 
 """
 from __future__ import annotations
 
-from ..hw.sysfs import netdev_is_up, parse_counter, parse_int, parse_port_state, parse_rate_gbps
+from ..hw.sysfs import IB_ERROR_COUNTERS, netdev_is_up, parse_counter, parse_int, parse_port_state, parse_rate_gbps
 from . import result as R
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
@@ -139,7 +139,7 @@ def _check_counters(port: dict, subject: str, thresholds, baseline: dict) -> tup
         return [R.unknown("ib.counters", subject, "no readable counters directory")], dict(baseline)
     seen, worst, unreadable, notes, new_baseline, first = [], R.OK, [], [], {}, []
     reason = ""
-    for name in ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors"):
+    for name in IB_ERROR_COUNTERS:
         limits = thresholds.get(name) if name in thresholds else None
         value = parse_counter(raw.get(name))
         if value is None:
