@@ -50,7 +50,8 @@ def test_roce_gid_table_keeps_index_type_and_netdev(tmp_path):
 
 @pytest.mark.parametrize("text, expected", [
     ("4: ACTIVE", (4, "ACTIVE")), ("1: DOWN", (1, "DOWN")), ("5: LinkUp", (5, "LinkUp")),
-    ("3: Disabled", (3, "Disabled")), ("2: INIT", (2, "INIT")), ("ACTIVE", None), (": x", None), ("", None),
+    ("3: Disabled", (3, "Disabled")), ("2: INIT", (2, "INIT")), ("7: Phy Test", (7, "Phy Test")),
+    ("7: Phy  Test", None), ("ACTIVE", None), (": x", None), ("", None), ("4:", None),
 ])
 def test_parse_port_state(text, expected):
     assert sysfs.parse_port_state(text) == expected

@@ -113,8 +113,6 @@ def _check_link(port: dict, subject: str, fabric) -> R.Result:
 
 def _known(text, table: dict) -> tuple[int, str] | None:
     """(number, name) when `text` is one of the kernel's own state strings, else None."""
-    if isinstance(text, str) and text.strip() == "7: Phy Test" and table is PHYS_STATES:
-        return 7, "Phy Test"
     parsed = parse_port_state(text)
     return parsed if parsed is not None and table.get(parsed[0]) == parsed[1] else None
 

@@ -180,12 +180,13 @@ class Sysfs:
 # ---- parsing raw sysfs text (pure; None for anything unrecognised) --------------------------------------------
 
 def parse_port_state(text: str | None) -> tuple[int, str] | None:
-    """`4: ACTIVE` -> (4, 'ACTIVE'); `5: LinkUp` -> (5, 'LinkUp')."""
+    """`4: ACTIVE` -> (4, 'ACTIVE'); `5: LinkUp` -> (5, 'LinkUp'); `7: Phy Test` -> (7, 'Phy Test'). The name
+    is words of letters, digits and `_`, one space apart (as the kernel's own names are)."""
     if not isinstance(text, str):
         return None
     num, sep, name = text.partition(":")
     num, name = num.strip(), name.strip()
-    if not sep or not is_digits(num) or not name or not name.replace("_", "").isalnum():
+    if not sep or not is_digits(num) or not all(w.replace("_", "").isalnum() for w in name.split(" ")):
         return None
     return int(num), name
 
