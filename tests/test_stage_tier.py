@@ -632,6 +632,22 @@ def test_forged_ledger_rows_are_ignored(tier, dataset, users):
         assert t.usage() < 1 << 30
 
 
+def test_gc_restores_a_missing_ledger_row_as_the_entrys_user(tier, dataset, users):
+    """Root writes the row on alice's behalf; a root-owned row would be ignored as a forgery."""
+    proc = _stager(tier, dataset, "31", user="stune-alice")
+    assert proc.communicate(timeout=120) and proc.returncode == 0
+    shutil.rmtree(Path(tier.root, "stune-alice", "holds", "31"))  # job 31 has ended
+    alice = users["stune-alice"].pw_uid
+    (row,) = Path(tier.root, ".ledger").glob(f"{alice}.*")
+    nbytes = int(row.read_text().split()[0])
+    row.unlink()
+    with Tier(tier) as t:
+        report = admin.gc(t, slurm=_no_slurm())
+        assert report.ledger_fixed == [f"stune-alice/{row.name.split('.', 1)[1]}: missing row"]
+        assert [(r.uid, r.bytes) for r in t.ledger()] == [(alice, nbytes)]
+    assert row.stat().st_uid == alice
+
+
 # ---- the hot path -----------------------------------------------------------------------------------------
 
 def test_a_hit_does_not_load_the_copy_machinery(tier, dataset, shared_tmp):

@@ -12,7 +12,7 @@ from collections import namedtuple
 
 from ..errors import StuneError
 from .errors import TierUnavailable
-from .stager import evict_lru
+from .stager import evict_lru, ledger_from_stamp
 from .tier import (HOLDS, LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, lstat_at, parse_entry_name, rmtree_at,
                    unsafe_shared_dir)
 
@@ -257,7 +257,7 @@ def _fix_ledger(tier: Tier, ns: Namespace, ledger: dict, dry_run: bool) -> list[
         if row.state != "ready":
             if entry in entries:  # published, but killed before the ledger said so
                 if not dry_run:
-                    _ledger_from_stamp(tier, ns, entry)
+                    ledger_from_stamp(tier, ns, entry)
                 fixed.append(f"{ns.user}/{entry}: published")
                 continue
             if ns.lock_busy(parsed.key):
@@ -268,24 +268,9 @@ def _fix_ledger(tier: Tier, ns: Namespace, ledger: dict, dry_run: bool) -> list[
     for name in entries:
         if (ns.uid, name) not in ledger:
             if not dry_run:
-                _ledger_from_stamp(tier, ns, name)
+                ledger_from_stamp(tier, ns, name)
             fixed.append(f"{ns.user}/{name}: missing row")
     return fixed
-
-
-def _ledger_from_stamp(tier: Tier, ns: Namespace, entry: str) -> None:
-    stamp = ns.read_stamp(entry) or {}
-    nbytes = int(stamp.get("bytes", 0) or 0)
-    fd = tier.ledger_fd()
-    try:
-        from .tier import write_atomic
-
-        name = f"{ns.uid}.{entry}"
-        write_atomic(name, f"{nbytes} ready\n", fd, mode=0o644)
-        if os.geteuid() == 0 and ns.uid != 0:
-            os.chown(name, ns.uid, -1, dir_fd=fd, follow_symlinks=False)
-    finally:
-        os.close(fd)
 
 
 def _drop_old_generations(tier: Tier, ns: Namespace, dry_run: bool) -> list[str]:

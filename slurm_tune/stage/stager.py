@@ -158,10 +158,15 @@ def _clear_leftovers(tier: Tier, ns: Namespace, key: str) -> None:
     for row in tier.ledger():
         if row.uid == ns.uid and row.entry.startswith(key + ".") and row.state != "ready":
             if row.entry in published:  # killed between the rename and the ledger update
-                stamp = ns.read_stamp(row.entry) or {}
-                tier.ledger_write(ns.uid, row.entry, int(stamp.get("bytes", 0) or 0), "ready")
+                ledger_from_stamp(tier, ns, row.entry)
             else:
                 tier.ledger_remove(ns.uid, row.entry)
+
+
+def ledger_from_stamp(tier: Tier, ns: Namespace, entry: str) -> None:
+    """A published entry's ready ledger row, sized from its stamp."""
+    stamp = ns.read_stamp(entry) or {}
+    tier.ledger_write(ns.uid, entry, int(stamp.get("bytes", 0) or 0), "ready")
 
 
 def _file_estimate(source) -> int:

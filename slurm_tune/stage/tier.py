@@ -270,9 +270,14 @@ class Tier:
         return sum(r.bytes for r in self.ledger())
 
     def ledger_write(self, uid: int, entry: str, nbytes: int, state: str) -> None:
+        """A row belongs to the entry's user: root writing one on a user's behalf (gc) hands it over, or
+        ledger() would ignore it as a forgery."""
         fd = self.ledger_fd()
         try:
-            write_atomic(f"{uid}.{entry}", f"{nbytes} {state}\n", fd, mode=0o644)
+            name = f"{uid}.{entry}"
+            write_atomic(name, f"{nbytes} {state}\n", fd, mode=0o644)
+            if os.geteuid() == 0 and uid != 0:
+                os.chown(name, uid, -1, dir_fd=fd, follow_symlinks=False)
         finally:
             os.close(fd)
 
