@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import EXIT_USAGE, guarded
+from .common import EXIT_USAGE, run_console
 
 PROG = "stune-sbatch"
 
@@ -44,25 +44,5 @@ def _main(argv: list[str]) -> int:
     return run(argv)
 
 
-def run_console(prog: str, func, internal_exit: int = 70):  # never returns
-    """Run a hot-path console script (stune-sbatch, stune-task-prolog) and exit without the interpreter's
-    teardown. These commands sit on a user's critical path: the collector would only run passes over freshly
-    imported modules (there is nothing to free), and the teardown (~2 ms) frees memory the exit frees anyway.
-    Output is flushed first."""
-    import gc
-    import os
-
-    gc.disable()
-    rc = guarded(prog, func, None, internal_exit=internal_exit)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):  # stdout closed under us (a pipe reader gone): nothing left to say
-        pass
-    os._exit(rc if isinstance(rc, int) else 1)
-
-
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None:  # called from Python (tests): behave like any function
-        return guarded(PROG, _main, argv)
-    run_console(PROG, _main)
+    return run_console(PROG, _main, argv)

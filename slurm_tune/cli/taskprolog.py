@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import guarded
+from .common import run_console
 
 PROG = "stune-task-prolog"
 
@@ -51,8 +51,4 @@ def _main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     # internal_exit=0: a bug in stune must not stop the user's task.
-    if argv is not None:
-        return guarded(PROG, _main, argv, internal_exit=0)
-    from .sbatch import run_console
-
-    run_console(PROG, _main, internal_exit=0)
+    return run_console(PROG, _main, argv, internal_exit=0)
