@@ -13,8 +13,8 @@ from collections import namedtuple
 from ..errors import StuneError
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
-from .tier import (HOLDS, LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, lstat_at, parse_entry_name, rmtree_at,
-                   unsafe_shared_dir)
+from .tier import (HOLDS, LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, generation, lstat_at, parse_entry_name,
+                   rmtree_at, unsafe_shared_dir)
 
 # squeue states in which a job may still be using its node's cache.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
@@ -72,10 +72,7 @@ def _list_namespace(ns: Namespace, rows) -> list[Listing]:
         for entry in held:
             held_by.setdefault(entry, []).append(job)
     entries = ns.entries()
-    newest = {}
-    for e in entries:
-        if e.key not in newest or (len(e.gen), e.gen) > (len(newest[e.key].gen), newest[e.key].gen):
-            newest[e.key] = e
+    newest = {e.key: e for e in sorted(entries, key=generation)}
     out = []
     for e in entries:
         stamp = ns.read_stamp(e.name) or {}
@@ -286,7 +283,7 @@ def _drop_old_generations(tier: Tier, ns: Namespace, dry_run: bool) -> list[str]
             continue
         try:
             held = ns.held_entries()
-            newest = max(entries, key=lambda e: (len(e.gen), e.gen))
+            newest = max(entries, key=generation)
             for e in entries:
                 if e is newest or e.name in held:
                     continue

@@ -72,6 +72,11 @@ def parse_entry_name(name: str) -> Entry | None:
     return Entry(name, key, gen)
 
 
+def generation(entry: Entry) -> tuple[int, str]:
+    """Sort key of an entry's generation: gens are time_ns in hex (new_gen), so a longer one is newer."""
+    return len(entry.gen), entry.gen
+
+
 def source_key(source: str) -> str:
     """32 hex digits naming a source path within a namespace (blake2b: builtin, cheap to import)."""
     try:
@@ -438,7 +443,7 @@ class Namespace:
     def current(self, key: str) -> Entry | None:
         """The newest published entry of a source key."""
         mine = [e for e in self.entries() if e.key == key]
-        return max(mine, key=lambda e: (len(e.gen), e.gen)) if mine else None
+        return max(mine, key=generation) if mine else None
 
     def read_stamp(self, entry: str) -> dict[str, str] | None:
         """The entry's stamp (key=value lines), or None when the entry is not a sound published entry."""
