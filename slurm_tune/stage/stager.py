@@ -25,7 +25,7 @@ from collections import namedtuple
 from .errors import SourceError, TierUnavailable
 from .fresh import boot_id, manifest as fresh_manifest
 from .spec import StageRequest
-from .tier import DATA, ENTRIES, STAMP, TMP, Namespace, Tier, TierConfig, new_gen, source_key, write_atomic
+from .tier import DATA, ENTRIES, TMP, Namespace, Tier, TierConfig, new_gen, source_key, write_stamp
 
 STAMP_FORMAT = "1"
 
@@ -220,7 +220,7 @@ def _publish(ns: Namespace, tmp_name: str, entry: str, stamp: dict[str, str]) ->
     trusted again (a crash leaves unflushed files empty or short): see _verified()."""
     tfd = os.open(tmp_name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=ns.sub(TMP))
     try:
-        write_atomic(STAMP, "".join(f"{k}={v}\n" for k, v in stamp.items()), tfd, mode=0o600, sync=True)
+        write_stamp(tfd, stamp)
         os.fsync(tfd)
     finally:
         os.close(tfd)
@@ -242,8 +242,7 @@ def _verified(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
         return False
     efd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=ns.sub(ENTRIES))
     try:
-        stored = dict(stored, boot=now)
-        write_atomic(STAMP, "".join(f"{k}={v}\n" for k, v in stored.items()), efd, mode=0o600, sync=True)
+        write_stamp(efd, dict(stored, boot=now))
     finally:
         os.close(efd)
     return True

@@ -140,6 +140,11 @@ def write_atomic(name: str, text: str, dir_fd: int, mode: int = 0o600, sync: boo
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
+def write_stamp(entry_fd: int, stamp: dict[str, str]) -> None:
+    """An entry's stamp as key=value lines (Namespace.read_stamp reads it back), flushed to disk."""
+    write_atomic(STAMP, "".join(f"{k}={v}\n" for k, v in stamp.items()), entry_fd, mode=0o600, sync=True)
+
+
 def rmtree_at(name: str, dir_fd: int) -> None:
     """Remove `name` under dir_fd without following symlinks (shutil's descriptor-based walk). Directories a
     copy left read-only are opened up first, so removal does not stop half way on EACCES."""
