@@ -13,8 +13,8 @@ from collections import namedtuple
 from ..errors import StuneError
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
-from .tier import (HOLDS, LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, generation, lstat_at, parse_entry_name,
-                   rmtree_at, unsafe_shared_dir)
+from .tier import (LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, generation, lstat_at, parse_entry_name,
+                   rmtree_at)
 
 # squeue states in which a job may still be using its node's cache.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
@@ -373,7 +373,3 @@ def age(ts: float | None, now: float | None = None) -> str:
         if seconds >= size:
             return f"{seconds / size:.0f}{unit} ago"
     return f"{seconds:.0f}s ago"
-
-
-__all__ = ["tiers_for", "list_entries", "status", "release_job", "evict_above_high", "gc", "init", "HOLDS",
-           "unsafe_shared_dir", "lstat_at"]
