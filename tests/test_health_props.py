@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import healthkit as kit
-from slurm_tune.health import collect, fastjson, ib, judge as J
+from slurm_tune import fastjson
+from slurm_tune.health import collect, ib, judge as J
 from slurm_tune.health.result import FAIL, OK
 from slurm_tune.hw import sysfs as S
 from slurm_tune.profiles import version_key

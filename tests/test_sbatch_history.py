@@ -1,4 +1,4 @@
-"""The per-user submission history: its hand-written JSON, what it keeps of the environment, list and diff."""
+"""The per-user submission history: its JSON, what it keeps of the environment, list and diff."""
 from __future__ import annotations
 
 import json
@@ -10,27 +10,28 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
+from slurm_tune.fastjson import dumps
 from slurm_tune.sbatch import history
-from slurm_tune.sbatch.history import HistoryError, diff, find, format_list, json_text, load, record, recorded_env
+from slurm_tune.sbatch.history import HistoryError, diff, find, format_list, load, record, recorded_env
 
 
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
                     max_leaves=20))
-def test_the_hand_written_json_reads_back_with_the_json_module(value):
-    assert json.loads(json_text(value)) == value
+def test_the_records_json_reads_back_with_the_json_module(value):
+    assert json.loads(dumps(value)) == value
 
 
-def test_json_text_escapes_what_json_must():
-    assert json_text('a"b\\c\nd\x01') == '"a\\"b\\\\c\\nd\\u0001"'
-    assert json.loads(json_text("caf\u00e9 \u2603")) == "caf\u00e9 \u2603"
+def test_the_records_json_escapes_what_json_must():
+    assert dumps('a"b\\c\nd\x01') == '"a\\"b\\\\c\\nd\\u0001"'
+    assert json.loads(dumps("caf\u00e9 \u2603")) == "caf\u00e9 \u2603"
 
 
 def test_recorded_env_drops_session_noise_and_hides_secrets():
     env = recorded_env({"NCCL_IB_HCA": "=mlx5_0:1", "OLDPWD": "/x", "_": "/usr/bin/stune-sbatch", "SHLVL": "2",
                         "WANDB_API_KEY": "s3cr3t", "HF_TOKEN": "hf_abc", "BASH_FUNC_module%%": "() {}"})
     assert set(env) == {"NCCL_IB_HCA", "WANDB_API_KEY", "HF_TOKEN"}
-    assert "s3cr3t" not in json_text(env) and env["WANDB_API_KEY"].startswith("<secret sha256:")
+    assert "s3cr3t" not in dumps(env) and env["WANDB_API_KEY"].startswith("<secret sha256:")
     # a changed secret still shows as a change
     assert recorded_env({"HF_TOKEN": "hf_other"})["HF_TOKEN"] != env["HF_TOKEN"]
 
@@ -54,6 +55,13 @@ def test_record_load_find_and_the_file_is_private(tmp_path):
         find(entries, "12")
     with pytest.raises(HistoryError, match="there is no run -3"):
         find(entries, "-3")
+
+
+def test_odd_bytes_and_non_ascii_in_the_environment_read_back(tmp_path):
+    environ = {"STUNE_HISTORY": str(tmp_path / "h.jsonl")}
+    env = {"ODD": os.fsdecode(b"caf\xe9"), "TEXT": "caf\u00e9 \u2603", "CTRL": "a\tb\x01"}
+    record(entry("1", env), environ)
+    assert load(environ)[0]["env"] == env
 
 
 def test_a_torn_line_is_skipped_not_fatal(tmp_path):

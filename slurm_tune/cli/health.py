@@ -143,7 +143,7 @@ def _check(options: dict) -> int:
     if options.get("json_out"):
         outputs.write_json(options["json_out"], doc)
     if options.get("json"):
-        from ..health.fastjson import dumps
+        from ..fastjson import dumps
 
         print(dumps(doc))
     else:
@@ -188,7 +188,7 @@ def _run(options: dict) -> int:
     slurm = Slurm.from_env(timeout=20)
     code, doc = node.run(cfg, slurm, dry_run=bool(options.get("dry_run")))
     if options.get("json"):
-        from ..health.fastjson import dumps
+        from ..fastjson import dumps
 
         print(dumps(doc))
     else:

@@ -8,5 +8,6 @@
 - `apply`: turns a verdict into drain / resume / degraded mark through the Slurm adapter, with the circuit
   breaker, and only when something changed.
 - `outputs`: the Prometheus textfile and the JSON verdict.
-- `fastjson`: JSON through the C scanner and encoder, without `json`'s import of `re` (hot paths).
+
+JSON on these paths goes through `slurm_tune.fastjson` (the C scanner and encoder, without `json`'s `re`).
 """

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
+from .. import fastjson
 from ..hw.snapshot import FORMAT
 from ..hw.sysfs import IB_CLASS, IB_ERROR_COUNTERS, Sysfs
-from . import fastjson
 
 
 def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:

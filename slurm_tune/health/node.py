@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 import time
 
+from .. import fastjson
 from ..errors import ConfigError
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand_node, node_name
-from . import fastjson, judge, outputs
+from . import judge, outputs
 from . import result as R
 from . import state as S
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from . import fastjson
+from .. import fastjson
 from . import result as R
 
 STATUS_VALUE = {R.OK: 0, R.UNKNOWN: 1, R.DEGRADED: 2, R.FAIL: 3}

@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import time
 
+from .. import fastjson
 from ..thisnode import expand_node, node_name, uses_node
-from . import fastjson
 
 FORMAT = "stune-health-state/1"
 DEFAULT_DIR = "/var/lib/stune/health"

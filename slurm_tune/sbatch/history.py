@@ -2,8 +2,8 @@
 
 One JSON object per line in `$STUNE_HISTORY`, else `${XDG_STATE_HOME:-~/.local/state}/stune/sbatch-history.jsonl`
 (mode 0600): time, job id, partition, the argv as typed, the sbatch argv stune ran, the job's effective
-environment, the profile file and digest. Writing is on the submission path, so records are encoded by
-hand (no json import); reading uses json.
+environment, the profile file and digest. Writing is on the submission path, so records are encoded with
+slurm_tune.fastjson (no json import); reading uses json.
 
 The environment is the job's, minus what only describes the login session (`_`, OLDPWD, SSH_*, ...); values
 of variables whose names say they hold secrets (TOKEN, SECRET, PASSWORD, ...) are stored as a short hash, so a
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from .. import fastjson
 from ..errors import StuneError
 
 FORMAT = 1
@@ -63,45 +64,13 @@ def recorded_env(env: dict[str, str]) -> dict[str, str]:
 
 # ---- writing (hot path) --------------------------------------------------------------------------------------
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
-
-
-def json_text(value) -> str:
-    """JSON for str/int/float/bool/None/list/dict of those (what a record holds)."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
-            return f'"{value}"'
-        parts = []
-        for c in value:
-            if c in _ESCAPES:
-                parts.append(_ESCAPES[c])
-            elif ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF:  # controls; lone surrogates from odd bytes
-                parts.append(f"\\u{ord(c):04x}")
-            else:
-                parts.append(c)
-        return '"' + "".join(parts) + '"'
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json_text(str(k))}:{json_text(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(json_text(v) for v in value) + "]"
-    return json_text(str(value))
-
-
 def record(entry: dict, environ=None) -> str:
     """Append one submission to the user's history; returns the file. Raises OSError."""
     path = history_path(environ)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-    line = (json_text(dict(entry, v=FORMAT)) + "\n").encode("utf-8", "surrogateescape")
+    line = (fastjson.dumps(dict(entry, v=FORMAT)) + "\n").encode()  # ASCII: odd bytes become \udcXX escapes
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         size = os.fstat(fd).st_size
