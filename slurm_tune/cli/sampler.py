@@ -54,10 +54,11 @@ def _epilog(args) -> int:
     """Never fails the epilog: a problem is one line on stderr and exit 0 (a non-zero epilog drains the node)."""
     try:
         from ..fairshare.config import usage_dirs
+        from ..thisnode import node_name
         from ..usage.spool import node_epilog
 
         job = os.environ.get("SLURM_JOB_ID") or args.job
-        node = os.environ.get("SLURMD_NODENAME") or args.node or os.uname().nodename.split(".")[0]
+        node = os.environ.get("SLURMD_NODENAME") or args.node or node_name()
         if not job:
             print(f"{PROG}: epilog: no SLURM_JOB_ID", file=sys.stderr)
             return 0

@@ -60,7 +60,9 @@ def _parser():
 
 
 def _node(args) -> str:
-    return args.node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    from ..thisnode import node_name
+
+    return args.node or node_name()
 
 
 def _tiers(args, partition=None):

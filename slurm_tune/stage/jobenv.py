@@ -181,7 +181,7 @@ class JobLog:
         except StuneError:
             return None
         path = (records[0].get("StdErr") or records[0].get("StdOut")) if records else None
-        if path and "%N" in path:
+        if path and "%N" in path:  # Slurm's %N is the host name, not the NodeName (seen on 22.05)
             path = path.replace("%N", os.uname().nodename.split(".")[0])
         return path if path and "%" not in path else None
 
