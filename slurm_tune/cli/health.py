@@ -127,11 +127,12 @@ def _rank(status: str) -> int:
 def _check(options: dict) -> int:
     from ..health import node, outputs
     from ..health.state import policy_digest
+    from ..hw.snapshot import load
 
     if not options.get("snapshot"):
         raise Usage("check: --snapshot FILE is required")
-    snap = node.load_snapshot(options["snapshot"])
-    previous = node.load_snapshot(options["previous"]) if options.get("previous") else None
+    snap = load(options["snapshot"])
+    previous = load(options["previous"]) if options.get("previous") else None
     profile = node.offline_profile(options.get("partition"))
     verdict, _ = node.check(snap, profile, previous)
     name = snap.get("node") if isinstance(snap.get("node"), str) else "?"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 
-from .. import fastjson
 from ..errors import ConfigError
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand_node, node_name
@@ -235,22 +234,6 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     if held_back:
         return 7, doc
     return (1 if error else 0), doc
-
-
-def load_snapshot(path: str) -> dict:
-    """A snapshot file, read through the fast JSON path; anything wrong is hw.snapshot's SnapshotError."""
-    from ..hw.snapshot import FORMAT
-
-    try:
-        data = fastjson.load_file(path)
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        data = None
-    if isinstance(data, dict) and data.get("format") == FORMAT:
-        return data
-    from ..hw.snapshot import SnapshotError, load
-
-    load(path)  # raises the precise error (file:line); reaching here means the file changed under us
-    raise SnapshotError(f"{path}: not a stune snapshot")
 
 
 def offline_profile(partition: str | None, environ=None):
