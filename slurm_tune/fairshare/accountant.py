@@ -338,11 +338,16 @@ def run_locked(config, slurm=None, **kwargs) -> RunResult:
         return run(config, slurm, **kwargs)
 
 
-def _plan(result: RunResult, slurm, config) -> None:
+def site_factor_target(config, weight: int, f_slurm: float, f_stune: float) -> int:
+    """The SiteFactor of a pending job whose association has these two fair-share factors (module doc)."""
     sf = config.site_factor
-    weight = result.settings.weight_fairshare
     lo = sf.min if sf.min is not None else -weight
-    hi = sf.max
+    return max(lo, min(sf.max, int(round(weight * (f_stune - f_slurm)))))
+
+
+def _plan(result: RunResult, slurm, config) -> None:
+    weight = result.settings.weight_fairshare
+    deadband = config.site_factor.deadband
     pending = slurm.jobs(states=["PENDING"])
     if not pending:
         return
@@ -355,10 +360,9 @@ def _plan(result: RunResult, slurm, config) -> None:
         f_stune = result.shares_stune.factor(*key)
         if f_slurm is None or f_stune is None:
             continue
-        target = int(round(weight * (f_stune - f_slurm)))
-        target = max(lo, min(hi, target))
+        target = site_factor_target(config, weight, f_slurm, f_stune)
         have = current[job.job_id]
-        if abs(target - have) > sf.deadband:
+        if abs(target - have) > deadband:
             result.changes.append(SiteFactorChange(job.job_id, job.account, job.user, have, target,
                                                    f_slurm, f_stune))
         else:

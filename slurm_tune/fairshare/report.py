@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..errors import StuneError
+from .accountant import site_factor_target
 
 EXTRA_HINT = "pip install 'slurm-tune[reports]'"
 BUSY_SHARE_FOR_FLAG = 0.5  # at least half the sampled time at ~100 % before a low power draw is suspicious
@@ -119,8 +120,6 @@ def build(result, config, since: int | None) -> Report:
         ("measured", measured_h), ("used", used_h), ("unmeasured", unmeasured_h))}
     sshare = {(r.account, r.user): r.fairshare for r in (result.sshare or []) if r.user}
     weight = result.settings.weight_fairshare
-    lo = config.site_factor.min if config.site_factor.min is not None else -weight
-    hi = config.site_factor.max
 
     def row(level, account, user, idx):
         jobs, gjobs, held, meas, used, unmeas = (float(per[n][idx].sum()) for n in
@@ -132,7 +131,7 @@ def build(result, config, since: int | None) -> Report:
             out.fairshare_slurm = result.shares_slurm.factor(account, user)
             out.fairshare_stune = result.shares_stune.factor(account, user)
             if out.fairshare_slurm is not None and out.fairshare_stune is not None:
-                out.site_factor = max(lo, min(hi, int(round(weight * (out.fairshare_stune - out.fairshare_slurm)))))
+                out.site_factor = site_factor_target(config, weight, out.fairshare_slurm, out.fairshare_stune)
         return out
 
     report = Report(result.as_of, since, result.settings.algorithm, weight, warnings=list(result.warnings))
