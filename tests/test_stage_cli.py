@@ -10,6 +10,7 @@ from pathlib import Path
 from test_stage_tier import make_tree, open_up, tree_digest
 
 STAGE = str(Path(sys.executable).parent / "stune-stage")
+REPO = Path(__file__).resolve().parent.parent
 
 
 def run(*args, env=None, check=True):
@@ -77,3 +78,16 @@ def test_the_epilog_never_fails(shared_tmp):
                           env=dict(env, STUNE_BIN=str(Path(sys.executable).parent), PATH="/usr/bin:/bin",
                                    STUNE_ENV_FILE="/nonexistent"))
     assert proc.returncode == 0 and "epilog: job 12" in proc.stderr
+
+
+def test_the_epilog_hook_exports_the_whole_hook_environment_file(shared_tmp):
+    """Like every stune hook, it reads /etc/default/stune with `set -a`: STUNE_CACHE_DIR reaches stune-stage."""
+    cache = shared_tmp / "profile-cache"
+    env_file = shared_tmp / "default-stune"
+    env_file.write_text(f"STUNE_BIN={Path(sys.executable).parent}\nSTUNE_PARTITIONS={REPO / 'partitions'}\n"
+                        f"STUNE_CACHE_DIR={cache}\n")
+    env = {"SLURM_JOB_ID": "13", "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "hdr",
+           "PATH": "/usr/bin:/bin", "STUNE_ENV_FILE": str(env_file)}
+    proc = subprocess.run([str(REPO / "epilog" / "30-stune-stage")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert any(cache.iterdir()), "the profiles were loaded with the env file's STUNE_CACHE_DIR"
