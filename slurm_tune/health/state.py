@@ -24,6 +24,7 @@ import time
 
 from .. import fastjson
 from ..thisnode import expand_node, node_name, uses_node
+from .outputs import write_json
 
 FORMAT = "stune-health-state/1"
 DEFAULT_DIR = "/var/lib/stune/health"
@@ -61,16 +62,6 @@ def read(directory: str) -> tuple[dict, str | None]:
     return data, None
 
 
-def write(directory: str, state: dict) -> None:
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    path = os.path.join(directory, STATE_FILE)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(fastjson.dumps(state))
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
 class Locked:
     """`with Locked(dir) as st:` reads the state under an exclusive flock; `st.save()` writes it back."""
 
@@ -90,7 +81,7 @@ class Locked:
         return self
 
     def save(self) -> None:
-        write(self.directory, self.state)
+        write_json(os.path.join(self.directory, STATE_FILE), self.state)  # atomic, like the node's other outputs
 
     def __exit__(self, *exc) -> None:
         if self.fd >= 0:
