@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from ..text import is_digits
 from .common import EXIT_USAGE, run_console
 
 PROG = "stune-sbatch"
@@ -27,7 +28,7 @@ def _history(argv: list[str]) -> int:
         print("\n".join(lines) if lines else "no difference in partition, profile, command or environment")
         return 0
     limit = None
-    if argv[:1] in (["-n"], ["--last"]) and len(argv) == 2 and argv[1].isdigit():
+    if argv[:1] in (["-n"], ["--last"]) and len(argv) == 2 and is_digits(argv[1]):
         limit = int(argv[1])
     elif argv:
         print(f"{PROG}: usage: {PROG} history [-n N] | history diff A B", file=sys.stderr)

@@ -14,6 +14,7 @@ import os
 from collections import namedtuple
 
 from ..hw.sysfs import Sysfs, parse_cpulist, parse_int, pci_address
+from ..text import is_digits
 
 
 class BindPlan(namedtuple("BindPlan", "gpu pci numa_node cpus allowed note")):
@@ -40,14 +41,14 @@ def task_gpu(environ) -> tuple[str | None, str]:
         local = 0
     position = local % len(visible)
     chosen = visible[position]
-    if chosen.isdigit() and len(physical) == len(visible) and physical[position].isdigit():
+    if is_digits(chosen) and len(physical) == len(visible) and is_digits(physical[position]):
         chosen = physical[position]
     return chosen, f"local task {local} -> GPU {chosen}"
 
 
 def gpu_pci(sysfs: Sysfs, gpu: str) -> tuple[str | None, str]:
     """PCI address of the node's GPU `gpu` (a number or a UUID); (None, why) when it cannot be found."""
-    if not gpu.isdigit():
+    if not is_digits(gpu):
         return _pci_from_nvml(gpu)
     number = int(gpu)
     by_minor = {}
@@ -55,7 +56,7 @@ def gpu_pci(sysfs: Sysfs, gpu: str) -> tuple[str | None, str]:
         info = sysfs.read(f"proc/driver/nvidia/gpus/{address}/information") or ""
         for line in info.splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip().isdigit():
+            if key.strip() == "Device Minor" and is_digits(value.strip()):
                 by_minor[int(value.strip())] = pci_address(address)
     if by_minor:
         if number in by_minor:

@@ -15,6 +15,7 @@ import os
 
 from .. import fastjson
 from ..errors import StuneError
+from ..text import is_digits
 
 FORMAT = 1
 # Variables that describe the login session, not the job: left out so two submissions from different
@@ -112,7 +113,7 @@ def load(environ=None) -> list[dict]:
 def find(entries: list[dict], ref: str) -> dict:
     """A run by job id (the latest submission with it), or by position: -1 is the latest, -2 the one before."""
     ref = ref.strip()
-    if ref.startswith("-") and ref[1:].isdigit():
+    if ref.startswith("-") and is_digits(ref[1:]):
         k = int(ref[1:])
         if not 1 <= k <= len(entries):
             raise HistoryError(f"there is no run {ref}: the history holds {len(entries)}")

@@ -15,6 +15,8 @@ variables, which beat `#SBATCH` directives.
 """
 from __future__ import annotations
 
+from ..text import is_digits
+
 NO, REQUIRED, OPTIONAL = 0, 1, 2
 
 _REQUIRED_LONG = (
@@ -314,4 +316,4 @@ def _count(text: str) -> int | None:
     scale = 1
     if text.endswith("k"):
         text, scale = text[:-1], 1024
-    return int(text) * scale if text.isascii() and text.isdigit() else None
+    return int(text) * scale if is_digits(text) else None
