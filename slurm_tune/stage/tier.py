@@ -423,9 +423,9 @@ class Namespace:
                     fd = open_dir(name, self.fd)
                     if os.geteuid() == 0 and self.uid != 0:
                         os.chown(fd, self.uid, -1)
-            except (NotADirectoryError, OSError) as exc:
-                if isinstance(exc, FileNotFoundError):
-                    raise
+            except FileNotFoundError:
+                raise
+            except OSError as exc:
                 raise TierUnavailable("unsafe", f"{self.path}/{name} is not a directory (a symlink?): "
                                                 f"{exc.strerror}") from None
             self._sub[name] = fd
