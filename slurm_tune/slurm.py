@@ -457,6 +457,16 @@ def _expand_term(term: str) -> list[str]:
     return [h + t for h in heads for t in _expand_term(tail)] if tail else heads
 
 
+def tres_value(tres: str, key: str) -> str | None:
+    """The value of `key` in a TRES string ('billing=2,cpu=2,gres/gpu=4,node=2' -> '4' for 'gres/gpu'), or
+    None. Only the exact key counts: a typed entry (gres/gpu:a100=4) counts the same GPUs again."""
+    for item in tres.split(","):
+        name, sep, value = item.partition("=")
+        if sep and name == key:
+            return value
+    return None
+
+
 def _names(nodes: list[str] | str) -> str:
     return nodes if isinstance(nodes, str) else ",".join(nodes)
 

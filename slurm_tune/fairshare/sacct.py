@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import StuneError
+from ..slurm import tres_value
 from ..usage.summary import PREFIX as SUMMARY_PREFIX
 from ..usage.summary import parse_head
 
@@ -191,27 +192,19 @@ def _summary_heads(comments: list, n: int):
 
 
 def _tres_value(tres: str, key: str) -> float:
-    """A count from a TRES string: 'billing=2,cpu=2,gres/gpu=4,node=2' -> 4.0 for 'gres/gpu'. Typed entries
-    (gres/gpu:a100=4) are the same GPUs counted again, so only the untyped key counts."""
-    for item in tres.split(","):
-        name, sep, value = item.partition("=")
-        if sep and name == key:
-            try:
-                return float(value.rstrip("KMGTP") or 0)
-            except ValueError:
-                return 0.0
-    return 0.0
+    """A count from a TRES string (slurm.tres_value): 'gres/gpu=4' -> 4.0; 0.0 when absent or unreadable."""
+    try:
+        return float((tres_value(tres, key) or "").rstrip("KMGTP") or 0)
+    except ValueError:
+        return 0.0
 
 
 def _gpuutil(tres_usage: str) -> float:
-    for item in tres_usage.split(","):
-        name, sep, value = item.partition("=")
-        if sep and name == "gres/gpuutil":
-            try:
-                return float(value)
-            except ValueError:
-                return float("nan")
-    return float("nan")
+    value = tres_value(tres_usage, "gres/gpuutil")
+    try:
+        return float("nan") if value is None else float(value)
+    except ValueError:
+        return float("nan")
 
 
 def parse(text: str, source: str = "sacct") -> JobTable:

@@ -13,7 +13,7 @@ import os
 import time
 
 from ..errors import SlurmError
-from ..slurm import expand_hostlist
+from ..slurm import expand_hostlist, tres_value
 from . import spool, summary
 
 
@@ -21,14 +21,10 @@ def job_gpus(slurm, job_id: str) -> float:
     rows = slurm.sacct(["JobIDRaw", "AllocTRES"], job_ids=[job_id])
     for row in rows:
         if row["JobIDRaw"] == str(job_id):
-            for item in row["AllocTRES"].split(","):
-                name, _, value = item.partition("=")
-                if name == "gres/gpu":
-                    try:
-                        return float(value)
-                    except ValueError:
-                        return 0.0
-            return 0.0
+            try:
+                return float(tres_value(row["AllocTRES"], "gres/gpu") or 0)
+            except ValueError:
+                return 0.0
     return -1.0  # not in the database (yet)
 
 
