@@ -78,7 +78,7 @@ def test_netdev_up_rules(tmp_path):
 
 
 PARSERS = [sysfs.parse_port_state, sysfs.parse_rate_gbps, sysfs.parse_counter, sysfs.parse_gid, sysfs.parse_cpulist,
-           sysfs.parse_int, sysfs.parse_link_speed, sysfs.pci_address]
+           sysfs.parse_int, sysfs.pci_address]
 
 
 @settings(max_examples=300, deadline=None)

@@ -297,15 +297,6 @@ def parse_int(text: str | None) -> int | None:
         return None
 
 
-def parse_link_speed(text: str | None) -> float | None:
-    """PCIe `16.0 GT/s PCIe` (or older `8 GT/s`) -> 16.0; 0 or garbage -> None."""
-    value = _number_before(text, "GT/s")
-    return value if value else None
-
-
-PCIE_GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-
-
 def netdev_is_up(info: dict) -> bool:
     """Administratively up and with a link: operstate `up`, or `unknown` with IFF_UP (some virtual NICs)."""
     if not info.get("present"):
