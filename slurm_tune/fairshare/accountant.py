@@ -230,7 +230,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         if now is None:
             last = max(int(table.end.max(initial=-1)), int((table.start + table.elapsed).max(initial=-1)))
             as_of = last if last > 0 else as_of
-        settle = (table.start >= 0) & (table.elapsed > 0)  # the whole dump counts: a what-if has no ledger
+        settle = table.ran  # the whole dump counts: a what-if has no ledger
         provisional = np.zeros(table.n, dtype=bool)
         window_start = None
     else:
@@ -251,7 +251,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         new_watermark = as_of - acc.settle_delay
         if ledger.watermark is not None:
             new_watermark = max(new_watermark, ledger.watermark)
-        ran = (table.start >= 0) & (table.elapsed > 0)
+        ran = table.ran
         ended = table.end >= 0
         keys = table.keys()
         known = np.fromiter((k in ledger.settled for k in keys), dtype=bool, count=table.n)

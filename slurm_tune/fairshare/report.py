@@ -101,7 +101,7 @@ def build(result, config, since: int | None) -> Report:
     """Aggregate an accountant RunResult into a Report over rows that ran since `since`."""
     table, ch = result.table, result.charges
     rep = config.report
-    ran = (table.start >= 0) & (table.elapsed > 0)
+    ran = table.ran
     if since is not None:
         ran &= (table.end < 0) | (table.end >= since)
     held_h = np.where(ran, ch.held_gpu_s / 3600.0, 0.0)

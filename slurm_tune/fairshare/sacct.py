@@ -70,6 +70,11 @@ class JobTable:
     def n(self) -> int:
         return len(self.job_id_raw)
 
+    @property
+    def ran(self) -> np.ndarray:
+        """Rows that started and ran for some time: the runs that are charged and reported."""
+        return (self.start >= 0) & (self.elapsed > 0)
+
     def state_of(self, i: int) -> str:
         """The state's first word: CANCELLED by 0 -> CANCELLED."""
         return self.state_raw[i].split(" ", 1)[0]
