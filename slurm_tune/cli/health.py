@@ -28,7 +28,6 @@ from .common import EXIT_USAGE, guarded
 
 PROG = "stune-health"
 EXIT_BY_STATUS = {"ok": 0, "unknown": 4, "degraded": 5, "fail": 6}
-EXIT_BREAKER = 7
 EXIT_HOOK_FAIL = 10
 COMMON = {"--partition": 1, "--sysfs-root": 1, "--gpu-snapshot": 1, "--state-dir": 1, "--node": 1, "--prom": 1,
           "--json-out": 1}

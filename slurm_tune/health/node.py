@@ -25,6 +25,7 @@ from . import result as R
 from . import state as S
 
 HOOK_MODES = ("prolog", "epilog")
+EXIT_BREAKER = 7  # what `run` exits with when the circuit breaker held back a drain
 
 
 class Settings(R._Record):
@@ -232,7 +233,7 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         line += f"; {note}"
     S.log(cfg.state_dir, line, now)
     if held_back:
-        return 7, doc
+        return EXIT_BREAKER, doc
     return (1 if error else 0), doc
 
 
