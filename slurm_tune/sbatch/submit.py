@@ -143,7 +143,9 @@ class _NoProfile(StuneError):
 
 
 def _stage_error(exc: StuneError) -> bool:
-    return type(exc).__name__ == "StageRequestError"  # a bad --stage is the user's to fix: refuse
+    from ..stage.errors import StageRequestError  # light: the error classes only
+
+    return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
 def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool):
