@@ -231,7 +231,7 @@ def _command_text(words: list[str]) -> str:
 
 
 def explain(plan, words: list[str], script_label: str) -> str:
-    from .plan import ENV, NODE, NOTE, OPTION
+    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION
 
     p = plan.profile
     lines = [f"{PROG} --dry-run: nothing was submitted",
@@ -253,8 +253,8 @@ def explain(plan, words: list[str], script_label: str) -> str:
     s_env = [s for s in plan.settings if s.kind == ENV and s.applied]
     table("environment stune sets for the job:",
           [(f"{s.name}={s.value}", s.source + (f"; {s.note}" if s.note else "")) for s in s_env]
-          + ([("STUNE_MANAGED=" + plan.env["STUNE_MANAGED"], "rule: the names stune set, so the TaskProlog "
-               "may refine them and never touches yours")] if "STUNE_MANAGED" in plan.env else []))
+          + ([(f"{MANAGED_VAR}={plan.env[MANAGED_VAR]}", "rule: the names stune set, so the TaskProlog "
+               "may refine them and never touches yours")] if MANAGED_VAR in plan.env else []))
     table("detected on each node (stune-task-prolog, or eval \"$(stune-env)\" in the script):",
           [(s.name, s.source + f"; {s.note}") for s in plan.settings if s.kind == NODE and s.applied])
     table("sbatch options stune adds:",
