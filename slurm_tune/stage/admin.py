@@ -23,10 +23,12 @@ LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "S
 
 def tiers_for(partition: str | None, node: str | None, path: str | None = None) -> list[tuple[str, TierConfig]]:
     """(partitions, tier) for each distinct tier: one partition's, an explicit --path, or every profile's."""
-    from ..profiles import load_profile, load_profiles
+    from ..profiles import PROFILE_SCHEMA, load_profile, load_profiles
 
-    if path:
-        return [("(path)", TierConfig(os.path.normpath(path), None, 0.90, 0.75, "fast"))]
+    if path:  # no profile: the built-in cache defaults
+        cache = PROFILE_SCHEMA.fields["cache"].complete({}, "cache", None)
+        return [("(path)", TierConfig(os.path.normpath(path), None, cache["high_watermark"], cache["low_watermark"],
+                                      cache["freshness"]))]
     profiles = [load_profile(partition)] if partition else list(load_profiles().values())
     seen: dict[str, tuple[list[str], TierConfig]] = {}
     for profile in profiles:
