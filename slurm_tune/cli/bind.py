@@ -43,7 +43,7 @@ def _main(argv: list[str]) -> int:
         print(f"{PROG}: usage: {PROG} [-v] [--show] [--] CMD [ARGS...]", file=sys.stderr)
         return EXIT_USAGE
     from ..hw.sysfs import Sysfs, resolve_root
-    from ..nodeenv.binding import format_cpus, numactl_path, plan_binding, set_membind
+    from ..nodeenv.binding import format_cpus, plan_binding
 
     environ = os.environ
     allowed = frozenset(os.sched_getaffinity(0))
@@ -53,7 +53,7 @@ def _main(argv: list[str]) -> int:
         _note(plan.note)
     else:
         os.sched_setaffinity(0, plan.cpus)
-        memory = _bind_memory(plan.numa_node, environ, command, numactl_path, set_membind)
+        memory = _bind_memory(plan.numa_node, environ, command)
         if memory.startswith("not bound"):
             _note(f"memory {memory}")
         if verbose or show:
@@ -74,14 +74,15 @@ def _main(argv: list[str]) -> int:
     return 0  # not reached
 
 
-def _bind_memory(node: int, environ, command: list[str], find_numactl, set_membind) -> str:
+def _bind_memory(node: int, environ, command: list[str]) -> str:
     """Bind memory to `node`: numactl when installed (it wraps the command in place), else set_mempolicy.
     Returns how, or 'not bound: why'."""
     from ..hw.sysfs import Sysfs
+    from ..nodeenv.binding import numactl_path, set_membind
 
     if node not in Sysfs("/").numa_nodes():  # a fixture's node the real kernel does not have
         return f"not bound: the kernel has no NUMA node {node}"
-    numactl = find_numactl(environ)
+    numactl = numactl_path(environ)
     if numactl:
         command[:0] = [numactl, f"--membind={node}", "--"]
         return f"bound to node {node} (numactl --membind)"
