@@ -34,10 +34,6 @@ class Node(namedtuple("Node", "name state flags reason reason_user reason_time f
         return "DRAIN" in self.flags
 
     @property
-    def down(self) -> bool:
-        return self.state == "down"
-
-    @property
     def feature_set(self) -> frozenset[str]:
         return frozenset(f for f in self.features.split(",") if f)
 
@@ -107,15 +103,13 @@ class Slurm:
         return out
 
     def run_full(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
-                 env: dict[str, str] | None = None, full_env: dict[str, str] | None = None
-                 ) -> tuple[int, str, str]:
+                 env: dict[str, str] | None = None) -> tuple[int, str, str]:
         """(exit code, stdout, stderr); raises SlurmError only when the command cannot run or times out."""
         argv = [str(a) for a in argv]
         self.calls.append(argv)
         limit = self.timeout if timeout is None else timeout
         try:
-            rc, out, err = spawn_capture([self.executable(argv[0]), *argv[1:]], input,
-                                         full_env if full_env is not None else self.env(env), limit)
+            rc, out, err = spawn_capture([self.executable(argv[0]), *argv[1:]], input, self.env(env), limit)
         except TimeoutError:
             raise SlurmError(argv, None, f"no answer within {limit:g}s") from None
         except OSError as exc:
