@@ -36,10 +36,6 @@ class StageResult(namedtuple("StageResult", "request path status entry bytes fil
 
     __slots__ = ()
 
-    @property
-    def local(self) -> bool:
-        return self.status != "fallback"
-
 
 def stage(request: StageRequest, config: TierConfig, *, job_id: str | None = None, progress_stream=None,
           jobs: int | None = None, freshness: str | None = None) -> StageResult:
