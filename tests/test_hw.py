@@ -241,3 +241,22 @@ def test_sysfs_root_expands_the_node_name():
     assert sysfs.resolve_root(None, env) == "/var/tmp/c/nodes/n2/root"
     assert sysfs.resolve_root("/x/%n", env) == "/x/n2"
     assert sysfs.resolve_root(None, {}) == "/"
+
+
+def test_a_uuid_maps_to_its_pci_bus_id_under_a_deadline():
+    from slurm_tune.hw.nvml import pci_bus_id_of_uuid
+
+    class UuidNvml(fakenvml.FakeNvml):
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            for index, dev in enumerate(self.devices):
+                if dev["uuid"].encode() == uuid:
+                    return self.nvmlDeviceGetHandleByIndex(index)
+            raise fakenvml.NVMLError(13, "Not Found")
+
+    devices = [fakenvml.device(i, "h100") for i in range(8)]
+    assert pci_bus_id_of_uuid(devices[5]["uuid"], 2, UuidNvml(devices)) == ("00000000:90:00.0", "")
+    bus, problem = pci_bus_id_of_uuid("GPU-nope", 2, UuidNvml(devices))
+    assert bus is None and "Not Found" in problem
+    start = time.monotonic()
+    bus, problem = pci_bus_id_of_uuid(devices[2]["uuid"], 0.3, UuidNvml(devices, hang_on_index=2))
+    assert bus is None and "did not answer within 0.3s" in problem and time.monotonic() - start < 2

@@ -280,6 +280,25 @@ def _str(value):
     return value if isinstance(value, str) else None
 
 
+def pci_bus_id_of_uuid(uuid: str, timeout_s: float = 5.0, nvml=None) -> tuple[str | None, str]:
+    """(NVML's PCI bus id of the GPU or MIG device `uuid`, problem). Under a deadline, like every NVML read:
+    a GPU that fell off the bus must not hang the caller (stune-bind, in front of a training task)."""
+
+    def probe(partial, nvml_module):
+        session = NvmlSession(nvml_module)
+        try:
+            n = session.nvml
+            handle = n.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
+            return _text(n.nvmlDeviceGetPciInfo(handle).busId)
+        finally:
+            session.close()
+
+    result = run_probe("nvml-uuid", probe, timeout_s, nvml)
+    if result.status == OK and isinstance(result.value, str):
+        return result.value, ""
+    return None, _nvml_problem(result.message or "no PCI bus id")
+
+
 def open_gpu_source(snapshot: str | None = None, timeout_s: float = 5.0, nvml=None):
     """The sampler's GPU source: from a snapshot file when given, else live NVML. Raises StuneError when
     NVML cannot be opened."""

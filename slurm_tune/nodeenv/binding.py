@@ -69,18 +69,12 @@ def gpu_pci(sysfs: Sysfs, gpu: str) -> tuple[str | None, str]:
 
 
 def _pci_from_nvml(uuid: str) -> tuple[str | None, str]:
-    try:
-        import pynvml
+    from ..hw.nvml import pci_bus_id_of_uuid
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
-            bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
-            return pci_address(bus.decode() if isinstance(bus, bytes) else bus), ""
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:  # no NVML, no driver, unknown UUID: all mean "cannot tell"
-        return None, f"GPU {uuid}: cannot map a UUID to its PCI address without NVML ({type(exc).__name__})"
+    bus, problem = pci_bus_id_of_uuid(uuid)
+    if bus is None:  # no NVML, no driver, unknown UUID, a hung GPU: all mean "cannot tell"
+        return None, f"GPU {uuid}: cannot map a UUID to its PCI address without NVML ({problem})"
+    return pci_address(bus), ""
 
 
 def plan_binding(environ, sysfs: Sysfs, allowed: frozenset[int]) -> BindPlan:
