@@ -21,7 +21,6 @@ SITE_FILE = "site.yaml"
 DEFAULT_DIR = "/etc/stune/partitions"
 FABRICS = ("ib", "roce", "tcp")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
-ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 CACHE_FORMAT = 1
 
 

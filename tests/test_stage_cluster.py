@@ -257,14 +257,15 @@ TASK_PROLOG = """#!{python}
 # What stune-task-prolog does with the stage library (a test stand-in for it).
 import os, sys
 from slurm_tune.stage.errors import StageRequiredError
-from slurm_tune.stage.jobenv import JobLog, exports_for_taskprolog, prepare_for_task
+from slurm_tune.nodeenv.taskenv import as_taskprolog
+from slurm_tune.stage.jobenv import JobLog, prepare_for_task
 log = JobLog(os.environ)
 try:
     exports, messages = prepare_for_task(os.environ, progress=log)
 except StageRequiredError as exc:
     log.write(f"stune-task-prolog: {{exc}}\\n")
     sys.exit(1)
-sys.stdout.write(exports_for_taskprolog(exports))
+sys.stdout.write(as_taskprolog(exports))
 """
 
 

@@ -80,6 +80,7 @@ def _tiers(args, partition=None):
 
 def cmd_fetch(args) -> int:
     from ..errors import StuneError
+    from ..nodeenv.taskenv import as_shell, as_taskprolog
     from ..stage import jobenv
     from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
 
@@ -110,9 +111,9 @@ def cmd_fetch(args) -> int:
         if args.format == "paths":
             print(f"{name} {value}")
         elif args.format == "taskprolog":
-            sys.stdout.write(jobenv.exports_for_taskprolog({name: value}))
+            sys.stdout.write(as_taskprolog({name: value}))
         else:
-            sys.stdout.write(jobenv.exports_as_shell({name: value}))
+            sys.stdout.write(as_shell({name: value}))
     return 0
 
 

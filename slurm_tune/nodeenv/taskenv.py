@@ -107,8 +107,6 @@ def _first(reasons: list[str], shown: int = 2) -> str:
 
 
 def shell_quote(value: str) -> str:
-    if value and all(c.isalnum() or c in "@%+=:,./_-" for c in value):
-        return value
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 

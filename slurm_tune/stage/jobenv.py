@@ -142,20 +142,6 @@ def _write(stream, line: str) -> None:
         pass
 
 
-def exports_as_shell(exports: dict[str, str]) -> str:
-    """`export NAME='value'` lines for `eval` in a job script."""
-    return "".join(f"export {name}={_quote(value)}\n" for name, value in exports.items())
-
-
-def exports_for_taskprolog(exports: dict[str, str]) -> str:
-    """TaskProlog stdout lines. Slurm takes the rest of an `export NAME=` line verbatim: no quoting."""
-    return "".join(f"export {name}={value}\n" for name, value in exports.items() if "\n" not in value)
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "'\"'\"'") + "'"
-
-
 class JobLog:
     """A text stream onto the job's stderr file, opened at the first write (a cache hit writes nothing,
     so it costs nothing). The path is $STUNE_STAGE_LOG when set (stune-sbatch may pass it), else the
