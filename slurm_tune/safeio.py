@@ -1,0 +1,194 @@
+"""Safe file access for code that runs as root: the one home of stune's open/create/trust rules.
+
+Two situations, two sets of rules:
+
+* Root working INSIDE a directory users can write (the cache tier, the usage spool): never follow a
+  symlink (O_NOFOLLOW, descriptor-relative walks), never block on a planted FIFO (O_NONBLOCK), check the
+  type, owner and link count of what was opened (fstat after open, not lstat before), create only with
+  O_EXCL, and read no more than a bound. Root never writes, truncates or chowns a file it did not just
+  create itself.
+* Root LOADING configuration or state (the env file, profiles, the profile cache, node state): like sshd's
+  StrictModes, the file and every directory above it must be writable by root alone. A path someone else
+  could write is refused with one line naming it (`UnsafePathError`). Run as another user, stune loads
+  what that user could have written anyway, so the check applies to euid 0 only.
+
+This module is on the prolog path: it imports only errno, os and stat.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from .errors import StuneError
+
+O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never hangs us
+O_CREATE = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePathError(StuneError):
+    """A path root was asked to use is not safe: wrong type, owner, link count or permissions."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+def _where(name: str, dir_fd: int | None) -> str:
+    if dir_fd is None or os.path.isabs(name):
+        return name
+    try:
+        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+    except OSError:
+        return name
+
+
+def _check_opened(fd: int, name: str, dir_fd: int | None, want: int, owner: int | None,
+                  single_link: bool) -> os.stat_result:
+    st = os.fstat(fd)
+    if stat.S_IFMT(st.st_mode) != want:
+        kind = "a directory" if want == stat.S_IFDIR else "a regular file"
+        raise UnsafePathError(_where(name, dir_fd), f"not {kind}")
+    if single_link and want == stat.S_IFREG and st.st_nlink != 1:
+        raise UnsafePathError(_where(name, dir_fd), f"has {st.st_nlink} hard links; refusing a linked file")
+    if owner is not None and st.st_uid != owner:
+        raise UnsafePathError(_where(name, dir_fd), f"owned by uid {st.st_uid}, expected uid {owner}")
+    return st
+
+
+def open_file(name: str, dir_fd: int | None = None, *, owner: int | None = None,
+              single_link: bool = True, flags: int = 0) -> int:
+    """Open a regular file for reading without following a symlink or blocking on a FIFO, then check
+    (on the descriptor) that it is a regular file, has one link and, when given, belongs to `owner`.
+    OSError for a missing name; UnsafePathError for anything planted."""
+    try:
+        fd = os.open(name, O_FILE | flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a symlink
+            raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
+        raise
+    try:
+        _check_opened(fd, name, dir_fd, stat.S_IFREG, owner, single_link)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None) -> int:
+    """Open a directory without following a symlink at its last component; check its owner when given."""
+    try:
+        fd = os.open(name, O_DIR, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise UnsafePathError(_where(name, dir_fd), "is not a directory (or is a symbolic link)") from None
+        raise
+    try:
+        _check_opened(fd, name, dir_fd, stat.S_IFDIR, owner, False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_exclusive(name: str, dir_fd: int | None = None, mode: int = 0o600, flags: int = os.O_WRONLY) -> int:
+    """Create a new file that nobody else can have prepared: O_CREAT|O_EXCL|O_NOFOLLOW. FileExistsError
+    when the name is taken (by anything, a symlink included)."""
+    return os.open(name, O_CREATE | flags, mode, dir_fd=dir_fd)
+
+
+def read_bounded(fd: int, limit: int) -> bytes | None:
+    """At most `limit` bytes from fd; None when the file holds more (a size nobody should be trusted for)."""
+    chunks, total = [], 0
+    while total <= limit:
+        data = os.read(fd, min(65536, limit + 1 - total))
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+        total += len(data)
+    return None
+
+
+def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int | None = None,
+                 sync: bool = False) -> None:
+    """Write `data` to a fresh, exclusively created temporary beside `path` and rename it over `path`:
+    readers see the old file or the new one, and a name planted in advance is never written through."""
+    if isinstance(data, str):
+        data = data.encode()
+    head, tail = os.path.split(path)
+    for attempt in range(100):
+        tmp = os.path.join(head, f".{tail}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            fd = create_exclusive(tmp, dir_fd, mode)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 32 random bits
+        raise FileExistsError(path)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if os.fstat(fd).st_mode & 0o7777 != mode:
+                os.fchmod(fd, mode)  # the umask narrowed it
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def untrusted_reason(path: str, *, uid: int | None = None) -> str | None:
+    """Why `path` (file or directory) may not be trusted by `uid` (default: this process's euid), or None.
+
+    Trusted: the path itself and every directory above it (symlinks resolved) is owned by root or `uid`
+    and is not writable by group or others. A world-writable directory with the sticky bit (/tmp) is
+    allowed as an ancestor, since nobody else can rename or remove what root keeps inside it."""
+    uid = os.geteuid() if uid is None else uid
+    owners = {0, uid}
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"cannot be checked: {exc.strerror}"
+    if st.st_uid not in owners:
+        return f"is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"is writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            pst = os.stat(parent)
+        except OSError as exc:
+            return f"cannot be checked: {parent}: {exc.strerror}"
+        if pst.st_uid not in owners:
+            return f"lies in {parent}, owned by uid {pst.st_uid}, not root"
+        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
+            return (f"lies in {parent}, which is writable by {_writers(pst.st_mode)} "
+                    f"(mode {stat.S_IMODE(pst.st_mode):04o})")
+        if parent == "/":
+            return None
+        parent = os.path.dirname(parent)
+
+
+def _writers(mode: int) -> str:
+    return " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
+
+
+def require_trusted(path: str) -> None:
+    """Refuse (UnsafePathError) to let root load `path` when someone other than root could have written
+    it. A no-op for other users: they can only load what they could write themselves."""
+    if os.geteuid() != 0:
+        return
+    problem = untrusted_reason(path, uid=0)
+    if problem:
+        raise UnsafePathError(path, f"{problem}; root does not load it (fix the owner/mode)")
