@@ -171,29 +171,55 @@ def _cross_checks(data: dict, where: Where) -> None:
             raise where.error(name, "give either `min` or `allowed`, not both")
         if rule is None:
             continue
+        hex_parts = name == "versions.vbios"
         for version in rule["allowed"] + ([rule["min"]] if rule["min"] is not None else []):
-            if not version_key(version):
-                raise where.error(name, f"{version!r} is not a version")
+            if parse_version(version, hex_parts) is None:
+                form = "dot-separated hex numbers" if hex_parts else "dot-separated numbers"
+                raise where.error(name, f"{version!r} is not a version ({form}, e.g. "
+                                        f"{'96.00.74.00.0D' if hex_parts else '20.31.1014'})")
     gpu = data["gpu"]
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
 
 
+VERSION_PARTS_MAX = 8       # components of a version: 535.104.05 has 3, a VBIOS like 96.00.74.00.0D has 5
+VERSION_PART_DIGITS = 9     # digits per component: bounded, so no text can make int() slow or huge
+_HEX = "0123456789abcdefABCDEF"
+
+
+def parse_version(text, hex_parts: bool = False) -> tuple | None:
+    """The numeric tuple of a fully well-formed dotted version, else None.
+
+    Well formed: 1-8 components separated by single dots, each 1-9 ASCII digits (hex digits for a VBIOS,
+    `hex_parts`), nothing else but surrounding whitespace. `20.31.1014` -> (20, 31, 1014); `20.31.10\ufffd14`,
+    `20.31`+5000 digits, `v1.2`, `1..2` and `` -> None. A version that is not exactly this is unreadable,
+    never a lower version: garbage must not fail a node."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip(" \t\r\n")
+    if not text or len(text) > VERSION_PARTS_MAX * (VERSION_PART_DIGITS + 1) or not text.isascii():
+        return None
+    parts = text.split(".")
+    if len(parts) > VERSION_PARTS_MAX:
+        return None
+    out = []
+    for part in parts:
+        if not 1 <= len(part) <= VERSION_PART_DIGITS:
+            return None
+        if hex_parts:
+            if any(c not in _HEX for c in part):
+                return None
+            out.append(int(part, 16))
+        elif is_digits(part):
+            out.append(int(part))
+        else:
+            return None
+    return tuple(out)
+
+
 def version_key(version: str) -> tuple:
-    """Numeric tuple of a dotted version ('20.31.1014' -> (20, 31, 1014)); () if it has no digits."""
-    parts = []
-    for chunk in str(version).strip().replace("-", ".").split("."):
-        digits = ""
-        for ch in chunk:
-            if is_digits(ch):
-                digits += ch
-            else:
-                break
-        if digits:
-            parts.append(int(digits))
-        elif chunk:
-            parts.append(-1)
-    return tuple(parts) if any(p >= 0 for p in parts) else ()
+    """Numeric tuple of a well-formed decimal dotted version ('20.31.1014' -> (20, 31, 1014)); () otherwise."""
+    return parse_version(version) or ()
 
 
 def _digest(data: dict) -> str:

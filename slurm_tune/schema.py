@@ -303,6 +303,9 @@ class Frozen:
     def __contains__(self, name):
         return name in self._data
 
+    def __iter__(self):
+        return iter(self._data)
+
     def __eq__(self, other):
         return isinstance(other, Frozen) and self._data == other._data
 

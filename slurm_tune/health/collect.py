@@ -11,7 +11,7 @@ import time
 
 from .. import fastjson
 from ..hw.snapshot import FORMAT
-from ..hw.sysfs import IB_CLASS, IB_ERROR_COUNTERS, Sysfs
+from ..hw.sysfs import IB_ERROR_COUNTERS, Sysfs
 
 
 def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
@@ -37,8 +37,8 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
     plan = []  # (section, names, read one)
     if profile.fabric.type in ("ib", "roce"):
         devices = list(dict.fromkeys(h.device for h in profile.fabric.hcas))
-        plan.append(("ib", devices, lambda d: sysfs.ib_device(d, gids=False, counters=IB_ERROR_COUNTERS)
-                     if sysfs.exists(f"{IB_CLASS}/{d}") else None))  # absent: judged missing
+        # an absent HCA reads as None and is left out: judged missing; an unreadable one says why
+        plan.append(("ib", devices, lambda d: sysfs.ib_device(d, gids=False, counters=IB_ERROR_COUNTERS)))
     names = [profile.fabric.socket_ifname] if profile.fabric.socket_ifname else []
     names += [h.netdev for h in profile.fabric.hcas if h.netdev]
     if names:

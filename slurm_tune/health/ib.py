@@ -1,7 +1,8 @@
 """IB and RoCE fabric checks: each HCA port the partition's profile requires, and the socket interface.
 
 Per port: `state` ACTIVE, `phys_state` LinkUp and `link_layer` matching the fabric, else fail; a missing HCA
-or port fails; `rate` below the profile's rate is degraded; the error counters are judged as increases since
+or port fails, one that is there but cannot be read (a symlink loop, a file where a directory belongs) is
+unknown; `rate` below the profile's rate is degraded; the error counters are judged as increases since
 the last periodic run against the profile's thresholds (first sight: baseline only; a counter that went down
 was reset by a driver reload or reboot: re-baseline, no alarm). RoCE ports need their netdev up.
 """
@@ -59,13 +60,19 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
             if devices is None or (why is not None and hca.device not in devices):
                 results.append(R.unknown("ib.link", subject, f"cannot judge: {why}"))
                 continue
-            port_results, counters = _check_port(devices, hca, fabric, profile.health.counters,
-                                                 _dict(baselines_in.get(subject)) or {})
+            try:  # one port's bad data (or a bug it triggers) is that port's finding, never its neighbours'
+                port_results, counters = _check_port(devices, hca, fabric, profile.health.counters,
+                                                     _dict(baselines_in.get(subject)) or {})
+                if fabric.type == "roce" and hca.netdev:
+                    port_results.append(_check_roce_netdev(devices, nets, nets_why, hca))
+            except Exception as exc:
+                port_results, counters = [R.unknown("ib.internal", subject, f"internal error judging {subject}: "
+                                                    f"{type(exc).__name__}: {exc}")], None
+                if type(baselines_in.get(subject)) is dict:
+                    counters = baselines_in[subject]
             results += port_results
             if counters is not None:
                 baselines[subject] = counters
-            if fabric.type == "roce" and hca.netdev:
-                results.append(_check_roce_netdev(devices, nets, nets_why, hca))
     if fabric.socket_ifname:
         results.append(_check_socket_ifname(snapshot, fabric.socket_ifname))
     return results, {"baselines": baselines}
@@ -79,10 +86,18 @@ def _check_port(devices: dict, hca, fabric, thresholds, baseline: dict) -> tuple
                                            f"the {fabric.type} profile requires it", f"{hca.device} missing")], None
     if dev is None:
         return [R.unknown("ib.link", subject, f"unreadable entry for {hca.device}")], None
+    if isinstance(dev.get("unreadable"), str):
+        return [R.unknown("ib.link", subject, f"HCA {hca.device} is there but cannot be read: "
+                                              f"{dev['unreadable']}")], None
     ports = _dict(dev.get("ports"))
     port = _dict(ports.get(str(hca.port))) if ports is not None else None
     if ports is None or (port is None and str(hca.port) in ports):
         return [R.unknown("ib.link", subject, f"unreadable port list for {hca.device}")], None
+    if port is None and isinstance(dev.get("ports_error"), str):
+        return [R.unknown("ib.link", subject, f"cannot list the ports of {hca.device}: {dev['ports_error']}")], None
+    if port is not None and isinstance(port.get("unreadable"), str):
+        return [R.unknown("ib.link", subject, f"port {hca.port} of {hca.device} is there but cannot be read: "
+                                              f"{port['unreadable']}")], None
     if port is None or port.get("present") is False:
         return [R.fail("ib.link", subject, f"port {hca.port} of {hca.device} is missing; the profile requires it",
                        f"{subject} missing")], None
@@ -188,6 +203,8 @@ def _check_roce_netdev(devices: dict, nets: dict | None, nets_why: str | None, h
     if nets is None or (nets_why is not None and hca.netdev not in nets):
         return R.unknown("ib.netdev", subject, f"cannot see {hca.netdev}: {nets_why}")
     info = _dict(nets.get(hca.netdev))
+    if info is not None and isinstance(info.get("unreadable"), str):
+        return R.unknown("ib.netdev", subject, f"{hca.netdev} is there but cannot be read: {info['unreadable']}")
     if info is None or info.get("present") is False:
         if hca.netdev in nets and info is None:
             return R.unknown("ib.netdev", subject, f"unreadable entry for {hca.netdev}")
@@ -215,6 +232,8 @@ def _check_socket_ifname(snapshot, name: str) -> R.Result:
     if nets is None or (why is not None and name not in nets):
         return R.unknown("net.socket", name, f"cannot judge: {why}")
     info = _dict(nets.get(name))
+    if info is not None and isinstance(info.get("unreadable"), str):
+        return R.unknown("net.socket", name, f"there but cannot be read: {info['unreadable']}")
     if info is None or info.get("present") is False:
         if name in nets and info is None:
             return R.unknown("net.socket", name, "unreadable entry")

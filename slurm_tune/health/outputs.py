@@ -10,7 +10,7 @@ import os
 from .. import fastjson
 from . import result as R
 
-STATUS_VALUE = {R.OK: 0, R.UNKNOWN: 1, R.DEGRADED: 2, R.FAIL: 3}
+STATUS_VALUE = {R.OK: 0, R.WARNING: 0, R.UNKNOWN: 1, R.DEGRADED: 2, R.FAIL: 3}
 
 
 def report(node: str, partition: str, policy: str, mode: str, at: float, verdict: R.Verdict,
@@ -37,7 +37,8 @@ def prometheus(doc: dict) -> str:
         "# TYPE stune_health_status gauge",
         f'stune_health_status{{{base},mode="{_label(doc["mode"])}",reason="{_label(doc["reason"])}"}} '
         f'{STATUS_VALUE[doc["status"]]}',
-        "# HELP stune_health_check_status One check's result: 0 ok, 1 unknown, 2 degraded, 3 fail.",
+        "# HELP stune_health_check_status One check's result: 0 ok (or a warning about the policy), 1 unknown, "
+        "2 degraded, 3 fail.",
         "# TYPE stune_health_check_status gauge",
     ]
     for r in doc["results"]:

@@ -2,11 +2,12 @@
 prolog path, and `collections` alone costs a millisecond to import there."""
 from __future__ import annotations
 
-OK, UNKNOWN, DEGRADED, FAIL = "ok", "unknown", "degraded", "fail"
+OK, WARNING, UNKNOWN, DEGRADED, FAIL = "ok", "warning", "unknown", "degraded", "fail"
 # Worst first when sorting; a verdict is its worst result. Unknown ranks below degraded: a check that could
-# not tell must never weigh more than one that saw a real (if mild) problem.
-RANK = {OK: 0, UNKNOWN: 1, DEGRADED: 2, FAIL: 3}
-STATUSES = (OK, UNKNOWN, DEGRADED, FAIL)
+# not tell must never weigh more than one that saw a real (if mild) problem. A warning is a finding about the
+# policy, not the node (e.g. no firmware rule matched an HCA): shown everywhere, but the node stays ok.
+RANK = {OK: 0, WARNING: 0, UNKNOWN: 1, DEGRADED: 2, FAIL: 3}
+STATUSES = (OK, WARNING, UNKNOWN, DEGRADED, FAIL)
 
 
 class _Record:
@@ -35,7 +36,8 @@ class Result(_Record):
     subject: what was looked at (`mlx5_2/1`, `gpu3 0000:47:00.0`, `node`).
     status:  ok, degraded, fail or unknown.
     message: one human line: what was seen, and what was expected.
-    reason:  a short form for a Slurm drain reason or node comment (`mlx5_2/1 state DOWN`); '' when ok.
+    reason:  a short form for a Slurm drain reason or node comment (`mlx5_2/1 state DOWN`); for unknown, what
+             could not be read (`mlx5_0/1 unreadable state '1: DWN'`); '' when ok.
     """
 
     __slots__ = ("check", "subject", "status", "message", "reason")
@@ -55,8 +57,14 @@ def ok(check: str, subject: str, message: str) -> Result:
     return Result(check, subject, OK, message, "")
 
 
-def unknown(check: str, subject: str, message: str) -> Result:
-    return Result(check, subject, UNKNOWN, message, "")
+def warning(check: str, subject: str, message: str) -> Result:
+    return Result(check, subject, WARNING, message, "")
+
+
+def unknown(check: str, subject: str, message: str, reason: str = "") -> Result:
+    """Could not tell. The reason says what could not be read (by default the subject and the message), so
+    an unknown verdict is never silent in the text, JSON or Prometheus outputs."""
+    return Result(check, subject, UNKNOWN, message, reason or f"{subject}: {message}")
 
 
 def degraded(check: str, subject: str, message: str, reason: str) -> Result:
@@ -94,7 +102,7 @@ REASON_MAX = 120  # Slurm keeps long reasons, but sinfo/squeue columns and pager
 def make_verdict(results: list) -> Verdict:
     status = worst(results)
     reason = ""
-    if status in (FAIL, DEGRADED):
+    if status in (FAIL, DEGRADED, UNKNOWN):
         worst_ones = [r for r in results if r.status == status]
         reason = worst_ones[0].reason or worst_ones[0].message
         if len(worst_ones) > 1:

@@ -1,28 +1,83 @@
 """Version checks against the partition's validated matrix (`versions:` in the profile).
 
-HCA firmware (`fw_ver`, looked up by `board_id`, then by model `hca_type`), the NVIDIA driver, the CUDA driver
-API version and each GPU's VBIOS. A rule is `{min: V}` (V or newer) or `{allowed: [V, ...]}` (exactly one
-of these). A version outside the matrix fails: the combination was never validated for this partition.
+HCA firmware (`fw_ver`, by the board's PSID `board_id` - exactly, or by a glob pattern such as `DEL*` for
+OEM PSIDs - then by model `hca_type`), the NVIDIA driver, the CUDA driver API version and each GPU's VBIOS.
+A rule is `{min: V}` (V or newer) or `{allowed: [V, ...]}` (exactly one of these). A version outside the
+matrix fails: the combination was never validated for this partition. A version, board_id or model that is
+not fully well formed is unknown, naming where it was read: garbage is never a lower version.
 """
 from __future__ import annotations
 
-from ..profiles import version_key
+from ..hw.sysfs import IB_CLASS
+from ..profiles import parse_version
 from . import result as R
 from .ib import section
 
+ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+ID_MAX = 64
 
-def judge(text, rule) -> tuple[str, str]:
-    """(status, what was expected) for one version string against one rule."""
+
+def judge(text, rule, hex_parts: bool = False) -> tuple[str, str]:
+    """(status, what was expected) for one version string against one rule: unknown unless `text` is a
+    fully well-formed version."""
     if rule.min is not None:
         expected = f"{rule.min} or newer"
     else:
         expected = "one of " + ", ".join(rule.allowed)
-    if not isinstance(text, str) or not version_key(text):
+    key = parse_version(text, hex_parts)
+    if key is None:
         return R.UNKNOWN, expected
-    key = version_key(text)
     if rule.min is not None:
-        return (R.OK if key >= version_key(rule.min) else R.FAIL), expected
-    return (R.OK if any(text.strip() == v or key == version_key(v) for v in rule.allowed) else R.FAIL), expected
+        return (R.OK if key >= parse_version(rule.min, hex_parts) else R.FAIL), expected
+    return (R.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else R.FAIL), expected
+
+
+def well_formed_id(text) -> bool:
+    """A board_id (PSID, e.g. MT_0000000223, DEL0000000010) or hca_type (MT4123) as the kernel shows it."""
+    return isinstance(text, str) and 0 < len(text) <= ID_MAX and all(c in ID_CHARS for c in text)
+
+
+def is_pattern(key: str) -> bool:
+    return "*" in key or "?" in key
+
+
+def glob_match(pattern: str, text: str) -> bool:
+    """`*` (any run) and `?` (one character), case-sensitive, like fnmatchcase for these two; hand-made
+    because fnmatch imports re, which costs the prolog ~6 ms."""
+    p = t = 0
+    star, mark = -1, 0
+    while t < len(text):
+        if p < len(pattern) and (pattern[p] == "?" or pattern[p] == text[t]):
+            p, t = p + 1, t + 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star, mark, p = p, t, p + 1
+        elif star >= 0:
+            p, mark = star + 1, mark + 1
+            t = mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
+
+
+def match_rule(rules, board, model) -> tuple[str | None, str | None]:
+    """(the rule key that applies, None) or (None, why it cannot be told). Order: the exact board_id, the
+    first PSID pattern (in the profile's order) matching it, the model. (None, None): no rule matches."""
+    board_ok, model_ok = well_formed_id(board), well_formed_id(model)
+    if board_ok:
+        if board in rules and not is_pattern(board):
+            return board, None
+        for key in rules:
+            if is_pattern(key) and glob_match(key, board):
+                return key, None
+    if model_ok and model in rules and not is_pattern(model):
+        return model, None
+    if not board_ok:
+        return None, f"unreadable board_id {board!r}"
+    if not model_ok:
+        return None, f"no rule for board {board} and unreadable hca_type {model!r}"
+    return None, None
 
 
 def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
@@ -45,11 +100,28 @@ def _hca_firmware(snapshot, profile) -> list:
             if name in devices:
                 out.append(R.unknown("versions.hca_firmware", name, "unreadable HCA entry"))
             continue  # a missing HCA is the link check's failure
+        if isinstance(dev.get("unreadable"), str):
+            out.append(R.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}"))
+            continue
         fw, board, model = dev.get("fw_ver"), dev.get("board_id"), dev.get("hca_type")
-        key = next((k for k in (board, model) if isinstance(k, str) and k in rules), None)
-        if key is None or rules[key] is None:
-            out.append(R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): no rule for "
-                                                           "this board or model"))
+        if not list(rules):
+            out.append(R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): the profile has "
+                                                           "no firmware rules"))
+            continue
+        key, problem = match_rule(rules, board, model)
+        if problem:
+            out.append(R.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
+                                 f"{'board_id' if 'board_id' in problem else 'hca_type'}); cannot tell which "
+                                 "firmware rule applies"))
+            continue
+        if key is None:
+            out.append(R.warning("versions.hca_firmware", name,
+                                 f"fw {fw} on board {board} ({model}): no firmware rule matches this HCA "
+                                 f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model"))
+            continue
+        if rules[key] is None:
+            out.append(R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): rule {key} "
+                                                           "switched off"))
             continue
         status, expected = judge(fw, rules[key])
         seen = f"fw {fw} on board {board} ({model})"
@@ -57,9 +129,10 @@ def _hca_firmware(snapshot, profile) -> list:
             out.append(R.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
                               f"{name} fw {fw} not validated"))
         elif status == R.UNKNOWN:
-            out.append(R.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r}; expected {expected}"))
+            out.append(R.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r} "
+                                 f"({IB_CLASS}/{name}/fw_ver); expected {expected}"))
         else:
-            out.append(R.ok("versions.hca_firmware", name, f"{seen}; expected {expected}"))
+            out.append(R.ok("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})"))
     return out
 
 
@@ -81,8 +154,8 @@ def _gpu_versions(snapshot, versions) -> list:
             out.append(R.fail(f"versions.{name}", "node", f"{label} {text}; expected {expected}",
                               f"{label} {text} not validated"))
         elif status == R.UNKNOWN:
-            out.append(R.unknown(f"versions.{name}", "node", f"unreadable {label} version {text!r}; "
-                                                             f"expected {expected}"))
+            out.append(R.unknown(f"versions.{name}", "node", f"unreadable {label} version {text!r} (NVML "
+                                                             f"{field}); expected {expected}"))
         else:
             out.append(R.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
     rule = versions.vbios
@@ -91,7 +164,7 @@ def _gpu_versions(snapshot, versions) -> list:
         bad, unreadable, expected = [], [], ""
         for pos, dev in enumerate(devices):
             text = dev.get("vbios_version") if isinstance(dev, dict) else None
-            status, expected = judge(text, rule)
+            status, expected = judge(text, rule, hex_parts=True)
             if status == R.FAIL:
                 bad.append(f"gpu{pos} {text}")
             elif status == R.UNKNOWN:
@@ -100,7 +173,8 @@ def _gpu_versions(snapshot, versions) -> list:
             out.append(R.fail("versions.vbios", "node", f"VBIOS {', '.join(bad)}; expected {expected}",
                               f"{bad[0]} VBIOS not validated"))
         elif unreadable:
-            out.append(R.unknown("versions.vbios", "node", f"unreadable VBIOS {', '.join(unreadable)}"))
+            out.append(R.unknown("versions.vbios", "node", f"unreadable VBIOS {', '.join(unreadable)} "
+                                                             "(NVML vbios_version)"))
         else:
             out.append(R.ok("versions.vbios", "node", f"{len(devices)} GPUs; expected {expected or 'any'}"))
     return out

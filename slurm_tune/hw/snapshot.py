@@ -107,6 +107,11 @@ def read_xid_events(root: str) -> list[dict]:
     return [ev for ev in (parse_xid_record(line) for line in lines) if ev is not None]
 
 
+def _bounded_digits(text: str, most: int) -> bool:
+    """Decimal digits, at most `most` of them: a garbled record can be skipped, never make int() raise."""
+    return 0 < len(text) <= most and is_digits(text)
+
+
 def parse_xid_record(line: str) -> dict | None:
     """`4,1234,5678901,-;NVRM: Xid (PCI:0000:07:00): 79, pid=..., GPU has fallen off the bus.` -> event."""
     header, sep, message = line.partition(";")
@@ -117,14 +122,14 @@ def parse_xid_record(line: str) -> dict | None:
     if at < 0:
         return None
     fields = header.split(",")
-    if len(fields) < 3 or not is_digits(fields[1].strip()) or not is_digits(fields[2].strip()):
+    if len(fields) < 3 or not _bounded_digits(fields[1].strip(), 20) or not _bounded_digits(fields[2].strip(), 20):
         return None
     rest = message[at + len(marker):]
     pci, sep, tail = rest.partition("):")
     if not sep:
         return None
     code = tail.strip().split(",", 1)[0].strip()
-    if not is_digits(code):
+    if not _bounded_digits(code, 6):
         return None
     return {"seq": int(fields[1]), "usec": int(fields[2]), "pci": pci.strip().lower(), "xid": int(code),
             "text": message[at:].strip()[:400]}

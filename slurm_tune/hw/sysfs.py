@@ -21,6 +21,15 @@ GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 # The error counters the health checks judge; capture takes every file in counters/ regardless.
 IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 IFF_UP = 0x1
+COUNTER_MAX = (1 << 64) - 1  # sysfs counters are at most 64 bits wide; anything larger is garbage
+INT_TEXT_MAX = 24            # longest integer text any parsed sysfs value can have (a 64-bit value has 20 digits)
+
+
+MISSING = "missing"
+
+
+def _isdir(mode: int) -> bool:
+    return mode & 0o170000 == 0o040000  # stat.S_ISDIR without importing stat on the prolog path
 
 
 def resolve_root(text: str | None, environ=None) -> str:
@@ -71,6 +80,36 @@ class Sysfs:
     def exists(self, rel: str) -> bool:
         return os.path.exists(self.path(rel))
 
+    def entry(self, rel: str) -> str | None:
+        """Whether a sysfs directory can be used: None when it is a readable directory, MISSING when nothing
+        is there, else why it cannot be read (a symlink loop, a file where a directory belongs, a dangling
+        link, no permission). Missing and unreadable are different findings: only missing is the hardware's."""
+        path = self.path(rel)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            try:
+                os.lstat(path)
+            except FileNotFoundError:
+                return MISSING
+            except OSError as exc:
+                return f"{rel}: {exc.strerror}"
+            return f"{rel}: dangling symbolic link"
+        except OSError as exc:  # ELOOP, ENOTDIR (a file where a directory belongs above it), EACCES, EIO
+            return f"{rel}: {exc.strerror}"
+        if not _isdir(st.st_mode):
+            return f"{rel}: not a directory"
+        return None
+
+    def listdir_checked(self, rel: str) -> tuple[list[str], str | None]:
+        """(names, None); ([], MISSING) when nothing is there; ([], why) when it cannot be listed."""
+        try:
+            return sorted(os.listdir(self.path(rel))), None
+        except FileNotFoundError:
+            return [], (MISSING if self.entry(rel) == MISSING else f"{rel}: cannot be listed")
+        except OSError as exc:
+            return [], f"{rel}: {exc.strerror}"
+
     def realpath_name(self, rel: str) -> str | None:
         """Basename of what a sysfs symlink points at (e.g. device -> .../0000:07:00.0)."""
         try:
@@ -87,26 +126,40 @@ class Sysfs:
         return [p for p in self.listdir(f"{IB_CLASS}/{device}/ports") if is_digits(p)]
 
     def ib_device(self, device: str, *, ports: list[str] | None = None, gids: bool = False,
-                  counters: tuple[str, ...] | None = None) -> dict:
-        """Raw facts of one HCA: fw_ver, board_id, hca_type, node_guid, PCI address, netdevs, and its ports."""
+                  counters: tuple[str, ...] | None = None) -> dict | None:
+        """Raw facts of one HCA (None when it is not there): fw_ver, board_id, hca_type, node_guid, PCI address, netdevs, and its ports.
+        An HCA entry that is there but cannot be read is {"unreadable": why}; a port list that cannot be
+        read leaves `ports_error`, so no port is taken for missing."""
         base = f"{IB_CLASS}/{device}"
-        return {
+        problem = self.entry(base)
+        if problem == MISSING:
+            return None
+        if problem is not None:
+            return {"unreadable": problem}
+        out = {
             "fw_ver": self.read(f"{base}/fw_ver"),
             "board_id": self.read(f"{base}/board_id"),
             "hca_type": self.read(f"{base}/hca_type"),
             "node_guid": self.read(f"{base}/node_guid"),
             "pci": self.realpath_name(f"{base}/device"),
             "netdevs": self.listdir(f"{base}/device/net"),
-            "ports": {p: self.ib_port(device, p, gids=gids, counters=counters) for p in (ports or self.ib_ports(device))},
         }
+        if not ports:
+            names, why = self.listdir_checked(f"{base}/ports")
+            ports = [p for p in names if is_digits(p)]
+            if why is not None and why != MISSING:
+                out["ports_error"] = why
+        out["ports"] = {p: self.ib_port(device, p, gids=gids, counters=counters) for p in ports}
+        return out
 
     def ib_port(self, device: str, port: str | int, *, gids: bool = False,
                 counters: tuple[str, ...] | None = None) -> dict:
         """One port's raw facts. `counters`: just these counter files (the prolog reads the four it judges),
         default every file in counters/."""
         base = f"{IB_CLASS}/{device}/ports/{port}"
-        if not self.exists(base):
-            return {"present": False}
+        problem = self.entry(base)
+        if problem is not None:
+            return {"present": False} if problem == MISSING else {"unreadable": problem}
         out = {
             "present": True,
             "state": self.read(f"{base}/state"),
@@ -142,8 +195,9 @@ class Sysfs:
 
     def netdev(self, name: str) -> dict:
         base = f"{NET_CLASS}/{name}"
-        if not self.exists(base):
-            return {"present": False}
+        problem = self.entry(base)
+        if problem is not None:
+            return {"present": False} if problem == MISSING else {"unreadable": problem}
         return {"present": True, "operstate": self.read(f"{base}/operstate"), "flags": self.read(f"{base}/flags"),
                 "carrier": self.read(f"{base}/carrier"), "mtu": self.read(f"{base}/mtu"),
                 "type": self.read(f"{base}/type"), "address": self.read(f"{base}/address")}
@@ -151,8 +205,9 @@ class Sysfs:
     # ---- PCI and NUMA ------------------------------------------------------------------------------------
     def pci_device(self, address: str) -> dict:
         base = f"{PCI_DEVICES}/{address}"
-        if not self.exists(base):
-            return {"present": False}
+        problem = self.entry(base)
+        if problem is not None:
+            return {"present": False} if problem == MISSING else {"unreadable": problem}
         fields = ("vendor", "device", "class", "numa_node", "local_cpulist", "current_link_speed",
                   "current_link_width", "max_link_speed", "max_link_width")
         out = {"present": True}
@@ -211,10 +266,15 @@ def parse_rate_gbps(text: str | None) -> float | None:
 
 
 def parse_counter(text: str | None) -> int | None:
+    """A counter's decimal text, at most 64 bits (sysfs counters are); anything else - a sign, a 21-digit or a
+    5000-digit number - is None, so one garbled counter is unknown without touching its neighbours."""
     if not isinstance(text, str):
         return None
     text = text.strip()
-    return int(text) if is_digits(text) else None
+    if not text or len(text) > 20 or not is_digits(text):
+        return None
+    value = int(text)
+    return value if value <= COUNTER_MAX else None
 
 
 def parse_gid(text: str | None) -> int | None:
@@ -277,7 +337,7 @@ def parse_cpulist(text: str | None) -> frozenset[int] | None:
     cpus: set[int] = set()
     for chunk in text.split(","):
         lo, sep, hi = chunk.strip().partition("-")
-        if not is_digits(lo) or (sep and not is_digits(hi)):
+        if not is_digits(lo) or (sep and not is_digits(hi)) or len(lo) > 7 or len(hi) > 7:
             return None
         start, end = int(lo), int(hi) if sep else int(lo)
         if end < start or end - start > 65536:
@@ -291,6 +351,8 @@ def parse_int(text: str | None) -> int | None:
     if not isinstance(text, str):
         return None
     text = text.strip()
+    if len(text) > INT_TEXT_MAX:  # bounded: no text makes int() slow or raise on its digit limit
+        return None
     try:
         return int(text, 16) if text.lower().startswith("0x") else int(text)
     except ValueError:
