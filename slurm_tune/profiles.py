@@ -96,6 +96,10 @@ PROFILE_SCHEMA = Section({
         "probe_timeout_s": Float(5.0, min=0.1, max=120),
         "drain_max_fraction": Float(0.10, min=0.0, max=1.0, doc="circuit breaker: share of a partition"),
         "drain_window": Duration(3600, doc="circuit breaker window"),
+        "unknown_degrade_after": Int(3, min=0, max=1000,
+                                     doc="periodic runs in a row with the same unknown finding (a read that hangs, "
+                                         "a counter stuck saturated) after which the node is marked degraded; "
+                                         "0 never"),
     }),
     "recovery": Section({
         "requeue": Bool(True),

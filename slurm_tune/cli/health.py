@@ -5,7 +5,7 @@
     stune-health prolog | epilog                                               Slurm Prolog / Epilog
     stune-health run [--dry-run] [--json]                                      HealthCheckProgram
     stune-health status                                                        this node's health state
-    stune-health clear [--xid] [--baselines] [--trust]                         forget held state
+    stune-health clear [--xid] [--baselines] [--trust] [--unknown]             forget held state
     stune-health xids                                                          the Xid table
 
 Common options: --partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-dir DIR, --node NAME,
@@ -38,7 +38,7 @@ COMMANDS = {
     "epilog": {},
     "run": {"--dry-run": 0, "--json": 0},
     "status": {},
-    "clear": {"--xid": 0, "--baselines": 0, "--trust": 0},
+    "clear": {"--xid": 0, "--baselines": 0, "--trust": 0, "--unknown": 0},
     "xids": {},
 }
 
@@ -47,13 +47,79 @@ _ENFORCED: list = []  # set by a hook that fails the job on purpose; nothing els
 
 
 class Usage(Exception):
-    pass
+    """A usage error (exit 2) or, with `help_for`, a request for a command's help (exit 0)."""
+
+    def __init__(self, message: str, help_for: str | None = None):
+        super().__init__(message)
+        self.help_for = help_for
+
+
+# Every option, with its help line: `stune-health <command> --help` prints exactly these.
+COMMON_HELP = (
+    ("--partition P", "judge by partition P's profile (default: $STUNE_HEALTH_PARTITION, else the one this "
+                      "node used before)"),
+    ("--sysfs-root DIR", "read sysfs, /dev/kmsg and boot_id under DIR (default: $STUNE_SYSFS_ROOT or /; %n = "
+                         "node name)"),
+    ("--gpu-snapshot FILE", "replay NVML from a snapshot file instead of the driver ($STUNE_GPU_SNAPSHOT)"),
+    ("--state-dir DIR", "node-local state (default: $STUNE_STATE_DIR or /var/lib/stune/health; %n = node name)"),
+    ("--node NAME", "this node's name (default: $SLURMD_NODENAME, else the host name)"),
+    ("--prom FILE", "also write a Prometheus textfile ($STUNE_HEALTH_PROM)"),
+    ("--json-out FILE", "also write the report as JSON ($STUNE_HEALTH_JSON)"),
+)
+COMMAND_HELP = {
+    "capture": ("the node's full state as one JSON snapshot (for triage: `check --snapshot` it anywhere)",
+                (("-o, --output FILE", "write the snapshot to FILE (default: stdout)"),
+                 ("--no-nvml", "do not ask NVML (the GPU section says 'not captured')"),
+                 ("--timeout SECONDS", "deadline of each probe (default: the profile's health.probe_timeout_s, "
+                                       "else 5)")),
+                "0 written; 1 cannot write; 2 usage error"),
+    "check": ("judge a snapshot offline and print every finding that is not ok",
+              (("--snapshot FILE", "the snapshot to judge (required)"),
+               ("--previous FILE", "an older snapshot: counters are judged as increases since it"),
+               ("-v, --verbose", "print the ok results too"),
+               ("--json", "print the report as JSON")),
+              "0 ok, 4 unknown, 5 degraded, 6 fail; 1 unreadable snapshot or profile error; 2 usage error"),
+    "prolog": ("the Slurm Prolog hook: fast checks, no Slurm command, no NVML", (),
+               "10 only for a failure under a policy this node has passed (the hook script turns it into "
+               "exit 1); 0 for anything else, a bug or a bad profile included"),
+    "epilog": ("the Slurm Epilog hook: the full checks (NVML when the profile has GPUs), no Slurm command", (),
+               "10 only for an enforced failure; 0 for anything else"),
+    "run": ("the HealthCheckProgram: full checks, then drain / resume / mark degraded through Slurm",
+            (("--dry-run", "judge and say what would change (every finding that is not ok, warnings included); "
+                           "change nothing, neither Slurm nor the node state"),
+             ("--json", "print the report as JSON")),
+            "0 done; 1 Slurm or the profile failed; 7 the circuit breaker held back a drain; 2 usage error"),
+    "status": ("this node's health state (JSON)", (), "0; 2 usage error"),
+    "clear": ("forget held state",
+              (("--xid", "forget held fatal Xids (after a GPU reset)"),
+               ("--baselines", "forget the error counter baselines (re-taken next run)"),
+               ("--trust", "forget the policies this node has passed"),
+               ("--unknown", "forget the consecutive-unknown counts (the degraded mark they led to clears on "
+                             "the next run)")),
+              "0; 2 usage error (nothing to forget)"),
+    "xids": ("print the Xid table, with each Xid's meaning and verdict", (), "0"),
+}
+
+
+def command_help(command: str) -> str:
+    """`stune-health <command> --help`: what it does, every option it takes, and its exit codes."""
+    text, own, exits = COMMAND_HELP[command]
+    lines = [f"usage: {PROG} {command} [options]", "", text, ""]
+    options = list(own) + list(COMMON_HELP)
+    if options:
+        width = max(len(o) for o, _ in options)
+        lines.append("options:")
+        lines += [f"  {o:{width}s}  {h}" for o, h in options]
+        lines.append(f"  {'-h, --help':{width}s}  show this help")
+        lines.append("")
+    lines.append(f"exit status: {exits}")
+    return "\n".join(lines)
 
 
 def parse(argv: list[str]) -> tuple[str, dict]:
     """(command, {option_name: value}); option names lose their dashes (--sysfs-root -> sysfs_root)."""
     if not argv or argv[0] in ("-h", "--help", "help"):
-        raise Usage("")
+        raise Usage("", help_for=argv[1] if len(argv) > 1 and argv[1] in COMMANDS else None)
     command = argv[0]
     if command not in COMMANDS:
         raise Usage(f"unknown command {command!r}")
@@ -62,10 +128,10 @@ def parse(argv: list[str]) -> tuple[str, dict]:
     args = iter(argv[1:])
     for arg in args:
         if arg in ("-h", "--help"):
-            raise Usage("")
+            raise Usage("", help_for=command)
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if name not in allowed:
-            raise Usage(f"{command}: unknown option {arg!r}")
+            raise Usage(f"{command}: unknown option {arg!r} (see {PROG} {command} --help)")
         if allowed[name] == 0:
             if eq:
                 raise Usage(f"{command}: {name} takes no value")
@@ -108,7 +174,7 @@ def _capture(options: dict) -> int:
 def _print_verdict(header: str, verdict, verbose: bool) -> None:
     print(f"{header}: {verdict.status.upper()}" + (f" - {verdict.reason}" if verdict.reason else ""))
     hidden = 0
-    for r in sorted(verdict.results, key=lambda r: -_rank(r.status)):
+    for r in sorted(verdict.results, key=lambda r: (-_rank(r.status), r.status == "ok")):
         if r.status == "ok" and not verbose:
             hidden += 1
             continue
@@ -197,6 +263,9 @@ def _run(options: dict) -> int:
               + (f"; Slurm: {doc['sync']}" if doc["sync"] else "; no Slurm call (nothing changed)"))
         for note in doc["notes"]:
             print(f"  {note}")
+        for r in sorted(doc["results"], key=lambda r: -_rank(r["status"])):
+            if r["status"] != "ok":  # what a dry run is for: every finding behind the verdict, warnings too
+                print(f"  {r['status']:8s} {r['check']:22s} {r['subject']}: {r['message']}")
     if doc["breaker"]["open"]:
         print(f"{PROG}: CIRCUIT BREAKER: {doc['breaker']['message']}", file=sys.stderr)
     if doc["error"]:
@@ -223,9 +292,10 @@ def _clear(options: dict) -> int:
     from ..health.state import Locked, log
 
     cfg = node.settings(options)
-    what = [k for k in ("xid", "baselines", "trust") if options.get(k)]
+    what = [k for k in ("xid", "baselines", "trust", "unknown") if options.get(k)]
     if not what:
-        raise Usage("clear: say what to forget: --xid (held Xids, after a GPU reset), --baselines, --trust")
+        raise Usage("clear: say what to forget: --xid (held Xids, after a GPU reset), --baselines, --trust, "
+                    "--unknown")
     with Locked(cfg.state_dir) as st:
         if "xid" in what:
             st.state["xid_sticky"] = []
@@ -233,6 +303,8 @@ def _clear(options: dict) -> int:
             st.state["baselines"] = {}
         if "trust" in what:
             st.state["trusted"] = []
+        if "unknown" in what:
+            st.state["unknown_runs"] = {}
         st.save()
     log(cfg.state_dir, f"clear {' '.join(what)} (by hand)")
     print(f"{PROG}: cleared {', '.join(what)} in {cfg.state_dir}")
@@ -251,9 +323,13 @@ def _main(argv: list[str]) -> int:
     try:
         command, options = parse(argv)
     except Usage as exc:
+        if exc.help_for:
+            print(command_help(exc.help_for))
+            return 0
         if str(exc):
             print(f"{PROG}: {exc}", file=sys.stderr)
-        print(__doc__.split("\n\n")[1], file=sys.stderr if str(exc) else sys.stdout)
+        print(__doc__.split("\n\n")[1] + f"\n\n`{PROG} <command> --help` lists a command's options and exit "
+              "codes.", file=sys.stderr if str(exc) else sys.stdout)
         return EXIT_USAGE if str(exc) else 0
     try:
         if command in ("prolog", "epilog"):

@@ -79,10 +79,14 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
 def full(root: str, profile, node: str, gpu_snapshot: str | None = None, gids: bool = False,
          timeout_s: float | None = None, known_gpus=None, nvml: bool = True) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
-    only when asked for: the checks do not need them, a capture for triage does."""
+    only when asked for: the checks do not need them, a capture for triage does. A profile without GPUs
+    (gpu.count 0) neither imports pynvml nor probes NVML."""
     from ..hw.snapshot import capture
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
+    if profile is not None and not profile.gpu.count:  # a CPU/IB-only partition: no pynvml, no NVML probe
+        return capture(root, timeout_s=timeout, nvml=False, node=node, gids=gids,
+                       no_nvml=f"not captured (partition {profile.partition} has gpu.count 0)")
     snap = capture(root, timeout_s=timeout, nvml=nvml and gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:
         snap["gpus"] = replay_gpus(gpu_snapshot)

@@ -25,6 +25,27 @@ def judge(snapshot, profile, previous: dict | None = None) -> tuple[R.Verdict, d
     return R.make_verdict(results), updates
 
 
+def escalate_unknowns(verdict: R.Verdict, state: dict, after: int) -> R.Verdict:
+    """The periodic run's memory of unknowns: a finding unknown in `after` runs in a row (a sysfs read that
+    keeps hanging, a counter stuck saturated) becomes degraded, so the node is kept out of multi-node jobs
+    instead of being trusted forever on what nobody can see; never fail. Updates state["unknown_runs"]
+    (finding -> runs in a row); a finding that reads again drops out, and so does its mark."""
+    before = state.get("unknown_runs") if isinstance(state.get("unknown_runs"), dict) else {}
+    runs: dict = {}
+    results = []
+    for r in verdict.results:
+        if r.status == R.UNKNOWN:
+            key = f"{r.check} {r.subject}"
+            count = before.get(key)
+            runs[key] = count = (count if type(count) is int and 0 < count < 1 << 30 else 0) + 1
+            if after and count >= after:
+                r = R.degraded(r.check, r.subject, f"{r.message} (unknown in {count} runs in a row)",
+                               f"{r.subject} unknown for {count} runs: {r.message}")
+        results.append(r)
+    state["unknown_runs"] = runs
+    return R.make_verdict(results)
+
+
 def merge_state(state: dict, updates: dict, *, rebaseline: bool) -> None:
     """Fold a judgement's updates into the node state. Counter baselines move only when `rebaseline` (the
     periodic run: thresholds are per run); a hook only adds baselines for ports that had none."""

@@ -89,10 +89,12 @@ def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=N
                                                "(e.g. in /etc/default/stune) or pass --partition")
 
 
-def _record_last(state: dict, mode: str, now: float, verdict: R.Verdict, policy: str, enforced: bool) -> None:
+def _record_last(state: dict, mode: str, now: float, verdict: R.Verdict, policy: str, enforced: bool,
+                 seen: str | None = None) -> None:
+    """`seen`: the status before unknowns were escalated (an unknown marked degraded passed nothing)."""
     state["last"] = {"mode": mode, "at": round(now, 3), "status": verdict.status, "reason": verdict.reason,
                      "policy": policy, "enforced": enforced}
-    if verdict.status in (R.OK, R.DEGRADED):  # passed: not a failure, and not merely unseen
+    if (seen or verdict.status) in (R.OK, R.DEGRADED):  # passed: not a failure, and not merely unseen
         trusted = [p for p in state.get("trusted") or [] if p != policy]
         state["trusted"] = ([policy] + trusted)[:S.TRUSTED_KEEP]
 
@@ -181,9 +183,11 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"))
     with S.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
+        seen = verdict.status
+        verdict = judge.escalate_unknowns(verdict, st.state, profile.health.unknown_degrade_after)
         judge.merge_state(st.state, updates, rebaseline=True)
         st.state.setdefault("partition", profile.partition)
-        _record_last(st.state, "run", now, verdict, policy, False)
+        _record_last(st.state, "run", now, verdict, policy, False, seen)
         st.state["node"] = cfg.node
         want = A.want_for(verdict)
         why = A.needs_sync(want, st.state, now)

@@ -13,7 +13,9 @@ rewritten under an flock so the prolog, the epilog and the periodic run never lo
   Slurm's "Prolog error" drain that stune caused from anybody else's;
 - `applied`: what the periodic run last applied to Slurm (drain / degraded / ok and the reason), so an
   unchanged node makes no Slurm call;
-- `breaker`: the circuit breaker's last decision.
+- `breaker`: the circuit breaker's last decision;
+- `unknown_runs`: unknown findings of the periodic run and how many runs in a row each has been unknown
+  (`health.unknown_degrade_after` of them mark the node degraded).
 
 A missing, unreadable or garbled state file starts over (baselines are re-taken): it never stops a hook.
 """

@@ -135,11 +135,16 @@ def parse_xid_record(line: str) -> dict | None:
             "text": message[at:].strip()[:400]}
 
 
-def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_module=None,
-            gids: bool = True, node: str | None = None) -> dict:
-    """The whole node. Never raises on hardware trouble: every section records whether it answered."""
-    from .nvml import read_gpus  # NVML only when asked for: importing pynvml alone costs ~30 ms
+def _read_gpus(timeout_s: float, nvml_module) -> dict:
+    from .nvml import read_gpus
 
+    return read_gpus(timeout_s, nvml_module)
+
+
+def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_module=None,
+            gids: bool = True, node: str | None = None, no_nvml: str = "not captured (--no-nvml)") -> dict:
+    """The whole node. Never raises on hardware trouble: every section records whether it answered. NVML
+    (and pynvml, whose import alone costs ~30 ms) only when `nvml`."""
     sysfs = Sysfs(root)
     snap = {
         "format": FORMAT,
@@ -150,8 +155,8 @@ def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_
         "net": capture_net(sysfs, timeout_s),
         "pci_gpus": capture_pci_gpus(sysfs, timeout_s),
         "kernel": capture_kernel(root, timeout_s),
-        "gpus": read_gpus(timeout_s, nvml_module) if nvml else {"answered": False, "devices": [],
-                                                                  "error": "not captured (--no-nvml)"},
+        "gpus": _read_gpus(timeout_s, nvml_module) if nvml else {"answered": False, "devices": [],
+                                                                   "error": no_nvml},
     }
     snap["problems"] = list(sysfs.problems)
     return snap
