@@ -6,6 +6,7 @@ any mistake is one ConfigError line naming file:line and the key path.
 
 Loading is on the prolog and stune-sbatch paths. After a first full load the validated result is cached with
 `marshal`, keyed by every file's (size, mtime, inode), so later loads neither import yaml nor re-validate.
+Root (the hooks) loads profiles and the cache only from files and directories that root alone can write.
 """
 from __future__ import annotations
 
@@ -294,37 +295,79 @@ def _cache_path(directory: str) -> str | None:
 
 
 def _fingerprint(directory: str) -> tuple:
+    """What the cache is keyed by: every profile file's (name, size, mtime, inode). Run as root, each file
+    must be root's and writable by root alone (the directory is checked by the caller)."""
+    from .safeio import trusted_stat_or_raise
+
     stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(__file__)]
     for name in _yaml_files(directory):
+        path = os.path.join(directory, name)
         try:
-            st = os.stat(os.path.join(directory, name))
+            st = os.stat(path)
         except OSError:
             continue
+        trusted_stat_or_raise(path, st)
         stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(stamp)
 
 
-def _load_raw(directory: str) -> dict[str, dict]:
+CACHE_MAX_BYTES = 16 << 20  # far above any real profile set; a bigger file is not ours
+
+
+def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
+    """(profiles, usable): the cached profiles when the cache matches `fingerprint`; usable is False when
+    root must neither load nor write the cache (someone else can write it: marshal is not safe against
+    crafted data, and a forged profile set would be root's policy)."""
     import marshal
 
-    fingerprint = _fingerprint(directory)
-    cache = _cache_path(directory)
+    from .safeio import UnsafePathError, open_file, read_bounded, require_trusted
+
     try:
-        with open(cache, "rb") as fh:
-            stored_fingerprint, profiles = marshal.load(fh)
-        if stored_fingerprint == fingerprint:
-            return profiles
+        require_trusted(cache, missing_ok=True)
+        fd = open_file(cache)  # no symlink, no FIFO, a regular file with one link
+        try:
+            data = read_bounded(fd, CACHE_MAX_BYTES)
+        finally:
+            os.close(fd)
+        stored_fingerprint, profiles = marshal.loads(data or b"")
+        if stored_fingerprint == fingerprint and isinstance(profiles, dict):
+            return profiles, True
+    except UnsafePathError as exc:
+        print(f"stune: not using the profile cache: {exc}", file=sys.stderr)
+        return None, False
     except (OSError, EOFError, ValueError, TypeError):
         pass
-    profiles = _validate_all(directory)
-    try:  # best effort: an unwritable cache only costs speed
+    return None, True
+
+
+def _write_cache(cache: str, fingerprint: tuple, profiles: dict) -> None:
+    """Best effort (an unwritable cache only costs speed), through an exclusive temporary with a random
+    name: a name planted in the cache directory is never written through."""
+    import marshal
+
+    from .safeio import write_atomic
+
+    try:
         os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-        tmp = f"{cache}.{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            marshal.dump((fingerprint, profiles), fh)
-        os.replace(tmp, cache)
-    except OSError:
+        write_atomic(cache, marshal.dumps((fingerprint, profiles)), mode=0o600)
+    except (OSError, ValueError):
         pass
+
+
+def _load_raw(directory: str) -> dict[str, dict]:
+    """Run as root, the profile directory (and every directory above it), each profile and the cache must
+    be writable by root alone: root refuses with one line naming the path (safeio.require_trusted)."""
+    from .safeio import require_trusted
+
+    require_trusted(directory)
+    fingerprint = _fingerprint(directory)
+    cache = _cache_path(directory)
+    profiles, usable = _read_cache(cache, fingerprint)
+    if profiles is not None:
+        return profiles
+    profiles = _validate_all(directory)
+    if usable:
+        _write_cache(cache, fingerprint, profiles)
     return profiles
 
 

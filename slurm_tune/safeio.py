@@ -160,10 +160,9 @@ def untrusted_reason(path: str, *, uid: int | None = None) -> str | None:
         st = os.stat(real)
     except OSError as exc:
         return f"cannot be checked: {exc.strerror}"
-    if st.st_uid not in owners:
-        return f"is owned by uid {st.st_uid}, not root"
-    if st.st_mode & 0o022:
-        return f"is writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    problem = untrusted_stat(st, uid)
+    if problem:
+        return problem
     parent = os.path.dirname(real)
     while True:
         try:
@@ -180,15 +179,43 @@ def untrusted_reason(path: str, *, uid: int | None = None) -> str | None:
         parent = os.path.dirname(parent)
 
 
+def untrusted_stat(st: os.stat_result, uid: int = 0) -> str | None:
+    """Why a file with this stat may not be trusted by `uid` (its owner or its mode), or None. For callers
+    that have stat'ed a file already (e.g. each profile, for the cache fingerprint): no second stat."""
+    if st.st_uid not in (0, uid):
+        return f"is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"is writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def _writers(mode: int) -> str:
     return " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
 
 
-def require_trusted(path: str) -> None:
+def require_trusted(path: str, *, missing_ok: bool = False) -> None:
     """Refuse (UnsafePathError) to let root load `path` when someone other than root could have written
-    it. A no-op for other users: they can only load what they could write themselves."""
+    it. A no-op for other users: they can only load what they could write themselves. `missing_ok`: a path
+    that does not exist yet (a state directory root will create) is judged by its nearest existing
+    ancestor, which is where root would create it."""
     if os.geteuid() != 0:
         return
-    problem = untrusted_reason(path, uid=0)
+    checked = path
+    if missing_ok:
+        while not os.path.lexists(checked):
+            parent = os.path.dirname(os.path.abspath(checked))
+            if parent == checked:
+                break
+            checked = parent
+    problem = untrusted_reason(checked, uid=0)
     if problem:
-        raise UnsafePathError(path, f"{problem}; root does not load it (fix the owner/mode)")
+        where = path if checked == path else f"{path}: its parent {checked}"
+        raise UnsafePathError(where, f"{problem}; root does not load it (fix the owner/mode)")
+
+
+def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:
+    """require_trusted for one file already stat'ed, its directory checked separately (root only)."""
+    if os.geteuid() == 0:
+        problem = untrusted_stat(st, 0)
+        if problem:
+            raise UnsafePathError(path, f"{problem}; root does not load it (fix the owner/mode)")

@@ -97,8 +97,13 @@ def full(root: str, profile, node: str, gpu_snapshot: str | None = None, gids: b
 def replay_gpus(path: str) -> dict:
     """The `gpus` section of a snapshot file, as NVML would have answered it. A file that cannot be read is
     a setup problem, not the GPUs': the section says "not captured", which the checks judge unknown."""
+    from ..safeio import UnsafePathError, require_trusted
+
     try:
+        require_trusted(path)  # root replays NVML only from a file root alone can write
         data = fastjson.load_file(path)
+    except UnsafePathError as exc:
+        return {"answered": False, "devices": [], "error": f"not captured: GPU snapshot {exc}"}
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         why = getattr(exc, "strerror", None) or exc
         return {"answered": False, "devices": [], "error": f"not captured: GPU snapshot {path}: {why}"}

@@ -25,6 +25,7 @@ import os
 import time
 
 from .. import fastjson
+from ..errors import StuneError
 from ..thisnode import expand_node, node_name, uses_node
 from .outputs import write_json
 
@@ -47,8 +48,19 @@ def empty(node: str = "") -> dict:
     return {"format": FORMAT, "node": node, "baselines": {}, "xid_sticky": [], "trusted": []}
 
 
+def require_trusted_dir(directory: str) -> None:
+    """Run as root, the state directory (or, before it exists, where it will be made) must be writable by
+    root alone: state decides what root does to the node (baselines, trust, held Xids). UnsafePathError
+    (one line naming the path) otherwise; a hook reports that as "not judged" and exits 0."""
+    from ..safeio import require_trusted
+
+    require_trusted(directory, missing_ok=True)
+
+
 def read(directory: str) -> tuple[dict, str | None]:
-    """(state, problem). A missing file is an empty state; an unreadable one too, with the problem said."""
+    """(state, problem). A missing file is an empty state; an unreadable one too, with the problem said.
+    Raises UnsafePathError when root may not trust the directory."""
+    require_trusted_dir(directory)
     path = os.path.join(directory, STATE_FILE)
     try:
         data = fastjson.load_file(path)
@@ -76,8 +88,10 @@ class Locked:
     def __enter__(self) -> "Locked":
         import fcntl
 
+        require_trusted_dir(self.directory)
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
-        self.fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         self.state, self.problem = read(self.directory)
         return self
@@ -106,13 +120,17 @@ def log(directory: str, line: str, now: float | None = None) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
     path = os.path.join(directory, LOG_FILE)
     try:
+        require_trusted_dir(directory)
         os.makedirs(directory, mode=0o755, exist_ok=True)
         try:
             if os.stat(path).st_size > LOG_MAX_BYTES:
                 os.replace(path, path + ".1")
         except FileNotFoundError:
             pass
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"{stamp} {line}\n")
-    except OSError:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, f"{stamp} {line}\n".encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except (OSError, StuneError):
         pass

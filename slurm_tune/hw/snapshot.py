@@ -165,11 +165,9 @@ def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_
 def save(snapshot: dict, path: str) -> None:
     import json
 
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(snapshot, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    from ..safeio import write_atomic
+
+    write_atomic(path, json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
 
 
 def load(path: str) -> dict:
