@@ -5,6 +5,10 @@ fallbacks; the C accelerator they wrap needs neither. The prolog and `stune-heal
 all, so this matters. Semantics are json's: the same scanner and encoder, with json's defaults. Any error,
 or an interpreter without `_json`, falls back to the `json` module itself, so messages (with line numbers)
 are json's own.
+
+`_json` is CPython's private API: its signatures may change in any release. Both C entry points are built
+and tried on a known value at import; if either raises or answers differently, that direction uses `json`
+(a few ms slower), so a Python upgrade can never break the hooks at import time.
 """
 from __future__ import annotations
 
@@ -29,7 +33,25 @@ class _DecoderContext:
 
 
 _WHITESPACE = " \t\n\r"
-_scan = _json.make_scanner(_DecoderContext()) if _json is not None else None
+# A value that exercises every kind the hooks write and read, and its exact json.dumps(sort_keys, compact).
+_PROBE = {"b": [1, -2.5, None, True, False, "\u00e9\n\"x"], "a": {"k": 1e100}}
+_PROBE_TEXT = '{"a":{"k":1e+100},"b":[1,-2.5,null,true,false,"\\u00e9\\n\\"x"]}'
+
+
+def _make_scanner():
+    """The C scanner, or None when `_json` is missing or not what this code expects."""
+    if _json is None:
+        return None
+    try:
+        scan = _json.make_scanner(_DecoderContext())
+        if scan(_PROBE_TEXT, 0) != (_PROBE, len(_PROBE_TEXT)):
+            return None
+    except Exception:
+        return None
+    return scan
+
+
+_scan = _make_scanner()
 
 
 def loads(text):
@@ -61,8 +83,22 @@ def _unserialisable(obj):
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-_encode = _json.make_encoder(None, _unserialisable, _json.encode_basestring_ascii, None, ":", ",", True, False,
-                             True) if _json is not None else None
+def _make_encoder():
+    """The C encoder (json's own arguments: markers, default, encoder, indent, key and item separators,
+    sort_keys, skipkeys, allow_nan), or None when `_json` is missing or its private API changed."""
+    if _json is None:
+        return None
+    try:
+        encode = _json.make_encoder(None, _unserialisable, _json.encode_basestring_ascii, None, ":", ",", True,
+                                    False, True)
+        if "".join(encode(_PROBE, 0)) != _PROBE_TEXT:
+            return None
+    except Exception:
+        return None
+    return encode
+
+
+_encode = _make_encoder()
 
 
 def dumps(obj) -> str:

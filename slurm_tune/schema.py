@@ -324,9 +324,26 @@ class Frozen:
 
 # ---- YAML with line numbers -------------------------------------------------------------------------------
 
+def _import_yaml():
+    """PyYAML. The prolog starts Python without `site` (-I -S: ~5 ms less), so on a profile cache miss the
+    installation's site-packages may not be on the path yet: add it then, once."""
+    try:
+        import yaml
+    except ImportError:
+        import sys
+
+        if not sys.flags.no_site:
+            raise
+        import site
+
+        site.main()
+        import yaml
+    return yaml
+
+
 def load_yaml(path: str, text: str | None = None) -> tuple[object, Where]:
     """Parse YAML into plain data, recording each key path's line. Syntax errors become ConfigError."""
-    import yaml  # only on a cache miss
+    yaml = _import_yaml()  # only on a cache miss
 
     where = Where(path)
     try:
@@ -353,7 +370,7 @@ def load_yaml(path: str, text: str | None = None) -> tuple[object, Where]:
 
 
 def _construct(loader, node, key: str, where: Where):
-    import yaml
+    yaml = _import_yaml()
 
     if node is None:
         return None
