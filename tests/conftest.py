@@ -11,7 +11,14 @@ import pytest
 from helpers import restore_cluster
 
 REPO = Path(__file__).resolve().parent.parent
-os.environ.setdefault("STUNE_PARTITIONS", str(REPO / "partitions"))
+# Hermetic: stune settings from the tester's shell (or an admin's /etc/default/stune) never reach a test. Only
+# the ones that say which cluster and Slurm to use are kept; a hook a test runs without its own env file
+# reads none.
+_KEEP = ("STUNE_CLUSTER_", "STUNE_KEEP_CLUSTER", "STUNE_SLURM_BIN", "STUNE_DEBUG")
+for _name in [n for n in os.environ if n.startswith("STUNE_") and not n.startswith(_KEEP)]:
+    del os.environ[_name]
+os.environ["STUNE_ENV_FILE"] = "/nonexistent/stune-tests/default-stune"
+os.environ["STUNE_PARTITIONS"] = str(REPO / "partitions")
 # Submission history goes to a session directory, not to the tester's own ~/.local/state.
 os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="stune-tests-state-"))
 # The stune commands under test are the ones installed beside this interpreter (.venv/bin); jobs inherit it.

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import healthkit as kit
+from importcheck import loaded_by
 from slurm_tune.health import node as N
 from slurm_tune.health import state as S
 
@@ -113,11 +114,7 @@ def test_the_epilog_catches_what_the_job_left_behind(box):
 
 def test_the_prolog_makes_no_slurm_call_and_imports_nothing_heavy(box):
     health("prolog")  # warm the profile cache, as every prolog after the first finds it
-    code = ("import sys; from slurm_tune.cli.health import main; rc = main(['prolog']); "
-            "print(' '.join(sorted(sys.modules)))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr
-    loaded = set(proc.stdout.split())
+    loaded = loaded_by("from slurm_tune.cli.health import main\nassert main(['prolog']) == 0")
     for heavy in ("numpy", "matplotlib", "pynvml", "yaml", "json", "re", "subprocess", "dataclasses", "typing",
                   "argparse", "enum", "socket", "threading", "collections", "slurm_tune.slurm",
                   "slurm_tune.hw.nvml"):
