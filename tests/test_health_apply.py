@@ -175,3 +175,37 @@ def test_sync_undoes_its_drain_when_a_concurrent_drain_sorts_first(rival, kept):
     assert outcome.breaker.allowed is kept and fake.table["n2"].drain is kept
     states = [fields.get("state") for _, fields in fake.updates]
     assert states == (["DRAIN"] if kept else ["DRAIN", "RESUME"])
+
+
+class ResumedMeanwhile(FakeSlurm):
+    """Slurm as it answers when someone resumed the node between our read and our update."""
+
+    def update_node(self, name, **fields):
+        from slurm_tune.errors import SlurmError
+
+        if fields.get("state") == "RESUME":
+            self.calls += 1
+            raise SlurmError(["scontrol", "update", f"NodeName={name}", "State=RESUME"], 1,
+                             "slurm_update error: Invalid node state specified")
+        super().update_node(name, **fields)
+
+
+def test_resuming_a_node_that_is_already_resumed_is_done_not_a_failure():
+    fake = ResumedMeanwhile([node("n1", drain=True, reason="stune: mlx5_2/1 state DOWN",
+                                  features=f"bigmem,{DEGRADED_FEATURE}")])
+    state = {}
+    outcome = A.sync(fake, "n1", A.Want(A.CLEAR, ""), state, _profile(), NOW)
+    assert fake.updates == [("n1", {"features": ["bigmem"]})]  # the rest still applied
+    assert outcome.notes[-1] == "n1 was already resumed (Slurm: Invalid node state specified): nothing to undo"
+    assert state["applied"]["action"] == A.CLEAR and state["applied"]["retry_at"] is None
+
+
+def test_other_slurm_errors_still_fail_the_sync():
+    from slurm_tune.errors import SlurmError
+
+    class Refusing(FakeSlurm):
+        def update_node(self, name, **fields):
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Invalid node name specified")
+
+    with pytest.raises(SlurmError, match="Invalid node name"):
+        A.sync(Refusing([node("n1", drain=True, reason="stune: x")]), "n1", A.Want(A.CLEAR, ""), {}, _profile(), NOW)

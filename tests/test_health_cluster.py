@@ -188,11 +188,12 @@ def test_a_policy_that_fails_every_node_trips_the_breaker(health, slurm, shared_
         code, doc, err = results[n]
         assert doc["status"] == "fail"
         if n != drained[0]:
-            assert code == 7 and doc["breaker"]["open"] and "CIRCUIT BREAKER" in err
+            assert code == 7 and doc["breaker"]["open"] and "circuit breaker open: " in err
     for n in NODES:  # later runs hold the line too, loudly, without asking Slurm again before the retry time
         code, doc = health.run(n)
         if n != drained[0]:
             assert (code, doc["breaker"]["open"], doc["sync"]) == (7, True, "")
+            assert (health.base(n) / "state/health.log").read_text().count("circuit breaker open: ") >= 2
     assert [n for n in NODES if slurm.node(n).drain] == drained
     # nor can the prologs drain the fleet: no node has ever passed this policy, so they do not fail jobs
     job = slurm.submit(["-p", "hdr", "-N1", "-o", str(shared_tmp / "b-%j.txt"), "--wrap", "true"])

@@ -267,7 +267,7 @@ def _run(options: dict) -> int:
             if r["status"] != "ok":  # what a dry run is for: every finding behind the verdict, warnings too
                 print(f"  {r['status']:8s} {r['check']:22s} {r['subject']}: {r['message']}")
     if doc["breaker"]["open"]:
-        print(f"{PROG}: CIRCUIT BREAKER: {doc['breaker']['message']}", file=sys.stderr)
+        print(f"{PROG}: {doc['breaker']['message']}", file=sys.stderr)  # "circuit breaker open: ...", as logged
     if doc["error"]:
         print(f"{PROG}: {doc['error']}", file=sys.stderr)
     return code

@@ -202,7 +202,7 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
             _record(state, want, now, retry=True)
             return Outcome(True, kind, [], notes + [breaker.message], breaker)
     if fields:
-        slurm.update_node(node_name, **fields)
+        _update(slurm, node_name, fields, notes)
     if fields.get("state") == "DRAIN" and kind == "none":
         if sleep is None:
             import time
@@ -212,12 +212,33 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
         after = breaker_confirm(slurm.nodes(), profile.partition, node_name, now, health.drain_window,
                                 health.drain_max_fraction)
         if not after.allowed:
-            slurm.update_node(node_name, state="RESUME")
+            _update(slurm, node_name, {"state": "RESUME"}, notes)
             _record(state, want, now, retry=True)
             return Outcome(True, kind, [], notes + [after.message], after)
         breaker = after
     _record(state, want, now, retry=False)
     return Outcome(True, kind, sorted(fields), notes, breaker)
+
+
+# What slurmctld answers to State=RESUME for a node that is not drained or down (someone resumed it between
+# our read and our update): the node is already where we wanted it.
+ALREADY_IN_STATE = "Invalid node state specified"
+
+
+def _update(slurm, node_name: str, fields: dict, notes: list) -> None:
+    """One `scontrol update`; a RESUME of a node that is already resumed is done, not a failure (the other
+    fields, if any, are then applied on their own)."""
+    from ..errors import SlurmError
+
+    try:
+        slurm.update_node(node_name, **fields)
+    except SlurmError as exc:
+        if fields.get("state") != "RESUME" or ALREADY_IN_STATE not in exc.message:
+            raise
+        rest = {k: v for k, v in fields.items() if k != "state"}
+        if rest:
+            slurm.update_node(node_name, **rest)
+        notes.append(f"{node_name} was already resumed (Slurm: {ALREADY_IN_STATE}): nothing to undo")
 
 
 def _record(state: dict, want: Want, now: float, retry: bool) -> None:

@@ -233,7 +233,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     line = f"run {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "")
     if why:
         line += f"; Slurm: {why}" + (f", changed {','.join(outcome.updates) or 'nothing'}" if outcome else "")
-    for note in (outcome.notes if outcome else []) + ([f"Slurm error: {error}"] if error else []) + problems:
+    held = [breaker_message] if held_back and outcome is None and breaker_message else []
+    for note in (outcome.notes if outcome else []) + held + ([f"Slurm error: {error}"] if error else []) + problems:
         line += f"; {note}"
     S.log(cfg.state_dir, line, now)
     if held_back:
