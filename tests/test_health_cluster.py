@@ -174,7 +174,8 @@ def test_a_degraded_node_runs_single_node_jobs_and_multi_node_jobs_avoid_it(heal
 
 def test_a_policy_that_fails_every_node_trips_the_breaker(health, slurm, shared_tmp, tmp_path):
     health.all_healthy()
-    broken = kit.profile_dir(tmp_path / "broken", {"hdr.yaml": [
+    # root loads profiles only from where root alone can write: not from this test's job-writable tmp_path
+    broken = kit.profile_dir(health.layout.root / "broken-profiles", {"hdr.yaml": [
         ("    - {device: mlx5_7, port: 1}\n", "    - {device: mlx5_7, port: 1}\n    - {device: mlx5_9, port: 1}\n")]})
     health.write_env(broken)
     runs = {n: subprocess.Popen([str(BIN / "stune-health"), "run", "--json"], stdout=subprocess.PIPE,
@@ -280,3 +281,24 @@ def test_without_a_partition_setting_the_run_asks_slurm_once(health, slurm):
     first = run()
     assert (first["partition"], first["profile_from"]) == ("hdr", "first profiled partition of n2 in Slurm")
     assert run()["profile_from"] == "used by this node before"
+
+
+def test_an_unknown_that_stays_marks_the_node_degraded_and_clears_when_reads_recover(health, slurm):
+    health.all_healthy()
+    counter = health.base("n3") / "root/sys/class/infiniband/mlx5_5/ports/1/counters/symbol_error"
+    counter.write_text("9" * 5000 + "\n")  # a counter that reads as garbage, run after run
+    for _ in range(2):
+        code, doc = health.run("n3")
+        assert (code, doc["status"], doc["sync"]) == (0, "unknown", "")  # unknown: stune does not act, yet
+        assert doc["reason"].startswith("mlx5_5/1: unreadable symbol_error '999")
+        assert DEGRADED_FEATURE not in slurm.node("n3").feature_set
+    code, doc = health.run("n3")  # health.unknown_degrade_after: 3 by default
+    assert (code, doc["status"], doc["action"]) == (0, "degraded", "degraded")
+    n3 = slurm.node("n3")
+    assert not n3.drain and DEGRADED_FEATURE in n3.feature_set
+    assert n3.comment.startswith("stune: degraded: mlx5_5/1 unknown for 3 runs: unreadable symbol_error")
+    counter.write_text("0\n")
+    code, doc = health.run("n3")
+    assert (code, doc["status"]) == (0, "ok")
+    n3 = slurm.node("n3")
+    assert DEGRADED_FEATURE not in n3.feature_set and n3.comment == "" and not n3.drain
