@@ -438,8 +438,8 @@ def test_held_entries_can_leave_no_room(shared_tmp):
 def _profiles(shared_tmp: Path, cache: dict) -> Path:
     import yaml
 
-    directory = shared_tmp / "profiles"
-    directory.mkdir(exist_ok=True)
+    directory = shared_tmp.parent / f"{shared_tmp.name}-profiles"  # root loads profiles only where root alone
+    directory.mkdir(exist_ok=True)                                  # can write: not in the job-writable tmp
     profile = {"partition": "gpu", "fabric": {"type": "tcp", "socket_ifname": "eth0"}, "cache": cache}
     (directory / "gpu.yaml").write_text(yaml.safe_dump(profile))
     return directory
