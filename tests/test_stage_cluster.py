@@ -33,8 +33,10 @@ class Stage:
     def __init__(self, cluster, slurm, tmp: Path, quota: str = "2G"):
         self.cluster, self.slurm, self.tmp = cluster, slurm, tmp
         self.tag = uuid.uuid4().hex[:8]
-        self.profiles = tmp / "profiles"
+        # root loads profiles (and their cache) only where root alone can write: not in the job-writable tmp
+        self.profiles = cluster.layout.root / f"profiles-{self.tag}"
         self.profiles.mkdir()
+        self.profile_cache = cluster.layout.root / f"profile-cache-{self.tag}"
         cache_path = str(cluster.layout.root / "nodes" / "%n" / f"cache-{self.tag}")
         for src in (REPO / "partitions").glob("*.yaml"):
             data = yaml.safe_load(src.read_text())
@@ -47,13 +49,13 @@ class Stage:
         open_up(tmp)
 
     def cleanup(self):
-        for root in self.roots.values():
+        for root in [*self.roots.values(), self.profiles, self.profile_cache]:
             shutil.rmtree(root, ignore_errors=True)
 
     def env(self, **extra) -> dict[str, str]:
         return {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "SLURM_CONF": os.environ["SLURM_CONF"],
                 "STUNE_PARTITIONS": str(self.profiles), "LANG": "C.UTF-8",
-                "STUNE_CACHE_DIR": str(self.tmp / ".profile-cache"), **extra}
+                "STUNE_CACHE_DIR": str(self.profile_cache), **extra}
 
     def stune(self, *args, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         argv = [f"{VENV_BIN}/stune-stage", *args]
