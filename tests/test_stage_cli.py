@@ -83,7 +83,7 @@ def test_the_epilog_never_fails(shared_tmp):
 def test_the_epilog_hook_exports_the_whole_hook_environment_file(shared_tmp):
     """Like every stune hook, it reads /etc/default/stune with `set -a`: STUNE_CACHE_DIR reaches stune-stage."""
     cache = shared_tmp.parent / f"{shared_tmp.name}-profile-cache"  # root's cache: not in the job-writable tmp
-    env_file = shared_tmp / "default-stune"
+    env_file = shared_tmp.parent / f"{shared_tmp.name}-default-stune"  # root sources only a root-only file
     env_file.write_text(f"STUNE_BIN={Path(sys.executable).parent}\nSTUNE_PARTITIONS={REPO / 'partitions'}\n"
                         f"STUNE_CACHE_DIR={cache}\n")
     env = {"SLURM_JOB_ID": "13", "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "hdr",
