@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 
 from .. import fastjson
-from ..hw.snapshot import FORMAT
-from ..hw.sysfs import IB_ERROR_COUNTERS, Sysfs
+from ..hw.sysfs import FORMAT, IB_ERROR_COUNTERS, Sysfs
 
 
 def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:

@@ -1,10 +1,21 @@
 """Run every check family over one snapshot. A family that raises yields "unknown", never "fail"."""
 from __future__ import annotations
 
-from . import gpu, ib, versions, xid
+from . import gpu, ib, versions
 from . import result as R
 
-FAMILIES = (("ib", ib.check), ("versions", versions.check), ("gpu", gpu.check), ("xid", xid.check))
+
+def _xid(snapshot, profile, previous):
+    """The xid family, imported only when there is something to judge: a kernel log (not in the prolog's
+    snapshot) or Xids held from before."""
+    if "kernel" not in snapshot and not previous.get("xid_sticky"):
+        return [], {}
+    from . import xid
+
+    return xid.check(snapshot, profile, previous)
+
+
+FAMILIES = (("ib", ib.check), ("versions", versions.check), ("gpu", gpu.check), ("xid", _xid))
 
 
 def judge(snapshot, profile, previous: dict | None = None) -> tuple[R.Verdict, dict]:

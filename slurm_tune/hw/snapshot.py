@@ -15,9 +15,8 @@ import time
 from ..errors import StuneError
 from ..text import is_digits
 from ..thisnode import node_name
-from .sysfs import Sysfs
+from .sysfs import FORMAT, Sysfs
 
-FORMAT = "stune-snapshot/1"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 
 

@@ -12,6 +12,7 @@ import os
 from ..text import is_digits
 from ..thisnode import expand_node, node_name, uses_node
 
+FORMAT = "stune-snapshot/1"  # a node snapshot's format tag (hw/snapshot.py; here so the prolog need not import it)
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
 PCI_DEVICES = "sys/bus/pci/devices"
