@@ -14,15 +14,15 @@ import os
 import sys
 
 from .errors import ConfigError
-from .text import is_digits
-from .schema import (Bool, Duration, Float, Frozen, Int, List, Map, Nullable, Section, Size, Str,
-                     Where, deep_merge, load_yaml)
+from .profilestore import (CACHE_FORMAT, CACHE_MAX_BYTES, DEFAULT_DIR, SITE_FILE, Profile,  # noqa: F401
+                           _cache_path, _fingerprint, _load_raw, _read_cache, _write_cache, _yaml_files,
+                           load_profile, load_profiles, profile_dir)
+from .schema import (Bool, Duration, Float, Int, List, Map, Nullable, Section, Size, Str, Where, deep_merge,
+                     load_yaml)
+from .text import parse_version
 
-SITE_FILE = "site.yaml"
-DEFAULT_DIR = "/etc/stune/partitions"
 FABRICS = ("ib", "roce", "tcp")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
-CACHE_FORMAT = 1
 
 
 def _version_rule(doc: str) -> Nullable:
@@ -119,37 +119,6 @@ SITE_SCHEMA = Section({"defaults": Section({k: v for k, v in PROFILE_SCHEMA.fiel
                                              if k not in ("partition", "description")})})
 
 
-class Profile(Frozen):
-    """One validated partition profile. `source` is its file; `digest` identifies its effective content."""
-
-    __slots__ = ()
-
-    @property
-    def name(self) -> str:
-        return self._data["partition"]
-
-    @property
-    def source(self) -> str:
-        return self._data["_source"]
-
-    @property
-    def digest(self) -> str:
-        return self._data["_digest"]
-
-    @property
-    def lines(self) -> dict[str, list]:
-        """key path -> [file, line], for explaining where a setting came from."""
-        return self._data["_lines"]
-
-    def origin(self, key: str) -> str:
-        entry = self._data["_lines"].get(key)
-        return f"{entry[0]}:{entry[1]}" if entry else "built-in default"
-
-
-def profile_dir() -> str:
-    return os.environ.get("STUNE_PARTITIONS") or DEFAULT_DIR
-
-
 def _cross_checks(data: dict, where: Where) -> None:
     fabric = data["fabric"]
     if fabric["type"] in ("ib", "roce") and not fabric["hcas"]:
@@ -187,41 +156,6 @@ def _cross_checks(data: dict, where: Where) -> None:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
 
 
-VERSION_PARTS_MAX = 8       # components of a version: 535.104.05 has 3, a VBIOS like 96.00.74.00.0D has 5
-VERSION_PART_DIGITS = 9     # digits per component: bounded, so no text can make int() slow or huge
-_HEX = "0123456789abcdefABCDEF"
-
-
-def parse_version(text, hex_parts: bool = False) -> tuple | None:
-    """The numeric tuple of a fully well-formed dotted version, else None.
-
-    Well formed: 1-8 components separated by single dots, each 1-9 ASCII digits (hex digits for a VBIOS,
-    `hex_parts`), nothing else but surrounding whitespace. `20.31.1014` -> (20, 31, 1014); `20.31.10\ufffd14`,
-    `20.31`+5000 digits, `v1.2`, `1..2` and `` -> None. A version that is not exactly this is unreadable,
-    never a lower version: garbage must not fail a node."""
-    if not isinstance(text, str):
-        return None
-    text = text.strip(" \t\r\n")
-    if not text or len(text) > VERSION_PARTS_MAX * (VERSION_PART_DIGITS + 1) or not text.isascii():
-        return None
-    parts = text.split(".")
-    if len(parts) > VERSION_PARTS_MAX:
-        return None
-    out = []
-    for part in parts:
-        if not 1 <= len(part) <= VERSION_PART_DIGITS:
-            return None
-        if hex_parts:
-            if any(c not in _HEX for c in part):
-                return None
-            out.append(int(part, 16))
-        elif is_digits(part):
-            out.append(int(part))
-        else:
-            return None
-    return tuple(out)
-
-
 def version_key(version: str) -> tuple:
     """Numeric tuple of a well-formed decimal dotted version ('20.31.1014' -> (20, 31, 1014)); () otherwise."""
     return parse_version(version) or ()
@@ -239,14 +173,6 @@ def _items(data, prefix=""):
             yield from _items(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", repr(v)
-
-
-def _yaml_files(directory: str) -> list[str]:
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith((".yaml", ".yml")) and not n.startswith("."))
-    except OSError as exc:
-        raise ConfigError(directory, None, "", f"cannot read the profile directory: {exc.strerror}") from None
-    return names
 
 
 def _validate_all(directory: str) -> dict[str, dict]:
@@ -283,107 +209,6 @@ def _validate_all(directory: str) -> dict[str, dict]:
         data["_lines"] = lines
         profiles[partition] = data
     return profiles
-
-
-def _cache_path(directory: str) -> str | None:
-    base = os.environ.get("STUNE_CACHE_DIR")
-    if not base:
-        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(home, "stune")
-    tag = os.path.abspath(directory).replace("/", "_")
-    return os.path.join(base, f"profiles{tag}.{sys.implementation.cache_tag}.marshal")
-
-
-def _fingerprint(directory: str) -> tuple:
-    """What the cache is keyed by: every profile file's (name, size, mtime, inode). Run as root, each file
-    must be root's and writable by root alone (the directory is checked by the caller)."""
-    from .safeio import trusted_stat_or_raise
-
-    stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(__file__)]
-    for name in _yaml_files(directory):
-        path = os.path.join(directory, name)
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        trusted_stat_or_raise(path, st)
-        stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
-    return tuple(stamp)
-
-
-CACHE_MAX_BYTES = 16 << 20  # far above any real profile set; a bigger file is not ours
-
-
-def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
-    """(profiles, usable): the cached profiles when the cache matches `fingerprint`; usable is False when
-    root must neither load nor write the cache (someone else can write it: marshal is not safe against
-    crafted data, and a forged profile set would be root's policy)."""
-    import marshal
-
-    from .safeio import UnsafePathError, open_file, read_bounded, require_trusted
-
-    try:
-        require_trusted(cache, missing_ok=True)
-        fd = open_file(cache)  # no symlink, no FIFO, a regular file with one link
-        try:
-            data = read_bounded(fd, CACHE_MAX_BYTES)
-        finally:
-            os.close(fd)
-        stored_fingerprint, profiles = marshal.loads(data or b"")
-        if stored_fingerprint == fingerprint and isinstance(profiles, dict):
-            return profiles, True
-    except UnsafePathError as exc:
-        print(f"stune: not using the profile cache: {exc}", file=sys.stderr)
-        return None, False
-    except (OSError, EOFError, ValueError, TypeError):
-        pass
-    return None, True
-
-
-def _write_cache(cache: str, fingerprint: tuple, profiles: dict) -> None:
-    """Best effort (an unwritable cache only costs speed), through an exclusive temporary with a random
-    name: a name planted in the cache directory is never written through."""
-    import marshal
-
-    from .safeio import write_atomic
-
-    try:
-        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-        write_atomic(cache, marshal.dumps((fingerprint, profiles)), mode=0o600)
-    except (OSError, ValueError):
-        pass
-
-
-def _load_raw(directory: str) -> dict[str, dict]:
-    """Run as root, the profile directory (and every directory above it), each profile and the cache must
-    be writable by root alone: root refuses with one line naming the path (safeio.require_trusted)."""
-    from .safeio import require_trusted
-
-    require_trusted(directory)
-    fingerprint = _fingerprint(directory)
-    cache = _cache_path(directory)
-    profiles, usable = _read_cache(cache, fingerprint)
-    if profiles is not None:
-        return profiles
-    profiles = _validate_all(directory)
-    if usable:
-        _write_cache(cache, fingerprint, profiles)
-    return profiles
-
-
-def load_profiles(directory: str | os.PathLike | None = None) -> dict[str, Profile]:
-    """Every partition profile in `directory`, validated. Raises ConfigError on the first mistake."""
-    raw = _load_raw(os.fspath(directory) if directory else profile_dir())
-    return {name: Profile(data) for name, data in raw.items()}
-
-
-def load_profile(partition: str, directory: str | os.PathLike | None = None) -> Profile:
-    directory = os.fspath(directory) if directory else profile_dir()
-    profiles = _load_raw(directory)
-    if partition not in profiles:
-        known = ", ".join(sorted(profiles)) or "none"
-        raise ConfigError(directory, None, "", f"no profile for partition {partition!r} (profiles: {known})")
-    return Profile(profiles[partition])
 
 
 def validate_directory(directory: str | os.PathLike) -> dict[str, Profile]:

@@ -7,6 +7,7 @@ This module is on the prolog and stune-sbatch paths, so it imports nothing heavy
 from __future__ import annotations
 
 from .errors import ConfigError
+from .frozen import Frozen, _copy  # noqa: F401  (Frozen: importable from here as before)
 
 REQUIRED = object()
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -236,14 +237,6 @@ class Section(Spec):
         return out
 
 
-def _copy(value):
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
 def _closest(name: str, candidates) -> str | None:
     """The candidate one edit or transposition away, for a 'did you mean' hint (difflib is too slow here)."""
     best, best_d = None, 3
@@ -273,53 +266,6 @@ def deep_merge(base: dict, override: dict) -> dict:
         else:
             out[k] = v
     return out
-
-
-class Frozen:
-    """Read-only attribute view over validated plain data. Nested mappings come back as Frozen too."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: dict):
-        object.__setattr__(self, "_data", data)
-
-    def __getattr__(self, name):
-        try:
-            value = self._data[name]
-        except KeyError:
-            raise AttributeError(name) from None
-        if isinstance(value, dict):
-            return Frozen(value)
-        if isinstance(value, list):
-            return tuple(Frozen(v) if isinstance(v, dict) else v for v in value)
-        return value
-
-    def __setattr__(self, name, value):
-        raise AttributeError("profiles are read-only")
-
-    def __getitem__(self, name):
-        return self.__getattr__(name)
-
-    def __contains__(self, name):
-        return name in self._data
-
-    def __iter__(self):
-        return iter(self._data)
-
-    def __eq__(self, other):
-        return isinstance(other, Frozen) and self._data == other._data
-
-    def __hash__(self):
-        return hash(repr(self._data))
-
-    def get(self, name, default=None):
-        return self.__getattr__(name) if name in self._data else default
-
-    def to_dict(self) -> dict:
-        return _copy(self._data)
-
-    def __repr__(self):
-        return f"Frozen({self._data!r})"
 
 
 # ---- YAML with line numbers -------------------------------------------------------------------------------

@@ -4,3 +4,38 @@
 def is_digits(text: str) -> bool:
     """ASCII digits only: str.isdigit() also accepts '²' and other Unicode digits that int() rejects."""
     return text.isascii() and text.isdigit()
+
+
+VERSION_PARTS_MAX = 8       # components of a version: 535.104.05 has 3, a VBIOS like 96.00.74.00.0D has 5
+VERSION_PART_DIGITS = 9     # digits per component: bounded, so no text can make int() slow or huge
+_HEX = "0123456789abcdefABCDEF"
+
+
+def parse_version(text, hex_parts: bool = False) -> tuple | None:
+    """The numeric tuple of a fully well-formed dotted version, else None.
+
+    Well formed: 1-8 components separated by single dots, each 1-9 ASCII digits (hex digits for a VBIOS,
+    `hex_parts`), nothing else but surrounding whitespace. `20.31.1014` -> (20, 31, 1014); `20.31.10\ufffd14`,
+    `20.31`+5000 digits, `v1.2`, `1..2` and `` -> None. A version that is not exactly this is unreadable,
+    never a lower version: garbage must not fail a node."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip(" \t\r\n")
+    if not text or len(text) > VERSION_PARTS_MAX * (VERSION_PART_DIGITS + 1) or not text.isascii():
+        return None
+    parts = text.split(".")
+    if len(parts) > VERSION_PARTS_MAX:
+        return None
+    out = []
+    for part in parts:
+        if not 1 <= len(part) <= VERSION_PART_DIGITS:
+            return None
+        if hex_parts:
+            if any(c not in _HEX for c in part):
+                return None
+            out.append(int(part, 16))
+        elif is_digits(part):
+            out.append(int(part))
+        else:
+            return None
+    return tuple(out)

@@ -57,14 +57,14 @@ def _expand(path: str | None, node: str) -> str | None:
 
 
 def _profiles():
-    from ..profiles import load_profiles
+    from ..profilestore import load_profiles
 
     return load_profiles()
 
 
 def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=None):
     """(profile, how it was chosen). Raises ConfigError when no profile applies."""
-    from ..profiles import load_profile, profile_dir
+    from ..profilestore import load_profile, profile_dir
 
     environ = os.environ if environ is None else environ
     if cfg.partition:
@@ -244,7 +244,7 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
 
 def offline_profile(partition: str | None, environ=None):
     """--partition, else $STUNE_HEALTH_PARTITION, else the only profile there is."""
-    from ..profiles import load_profile, profile_dir
+    from ..profilestore import load_profile, profile_dir
 
     environ = os.environ if environ is None else environ
     partition = partition or environ.get("STUNE_HEALTH_PARTITION")

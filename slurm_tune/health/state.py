@@ -110,7 +110,7 @@ def policy_digest(profile) -> str:
     the profile (cache, NCCL, placement) does not make a node re-earn trust."""
     import zlib
 
-    data = profile.to_dict()
+    data = profile._data  # read only: no copy of the whole profile on the prolog path
     key = repr([data.get(k) for k in ("partition", "fabric", "versions", "gpu", "health")])
     return f"{zlib.crc32(key.encode()):08x}"
 

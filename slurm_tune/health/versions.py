@@ -9,7 +9,7 @@ not fully well formed is unknown, naming where it was read: garbage is never a l
 from __future__ import annotations
 
 from ..hw.sysfs import IB_CLASS
-from ..profiles import parse_version
+from ..text import parse_version
 from . import result as R
 from .ib import section
 

@@ -1,0 +1,57 @@
+"""Read-only attribute access to validated plain data (profiles): on the hot paths, without the schema."""
+from __future__ import annotations
+
+
+def _copy(value):
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+class Frozen:
+    """Read-only attribute view over validated plain data. Nested mappings come back as Frozen too."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict):
+        object.__setattr__(self, "_data", data)
+
+    def __getattr__(self, name):
+        try:
+            value = self._data[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        if isinstance(value, dict):
+            return Frozen(value)
+        if isinstance(value, list):
+            return tuple(Frozen(v) if isinstance(v, dict) else v for v in value)
+        return value
+
+    def __setattr__(self, name, value):
+        raise AttributeError("profiles are read-only")
+
+    def __getitem__(self, name):
+        return self.__getattr__(name)
+
+    def __contains__(self, name):
+        return name in self._data
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __eq__(self, other):
+        return isinstance(other, Frozen) and self._data == other._data
+
+    def __hash__(self):
+        return hash(repr(self._data))
+
+    def get(self, name, default=None):
+        return self.__getattr__(name) if name in self._data else default
+
+    def to_dict(self) -> dict:
+        return _copy(self._data)
+
+    def __repr__(self):
+        return f"Frozen({self._data!r})"

@@ -1,0 +1,163 @@
+"""Loading validated partition profiles: the marshal cache, root's trust rules, and the read-only view.
+
+Split from profiles.py (the schema and the validation) because this is the part on the hot paths: a prolog
+or stune-sbatch that finds the cache neither imports yaml nor builds the schema. A cache miss validates the
+YAML through profiles.py. Every name here is also importable from slurm_tune.profiles.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import ConfigError
+from .frozen import Frozen
+
+SITE_FILE = "site.yaml"
+DEFAULT_DIR = "/etc/stune/partitions"
+CACHE_FORMAT = 1
+# The cache is keyed by the validating code too: an upgrade of stune invalidates it.
+_PROFILES_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles.py")
+
+
+class Profile(Frozen):
+    """One validated partition profile. `source` is its file; `digest` identifies its effective content."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self._data["partition"]
+
+    @property
+    def source(self) -> str:
+        return self._data["_source"]
+
+    @property
+    def digest(self) -> str:
+        return self._data["_digest"]
+
+    @property
+    def lines(self) -> dict[str, list]:
+        """key path -> [file, line], for explaining where a setting came from."""
+        return self._data["_lines"]
+
+    def origin(self, key: str) -> str:
+        entry = self._data["_lines"].get(key)
+        return f"{entry[0]}:{entry[1]}" if entry else "built-in default"
+
+
+def profile_dir() -> str:
+    return os.environ.get("STUNE_PARTITIONS") or DEFAULT_DIR
+
+
+def _yaml_files(directory: str) -> list[str]:
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith((".yaml", ".yml")) and not n.startswith("."))
+    except OSError as exc:
+        raise ConfigError(directory, None, "", f"cannot read the profile directory: {exc.strerror}") from None
+    return names
+
+
+def _cache_path(directory: str) -> str | None:
+    base = os.environ.get("STUNE_CACHE_DIR")
+    if not base:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(home, "stune")
+    tag = os.path.abspath(directory).replace("/", "_")
+    return os.path.join(base, f"profiles{tag}.{sys.implementation.cache_tag}.marshal")
+
+
+def _fingerprint(directory: str) -> tuple:
+    """What the cache is keyed by: every profile file's (name, size, mtime, inode). Run as root, each file
+    must be root's and writable by root alone (the directory is checked by the caller)."""
+    from .safeio import trusted_stat_or_raise
+
+    stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(_PROFILES_PY)]
+    for name in _yaml_files(directory):
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        trusted_stat_or_raise(path, st)
+        stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(stamp)
+
+
+CACHE_MAX_BYTES = 16 << 20  # far above any real profile set; a bigger file is not ours
+
+
+def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
+    """(profiles, usable): the cached profiles when the cache matches `fingerprint`; usable is False when
+    root must neither load nor write the cache (someone else can write it: marshal is not safe against
+    crafted data, and a forged profile set would be root's policy)."""
+    import marshal
+
+    from .safeio import UnsafePathError, open_file, read_bounded, require_trusted
+
+    try:
+        require_trusted(cache, missing_ok=True)
+        fd = open_file(cache)  # no symlink, no FIFO, a regular file with one link
+        try:
+            data = read_bounded(fd, CACHE_MAX_BYTES)
+        finally:
+            os.close(fd)
+        stored_fingerprint, profiles = marshal.loads(data or b"")
+        if stored_fingerprint == fingerprint and isinstance(profiles, dict):
+            return profiles, True
+    except UnsafePathError as exc:
+        print(f"stune: not using the profile cache: {exc}", file=sys.stderr)
+        return None, False
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    return None, True
+
+
+def _write_cache(cache: str, fingerprint: tuple, profiles: dict) -> None:
+    """Best effort (an unwritable cache only costs speed), through an exclusive temporary with a random
+    name: a name planted in the cache directory is never written through."""
+    import marshal
+
+    from .safeio import write_atomic
+
+    try:
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        write_atomic(cache, marshal.dumps((fingerprint, profiles)), mode=0o600)
+    except (OSError, ValueError):
+        pass
+
+
+def _load_raw(directory: str) -> dict[str, dict]:
+    """Run as root, the profile directory (and every directory above it), each profile and the cache must
+    be writable by root alone: root refuses with one line naming the path (safeio.require_trusted)."""
+    from .safeio import require_trusted
+
+    require_trusted(directory)
+    fingerprint = _fingerprint(directory)
+    cache = _cache_path(directory)
+    profiles, usable = _read_cache(cache, fingerprint)
+    if profiles is not None:
+        return profiles
+    from .profiles import _validate_all  # a miss: validate the YAML (imports yaml and the schema)
+
+    profiles = _validate_all(directory)
+    if usable:
+        _write_cache(cache, fingerprint, profiles)
+    return profiles
+
+
+def load_profiles(directory: str | os.PathLike | None = None) -> dict[str, Profile]:
+    """Every partition profile in `directory`, validated. Raises ConfigError on the first mistake."""
+    raw = _load_raw(os.fspath(directory) if directory else profile_dir())
+    return {name: Profile(data) for name, data in raw.items()}
+
+
+def load_profile(partition: str, directory: str | os.PathLike | None = None) -> Profile:
+    directory = os.fspath(directory) if directory else profile_dir()
+    profiles = _load_raw(directory)
+    if partition not in profiles:
+        known = ", ".join(sorted(profiles)) or "none"
+        raise ConfigError(directory, None, "", f"no profile for partition {partition!r} (profiles: {known})")
+    return Profile(profiles[partition])
+
+
