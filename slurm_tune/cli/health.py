@@ -156,32 +156,12 @@ def _check(options: dict) -> int:
 
 
 def _hook(mode: str, options: dict) -> int:
-    """A hook exits 1 only for an enforced failure; a bug or a bad profile is logged and exits 0."""
-    from ..errors import StuneError
+    """A hook exits 10 only for an enforced failure; a bug or a bad profile is logged and exits 0."""
     from ..health import node
 
-    cfg = None
-    try:
-        cfg = node.settings(options)
-        code, doc = node.hook(mode, cfg)
-    except StuneError as exc:
-        _say_and_log(cfg, f"{mode}: not judged: {exc}")
-        return 0
-    except Exception as exc:  # a bug in stune must never drain a node
-        _say_and_log(cfg, f"{mode}: internal error, not judged: {type(exc).__name__}: {exc}")
-        return 0
-    if doc["status"] == "fail":
-        print(f"{PROG}: {mode}: {doc['reason']} ({doc['note']})", file=sys.stderr)
-    _ENFORCED.append(code == 1)
-    return EXIT_HOOK_FAIL if code == 1 else 0
-
-
-def _say_and_log(cfg, line: str) -> None:
-    print(f"{PROG}: {line}", file=sys.stderr)
-    if cfg is not None:
-        from ..health.state import log
-
-        log(cfg.state_dir, line)
+    code = node.run_hook(mode, options, PROG)
+    _ENFORCED.append(code == EXIT_HOOK_FAIL)
+    return code
 
 
 def _run(options: dict) -> int:

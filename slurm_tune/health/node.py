@@ -169,6 +169,37 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
     return (1 if enforced else 0), doc
 
 
+def run_hook(mode: str, options: dict | None = None, prog: str = "stune-health") -> int:
+    """A hook from start to end, as `stune-health prolog|epilog` and prolog/10-stune-health run it: 10 only
+    for a failure enforced under a trusted policy; 0 for anything else, a bad profile, an untrusted file or
+    a bug in stune included (said on stderr and in health.log): a hook must never drain the fleet by mistake."""
+    import sys
+
+    from ..errors import StuneError
+
+    cfg = None
+    try:
+        cfg = settings(options or {})
+        code, doc = hook(mode, cfg)
+    except StuneError as exc:
+        _say_and_log(prog, cfg, f"{mode}: not judged: {exc}")
+        return 0
+    except Exception as exc:  # a bug in stune must never drain a node
+        _say_and_log(prog, cfg, f"{mode}: internal error, not judged: {type(exc).__name__}: {exc}")
+        return 0
+    if doc["status"] == R.FAIL:
+        print(f"{prog}: {mode}: {doc['reason']} ({doc['note']})", file=sys.stderr)
+    return 10 if code == 1 else 0
+
+
+def _say_and_log(prog: str, cfg, line: str) -> None:
+    import sys
+
+    print(f"{prog}: {line}", file=sys.stderr)
+    if cfg is not None:
+        S.log(cfg.state_dir, line)
+
+
 def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int, dict]:
     """The periodic run: full checks, then apply to Slurm only if the wanted state changed."""
     from ..errors import SlurmError
