@@ -238,3 +238,40 @@ def test_the_hooks_still_judge_when_the_private_api_changed(node, tmp_path):
     proc = health("prolog", env={"PYTHONPATH": str(shim)})
     assert proc.returncode == 0 and "internal error" not in proc.stderr
     assert "mlx5_2/1 state DOWN" in proc.stderr  # judged (not enforced: the node never passed this policy)
+
+
+# ---- the prolog hook exports the env file as `set -a; . FILE` would ---------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from slurm_tune.health import prologhook  # noqa: E402
+
+NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
+    lambda n: n not in ("PWD", "OLDPWD", "SHLVL", "_", "IFS", "PS1", "PS2", "PS4", "OPTIND", "PPID", "HOME", "PATH"))
+PLAIN = st.text(alphabet="abcXYZ019/._-%:,=+@", max_size=20)
+LINES = st.lists(st.one_of(
+    st.tuples(NAMES, PLAIN).map(lambda kv: f"{kv[0]}={kv[1]}"),
+    st.tuples(NAMES, PLAIN).map(lambda kv: f"export {kv[0]}={kv[1]}"),
+    st.tuples(NAMES, st.text(alphabet="abc /%$;|&*", max_size=12).filter(lambda v: "'" not in v)).map(
+        lambda kv: f"{kv[0]}='{kv[1]}'"),
+    st.tuples(NAMES, PLAIN).map(lambda kv: f'{kv[0]}="{kv[1]}"  # a comment'),
+    st.just("# a comment"), st.just("")), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINES)
+def test_the_hook_reads_plain_env_files_exactly_as_sh_sources_them(tmp_path_factory, lines):
+    path = tmp_path_factory.mktemp("env") / "stune"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = prologhook.simple_assignments(path.read_text())
+    assert parsed is not None
+    by_shell = prologhook.shell_assignments(str(path))
+    assert {k: by_shell.get(k) for k in parsed} == parsed
+
+
+def test_an_env_file_a_shell_must_evaluate_goes_through_sh(tmp_path):
+    path = tmp_path / "stune"
+    path.write_text("BASE=/opt/stune\nSTUNE_BIN=$BASE/bin\nX=`echo hi`\n")
+    assert prologhook.simple_assignments(path.read_text()) is None
+    got = prologhook.shell_assignments(str(path))
+    assert (got["STUNE_BIN"], got["X"]) == ("/opt/stune/bin", "hi")
