@@ -11,7 +11,6 @@ Root (the hooks) loads profiles and the cache only from files and directories th
 from __future__ import annotations
 
 import os
-import sys
 
 from .errors import ConfigError
 from .profilestore import (CACHE_FORMAT, CACHE_MAX_BYTES, DEFAULT_DIR, SITE_FILE, Profile,  # noqa: F401

@@ -7,7 +7,6 @@ import json
 import marshal
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 from pathlib import Path
