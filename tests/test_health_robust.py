@@ -423,3 +423,14 @@ def test_each_command_help_lists_every_option_and_the_exit_codes(command):
     for option in list(H.COMMON) + list(H.COMMANDS[command]):
         assert f"  {option}" in proc.stdout or f", {option}" in proc.stdout, f"{command} --help lacks {option}"
     assert "\nexit status: " in proc.stdout
+
+
+def test_clear_unknown_forgets_the_counts(tmp_path):
+    state_dir = tmp_path / "st"
+    with S.Locked(str(state_dir)) as st:
+        st.state["unknown_runs"] = {"ib.counters mlx5_6/1": 2}
+        st.save()
+    proc = subprocess.run([str(BIN / "stune-health"), "clear", "--unknown", "--state-dir", str(state_dir)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "cleared unknown" in proc.stdout
+    assert S.read(str(state_dir))[0]["unknown_runs"] == {}
