@@ -434,3 +434,31 @@ def test_clear_unknown_forgets_the_counts(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "cleared unknown" in proc.stdout
     assert S.read(str(state_dir))[0]["unknown_runs"] == {}
+
+
+def test_a_bug_that_one_subjects_data_triggers_stays_that_subjects_finding(down_tree, monkeypatch):
+    """Per port, per HCA and per GPU, not per family: a crash on mlx5_0's data must not hide mlx5_3 DOWN."""
+    from slurm_tune.health import gpu as G, ib as I
+
+    root, profile, state, _, _ = down_tree
+    real_link, real_fw, real_gpu = I._check_link, V._one_hca, G._check_device
+
+    def boom(real, when):
+        def wrapped(*args, **kw):
+            if when(*args):
+                raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+            return real(*args, **kw)
+        return wrapped
+
+    monkeypatch.setattr(I, "_check_link", boom(real_link, lambda port, subject, fabric: subject == "mlx5_0/1"))
+    monkeypatch.setattr(V, "_one_hca", boom(real_fw, lambda name, devices, rules: name == "mlx5_1"))
+    monkeypatch.setattr(G, "_check_device", boom(real_gpu, lambda dev, pos, spec, health: pos == 2))
+    snap = kit.take(root, "hdr")
+    verdict = J.judge(snap, profile, state)[0]
+    got = results(verdict)
+    assert verdict.status == FAIL and verdict.reason == "mlx5_3/1 state DOWN"
+    assert got[("ib.internal", "mlx5_0/1")].status == UNKNOWN
+    assert got[("versions.internal", "mlx5_1")].status == UNKNOWN
+    assert got[("gpu.internal", "gpu2")].status == UNKNOWN
+    assert got[("ib.link", "mlx5_1/1")].status == OK and got[("versions.hca_firmware", "mlx5_0")].status == OK
+    assert sum(1 for k in got if k[0] == "gpu.ecc") == 7  # the other seven GPUs are still judged

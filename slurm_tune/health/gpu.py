@@ -71,7 +71,11 @@ def _check_nvml(gpus, spec, health, snapshot) -> tuple[list, list | None]:
         if not isinstance(dev, dict):
             results.append(R.unknown("gpu.nvml", f"gpu{pos}", "unreadable device entry"))
             continue
-        results += _check_device(dev, pos, spec, health)
+        try:  # one GPU's bad data (or a bug it triggers) is that GPU's finding, never its neighbours'
+            results += _check_device(dev, pos, spec, health)
+        except Exception as exc:
+            results.append(R.unknown("gpu.internal", f"gpu{pos}", f"internal error judging gpu{pos}: "
+                                                                  f"{type(exc).__name__}: {exc}"))
     return results, devices
 
 

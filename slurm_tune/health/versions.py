@@ -95,45 +95,47 @@ def _hca_firmware(snapshot, profile) -> list:
         if devices is None or (why is not None and name not in devices):
             out.append(R.unknown("versions.hca_firmware", name, f"cannot judge: {why}"))
             continue
-        dev = devices.get(name)
-        if not isinstance(dev, dict):
-            if name in devices:
-                out.append(R.unknown("versions.hca_firmware", name, "unreadable HCA entry"))
-            continue  # a missing HCA is the link check's failure
-        if isinstance(dev.get("unreadable"), str):
-            out.append(R.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}"))
-            continue
-        fw, board, model = dev.get("fw_ver"), dev.get("board_id"), dev.get("hca_type")
-        if not list(rules):
-            out.append(R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): the profile has "
-                                                           "no firmware rules"))
-            continue
-        key, problem = match_rule(rules, board, model)
-        if problem:
-            out.append(R.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
-                                 f"{'board_id' if 'board_id' in problem else 'hca_type'}); cannot tell which "
-                                 "firmware rule applies"))
-            continue
-        if key is None:
-            out.append(R.warning("versions.hca_firmware", name,
-                                 f"fw {fw} on board {board} ({model}): no firmware rule matches this HCA "
-                                 f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model"))
-            continue
-        if rules[key] is None:
-            out.append(R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): rule {key} "
-                                                           "switched off"))
-            continue
-        status, expected = judge(fw, rules[key])
-        seen = f"fw {fw} on board {board} ({model})"
-        if status == R.FAIL:
-            out.append(R.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
-                              f"{name} fw {fw} not validated"))
-        elif status == R.UNKNOWN:
-            out.append(R.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r} "
-                                 f"({IB_CLASS}/{name}/fw_ver); expected {expected}"))
-        else:
-            out.append(R.ok("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})"))
+        try:  # one HCA's bad data (or a bug it triggers) is that HCA's finding only
+            found = _one_hca(name, devices, rules)
+        except Exception as exc:
+            found = R.unknown("versions.internal", name, f"internal error judging {name}: {type(exc).__name__}: "
+                                                         f"{exc}")
+        if found is not None:
+            out.append(found)
     return out
+
+
+def _one_hca(name: str, devices: dict, rules):
+    """The firmware finding for one HCA the profile lists (None: missing, which the link check fails)."""
+    dev = devices.get(name)
+    if not isinstance(dev, dict):
+        return R.unknown("versions.hca_firmware", name, "unreadable HCA entry") if name in devices else None
+    if isinstance(dev.get("unreadable"), str):
+        return R.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}")
+    fw, board, model = dev.get("fw_ver"), dev.get("board_id"), dev.get("hca_type")
+    if not list(rules):
+        return R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): the profile has no "
+                                                   "firmware rules")
+    key, problem = match_rule(rules, board, model)
+    if problem:
+        return R.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
+                         f"{'board_id' if 'board_id' in problem else 'hca_type'}); cannot tell which firmware "
+                         "rule applies")
+    if key is None:
+        return R.warning("versions.hca_firmware", name,
+                         f"fw {fw} on board {board} ({model}): no firmware rule matches this HCA "
+                         f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model")
+    if rules[key] is None:
+        return R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): rule {key} switched off")
+    status, expected = judge(fw, rules[key])
+    seen = f"fw {fw} on board {board} ({model})"
+    if status == R.FAIL:
+        return R.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
+                      f"{name} fw {fw} not validated")
+    if status == R.UNKNOWN:
+        return R.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r} ({IB_CLASS}/{name}/fw_ver); "
+                                                        f"expected {expected}")
+    return R.ok("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})")
 
 
 def _gpu_versions(snapshot, versions) -> list:
