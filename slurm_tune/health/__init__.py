@@ -8,6 +8,8 @@
 - `apply`: turns a verdict into drain / resume / degraded mark through the Slurm adapter, with the circuit
   breaker, and only when something changed.
 - `outputs`: the Prometheus textfile and the JSON verdict.
+- `collect`: the prolog's fast read and the full capture; `prologhook`: the Python side of the shipped
+  prolog hook (env file, exit status).
 
 JSON on these paths goes through `slurm_tune.fastjson` (the C scanner and encoder, without `json`'s `re`).
 """
