@@ -1,4 +1,4 @@
-"""`stune-admin`: tools for the cluster admin (profile validation, and more as they land)."""
+"""`stune-admin`: tools for the cluster admin (install, doctor, profile validation, topology)."""
 from __future__ import annotations
 
 import argparse
@@ -59,6 +59,120 @@ def _topology(args) -> int:
     return 0
 
 
+def _layout(args):
+    import os
+
+    from ..admin.install import Layout, hook_dir_from
+    from ..admin.slurmconf import SlurmConf
+
+    prefix = os.path.abspath(args.prefix)
+    conf_path = args.slurm_conf or (os.environ.get("SLURM_CONF") if prefix == "/" else None) \
+        or os.path.join(prefix, "etc/slurm/slurm.conf")
+    conf = SlurmConf(conf_path)
+    layout = Layout(prefix=prefix, slurm_conf=conf_path, prolog_dir=hook_dir_from(conf, "Prolog") or "",
+                    epilog_dir=hook_dir_from(conf, "Epilog") or "")
+    return layout, conf
+
+
+def _roles(args, conf) -> tuple[set[str], str]:
+    from ..admin.install import detect_roles
+    from ..admin.shipped import CONTROLLER, NODE
+
+    if args.role == "node":
+        return {NODE}, "node part (--role node)"
+    if args.role == "controller":
+        return {CONTROLLER}, "controller part (--role controller)"
+    if args.role == "all":
+        return {NODE, CONTROLLER}, "node and controller parts (--role all)"
+    return detect_roles(conf)
+
+
+def _install(args) -> int:
+    import os
+
+    from ..admin.install import EXIT_KEPT, install, slurm_diffs
+
+    if os.geteuid() != 0 and not args.dry_run:
+        from ..errors import StuneError
+        raise StuneError("install writes root's files: run it as root (or --dry-run)")
+    layout, conf = _layout(args)
+    roles, why = _roles(args, conf)
+    extra = dict(item.partition("=")[::2] for item in args.set or [])
+    report = install(layout, roles, extra, args.dry_run, args.force)
+    if args.verbose or report.changed or report.kept:
+        print(f"{PROG} install: {why}")
+    for line in report.out:
+        print(line)
+    diffs = slurm_diffs(layout, conf, "all" if len(roles) > 1 else next(iter(roles)))
+    if diffs and not (report.changed or report.kept or args.verbose):
+        print(f"{PROG} install: Slurm's config still lacks stune's lines (`{PROG} install -v` shows them as diffs)")
+    elif diffs:
+        print("\nSlurm needs these lines (then `scontrol reconfigure`; restart slurmctld for EpilogSlurmctld):")
+        print(diffs.rstrip("\n"))
+    if not report.changed and not report.kept:
+        print(f"{PROG} install: nothing changed ({report.checked} files checked under {layout.prefix})")
+    elif report.dry_run:
+        print(f"{PROG} install --dry-run: nothing was written")
+    if report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
+        print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler on GPU nodes, "
+              "stune-fairshare.timer on the accountant host")
+    return EXIT_KEPT if report.kept else 0
+
+
+def _uninstall(args) -> int:
+    from ..admin.install import EXIT_KEPT, uninstall
+
+    layout, _ = _layout(args)
+    report = uninstall(layout, args.dry_run, args.force)
+    for line in report.out:
+        print(line)
+    return EXIT_KEPT if report.kept else 0
+
+
+def _doctor(args) -> int:
+    import os
+
+    from ..admin import doctor
+    from ..slurm import Slurm
+
+    layout, conf = _layout(args)
+    roles, _ = _roles(args, conf)
+    env_file = args.env_file or os.environ.get("STUNE_ENV_FILE") or layout.env_file
+    env = {}
+    if os.path.exists(env_file):
+        try:
+            env = doctor.read_env_file(env_file)
+        except OSError:
+            env = {}
+    slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)
+    result = doctor.run(env_file, layout, roles, args.facts, slurm)
+    if args.json:
+        print(doctor.as_json(result))
+    else:
+        for finding in result.findings:
+            if finding.severity != doctor.OK or args.verbose:
+                print(finding.line())
+        table = result.matrix_table()
+        if table:
+            print("\nversion matrix (? = not recorded):\n" + table.rstrip("\n"))
+        errors = sum(f.severity == doctor.ERROR for f in result.findings)
+        warnings = sum(f.severity == doctor.WARNING for f in result.findings)
+        oks = sum(f.severity == doctor.OK for f in result.findings)
+        print(f"{PROG} doctor: {errors} error(s), {warnings} warning(s), {oks} ok (-v lists them)")
+    return 1 if any(f.severity == doctor.ERROR for f in result.findings) else 0
+
+
+def _common(p) -> None:
+    p.add_argument("--prefix", default="/", help="install root (default /): every path stune places or reads "
+                                                  "lies under it")
+    p.add_argument("--slurm-conf", metavar="FILE", help="the live slurm.conf (default: $SLURM_CONF, else "
+                                                        "PREFIX/etc/slurm/slurm.conf)")
+    p.add_argument("--role", choices=("detect", "node", "controller", "all"), default="detect",
+                   help="node part (hooks, TaskProlog, sampler unit), controller part (EpilogSlurmctld, "
+                        "accountant units), or all; default: detected from slurm.conf")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip())
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -75,10 +189,35 @@ def _main(argv: list[str]) -> int:
     topo.add_argument("--hca", metavar="NAME", help="place each node by the HCA with this name in its "
                                                     "description (e.g. mlx5_0); default: its first HCA")
     topo.add_argument("--all-rails", action="store_true", help="list a node under every leaf its HCAs reach")
+    inst = sub.add_parser("install", help="place hooks, TaskProlog, EpilogSlurmctld, units, env file, dirs",
+                          description="Place everything stune ships (idempotent; an admin-edited file is kept "
+                                      "and its diff shown unless --force), write the env file from what it "
+                                      "detects, create the state/usage/spool dirs, install units without "
+                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 when "
+                                      "an edited file was kept.")
+    _common(inst)
+    inst.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    inst.add_argument("--force", action="store_true", help="replace files an admin edited")
+    inst.add_argument("--set", action="append", metavar="NAME=VALUE",
+                      help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
+    uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
+    _common(uninst)
+    uninst.add_argument("--dry-run", action="store_true")
+    uninst.add_argument("--force", action="store_true", help="also remove files edited since install")
+    doc = sub.add_parser("doctor", help="check the live cluster: one line per finding, exit 1 on errors",
+                         description="Check slurm.conf/cgroup.conf, hooks and files root runs, profiles "
+                                     "against partitions and GRES, homogeneous partitions and the version "
+                                     "matrix, the sampler and the accountant.")
+    _common(doc)
+    doc.add_argument("--json", action="store_true", help="findings and the version matrix as JSON")
+    doc.add_argument("--env-file", metavar="FILE", help="default: $STUNE_ENV_FILE, else PREFIX/etc/default/stune")
+    doc.add_argument("--facts", metavar="DIR", help="per-node captures, DIR/<node>.json "
+                                                    "(`stune-health capture -o`)")
+    doc.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm call (default 10)")
     args = parser.parse_args(argv)
-    if args.cmd == "check-profiles":
-        return _check_profiles(args)
-    return _topology(args)
+    handlers = {"check-profiles": _check_profiles, "install": _install, "uninstall": _uninstall,
+                "doctor": _doctor, "topology": _topology}
+    return handlers[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:
