@@ -243,8 +243,14 @@ class Doctor:
 
     # ---- daemons -------------------------------------------------------------------------------------
     def check_accountant(self) -> None:
-        from ..fairshare.accountant import ledger_path
         from ..fairshare.config import load_config
+
+        try:
+            from ..fairshare.accountant import ledger_path
+        except ImportError as exc:  # the accountant extra (numpy) lives on the accountant host only
+            self.add(WARNING, "accountant", f"not installed on this host ({exc.name} missing): its last run is "
+                     "not checked here", "run doctor on the accountant host, or pip install 'slurm-tune[accountant]'")
+            return
 
         try:
             config = load_config(self.env.get("STUNE_FAIRSHARE_CONFIG"))

@@ -324,12 +324,13 @@ def uninstall(layout: Layout, dry_run: bool, force: bool) -> Report:
         report.say(f"{'would remove' if dry_run else 'removed'}: {path}")
         if not dry_run:
             os.unlink(path)
+    if not dry_run and not report.kept:
+        os.unlink(layout.manifest)
+    kept_dirs = []
     for d in sorted(manifest["dirs"], key=len, reverse=True):
-        if os.path.normpath(d) == os.path.dirname(layout.manifest):
-            continue
         try:
             if dry_run:
-                if not os.listdir(d):
+                if os.path.isdir(d) and not os.listdir(d):
                     report.say(f"would remove: {d}/")
                 continue
             os.rmdir(d)
@@ -338,17 +339,10 @@ def uninstall(layout: Layout, dry_run: bool, force: bool) -> Report:
         except FileNotFoundError:
             pass
         except OSError:
-            report.kept.append(d)
-            report.say(f"kept (not empty: holds data stune or the admin wrote): {d}/")
-    if not dry_run:
-        if report.kept:
-            manifest["files"] = {p: e for p, e in manifest["files"].items() if p in report.kept}
-            manifest["dirs"] = [d for d in manifest["dirs"] if os.path.isdir(d)]
-            safeio.write_atomic(layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644)
-        else:
-            os.unlink(layout.manifest)
-            try:
-                os.rmdir(os.path.dirname(layout.manifest))
-            except OSError:
-                pass
+            kept_dirs.append(d)
+            report.say(f"left in place (holds files stune did not place: data or the admin's): {d}/")
+    if not dry_run and report.kept:
+        manifest["files"] = {p: e for p, e in manifest["files"].items() if p in report.kept}
+        manifest["dirs"] = kept_dirs
+        safeio.write_atomic(layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644)
     return report
