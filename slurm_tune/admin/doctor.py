@@ -328,13 +328,14 @@ def facts_from_snapshot(snap: dict) -> dict[str, str]:
             "kernel": one([kernel.get("release"), snap.get("kernel_release")])}
 
 
-def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm) -> Doctor:
+def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, conf_given: bool = False) -> Doctor:
+    """`conf_given`: --slurm-conf named the file to judge; otherwise the env file's SLURM_CONF is the one."""
     doc = Doctor(env_file, layout, facts_dir, slurm)
     doc.check_env_file()
     doc.check_hooks(roles)
     profiles = doc.load_profiles()
     gpu_partitions = [n for n, p in profiles.items() if (p.gpu.count or 0) > 0]
-    conf = SlurmConf(doc.env.get("SLURM_CONF") or layout.slurm_conf)
+    conf = SlurmConf(layout.slurm_conf if conf_given else doc.env.get("SLURM_CONF") or layout.slurm_conf)
     doc.check_slurm_conf(conf, roles, gpu_partitions)
     nodes = doc.check_cluster(profiles)
     if nodes:

@@ -145,7 +145,7 @@ def _doctor(args) -> int:
         except OSError:
             env = {}
     slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)
-    result = doctor.run(env_file, layout, roles, args.facts, slurm)
+    result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=bool(args.slurm_conf))
     if args.json:
         print(doctor.as_json(result))
     else:
