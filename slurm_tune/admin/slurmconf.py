@@ -17,7 +17,7 @@ RECORD_KEYS = frozenset(("nodename", "partitionname", "nodeset", "downnodes", "f
 # Slurm's defaults for the settings judged here, when slurm.conf does not set them.
 DEFAULTS = {"prologflags": "", "prioritytype": "priority/basic", "prioritycalcperiod": "5",
             "healthcheckinterval": "0", "healthchecknodestate": "ANY", "schedulerparameters": "",
-            "accountingstoragetres": "", "priorityweightfairshare": "0", "taskplugin": ""}
+            "accountingstoragetres": "", "accountingstorageenforce": "", "priorityweightfairshare": "0", "taskplugin": ""}
 
 
 @dataclass
@@ -205,6 +205,11 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
         "AccountingStorageTRES=" + ",".join([t for t in get("AccountingStorageTRES").split(",") if t.strip()]
                                             + ["gres/gpu"]),
         "GPUs must be accounted (gres/gpu in AllocTRES)")
+    enforce = [e.strip().lower() for e in get("AccountingStorageEnforce").split(",")]
+    add("AccountingStorageEnforce", "associations" in enforce and "limits" in enforce,
+        "AccountingStorageEnforce=" + ",".join(dict.fromkeys([e for e in enforce if e] + ["associations", "limits"])),
+        "jobs need an association to be charged; `limits` charges a finished job's last partial PriorityCalcPeriod",
+        "warning")
     period = seconds(get("PriorityCalcPeriod"), 60)
     add("PriorityCalcPeriod", period is not None and period <= 300, "PriorityCalcPeriod=1",
         f"priorities are recomputed every {get('PriorityCalcPeriod')} (minutes): users see SiteFactor changes "

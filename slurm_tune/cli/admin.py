@@ -26,7 +26,14 @@ def _topology(args) -> int:
     import sys
 
     from ..errors import ConfigError
-    from ..topology import build_topology, parse_ibnetdiscover, render
+    from ..topology import build_topology, empty_reason, host_name, parse_ibnetdiscover, parse_node_name_map, render
+
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise ConfigError(path, None, "", f"cannot read: {exc.strerror}") from None
 
     source = "<stdin>" if args.input == "-" else args.input
     if args.input == "-":
@@ -35,16 +42,18 @@ def _topology(args) -> int:
                                                 "topology` or `stune-admin topology FILE`")
         text = sys.stdin.read()
     else:
-        try:
-            with open(args.input, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise ConfigError(source, None, "", f"cannot read: {exc.strerror}") from None
+        text = read(args.input)
+    names = parse_node_name_map(read(args.node_name_map), args.node_name_map) if args.node_name_map else None
     keep = (lambda name: any(fnmatch.fnmatchcase(name, g) for g in args.match)) if args.match else None
-    topology = build_topology(parse_ibnetdiscover(text, source), keep=keep, hca=args.hca,
-                              all_rails=args.all_rails)
+    fabric = parse_ibnetdiscover(text, source, names)
+    if fabric.warnings:
+        print(f"{PROG} topology: skipped {fabric.warnings} ibnetdiscover warning line(s) in {source}: parts of "
+              "the fabric may be missing", file=sys.stderr)
+    topology = build_topology(fabric, keep=keep, hca=args.hca, all_rails=args.all_rails)
     if not topology.leaves:
-        raise ConfigError(source, None, "", "no node found on any switch (check --match / --hca)")
+        hosts = [host_name(d.description) for d in fabric.devices.values() if d.kind == "ca"]
+        matched = keep is None or any(h and keep(h) for h in hosts)
+        raise ConfigError(source, None, "", empty_reason(fabric, matched=matched, hca=args.hca))
     conf = render(topology, source)
     if args.output:
         try:
@@ -189,6 +198,9 @@ def _main(argv: list[str]) -> int:
     topo.add_argument("--hca", metavar="NAME", help="place each node by the HCA with this name in its "
                                                     "description (e.g. mlx5_0); default: its first HCA")
     topo.add_argument("--all-rails", action="store_true", help="list a node under every leaf its HCAs reach")
+    topo.add_argument("--node-name-map", metavar="FILE", help="GUID -> name map in ibnetdiscover's format "
+                                                              "(`<guid> \"<name>\"` per line), for HCAs that keep "
+                                                              "the driver's default description")
     inst = sub.add_parser("install", help="place hooks, TaskProlog, EpilogSlurmctld, units, env file, dirs",
                           description="Place everything stune ships (idempotent; an admin-edited file is kept "
                                       "and its diff shown unless --force), write the env file from what it "
