@@ -100,7 +100,8 @@ class Doctor:
                          f"set STUNE_BIN in {self.env_file} to the venv's bin")
                 break
         else:
-            self.add(OK, "STUNE_BIN", bin_dir)
+            if self.trusted(os.path.join(bin_dir, "stune-health"), "STUNE_BIN"):  # root runs it from every hook
+                self.add(OK, "STUNE_BIN", bin_dir)
 
     def check_hooks(self, roles: set[str]) -> None:
         for piece in shipped.PIECES:
