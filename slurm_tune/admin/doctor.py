@@ -103,6 +103,22 @@ class Doctor:
             if self.trusted(os.path.join(bin_dir, "stune-health"), "STUNE_BIN"):  # root runs it from every hook
                 self.add(OK, "STUNE_BIN", bin_dir)
 
+    def check_spool(self) -> None:
+        """The shared usage spool: nodes write job summaries, the EpilogSlurmctld merges them as root. Users
+        must not be able to plant records there (docs/fairshare.md: root:slurm 2775)."""
+        spool = self.env.get("STUNE_USAGE_SPOOL", "/var/spool/stune/usage")
+        try:
+            st = os.stat(spool)
+        except OSError:
+            self.add(WARNING, "usage spool", f"{spool} is missing (job GPU usage is not collected)",
+                     "stune-admin install creates it; on a shared filesystem create it once")
+            return
+        if st.st_mode & 0o002:
+            self.add(ERROR, "usage spool", f"{spool} is writable by others (mode {st.st_mode & 0o7777:04o}): "
+                     "users could forge usage records", f"chmod o-w {spool} (root:slurm 2775)")
+        else:
+            self.add(OK, "usage spool", f"{spool} ({st.st_mode & 0o7777:04o})")
+
     def check_hooks(self, roles: set[str]) -> None:
         for piece in shipped.PIECES:
             if piece.role not in roles or piece.place == "unit_dir":
@@ -334,6 +350,8 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
     doc = Doctor(env_file, layout, facts_dir, slurm)
     doc.check_env_file()
     doc.check_hooks(roles)
+    if doc.env:
+        doc.check_spool()
     profiles = doc.load_profiles()
     gpu_partitions = [n for n, p in profiles.items() if (p.gpu.count or 0) > 0]
     conf = SlurmConf(layout.slurm_conf if conf_given else doc.env.get("SLURM_CONF") or layout.slurm_conf)

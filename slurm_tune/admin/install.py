@@ -132,6 +132,7 @@ def relocate(piece: shipped.Piece, data: bytes, layout: Layout, settings: dict[s
         text = text.replace("EnvironmentFile=-/etc/default/stune", f"EnvironmentFile=-{layout.env_file}")
     if piece.place == "unit_dir":
         text = text.replace("/opt/stune/bin/", settings["STUNE_BIN"].rstrip("/") + "/")
+        text = text.replace("file:///opt/stune/docs/", f"file://{shipped.share_root()}/docs/")
     return text.encode()
 
 
@@ -146,6 +147,7 @@ class Report:
     kept: list[str] = field(default_factory=list)
     checked: int = 0
     out: list[str] = field(default_factory=list)
+    manifest_dirty: bool = False   # the manifest learned something (a file already as stune would place it)
 
     def say(self, line: str) -> None:
         self.out.append(line)
@@ -200,6 +202,7 @@ def place_file(report: Report, manifest: dict, path: str, data: bytes, mode: int
             report.say(f"fixed owner/mode {mode:04o}: {path}")
         if recorded != _sha(data) and not report.dry_run:
             manifest["files"][path] = {"sha256": _sha(data), "mode": mode}
+            report.manifest_dirty = True
         return
     if current is not None and _sha(current) != recorded and not force:
         report.kept.append(path)
@@ -268,7 +271,7 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
             make_dirs(report, manifest, d, 0o755)
     gid, mode, _ = spool_group()
     make_dirs(report, manifest, layout.spool_dir, mode, gid)
-    if not dry_run and (report.changed or not os.path.exists(layout.manifest)):
+    if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
         manifest["prefix"] = layout.prefix
         make_dirs(report, manifest, os.path.dirname(layout.manifest), 0o755)
         safeio.write_atomic(layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644)

@@ -172,8 +172,10 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
         hooks = [os.path.join(directory, n) for n in (("10-stune-health", "20-stune-jobgpus") if key == "Prolog"
                                                        else ("10-stune-health", "20-stune-usage", "30-stune-stage"))]
         value = get(key)
-        add(key, bool(value) and all(glob_reaches(value, h) for h in hooks), f"{key}={directory}/*",
-            f"the glob must reach stune's hooks in {directory}")
+        why = f"the glob must reach stune's hooks in {directory}"
+        if value and not value.endswith("*"):
+            why += f"; move your current {key} script {value} into {directory} (e.g. as 00-site) so it still runs"
+        add(key, bool(value) and all(glob_reaches(value, h) for h in hooks), f"{key}={directory}/*", why)
     sched = [p.strip().lower() for p in get("SchedulerParameters").split(",")]
     add("SchedulerParameters", "nohold_on_prolog_fail" in sched,
         "SchedulerParameters=" + ",".join([p for p in get("SchedulerParameters").split(",") if p.strip()]
