@@ -91,7 +91,7 @@ def test_uninstall_removes_exactly_what_install_placed(tmp_path, capsys):
 
 
 def test_set_rejects_a_bad_name(tmp_path, capsys):
-    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--set", "bad name=1")
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--set", "bad name=1")
     assert rc == 1 and "--set" in out and "Traceback" not in out
 
 
@@ -183,3 +183,28 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
                           timeout=120)
     assert gone.returncode == 0, gone.stdout
     assert [p for p in root.rglob("*") if p.is_file()] == [root / "etc/slurm/slurm.conf"]  # the admin's file stays
+
+
+def test_roles_are_detected_from_slurm_conf(tmp_path, monkeypatch):
+    from slurm_tune.admin import install as inst
+
+    monkeypatch.setattr(inst.socket, "gethostname", lambda: "ctl2.example.org")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=ctl1(10.0.0.1)\nSlurmctldHost=ctl2\nNodeName=gpu[01-16] Gres=gpu:8\n")
+    roles, why = inst.detect_roles(SlurmConf(str(conf)))
+    assert roles == {"controller"} and "ctl2" in why  # a backup controller is a controller too
+    monkeypatch.setattr(inst.socket, "gethostname", lambda: "gpu07")
+    assert inst.detect_roles(SlurmConf(str(conf)))[0] == {"node"}
+    monkeypatch.setattr(inst.socket, "gethostname", lambda: "login1")
+    monkeypatch.setattr(inst.os.path, "exists", lambda p: False)
+    roles, why = inst.detect_roles(SlurmConf(str(conf)))
+    assert roles == set() and "neither a node nor the controller" in why
+
+
+def test_install_without_a_detected_role_asks_for_one(tmp_path, capsys, monkeypatch):
+    from slurm_tune.admin import install as inst
+
+    monkeypatch.setattr(inst, "detect_roles", lambda conf: (set(), "login1 is neither a node nor the controller"))
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path))
+    assert rc == 1 and "pass --role node, controller or all" in out
+    assert list(tmp_path.iterdir()) == []

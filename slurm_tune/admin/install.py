@@ -74,13 +74,15 @@ def hook_dir_from(conf: SlurmConf, key: str) -> str | None:
 
 
 def detect_roles(conf: SlurmConf) -> tuple[set[str], str]:
-    """Node and/or controller, from slurm.conf: SlurmctldHost names this host -> controller; a NodeName
-    or NodeHostname naming it (or slurmd installed) -> node. Neither found: both, said so."""
+    """Node and/or controller, from slurm.conf: a SlurmctldHost (primary or backup) naming this host ->
+    controller; a NodeName or NodeHostname naming it (or slurmd installed) -> node. Neither found: an empty
+    set and the reason (install asks for --role; doctor checks everything)."""
     from ..slurm import expand_hostlist
 
     host = socket.gethostname().split(".")[0]
     roles = set()
-    ctld = [s.value.split("(")[0] for k, s in conf.params.items() if k in ("slurmctldhost", "controlmachine")]
+    ctld = [s.value.split("(")[0].strip() for k in ("slurmctldhost", "controlmachine", "backupcontroller")
+            for s in conf.every.get(k, [])]
     if host in ctld:
         roles.add(shipped.CONTROLLER)
     for rec in conf.nodes():
@@ -90,8 +92,8 @@ def detect_roles(conf: SlurmConf) -> tuple[set[str], str]:
     if not roles and os.path.exists("/usr/sbin/slurmd"):
         roles.add(shipped.NODE)
     if not roles:
-        return {shipped.NODE, shipped.CONTROLLER}, f"{host} is neither a node nor the controller in {conf.path}: " \
-                                                   "installing both parts (use --role to choose)"
+        where = conf.path if conf.found else f"{conf.path} (not found)"
+        return set(), f"{host} is neither a node nor the controller in {where}"
     return roles, f"{host}: {' and '.join(sorted(roles))} (from {conf.path})"
 
 
@@ -116,7 +118,8 @@ def env_file_text(layout: Layout, settings: dict[str, str]) -> str:
 
 
 def env_settings(layout: Layout, extra: dict[str, str]) -> dict[str, str]:
-    settings = {"STUNE_BIN": stune_bin(), "STUNE_PARTITIONS": layout.profiles, "SLURM_CONF": layout.slurm_conf,
+    profiles = (os.environ.get("STUNE_PARTITIONS") if layout.prefix == "/" else None) or layout.profiles
+    settings = {"STUNE_BIN": stune_bin(), "STUNE_PARTITIONS": profiles, "SLURM_CONF": layout.slurm_conf,
                 "STUNE_STATE_DIR": layout.state_dir, "STUNE_USAGE_DIR": layout.usage_dir,
                 "STUNE_USAGE_SPOOL": layout.spool_dir,
                 "STUNE_USAGE_LOG": os.path.join(layout.log_dir, "usage-store.log")}

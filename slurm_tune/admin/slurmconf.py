@@ -34,6 +34,7 @@ class SlurmConf:
     def __init__(self, path: str):
         self.path = path
         self.params: dict[str, Setting] = {}
+        self.every: dict[str, list[Setting]] = {}   # keys given more than once (SlurmctldHost for backups)
         self.records: list[dict[str, str]] = []
         self.problems: list[str] = []
         self.text = ""
@@ -63,7 +64,9 @@ class SlurmConf:
             if key.lower() in RECORD_KEYS:
                 self.records.append(_record(line))
             else:
-                self.params[key.lower()] = Setting(key, value.strip(), path, number)
+                setting = Setting(key, value.strip(), path, number)
+                self.params[key.lower()] = setting
+                self.every.setdefault(key.lower(), []).append(setting)
 
     def _include(self, path: str, target: str, depth: int) -> None:
         if depth > 8:

@@ -75,17 +75,23 @@ def _layout(args):
     from ..admin.slurmconf import SlurmConf
 
     prefix = os.path.abspath(args.prefix)
-    conf_path = args.slurm_conf or (os.environ.get("SLURM_CONF") if prefix == "/" else None) \
-        or os.path.join(prefix, "etc/slurm/slurm.conf")
+    conf_path = args.slurm_conf or (os.environ.get("SLURM_CONF") if prefix == "/" else None)
+    if not conf_path:  # Debian/RHEL packages, older Debian, a source build's default sysconfdir
+        candidates = [os.path.join(prefix, p) for p in ("etc/slurm/slurm.conf", "etc/slurm-llnl/slurm.conf",
+                                                        "usr/local/etc/slurm.conf")]
+        conf_path = next((c for c in candidates if os.path.exists(c)), candidates[0])
     conf = SlurmConf(conf_path)
     layout = Layout(prefix=prefix, slurm_conf=conf_path, prolog_dir=hook_dir_from(conf, "Prolog") or "",
                     epilog_dir=hook_dir_from(conf, "Epilog") or "")
     return layout, conf
 
 
-def _roles(args, conf) -> tuple[set[str], str]:
+def _roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
+    """--role, else detected; when nothing is detected, install asks (a login node needs no install) and
+    doctor (fallback_all) checks both parts."""
     from ..admin.install import detect_roles
     from ..admin.shipped import CONTROLLER, NODE
+    from ..errors import StuneError
 
     if args.role == "node":
         return {NODE}, "node part (--role node)"
@@ -93,7 +99,12 @@ def _roles(args, conf) -> tuple[set[str], str]:
         return {CONTROLLER}, "controller part (--role controller)"
     if args.role == "all":
         return {NODE, CONTROLLER}, "node and controller parts (--role all)"
-    return detect_roles(conf)
+    roles, why = detect_roles(conf)
+    if roles:
+        return roles, why
+    if fallback_all:
+        return {NODE, CONTROLLER}, f"{why}: checking both parts"
+    raise StuneError(f"{why}: pass --role node, controller or all (a login node needs only the pip install)")
 
 
 def _install(args) -> int:
@@ -145,7 +156,7 @@ def _doctor(args) -> int:
     from ..slurm import Slurm
 
     layout, conf = _layout(args)
-    roles, _ = _roles(args, conf)
+    roles, _ = _roles(args, conf, fallback_all=True)
     env_file = args.env_file or os.environ.get("STUNE_ENV_FILE") or layout.env_file
     env = {}
     if os.path.exists(env_file):
