@@ -208,3 +208,14 @@ def test_install_without_a_detected_role_asks_for_one(tmp_path, capsys, monkeypa
     rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path))
     assert rc == 1 and "pass --role node, controller or all" in out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_set_moves_the_directories_install_creates(tmp_path, capsys):
+    shared = tmp_path / "shared/stune/usage"
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path / "root"), "--role", "all",
+                        f"--set=STUNE_USAGE_SPOOL={shared}", f"--set=STUNE_STATE_DIR={tmp_path}/nodes/%n/health")
+    assert rc == 0, out
+    assert shared.is_dir() and not (tmp_path / "root/var/spool/stune/usage").exists()
+    assert not (tmp_path / "nodes").exists()  # per-node: the hooks create it
+    env = (tmp_path / "root/etc/default/stune").read_text()
+    assert f"STUNE_USAGE_SPOOL={shared}\n" in env and f"STUNE_STATE_DIR={tmp_path}/nodes/%n/health\n" in env

@@ -346,7 +346,7 @@ def facts_from_snapshot(snap: dict) -> dict[str, str]:
 
 
 def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, conf_given: bool = False) -> Doctor:
-    """`conf_given`: --slurm-conf named the file to judge; otherwise the env file's SLURM_CONF is the one."""
+    """`conf_given`: layout.slurm_conf is the file to judge; otherwise the env file's SLURM_CONF is."""
     doc = Doctor(env_file, layout, facts_dir, slurm)
     doc.check_env_file()
     doc.check_hooks(roles)

@@ -269,11 +269,12 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
             with open(os.path.join(root, "partitions", name), "rb") as fh:
                 place_file(report, manifest, os.path.join(layout.examples, name), fh.read(), 0o644, force)
     make_dirs(report, manifest, layout.profiles, 0o755)
-    for d in (layout.state_dir, layout.usage_dir, layout.log_dir):
+    # the directories the env file names (a --set moves them), except per-node ones (%n: the hooks make them)
+    for d in (settings["STUNE_STATE_DIR"], settings["STUNE_USAGE_DIR"], os.path.dirname(settings["STUNE_USAGE_LOG"])):
         if "%n" not in d:
             make_dirs(report, manifest, d, 0o755)
     gid, mode, _ = spool_group()
-    make_dirs(report, manifest, layout.spool_dir, mode, gid)
+    make_dirs(report, manifest, settings["STUNE_USAGE_SPOOL"], mode, gid)
     if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
         manifest["prefix"] = layout.prefix
         make_dirs(report, manifest, os.path.dirname(layout.manifest), 0o755)

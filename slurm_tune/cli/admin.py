@@ -155,17 +155,21 @@ def _doctor(args) -> int:
     from ..admin import doctor
     from ..slurm import Slurm
 
-    layout, conf = _layout(args)
-    roles, _ = _roles(args, conf, fallback_all=True)
-    env_file = args.env_file or os.environ.get("STUNE_ENV_FILE") or layout.env_file
+    env_file = args.env_file or os.environ.get("STUNE_ENV_FILE") or \
+        os.path.join(os.path.abspath(args.prefix), "etc/default/stune")
     env = {}
-    if os.path.exists(env_file):
+    if os.path.isfile(env_file):
         try:
             env = doctor.read_env_file(env_file)
         except OSError:
             env = {}
-    slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)
-    result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=bool(args.slurm_conf))
+    # The slurm.conf judged: --slurm-conf, else the one the hooks use (the env file's SLURM_CONF).
+    if not args.slurm_conf and env.get("SLURM_CONF"):
+        args.slurm_conf = env["SLURM_CONF"]
+    layout, conf = _layout(args)
+    roles, _ = _roles(args, conf, fallback_all=True)
+    slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)  # the live cluster
+    result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=True)
     if args.json:
         print(doctor.as_json(result))
     else:
