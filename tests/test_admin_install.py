@@ -3,14 +3,11 @@ the TaskProlog wrapper, and the wheel (built, installed into a fresh venv outsid
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
-
-import pytest
 
 from slurm_tune.admin import shipped
 from slurm_tune.admin.slurmconf import SlurmConf, diff_against, requirements
