@@ -51,3 +51,41 @@ def test_a_slurm_that_does_not_answer_is_one_finding(tmp_path):
                         Slurm(conf=str(tmp_path / "missing.conf"), timeout=5))
     assert doc.check_cluster({}) == []
     assert [f.subject for f in doc.findings] == ["slurm"] and doc.findings[0].severity == "error"
+
+
+class FakeAccounting:
+    """sacct rows as the adapter returns them (the one Slurm read check_sampler makes)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def sacct(self, fields, **kwargs):
+        return self.rows
+
+
+def test_the_sampler_is_judged_by_the_last_gpu_job_on_each_node(tmp_path):
+    from slurm_tune.usage import summary
+
+    def comment(node_means):
+        per_gpu = tuple(summary.GpuMeans(n, "0", sm, None, None, None) for n, sm in node_means)
+        return summary.encode(summary.JobSummary(100.0, 50.0, 100.0, 0.0, None, 1, len(node_means),
+                                                 len(node_means), per_gpu))
+
+    rows = [
+        {"JobIDRaw": "10", "End": "1000", "NodeList": "g[1-2]", "AllocTRES": "cpu=2,gres/gpu=2",
+         "AdminComment": comment([("g1", 80.0), ("g2", None)])},
+        {"JobIDRaw": "11", "End": "900", "NodeList": "g2", "AllocTRES": "cpu=1,gres/gpu=1",
+         "AdminComment": comment([("g2", 70.0)])},           # older: the newer job 10 decides for g2
+        {"JobIDRaw": "12", "End": "1200", "NodeList": "g3", "AllocTRES": "cpu=1,gres/gpu=1", "AdminComment": ""},
+        {"JobIDRaw": "13", "End": "1300", "NodeList": "g4", "AllocTRES": "cpu=1", "AdminComment": ""},  # no GPU
+        {"JobIDRaw": "14", "End": "Unknown", "NodeList": "g4", "AllocTRES": "gres/gpu=1", "AdminComment": ""},
+    ]
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(rows))
+    doc.check_sampler([node(n, ["hdr"]) for n in ("g1", "g2", "g3", "g4")] + [node("c1", ["cpu"], gres="")])
+    lines = [f.line() for f in doc.findings]
+    assert any(l.startswith("warning sampler: not sampling on g2 (job 10)") for l in lines), lines
+    assert any(l.startswith("warning sampler: no usage summary stored for the last GPU job on g3 (job 12)")
+               for l in lines), lines
+    assert any(l.startswith("warning sampler: no GPU job ended on g4 within a day") for l in lines), lines
+    assert any(l.startswith("ok      sampler: measured the last GPU job on g1") for l in lines), lines
+    assert not any("c1" in l for l in lines)

@@ -286,27 +286,58 @@ class Doctor:
                  "systemctl status stune-fairshare.timer")
 
     def check_sampler(self, nodes) -> None:
-        usage = self.env.get("STUNE_USAGE_DIR", "/var/lib/stune/usage")
-        gpu_nodes = [n.name for n in nodes if gres_gpus(n.gres)]
-        if not uses_node(usage):
-            self.add(WARNING, "sampler", f"cannot see from here whether stune-gpu-sampler runs on "
-                     f"{len(gpu_nodes)} GPU node(s): their usage dirs are node-local",
-                     "systemctl is-active stune-gpu-sampler on each GPU node (pdsh/clush)")
+        """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
+        summary (AdminComment) of the last GPU job that ended on the node within a day. Its per-GPU means
+        for that node are measured only where the sampler ran."""
+        from ..slurm import expand_hostlist, tres_value
+        from ..usage import summary
+
+        gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres)}
+        if not gpu_nodes:
             return
-        stale = []
-        for node in gpu_nodes:
-            d = expand_node(usage, node)
+        try:
+            rows = self.slurm.sacct(["JobIDRaw", "End", "NodeList", "AllocTRES", "AdminComment"],
+                                    start="now-1days", end="now")
+        except StuneError as exc:
+            self.add(WARNING, "sampler", f"cannot read the accounting records: {exc}")
+            return
+        last: dict[str, tuple[int, dict]] = {}
+        for row in rows:
             try:
-                newest = max((e.stat().st_mtime for e in os.scandir(d) if e.is_file()), default=0)
-            except OSError:
-                newest = 0
-            if time.time() - newest > 600:
-                stale.append(node)
-        if stale:
-            self.add(WARNING, "sampler", f"no fresh sample on {', '.join(stale)}",
-                     "systemctl enable --now stune-gpu-sampler")
-        else:
-            self.add(OK, "sampler", f"sampling on all {len(gpu_nodes)} GPU node(s)")
+                ended = int(row.get("End") or 0)
+                gpus = float(tres_value(row.get("AllocTRES", ""), "gres/gpu") or 0)
+            except ValueError:
+                continue
+            if ended <= 0 or gpus <= 0:
+                continue
+            for name in set(expand_hostlist(row.get("NodeList", ""))) & gpu_nodes:
+                if name not in last or ended > last[name][0]:
+                    last[name] = (ended, row)
+        idle, unstored, unsampled, sampled = [], [], [], []
+        for name in sorted(gpu_nodes):
+            if name not in last:
+                idle.append(name)
+                continue
+            row = last[name][1]
+            found = summary.parse(row.get("AdminComment", ""))
+            if found is None:
+                unstored.append(f"{name} (job {row.get('JobIDRaw')})")
+            elif any(g.node == name and g.sm is not None for g in found.per_gpu):
+                sampled.append(name)
+            else:
+                unsampled.append(f"{name} (job {row.get('JobIDRaw')})")
+        if unsampled:  # a warning: the accountant treats unmeasured GPU time by its coverage rule, no harm done
+            self.add(WARNING, "sampler", f"not sampling on {', '.join(unsampled)}: the last GPU job's usage summary "
+                     "has no measurement from there", "systemctl enable --now stune-gpu-sampler on those nodes")
+        if unstored:
+            self.add(WARNING, "sampler", f"no usage summary stored for the last GPU job on {', '.join(unstored)}: "
+                     "cannot tell whether the sampler runs there", "check the node epilog 20-stune-usage and "
+                     "EpilogSlurmctld (stune-usage-slurmctld)")
+        if idle:
+            self.add(WARNING, "sampler", f"no GPU job ended on {', '.join(idle)} within a day: cannot tell whether "
+                     "the sampler runs there", "systemctl is-active stune-gpu-sampler on those nodes")
+        if sampled:
+            self.add(OK, "sampler", f"measured the last GPU job on {', '.join(sampled)}")
 
     def matrix_table(self) -> str:
         if not self.matrix:
