@@ -89,3 +89,14 @@ def test_the_sampler_is_judged_by_the_last_gpu_job_on_each_node(tmp_path):
     assert any(l.startswith("warning sampler: no GPU job ended on g4 within a day") for l in lines), lines
     assert any(l.startswith("ok      sampler: measured the last GPU job on g1") for l in lines), lines
     assert not any("c1" in l for l in lines)
+
+
+def test_hardware_less_facts_come_from_per_node_snapshots_only(tmp_path):
+    snap = json.loads((SNAPSHOTS / "vpc-a10g.json").read_text())
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "gpus.json").write_text(json.dumps(snap))
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None)
+    doc.env = {"STUNE_GPU_SNAPSHOT": f"{tmp_path}/%n/gpus.json", "STUNE_SYSFS_ROOT": "/"}  # "/" is this host's
+    assert doc.node_facts("v1")["driver"] == "535.104.05"
+    assert doc.node_facts("v1")["hca_fw"] == "?"     # no per-node sysfs tree: not guessed from this host
+    assert doc.node_facts("v2") is None               # no snapshot for v2: said, not guessed

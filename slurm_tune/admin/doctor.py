@@ -212,12 +212,18 @@ class Doctor:
         if snap is None:
             sysfs = self.env.get("STUNE_SYSFS_ROOT", "")
             gpus = self.env.get("STUNE_GPU_SNAPSHOT", "")
-            if uses_node(sysfs) or uses_node(gpus):  # hardware-less mode: the node's hardware is readable here
-                from ..health.collect import full
+            # hardware-less mode: a per-node (%n) sysfs tree and GPU snapshot are this node's hardware, and
+            # readable here; a path without %n would be this host's, not the node's: not used
+            root = expand_node(sysfs, node) if uses_node(sysfs) else None
+            gpu_file = expand_node(gpus, node) if uses_node(gpus) else None
+            root = root if root and os.path.isdir(root) else None
+            gpu_file = gpu_file if gpu_file and os.path.isfile(gpu_file) else None
+            if root or gpu_file:
+                from ..health.collect import full, replay_gpus
 
                 try:
-                    snap = full(expand_node(sysfs, node) if sysfs else "/", None, node,
-                                expand_node(gpus, node) if gpus else None, timeout_s=5.0, nvml=bool(gpus))
+                    snap = full(root, None, node, gpu_file, timeout_s=5.0, nvml=False) if root \
+                        else {"gpus": replay_gpus(gpu_file)}  # never this host's NVML for another node
                 except Exception as exc:  # a capture problem is a missing fact, not a crash
                     self.add(WARNING, f"node {node}", f"cannot read its recorded hardware: {exc}")
                     return None
@@ -359,20 +365,23 @@ def gres_gpus(gres: str) -> int:
 
 
 def facts_from_snapshot(snap: dict) -> dict[str, str]:
-    def one(values) -> str:
+    """The version-matrix row of one capture: '?' where the capture does not say, 'none' where it answered
+    that there is none (a TCP-only node has no HCA)."""
+    def one(values, answered_empty: bool = False) -> str:
         values = sorted({str(v) for v in values if v})
-        return "/".join(values) if values else "?"
+        return "/".join(values) if values else ("none" if answered_empty else "?")
 
     gpus = snap.get("gpus") if isinstance(snap.get("gpus"), dict) else {}
     devices = gpus.get("devices") if isinstance(gpus.get("devices"), list) else []
     ib = snap.get("ib") if isinstance(snap.get("ib"), dict) else {}
     hcas = ib.get("devices") if isinstance(ib.get("devices"), dict) else {}
     kernel = snap.get("kernel") if isinstance(snap.get("kernel"), dict) else {}
+    no_hca = ib.get("answered") is True and not hcas
     return {"gpu_model": one(d.get("name") for d in devices if isinstance(d, dict)),
             "driver": one([gpus.get("driver_version")]), "cuda": one([gpus.get("cuda_driver_version")]),
             "nccl": one([snap.get("nccl_version")]),
-            "hca_model": one(h.get("hca_type") for h in hcas.values() if isinstance(h, dict)),
-            "hca_fw": one(h.get("fw_ver") for h in hcas.values() if isinstance(h, dict)),
+            "hca_model": one((h.get("hca_type") for h in hcas.values() if isinstance(h, dict)), no_hca),
+            "hca_fw": one((h.get("fw_ver") for h in hcas.values() if isinstance(h, dict)), no_hca),
             "kernel": one([kernel.get("release"), snap.get("kernel_release")])}
 
 
