@@ -41,7 +41,8 @@ def site(cluster, tmp_path):
                 (("health_run", "stune-health-run"), ("task_prolog", "stune-task-prolog"),
                  ("epilog_slurmctld", "stune-usage-slurmctld"))}}
     text = live.text.replace("HealthCheckInterval=0\n", "")
-    text = text.replace("PartitionName=vpc ", 'PartitionName=vpc TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" ')
+    for part in ("hdr", "roce", "vpc"):
+        text = text.replace(f"PartitionName={part} ", f'PartitionName={part} TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" ')
     text += "".join(n.line + "\n" for n in requirements(live, paths) if not n.ok and n.key != "HealthCheckInterval")
     text += "HealthCheckInterval=300\nHealthCheckNodeState=ANY,CYCLE\n"
     (etc / "slurm.conf").write_text(text)

@@ -221,3 +221,19 @@ def test_set_moves_the_directories_install_creates(tmp_path, capsys):
     assert not (tmp_path / "nodes").exists()  # per-node: the hooks create it
     env = (tmp_path / "root/etc/default/stune").read_text()
     assert f"STUNE_USAGE_SPOOL={shared}\n" in env and f"STUNE_STATE_DIR={tmp_path}/nodes/%n/health\n" in env
+
+
+def test_the_diff_weighs_gpus_on_gpu_partitions_only(tmp_path):
+    from slurm_tune.admin.slurmconf import gpu_partitions, partition_needs
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("NodeName=gpu[01-04] Gres=gpu:a100:8 CPUs=64\nNodeName=cpu[01-02] CPUs=64\n"
+                    'PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0" # GPU nodes\n'
+                    "PartitionName=cpu Nodes=cpu[01-02] Default=YES\n"
+                    "PartitionName=all Nodes=ALL\n")
+    parsed = SlurmConf(str(conf))
+    assert gpu_partitions(parsed) == ["a100", "all"]
+    diff = diff_against(str(conf), parsed.text, partition_needs(parsed, gpu_partitions(parsed)))
+    assert '+PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" # GPU nodes\n' in diff
+    assert '+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"\n' in diff
+    assert "+PartitionName=cpu" not in diff and "-PartitionName=cpu" not in diff

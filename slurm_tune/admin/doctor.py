@@ -19,7 +19,7 @@ from .. import safeio
 from ..errors import StuneError
 from ..thisnode import expand_node, uses_node
 from . import shipped
-from .slurmconf import SlurmConf, partition_needs, read_key_values, requirements
+from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
 
 ERROR, WARNING, OK = "error", "warning", "ok"
 SLURM_TIMEOUT_S = 10.0
@@ -393,9 +393,9 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
     if doc.env:
         doc.check_spool()
     profiles = doc.load_profiles()
-    gpu_partitions = [n for n, p in profiles.items() if (p.gpu.count or 0) > 0]
     conf = SlurmConf(layout.slurm_conf if conf_given else doc.env.get("SLURM_CONF") or layout.slurm_conf)
-    doc.check_slurm_conf(conf, roles, gpu_partitions)
+    with_gpus = {n for n, p in profiles.items() if (p.gpu.count or 0) > 0} | set(gpu_partitions(conf))
+    doc.check_slurm_conf(conf, roles, sorted(with_gpus))
     nodes = doc.check_cluster(profiles)
     if nodes:
         doc.check_nodes(nodes)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from .. import safeio
 from ..errors import StuneError
 from . import shipped
-from .slurmconf import SlurmConf, diff_against, requirements
+from .slurmconf import SlurmConf, diff_against, gpu_partitions, partition_needs, requirements
 
 MANIFEST_FORMAT = "stune-install/1"
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -287,7 +287,7 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
     from .slurmconf import read_key_values
 
     out = []
-    needs = requirements(conf, layout.hook_paths(), role)
+    needs = requirements(conf, layout.hook_paths(), role) + partition_needs(conf, gpu_partitions(conf))
     if conf.found:
         out.append(diff_against(conf.path, conf.text, needs))
     else:

@@ -222,6 +222,22 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
     return needs
 
 
+def gpu_partitions(conf: SlurmConf) -> list[str]:
+    """Partitions whose nodes have GPUs in their Gres= (from slurm.conf alone, no profile needed)."""
+    from ..slurm import expand_hostlist
+
+    gpu_nodes: set[str] = set()
+    for rec in conf.nodes():
+        if any(g.split(":")[0] == "gpu" for g in rec.get("Gres", "").split(",")):
+            gpu_nodes.update(expand_hostlist(rec.get("NodeName", "")))
+    out = []
+    for name, rec in conf.partitions().items():
+        nodes = rec.get("Nodes", "")
+        if gpu_nodes and (nodes.upper() == "ALL" or gpu_nodes & set(expand_hostlist(nodes))):
+            out.append(name)
+    return out
+
+
 def partition_needs(conf: SlurmConf, gpu_partitions: list[str]) -> list[Need]:
     """TRESBillingWeights with GRES/gpu on each GPU partition (the accountant weighs GPU-hours by it)."""
     out = []
@@ -240,7 +256,7 @@ def partition_needs(conf: SlurmConf, gpu_partitions: list[str]) -> list[Need]:
 
 def diff_against(path: str, text: str, needs: list[Need]) -> str:
     """A unified diff of `path` with each unmet need's line replacing the live one (or appended)."""
-    missing = [n for n in needs if not n.ok and "=" in n.line and not n.key.startswith("PartitionName")]
+    missing = [n for n in needs if not n.ok and "=" in n.line]
     if not missing:
         return ""
     lines = text.splitlines(keepends=True)
@@ -249,6 +265,9 @@ def diff_against(path: str, text: str, needs: list[Need]) -> str:
     new = list(lines)
     appended = []
     for need in missing:
+        if need.key.startswith("PartitionName="):
+            _weigh_gpus(new, need.key.split()[0].split("=", 1)[1])
+            continue
         pattern = re.compile(rf"^\s*{re.escape(need.key)}\s*=", re.I)
         idx = next((i for i, l in enumerate(new) if pattern.match(l)), None)
         if idx is None:
@@ -258,3 +277,20 @@ def diff_against(path: str, text: str, needs: list[Need]) -> str:
     if appended:
         new += ["# stune (stune-admin install)\n"] + appended
     return "".join(difflib.unified_diff(lines, new, path, path + " (with stune)"))
+
+
+def _weigh_gpus(lines: list[str], partition: str) -> None:
+    """Add GRES/gpu to the partition line's TRESBillingWeights (or the whole attribute) in place."""
+    pattern = re.compile(rf"^\s*PartitionName={re.escape(partition)}(\s|$)", re.I)
+    for i, line in enumerate(lines):
+        if not pattern.match(line):
+            continue
+        body, hash_, comment = line.rstrip("\n").partition("#")
+        m = re.search(r'TRESBillingWeights=("?)([^"\s]*)\1', body, re.I)
+        if m:
+            weights = m.group(2) + ("," if m.group(2) else "") + "GRES/gpu=8.0"
+            body = body[:m.start()] + f'TRESBillingWeights="{weights}"' + body[m.end():]
+        else:
+            body = body.rstrip() + ' TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"'
+        lines[i] = body.rstrip() + (f" {hash_}{comment}" if hash_ else "") + "\n"
+        return
