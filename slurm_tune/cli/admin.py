@@ -187,10 +187,12 @@ def _doctor(args) -> int:
 
 
 def _common(p) -> None:
-    p.add_argument("--prefix", default="/", help="install root (default /): every path stune places or reads "
-                                                  "lies under it")
-    p.add_argument("--slurm-conf", metavar="FILE", help="the live slurm.conf (default: $SLURM_CONF, else "
-                                                        "PREFIX/etc/slurm/slurm.conf)")
+    p.add_argument("--prefix", default="/", help="install root (default /): stune's files, env file, state and "
+                                                  "manifest lie under it; the Prolog/Epilog directories are "
+                                                  "the ones slurm.conf's globs name, when it names them")
+    p.add_argument("--slurm-conf", metavar="FILE", help="the live slurm.conf (default: $SLURM_CONF, else the "
+                                                        "first of PREFIX/etc/slurm/, etc/slurm-llnl/, "
+                                                        "usr/local/etc/)")
     p.add_argument("--role", choices=("detect", "node", "controller", "all"), default="detect",
                    help="node part (hooks, TaskProlog, sampler unit), controller part (EpilogSlurmctld, "
                         "accountant units), or all; default: detected from slurm.conf")
