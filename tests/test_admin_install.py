@@ -130,8 +130,11 @@ def test_the_shipped_pieces_exist_in_the_tree_and_setup_cfg_ships_them():
     for piece in shipped.PIECES:
         assert (REPO / piece.source).is_file()
         assert piece.source in cfg, piece.source
+    placed = {piece.source for piece in shipped.PIECES}
     for hook in list((REPO / "prolog").iterdir()) + list((REPO / "epilog").iterdir()):
         assert f"{hook.parent.name}/{hook.name}" in cfg, f"{hook} is not shipped in the wheel"
+        if hook.suffix != ".md":  # a new hook must be placed by stune-admin install too (shipped.PIECES)
+            assert f"{hook.parent.name}/{hook.name}" in placed, f"{hook} is not placed by stune-admin install"
 
 
 def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
