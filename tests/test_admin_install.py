@@ -240,3 +240,9 @@ def test_the_diff_weighs_gpus_on_gpu_partitions_only(tmp_path):
     assert '+PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" # GPU nodes\n' in diff
     assert '+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"\n' in diff
     assert "+PartitionName=cpu" not in diff and "-PartitionName=cpu" not in diff
+
+
+def test_enable_is_refused_with_a_prefix(tmp_path, capsys):
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--enable")
+    assert rc == 1 and "--enable starts this host's units: only without --prefix" in out
+    assert list(tmp_path.iterdir()) == []

@@ -116,6 +116,9 @@ def _install(args) -> int:
         from ..errors import StuneError
         raise StuneError("install writes root's files: run it as root (or --dry-run)")
     layout, conf = _layout(args)
+    if args.enable and layout.prefix != "/":
+        from ..errors import StuneError
+        raise StuneError("--enable starts this host's units: only without --prefix")
     roles, why = _roles(args, conf)
     extra = dict(item.partition("=")[::2] for item in args.set or [])
     report = install(layout, roles, extra, args.dry_run, args.force)
@@ -133,10 +136,37 @@ def _install(args) -> int:
         print(f"{PROG} install: nothing changed ({report.checked} files checked under {layout.prefix})")
     elif report.dry_run:
         print(f"{PROG} install --dry-run: nothing was written")
-    if report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
+    if args.enable and not args.dry_run:
+        _enable_units(roles)
+    elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
         print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler on GPU nodes, "
-              "stune-fairshare.timer on the accountant host")
+              "stune-fairshare.timer on the accountant host (or rerun with --enable)")
     return EXIT_KEPT if report.kept else 0
+
+
+def _enable_units(roles: set[str]) -> None:
+    """--enable: daemon-reload, then enable --now the role's units (the sampler on a node, the accountant's
+    timer on the controller). Asked for explicitly: install alone never starts anything."""
+    import shutil
+    import subprocess
+
+    from ..admin.shipped import CONTROLLER, NODE
+    from ..errors import StuneError
+
+    systemctl = shutil.which("systemctl")
+    if systemctl is None:
+        raise StuneError("--enable: systemctl not found (no systemd here); start the units your own way")
+    units = (["stune-gpu-sampler.service"] if NODE in roles else []) + \
+        (["stune-fairshare.timer"] if CONTROLLER in roles else [])
+    for argv in ([systemctl, "daemon-reload"], [systemctl, "enable", "--now", *units]):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise StuneError(f"--enable: {' '.join(argv[1:])} did not finish within 60s") from None
+        if proc.returncode != 0:
+            raise StuneError(f"--enable: systemctl {' '.join(argv[1:])} failed: "
+                             f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    print(f"enabled and started: {', '.join(units)}")
 
 
 def _uninstall(args) -> int:
@@ -146,6 +176,9 @@ def _uninstall(args) -> int:
     report = uninstall(layout, args.dry_run, args.force)
     for line in report.out:
         print(line)
+    if report.changed and not args.dry_run:
+        print(f"{PROG} uninstall: remove stune's lines from slurm.conf (Prolog/Epilog hooks are gone, "
+              "HealthCheckProgram, TaskProlog, EpilogSlurmctld) and disable its units if you enabled them")
     return EXIT_KEPT if report.kept else 0
 
 
@@ -227,6 +260,9 @@ def _main(argv: list[str]) -> int:
     _common(inst)
     inst.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
+    inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
+                                                           "(the sampler on a node, the accountant's timer on "
+                                                           "the controller); only with --prefix /")
     inst.add_argument("--set", action="append", metavar="NAME=VALUE",
                       help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
