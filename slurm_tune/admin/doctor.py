@@ -92,6 +92,9 @@ class Doctor:
             self.add(ERROR, "env file", f"{self.env_file}: cannot read: {exc.strerror}")
             return
         self.add(OK, "env file", f"{self.env_file} (root-owned, not writable by others)")
+        fairshare = self.env.get("STUNE_FAIRSHARE_CONFIG", "/etc/stune/fairshare.yaml")
+        if os.path.exists(fairshare) and self.trusted(fairshare, "fairshare config"):  # the epilogs read it
+            self.add(OK, "fairshare config", fairshare)
         bin_dir = self.env.get("STUNE_BIN", "/opt/stune/bin")
         for tool in ("stune-health", "stune-task-prolog", "stune-gpu-sampler", "stune-stage", "stune-fairshare"):
             path = os.path.join(bin_dir, tool)
