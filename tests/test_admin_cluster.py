@@ -53,9 +53,9 @@ def site(cluster, tmp_path):
         d.mkdir(parents=True, exist_ok=True)
         (d / "gpus.json").write_text(json.dumps(snapshot))
     yield {"env": env_file, "conf": etc / "slurm.conf", "profiles": profiles, "cluster": cluster}
-    hook = cluster.layout.prolog_d / "10-stune-health"
-    if hook.exists():
-        hook.chmod(0o755)
+    for hook in (cluster.layout.prolog_d / "10-stune-health", cluster.layout.epilog_d / "00-devcluster"):
+        if hook.exists():
+            hook.chmod(0o755)
     for node in NODES:
         (root / "nodes" / node / "gpus.json").unlink(missing_ok=True)
 
@@ -95,6 +95,8 @@ def test_doctor_runs_clean_then_names_each_break(site):
     conf.write_text(good.replace("PrologFlags=Alloc\n", ""))
     hook = site["cluster"].layout.prolog_d / "10-stune-health"
     hook.chmod(0o757)
+    site_hook = site["cluster"].layout.epilog_d / "00-devcluster"   # not stune's: root runs it all the same
+    site_hook.chmod(0o775)
     odd = site["cluster"].layout.root / "nodes" / "n2" / "gpus.json"
     snap = json.loads(odd.read_text())
     snap["gpus"]["driver_version"] = "550.54.14"
@@ -107,5 +109,7 @@ def test_doctor_runs_clean_then_names_each_break(site):
     assert rc == 1
     assert any(e.startswith("PrologFlags:") for e in found), found
     assert any(str(hook) in e and "writable by others" in e for e in found), found
+    assert any(e.startswith("Epilog script:") and str(site_hook) in e and "writable by group" in e
+               for e in found), found
     assert any(e.startswith("partition vpc: mixed driver") and "n2 (550.54.14)" in e for e in found), found
     assert any(e.startswith("profile vpc: gpu.count is 8") for e in found), found

@@ -143,6 +143,7 @@ class Doctor:
             else:
                 self.add(need.severity, need.key, f"{need.have} at {conf.where(need.key.split()[0])}: {need.why}",
                          need.line)
+        self.check_other_scripts(conf)
         cgroup = os.path.join(os.path.dirname(conf.path), "cgroup.conf")
         values = read_key_values(cgroup)
         if values is None or values.get("constraindevices", "").lower() != "yes":
@@ -154,6 +155,18 @@ class Doctor:
         if "task/cgroup" not in conf.get("TaskPlugin"):
             self.add(WARNING, "TaskPlugin", f"{conf.get('TaskPlugin') or '(not set)'}: without task/cgroup, "
                      "cgroup.conf's ConstrainDevices is not applied", "TaskPlugin=task/cgroup,task/affinity")
+
+    def check_other_scripts(self, conf: SlurmConf) -> None:
+        """Every other script slurm.conf makes root run beside stune's (a site prolog in the same glob): one
+        that anyone but root can write is root's code for whoever wrote it."""
+        import glob as globmod
+
+        ours = {os.path.join(getattr(self.layout, p.place), p.name) for p in shipped.PIECES}
+        for key in ("Prolog", "Epilog", "HealthCheckProgram", "TaskProlog", "EpilogSlurmctld", "PrologSlurmctld"):
+            for pattern in filter(None, (v.strip() for v in conf.get(key).split(","))):
+                for path in sorted(globmod.glob(pattern)):
+                    if path not in ours and os.path.isfile(path):
+                        self.trusted(path, f"{key} script")
 
     # ---- profiles and the cluster ----------------------------------------------------------------------
     def load_profiles(self):
