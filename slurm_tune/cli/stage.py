@@ -176,9 +176,14 @@ def cmd_status(args) -> int:
         pct = 100 * s.usage / s.quota if s.quota else 0
         print(f"  usage      {human(s.usage)} of {human(s.quota)} quota ({pct:.0f}%); "
               f"evicts above {s.high:.0%} down to {s.low:.0%}")
-        print(f"  disk       {human(s.fs_free)} free of {human(s.fs_size)}")
+        print(f"  disk       {human(s.fs_free)} free of {human(s.fs_size)} ({human(s.reserve)} kept free)")
         print(f"  entries    {s.entries} ready, {s.pending} being copied, {s.held} held by running jobs, "
               f"{s.users} namespace(s)")
+        for line in s.ledger_problems:
+            print(f"  ledger: {line}")
+        for line in s.namespace_problems:
+            print(f"  problem: bad namespace: {line} (`stune-stage init` repairs it)")
+            bad += 1
         if s.problem:
             print(f"  problem: {s.problem}")
             bad += 1
@@ -210,10 +215,12 @@ def cmd_gc(args) -> int:
                   "least recently used")
         for item in report.locks_removed:
             print(f"  {verb} unused lock {item}")
+        for problem in report.bad_namespaces:
+            print(f"  bad namespace: {problem} (jobs of that user fall back; `stune-stage init` repairs it)")
         for problem in report.problems:
             print(f"{PROG}: warning: {config.root}: {problem}", file=sys.stderr)
-        if not any(report[:-1]):
-            print("  nothing to do")
+        if not any(report[:-2]):
+            print("  nothing to do" if not report.bad_namespaces else "  nothing else to do")
     return 0
 
 
