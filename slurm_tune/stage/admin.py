@@ -148,7 +148,8 @@ def evict_above_high(tier: Tier, dry_run: bool = False) -> list[tuple[str, str, 
     quota = tier.quota()
     if tier.usage() <= tier.config.high * quota:
         return []
-    rows, _problems = tier.verified_ledger()  # claims are checked against the entries before anyone loses one
+    # Claims are checked against the entries before anyone loses one; root corrects the rows it checked.
+    rows, _problems = tier.verified_ledger(fix=not dry_run and os.geteuid() == 0)
     if tier.usage(rows) <= tier.config.high * quota:
         return []
     namespaces = my_namespaces(tier)

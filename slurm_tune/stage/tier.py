@@ -280,11 +280,12 @@ class Tier:
         rows = self.ledger() if rows is None else rows
         return min(sum(r.bytes for r in rows), self.used_bytes())
 
-    def verified_ledger(self) -> tuple[list[LedgerRow], list[str]]:
+    def verified_ledger(self, fix: bool = False) -> tuple[list[LedgerRow], list[str]]:
         """Root's ledger (before it evicts anyone): each ready row sized by what its entry really takes on
         disk when the row claims more, rows of entries that do not exist dropped, pending rows counted only
         while their stager holds the key's lock. Returns (rows, what did not match, one line each).
-        Run as a user it can only check that user's own rows; others' are taken as claimed."""
+        Run as a user it can only check that user's own rows; others' are taken as claimed. With `fix`
+        (root), a ready row without its entry is removed and an inflated one rewritten with the real size."""
         import pwd
 
         rows, problems = [], []
@@ -305,10 +306,14 @@ class Tier:
                     real = ns.measure(row)
                     if real is None:
                         problems.append(f"{ns.user}/{row.entry}: no such entry; not counted")
+                        if fix and row.state == "ready":
+                            self.ledger_remove(uid, row.entry)
                     elif row.bytes > real:
                         problems.append(f"{ns.user}/{row.entry}: the ledger claims {row.bytes} bytes, the entry "
                                         f"takes {real}; counted as {real}")
                         rows.append(row._replace(bytes=real))
+                        if fix and row.state == "ready":
+                            self.ledger_write(uid, row.entry, real, "ready")
                     else:
                         rows.append(row)
         return rows, problems
