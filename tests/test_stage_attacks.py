@@ -20,7 +20,9 @@ from slurm_tune.stage import admin
 from slurm_tune.stage.errors import TierUnavailable
 from slurm_tune.stage.spec import StageRequest
 from slurm_tune.stage.stager import stage
-from slurm_tune.stage.tier import QUARANTINE, Tier, TierConfig, source_key
+from slurm_tune.stage.tier import Tier, TierConfig, source_key
+
+QUARANTINE = ".quarantine"
 from test_stage_tier import ensure_users, make_tree, new_tier, open_up, tree_digest
 
 STAGE = str(Path(sys.executable).parent / "stune-stage")
@@ -516,3 +518,43 @@ def test_the_library_refuses_a_copy_parallelism_below_one(tier, dataset):
         stage(StageRequest(str(dataset), "DS"), tier, jobs=-1)
     with pytest.raises(ValueError, match="job id"):
         stage(StageRequest(str(dataset), "DS"), tier, job_id="12a")
+
+
+# ---- fuzz: the ledger and stamp parsers take any bytes a user can write -------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from slurm_tune.stage.tier import ROW_MAX_DIGITS, parse_row  # noqa: E402
+
+_ROWISH = st.one_of(
+    st.binary(max_size=300),
+    st.builds(lambda n, state, junk: f"{n} {state}".encode() + junk,
+              st.integers(min_value=-(10 ** 30), max_value=10 ** 30),
+              st.sampled_from(["ready", "pending 12", "pending", "READY", "ready ready", ""]),
+              st.binary(max_size=8)))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_ROWISH, st.integers(min_value=0, max_value=1 << 50))
+def test_parse_row_accepts_only_bounded_digit_sizes(raw, limit):
+    row = parse_row(raw.decode("utf-8", "replace"), limit)
+    if row is not None:
+        nbytes, state = row
+        assert 0 <= nbytes <= limit and len(str(nbytes)) <= ROW_MAX_DIGITS
+        assert state == "ready" or state.startswith("pending")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=400))
+def test_any_ledger_or_stamp_bytes_are_survived(tier, raw):
+    """Whatever a user writes as a row or a stamp: no exception, no claim beyond the filesystem."""
+    row = Path(tier.root, ".ledger", f"0.{'e' * 32}.1")
+    row.write_bytes(raw)
+    with Tier(tier) as t, t.namespace() as ns:
+        ns.sub("entries")
+        entry = Path(tier.root, "root", "entries", "f" * 32 + ".1")
+        (entry / "data").mkdir(parents=True, exist_ok=True)
+        (entry / "stamp").write_bytes(raw)
+        assert t.usage() <= t.used_bytes()
+        assert ns.read_stamp(entry.name) is None or ns.read_stamp(entry.name).get("complete") == "1"
+        t.verified_ledger()
