@@ -4,18 +4,20 @@ Layout under the tier root (see docs/stage.md):
 
     ROOT/                     root-owned, mode 1777 (sticky, like /tmp): `stune-stage init` makes it
     ROOT/.ledger/             root-owned, 1777: one file per entry, "<uid>.<entry>", owned by the entry's
-                              user; content "<bytes> ready|pending"; its mtime is the entry's last use
+                              user; content "<bytes> ready|pending <pid>" (a claim: see Tier.ledger); its
+                              mtime is the entry's last use
+    ROOT/.quarantine/         root-only: bad namespaces `init` moved aside (Tier.repair_namespace)
     ROOT/<user>/              the user's namespace, mode 0700, owned by the user
         entries/<key>.<gen>/  a published entry: `stamp` (what was copied, and from which source state) and
-                              `data/` (the copy); <key> identifies the source path, <gen> the copy
+                              `data/` (the copy, read-only); <key> identifies the source path, <gen> the copy
         tmp/                  copies in progress and entries being deleted (same filesystem: rename)
         locks/<key>           flock(2) files, one per source; the kernel drops a dead stager's lock
         holds/<jobid>/<entry> a running job uses <entry>: never evicted while the file exists
 
-Nothing here follows a symlink found inside the tier: directories are opened with O_NOFOLLOW|O_DIRECTORY
-relative to their parent's descriptor, files with O_NOFOLLOW, and every name is checked with lstat. Root
-(the epilog, `gc`) only ever works through such descriptors, so a user who plants a symlink in their
-namespace cannot make root touch anything outside it.
+Root (the epilog, `gc`, `init`) works here only through slurm_tune.safeio's rules: directories opened with
+O_NOFOLLOW|O_DIRECTORY relative to their parent's descriptor, files with O_NOFOLLOW|O_NONBLOCK and checked
+(type, owner, link count) on the descriptor, new files made with O_EXCL. Root never writes, truncates or
+chowns a file it did not just create, and trusts no size a user wrote without checking it on disk.
 
 This module is on the TaskProlog and epilog paths: it imports only os, stat, fcntl and pwd up front.
 """
