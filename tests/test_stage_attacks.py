@@ -244,7 +244,8 @@ def test_a_fifo_planted_as_a_jobs_hold_does_not_hang_the_stager(tier, dataset, u
         except TierUnavailable as exc:
             return first, exc.kind
         return first, None
-    assert as_user(ALICE, plant_and_stage) == ("hit", None), "job 21 already holds it: settled, no open at all"
+    # a hold file that is not a regular file is no hold: the stager checks, refuses to use it, falls back
+    assert as_user(ALICE, plant_and_stage) == ("hit", "unsafe")
 
 
 # ---- forged ledger rows ------------------------------------------------------------------------------------

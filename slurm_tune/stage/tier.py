@@ -732,12 +732,15 @@ class Namespace:
         except OSError:
             return None
         try:
-            with os.scandir(jfd) as it:
-                names = [e.name for e in it if e.name.startswith(key + ".")]
+            with os.scandir(jfd) as it:  # regular files only: a FIFO or link planted here is no record
+                names = sorted(e.name for e in it if e.name.startswith(key + ".") and e.is_file(follow_symlinks=False))
             for name in names:
-                if name.endswith(".fallback"):
-                    return "fallback", (read_small(name, jfd, 4096) or "").strip()
-                return "entry", name
+                if name == f"{key}.fallback":
+                    reason = read_small(name, jfd, 4096)
+                    if reason is not None:
+                        return "fallback", reason.strip()
+                elif parse_entry_name(name) is not None:
+                    return "entry", name
         finally:
             os.close(jfd)
         return None
