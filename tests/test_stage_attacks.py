@@ -322,6 +322,7 @@ def test_a_squatted_namespace_is_reported_and_repaired_by_init(tier, dataset, us
         and f"owned by uid {users[BOB].pw_uid}" in status.stdout
     gc = cli("gc", "--path", tier.root).stdout
     assert "bad namespace" in gc and ALICE in gc and "nothing to do" not in gc
+    assert f"{tier.root}/{ALICE}: namespace of {ALICE}" in cli("ls", "--path", tier.root).stderr
     init = cli("init", "--path", tier.root).stdout
     assert "already set up" not in init and "moved aside" in init
     st = squat.lstat()

@@ -58,6 +58,8 @@ def list_entries(tier: Tier, problems: list[str] | None = None) -> list[Listing]
     directory belongs) is skipped, and said so in `problems`."""
     rows = {(r.uid, r.entry): r for r in _ledger_or_empty(tier)}
     out = []
+    if problems is not None and os.geteuid() == 0:
+        problems += [f"{bad.problem}: skipped (`stune-stage init` repairs it)" for bad in tier.namespace_problems()]
     for ns in my_namespaces(tier):
         with ns:
             try:
