@@ -401,6 +401,34 @@ def test_a_job_cannot_change_a_published_entry_that_later_jobs_read(tier, datase
     assert tree_digest(path) == want
 
 
+def test_a_copy_its_owner_opened_up_again_is_not_a_hit(tier, dataset, users):
+    _status, path, entry = stage_as(ALICE, tier, dataset)
+
+    def open_up_and_edit():
+        subprocess.run(["chmod", "-R", "u+w", path], check=True)
+        Path(path, "labels.txt").write_text("poisoned")
+        return _stage_as(tier, dataset)
+    status, new_path, new_entry = as_user(ALICE, open_up_and_edit)
+    assert status == "copied" and new_entry != entry
+    assert tree_digest(new_path) == tree_digest(dataset)
+
+
+def test_a_forged_pending_reservation_counts_only_what_its_copy_holds(tier, shared_tmp, users):
+    other = make_tree(open_up(shared_tmp) / "bobs", dirs=2, files=10, size=3000, seed=3)
+    assert stage_as(BOB, tier, other)[0] == "copied"
+    alice_ds = make_tree(open_up(shared_tmp) / "alices", dirs=1, files=2, size=100, seed=4)
+    assert stage_as(ALICE, tier, alice_ds)[0] == "copied"
+    row = Path(tier.root, ".ledger", f"{users[ALICE].pw_uid}.{'7' * 32}.1")
+
+    as_user(ALICE, lambda: row.write_text(f"{tier.quota - 1} pending {os.getpid()}\n"))
+    with Tier(tier) as t:
+        assert t.usage() > tier.high * tier.quota  # what a stager believes until root's next pass
+        rows, _problems = t.verified_ledger()
+        assert t.usage(rows) < 1 << 20
+        assert admin.evict_above_high(t) == []
+    assert len(list(Path(tier.root, BOB, "entries").iterdir())) == 1
+
+
 def test_a_user_can_still_evict_her_read_only_entries(tier, dataset, users, shared_tmp):
     assert stage_as(ALICE, tier, dataset)[0] == "copied"
 

@@ -116,7 +116,7 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
     if current is not None:
         stored = ns.read_stamp(current.name)
         if stored is not None and stored_stamp(stored, mode) == stamp_now and stored.get("source") == request.source \
-                and _verified(ns, current.name, stored):
+                and _still_read_only(ns, current.name, stored) and _verified(ns, current.name, stored):
             if job_id:
                 ns.add_hold(job_id, current.name)
             tier.ledger_touch(ns.uid, current.name)
@@ -147,7 +147,8 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
             "format": STAMP_FORMAT, "source": request.source, "real": source.real, "kind": source.kind,
             "freshness": mode, "stamp": stamp_now, **{f"stamp.{m}": v for m, v in stamps.items()},
             "bytes": str(nbytes), "files": str(nfiles), "tree": tree,
-            "boot": boot_id(), "export": export, "published": f"{time.time():.3f}", "complete": "1"})
+            "boot": boot_id(), "export": export, "readonly": "1", "published": f"{time.time():.3f}",
+            "complete": "1"})
         published = True
         tier.ledger_write(ns.uid, entry, nbytes, "ready")
         if job_id:
@@ -255,6 +256,22 @@ def _publish(ns: Namespace, tmp_name: str, entry: str, stamp: dict[str, str]) ->
         os.close(tfd)
     os.rename(tmp_name, entry, src_dir_fd=ns.sub(TMP), dst_dir_fd=ns.sub(ENTRIES))
     os.fsync(ns.sub(ENTRIES))  # the rename itself
+
+
+def _still_read_only(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
+    """A published copy has no write bit (copy.read_only). If the exported path has one again, its
+    owner opened it up (`chmod -R u+w`) and may have changed it: not a hit, copy again. Two lstats."""
+    if stored.get("readonly") != "1":  # published before copies were read-only: nothing to compare
+        return True
+    export = stored.get("export", DATA)
+    for path in {DATA, export}:
+        try:
+            st = os.stat(ns.sub_path(ENTRIES, entry, path), follow_symlinks=False)
+        except OSError:
+            return False
+        if st.st_mode & 0o222:
+            return False
+    return True
 
 
 def _verified(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:

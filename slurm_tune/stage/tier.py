@@ -631,20 +631,18 @@ class Namespace:
 
     def measure(self, row) -> int | None:
         """What a ledger row's entry really takes on disk, for checking the row's claim: the published
-        entry (a ready row), or the copy in progress (a pending row whose stager still holds the key's lock;
-        an abandoned reservation takes nothing). None when there is no such entry."""
-        parsed = parse_entry_name(row.entry)
-        if parsed is None:
+        entry (a ready row), or the copy in progress in tmp/ (a pending row: a reservation counts only as
+        far as it has been filled, so a forged one counts nothing). None when a ready row has no entry."""
+        if parse_entry_name(row.entry) is None:
             return None
         if row.state == "ready":
             if lstat_at(row.entry, self.sub(ENTRIES)) is None:
                 return None
             return allocated_bytes(row.entry, self.sub(ENTRIES))
-        try:
-            busy = self.lock_busy(parsed.key)
-        except TierUnavailable:
-            busy = False
-        return row.bytes if busy else 0
+        tmp = self.sub(TMP)
+        with os.scandir(tmp) as it:
+            names = [e.name for e in it if e.name.startswith(row.entry + ".")]
+        return sum(allocated_bytes(name, tmp) for name in names)
 
     # ---- locks -------------------------------------------------------------------------------------------
     def lock(self, key: str, blocking: bool = True) -> int | None:
