@@ -14,7 +14,7 @@ from ..errors import StuneError
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
 from ..safeio import lstat_at, rmtree_at
-from .tier import LEDGER, LOCKS, QUARANTINE, TMP, Namespace, Tier, TierConfig, generation, parse_entry_name
+from .tier import LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, generation, parse_entry_name
 
 # squeue states in which a job may still be using its node's cache.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
