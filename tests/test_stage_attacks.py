@@ -371,6 +371,24 @@ def test_a_namespace_its_owner_opened_up_gets_mode_0700_back_and_keeps_its_entri
     assert stage_as(ALICE, tier, dataset)[0] == "hit"
 
 
+def test_a_ledger_a_user_made_before_init_is_moved_aside_not_adopted(shared_tmp, users):
+    root = open_up(shared_tmp) / "half-set-up"
+    root.mkdir()
+    root.chmod(0o1777)  # an admin made the tier root by hand, before running init
+    uid = users[BOB].pw_uid
+
+    def squat_ledger():
+        os.mkdir(root / ".ledger")
+        os.chmod(root / ".ledger", 0o777)
+        (root / ".ledger" / f"{uid}.{'e' * 32}.1").write_text("1000 ready\n")
+    as_user(BOB, squat_ledger)
+    init = cli("init", "--path", str(root)).stdout
+    assert "moved aside" in init and "created" in init
+    st = (root / ".ledger").stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o1777) and list((root / ".ledger").iterdir()) == []
+    assert cli("status", "--path", str(root)).returncode == 0
+
+
 def test_a_directory_named_after_no_user_is_reported(tier):
     Path(tier.root, "no-such-user-xyz").mkdir()
     with Tier(tier) as t:

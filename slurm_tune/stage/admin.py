@@ -14,7 +14,8 @@ from ..errors import StuneError
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
 from ..safeio import lstat_at, rmtree_at
-from .tier import LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, generation, parse_entry_name
+from .tier import (LEDGER, LOCKS, QUARANTINE, TMP, Namespace, Tier, TierConfig, generation, new_gen,
+                   parse_entry_name)
 
 # squeue states in which a job may still be using its node's cache.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
@@ -387,8 +388,18 @@ def init(config: TierConfig) -> list[str]:
     fd = os.open(config.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         ledger = lstat_at(LEDGER, fd)
-        if ledger is not None and not stat.S_ISDIR(ledger.st_mode):
-            os.unlink(LEDGER, dir_fd=fd)
+        if ledger is not None and (not stat.S_ISDIR(ledger.st_mode) or ledger.st_uid != 0):
+            # made by a user before init (a planted file, FIFO or link, or a directory full of forged rows):
+            # moved aside, never chowned or reused
+            with Tier(config) as tier:
+                qfd = tier._quarantine()
+                try:
+                    aside = f"{LEDGER[1:]}.{new_gen()}"
+                    os.rename(LEDGER, aside, src_dir_fd=fd, dst_dir_fd=qfd)
+                finally:
+                    os.close(qfd)
+            done.append(f"{config.root}/{LEDGER}: owned by uid {ledger.st_uid}, mode {ledger.st_mode:o}: "
+                        f"moved aside to {config.root}/{QUARANTINE}/{aside}")
             ledger = None
         if ledger is None:
             os.mkdir(LEDGER, 0o755, dir_fd=fd)

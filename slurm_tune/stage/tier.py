@@ -493,6 +493,7 @@ class Tier:
         return done
 
     def _quarantine(self) -> int:
+        """A descriptor of ROOT/.quarantine (root-only, made if missing), where init moves bad things aside."""
         try:
             os.mkdir(QUARANTINE, 0o700, dir_fd=self.fd)
         except FileExistsError:
