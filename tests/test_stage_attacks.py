@@ -606,3 +606,34 @@ def test_any_ledger_or_stamp_bytes_are_survived(tier, raw):
         assert t.usage() <= t.used_bytes()
         assert ns.read_stamp(entry.name) is None or ns.read_stamp(entry.name).get("complete") == "1"
         t.verified_ledger()
+
+
+def test_the_epilog_hook_finishes_with_fifos_planted_everywhere_root_looks(tier, dataset, users, shared_tmp):
+    """The installed hook, as slurmd runs it (root, minimal environment): exits 0, in bounded time."""
+    from test_stage_tier import _profiles
+
+    status, _path, entry = stage_as(ALICE, tier, dataset, job="61")
+    assert status == "copied"
+    uid = users[ALICE].pw_uid
+    ns = Path(tier.root, ALICE)
+
+    def plant():
+        os.unlink(ns / "locks" / source_key(str(dataset)))
+        os.mkfifo(ns / "locks" / source_key(str(dataset)))
+        os.mkfifo(ns / "holds" / "61" / ("f" * 32 + ".1"))
+        os.mkfifo(Path(tier.root, ".ledger", f"{uid}.{'f' * 32}.1"))
+    as_user(ALICE, plant)
+    other = make_tree(open_up(shared_tmp) / "bobs", dirs=1, files=3, size=1000, seed=5)
+    assert stage_as(BOB, tier, other)[0] == "copied"
+    # far past the high watermark: the eviction step runs, and has to lock alice's key
+    profiles = _profiles(shared_tmp, {"path": tier.root, "quota": "1M", "high_watermark": 0.01,
+                                      "low_watermark": 0.001})
+    hook = Path(__file__).resolve().parent.parent / "epilog" / "30-stune-stage"
+    env = {"PATH": "/usr/bin:/bin", "STUNE_ENV_FILE": "/dev/null", "STUNE_BIN": str(Path(STAGE).parent),
+           "STUNE_PARTITIONS": str(profiles), "SLURM_JOB_ID": "61", "SLURM_JOB_UID": str(uid),
+           "SLURM_JOB_USER": ALICE, "SLURM_JOB_PARTITION": "gpu", "SLURMD_NODENAME": "n1"}
+    proc = subprocess.run(["sh", str(hook)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert not (ns / "holds" / "61").exists(), "the job's holds were released"
+    assert list(Path(tier.root, BOB, "entries").iterdir()) == [], "the others were evicted"
+    assert len(list((ns / "entries").iterdir())) == 1, "alice's entry, with a broken lock, was skipped"

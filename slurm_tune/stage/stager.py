@@ -352,7 +352,10 @@ def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key:
     for _last_use, ns, entry, nbytes in sorted(candidates, key=lambda c: c[0]):
         if usage <= target:
             break
-        lock = ns.lock(entry.key, blocking=False)
+        try:
+            lock = ns.lock(entry.key, blocking=False)
+        except TierUnavailable:  # a lock file its user broke (gc removes it): skip, evict the others
+            continue
         if lock is None:
             continue
         try:
