@@ -131,9 +131,9 @@ def open_dir(name: str, dir_fd: int | None = None, owner: int | None = None) -> 
         raise NotADirectoryError(errno.ENOTDIR, exc.problem, exc.path) from None
 
 
-def read_small(name: str, dir_fd: int, limit: int = 65536, owner: int | None = None) -> str | None:
-    """A small regular file's text, or None when it is missing, not a regular file (symlink, FIFO...),
-    not `owner`'s, or longer than `limit`."""
+def read_text(name: str, dir_fd: int, limit: int = 65536, owner: int | None = None) -> str | None:
+    """safeio.read_small, decoded: None when missing, not a regular file (symlink, FIFO...), not `owner`'s,
+    or longer than `limit`."""
     data = safeio.read_small(name, dir_fd, limit, owner=owner)
     return None if data is None else data.decode("utf-8", "replace")
 
@@ -269,7 +269,7 @@ class Tier:
                 if not dot or not uid.isdigit() or len(uid) > 10 or int(uid) != st.st_uid \
                         or not stat.S_ISREG(st.st_mode) or parse_entry_name(entry) is None:
                     continue
-                row = parse_row(read_small(name, fd, 256, owner=int(uid)) or "", limit)
+                row = parse_row(read_text(name, fd, 256, owner=int(uid)) or "", limit)
                 if row is not None:
                     rows.append(LedgerRow(int(uid), entry, row[0], row[1], st.st_mtime))
         finally:
@@ -604,7 +604,7 @@ class Namespace:
         except OSError:
             return None
         try:
-            text = read_small(STAMP, efd)
+            text = read_text(STAMP, efd)
             data = lstat_at(DATA, efd)
         finally:
             os.close(efd)
@@ -735,7 +735,7 @@ class Namespace:
                 names = sorted(e.name for e in it if e.name.startswith(key + ".") and e.is_file(follow_symlinks=False))
             for name in names:
                 if name == f"{key}.fallback":
-                    reason = read_small(name, jfd, 4096)
+                    reason = read_text(name, jfd, 4096)
                     if reason is not None:
                         return "fallback", reason.strip()
                 elif parse_entry_name(name) is not None:
