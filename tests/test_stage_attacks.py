@@ -514,6 +514,26 @@ def test_admission_and_the_copy_guard_apply_the_same_reserve(tmpfs64, shared_tmp
     assert list(Path(config.root, "root", "tmp").iterdir()) == []
 
 
+def test_an_archive_that_outgrows_its_estimate_is_stopped_by_the_allowance(shared_tmp):
+    """A compressed archive is admitted on a guess (3x its size); the guard enforces the quota as it
+    extracts, also when the extraction ends before the first tick."""
+    import io
+    import tarfile
+
+    config = new_tier(open_up(shared_tmp) / "t", quota=8 << 20)
+    bomb = shared_tmp / "zeros.tar.gz"
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("zeros.bin")
+        info.size = 40 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(TierUnavailable, match="outgrew its quota allowance") as caught:
+        stage(StageRequest(str(bomb), "Z"), config)
+    assert caught.value.kind == "over-quota"
+    assert list(Path(config.root, "root", "tmp").iterdir()) == []
+    assert list(Path(config.root, "root", "entries").iterdir()) == []
+
+
 # ---- freshness modes, messages ----------------------------------------------------------------------------
 
 def test_switching_the_freshness_mode_does_not_copy_an_unchanged_dataset_again(tier, dataset):

@@ -285,6 +285,8 @@ def copy_file(source: Source, dst: str, *, progress: Progress | None = None, gua
             raise
         if proc.returncode != 0:
             raise _failure(errlog, f"copying {source.path}")
+    if guard:
+        guard.check()
     os.chmod(dst, read_only(stat.S_IMODE(os.lstat(dst).st_mode)))
     if progress:
         progress.done(source.st.st_size)
@@ -330,6 +332,8 @@ def extract(source: Source, dst: str, *, progress: Progress | None = None, guard
             raise
         if proc.returncode != 0:
             raise _failure(errlog, f"extracting {source.path}")
+    if guard:  # an extraction that finished within one tick was never checked
+        guard.check()
     # The extracted tree is made read-only, files first, then directories deepest first.
     dirs = []
     for dirpath, dirnames, files in os.walk(dst):

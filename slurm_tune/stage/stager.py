@@ -209,7 +209,10 @@ def _file_estimate(source) -> int:
 def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve):
     from . import copy
 
-    guard = copy.Guard(tmp_path, allowance, reserve)
+    # The allowance is watched through free-space deltas, which also see every other writer on the disk
+    # (concurrent stagers, jobs): only an archive, whose output size is a guess, needs it. A directory or
+    # file was sized exactly by admission; for them the guard keeps the reserve only.
+    guard = copy.Guard(tmp_path, allowance if source.kind == "archive" else None, reserve)
     data = os.path.join(tmp_path, DATA)
     os.mkdir(data, 0o700)
     label = f"{request.name}: staging {request.source}"
