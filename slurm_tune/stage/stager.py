@@ -47,7 +47,8 @@ class StageResult(namedtuple("StageResult", "request path status entry bytes fil
         name = self.request.name
         if self.status == "copied":
             return (f"stune-stage: {name}: staged {self.request.source} -> {self.path} "
-                    f"({human(self.bytes)}, {self.files:,} files, {self.seconds:.1f}s)")
+                    f"({human(self.bytes)}, {self.files:,} file{'' if self.files == 1 else 's'}, "
+                    f"{self.seconds:.1f}s)")
         if self.status == "hit":
             return f"stune-stage: {name}: cache hit {self.path} (source unchanged, {self.freshness} freshness check)"
         return ""
