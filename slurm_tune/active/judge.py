@@ -26,7 +26,7 @@ class Settings(namedtuple("Settings", "k n mad_factor min_drop min_peers floors"
     def from_profile(cls, profile) -> "Settings":
         a = profile.active
         return cls(a.k, a.n, a.mad_factor, a.min_drop, a.min_peers,
-                   {name: c.floor for name, c in a.checks.items() if c.floor is not None})
+                   {name: c["floor"] for name, c in a.checks.to_dict().items() if c["floor"] is not None})
 
 
 class Baseline(namedtuple("Baseline", "check fingerprint median mad threshold floor subjects unit")):

@@ -106,7 +106,7 @@ def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hca=N
     runs = opts.runs or a.runs
     run_timeout = max(5.0, settings.time_limit / runs - RUN_SLACK_S)
     return {"check": check.name, "subject": subject, "nodes": nodes, "runs": runs, "run_timeout": run_timeout,
-            "command": settings.command, "tools": dict(a.tools), "gpus": profile.gpu.count or 1,
+            "command": settings.command, "tools": a.tools.to_dict(), "gpus": profile.gpu.count or 1,
             "path": a.disk_path or profile.cache.path, "size": a.disk_size, "sweep": sweep_id,
             "partition": opts.partition, "hca": hca, "server_addr": addrs.get(nodes[0], nodes[0]),
             "tcp_port": TCP_PORT_BASE + port_index % 1000}

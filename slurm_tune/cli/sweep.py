@@ -106,7 +106,7 @@ def _checks(args) -> int:
     if args.partition:
         profile = _profile(args)
         chosen = {c.name: s for c, s in configured(profile)}
-        tools = dict(profile.active.tools)
+        tools = profile.active.tools.to_dict()
     for c in CATALOGUE.values():
         if chosen is not None and c.name not in chosen:
             continue
@@ -157,3 +157,7 @@ def _report(args, profile, store) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     return guarded(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

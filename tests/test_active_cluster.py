@@ -1,0 +1,192 @@
+"""Active checks on the local Slurm cluster: stand-in tools (tests/active_standins) print the real formats
+with values injected per node; fio, dd and iperf3 run for real. Sweeps go through real sbatch jobs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import wait_for_state
+from slurm_tune.active import store as S
+from slurm_tune.active import sweep as W
+from slurm_tune.devcluster import NODES
+from slurm_tune.nodestate import DEGRADED_FEATURE
+from slurm_tune.profiles import load_profile
+
+pytestmark = pytest.mark.cluster
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+STANDINS = REPO / "tests" / "active_standins"
+
+
+def profile_dir(tmp: Path, active: str, hcas: str = "    - {device: mlx5_0, port: 1}\n") -> Path:
+    """The repo's profiles, with hdr reduced to one HCA and given an `active` section."""
+    d = tmp / "profiles"
+    d.mkdir()
+    for f in (REPO / "partitions").glob("*.yaml"):
+        (d / f.name).write_text(f.read_text())
+    text = (REPO / "partitions" / "hdr.yaml").read_text()
+    start = text.index("  hcas:\n") + len("  hcas:\n")
+    end = text.index("  rate_gbps")
+    text = text[:start] + hcas + text[end:]
+    (d / "hdr.yaml").write_text(text + active)
+    return d
+
+
+ACTIVE = f"""active:
+  checks:
+    nccl_allreduce: {{time_limit: 2m}}
+    ib_write_bw: {{time_limit: 2m, floor: 180}}
+  tools:
+    all_reduce_perf: {STANDINS}/all_reduce_perf
+    ib_write_bw: {STANDINS}/ib_write_bw
+  runs: 3
+  k: 2
+  n: 3
+"""
+
+
+class Rig:
+    def __init__(self, slurm, tmp: Path, monkeypatch, active=ACTIVE):
+        self.slurm, self.tmp = slurm, tmp
+        self.profiles = profile_dir(tmp, active)
+        self.profile = load_profile("hdr", self.profiles)
+        self.store = tmp / "store"
+        self.values = tmp / "values.json"
+        state = tmp / "standin-state"
+        state.mkdir()
+        roots = tmp / "roots"
+        for n in NODES:
+            self.driver(n, "535.104.05", roots)
+        monkeypatch.setenv("STUNE_STANDIN_VALUES", str(self.values))
+        monkeypatch.setenv("STUNE_STANDIN_STATE", str(state))
+        monkeypatch.setenv("STUNE_SYSFS_ROOT", f"{roots}/%n")
+        self.roots = roots
+        self.log: list[str] = []
+
+    def driver(self, node: str, version: str, roots: Path | None = None) -> None:
+        f = (roots or self.roots) / node / "proc" / "driver" / "nvidia" / "version"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Thu Oct  5 21:04:57 UTC 2023\n")
+
+    def set_values(self, values: dict) -> None:
+        self.values.write_text(json.dumps(values))
+        for f in (self.tmp / "standin-state").iterdir():
+            f.unlink()
+
+    def sweep(self, **kw):
+        opts = W.Options("hdr", str(self.store), spool=str(self.tmp / "spool"), **kw)
+        return W.sweep(self.slurm, self.profile, opts, log=self.log.append)
+
+
+@pytest.fixture
+def rig(slurm, shared_tmp, monkeypatch):
+    return Rig(slurm, shared_tmp, monkeypatch)
+
+
+def stune_sbatch_nodes(shared_tmp) -> str:
+    proc = subprocess.run([str(BIN / "stune-sbatch"), "--parsable", "-p", "hdr", "-N2", "-o",
+                           str(shared_tmp / "multi-%j.txt"), "--wrap", "echo $SLURM_JOB_NODELIST"],
+                          capture_output=True, text=True, env=dict(os.environ, STUNE_PARTITIONS=str(REPO / "partitions")))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_node_at_70_percent_in_2_of_3_runs_is_marked_and_excluded_then_cleared(rig, slurm, shared_tmp):
+    rig.set_values({"all_reduce_perf": {"n2": [70.0, 100.0, 70.0], "*": 100.0}, "ib_write_bw": {"*": 196.0}})
+    out = rig.sweep(checks=["nccl_allreduce"])
+    assert out["nodes"] == list(NODES)
+    n2 = slurm.node("n2")
+    assert DEGRADED_FEATURE in n2.feature_set and not n2.drain
+    assert n2.comment.startswith("stune: degraded: active nccl_allreduce: 70 GB/s vs partition median 100"), n2.comment
+    assert "2 of 3 runs slow" in n2.comment
+    assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n3"))
+    # the jobs were ordinary Slurm jobs: low priority, with the check's time limit
+    rec = [r for r in S.load(str(rig.store), "hdr") if r["subject"] == "n2"]
+    assert [r["value"] for r in rec] == [70.0, 100.0, 70.0] and rec[0]["fingerprint"]["driver"] == "535.104.05"
+    job = slurm.run(["scontrol", "show", "job", "-o", rec[0]["job"]])
+    assert "TimeLimit=00:02:00" in job and "Nice=10000" in job and "Requeue=0" in job
+    # the next multi-node job avoids it
+    multi = int(stune_sbatch_nodes(shared_tmp).strip().split(";")[0])
+    assert wait_for_state(slurm, multi, ("COMPLETED", "FAILED")) == "COMPLETED"
+    assert (shared_tmp / f"multi-{multi}.txt").read_text().split() == ["n[1,3]"]
+    # a later sweep that passes clears the mark
+    rig.set_values({"all_reduce_perf": {"*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    n2 = slurm.node("n2")
+    assert DEGRADED_FEATURE not in n2.feature_set and n2.comment == ""
+
+
+def test_a_single_slow_run_marks_nothing(rig, slurm):
+    rig.set_values({"all_reduce_perf": {"n1": [100.0, 70.0, 100.0], "*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set and not slurm.node(n).comment for n in NODES)
+
+
+def test_a_pair_slow_because_of_one_node_names_that_node(rig, slurm):
+    rig.set_values({"ib_write_bw": {"n3": 120.0, "*": 196.0}})
+    out = rig.sweep(checks=["ib_write_bw"])
+    assert set(out["named"]) == {"n3"}, rig.log
+    assert any("bisection of n3+n1/mlx5_0: n3: slow with known-good n2" in line for line in rig.log), rig.log
+    n3 = slurm.node("n3")
+    assert DEGRADED_FEATURE in n3.feature_set and "n3: slow with known-good n2" in n3.comment
+    assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n2"))
+
+
+def test_report_shows_node_against_baseline_and_a_new_driver_starts_a_new_baseline(rig, slurm, tmp_path):
+    rig.set_values({"all_reduce_perf": {"n2": 70.0, "*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    env = dict(os.environ, STUNE_PARTITIONS=str(rig.profiles), STUNE_ACTIVE_DIR=str(rig.store))
+    rep = subprocess.run([str(BIN / "stune-sweep"), "report", "-p", "hdr", "--format", "json", "--png",
+                          str(tmp_path / "r.png")], capture_output=True, text=True, env=env)
+    assert rep.returncode == 0, rep.stderr
+    rows = {r["subject"]: r for r in json.loads(rep.stdout)["rows"]}
+    assert rows["n2"]["status"] == "outlier" and rows["n2"]["baseline"] == 100.0 and rows["n2"]["ratio"] == 0.7
+    assert "driver=535.104.05" in rows["n2"]["fingerprint"]
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    # a driver upgrade on every node: the slower new driver is the new baseline, nobody is compared with the old
+    for n in NODES:
+        rig.driver(n, "550.54.15")
+    rig.set_values({"all_reduce_perf": {"*": 80.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    rows = {r["subject"]: r for r in json.loads(subprocess.run(
+        [str(BIN / "stune-sweep"), "report", "-p", "hdr", "--format", "json"], capture_output=True, text=True,
+        env=env).stdout)["rows"]}
+    assert {r["status"] for r in rows.values()} == {"ok"} and rows["n1"]["baseline"] == 80.0
+    assert "driver=550.54.15" in rows["n1"]["fingerprint"]
+    assert DEGRADED_FEATURE not in slurm.node("n2").feature_set  # cleared: its latest sweep passed
+    drift = subprocess.run([str(BIN / "stune-sweep"), "report", "-p", "hdr", "--drift"], capture_output=True,
+                           text=True, env=env).stdout
+    assert "driver 535.104.05 -> 550.54.15" in drift and "n1" in drift
+
+
+def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm, shared_tmp, monkeypatch):
+    active = """active:
+  checks:
+    iperf3: {time_limit: 1m}
+    disk_read: {time_limit: 1m}
+  runs: 1
+  min_peers: 2
+"""
+    rig = Rig(slurm, shared_tmp, monkeypatch, active=active.replace("disk_read: {time_limit: 1m}",
+                                                                      "disk_read: {time_limit: 1m}\n") +
+              f"  disk_path: {shared_tmp}\n  disk_size: 16M\n")
+    slurm.run(["scontrol", "create", "reservation", "ReservationName=stune-maint", "Nodes=n1,n2",
+               "StartTime=now", "Duration=10", "Users=root", "Flags=maint,ignore_jobs"])
+    try:
+        out = rig.sweep(reservation="stune-maint")
+        assert out["nodes"] == ["n1", "n2"]  # only the reservation's nodes
+        rec = S.load(str(rig.store), "hdr")
+        iperf = [r for r in rec if r["check"] == "iperf3"]
+        job = slurm.run(["scontrol", "show", "job", "-o", iperf[0]["job"]])
+        assert "Reservation=stune-maint" in job and "TimeLimit=00:01:00" in job
+    finally:
+        slurm.run(["scontrol", "delete", "ReservationName=stune-maint"], check=False)
+    disk = [r for r in rec if r["check"] == "disk_read"]
+    assert [r["status"] for r in iperf] == ["ok"] and iperf[0]["value"] > 0.01, iperf
+    assert iperf[0]["subject"] == "n1+n2" and iperf[0]["unit"] == "Gb/s"
+    assert {r["subject"] for r in disk} == {"n1", "n2"} and all(r["status"] == "ok" for r in disk), disk
