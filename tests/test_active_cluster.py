@@ -190,3 +190,37 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
     assert [r["status"] for r in iperf] == ["ok"] and iperf[0]["value"] > 0.01, iperf
     assert iperf[0]["subject"] == "n1+n2" and iperf[0]["unit"] == "Gb/s"
     assert {r["subject"] for r in disk} == {"n1", "n2"} and all(r["status"] == "ok" for r in disk), disk
+
+
+def test_drain_is_opt_in_and_a_drained_node_returns_only_after_its_checks_pass(slurm, shared_tmp, monkeypatch):
+    rig = Rig(slurm, shared_tmp, monkeypatch, active=ACTIVE + "  drain: true\n")
+    rig.set_values({"all_reduce_perf": {"n2": [70.0, 100.0, 70.0], "*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    n2 = slurm.node("n2")
+    assert n2.drain and n2.reason.startswith("stune: active nccl_allreduce: 70 GB/s"), n2
+    assert not any(slurm.node(n).drain for n in ("n1", "n3"))
+    # still slow: re-checked inside its own reservation, and drained again
+    rig.set_values({"all_reduce_perf": {"n2": 70.0, "*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    assert slurm.node("n2").drain and any("resumed inside reservation" in line for line in rig.log), rig.log
+    assert "stune-recheck" not in slurm.run(["scontrol", "show", "reservation"], check=False)
+    # fast again: the re-check passes and the node returns to service
+    rig.set_values({"all_reduce_perf": {"*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])
+    n2 = slurm.node("n2")
+    assert not n2.drain and n2.comment == "", n2
+
+
+def test_gate_resume_hands_a_passive_drain_to_the_active_checks(slurm, shared_tmp, monkeypatch):
+    from slurm_tune.health import apply as A
+
+    rig = Rig(slurm, shared_tmp, monkeypatch, active=ACTIVE + "  gate_resume: true\n")
+    rig.set_values({"all_reduce_perf": {"*": 100.0}})
+    rig.sweep(checks=["nccl_allreduce"])  # a baseline
+    slurm.update_node("n3", state="DRAIN", reason="stune: mlx5_0/1 state DOWN")
+    # the passive checks pass again: with gate_resume they hand the drain over instead of resuming
+    outcome = A.sync(slurm, "n3", A.Want(A.CLEAR, ""), {}, rig.profile, 0.0)
+    n3 = slurm.node("n3")
+    assert n3.drain and n3.reason.startswith("stune: active awaiting active checks (was: stune: mlx5_0/1"), outcome
+    rig.sweep(checks=["nccl_allreduce"])
+    assert not slurm.node("n3").drain

@@ -20,16 +20,13 @@ import time
 from .. import fastjson
 from ..errors import StuneError
 from ..health import apply as A
-from ..nodestate import REASON_PREFIX
+from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
 from ..slurm import expand_hostlist, parse_records
 from . import judge as J
 from . import store as S
 from .agent import MARK
 from .checks import NODE, configured
 
-ACTIVE_TAG = "active "
-ACTIVE_COMMENT = f"{REASON_PREFIX}degraded: {ACTIVE_TAG}"
-ACTIVE_DRAIN = f"{REASON_PREFIX}{ACTIVE_TAG}"
 POLL_S = 1.0
 RUN_SLACK_S = 10  # per run: starting the tool, srun steps
 TCP_PORT_BASE = 18515
@@ -69,8 +66,8 @@ def idle_nodes(slurm, partition: str, reservation: str | None, wanted: list[str]
             continue
         if allowed is not None and n.name not in allowed:
             continue
-        if n.drain and not n.reason.startswith(ACTIVE_DRAIN):
-            continue  # drained by someone else, or by the passive checks: not ours to measure
+        if n.drain:
+            continue  # drained: Slurm starts no job there (stune-sweep's own drains are re-checked apart)
         if n.state != "idle" and not (reservation and n.state in ("idle", "reserved")):
             continue
         out.append(n.name)
@@ -250,7 +247,8 @@ def apply_marks(slurm, profile, wants: dict, store: str, now: float, dry_run=Fal
             outcome = A.sync(slurm, name, w, node_state, profile, now)
             lines.append(f"{name}: drain: {reason}" + "".join(f"; {n}" for n in outcome.notes))
             continue
-        fields, notes = A.plan(node, w, A.drain_kind(node, {}))
+        kind = "ours" if node.drain and node.reason.startswith(ACTIVE_DRAIN) else A.drain_kind(node, {})
+        fields, notes = A.plan(node, w, kind, keep_active=False)
         if fields:
             slurm.update_node(name, **fields)
         marks[name] = {"action": w.action, "reason": reason, "at": round(now, 3)}
@@ -271,9 +269,12 @@ def sweep(slurm, profile, opts, now=None, log=print) -> dict:
                          f"{profile.source})")
     nodes = idle_nodes(slurm, opts.partition, opts.reservation or profile.active.reservation, opts.nodes)
     log(f"sweep {sweep_id}: {len(nodes)} idle node(s) in {opts.partition}: {','.join(nodes) or '-'}")
-    if not nodes:
+    recheck = [] if opts.dry_run else drained_by_active(slurm, opts.partition, opts.nodes)
+    if not nodes and not recheck:
         return {"sweep": sweep_id, "nodes": [], "results": 0, "marks": []}
-    results = run_jobs(slurm, profile, opts, sweep_id, nodes)
+    results = run_jobs(slurm, profile, opts, sweep_id, nodes) if nodes else []
+    if recheck:
+        results += recheck_drained(slurm, profile, opts, sweep_id, recheck, log)
     if opts.dry_run:
         for _, spec, args in submit_all(slurm, profile, opts, sweep_id, nodes):
             log(f"would submit {spec['check']} on {spec['subject']}: sbatch {' '.join(args)}")
@@ -303,6 +304,42 @@ def judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log) -> dict:
         log(line)
     return {"sweep": sweep_id, "nodes": nodes, "verdicts": verdicts, "named": named, "marks": lines,
             "bisect": findings}
+
+
+def drained_by_active(slurm, partition: str, wanted) -> list[str]:
+    """Nodes stune-sweep drained (or the passive checks handed over with active.gate_resume)."""
+    return sorted(n.name for n in slurm.nodes() if partition in n.partitions and n.drain and
+                  n.reason.startswith(ACTIVE_DRAIN) and (not wanted or n.name in wanted))
+
+
+def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> list[dict]:
+    """Return to service gated on the active checks. Slurm starts no job on a drained node, so the nodes go
+    into a maintenance reservation of their own (no user job can start there), are resumed, run their node
+    checks inside it, and the reservation is deleted; judging then resumes (clears) or drains them again."""
+    import getpass
+
+    name = f"stune-recheck-{sweep_id}"[:60]
+    checks = [s for c, s in configured(profile) if c.kind == NODE]
+    if not checks:
+        log(f"recheck: {','.join(nodes)} stay drained: no node check configured to judge them")
+        return []
+    minutes = sum(-(-int(s.time_limit) // 60) for s in checks) + 5
+    reasons = {n.name: n.reason for n in slurm.nodes(nodes)}
+    slurm.run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+               "StartTime=now", f"Duration={minutes}", f"Users={getpass.getuser()}", "Flags=maint,ignore_jobs"])
+    try:
+        for node in nodes:
+            slurm.update_node(node, state="RESUME")
+        log(f"recheck: {','.join(nodes)} resumed inside reservation {name} for their active checks")
+        sub = Options(opts.partition, opts.store, opts.spool, name, opts.checks, nodes, opts.runs, False,
+                      opts.wait_s, opts.agent)
+        results = run_jobs(slurm, profile, sub, sweep_id, nodes, only={c.name for c, _ in configured(profile)
+                                                                      if c.kind == NODE})
+        for node in nodes:  # drained again until the verdict says otherwise
+            slurm.update_node(node, state="DRAIN", reason=reasons.get(node) or f"{ACTIVE_DRAIN}re-check")
+        return results
+    finally:
+        slurm.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
 
 
 def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:
