@@ -23,7 +23,8 @@ FABRICS = ("ib", "roce", "tcp")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 CACHE_FORMAT = 1
 # The active checks' names (slurm_tune/active/checks.py holds what each one runs).
-ACTIVE_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "disk_read", "ib_write_bw", "nccl_pair", "iperf3")
+ACTIVE_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "disk_read", "ib_write_bw", "nccl_pair", "iperf3",
+                 "numeric")
 
 
 def _version_rule(doc: str) -> Nullable:

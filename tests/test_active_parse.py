@@ -137,7 +137,8 @@ def test_dcgmi_truncated_table_is_unknown():
 
 ALL = [(P.nccl_tests, "nccl-allreduce-1node.txt"), (P.perftest_bw, "ib_write_bw-hdr.txt"),
        (P.fio_json, "fio-read.json"), (P.dd, "dd-read.txt"), (P.iperf3_json, "iperf3-client.json"),
-       (P.nvbandwidth, "nvbandwidth-h2d.txt"), (P.dcgmi_diag, "dcgmi-diag-r2-pass.txt")]
+       (P.nvbandwidth, "nvbandwidth-h2d.txt"), (P.dcgmi_diag, "dcgmi-diag-r2-pass.txt"),
+       (P.numeric, "numeric-8gpu.txt")]
 
 
 def _sane(r):
@@ -193,3 +194,28 @@ def test_random_bytes_are_unknown(parser, name, blob):
 @pytest.mark.parametrize("token", ["nan", "inf", "1e999", "1_000", "-5", "+5", "٣", "1.2.3", "", " 5", "9" * 30])
 def test_number_rejects_foreign_notations(token):
     assert P.number(token) is None
+
+
+def test_numeric_consistency_agree_differ_and_unavailable():
+    text = fixture("numeric-8gpu.txt").decode()
+    assert P.numeric(text).status == P.OK and P.numeric(text).extra["devices"] == 8
+    bad = text.replace("device 5 NVIDIA H100 80GB HBM3 sha256 " + text.split("device 5 NVIDIA H100 80GB HBM3 sha256 ")[1][:64],
+                       "device 5 NVIDIA H100 80GB HBM3 sha256 " + "0" * 64)
+    r = P.numeric(bad)
+    assert r.status == P.FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
+    assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == P.UNKNOWN
+    gone = P.numeric("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python\n")
+    assert gone.status == P.UNKNOWN and "install PyTorch or CuPy" in gone.detail
+
+
+def test_numeric_agent_without_torch_is_unknown_never_fail():
+    import json
+    import os
+
+    from slurm_tune.active import agent
+
+    lines = []
+    agent.run_spec({"check": "numeric", "subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 60},
+                   lines.append, dict(os.environ))
+    (r,) = [json.loads(x[len(agent.MARK):]) for x in lines]
+    assert r["status"] in ("unknown", "ok") and r["value"] is None

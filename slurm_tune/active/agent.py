@@ -53,6 +53,10 @@ def _tool(spec: dict, name: str) -> str | None:
     path = (spec.get("tools") or {}).get(name)
     if path:
         return path if os.access(path, os.X_OK) else None
+    if name == "python":  # the numeric check: this interpreter, which can import slurm_tune
+        import sys
+
+        return sys.executable
     return shutil.which(name)
 
 

@@ -45,6 +45,9 @@ CATALOGUE = {c.name: c for c in (
            "srun --overlap --ntasks-per-node={gpus} all_reduce_perf -b 1G -e 8G -f 2 -g 1", P.nccl_tests,
            "2-node bus bandwidth (ring)", "GB/s",
            "nccl-tests built with MPI (https://github.com/NVIDIA/nccl-tests)", env={"NCCL_ALGO": "Ring"}),
+    _check("numeric", NODE, "python", "python -m slurm_tune.active.numeric --size 4096", P.numeric,
+           "numeric consistency", "", "PyTorch or CuPy for the Python running stune (set active.tools.python to "
+           "one that has them)"),
     _check("iperf3", PAIR, "iperf3", "", P.iperf3_json, "TCP bandwidth", "Gb/s", "iperf3 (apt-get install iperf3)",
            server="iperf3 -s -1 -p {tcp_port} -J", client="iperf3 -c {server} -p {tcp_port} -J -t 5"),
 )}

@@ -414,5 +414,40 @@ def dcgmi_diag(output) -> Reading:
     return Reading(OK, None, "", f"dcgmi diag: {len(tests)} tests pass or skip", dict(extra, tests=len(tests)))
 
 
+# ---- numeric consistency (slurm_tune.active.numeric) -------------------------------------------------------
+def numeric(output) -> Reading:
+    """Every GPU's digest of the same seeded matmul: a GPU whose digest differs from the majority fails. The
+    closing `done N` line must match the device lines; fewer than two devices cannot be compared (unknown)."""
+    lines = complete_lines(output)
+    devices, done, why = {}, None, None
+    for line in lines:
+        fields = line.split()
+        if line.startswith("stune-numeric unavailable:"):
+            why = line.partition(":")[2].strip()[:160]
+        elif len(fields) >= 5 and fields[0] == "device" and fields[1].isdigit() and fields[-2] == "sha256" and \
+                len(fields[-1]) == 64 and all(c in "0123456789abcdef" for c in fields[-1]):
+            devices[int(fields[1])] = (" ".join(fields[2:-2])[:60], fields[-1])
+        elif len(fields) == 3 and fields[:2] == ["stune-numeric", "done"] and fields[2].isdigit():
+            done = int(fields[2])
+    if why:
+        return unknown(f"numeric check not run: {why} (install PyTorch or CuPy for the agent's Python)")
+    if done is None or done != len(devices):
+        return unknown("truncated numeric-consistency output")
+    if len(devices) < 2:
+        return unknown(f"{len(devices)} GPU: nothing to compare with")
+    counts: dict = {}
+    for _, digest in devices.values():
+        counts[digest] = counts.get(digest, 0) + 1
+    majority, votes = max(counts.items(), key=lambda kv: kv[1])
+    if votes * 2 <= len(devices):
+        return fail(f"no majority among {len(devices)} GPUs' results ({len(counts)} different)")
+    odd = sorted(i for i, (_, d) in devices.items() if d != majority)
+    if odd:
+        return fail(f"GPU {','.join(map(str, odd))} ({devices[odd[0]][0]}) computed a different result than the "
+                    f"other {votes} (silent data corruption)", gpus=odd)
+    return Reading(OK, None, "", f"{len(devices)} GPUs agree bit for bit", {"devices": len(devices)})
+
+
 PARSERS = {"nccl-tests": nccl_tests, "perftest": perftest_bw, "fio": fio_json, "dd": dd, "iperf3": iperf3_json,
-           "nvbandwidth": nvbandwidth, "dcgmi": dcgmi_diag}
+           "nvbandwidth": nvbandwidth, "dcgmi": dcgmi_diag,
+           "numeric": numeric}
