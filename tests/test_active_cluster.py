@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ def profile_dir(tmp: Path, active: str, hcas: str = "    - {device: mlx5_0, port
     start = text.index("  hcas:\n") + len("  hcas:\n")
     end = text.index("  rate_gbps")
     text = text[:start] + hcas + text[end:]
+    text = text.replace("  count: 8\n", "  count: 4\n")  # the dev cluster's nodes have 4 (fake) GPUs
     (d / "hdr.yaml").write_text(text + active)
     return d
 
@@ -110,6 +112,7 @@ def test_a_node_at_70_percent_in_2_of_3_runs_is_marked_and_excluded_then_cleared
     assert [r["value"] for r in rec] == [70.0, 100.0, 70.0] and rec[0]["fingerprint"]["driver"] == "535.104.05"
     job = slurm.run(["scontrol", "show", "job", "-o", rec[0]["job"]])
     assert "TimeLimit=00:02:00" in job and "Nice=10000" in job and "Requeue=0" in job
+    assert re.search(r"TresPerNode=gres[:/]gpu:4", job), job  # the GPU checks ask for the node's GPUs
     # the next multi-node job avoids it
     multi = int(stune_sbatch_nodes(shared_tmp).strip().split(";")[0])
     assert wait_for_state(slurm, multi, ("COMPLETED", "FAILED")) == "COMPLETED"

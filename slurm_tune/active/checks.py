@@ -16,13 +16,19 @@ from . import parse as P
 NODE, PAIR = "node", "pair"
 
 
-class Check(namedtuple("Check", "name kind tool command server client parser metric unit install env "
-                                "higher_is_better")):
+class Check(namedtuple("Check", "name kind tool command server client parser metric unit install env gpus")):
+    """gpus: the job must be given the node's GPUs (--gres=gpu:N): with cgroup device confinement a job
+    without them sees none."""
+
     __slots__ = ()
 
 
+GPU_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "nccl_pair", "numeric")
+
+
 def _check(name, kind, tool, command, parser, metric, unit, install, server="", client="", env=None):
-    return Check(name, kind, tool, command, server, client, parser, metric, unit, install, env or {}, True)
+    return Check(name, kind, tool, command, server, client, parser, metric, unit, install, env or {},
+                 name in GPU_CHECKS)
 
 
 CATALOGUE = {c.name: c for c in (

@@ -90,6 +90,8 @@ def _sbatch_args(profile, opts, check, settings, nodes, job_name) -> list[str]:
             "--exclusive", f"--time={limit_min}", f"--nice={a.nice}", "--no-requeue", "--job-name", job_name,
             "--output", os.path.join(opts.spool, "%j.out"), "--open-mode=truncate",
             f"--deadline=now+{limit_min + 60}minutes"]
+    if check.gpus and profile.gpu.count:
+        args.append(f"--gres=gpu:{profile.gpu.count}")
     reservation = opts.reservation or a.reservation
     if reservation:
         args += ["--reservation", reservation]
