@@ -43,6 +43,7 @@ ACTIVE = f"""active:
   checks:
     nccl_allreduce: {{time_limit: 2m}}
     ib_write_bw: {{time_limit: 2m, floor: 180}}
+    nccl_pair: {{time_limit: 2m, floor: 80}}
   tools:
     all_reduce_perf: {STANDINS}/all_reduce_perf
     ib_write_bw: {STANDINS}/ib_write_bw
@@ -138,6 +139,17 @@ def test_a_pair_slow_because_of_one_node_names_that_node(rig, slurm):
     n3 = slurm.node("n3")
     assert DEGRADED_FEATURE in n3.feature_set and "n3: slow with known-good n2" in n3.comment
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n2"))
+
+
+def test_a_slow_two_node_nccl_ring_names_its_bad_node(rig, slurm):
+    """nccl_pair: one 2-node all_reduce_perf launched by srun across the pair (the stand-in prints on rank 0)."""
+    rig.set_values({"all_reduce_perf": {"n3": 60.0, "*": 100.0}})
+    out = rig.sweep(checks=["nccl_pair"])
+    assert set(out["named"]) == {"n3"}, rig.log
+    assert out["named"]["n3"].startswith("active nccl_pair: n3: slow with known-good n2")
+    rec = [r for r in S.load(str(rig.store), "hdr") if r["subject"] == "n1+n2"]
+    assert rec and rec[0]["value"] == 100.0 and rec[0]["fingerprint"]["nccl"] == "2.19.3"
+    assert DEGRADED_FEATURE in slurm.node("n3").feature_set
 
 
 def test_report_shows_node_against_baseline_and_a_new_driver_starts_a_new_baseline(rig, slurm, tmp_path):

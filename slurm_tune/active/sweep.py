@@ -297,9 +297,9 @@ def judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log) -> dict:
     findings = []
     if still_open and profile.active.bisect and not opts.dry_run:
         findings = bisect(slurm, profile, opts, sweep_id, still_open, pair_verdicts, bases, settings, log)
-        for members, why in findings:
+        for v, (members, why) in zip(still_open, findings):
             for m in members:
-                named[m] = f"active {still_open[0].check}: {why}"[:300]
+                named[m] = f"active {v.check}: {why}"[:300]
     wants = node_verdicts(verdicts, named)
     lines = apply_marks(slurm, profile, wants, opts.store, now, opts.dry_run)
     for line in lines:
@@ -353,7 +353,7 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
     if not plan:
         log("bisection: no known-good partners; slow pairs stay unresolved: "
             + ", ".join(v.subject for v in open_pairs))
-        return []
+        return [([], "no known-good partner to bisect with") for _ in open_pairs]
     log("bisection: testing " + ", ".join(f"{a} with {b}" for a, b in plan))
     checks = {v.check for v in open_pairs}
     results = run_jobs(slurm, profile, opts, sweep_id + "-bisect", sorted({x for p in plan for x in p}),
@@ -361,7 +361,7 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
     for r in results:
         r["bisect"] = True
     S.append(opts.store, opts.partition, results)
-    findings = []
+    findings = []  # one (members, why) per open pair, in order
     for v in open_pairs:
         base = v.baseline
         floor = settings.floors.get(v.check)

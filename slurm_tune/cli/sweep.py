@@ -92,7 +92,18 @@ def _main(argv: list[str]) -> int:
     else:
         opts = W.Options(args.partition, store, dry_run=args.dry_run)
         out = W.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
-    outliers = [v for v in out.get("verdicts", []) if v.status == J.OUTLIER] + list(out.get("named", {}))
+    verdicts = out.get("verdicts", [])
+    if verdicts:
+        from ..active import report as R
+
+        rows = [{"check": v.check, "subject": v.subject, "status": v.status,
+                 "value": None if v.value is None else round(v.value, 4),
+                 "baseline": round(v.baseline.median, 4) if v.baseline else None, "reason": v.reason}
+                for v in verdicts]
+        sys.stdout.write(R.table(rows, ("check", "subject", "status", "value", "baseline", "reason")))
+    for node, why in sorted(out.get("named", {}).items()):
+        print(f"{node}: named at fault: {why}")
+    outliers = [v for v in verdicts if v.status == J.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
     return EXIT_OUTLIERS if outliers else 0
 
 
