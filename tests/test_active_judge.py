@@ -137,3 +137,29 @@ def test_report_rows_show_node_against_baseline():
     prom = R.prometheus("hdr", data)
     assert 'stune_active_outlier{partition="hdr",check="nccl_allreduce",subject="n4"} 1' in prom
     assert R.to_csv(data, R.COLUMNS).splitlines()[0].startswith("check,subject,status")
+
+
+def test_per_hca_pair_subjects_name_the_node_and_its_hca():
+    pairs = [("n1", "n2"), ("n3", "n4"), ("n5", "n6"), ("n7", "n8"), ("n2", "n3"), ("n4", "n5"), ("n6", "n7"),
+             ("n8", "n1")]
+    values = {}
+    for a, b in pairs:
+        for hca in ("mlx5_0", "mlx5_3"):
+            values[f"{a}+{b}/{hca}"] = 90.0 if "n5" in (a, b) and hca == "mlx5_3" else 190.0
+    rows = [dict(r, check="ib_write_bw") for r in fleet(values)]
+    _, verdicts = J.judge(rows, SETTINGS)
+    named, still_open = J.blame_pairs(verdicts)
+    assert list(named) == ["n5"] and not still_open
+    assert named["n5"].startswith("active ib_write_bw: slow on mlx5_3 with 2 partners")
+    members, why = J.bisect_verdict("n1+n2/mlx5_3", {"n1": (True, "n4", "90 Gb/s"), "n2": (False, "n6", "")})
+    assert members == ["n1"] and why.startswith("n1 mlx5_3: slow with known-good n4")
+
+
+def test_report_lists_checks_that_could_not_run():
+    rows = fleet({f"n{i}": 100.0 for i in range(1, 4)})
+    rows.append(dict(result("n1", None, "s0", 5000, check="dcgm_diag", status="unavailable"),
+                     detail="dcgmi not found: install DCGM"))
+    data = R.rows(rows, SETTINGS)
+    row = next(d for d in data if d["check"] == "dcgm_diag")
+    assert row["status"] == "unavailable" and "install DCGM" in row["reason"]
+    assert 'stune_active_outlier{partition="p",check="dcgm_diag",subject="n1"} -1' in R.prometheus("p", data)

@@ -142,7 +142,12 @@ def _reason(check, worst, base, floor, n_slow, n_runs, unit) -> str:
 
 
 def pair_members(subject: str) -> list[str]:
-    return subject.split("+")
+    """'a+b' or 'a+b/mlx5_0' (a pair measured on one HCA) -> ['a', 'b']."""
+    return subject.split("/", 1)[0].split("+")
+
+
+def pair_hca(subject: str) -> str:
+    return subject.split("/", 1)[1] if "/" in subject else ""
 
 
 def blame_pairs(verdicts: list[Verdict]) -> tuple[dict, list[Verdict]]:
@@ -151,16 +156,22 @@ def blame_pairs(verdicts: list[Verdict]) -> tuple[dict, list[Verdict]]:
     Returns ({node: reason}, open slow pairs)."""
     slow = [v for v in verdicts if v.status == OUTLIER]
     good_nodes = {m for v in verdicts if v.status == OK for m in pair_members(v.subject)}
-    partners: dict = {}
+    partners: dict = {}  # node -> check -> partner -> {hca}
     for v in slow:
         a, b = pair_members(v.subject)[:2]
-        partners.setdefault(a, set()).add(b)
-        partners.setdefault(b, set()).add(a)
+        hca = pair_hca(v.subject)
+        partners.setdefault(a, {}).setdefault(v.check, {}).setdefault(b, set()).add(hca)
+        partners.setdefault(b, {}).setdefault(v.check, {}).setdefault(a, set()).add(hca)
     named = {}
-    for node, others in partners.items():
-        vouched = {o for o in others if o in good_nodes}
-        if len(vouched) >= 2:
-            named[node] = f"slow with {len(vouched)} partners that are fast elsewhere ({','.join(sorted(vouched))})"
+    for node, by_check in sorted(partners.items()):
+        for check, others in sorted(by_check.items()):
+            vouched = {o for o in others if o in good_nodes}
+            if len(vouched) >= 2:
+                hcas = set.intersection(*(others[o] for o in vouched)) - {""}
+                on = f" on {','.join(sorted(hcas))}" if hcas else ""
+                named[node] = (f"active {check}: slow{on} with {len(vouched)} partners that are fast elsewhere "
+                               f"({','.join(sorted(vouched))})")
+                break
     still_open = [v for v in slow if not any(m in named for m in pair_members(v.subject))]
     return named, still_open
 
@@ -183,13 +194,16 @@ def bisect_plan(open_pairs: list[Verdict], good: list[str]) -> list[tuple[str, s
 
 
 def bisect_verdict(pair_subject: str, tests: dict) -> tuple[list[str], str]:
-    """tests: member -> (slow: bool | None, partner, detail). Names the member(s) slow with a good partner;
-    if neither is, the path between the two (a switch port or cable) is at fault."""
+    """tests: member -> (slow: bool | None, partner, detail). Names the member(s) slow with a good partner
+    (and the HCA, for a per-HCA check); if neither is, the path between the two (a switch port or cable) is
+    at fault."""
     members = pair_members(pair_subject)[:2]
+    hca = pair_hca(pair_subject)
+    on = f" {hca}" if hca else ""
     slow = [m for m in members if tests.get(m, (None,))[0]]
     judged = [m for m in members if tests.get(m, (None,))[0] is not None]
     if slow:
-        return slow, "; ".join(f"{m}: slow with known-good {tests[m][1]} ({tests[m][2]})" for m in slow)
+        return slow, "; ".join(f"{m}{on}: slow with known-good {tests[m][1]} ({tests[m][2]})" for m in slow)
     if len(judged) == 2:
         return [], (f"{members[0]} and {members[1]} are each fast with known-good partners: the path between "
                     "them (switch port, cable) is at fault")

@@ -29,6 +29,17 @@ def rows(results, settings: J.Settings) -> list[dict]:
                     "threshold": _round(base.threshold) if base and base.threshold is not None else None,
                     "floor": settings.floors.get(v.check), "slow": v.slow, "runs": v.runs,
                     "fingerprint": fingerprint_key(v.fingerprint), "reason": v.reason})
+    # what was never measured: the tool is missing, or every run was unreadable
+    judged = {(v.check, v.subject) for v in verdicts}
+    latest = {}
+    for r in results:
+        if (r["check"], r["subject"]) not in judged:
+            latest[(r["check"], r["subject"])] = r
+    for (check, subject), r in sorted(latest.items()):
+        out.append({"check": check, "subject": subject, "status": r["status"], "value": None,
+                    "unit": units.get(check, ""), "baseline": None, "ratio": None, "threshold": None,
+                    "floor": settings.floors.get(check), "slow": 0, "runs": 0,
+                    "fingerprint": fingerprint_key(r.get("fingerprint") or {}), "reason": r.get("detail", "")[:200]})
     return out
 
 
@@ -103,7 +114,7 @@ def prometheus(partition: str, data: list[dict]) -> str:
     lines += ["# HELP stune_active_outlier 1 when the subject is an outlier (k of n runs slow), 0 when not, "
               "-1 when it cannot be judged.", "# TYPE stune_active_outlier gauge"]
     for d in data:
-        value = {J.OUTLIER: 1, J.OK: 0}.get(d["status"], -1)
+        value = {J.OUTLIER: 1, J.OK: 0}.get(d["status"], -1)  # unknown, unavailable: -1
         lines.append(f'stune_active_outlier{{partition="{_label(partition)}",check="{_label(d["check"])}",'
                      f'subject="{_label(d["subject"])}"}} {value}')
     return "\n".join(lines) + "\n"

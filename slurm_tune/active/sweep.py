@@ -346,10 +346,9 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
 
 def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:
     """Test each member of an open slow pair against a known-good partner; name the member(s) at fault."""
-    bad = {m for v in open_pairs for m in J.pair_members(v.subject.split("/")[0])}
-    good = sorted({m for v in pair_verdicts if v.status == J.OK for m in J.pair_members(v.subject.split("/")[0])}
-                  - bad)
-    plan = J.bisect_plan([v._replace(subject=v.subject.split("/")[0]) for v in open_pairs], good)
+    bad = {m for v in open_pairs for m in J.pair_members(v.subject)}
+    good = sorted({m for v in pair_verdicts if v.status == J.OK for m in J.pair_members(v.subject)} - bad)
+    plan = J.bisect_plan(open_pairs, good)
     if not plan:
         log("bisection: no known-good partners; slow pairs stay unresolved: "
             + ", ".join(v.subject for v in open_pairs))
@@ -366,12 +365,13 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
         base = v.baseline
         floor = settings.floors.get(v.check)
         tests = {}
-        pair = v.subject.split("/")[0]
-        for member in J.pair_members(pair)[:2]:
+        hca = J.pair_hca(v.subject)
+        for member in J.pair_members(v.subject)[:2]:
             partner = next((b for a, b in plan if a == member), None)
             if partner is None:
                 continue
-            runs = [r for r in results if r["check"] == v.check and r["subject"].split("/")[0] == f"{member}+{partner}"
+            subject = f"{member}+{partner}" + (f"/{hca}" if hca else "")
+            runs = [r for r in results if r["check"] == v.check and r["subject"] == subject
                     and r["status"] in ("ok", "fail")]
             if not runs:
                 continue
@@ -380,7 +380,7 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
             tests[member] = (slow >= min(settings.k, len(runs)), partner,
                              f"{J.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
                              if values else f"{slow} of {len(runs)} runs failed")
-        members, why = J.bisect_verdict(pair, tests)
+        members, why = J.bisect_verdict(v.subject, tests)
         log(f"bisection of {v.subject}: {why}")
         findings.append((members, why))
     return findings
