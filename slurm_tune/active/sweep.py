@@ -281,9 +281,14 @@ def sweep(slurm, profile, opts, now=None, log=print) -> dict:
         for _, spec, args in submit_all(slurm, profile, opts, sweep_id, nodes):
             log(f"would submit {spec['check']} on {spec['subject']}: sbatch {' '.join(args)}")
         return {"sweep": sweep_id, "nodes": nodes, "results": 0, "marks": []}
+    missing: dict = {}
     for r in results:
         if r["status"] == "unavailable":
-            log(f"{r['subject']} {r['check']}: not available: {r['detail']}")
+            missing.setdefault((r["check"], r["detail"]), set()).add(r["subject"])
+    for (check, detail), subjects in sorted(missing.items()):
+        names = sorted(subjects)
+        log(f"{check}: not available on {len(names)} node(s) ({','.join(names[:5])}{',...' if len(names) > 5 else ''})"
+            f": {detail}")
     S.append(opts.store, opts.partition, results)
     return judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log)
 
