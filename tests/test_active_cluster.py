@@ -185,6 +185,9 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
   checks:
     iperf3: {time_limit: 1m}
     disk_read: {time_limit: 1m}
+    dcgm_diag: {time_limit: 1m}
+  tools:
+    dcgmi: /nonexistent/dcgmi
   runs: 1
   min_peers: 2
 """
@@ -206,6 +209,10 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
     assert [r["status"] for r in iperf] == ["ok"] and iperf[0]["value"] > 0.01, iperf
     assert iperf[0]["subject"] == "n1+n2" and iperf[0]["unit"] == "Gb/s"
     assert {r["subject"] for r in disk} == {"n1", "n2"} and all(r["status"] == "ok" for r in disk), disk
+    # a missing tool: said once, with what to install, and no node is marked for it
+    assert any(line.startswith("dcgm_diag: not available on 2 node(s) (n1,n2): dcgmi not found: install DCGM")
+               for line in rig.log), rig.log
+    assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set and not slurm.node(n).drain for n in NODES)
 
 
 def test_drain_is_opt_in_and_a_drained_node_returns_only_after_its_checks_pass(slurm, shared_tmp, monkeypatch):
