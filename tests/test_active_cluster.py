@@ -54,9 +54,9 @@ ACTIVE = f"""active:
 
 
 class Rig:
-    def __init__(self, slurm, tmp: Path, monkeypatch, active=ACTIVE):
+    def __init__(self, slurm, tmp: Path, monkeypatch, active=ACTIVE, hcas="    - {device: mlx5_0, port: 1}\n"):
         self.slurm, self.tmp = slurm, tmp
-        self.profiles = profile_dir(tmp, active)
+        self.profiles = profile_dir(tmp, active, hcas)
         self.profile = load_profile("hdr", self.profiles)
         self.store = tmp / "store"
         self.values = tmp / "values.json"
@@ -131,14 +131,19 @@ def test_a_single_slow_run_marks_nothing(rig, slurm):
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set and not slurm.node(n).comment for n in NODES)
 
 
-def test_a_pair_slow_because_of_one_node_names_that_node(rig, slurm):
-    rig.set_values({"ib_write_bw": {"n3": 120.0, "*": 196.0}})
+def test_a_pair_slow_because_of_one_node_names_that_node_and_hca(slurm, shared_tmp, monkeypatch):
+    rig = Rig(slurm, shared_tmp, monkeypatch, hcas="    - {device: mlx5_0, port: 1}\n    - {device: mlx5_1, port: 1}\n")
+    rig.set_values({"ib_write_bw": {"n3/mlx5_1": 120.0, "*": 196.0}})
     out = rig.sweep(checks=["ib_write_bw"])
     assert set(out["named"]) == {"n3"}, rig.log
-    assert any("bisection of n3+n1/mlx5_0: n3 mlx5_0: slow with known-good n2" in line for line in rig.log), rig.log
+    assert any("bisection of n3+n1/mlx5_1: n3 mlx5_1: slow with known-good n2" in line for line in rig.log), rig.log
     n3 = slurm.node("n3")
     assert DEGRADED_FEATURE in n3.feature_set
-    assert n3.comment.startswith("stune: degraded: active ib_write_bw: n3 mlx5_0: slow with known-good n2"), n3
+    assert n3.comment.startswith("stune: degraded: active ib_write_bw: n3 mlx5_1: slow with known-good n2"), n3
+    rec = S.load(str(rig.store), "hdr")
+    jobs = {r["job"] for r in rec if r["check"] == "ib_write_bw"}
+    for job in jobs:  # one job per pair measures each HCA in turn
+        assert len({r["subject"].split("/")[1] for r in rec if r["job"] == job}) == 2
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n2"))
 
 

@@ -113,28 +113,31 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
             prepare = _argv(DD_PREPARE, path, "dd", values)
     else:
         values = {"gpus": str(spec.get("gpus") or 1), "server": spec.get("server_addr", ""),
-                  "tcp_port": str(spec.get("tcp_port") or 18515), "hca": (spec.get("hca") or ":").split(":")[0],
-                  "port": (spec.get("hca") or ":1").split(":")[1] or "1", "size": "", "file": "", "path": ""}
+                  "tcp_port": str(spec.get("tcp_port") or 18515), "size": "", "file": "", "path": ""}
     if path is None:
         return _emit_all(emit, spec, base, fp, "unavailable", f"{tool} not found: install {check.install}")
     try:
         if prepare:
             _run(prepare, spec["run_timeout"], env)
-        for run in range(spec.get("runs", 1)):
-            started = time.time()
-            if check.server:
-                out = _server_client(spec, check, path, values, env)
-            else:
-                out, code = _run(_argv(template, path, tool, values), spec["run_timeout"], env)
-                if code is None:
-                    out += b"\n(stune: killed at the run's deadline)\n"
-            reading = check.parser(out)
-            rfp = dict(fp, nccl=str(reading.extra.get("nccl", ""))[:20], cuda=str(reading.extra.get("cuda", ""))[:20])
-            if not rfp["driver"] and reading.extra.get("driver"):
-                rfp["driver"] = str(reading.extra["driver"])[:40]
-            emit(MARK + fastjson.dumps(dict(base, at=round(started, 3), run=run, status=reading.status,
-                                            value=reading.value, detail=reading.detail, fingerprint=rfp,
-                                            tool=tool)))
+        for subject, hca in targets(spec):
+            device, _, port = (hca or ":1").partition(":")
+            args = dict(values, hca=device, port=port or "1")
+            for run in range(spec.get("runs", 1)):
+                started = time.time()
+                if check.server:
+                    out = _server_client(spec, check, path, args, env)
+                else:
+                    out, code = _run(_argv(template, path, tool, args), spec["run_timeout"], env)
+                    if code is None:
+                        out += b"\n(stune: killed at the run's deadline)\n"
+                reading = check.parser(out)
+                rfp = dict(fp, nccl=str(reading.extra.get("nccl", ""))[:20],
+                           cuda=str(reading.extra.get("cuda", ""))[:20])
+                if not rfp["driver"] and reading.extra.get("driver"):
+                    rfp["driver"] = str(reading.extra["driver"])[:40]
+                emit(MARK + fastjson.dumps(dict(base, subject=subject, hca=hca, at=round(started, 3), run=run,
+                                                status=reading.status, value=reading.value, detail=reading.detail,
+                                                fingerprint=rfp, tool=tool)))
     finally:
         if check.name == "disk_read":
             try:
@@ -144,10 +147,17 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
     return 0
 
 
+def targets(spec: dict) -> list[tuple[str, str | None]]:
+    """(subject, hca) measured by one job: a per-HCA check measures each HCA port in turn, as `a+b/mlx5_0`."""
+    hcas = spec.get("hcas") or [spec.get("hca")]
+    return [(f"{spec['subject']}/{h.split(':')[0]}" if h else spec["subject"], h) for h in hcas]
+
+
 def _emit_all(emit, spec, base, fp, status, detail) -> int:
-    for run in range(spec.get("runs", 1)):
-        emit(MARK + fastjson.dumps(dict(base, at=round(time.time(), 3), run=run, status=status, value=None,
-                                        detail=detail, fingerprint=fp)))
+    for subject, hca in targets(spec):
+        for run in range(spec.get("runs", 1)):
+            emit(MARK + fastjson.dumps(dict(base, subject=subject, hca=hca, at=round(time.time(), 3), run=run,
+                                            status=status, value=None, detail=detail, fingerprint=fp)))
     return 0
 
 

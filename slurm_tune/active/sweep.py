@@ -24,7 +24,7 @@ from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
 from ..slurm import expand_hostlist, parse_records
 from . import judge as J
 from . import store as S
-from .agent import MARK
+from .agent import MARK, targets
 from .checks import NODE, configured
 
 POLL_S = 1.0
@@ -100,20 +100,21 @@ def _sbatch_args(profile, opts, check, settings, nodes, job_name) -> list[str]:
     return args
 
 
-def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hca=None, port_index=0) -> dict:
+def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=None, port_index=0) -> dict:
     a = profile.active
     runs = opts.runs or a.runs
-    run_timeout = max(5.0, settings.time_limit / runs - RUN_SLACK_S)
+    run_timeout = max(5.0, settings.time_limit / (runs * max(1, len(hcas or ()))) - RUN_SLACK_S)
     return {"check": check.name, "subject": subject, "nodes": nodes, "runs": runs, "run_timeout": run_timeout,
             "command": settings.command, "tools": a.tools.to_dict(), "gpus": profile.gpu.count or 1,
             "path": a.disk_path or profile.cache.path, "size": a.disk_size, "sweep": sweep_id,
-            "partition": opts.partition, "hca": hca, "server_addr": addrs.get(nodes[0], nodes[0]),
+            "partition": opts.partition, "hcas": hcas or [], "server_addr": addrs.get(nodes[0], nodes[0]),
             "tcp_port": TCP_PORT_BASE + port_index % 1000}
 
 
 def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None, only=None) -> list[tuple]:
     """Submit the checks; [(job_id, spec)]. `pairs` overrides the pair plan (bisection); `only` limits checks."""
-    os.makedirs(opts.spool, mode=0o755, exist_ok=True)
+    if not opts.dry_run:
+        os.makedirs(opts.spool, mode=0o755, exist_ok=True)
     addrs = node_addresses(slurm)
     jobs = []
     for check, settings in configured(profile):
@@ -123,12 +124,10 @@ def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None
             targets = [([n], n, None) for n in nodes] if pairs is None else []
         else:
             plan = pairs if pairs is not None else plan_pairs(nodes)
-            hcas = [f"{h.device}:{h.port}" for h in profile.fabric.hcas] if check.name == "ib_write_bw" else [None]
-            targets = [([a, b], f"{a}+{b}", h) for a, b in plan for h in hcas]
-        for i, (members, subject, hca) in enumerate(targets):
-            spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hca, i)
-            if hca:
-                spec["subject"] = f"{subject}/{hca.split(':')[0]}"
+            hcas = [f"{h.device}:{h.port}" for h in profile.fabric.hcas] if check.name == "ib_write_bw" else None
+            targets = [([a, b], f"{a}+{b}", hcas) for a, b in plan]  # one job per pair, its HCAs in turn
+        for i, (members, subject, hcas) in enumerate(targets):
+            spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
             args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
             script = "#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in opts.agent + ["--spec",
                                                                                          fastjson.dumps(spec)]) + "\n"
@@ -165,6 +164,7 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
     out = []
     for job_id in job_ids:
         spec = specs[job_id]
+        expected = {subject for subject, _ in targets(spec)}
         found = []
         try:
             fd = safeio.open_file(os.path.join(spool, f"{job_id}.out"))
@@ -180,16 +180,18 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
                     r = fastjson.loads(line[len(MARK):])
                 except (ValueError, UnicodeDecodeError, RecursionError):
                     continue
-                if S.valid(r) and r.get("check") == spec["check"] and r.get("subject") == spec["subject"]:
+                if S.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
                     r["job"] = str(job_id)
                     found.append(r)
-        if not found:
-            found = [{"at": round(time.time(), 3), "sweep": spec["sweep"], "partition": spec["partition"],
-                      "check": spec["check"], "subject": spec["subject"], "nodes": spec["nodes"], "hca": spec["hca"],
-                      "run": 0, "status": "unknown", "value": None, "unit": "", "job": str(job_id),
-                      "detail": "the job left no result (cancelled, not started in time, or killed at its limit)",
-                      "fingerprint": {}}]
-        out.extend(found[:max(1, spec["runs"])])
+        seen = {r["subject"] for r in found}
+        for subject, hca in targets(spec):
+            if subject not in seen:
+                found.append({"at": round(time.time(), 3), "sweep": spec["sweep"], "partition": spec["partition"],
+                              "check": spec["check"], "subject": subject, "nodes": spec["nodes"], "hca": hca,
+                              "run": 0, "status": "unknown", "value": None, "unit": "", "job": str(job_id),
+                              "detail": "the job left no result (cancelled, not started in time, or killed at "
+                                        "its limit)", "fingerprint": {}})
+        out.extend(found[:max(1, spec["runs"]) * len(expected)])
     return out
 
 

@@ -22,8 +22,9 @@ EXIT_OUTLIERS = 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Active checks with baselines.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,checks}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)")
     common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
@@ -47,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--check", help="only this check")
     checks = sub.add_parser("checks", parents=[common], help="the catalogue of checks")
     checks.add_argument("-p", "--partition")
-    agent = sub.add_parser("agent", help=argparse.SUPPRESS)
+    agent = sub.add_parser("agent")
     agent.add_argument("--spec", required=True)
     return p
 
