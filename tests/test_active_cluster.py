@@ -44,9 +44,13 @@ ACTIVE = f"""active:
     nccl_allreduce: {{time_limit: 2m}}
     ib_write_bw: {{time_limit: 2m, floor: 180}}
     nccl_pair: {{time_limit: 2m, floor: 80}}
+    nvbandwidth: {{time_limit: 2m}}
+    dcgm_diag: {{time_limit: 2m}}
   tools:
     all_reduce_perf: {STANDINS}/all_reduce_perf
     ib_write_bw: {STANDINS}/ib_write_bw
+    nvbandwidth: {STANDINS}/nvbandwidth
+    dcgmi: {STANDINS}/dcgmi
   runs: 3
   k: 2
   n: 3
@@ -123,6 +127,16 @@ def test_a_node_at_70_percent_in_2_of_3_runs_is_marked_and_excluded_then_cleared
     rig.sweep(checks=["nccl_allreduce"])
     n2 = slurm.node("n2")
     assert DEGRADED_FEATURE not in n2.feature_set and n2.comment == ""
+
+
+def test_a_slow_gpu_copy_and_a_failing_dcgm_diag_are_marked_with_what_failed(rig, slurm):
+    rig.set_values({"nvbandwidth": {"n1": [20, 100, 20], "*": 100}, "dcgmi": {"n3": [0, 0, 1], "*": 1}})
+    rig.sweep(checks=["nvbandwidth", "dcgm_diag"])
+    n1, n2, n3 = (slurm.node(n) for n in NODES)
+    assert n1.comment.startswith("stune: degraded: active nvbandwidth: 177.2 GB/s vs partition median 221.5"), n1
+    assert "slowest 11.07 at 0->2" in n1.comment
+    assert n3.comment.startswith("stune: degraded: active dcgm_diag: dcgmi diag PCIe: GPU 2 PCIe link width 8x"), n3
+    assert DEGRADED_FEATURE not in n2.feature_set
 
 
 def test_a_single_slow_run_marks_nothing(rig, slurm):

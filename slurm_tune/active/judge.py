@@ -138,7 +138,9 @@ def _reason(check, worst, base, floor, n_slow, n_runs, unit) -> str:
         ref.append(f"partition median {base.median:.4g}")
     if floor is not None:
         ref.append(f"floor {floor:g}")
-    return f"active {check}: {seen} vs {', '.join(ref)} ({n_slow} of {n_runs} runs slow)"
+    where = worst[-1].get("detail") or ""
+    where = f"; {where[where.index('slowest'):].rstrip(')')[:80]}" if "slowest" in where else ""  # the GPU at fault
+    return f"active {check}: {seen} vs {', '.join(ref)} ({n_slow} of {n_runs} runs slow{where})"
 
 
 def pair_members(subject: str) -> list[str]:
