@@ -66,3 +66,21 @@ def test_checks_lists_the_catalogue_with_install_hints(tmp_path):
     out = sweep_cli("checks", env={"PATH": "/nonexistent"})
     assert out.returncode == 0
     assert "ib_write_bw" in out.stdout and "perftest (apt-get install perftest)" in out.stdout
+
+
+def test_history_of_one_node_and_the_sweep_lock(tmp_path):
+    store = tmp_path / "store"
+    history(store)
+    env = {"STUNE_ACTIVE_DIR": str(store), "STUNE_PARTITIONS": str(REPO / "partitions"),
+           "STUNE_CACHE_DIR": str(tmp_path / "cache")}
+    out = sweep_cli("history", "-p", "hdr", "--node", "n4", "--format", "csv", env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("when,sweep,check,subject") and len(lines) == 4
+    assert all(",n4," in x and "driver=535.104.05" in x for x in lines[1:])
+    assert "not a duration" not in sweep_cli("history", "-p", "hdr", "--since", "7d", env=env).stderr
+    bad = sweep_cli("history", "-p", "hdr", "--since", "soon", env=env)
+    assert bad.returncode == 1 and "--since 'soon'" in bad.stderr
+    with S.SweepLock(str(store), "hdr"):
+        busy = sweep_cli("judge", "-p", "hdr", env=env)
+    assert busy.returncode == 1 and "another sweep of this partition is running" in busy.stderr

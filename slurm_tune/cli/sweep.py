@@ -3,6 +3,7 @@
     stune-sweep run -p PARTITION [--reservation R] [--checks a,b] [--nodes n1,n2] [--runs N] [--dry-run]
     stune-sweep judge -p PARTITION [--dry-run]          re-judge the stored history and mark/clear nodes
     stune-sweep report -p PARTITION [--format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
+    stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--format table|csv|json]
     stune-sweep checks [-p PARTITION]                   the catalogue: tools, commands, what to install
     stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
 
@@ -24,7 +25,7 @@ EXIT_OUTLIERS = 3
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,checks}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)")
     common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
@@ -46,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--png", help="also draw a PNG here")
     rep.add_argument("--drift", action="store_true", help="before/after a version change instead")
     rep.add_argument("--check", help="only this check")
+    hist = sub.add_parser("history", parents=[common], help="every stored result of a node, pair or check")
+    hist.add_argument("-p", "--partition", required=True)
+    hist.add_argument("--node", help="results whose subject involves this node")
+    hist.add_argument("--check")
+    hist.add_argument("--since", default="30d", help="how far back: 7d, 12h, 90m (default 30d)")
+    hist.add_argument("--format", choices=("table", "csv", "json"), default="table")
     checks = sub.add_parser("checks", parents=[common], help="the catalogue of checks")
     checks.add_argument("-p", "--partition")
     agent = sub.add_parser("agent")
@@ -79,20 +86,23 @@ def _main(argv: list[str]) -> int:
     profile = _profile(args)
     if args.command == "report":
         return _report(args, profile, store)
+    if args.command == "history":
+        return _history(args, store)
     from ..active import judge as J
     from ..active import sweep as W
     from ..slurm import Slurm
 
     slurm = Slurm.from_env()
-    if args.command == "run":
-        opts = W.Options(args.partition, store, reservation=args.reservation,
-                         checks=args.checks.split(",") if args.checks else None,
-                         nodes=args.nodes.split(",") if args.nodes else None, runs=args.runs,
-                         dry_run=args.dry_run, wait_s=args.wait)
-        out = W.sweep(slurm, profile, opts)
-    else:
-        opts = W.Options(args.partition, store, dry_run=args.dry_run)
-        out = W.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
+    with S.SweepLock(store, args.partition):
+        if args.command == "run":
+            opts = W.Options(args.partition, store, reservation=args.reservation,
+                             checks=args.checks.split(",") if args.checks else None,
+                             nodes=args.nodes.split(",") if args.nodes else None, runs=args.runs,
+                             dry_run=args.dry_run, wait_s=args.wait)
+            out = W.sweep(slurm, profile, opts)
+        else:
+            opts = W.Options(args.partition, store, dry_run=args.dry_run)
+            out = W.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
     verdicts = out.get("verdicts", [])
     if verdicts:
         from ..active import report as R
@@ -106,6 +116,39 @@ def _main(argv: list[str]) -> int:
         print(f"{node}: named at fault: {why}")
     outliers = [v for v in verdicts if v.status == J.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
     return EXIT_OUTLIERS if outliers else 0
+
+
+HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value", "unit", "fingerprint", "job",
+                   "detail")
+
+
+def _history(args, store) -> int:
+    from .. import fastjson
+    from ..active import judge as J
+    from ..active import report as R
+    from ..active import store as S
+    from ..errors import StuneError
+    from ..schema import Duration, Where
+
+    try:
+        seconds = Duration().check(args.since, "--since", Where("--since"))
+    except StuneError:
+        raise StuneError(f"--since {args.since!r}: give a duration like 7d, 12h, 90m") from None
+    rows = []
+    for r in S.load(store, args.partition, since=time.time() - seconds):
+        if args.check and r["check"] != args.check:
+            continue
+        if args.node and args.node not in J.pair_members(r["subject"]):
+            continue
+        rows.append(dict(r, when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
+                         fingerprint=S.fingerprint_key(r.get("fingerprint") or {}), detail=r.get("detail", "")[:80]))
+    if args.format == "json":
+        sys.stdout.write(fastjson.dumps({"partition": args.partition, "results": rows}) + "\n")
+    elif args.format == "csv":
+        sys.stdout.write(R.to_csv(rows, HISTORY_COLUMNS))
+    else:
+        sys.stdout.write(R.table(rows, HISTORY_COLUMNS) if rows else "no results\n")
+    return 0
 
 
 def _checks(args) -> int:
