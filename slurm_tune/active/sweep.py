@@ -75,8 +75,9 @@ def idle_nodes(slurm, partition: str, reservation: str | None, wanted: list[str]
 
 
 def plan_pairs(nodes: list[str]) -> list[tuple[str, str]]:
-    """Neighbours in a ring: (n0,n1), (n2,n3)... and, for an odd count, the last with the first. Over
-    sweeps the ring's start rotates (sweep number), so each node meets different partners."""
+    """Neighbours in sorted order: (n0,n1), (n2,n3)... and, for an odd count, the last with the first (that
+    pair runs after the first one: a node is in one job at a time). Partners are the same every sweep, so a
+    pair's k-of-n compares like with like; a slow pair is resolved by bisection against other partners."""
     pairs = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
     if len(nodes) % 2 and len(nodes) > 1:
         pairs.append((nodes[-1], nodes[0]))
