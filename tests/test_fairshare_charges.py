@@ -65,13 +65,14 @@ def test_eta_rules():
         _row(2),                                          # no summary: eta 1
         _row(3, comment=_summary(7200, 100, 1000)),      # 14 % coverage: not trusted, eta 1
         _row(4, gpus=0, comment=_summary(0, 0, 0)),      # no GPUs: eta 1
-        _row(5, comment=_summary(7200, 9000, 7200)),     # over 100 % (bad clock): clipped to 1
+        _row(5, comment=_summary(7200, 9000, 7200)),     # over 100 %: out of range, unmeasured (eta 1)
         _row(6, comment="someone else's note"),
     ])
     eta, seen, coverage, trusted, source = charges.measured_eta(t, coverage_min=0.8)
     assert eta.tolist() == pytest.approx([0.1, 1, 1, 1, 1, 1])
-    assert trusted.tolist() == [True, False, False, False, True, False]
-    assert source.tolist() == [1, 0, 0, 0, 1, 0]
+    assert trusted.tolist() == [True, False, False, False, False, False]
+    assert t.bad_summary.tolist() == [False, False, False, False, True, False]
+    assert source.tolist() == [1, 0, 0, 0, 0, 0]
     assert coverage[0] == 1.0 and coverage[2] == pytest.approx(1000 / 7200)
     assert seen[2] == pytest.approx(0.1)  # the report still shows what little was seen
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from slurm_tune.hw.nvml import GpuUtilization, open_gpu_source
 from slurm_tune.usage import accum, spool, summary
 from slurm_tune.usage.sampler import Sampler, device_minor
-from usage_helpers import write_snapshot
+from usage_helpers import hermetic_env, write_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -266,21 +266,34 @@ def test_gpu_id_lists():
 
 
 # ---- the hook scripts ------------------------------------------------------------------------------------
-def run_hook(path: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([str(path)], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True)
+def run_hook(path: Path, env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run a hook with only `env` (and an empty STUNE_ENV_FILE unless env names one): an installed
+    /etc/default/stune must not change what it does."""
+    base = {k: v for k, v in hermetic_env(tmp_path).items() if k.startswith(("STUNE_", "SLURM_"))}
+    return subprocess.run([str(path)], env={"PATH": "/usr/bin:/bin", **base, **env}, capture_output=True,
+                          text=True)
+
+
+def test_hooks_read_settings_from_the_env_file_they_are_given(tmp_path):
+    """The hooks take their settings from STUNE_ENV_FILE (the one file /etc/default/stune is by default)."""
+    env_file = tmp_path / "site.env"
+    env_file.write_text(f"STUNE_USAGE_DIR={tmp_path / 'from-env-file'}\n")
+    proc = run_hook(REPO / "prolog" / "20-stune-jobgpus",
+                    {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "3", "STUNE_ENV_FILE": str(env_file)}, tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "from-env-file" / "jobs" / "5").read_text() == "3\n"
 
 
 def test_prolog_records_the_jobs_gpus_and_never_fails(tmp_path):
     script = REPO / "prolog" / "20-stune-jobgpus"
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0,2", "STUNE_USAGE_DIR": str(tmp_path / "usage")}
-    proc = run_hook(script, env)
+    proc = run_hook(script, env, tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     assert (tmp_path / "usage" / "jobs" / "77").read_text() == "0,2\n"
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "78", "SLURM_JOB_GPUS": ""})
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "78", "SLURM_JOB_GPUS": ""}, tmp_path)
     assert proc.returncode == 0 and not (tmp_path / "usage" / "jobs" / "78").exists()
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    assert run_hook(script, {**env, "STUNE_USAGE_DIR": str(blocked)}).returncode == 0
+    assert run_hook(script, {**env, "STUNE_USAGE_DIR": str(blocked)}, tmp_path).returncode == 0
 
 
 def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
@@ -290,14 +303,16 @@ def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
     prolog(local, "90", "1")
     env = {"SLURM_JOB_ID": "90", "SLURMD_NODENAME": "n3", "SLURM_JOB_GPUS": "1", "STUNE_BIN": BIN,
            "STUNE_USAGE_DIR": str(local), "STUNE_USAGE_SPOOL": str(shared)}
-    proc = run_hook(script, env)
+    proc = run_hook(script, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (shared / "90" / "n3.json").exists() and not (local / "jobs" / "90").exists()
     # CPU-only job: returns at once, without starting Python
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"})
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"},
+                    tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     # a broken spool: one line on stderr, still exit 0
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")})
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")},
+                    tmp_path)
     assert proc.returncode == 0 and "epilog:" in proc.stderr
 
 
@@ -305,7 +320,7 @@ def test_sampler_cli_runs_and_reports_status(tmp_path):
     local = tmp_path / "usage"
     prolog(local, "5", "0,1")
     snap = write_snapshot(tmp_path / "snap.json", 60)
-    env = dict(os.environ, STUNE_FAIRSHARE_CONFIG=str(tmp_path / "none.yaml"))
+    env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("usage:\n  interval: 0.05\n")
     proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
                            "--count", "5"], capture_output=True, text=True, env=env, timeout=60)
@@ -320,7 +335,7 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
     local = tmp_path / "usage"
     prolog(local, "6", "0")
     snap = write_snapshot(tmp_path / "snap.json", 60)
-    env = dict(os.environ, STUNE_FAIRSHARE_CONFIG=str(tmp_path / "none.yaml"))
+    env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("")
     proc = subprocess.Popen([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
                              "--interval", "0.05"], env=env, stderr=subprocess.PIPE, text=True)

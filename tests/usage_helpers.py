@@ -27,3 +27,18 @@ def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None =
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return str(path)
+
+
+def hermetic_env(tmp_path, **extra) -> dict:
+    """An environment for hooks and CLIs under test that no installed stune can change: no inherited STUNE_*
+    or SLURM_* variable, an empty hook environment file instead of /etc/default/stune, no fair-share config
+    from /etc/stune (a missing file named explicitly is refused, so an empty one is given)."""
+    env_file = Path(tmp_path) / "stune.env"
+    env_file.touch()
+    config = Path(tmp_path) / "fairshare-empty.yaml"
+    config.touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STUNE_", "SLURM_"))}
+    env.update({"STUNE_ENV_FILE": str(env_file), "STUNE_FAIRSHARE_CONFIG": str(config),
+                "SLURM_CONF": str(Path(tmp_path) / "no-slurm.conf")})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
