@@ -404,3 +404,46 @@ def test_a_report_reaching_back_charges_nothing_twice(tmp_path):
     assert report.table.n == 2  # the report sees both jobs...
     for key, value in applied.usage_slurm.items():  # ...but charges neither again
         assert report.usage_slurm[key] == pytest.approx(value, rel=1e-5)
+
+
+# ---- the final order is stune's order ------------------------------------------------------------------
+THREE_ACCOUNTS = [Association("root", "", "", 1, "", 1),
+                  Association("biology", "", "root", 1, "", 2), Association("biology", "stune-bob", "", 1, "", 3),
+                  Association("physics", "", "root", 2, "", 4), Association("physics", "stune-alice", "", 1, "", 5),
+                  Association("physics", "carol", "", 3, "", 6),
+                  Association("chemistry", "", "root", 1, "", 7), Association("chemistry", "dave", "", 1, "", 8),
+                  Association("root", "root", "", 1, "", 9)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.sampled_from(["stune-alice", "stune-bob", "carol", "dave", "root"]),
+                          st.integers(60, 20000), st.integers(0, 100)), min_size=1, max_size=8),
+       st.sampled_from(["", "PRIORITY_FLAGS_NONE_PLACEHOLDER"]))
+def test_fairshare_points_plus_site_factor_order_jobs_as_stune_does(tmp_path_factory, jobs, flags):
+    """Fair Tree and classic, three accounts: W x F_slurm + SiteFactor sorts pending jobs exactly as F_stune
+    does, every SiteFactor is <= 0 and the top gainer's is 0."""
+    tmp_path = tmp_path_factory.mktemp("order")
+    now = 1_800_000_000
+    USERS.setdefault("dave", "chemistry")
+    rows = [row(i, user, now - 30000, secs, comment=summary(2 * secs, 2 * secs * eta / 100, 2 * secs))
+            for i, (user, secs, eta) in enumerate(jobs, start=1)]
+    users = ["stune-alice", "stune-bob", "carol", "dave", "root"]
+    slurm = RowsSlurm(rows, pending=[pending_job(1000 + i, u) for i, u in enumerate(users)], assocs=THREE_ACCOUNTS,
+                      flags="" if not flags else "NO_FAIR_TREE")
+    config = write_config(tmp_path, "site_factor:\n  deadband: 0\n")
+    result = accountant.run_locked(config, slurm, now=now)
+    weight = 10000
+    final, stune = {}, {}
+    for i, user in enumerate(users):
+        key = (USERS[user], user)
+        site = slurm.site.get(1000 + i, 0)
+        assert site <= 0
+        final[user] = weight * result.shares_slurm.factor(*key) + site
+        stune[user] = result.shares_stune.factor(*key)
+    for a in users:
+        for b in users:
+            if stune[a] > stune[b] + 2 / weight:
+                assert final[a] > final[b], (a, b, final, stune)
+    gaps = {u: weight * (stune[u] - result.shares_slurm.factor(USERS[u], u)) for u in users}
+    top = max(gaps, key=gaps.get)
+    assert slurm.site.get(1000 + users.index(top), 0) == 0

@@ -3,13 +3,18 @@ SiteFactor on pending jobs.
 
 The SiteFactor of a pending job of association A is
 
-    clamp(round(PriorityWeightFairshare x (F_stune(A) - F_slurm(A))), site_factor.min, site_factor.max)
+    clamp(round(W x (F_stune(A) - F_slurm(A)) - offset), site_factor.min, site_factor.max)
+    offset = max over all user associations B of W x (F_stune(B) - F_slurm(B))
 
-where F_slurm is Slurm's formula over Slurm's own charges (eta = 1 everywhere) and F_stune the same formula
-over stune's penalized charges. Both come from the same rows and the same tree, so with eta = 1 everywhere
-the difference is exactly 0 and stune changes nothing; `report` shows sshare's live FairShare next to them.
-With site_factor.max = 0 (the default) stune only ever lowers a priority: faking utilization can at best
-restore Slurm's own priority.
+with W = PriorityWeightFairshare, F_slurm Slurm's formula over Slurm's own charges (eta = 1 everywhere) and
+F_stune the same formula over stune's penalized charges. Slurm adds W x F_slurm(A) itself, so a job's
+fair-share points plus its SiteFactor are W x F_stune(A) - offset: the same shift for everyone, so the order
+of pending jobs is exactly stune's fair-share order (a plain W x (F_stune - F_slurm) capped at 0 would only
+tie users whose ranks swapped: the one who gains is capped, the other loses exactly the gap). The top gainer
+gets 0, everyone else less; nobody is ever lifted above Slurm's own priority (site_factor.max = 0, the
+default), so a forged or missing measurement can at best restore Slurm's priority. With eta = 1 everywhere
+every difference and the offset are exactly 0 and stune changes nothing. The default floor is -2 W, the
+lowest value the formula can reach, so the clamp never breaks the order.
 """
 from __future__ import annotations
 
@@ -121,6 +126,7 @@ class RunResult:
     shares_stune: tree_mod.ShareResult
     tree: tree_mod.AssocTree
     sshare: list | None = None     # live sshare rows, when read
+    site_offset: float = 0.0       # the shift subtracted from every SiteFactor (module doc)
     changes: list = field(default_factory=list)
     kept: int = 0                  # pending jobs already at their target
     applied: bool = False
@@ -299,6 +305,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
                        shares_slurm=shares_slurm, shares_stune=shares_stune, tree=tree,
                        ledger_path=None if sacct_file is not None else path, window_start=window_start,
                        warnings=warnings)
+    result.site_offset = site_factor_offset(settings.weight_fairshare, shares_slurm, shares_stune)
     if read_sshare and slurm is not None:
         try:
             result.sshare = slurm.sshare()
@@ -353,11 +360,19 @@ def run_locked(config, slurm=None, **kwargs) -> RunResult:
         return run(config, slurm, **kwargs)
 
 
-def site_factor_target(config, weight: int, f_slurm: float, f_stune: float) -> int:
+def site_factor_offset(weight: int, shares_slurm, shares_stune) -> float:
+    """The largest W x (F_stune - F_slurm) over the user associations: subtracted from every target, so the
+    top gainer gets 0 and the final order is stune's (module doc)."""
+    gaps = [weight * (f - shares_slurm.factors[k]) for k, f in shares_stune.factors.items()
+            if k in shares_slurm.factors]
+    return max(gaps) if gaps else 0.0
+
+
+def site_factor_target(config, weight: int, f_slurm: float, f_stune: float, offset: float = 0.0) -> int:
     """The SiteFactor of a pending job whose association has these two fair-share factors (module doc)."""
     sf = config.site_factor
-    lo = sf.min if sf.min is not None else -weight
-    return max(lo, min(sf.max, int(round(weight * (f_stune - f_slurm)))))
+    lo = sf.min if sf.min is not None else -2 * weight
+    return max(lo, min(sf.max, int(round(weight * (f_stune - f_slurm) - offset))))
 
 
 def _plan(result: RunResult, slurm, config) -> None:
@@ -375,7 +390,7 @@ def _plan(result: RunResult, slurm, config) -> None:
         f_stune = result.shares_stune.factor(*key)
         if f_slurm is None or f_stune is None:
             continue
-        target = site_factor_target(config, weight, f_slurm, f_stune)
+        target = site_factor_target(config, weight, f_slurm, f_stune, result.site_offset)
         have = current[job.job_id]
         if abs(target - have) > deadband:
             result.changes.append(SiteFactorChange(job.job_id, job.account, job.user, have, target,

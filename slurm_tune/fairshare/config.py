@@ -28,7 +28,8 @@ SCHEMA = Section({
         "read_gpuutil": Bool(True, doc="also read Slurm's gres/gpuutil where AccountingStorageTRES has it"),
     }),
     "site_factor": Section({
-        "min": Nullable(Int(), doc="lowest SiteFactor; default -PriorityWeightFairshare"),
+        "min": Nullable(Int(), doc="lowest SiteFactor; default -2 x PriorityWeightFairshare (the lowest the formula reaches, "
+                                    "so the floor never breaks the order)"),
         "max": Int(0, doc="highest SiteFactor; 0 means penalties only"),
         "deadband": Int(2, min=0, doc="a pending job's SiteFactor is left alone when within this of the target"),
     }),
