@@ -208,10 +208,11 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob) -> None:
     first = world.stune("apply")
     assert "1 SiteFactor change(s) applied" in first.stdout
     sprio = {r.job_id: r for r in slurm.sprio()}
-    # bob's penalty is what his rank lost: W x (F_stune - F_slurm) = -W/3 with three user associations
-    assert sprio[bob_pending].site == -round(10000 / 3) and sprio[alice_pending].site == 0
+    # Three user associations (root, alice, bob): Slurm ranks bob 2/3, alice 1/3; stune swaps them. alice,
+    # the top gainer (+W/3), stays at 0; everyone is shifted by W/3, so bob gets -W/3 - W/3.
+    assert sprio[bob_pending].site == -round(2 * 10000 / 3) and sprio[alice_pending].site == 0
     # sprio rounds each column: the sum may be one off
-    assert abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age - 3333)) <= 1
+    assert abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age - 6667)) <= 1
     ledger = json.loads(world.state.joinpath("ledger.json").read_text())
 
     second = world.stune("apply")
@@ -317,3 +318,85 @@ def test_with_eta_1_everywhere_stunes_factors_equal_sshare(world, slurm, shared_
     # and the usage behind it is Slurm's own: billing x seconds (sshare prints RawUsage as an integer)
     assert sshare[("physics", "stune-alice")].raw_usage > sshare[("biology", "stune-bob")].raw_usage > 0
     assert len({r.fairshare for r in sshare.values()}) == 3  # distinct ranks: the comparison means something
+
+
+def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, cluster):
+    """#12 §1 on a three-account tree: physics/alice holds 2 GPUs 12 s at 90 %, biology/bob 8 s at 0 %,
+    chemistry/alice 10 s at 50 %. Slurm ranks by usage (bob, chemistry, physics); stune charges idle GPUs
+    (physics 13.2, chemistry 15, bob 16). After one `apply`, the pending jobs' priorities in sprio follow
+    stune's order strictly: physics > chemistry > bob; nobody gained."""
+    from slurm_tune.devcluster import CLUSTER_NAME
+
+    slurm.sacctmgr(["add", "account", "chemistry", f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
+    slurm.sacctmgr(["add", "user", "stune-alice", "Account=chemistry", f"Cluster={CLUSTER_NAME}"])
+    try:
+        slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
+        t0 = int(time.time())
+        for node, sm, power in (("n1", 90, 300.0), ("n2", 0, 60.0), ("n3", 50, 200.0)):
+            write_snapshot(world.snapshots[node], sm, gpus=4, power=power)
+        args = ["--gres=gpu:2", "-c", "1", "--hold", f"--chdir={shared_tmp}"]
+        runs = [("stune-alice", "physics", "n1", 12), ("stune-bob", "biology", "n2", 8),
+                ("stune-alice", "chemistry", "n3", 10)]
+        jobs = [submit_as(slurm, user, account, ["-w", node, *args], f"sleep {secs}")
+                for user, account, node, secs in runs]
+        slurm.run(["scontrol", "release", ",".join(map(str, jobs))])
+        for job in jobs:
+            assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+        for job in jobs:
+            wait_summary(slurm, job)
+        last_end = max(int(r["End"]) for r in slurm.sacct(["JobIDRaw", "End"], job_ids=[str(j) for j in jobs]))
+        decay_file = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
+        wait_until("Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
+                   lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1, timeout=90,
+                   interval=1)
+
+        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
+        try:
+            pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
+            pending = {account: submit_as(slurm, user, account, pend, "true") for user, account, _, _ in runs}
+            wait_until("pending jobs in sprio", lambda: set(pending.values()) <= {r.job_id for r in slurm.sprio()})
+            before = {r.job_id: r for r in slurm.sprio()}
+            # Slurm alone ranks the idle user first
+            assert before[pending["biology"]].fairshare > before[pending["physics"]].fairshare
+            world.state.joinpath("ledger.json").unlink(missing_ok=True)
+            world.write_config(initial_history=int(time.time()) - t0 + 2)
+            world.stune("apply")
+            after = {r.job_id: r for r in slurm.sprio()}
+            prio = {account: after[job].priority for account, job in pending.items()}
+            assert prio["physics"] > prio["chemistry"] > prio["biology"], prio
+            assert all(after[job].site <= 0 for job in pending.values())
+            assert after[pending["physics"]].site == 0  # the top gainer keeps Slurm's priority
+            # explain answers "why is my priority low?" in one command, as the user
+            user_config = Path(shared_tmp) / "fairshare-user.yaml"  # pytest's tmp is root's alone
+            user_config.write_text(world.config.read_text())
+            user_config.chmod(0o644)
+            as_bob = {**world.env(), "STUNE_FAIRSHARE_CONFIG": str(user_config)}
+            why = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain",
+                                  "--json"], capture_output=True, text=True, env=as_bob, timeout=120)
+            assert why.returncode == 0, why.stderr
+            doc = json.loads(why.stdout)
+            assert doc["user"] == "stune-bob"
+            bio = {a["account"]: a for a in doc["associations"]}["biology"]
+            assert bio["site_factor"] == after[pending["biology"]].site
+            assert bio["fairshare_stune"] < bio["fairshare_slurm"]
+            assert bio["top_idle_jobs"][0]["job_id"] == str(jobs[1])
+            text = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
+                                  capture_output=True, text=True, env=as_bob, timeout=120)
+            assert f"priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
+            # "was my job idle?": one command, as the owner; another user is refused
+            mine = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
+                                   str(jobs[1]), "--json"], capture_output=True, text=True, env=as_bob, timeout=60)
+            assert mine.returncode == 0, mine.stderr
+            job_doc = json.loads(mine.stdout)
+            assert job_doc["eta"] == pytest.approx(0.0, abs=0.01) and job_doc["charged_x"] == pytest.approx(2.0, abs=0.02)
+            assert [g["node"] for g in job_doc["per_gpu"]] == ["n2", "n2"]
+            theirs = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
+                                     str(jobs[0])], capture_output=True, text=True, env=as_bob, timeout=60)
+            assert theirs.returncode != 0 and "belongs to another user" in theirs.stderr
+            assert "Traceback" not in theirs.stderr
+        finally:
+            slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
+    finally:
+        cancel_everything(slurm)
+        slurm.run(["sacctmgr", "-i", "delete", "user", "stune-alice", "where", "account=chemistry"], check=False)
+        slurm.run(["sacctmgr", "-i", "delete", "account", "chemistry"], check=False)

@@ -2,12 +2,15 @@
 
     stune-fairshare apply [--dry-run] [--sacct-file DUMP] [--assoc-file FILE]
     stune-fairshare report [--format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
+    stune-fairshare explain [USER] [--json]              ("why is my priority low?")
+    stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
     stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
     stune-fairshare collect                            (sweep the usage spool for late node summaries)
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -113,7 +116,12 @@ def _report(args) -> int:
         else:
             sys.stdout.write(text)
     elif args.format == "table":
-        report_mod.to_table(rep)
+        if args.output:  # a file gets the plain table (no colour codes), as wide as it needs
+            Console = report_mod._need("rich.console", "the terminal table").Console
+            with open(args.output, "w", encoding="utf-8") as fh:
+                report_mod.to_table(rep, Console(file=fh, width=200, color_system=None, force_terminal=False))
+        else:
+            report_mod.to_table(rep)
     if args.png:
         report_mod.to_png(rep, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
@@ -121,6 +129,51 @@ def _report(args) -> int:
     if prom:
         report_mod.to_prometheus(rep, prom)
         print(f"{PROG}: wrote {prom}", file=sys.stderr)
+    return 0
+
+
+def _explain(args) -> int:
+    import json
+
+    from ..fairshare import accountant
+    from ..fairshare import explain as explain_mod
+    from ..fairshare.config import load_config
+    from ..fairshare.ledger import LedgerError
+
+    user = args.user or explain_mod.current_user()
+    if not explain_mod.may_see(user):
+        raise explain_mod.NotYours(f"{user}: only root explains another user's priority; run it without a name")
+    config = load_config(args.config)
+    slurm = _slurm()
+    now = time.time()
+    since = int(now - config.report.window)
+    result = None
+    if os.getuid() == 0:
+        try:
+            result = accountant.run_locked(config, slurm, dry_run=True, plan=False, since=since, read_sshare=True)
+        except LedgerError:
+            result = None
+    if result is None:  # a user cannot read root's ledger: the same computation over sacct's history
+        result = accountant.run(config, slurm, read_sshare=True, use_ledger=False)
+    pending = slurm.sprio()
+    doc = explain_mod.explain(result, config, user, pending)
+    sys.stdout.write(json.dumps(doc, indent=1, default=float) + "\n" if args.json else explain_mod.explain_text(doc))
+    return 0
+
+
+def _job(args) -> int:
+    import json
+
+    from ..fairshare import explain as explain_mod
+    from ..fairshare.config import load_config
+    from ..fairshare.jobview import job_view
+
+    config = load_config(args.config)
+    doc = job_view(_slurm(), config, args.job_id)
+    if args.png:
+        explain_mod.timeline_png(doc, args.png)
+        print(f"{PROG}: wrote {args.png}", file=sys.stderr)
+    sys.stdout.write(json.dumps(doc, indent=1, default=float) + "\n" if args.json else explain_mod.job_text(doc))
     return 0
 
 
@@ -176,10 +229,19 @@ def _main(argv: list[str]) -> int:
     p = sub.add_parser("report", help="per account/user GPU-hours held vs used, fair-share, idle jobs")
     common(p)
     p.add_argument("--format", choices=("table", "csv", "json", "none"), default="table")
-    p.add_argument("-o", "--output", help="write CSV/JSON here instead of stdout")
+    p.add_argument("-o", "--output", help="write the table, CSV or JSON here instead of stdout")
     p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
     p.add_argument("--prom", help="write Prometheus metrics to this textfile")
     p.add_argument("--since", help="window: 7d, 12h, @EPOCH (default: report.window from the config)")
+    p = sub.add_parser("explain", help="why a user's priority is what it is (default: you)")
+    common(p, sacct=False)
+    p.add_argument("user", nargs="?", help="the user (root only; others see themselves)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("job", help="one job's GPU usage and what it was charged (running jobs too)")
+    common(p, sacct=False)
+    p.add_argument("job_id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--png", help="write the job's utilization timeline chart here")
     p = sub.add_parser("store", help="EpilogSlurmctld: merge a job's node summaries into AdminComment")
     common(p, sacct=False)
     p.add_argument("--job", required=True)
@@ -190,7 +252,8 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--min-age", type=float, help="leave job directories younger than this alone "
                                                  "(default usage.collect_wait + 30 s)")
     args = parser.parse_args(argv)
-    return {"apply": _apply, "report": _report, "store": _store, "collect": _collect}[args.cmd](args)
+    return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
+            "job": _job}[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:

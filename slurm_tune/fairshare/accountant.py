@@ -200,11 +200,16 @@ def _sum_dicts(*dicts) -> dict:
 
 def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | None = None,
         now: int | None = None, dry_run: bool = False, plan: bool = True, since: int | None = None,
-        read_sshare: bool = False, settings: PrioritySettings | None = None) -> RunResult:
+        read_sshare: bool = False, settings: PrioritySettings | None = None,
+        use_ledger: bool = True) -> RunResult:
     """One accountant run. Live (slurm given, no sacct_file): incremental from the ledger's watermark, and
     the ledger is saved unless dry_run. With sacct_file: a stateless what-if over the whole dump, offline
     unless `slurm` is given (then the cluster's settings, tree and pending jobs are used).
-    `plan` computes SiteFactor changes for pending jobs (needs slurm); they are applied unless dry_run."""
+    `plan` computes SiteFactor changes for pending jobs (needs slurm); they are applied unless dry_run.
+    Without `use_ledger` (a user's `explain`: the ledger is root's) a live run reads the whole history
+    window from sacct instead, writes nothing, and plans nothing."""
+    if not use_ledger:
+        dry_run, plan = True, False
     acc = config.accountant
     warnings: list[str] = []
     if slurm is not None:
@@ -240,7 +245,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         provisional = np.zeros(table.n, dtype=bool)
         window_start = None
     else:
-        ledger = Ledger.load(path)
+        ledger = Ledger.load(path) if use_ledger else Ledger()
         history = acc.initial_history if acc.initial_history is not None else \
             (10 * half_life if half_life > 0 else 365 * 86400)
         window_start = (ledger.watermark - acc.settle_delay) if ledger.watermark is not None \
@@ -271,7 +276,8 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
     counted = settle | provisional
     _table_warnings(table, warnings)
     ch = charges_mod.compute(table, counted, as_of=as_of, half_life_s=half_life, alpha=acc.alpha,
-                             coverage_min=acc.coverage_min, basis=acc.basis, qos_usage_factor=qos_factors)
+                             coverage_min=acc.coverage_min, basis=acc.basis, qos_usage_factor=qos_factors,
+                             alpha_by=acc.alpha_by)
 
     base_slurm, base_stune = {}, {}
     if ledger.as_of is not None and ledger.usage:
@@ -303,7 +309,8 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
                        settled_now=int(settle.sum()) if sacct_file is None else 0,
                        provisional=int(provisional.sum()), usage_slurm=usage_slurm, usage_stune=usage_stune,
                        shares_slurm=shares_slurm, shares_stune=shares_stune, tree=tree,
-                       ledger_path=None if sacct_file is not None else path, window_start=window_start,
+                       ledger_path=None if sacct_file is not None or not use_ledger else path,
+                       window_start=window_start,
                        warnings=warnings)
     result.site_offset = site_factor_offset(settings.weight_fairshare, shares_slurm, shares_stune)
     if read_sshare and slurm is not None:
