@@ -440,10 +440,15 @@ def test_fairshare_points_plus_site_factor_order_jobs_as_stune_does(tmp_path_fac
         assert site <= 0
         final[user] = weight * result.shares_slurm.factor(*key) + site
         stune[user] = result.shares_stune.factor(*key)
+    scale, offset = result.site_line
+    assert 0 < scale <= weight
     for a in users:
         for b in users:
-            if stune[a] > stune[b] + 2 / weight:
+            if stune[a] > stune[b] + 2 / scale:
                 assert final[a] > final[b], (a, b, final, stune)
-    gaps = {u: weight * (stune[u] - result.shares_slurm.factor(USERS[u], u)) for u in users}
-    top = max(gaps, key=gaps.get)
-    assert slurm.site.get(1000 + users.index(top), 0) == 0
+        assert final[a] >= 0.5  # nobody is pushed to Slurm's floor of 1, where submit order decides
+    if scale == weight:  # a pure shift: the top gainer keeps Slurm's priority
+        gaps = {u: weight * (stune[u] - result.shares_slurm.factor(USERS[u], u)) for u in users}
+        top = max(gaps, key=gaps.get)
+        assert slurm.site.get(1000 + users.index(top), 0) == 0
+    assert max(slurm.site.get(1000 + i, 0) for i in range(len(users))) == 0

@@ -378,3 +378,119 @@ def test_the_sampler_loop_survives_a_failing_source(tmp_path, capsys):
     sampler = Sampler(Broken(), str(local), interval=0.01)
     sampler.run(iterations=3)
     assert capsys.readouterr().err.count("stune-gpu-sampler: RuntimeError: driver went away") == 3
+
+
+# ---- honest idleness, the bounded series, the sawtooth (#12 §3) -------------------------------------------
+class ScriptedSource:
+    """GPU readings from a list of per-tick (sm, procs) values, for all GPUs alike."""
+
+    def __init__(self, gpus: int, script):
+        self.gpus, self.script, self.tick = gpus, list(script), 0
+
+    def utilization(self):
+        sm, procs = self.script[min(self.tick, len(self.script) - 1)]
+        self.tick += 1
+        return [GpuUtilization(i, f"GPU-{i}", None, sm, 10.0, 1 << 30, 80 << 30, 250.0, procs)
+                for i in range(self.gpus)]
+
+
+def run_script(tmp_path, script, gpus="0,1", job="70"):
+    local = tmp_path / "usage"
+    clock = Clock()
+    prolog(local, job, gpus, when=clock.t)
+    sampler = Sampler(ScriptedSource(8, script), str(local), interval=1.0, clock=clock)
+    for _ in range(len(script)):
+        clock.t += 1.0
+        sampler.sample_once()
+    sampler.close()
+    return local, clock
+
+
+def test_a_gpu_with_no_process_is_idle_whatever_its_reading(tmp_path):
+    """A stale 90 % with no compute process is idle; an unknown process list (None) trusts the reading."""
+    local, clock = run_script(tmp_path, [(90.0, 0)] * 10 + [(90.0, None)] * 10 + [(90.0, 1)] * 10)
+    _, gpus = accum.read(str(local / "acc" / "70"))
+    for g in gpus:
+        assert g["sm_dt"] == pytest.approx(30.0)
+        assert g["sm_sum"] == pytest.approx(0.9 * 20)  # the first 10 s count as 0 %
+        assert g["noproc_dt"] == pytest.approx(10.0)
+
+
+def test_unmeasurable_utilization_is_unmeasured_not_idle(tmp_path):
+    """MIG / NVML_ERROR_NOT_SUPPORTED: no utilization reading. Nothing is sampled (coverage 0, eta None),
+    so the accountant charges eta = 1 and `job` says "unmeasured", never 0 %."""
+    import fakenvml
+    from slurm_tune.hw.nvml import LiveGpuSource
+
+    fake = fakenvml.FakeNvml([fakenvml.device(i, mig=True, util_gpu=0) for i in range(2)])
+    source = LiveGpuSource(nvml=fake)
+    readings = source.utilization()
+    assert [r.sm_util for r in readings] == [None, None] and [r.procs for r in readings] == [1, 1]
+    local = tmp_path / "usage"
+    clock = Clock()
+    prolog(local, "71", "0,1", when=clock.t)
+    sampler = Sampler(source, str(local), interval=1.0, clock=clock)
+    for _ in range(5):
+        clock.t += 1.0
+        sampler.sample_once()
+    sampler.close()
+    node = spool.node_summary(str(local), "71", "n1", None, clock.t)
+    merged = summary.merge([node])
+    assert merged.covered == 0 and merged.eta is None
+    assert [g.sm for g in merged.per_gpu] == [None, None]
+    from slurm_tune.fairshare import explain
+
+    text = explain.job_text({"job_id": "71", "user": "u", "account": "a", "partition": "p", "state": "RUNNING",
+                             "gpus": 2.0, "elapsed_s": 5, "held_gpu_h": 0.003, "eta": None, "per_gpu": [
+                                 {"node": g.node, "gpu": g.gpu, "sm": g.sm, "watts": g.watts}
+                                 for g in merged.per_gpu], "timeline": [], "why": "not measured", "hints": []})
+    assert "utilization unmeasured" in text and " 0%" not in text
+
+
+def test_the_series_is_bounded_and_keeps_the_shape_of_a_long_job(tmp_path):
+    """A 10-hour job at 1 Hz: the file and the series stay SERIES_LEN buckets; the timeline still shows
+    a busy first half and an idle second half."""
+    hours = 10
+    script = [(90.0, 1)] * (hours * 1800) + [(0.0, 1)] * (hours * 1800)
+    local, clock = run_script(tmp_path, script)
+    path = local / "acc" / "70"
+    size = path.stat().st_size
+    assert size == accum.HEADER.size + 2 * accum.RECORD.size + accum.SERIES.size <= 4096
+    created, gpus, series = accum.read_with_series(str(path))
+    assert len(series["sm"]) == accum.SERIES_LEN and series["width"] >= hours * 3600 / accum.SERIES_LEN
+    assert sum(series["dt"]) == pytest.approx(2 * len(script))  # every sampled second is in it, 2 GPUs
+    node = spool.node_summary(str(local), "70", "n1", None, clock.t)
+    merged = summary.merge([node])
+    tl = merged.timeline
+    assert len(tl) == summary.TIMELINE_LEN
+    assert set(tl[:20]) == {"8"} and set(tl[-20:]) == {"0"}  # 90 % -> '8' (x 100/9), then 0 %
+    back = summary.parse(summary.encode(merged))
+    assert back.timeline == tl and back.timeline_percent()[0] == pytest.approx(800 / 9)
+
+
+def test_a_sawtooth_counts_drops_and_gives_the_data_hint(tmp_path):
+    """Utilization that keeps rising and dropping (a loop waiting for data): drops are counted, and `job`
+    says to look at storage (stage the dataset) before NCCL. A steady job gets no such hint."""
+    from slurm_tune.fairshare import explain
+
+    saw = ([(95.0, 1)] * 5 + [(5.0, 1)] * 5) * 60  # 10 s period, 10 minutes
+    local, clock = run_script(tmp_path, saw)
+    merged = summary.merge([spool.node_summary(str(local), "70", "n1", None, clock.t)])
+    assert merged.drops == 2 * 60  # 60 falls on each of 2 GPUs
+    hints = explain.usage_hints(merged, eta=merged.eta, idle_power_w=100.0)
+    assert any("stage the dataset" in h and "before tuning NCCL" in h for h in hints)
+    steady = [(50.0, 1)] * 600
+    local, clock = run_script(tmp_path / "steady", steady)
+    flat = summary.merge([spool.node_summary(str(local), "70", "n1", None, clock.t)])
+    assert flat.drops == 0 and not any("stage" in h for h in explain.usage_hints(flat, flat.eta, 100.0))
+
+
+def test_a_stall_is_flagged_in_the_job_view():
+    """~100 % utilization at near-idle power most of the time: a hung collective or a spin loop."""
+    from slurm_tune.fairshare import explain
+
+    stalled = summary.JobSummary(7200.0, 7100.0, 7200.0, 7000.0, 70.0, 2, 1, 1, ())
+    hints = explain.usage_hints(stalled, eta=stalled.eta, idle_power_w=100.0)
+    assert any("near-idle power" in h and "hung" in h for h in hints)
+    busy = stalled._replace(busy_w=350.0)
+    assert not any("near-idle power" in h for h in explain.usage_hints(busy, busy.eta, 100.0))

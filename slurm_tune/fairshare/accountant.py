@@ -3,18 +3,25 @@ SiteFactor on pending jobs.
 
 The SiteFactor of a pending job of association A is
 
-    clamp(round(W x (F_stune(A) - F_slurm(A)) - offset), site_factor.min, site_factor.max)
-    offset = max over all user associations B of W x (F_stune(B) - F_slurm(B))
+    clamp(round(a x F_stune(A) + b - W x F_slurm(A)), site_factor.min, site_factor.max)
 
 with W = PriorityWeightFairshare, F_slurm Slurm's formula over Slurm's own charges (eta = 1 everywhere) and
-F_stune the same formula over stune's penalized charges. Slurm adds W x F_slurm(A) itself, so a job's
-fair-share points plus its SiteFactor are W x F_stune(A) - offset: the same shift for everyone, so the order
-of pending jobs is exactly stune's fair-share order (a plain W x (F_stune - F_slurm) capped at 0 would only
-tie users whose ranks swapped: the one who gains is capped, the other loses exactly the gap). The top gainer
-gets 0, everyone else less; nobody is ever lifted above Slurm's own priority (site_factor.max = 0, the
-default), so a forged or missing measurement can at best restore Slurm's priority. With eta = 1 everywhere
-every difference and the offset are exactly 0 and stune changes nothing. The default floor is -2 W, the
-lowest value the formula can reach, so the clamp never breaks the order.
+F_stune the same formula over stune's penalized charges. Slurm adds W x F_slurm(A) itself, so a pending job's
+fair-share points plus its SiteFactor are a x F_stune(A) + b for everyone: the order of pending jobs is
+exactly stune's fair-share order. (A plain W x (F_stune - F_slurm) capped at 0 would only tie users whose
+ranks swapped: the one who gains is capped, the other loses exactly the gap.) a and b are chosen over all
+user associations so that
+
+- nobody gains: a x F_stune + b <= W x F_slurm for every association (penalties only, so a forged or missing
+  measurement can at best restore Slurm's own priority); b is the largest value that allows, and the top
+  gainer gets exactly 0;
+- nobody sinks to Slurm's floor: the lowest a x F_stune + b is at least 1 point (a job priority below 1 is
+  raised to 1, and ties there would again leave the order to submit time);
+- the spread is as wide as possible: a = W (a pure shift, b = -max W x (F_stune - F_slurm)) whenever that
+  keeps everyone above the floor, else the largest a < W that does.
+
+With eta = 1 everywhere F_stune = F_slurm, a = W, b = 0 and stune changes nothing. The default floor of the
+clamp is -2 W, below anything the formula gives, so the clamp never breaks the order.
 """
 from __future__ import annotations
 
@@ -126,7 +133,7 @@ class RunResult:
     shares_stune: tree_mod.ShareResult
     tree: tree_mod.AssocTree
     sshare: list | None = None     # live sshare rows, when read
-    site_offset: float = 0.0       # the shift subtracted from every SiteFactor (module doc)
+    site_line: tuple = (0.0, 0.0)  # (a, b): fair-share points + SiteFactor = a x F_stune + b (module doc)
     changes: list = field(default_factory=list)
     kept: int = 0                  # pending jobs already at their target
     applied: bool = False
@@ -312,7 +319,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
                        ledger_path=None if sacct_file is not None or not use_ledger else path,
                        window_start=window_start,
                        warnings=warnings)
-    result.site_offset = site_factor_offset(settings.weight_fairshare, shares_slurm, shares_stune)
+    result.site_line = site_factor_line(settings.weight_fairshare, shares_slurm, shares_stune)
     if read_sshare and slurm is not None:
         try:
             result.sshare = slurm.sshare()
@@ -367,19 +374,31 @@ def run_locked(config, slurm=None, **kwargs) -> RunResult:
         return run(config, slurm, **kwargs)
 
 
-def site_factor_offset(weight: int, shares_slurm, shares_stune) -> float:
-    """The largest W x (F_stune - F_slurm) over the user associations: subtracted from every target, so the
-    top gainer gets 0 and the final order is stune's (module doc)."""
-    gaps = [weight * (f - shares_slurm.factors[k]) for k, f in shares_stune.factors.items()
-            if k in shares_slurm.factors]
-    return max(gaps) if gaps else 0.0
+FLOOR_POINTS = 1.0  # Slurm raises a job priority below 1 to 1
 
 
-def site_factor_target(config, weight: int, f_slurm: float, f_stune: float, offset: float = 0.0) -> int:
+def site_factor_line(weight: int, shares_slurm, shares_stune) -> tuple[float, float]:
+    """(a, b) of the module doc: every pending job's fair-share points plus SiteFactor become a x F_stune + b."""
+    pairs = [(shares_slurm.factors[k], f) for k, f in shares_stune.factors.items() if k in shares_slurm.factors]
+    if not pairs or weight <= 0:
+        return float(weight), 0.0
+    lowest = min(f for _, f in pairs)
+    scale = float(weight)
+    for f_slurm, f_stune in pairs:
+        if f_stune > lowest + 1e-12:
+            scale = min(scale, (weight * f_slurm - FLOOR_POINTS) / (f_stune - lowest))
+    scale = max(scale, 0.0)
+    offset = min(weight * f_slurm - scale * f_stune for f_slurm, f_stune in pairs)
+    return scale, offset
+
+
+def site_factor_target(config, weight: int, f_slurm: float, f_stune: float,
+                       line: tuple[float, float] | None = None) -> int:
     """The SiteFactor of a pending job whose association has these two fair-share factors (module doc)."""
+    scale, offset = line if line is not None else (float(weight), 0.0)
     sf = config.site_factor
     lo = sf.min if sf.min is not None else -2 * weight
-    return max(lo, min(sf.max, int(round(weight * (f_stune - f_slurm) - offset))))
+    return max(lo, min(sf.max, int(round(scale * f_stune + offset - weight * f_slurm))))
 
 
 def _plan(result: RunResult, slurm, config) -> None:
@@ -397,7 +416,7 @@ def _plan(result: RunResult, slurm, config) -> None:
         f_stune = result.shares_stune.factor(*key)
         if f_slurm is None or f_stune is None:
             continue
-        target = site_factor_target(config, weight, f_slurm, f_stune, result.site_offset)
+        target = site_factor_target(config, weight, f_slurm, f_stune, result.site_line)
         have = current[job.job_id]
         if abs(target - have) > deadband:
             result.changes.append(SiteFactorChange(job.job_id, job.account, job.user, have, target,

@@ -72,7 +72,7 @@ def explain(result, config, user: str, pending: list | None = None) -> dict:
     held_h = ch.held_gpu_s / 3600.0
     idle_h = np.where(ch.trusted, held_h * (1.0 - ch.eta), 0.0)
     doc = {"user": user, "as_of": result.as_of, "algorithm": result.settings.algorithm,
-           "weight_fairshare": weight, "alpha": alpha, "site_offset": round(result.site_offset, 3),
+           "weight_fairshare": weight, "alpha": alpha, "site_line": [round(v, 3) for v in result.site_line],
            "associations": [], "pending": [], "warnings": list(result.warnings)}
     code = {k: i for i, k in enumerate(table.assoc_keys)}
     for account, name in keys:
@@ -84,7 +84,7 @@ def explain(result, config, user: str, pending: list | None = None) -> dict:
                  "usage_slurm": result.usage_slurm.get((account, name), 0.0),
                  "usage_stune": result.usage_stune.get((account, name), 0.0)}
         if f_slurm is not None and f_stune is not None:
-            entry["site_factor"] = site_factor_target(config, weight, f_slurm, f_stune, result.site_offset)
+            entry["site_factor"] = site_factor_target(config, weight, f_slurm, f_stune, result.site_line)
         rows = np.flatnonzero(ran & (table.assoc == code.get((account, name), -1)))
         entry["held_gpu_h"] = float(held_h[rows].sum())
         measured = rows[ch.trusted[rows]]
@@ -163,7 +163,7 @@ def explain_text(doc: dict) -> str:
 
 # ---- job ------------------------------------------------------------------------------------------------
 def job_doc(table, i: int, charges_row: dict, summary, live: list | None, alpha: float,
-            timeline: list | None = None) -> dict:
+            timeline: list | None = None, idle_power_w: float = 100.0) -> dict:
     """One job: GPUs, held/used GPU-hours, eta per GPU, what was charged and why."""
     account, user = table.assoc_keys[table.assoc[i]]
     eta = charges_row["eta"]
@@ -192,10 +192,45 @@ def job_doc(table, i: int, charges_row: dict, summary, live: list | None, alpha:
         doc["charged_x"] = 1.0
         doc["why"] = ("not measured (no usage summary, or too little of the held time sampled): charged as "
                       "Slurm charges")
-    if eta is not None and eta < 0.1 and charges_row["trusted"]:
-        doc["hints"].append("the GPUs were idle almost all the time: release them (end the job, or ask for "
-                            "fewer GPUs) instead of holding them")
+    doc["hints"] = usage_hints(summary, eta, idle_power_w) if summary is not None else []
+    if summary is not None:
+        doc["drops"], doc["noproc_gpu_s"] = summary.drops, summary.noproc
+        doc["busy_share"] = summary.busy / summary.covered if summary.covered > 0 else None
+        doc["busy_w"] = summary.busy_w
+        doc["stalled"] = any("near-idle power" in h for h in doc["hints"])
+        if not doc["timeline"]:
+            doc["timeline"] = summary.timeline_percent()
     return doc
+
+
+SAWTOOTH_PER_HOUR = 20   # utilization falls per GPU-hour of sampled time that suggest a data-starved loop
+SAWTOOTH_MIN = 5
+STALL_BUSY_SHARE = 0.5
+
+
+def usage_hints(summary, eta, idle_power_w: float) -> list[str]:
+    """What to do, in the playbook's order: GPU utilization first, then storage, and only then NCCL."""
+    hints = []
+    if summary is None:
+        return hints
+    if eta is not None and eta < 0.1:
+        hints.append("the GPUs were idle almost all the time: release them (end the job, or ask for fewer GPUs) "
+                     "instead of holding them")
+    if summary.held > 0 and summary.noproc >= 0.25 * summary.held:
+        hints.append(f"no process ran on the GPUs for {100 * summary.noproc / summary.held:.0f}% of the held "
+                     "time (counted as idle)")
+    hours = summary.covered / 3600.0
+    if summary.drops >= SAWTOOTH_MIN and hours > 0 and summary.drops / hours >= SAWTOOTH_PER_HOUR \
+            and (eta is None or eta < 0.9):
+        hints.append(f"GPU waits for data: utilization rose and dropped {summary.drops / hours:.0f} times per "
+                     "GPU-hour; stage the dataset (stune-sbatch --stage) or add data-loader workers before "
+                     "tuning NCCL")
+    if summary.covered > 0 and summary.busy >= STALL_BUSY_SHARE * summary.covered and summary.busy_w is not None \
+            and summary.busy_w < idle_power_w:
+        hints.append(f"~100% utilization at near-idle power ({summary.busy_w:.0f} W < {idle_power_w:g} W) for "
+                     f"{100 * summary.busy / summary.covered:.0f}% of the time: a hung collective (NCCL) or a spin "
+                     "loop; check that the job still makes progress")
+    return hints
 
 
 def job_text(doc: dict) -> str:

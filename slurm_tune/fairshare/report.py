@@ -135,7 +135,7 @@ def build(result, config, since: int | None) -> Report:
             out.fairshare_stune = result.shares_stune.factor(account, user)
             if out.fairshare_slurm is not None and out.fairshare_stune is not None:
                 out.site_factor = site_factor_target(config, weight, out.fairshare_slurm, out.fairshare_stune,
-                                                      result.site_offset)
+                                                      result.site_line)
         return out
 
     report = Report(result.as_of, since, result.settings.algorithm, weight, warnings=list(result.warnings))
