@@ -134,3 +134,35 @@ def test_a_shift_between_summaries_is_caught():
     assert t.job_id_raw == ["1", "2", "4"] and t.skip_reasons == ["sacct:4: 11 fields, the header has 12"]
     assert t.has_summary.tolist() == [True, True, True]  # row 1's "|extra" lands after its numbers
     assert not t.bad_summary.any() and t.covered_s.tolist() == [1.0, 1.0, 1.0]
+
+
+# The 25.05.8 capture's `sacct` step dump (/work/shared/slurm-outputs/25.05.8/sacct_dump_steps.txt): its
+# fake GPUs have no NVML, so TRESUsageInAve holds energy=0 and no gres/gpuutil; the rows are the real format.
+CAPTURE_25_05 = """JobIDRaw|JobID|User|Account|Partition|QOS|State|Start|End|ElapsedRaw|AllocTRES|TRESUsageInAve|AdminComment
+2|2|stune-bob|biology|roce|normal|COMPLETED|1796046501|1796046503|2|billing=2,cpu=2,gres/gpu=2,node=2||
+2.batch|2.batch||biology|||COMPLETED|1796046501|1796046503|2|cpu=1,gres/gpu=1,mem=0,node=1|energy=0|
+2.0|2.0||biology|||COMPLETED|1796046501|1796046501|0|cpu=2,gres/gpu=2,mem=0,node=2|energy=0|
+"""
+
+
+def test_a_25_05_step_dump_without_gpuutil_leaves_jobs_unmeasured():
+    t = parse(CAPTURE_25_05)
+    assert t.job_id_raw == ["2"] and np.isnan(t.gpuutil[0]) and t.gpuutil_cover[0] == 0
+
+
+def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
+    """Slurm's gpu/nvml adds up a task's utilization over the GPUs it drives; TRESUsageInAve is the mean over
+    tasks. One task on 4 GPUs at 90 % reads 360; 4 tasks, one GPU each, read 90: both mean 90 % per GPU."""
+    header = "JobIDRaw|JobID|User|Account|State|Start|End|ElapsedRaw|AllocTRES|NTasks|TRESUsageInAve"
+    text = "\n".join([
+        header,
+        "20|20|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
+        "20.batch|20.batch|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=4,node=1|1|cpu=00:00:01,gres/gpuutil=360",
+        "21|21|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
+        "21.0|21.0|||COMPLETED|100|1100|1000|cpu=4,gres/gpu=4,node=1|4|gres/gpuutil=90",
+        "22|22|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=2||",
+        "22.0|22.0|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=2,node=1|1|gres/gpuutil=900",  # impossible: 450 %
+    ])
+    t = parse(text)
+    assert t.gpuutil[0] == pytest.approx(90.0) and t.gpuutil[1] == pytest.approx(90.0)
+    assert np.isnan(t.gpuutil[2])  # not trusted

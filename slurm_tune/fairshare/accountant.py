@@ -262,7 +262,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         fields = list(sacct_mod.FIELDS)
         gpuutil = settings.gpuutil_recorded and acc.read_gpuutil
         if gpuutil:
-            fields.insert(-1, "TRESUsageInAve")
+            fields[-1:-1] = ["NTasks", "TRESUsageInAve"]
         text = slurm.sacct_dump(fields, start=_sacct_time(window_start), end=_sacct_time(as_of + 1),
                                 allocations=not gpuutil, timeout=max(slurm.timeout, 600.0))
         table = sacct_mod.parse(text, "sacct")

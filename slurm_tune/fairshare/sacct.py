@@ -29,7 +29,7 @@ from ..usage.summary import parse_head
 
 FIELDS = ("JobIDRaw", "JobID", "User", "Account", "Partition", "QOS", "State", "Start", "End", "ElapsedRaw",
           "AllocTRES", "AdminComment")
-STEP_FIELDS = ("TRESUsageInAve",)
+STEP_FIELDS = ("NTasks", "TRESUsageInAve")
 REQUIRED = ("JobIDRaw", "User", "Account", "State", "Start", "End", "ElapsedRaw", "AllocTRES")
 UNKNOWN_TIMES = frozenset(("", "Unknown", "None", "N/A"))
 UNKNOWN_WORDS = ("Unknown", "None", "N/A")
@@ -380,9 +380,11 @@ def _parse(text: str, source: str) -> JobTable:
     gpuutil = np.full(len(ids), np.nan)
     gpuutil_cover = np.zeros(len(ids))
     if len(step) and "TRESUsageInAve" in columns:
-        _join_gpuutil(ids, elapsed, [raw_ids[i] for i in step.tolist()],
-                      _ints([columns["ElapsedRaw"][i] for i in step.tolist()]),
-                      [columns["TRESUsageInAve"][i] for i in step.tolist()], gpuutil, gpuutil_cover)
+        at = step.tolist()
+        ntasks = [columns["NTasks"][i] for i in at] if "NTasks" in columns else None
+        _join_gpuutil(ids, elapsed, [raw_ids[i] for i in at], _ints([columns["ElapsedRaw"][i] for i in at]),
+                      [columns["TRESUsageInAve"][i] for i in at], gpuutil, gpuutil_cover,
+                      [columns["AllocTRES"][i] for i in at], ntasks)
     table = JobTable(
         job_id_raw=ids, job_id=pick("JobID") if "JobID" in columns else list(ids), assoc=assoc,
         assoc_keys=assoc_keys, partition=pick("Partition"), qos=qos, qos_names=qos_names,
@@ -436,21 +438,34 @@ def _first_words(column) -> list:
     return [words[c] for c in codes.tolist()]
 
 
-def _join_gpuutil(job_ids, job_elapsed, step_ids, step_elapsed, step_usage, out_util, out_cover) -> None:
-    """Per job: the step-time-weighted mean of Slurm's gres/gpuutil, and the share of the job's time it
-    covers. (The batch and extern steps count like any other step.)"""
+def _join_gpuutil(job_ids, job_elapsed, step_ids, step_elapsed, step_usage, out_util, out_cover,
+                  step_tres=None, step_ntasks=None) -> None:
+    """Per job: the step-time-weighted mean of Slurm's gres/gpuutil per GPU, and the share of the job's time
+    it covers. (The batch and extern steps count like any other step.)
+
+    Slurm's gpu/nvml plugin reads each task's (pid's) SM utilization over every GPU it uses and adds them up,
+    and TRESUsageInAve is the mean over the step's tasks: one task driving 4 GPUs at 90 % reads 360. The mean
+    per GPU is therefore Ave x NTasks / the step's GPUs. Where NTasks or the step's gres/gpu is not in the
+    dump, the value is taken as a per-GPU percentage (one task per GPU, the usual launch), and anything that
+    does not fit 0..100 per GPU is not trusted."""
     where = {j: i for i, j in enumerate(job_ids)}
     weight = np.zeros(len(job_ids))
     total = np.zeros(len(job_ids))
-    for sid, secs, usage in zip(step_ids, step_elapsed.tolist(), step_usage):
+    for k, (sid, secs, usage) in enumerate(zip(step_ids, step_elapsed.tolist(), step_usage)):
         i = where.get(sid.split(".", 1)[0])
         if i is None or secs <= 0:
             continue
         util = _gpuutil(usage)
-        if util != util:
+        if util != util or util < 0:
+            continue
+        gpus = _tres_value(step_tres[k], "gres/gpu") if step_tres is not None else 0.0
+        tasks = _plain_int(step_ntasks[k], 0) if step_ntasks is not None else 0
+        if gpus > 0 and tasks > 0:
+            util = util * tasks / gpus
+        if not util <= 100.0 * SUMMARY_SLACK:
             continue
         weight[i] += secs
-        total[i] += util * secs
+        total[i] += min(util, 100.0) * secs
     ok = weight > 0
     out_util[ok] = total[ok] / weight[ok]
     span = np.maximum(job_elapsed.astype(np.float64), 1.0)
