@@ -411,3 +411,74 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
         cancel_everything(slurm)
         slurm.run(["sacctmgr", "-i", "delete", "user", "stune-alice", "where", "account=chemistry"], check=False)
         slurm.run(["sacctmgr", "-i", "delete", "account", "chemistry"], check=False)
+
+
+def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, shared_tmp, cluster):
+    """#12 §4 on the cluster: vpc opts in (warn after 12 s, cancel after 24 s below 5 %). bob's batch job
+    on n3 sits idle: a dry run lists it and changes nothing; then it is warned (its stderr file, written as
+    bob, and its Comment) and, once idle for the cancel window, cancelled with the reason in its record.
+    alice's busy job on n1 and bob's interactive srun on n3 are left alone."""
+    import shutil
+
+    parts = world.root / "partitions"
+    parts.mkdir(exist_ok=True)
+    for f in (REPO / "partitions").glob("*.yaml"):
+        shutil.copy(f, parts / f.name)
+    with open(parts / "vpc.yaml", "a") as fh:
+        fh.write("idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 12s\n  cancel_after: 24s\n"
+                 "  min_coverage: 0.8\n")
+    write_snapshot(world.snapshots["n3"], 0, gpus=4, power=60.0)
+    write_snapshot(world.snapshots["n1"], 90, gpus=4, power=300.0)
+    err = Path(shared_tmp) / "idle.err"
+    idle = submit_as(slurm, "stune-bob", "biology", ["-p", "vpc", "-w", "n3", "--gres=gpu:1", f"--chdir={shared_tmp}",
+                                                     "-e", str(err)], "sleep 300")
+    busy = submit_as(slurm, "stune-alice", "physics", ["-p", "vpc", "-w", "n1", "--gres=gpu:1",
+                                                       f"--chdir={shared_tmp}"], "sleep 300")
+    interactive = subprocess.Popen(["runuser", "-u", "stune-bob", "--", "srun", "-A", "biology", "-p", "vpc", "-w",
+                                    "n3", "--gres=gpu:1", f"--chdir={shared_tmp}", "sleep", "300"],
+                                   env=world.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until("jobs running", lambda: len([j for j in slurm.jobs(states=["RUNNING"])]) == 3, timeout=60)
+        started = time.time()
+        inter_id = next(j.job_id for j in slurm.jobs(states=["RUNNING"]) if j.job_id not in (idle, busy))
+        env = {**world.env(), "STUNE_USAGE_DIR": f"{cluster.layout.root}/nodes/%n/usage"}
+        log = world.root / "idle-policy.log"
+
+        def policy(*args):
+            proc = subprocess.run([f"{VENV_BIN}/stune-fairshare", "idle-policy", "--partitions", str(parts),
+                                   "--log", str(log), *args], capture_output=True, text=True, env=env, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            return proc.stdout
+
+        time.sleep(max(0.0, started + 14 - time.time()))
+        dry = policy("--dry-run", "--node", "n3")
+        assert f"job {idle} (stune-bob/biology, vpc): would warn: GPU utilization 0.0% < 5%" in dry, dry
+        assert f"job {inter_id} (stune-bob/biology, vpc): skip: interactive job (exempt)" in dry, dry
+        assert "stune" not in slurm.job(idle).comment and "stune" not in err.read_text()
+
+        out = policy("--node", "n3")
+        assert f"job {idle} (stune-bob/biology, vpc): warned:" in out, out
+        assert slurm.job(idle).comment.startswith("stune: idle GPUs warned: GPU utilization 0.0% < 5%")
+        text = err.read_text()
+        assert "stune: this job's GPUs have been idle" in text and "cancelled once they stay idle for 24s" in text
+        assert os.stat(err).st_uid == pwd_uid("stune-bob")  # still bob's file
+        assert f"job {busy} (stune-alice/physics, vpc): ok: GPU utilization 90.0%" in policy("--node", "n1")
+
+        time.sleep(max(0.0, started + 27 - time.time()))
+        out = policy("--node", "n3")
+        assert f"job {idle} (stune-bob/biology, vpc): cancelled: GPU utilization 0.0% < 5% over the last 24s" in out
+        assert wait_for_state(slurm, idle, ("CANCELLED",), timeout=60) == "CANCELLED"
+        assert slurm.job_record(idle).get("Comment", "").startswith("stune: cancelled for idle GPUs")
+        assert "stune: cancelled for idle GPUs" in err.read_text()
+        assert slurm.job(busy).state == "RUNNING" and slurm.job(inter_id).state == "RUNNING"
+        logged = log.read_text()
+        assert "dry-run job" in logged and f"n3 job {idle} (stune-bob/biology, vpc): cancelled" in logged
+    finally:
+        interactive.terminate()
+        interactive.wait(timeout=30)
+
+
+def pwd_uid(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid

@@ -4,6 +4,7 @@
     stune-fairshare report [--format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
     stune-fairshare explain [USER] [--json]              ("why is my priority low?")
     stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
+    stune-fairshare idle-policy [--dry-run] [--node N]   (per node, from a timer: the opt-in idle-GPU policy)
     stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
     stune-fairshare collect                            (sweep the usage spool for late node summaries)
 """
@@ -177,6 +178,37 @@ def _job(args) -> int:
     return 0
 
 
+def _idle_policy(args) -> int:
+    from ..fairshare import idlepolicy
+    from ..fairshare.config import load_config, usage_dirs
+    from ..profiles import load_profiles
+    from ..thisnode import node_name
+
+    config = load_config(args.config)
+    node = args.node or node_name()
+    local, _ = usage_dirs(config, node=node)
+    profiles = load_profiles(args.partitions)
+    slurm = _slurm()
+    log_file = open(args.log, "a", encoding="utf-8") if args.log else None
+
+    def log(line: str) -> None:
+        print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
+        if log_file is not None:
+            log_file.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {'dry-run ' if args.dry_run else ''}"
+                           f"{line}\n")
+            log_file.flush()
+
+    try:
+        decisions = idlepolicy.evaluate(slurm, profiles, local, node)
+        idlepolicy.act(slurm, decisions, profiles, local, dry_run=args.dry_run, log=log)
+    finally:
+        if log_file is not None:
+            log_file.close()
+    if args.json:
+        sys.stdout.write(idlepolicy.to_json(decisions))
+    return 0
+
+
 def _store(args) -> int:
     from ..fairshare.config import load_config, usage_dirs
     from ..usage import collect
@@ -242,6 +274,14 @@ def _main(argv: list[str]) -> int:
     p.add_argument("job_id")
     p.add_argument("--json", action="store_true")
     p.add_argument("--png", help="write the job's utilization timeline chart here")
+    p = sub.add_parser("idle-policy", help="warn, then cancel, jobs whose GPUs stay idle (per-partition opt-in)")
+    common(p, sacct=False)
+    p.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
+    p.add_argument("--node", help="judge this node's jobs (default: this node)")
+    p.add_argument("--partitions", help="partition profiles directory (default $STUNE_PARTITIONS or "
+                                        "/etc/stune/partitions)")
+    p.add_argument("--log", help="also append every decision to this file")
+    p.add_argument("--json", action="store_true", help="the decisions as JSON after the log lines")
     p = sub.add_parser("store", help="EpilogSlurmctld: merge a job's node summaries into AdminComment")
     common(p, sacct=False)
     p.add_argument("--job", required=True)
@@ -253,7 +293,7 @@ def _main(argv: list[str]) -> int:
                                                  "(default usage.collect_wait + 30 s)")
     args = parser.parse_args(argv)
     return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
-            "job": _job}[args.cmd](args)
+            "job": _job, "idle-policy": _idle_policy}[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:
