@@ -151,9 +151,11 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
         while time.monotonic() < deadline and not (decay.exists() and decay.stat().st_mtime > mark):
             time.sleep(1)
         print(slurm.run(["sprio", "-o", "%.8i %.10u %.10Y %.10F %.8S"]), end="")
-        print("  Slurm alone puts bob first: he used as many GPU-hours, but his are not charged for idling")
+        print("  Slurm alone ranks them alike: the same GPU-hours held, whether used or idle")
 
         step("10. The accountant charges idle GPUs and sets SiteFactor on pending jobs")
+        config.write_text(config.read_text().replace("initial_history: 1h",
+                                                     f"initial_history: {int(time.time()) - started + 5}"))
         run(["stune-fairshare", "apply"])
         print(slurm.run(["sprio", "-o", "%.8i %.10u %.10Y %.10F %.8S"]), end="")
         prio = {r.job_id: r.priority for r in slurm.sprio()}

@@ -494,3 +494,12 @@ def test_a_stall_is_flagged_in_the_job_view():
     assert any("near-idle power" in h and "hung" in h for h in hints)
     busy = stalled._replace(busy_w=350.0)
     assert not any("near-idle power" in h for h in explain.usage_hints(busy, busy.eta, 100.0))
+
+
+def test_a_short_jobs_timeline_is_filled_not_dotted():
+    """A 20 s job has two 10 s buckets: each covers half of the 48 steps (not one step each)."""
+    docs = [{"node": "n1", "start": 0, "end": 20, "gpus": [],
+             "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 10]}},
+            {"node": "n2", "start": 0, "end": 20, "gpus": [],
+             "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 0]}}]
+    assert summary.merge_timeline(docs) == "9" * 24 + "0" * 24

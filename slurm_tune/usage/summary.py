@@ -151,7 +151,8 @@ def merge(node_summaries: list[dict], expected_nodes: int | None = None) -> JobS
 
 def merge_timeline(node_summaries: list[dict], length: int = TIMELINE_LEN) -> str:
     """The nodes' series (accum.py) on one time axis, from the earliest start to the latest end, in `length`
-    steps: each node bucket lands in the step holding its midpoint."""
+    steps: each node bucket is spread over the steps its time span covers (a 20 s job with 10 s buckets
+    still fills all 48 steps)."""
     series = [s["series"] for s in node_summaries if isinstance(s.get("series"), dict)]
     if not series:
         return ""
@@ -164,8 +165,17 @@ def merge_timeline(node_summaries: list[dict], length: int = TIMELINE_LEN) -> st
         for b, (sm, dt) in enumerate(zip(one.get("sm", ()), one.get("dt", ()))):
             if dt <= 0 or width <= 0:
                 continue
-            step = int((t0 + (b + 0.5) * width - start) / span * length)
-            step = min(max(step, 0), length - 1)
-            sums[step] += sm
-            dts[step] += dt
+            lo = (t0 + b * width - start) / span * length       # the bucket's span in steps
+            hi = (min(t0 + (b + 1) * width, end) - start) / span * length
+            lo, hi = max(lo, 0.0), min(max(hi, lo), float(length))
+            if hi - lo < 1e-9:
+                step = min(max(int(lo), 0), length - 1)
+                sums[step] += sm
+                dts[step] += dt
+                continue
+            for step in range(int(lo), min(int(hi) + 1, length)):
+                share = (min(hi, step + 1) - max(lo, step)) / (hi - lo)
+                if share > 0:
+                    sums[step] += sm * share
+                    dts[step] += dt * share
     return "".join("-" if dt <= 0 else str(min(9, max(0, round(9 * sm / dt)))) for sm, dt in zip(sums, dts))
