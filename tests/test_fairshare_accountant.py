@@ -384,6 +384,14 @@ def test_report_outputs_offline(tmp_path):
     assert [j["job_id"] for j in doc["top_idle"]] == ["2", "1"]
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "stune_jobs_flagged 1.0" in prom.read_text()
+    assert 'stune_job_stalled{account="physics",job_id="1",user="stune-alice"} 1.0' in prom.read_text()
+    # -o writes the table too (#12 §5), plain text, nothing on stdout
+    table = tmp_path / "report.txt"
+    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "table", "-o", str(table)],
+                tmp_path=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    text = table.read_text()
+    assert "stune-bob" in text and "Flagged for review" in text and "\x1b[" not in text
     proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "csv"], tmp_path=tmp_path)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("level,account,user,jobs,gpu_jobs,held_gpu_h,used_gpu_h,efficiency")
@@ -452,3 +460,28 @@ def test_fairshare_points_plus_site_factor_order_jobs_as_stune_does(tmp_path_fac
         top = max(gaps, key=gaps.get)
         assert slurm.site.get(1000 + users.index(top), 0) == 0
     assert max(slurm.site.get(1000 + i, 0) for i in range(len(users))) == 0
+
+
+def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path):
+    from slurm_tune.fairshare import explain
+
+    now = 1_800_000_000
+    rows = [row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
+            row(2, "stune-bob", now - 9000, 3000, comment=summary(6000, 0, 6000)),
+            row(3, "stune-bob", now - 5000, 300, comment=summary(600, 300, 600))]
+    slurm = RowsSlurm(rows, pending=[pending_job(9, "stune-bob")], assocs=EQUAL)
+    config = write_config(tmp_path)
+    result = accountant.run(config, slurm, now=now, use_ledger=False)
+    assert result.ledger_path is None and not os.path.exists(accountant.ledger_path(config))
+    doc = explain.explain(result, config, "stune-bob", slurm.sprio())
+    (bio,) = doc["associations"]
+    assert bio["account"] == "biology" and bio["fairshare_stune"] < bio["fairshare_slurm"]
+    assert bio["site_factor"] < 0 and bio["rank_stune"] > bio["rank_slurm"]
+    assert [j["job_id"] for j in bio["top_idle_jobs"]] == ["2", "3"]
+    assert bio["top_idle_jobs"][0]["charged_x"] == pytest.approx(2.0)
+    assert doc["pending"][0]["job_id"] == 9
+    text = explain.explain_text(doc)
+    assert f"SiteFactor {bio['site_factor']}: {-bio['site_factor']} priority points below Slurm's own" in text
+    assert "job 2: 2 GPUs" in text and "charged x2.00" in text
+    with pytest.raises(Exception, match="no fair-share association"):
+        explain.explain(result, config, "nobody")

@@ -467,6 +467,17 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
         assert "stune: this job's GPUs have been idle" in text and "cancelled once they stay idle for 24s" in text
         assert os.stat(err).st_uid == pwd_uid("stune-bob")  # still bob's file
         assert f"job {busy} (stune-alice/physics, vpc): ok: GPU utilization 90.0%" in policy("--node", "n1")
+        # "was my job idle?" while it runs: bob asks, from the sampler's live accumulators
+        user_config = Path(shared_tmp) / "fairshare-user.yaml"
+        user_config.write_text(world.config.read_text())
+        user_config.chmod(0o644)
+        live = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job", str(idle),
+                               "--json"], capture_output=True, text=True, timeout=60,
+                              env={**env, "STUNE_FAIRSHARE_CONFIG": str(user_config)})
+        assert live.returncode == 0, live.stderr
+        doc = json.loads(live.stdout)
+        assert doc["state"] == "RUNNING" and doc["source"] == "stune (live)" and doc["eta"] == pytest.approx(0, abs=0.01)
+        assert [g["node"] for g in doc["per_gpu"]] == ["n3"] and doc["timeline"] and max(doc["timeline"]) == 0
 
         time.sleep(max(0.0, started + 27 - time.time()))
         out = policy("--node", "n3")

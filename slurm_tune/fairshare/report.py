@@ -326,6 +326,10 @@ def to_prometheus(report: Report, path: str) -> None:
         quality.labels(kind).set(count)
     flagged = prom.Gauge("stune_jobs_flagged", "jobs at ~100% utilization with near-idle power", registry=registry)
     flagged.set(len(report.flagged))
+    stalled = prom.Gauge("stune_job_stalled", "1: this job ran at ~100% utilization with near-idle power (a hung "
+                         "collective or a spin loop)", ["job_id", "account", "user"], registry=registry)
+    for r in report.flagged:
+        stalled.labels(r.job_id, r.account, r.user).set(1)
     stamp = prom.Gauge("stune_fairshare_report_timestamp_seconds", "when the report was computed",
                        registry=registry)
     stamp.set(report.as_of)
