@@ -485,3 +485,33 @@ def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path)
     assert "job 2: 2 GPUs" in text and "charged x2.00" in text
     with pytest.raises(Exception, match="no fair-share association"):
         explain.explain(result, config, "nobody")
+
+
+def test_job_view_text_json_and_png(tmp_path):
+    """`job` on a finished job: per-GPU means, the timeline as a sparkline and a PNG, the charge and why."""
+    from slurm_tune.fairshare import explain, jobview
+    from slurm_tune.usage import summary as summary_mod
+
+    s = summary_mod.JobSummary(7200.0, 3600.0, 7200.0, 0.0, None, 2, 1, 1,
+                               (summary_mod.GpuMeans("n1", "0", 50.0, 10.0, 1000.0, 200.0),
+                                summary_mod.GpuMeans("n1", "1", None, None, None, None)),
+                               drops=0, noproc=0.0, timeline="9" * 24 + "0" * 24)
+    text_row = row(7, "stune-bob", 1_700_000_000, 3600, comment=summary_mod.encode(s))
+
+    class OneJob:
+        def sacct(self, fields, job_ids=None, **_):
+            cols = text_row.split("|", len(fields) - 1)
+            return [dict(zip(fields, cols))]
+
+    config = write_config(tmp_path)
+    doc = jobview.job_view(OneJob(), config, "7")
+    assert doc["eta"] == pytest.approx(0.5) and doc["charged_x"] == pytest.approx(1.5)
+    assert doc["timeline"][0] == pytest.approx(100.0) and doc["timeline"][-1] == 0
+    text = explain.job_text(doc)
+    assert "n1 GPU 1: utilization unmeasured" in text and "n1 GPU 0: utilization 50%, 200 W" in text
+    assert "timeline |" + "█" * 24 in text and "x (1 + 1 x 0.50) = x1.50" in text
+    png = tmp_path / "job.png"
+    explain.timeline_png(doc, str(png))
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    if os.getuid() == 0:  # root sees every job; a user only their own (tested as a user on the cluster)
+        assert explain.may_see("stune-bob")

@@ -503,3 +503,30 @@ def test_a_short_jobs_timeline_is_filled_not_dotted():
             {"node": "n2", "start": 0, "end": 20, "gpus": [],
              "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 0]}}]
     assert summary.merge_timeline(docs) == "9" * 24 + "0" * 24
+
+
+def test_usage_dirs_expand_the_node_name(tmp_path, monkeypatch):
+    """%n in $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL (and the config) is the node's name, as in every stune path."""
+    from slurm_tune.fairshare.config import usage_dirs
+
+    monkeypatch.setenv("STUNE_USAGE_DIR", str(tmp_path / "%n" / "usage"))
+    monkeypatch.setenv("STUNE_USAGE_SPOOL", str(tmp_path / "spool-%n-100%%"))
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a017")
+    assert usage_dirs() == (str(tmp_path / "gpu-a017" / "usage"), str(tmp_path / "spool-gpu-a017-100%"))
+    assert usage_dirs(node="n2")[0] == str(tmp_path / "n2" / "usage")
+    assert usage_dirs(expand=False)[0] == str(tmp_path / "%n" / "usage")
+
+
+def test_the_sampler_daemon_reads_STUNE_GPU_SNAPSHOT(tmp_path):
+    """The shipped systemd unit passes no --snapshot: the environment names it (with %n)."""
+    local = tmp_path / "n7" / "usage"
+    prolog(local, "8", "0")
+    write_snapshot(tmp_path / "gpus-n7.json", 70)
+    env = hermetic_env(tmp_path, STUNE_GPU_SNAPSHOT=tmp_path / "gpus-%n.json", SLURMD_NODENAME="n7",
+                       STUNE_USAGE_DIR=tmp_path / "%n" / "usage")
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--count", "4", "--interval", "0.05"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"snapshot {tmp_path / 'gpus-n7.json'}" in proc.stderr and str(local) in proc.stderr
+    _, gpus = accum.read(str(local / "acc" / "8"))
+    assert gpus[0]["samples"] >= 3 and gpus[0]["sm_sum"] / gpus[0]["sm_dt"] == pytest.approx(0.7)
