@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from ..errors import ConfigError, StuneError
+from ..errors import ConfigError
 from ..slurm import expand_hostlist
 from ..usage import accum, spool
 
@@ -235,7 +235,3 @@ def _dur(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds // 60}min"
     return f"{seconds}s"
-
-
-class PolicyError(StuneError):
-    """The idle policy cannot run here."""
