@@ -171,6 +171,9 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     job gets the lower SiteFactor, sprio shows it, and a second run changes nothing."""
     write_snapshot(world.snapshots["n1"], 90, gpus=4, power=310.0)
     write_snapshot(world.snapshots["n2"], 10, gpus=4, power=90.0)
+    # Slurm's usage and the accountant's read window start together: the same history on both sides
+    slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
+    t0 = int(time.time())
     args = ["--gres=gpu:2", "-c", "1", "--hold", f"--chdir={shared_tmp}"]
     # Fair Tree ranks users, so a penalty shows only where it changes the order. bob's job is never longer
     # than alice's (the same size, one second shorter): Slurm never ranks bob below alice on its own.
@@ -194,21 +197,21 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     # running blocker, with nobody's usage growing between the two accountant runs below.
     slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
     try:
-        _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob)
+        _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0)
     finally:
         slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
 
 
-def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob) -> None:
+def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
     bob_pending = submit_as(slurm, "stune-bob", "biology", pend, "true")
     alice_pending = submit_as(slurm, "stune-alice", "physics", pend, "true")
     wait_until("both pending jobs in sprio",
                lambda: {bob_pending, alice_pending} <= {r.job_id for r in slurm.sprio()})
 
-    # Only this test's jobs: the accountant's first read starts when this module did.
+    # Only this test's jobs: the accountant's first read starts when this test did.
     world.state.joinpath("ledger.json").unlink(missing_ok=True)
-    world.write_config(initial_history=int(time.time()) - world.started + 5)
+    world.write_config(initial_history=int(time.time()) - t0 + 2)
     dry = world.stune("apply", "--dry-run")
     assert f"job {bob_pending} (stune-bob/biology): SiteFactor 0 -> -" in dry.stdout
     assert "would set" in dry.stdout and f"job {alice_pending}" not in dry.stdout

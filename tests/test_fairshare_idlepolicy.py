@@ -33,12 +33,19 @@ class Source:
 
 
 class FakeSlurm:
+    """`scontrol show job -o` records for the jobs given; records the writes."""
+
     def __init__(self, jobs, records):
-        self._jobs, self.records = jobs, records
+        self.records = {}
+        for j in jobs:
+            rec = {"JobState": j.state, "Partition": j.partition, "Account": j.account, "NodeList": j.nodes,
+                   "UserId": f"{j.user}(1002)"}
+            rec.update(records.get(str(j.job_id), {}))
+            self.records[str(j.job_id)] = rec
         self.comments, self.cancelled = {}, []
 
-    def jobs(self, states=None, **_):
-        return list(self._jobs)
+    def jobs(self, *_, **__):
+        raise AssertionError("the policy must not list the whole queue from every node")
 
     def job_record(self, job_id):
         return self.records.get(str(job_id), {})
@@ -136,7 +143,7 @@ def test_dry_run_changes_nothing_and_a_warning_is_given_once(tmp_path):
     profiles = profiles_dir(tmp_path, POLICY)
     err = tmp_path / "slurm-10.err"
     err.write_text("")
-    record = {"BatchFlag": "1", "QOS": "normal", "StdErr": str(err), "UserId": f"me({os.getuid()})"}
+    record = {"BatchFlag": "1", "QOS": "normal", "StdErr": str(err), "UserId": f"stune-bob({os.getuid()})"}
     slurm = FakeSlurm([job(10)], {"10": record})
     lines = []
     d = idlepolicy.evaluate(slurm, profiles, str(local), "n1", now=now)

@@ -85,31 +85,38 @@ def _policy_of(profiles: dict, partition: str):
 
 
 def evaluate(slurm, profiles: dict, local_dir: str, node: str, now: float | None = None) -> list[Decision]:
-    """What the policy would do for every running job on `node` (nothing is changed)."""
+    """What the policy would do for every running GPU job on this node (nothing is changed). The jobs are the
+    sampler's accumulator files here; one `scontrol show job` per job (a node runs a handful), and none at all
+    when no partition enables the policy: thousands of nodes must not each list the whole queue."""
     now = time.time() if now is None else now
+    if not any(p.idle_policy.enabled for p in profiles.values()):
+        return []
+    acc_dir = os.path.join(local_dir, "acc")
+    try:
+        names = sorted((n for n in os.listdir(acc_dir) if n.isdigit()), key=int)
+    except FileNotFoundError:
+        return []
     out = []
-    for job in slurm.jobs(states=["RUNNING"]):
-        if node not in expand_hostlist(job.nodes or ""):
-            continue
-        d = Decision(str(job.job_id), job.user, job.account, job.partition, "ok", "")
-        profile, policy = _policy_of(profiles, job.partition)
-        path = spool.acc_file(local_dir, str(job.job_id))
+    for job_id in names:
+        record = slurm.job_record(job_id)
+        if record.get("JobState") != "RUNNING" or node not in expand_hostlist(record.get("NodeList", "")):
+            continue  # finished (its epilog has not removed the file yet), or not here
+        partition = record.get("Partition", "")
+        _, policy = _policy_of(profiles, partition)
         if policy is None or not policy.enabled:
             continue  # off for this partition: not even listed
-        if not os.path.exists(path):
-            continue  # no GPUs of this job here
-        record = slurm.job_record(job.job_id)
+        user = record.get("UserId", "").partition("(")[0]
+        d = Decision(job_id, user, record.get("Account", ""), partition, "ok", "",
+                     stderr=record.get("StdErr", ""), uid=record.get("UserId", ""))
         qos = record.get("QOS", "")
         if policy.exempt_interactive and record.get("BatchFlag") == "0":
             d.action, d.why = "skip", "interactive job (exempt)"
         elif qos in policy.exempt_qos:
             d.action, d.why = "skip", f"QOS {qos} is exempt"
-        elif job.account in policy.exempt_accounts:
-            d.action, d.why = "skip", f"account {job.account} is exempt"
+        elif d.account in policy.exempt_accounts:
+            d.action, d.why = "skip", f"account {d.account} is exempt"
         else:
-            _judge(d, path, policy, now)
-        d.stderr = record.get("StdErr", "")
-        d.uid = record.get("UserId", "")
+            _judge(d, spool.acc_file(local_dir, job_id), policy, now)
         out.append(d)
     return out
 
