@@ -135,6 +135,18 @@ PROFILE_SCHEMA = Section({
         "window": Duration(30 * 86400, doc="how far back results count for baselines and k-of-n"),
         "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
     }),
+    # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
+    "idle_policy": Section({
+        "enabled": Bool(False, doc="warn, then cancel, jobs whose GPUs stay idle"),
+        "threshold": Float(5.0, min=0.0, max=100.0, doc="GPU utilization (%) below which a GPU counts as idle"),
+        "warn_after": Duration(1800, doc="warn once the last this-long window is below the threshold"),
+        "cancel_after": Duration(7200, doc="cancel once the last this-long window is below the threshold"),
+        "min_coverage": Float(0.9, min=0.5, max=1.0,
+                              doc="share of the window that must be sampled; below it the job is left alone"),
+        "exempt_interactive": Bool(True, doc="never act on interactive jobs (salloc/srun without a batch script)"),
+        "exempt_qos": List(Str(), doc="QOS names never acted on"),
+        "exempt_accounts": List(Str(), doc="accounts never acted on"),
+    }),
 })
 
 # site.yaml: the same sections, all optional, merged under every partition.
