@@ -60,6 +60,9 @@ STUNE_LONG: dict[str, tuple[int, str]] = {
     "dry-run": (NO, "stune:dry-run"),
     "stage": (REQUIRED, "stune:stage"),
     "stage-required": (NO, "stune:stage-required"),
+    "stage-strict": (NO, "stune:stage-strict"),
+    "checkpoint-signal": (NO, "stune:checkpoint-signal"),
+    "node-summary": (NO, "stune:node-summary"),
 }
 
 # SBATCH_* input variables that set an option stune reads (man sbatch, INPUT ENVIRONMENT VARIABLES).

@@ -8,13 +8,14 @@ degraded nodes of a multi-node job's partition) goes through the `degraded_nodes
 """
 from __future__ import annotations
 
+from ..text import is_digits
 from .options import Effective, node_range
 
 # The job's environment variable that lists what stune set (not the user): the TaskProlog may refine those
 # on each node, and a nested stune-sbatch does not mistake them for the user's own.
 MANAGED_VAR = "STUNE_MANAGED"
 
-ENV, OPTION, NODE, NOTE = "env", "option", "node", "note"
+ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 
 
 class _Record:
@@ -41,7 +42,7 @@ class _Record:
 
 class Setting(_Record):
     """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
-    the TaskProlog / stune-env), note (advice only). `source`: the profile key and file:line, or the rule.
+    the TaskProlog / stune-env), note (advice only), warning (printed at submission too). `source`: the profile key and file:line, or the rule.
     `applied`: False when the user's own value wins; `note` then says so."""
 
     __slots__ = ("kind", "name", "value", "source", "applied", "note")
@@ -60,6 +61,10 @@ class Plan(_Record):
 
     __slots__ = ("partition", "partition_source", "profile", "settings", "options", "env", "export_option",
                  "multi_node", "node_reason")
+
+    @property
+    def warnings(self) -> list[str]:
+        return [s.note for s in self.settings if s.kind == WARNING]
 
     @property
     def managed(self) -> list[str]:
@@ -213,21 +218,133 @@ def binding_settings(profile, eff: Effective) -> list[Setting]:
     return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True, "numa.bind is none: no binding")]
 
 
-def recovery_settings(profile, eff: Effective) -> list[Setting]:
+def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in: bool = False) -> list[Setting]:
+    """--requeue and the checkpoint signal. The signal goes only to a batch script that traps it (or when the
+    profile's recovery.signal_when is `always`, or --checkpoint-signal asks for it): bash's default action for
+    SIGUSR1 is to exit, so an untrapped signal would end FAILED a job that plain sbatch completes."""
     out = []
     rec = profile.recovery
     if rec.requeue:
         mine = eff.given("requeue", "no-requeue")
         out.append(Setting(OPTION, "--requeue", None, _origin(profile, "recovery.requeue"), mine is None,
                            f"kept your --{mine.key} ({mine.where})" if mine else ""))
-    if rec.signal:
-        value = f"B:{rec.signal}@{rec.signal_seconds}"
-        mine = eff.get("signal")
-        out.append(Setting(OPTION, "--signal", value, _origin(profile, "recovery.signal", "recovery.signal_seconds"),
-                           mine is None, f"kept your --signal={mine.value} ({mine.where})" if mine else
-                           f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit: "
-                           "time to checkpoint"))
+    if not rec.signal:
+        return out
+    value = f"B:{rec.signal}@{rec.signal_seconds}"
+    source = _origin(profile, "recovery.signal", "recovery.signal_seconds")
+    mine = eff.get("signal")
+    if mine is not None:
+        out.append(Setting(OPTION, "--signal", value, source, False, f"kept your --signal={mine.value} ({mine.where})"))
+        seconds = signal_seconds(mine.value)
+        if seconds is not None:
+            out.extend(_short_limit(eff, seconds, f"your --signal={mine.value}"))
+        return out
+    trap = trapped_at(script, rec.signal)
+    when = getattr(rec, "signal_when", "trapped")
+    if trap is None and when != "always" and not opt_in:
+        out.append(Setting(NOTE, "signal", None, source + "; " + _origin(profile, "recovery.signal_when"), True,
+                           f"not added: the script does not trap {rec.signal} (bash would exit on it); trap it, "
+                           "or pass --checkpoint-signal, to get it"))
+        return out
+    why = (f"your script traps it ({trap})" if trap is not None else
+           "--checkpoint-signal" if opt_in else "recovery.signal_when: always")
+    out.append(Setting(OPTION, "--signal", value, source, True,
+                       f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit, to "
+                       f"checkpoint: {why}"))
+    out.extend(_short_limit(eff, rec.signal_seconds, f"--signal={value}"))
     return out
+
+
+def _short_limit(eff: Effective, seconds: int, what: str) -> list[Setting]:
+    """A warning when the time limit is no longer than the signal's lead: the signal comes at once."""
+    limit = eff.get("time")
+    if limit is None:
+        return []
+    total = time_limit_seconds(limit.value)
+    if total is None or total > seconds:
+        return []
+    return [Setting(WARNING, "signal", None, f"-t {limit.value} ({limit.where})", True,
+                    f"the time limit ({total}s) is not longer than the {seconds}s of {what}: the signal is sent "
+                    "as soon as the job starts (Slurm may send it up to 60s early)")]
+
+
+def trapped_at(script: str | None, signal: str) -> str | None:
+    """Where a batch script traps `signal` (`line N`), else None. Reads `trap HANDLER SIG...` commands
+    anywhere in the script; `trap - SIG` (back to the default action) does not count."""
+    if not script:
+        return None
+    wanted = signal.upper().removeprefix("SIG")
+    number = _SIGNAL_NUMBERS.get(wanted)
+    for lineno, line in enumerate(script.split("\n"), 1):
+        if "trap" not in line:
+            continue
+        for command in _commands(line):
+            if len(command) < 3 or command[0] != "trap":
+                continue
+            args = command[1:]
+            if args[0] == "--":
+                args = args[1:]
+            if len(args) < 2 or args[0].startswith("-"):
+                continue  # trap -p / -l / `trap - SIG` resets to the default
+            for spec in args[1:]:
+                spec = spec.upper().removeprefix("SIG")
+                if spec == wanted or (number is not None and spec == number):
+                    return f"line {lineno}"
+    return None
+
+
+_SIGNAL_NUMBERS = {"USR1": "10", "USR2": "12", "TERM": "15", "INT": "2", "HUP": "1", "QUIT": "3"}
+
+
+def _commands(line: str) -> list[list[str]]:
+    """The simple commands of one shell line, as words (quotes group; `;`, `&&`, `||`, `&`, `|` split)."""
+    from .options import split_directive
+
+    words = split_directive(line.replace(";", " ; ").replace("&", " & ").replace("|", " | ").replace("{", " { "))
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in (";", "&", "|", "{", "then", "do", "else"):
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [c for c in out if c]
+
+
+def signal_seconds(value: str | None) -> int | None:
+    """The lead time of an sbatch --signal value `[{R}][B:]SIG[@sig_time]` (default 60 s)."""
+    if value is None:
+        return None
+    _, at, seconds = value.partition("@")
+    if not at:
+        return 60
+    return int(seconds) if is_digits(seconds) else None
+
+
+def time_limit_seconds(text: str | None) -> int | None:
+    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; None for INFINITE or garbage."""
+    if not text:
+        return None
+    text = text.strip()
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        if not is_digits(d):
+            return None
+        days = int(d)
+        parts = text.split(":")
+        if not all(is_digits(p) for p in parts) or len(parts) > 3:
+            return None
+        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
+        return days * 86400 + h * 3600 + m * 60 + s
+    parts = text.split(":")
+    if not all(is_digits(p) for p in parts) or len(parts) > 3:
+        return None
+    nums = [int(p) for p in parts]
+    if len(nums) == 1:
+        return nums[0] * 60
+    if len(nums) == 2:
+        return nums[0] * 60 + nums[1]
+    return nums[0] * 3600 + nums[1] * 60 + nums[2]
 
 
 def hms(seconds: int) -> str:
@@ -301,14 +418,16 @@ def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effecti
 
 
 def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
-               stage_args: list[str], stage_required: bool, degraded_nodes, het: bool) -> Plan:
+               stage_args: list[str], stage_required: bool, degraded_nodes, het: bool, script: str | None = None,
+               checkpoint_signal: bool = False) -> Plan:
     export = parse_export(eff.get("export"))
     export_file_opt = eff.get("export-file")
     export_file = read_export_file(export_file_opt.value if export_file_opt else None)
     multi, node_reason = multi_node(eff)
-    settings = nccl_settings(profile) + binding_settings(profile, eff) + recovery_settings(profile, eff)
+    settings = (nccl_settings(profile) + binding_settings(profile, eff)
+                + recovery_settings(profile, eff, script, checkpoint_signal))
     if het:
-        settings = [s for s in settings if s.kind != OPTION]
+        settings = [s for s in settings if s.kind not in (OPTION, WARNING)]
         settings.append(Setting(NOTE, "placement", None, "rule: heterogeneous job", True,
                                 "a het job: stune sets the environment only, no sbatch options"))
     else:

@@ -92,7 +92,7 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     directives, script_het = parse_directives(text) if text else ([], False)
     eff = Effective(parsed.options, directives, environ)
     try:
-        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het)
+        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text)
     except _NoProfile as exc:
         if dry_run:
             print(f"{PROG} --dry-run: {exc}; the job would be submitted unchanged:")
@@ -117,6 +117,8 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     if dry_run:
         sys.stdout.write(explain(plan, words, script_label))
         return 0
+    for text_ in plan.warnings:
+        warn(f"warning: {text_}")
     env = dict(environ)
     env.update(plan.env)
     sys.stdout.flush()
@@ -148,7 +150,7 @@ def _stage_error(exc: StuneError) -> bool:
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
-def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool):
+def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None):
     from ..profiles import load_profile, profile_dir
     from .plan import build_plan
 
@@ -179,9 +181,12 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool):
 
         return sorted(n for n, feats in slurm.node_features(partition).items() if DEGRADED_FEATURE in feats)
 
+    wrap = eff.get("wrap")
     return build_plan(partition=partition, partition_source=source, profile=profile, eff=eff, environ=environ,
                       cwd=os.getcwd(), stage_args=stage_args, stage_required=stage_required,
-                      degraded_nodes=degraded_nodes, het=het)
+                      degraded_nodes=degraded_nodes, het=het,
+                      script=wrap.value if wrap is not None and wrap.value else script,
+                      checkpoint_signal=any(o.key == "stune:checkpoint-signal" for o in parsed.stune))
 
 
 def _stdin_buffer():
@@ -231,7 +236,7 @@ def _command_text(words: list[str]) -> str:
 
 
 def explain(plan, words: list[str], script_label: str) -> str:
-    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION
+    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION, WARNING
 
     p = plan.profile
     lines = [f"{PROG} --dry-run: nothing was submitted",
@@ -266,4 +271,6 @@ def explain(plan, words: list[str], script_label: str) -> str:
           [(s.name, f"{s.note}  [{s.source}]") for s in plan.settings if not s.applied and s.kind != NOTE])
     notes = [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == NOTE]
     table("notes:", notes)
+    table("warnings (also printed at submission):",
+          [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == WARNING])
     return "\n".join(lines) + "\n"
