@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from slurm_tune.nodeenv.managed import parse_managed
 from slurm_tune.profiles import load_profile
 from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
 from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, hms, parse_export,
@@ -58,7 +59,7 @@ def test_roce_leaves_the_gid_index_to_each_node_and_passes_nccl_env_verbatim():
     gid = setting(plan, "NCCL_IB_GID_INDEX")
     assert gid.kind == NODE and gid.value is None and "NCCL_IB_GID_INDEX" not in plan.env
     assert plan.env["NCCL_IB_TC"] == "106" and plan.env["NCCL_IB_QPS_PER_CONNECTION"] == "2"
-    assert "NCCL_IB_GID_INDEX" in plan.env["STUNE_MANAGED"].split(",")
+    assert "NCCL_IB_GID_INDEX" in parse_managed(plan.env["STUNE_MANAGED"])
 
 
 def test_tcp_disables_ib_and_gdr_and_names_the_socket_interface():
@@ -75,8 +76,8 @@ def test_a_variable_the_user_exported_is_kept_and_the_explanation_says_so():
     assert not hca.applied and "NCCL_IB_HCA" not in plan.env
     assert "kept your NCCL_IB_HCA==mlx5_3:1 (your environment)" in hca.note and "stune would set =mlx5_0:1" in hca.note
     gid = setting(plan, "NCCL_IB_GID_INDEX")
-    assert not gid.applied and "NCCL_IB_GID_INDEX" not in plan.env["STUNE_MANAGED"].split(",")
-    assert "NCCL_IB_HCA" not in plan.env["STUNE_MANAGED"].split(",")
+    assert not gid.applied and "NCCL_IB_GID_INDEX" not in parse_managed(plan.env["STUNE_MANAGED"])
+    assert "NCCL_IB_HCA" not in parse_managed(plan.env["STUNE_MANAGED"])
     text = explain(plan, ["-p", "roce"], "job.sh")
     assert "kept as you set them" in text and "kept your NCCL_IB_HCA==mlx5_3:1" in text
 
@@ -204,7 +205,7 @@ def test_stage_requests_become_stune_stage_relative_to_the_job_directory():
                        required=True)
     value = plan.env["STUNE_STAGE"]
     assert value == "v1;required;IMAGENET=/home/u/run/exp1/data/imagenet.tar.gz;COCO=/lustre/coco"
-    assert "STUNE_STAGE" in plan.env["STUNE_MANAGED"].split(",")
+    assert "STUNE_STAGE" in parse_managed(plan.env["STUNE_MANAGED"])
 
 
 def test_a_bad_stage_request_is_refused_with_a_clear_error():
@@ -353,3 +354,12 @@ def test_time_limit_formats():
     assert [time_limit_seconds(t) for t in ("7", "7:30", "1:00:00", "2-0", "2-3", "2-3:04", "2-3:04:05")] == [
         420, 450, 3600, 172800, 183600, 183840, 183845]
     assert [time_limit_seconds(t) for t in ("", "x", "1:2:3:4", "a-1", "UNLIMITED")] == [None] * 5
+
+
+def test_a_value_changed_inside_a_parent_stune_job_is_the_users():
+    environ = {"NCCL_IB_HCA": "=mlx5_3:1", "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_1:1"}
+    plan, _ = plan_for(["-p", "hdr"], environ=environ)
+    assert not setting(plan, "NCCL_IB_HCA").applied
+    managed = parse_managed(plan_for(["-p", "roce"])[0].env["STUNE_MANAGED"])
+    assert managed["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert managed["NCCL_IB_GID_INDEX"] is None and managed["MASTER_ADDR"] is None

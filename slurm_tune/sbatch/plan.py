@@ -11,9 +11,10 @@ from __future__ import annotations
 from ..text import is_digits
 from .options import Effective, node_range
 
-# The job's environment variable that lists what stune set (not the user): the TaskProlog may refine those
-# on each node, and a nested stune-sbatch does not mistake them for the user's own.
-MANAGED_VAR = "STUNE_MANAGED"
+# MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
+# variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
+# user's own.
+from ..nodeenv.managed import MANAGED_VAR, format_managed, parse_managed
 
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 
@@ -108,7 +109,8 @@ def user_value(name: str, export: ExportSpec, environ, export_file: dict[str, st
 
 def _managed_by_stune(environ) -> frozenset[str]:
     """Variables a parent stune job set (a submission from inside a job): not the user's choice."""
-    return frozenset(n for n in environ.get(MANAGED_VAR, "").split(",") if n)
+    managed = parse_managed(environ.get(MANAGED_VAR))
+    return frozenset(n for n, v in managed.items() if v is None or environ.get(n) == v)
 
 
 def read_export_file(path: str | None) -> dict[str, str]:
@@ -192,6 +194,16 @@ def nccl_settings(profile) -> list[Setting]:
         out.append(Setting(ENV, "NCCL_SOCKET_IFNAME", fabric.socket_ifname,
                            _origin(profile, "fabric.socket_ifname"), True,
                            "checked on each node: the interface must exist and be up"))
+    ifname = fabric.socket_ifname
+    if ifname:
+        out.append(Setting(NODE, "GLOO_SOCKET_IFNAME", None, _origin(profile, "fabric.socket_ifname"), True,
+                           f"the first interface matching {ifname} that is up on each node (gloo takes exact "
+                           "names)"))
+    out.append(Setting(NODE, "MASTER_ADDR", None, "rule: distributed training rendezvous", True,
+                       "the job's first node: its IPv4 address on "
+                       + (f"{ifname}" if ifname else "the socket interface") + " (else its name), once per job"))
+    out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
+                       "per job: 12000 + job id mod 8000, so two jobs sharing a node do not collide"))
     for name, value in sorted(profile.nccl.env.to_dict().items()):
         out.append(Setting(ENV, name, str(value), _origin(profile, f"nccl.env.{name}"), True, ""))
     return out
@@ -442,9 +454,11 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
                                + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"))
         final.append(s)
     env = {s.name: s.value for s in final if s.kind == ENV and s.applied}
-    managed = [s.name for s in final if s.kind in (ENV, NODE) and s.applied]
+    # values only for what the TaskProlog refines (STUNE_STAGE is long, and never refined)
+    managed = {s.name: (s.value if s.kind == ENV and s.name != "STUNE_STAGE" else None)
+               for s in final if s.kind in (ENV, NODE) and s.applied}
     if managed:
-        env[MANAGED_VAR] = ",".join(managed)
+        env[MANAGED_VAR] = format_managed(managed)
     options = []
     for s in final:
         if s.kind == OPTION and s.applied:
