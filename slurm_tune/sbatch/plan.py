@@ -416,22 +416,64 @@ def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effecti
     """--stage SRC[:NAME] / --stage-required -> STUNE_STAGE for the TaskProlog."""
     if not stage_args and not required:
         return []
-    from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
+    from ..stage.spec import ENV_VAR, encode_requests
+    requests = stage_requests_of(stage_args, eff, cwd)
+    value = encode_requests(requests, required)
+    import os
+
+    missing = [r for r in requests if not os.path.exists(r.source)]
+    present = [r for r in requests if r not in missing]
+    what = ", ".join(str(r) for r in present) or ("the profile's cache.stage" if not missing else "nothing")
+    rule = "rule: --stage" + (" --stage-required" if required else "")
+    out = [Setting(ENV, ENV_VAR, value, rule, True, f"staged on each node into the cache tier: {what}")]
+    for r in missing:
+        then = ("the job will fail (--stage-required)" if required else
+                f"{r.variable} will point at the missing source")
+        out.append(Setting(WARNING, "stage", None, rule, True,
+                           f"{r.source} does not exist on this host: nothing to stage unless the nodes see it; "
+                           f"{then}"))
+    return out
+
+
+def stage_requests_of(stage_args: list[str], eff: Effective, cwd: str):
+    """The --stage requests, a relative SRC taken from the job's directory (--chdir included)."""
+    from ..stage.spec import parse_stage_arg
 
     chdir = eff.get("chdir")
     base = cwd
     if chdir is not None and chdir.value:
         base = chdir.value if chdir.value.startswith("/") else f"{cwd.rstrip('/')}/{chdir.value}"
-    requests = [parse_stage_arg(arg, base) for arg in stage_args]
-    value = encode_requests(requests, required)
-    what = ", ".join(str(r) for r in requests) or "the profile's cache.stage"
-    return [Setting(ENV, ENV_VAR, value, "rule: --stage" + (" --stage-required" if required else ""), True,
-                    f"staged on each node into the cache tier: {what}")]
+    return [parse_stage_arg(arg, base) for arg in stage_args]
+
+
+def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str) -> list[Setting]:
+    """With a pyxis container, a staged dataset's path (the cache tier, or the source it falls back to) must be
+    mounted into it: stune adds --container-mounts for them unless you gave your own."""
+    from .options import LONG
+
+    image = eff.get("container-image")
+    if image is None or not stage_args or "container-mounts" not in LONG:
+        return []
+    paths = [profile.cache.path] + [r.source for r in stage_requests_of(stage_args, eff, cwd)]
+    source = "rule: --container-image with --stage; " + _origin(profile, "cache.path")
+    mine = eff.get("container-mounts")
+    if mine is not None:
+        return [Setting(NOTE, "container", None, source, False,
+                        f"kept your --container-mounts={mine.value} ({mine.where}): add {','.join(paths)} to it, "
+                        "or the staged data is not visible in the container")]
+    if "%" in profile.cache.path:
+        return [Setting(NOTE, "container", None, source, True,
+                        f"cache.path {profile.cache.path} differs per node: mount it with --container-mounts "
+                        "yourself")]
+    value = ",".join(f"{p}:{p}" for p in dict.fromkeys(paths))
+    return [Setting(OPTION, "--container-mounts", value, source, True,
+                    "the cache tier and the sources, at the same paths inside the container, so "
+                    "$STUNE_STAGE_<NAME> resolves there")]
 
 
 def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
                stage_args: list[str], stage_required: bool, degraded_nodes, het: bool, script: str | None = None,
-               checkpoint_signal: bool = False) -> Plan:
+               checkpoint_signal: bool = False, stage_strict: bool = False, node_summary: bool = False) -> Plan:
     export = parse_export(eff.get("export"))
     export_file_opt = eff.get("export-file")
     export_file = read_export_file(export_file_opt.value if export_file_opt else None)
@@ -445,6 +487,21 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     else:
         settings += placement_settings(profile, eff, multi, degraded_nodes)
     settings += stage_settings(stage_args, stage_required, cwd, eff, environ)
+    if not het:
+        settings += container_settings(profile, eff, stage_args, cwd)
+    if stage_strict:
+        settings.append(Setting(ENV, "STUNE_FRESHNESS", "strict", "rule: --stage-strict", True,
+                                "a cached copy is used only when every file's size and mtime still match the "
+                                "source (the tier's default `fast` checks the top level only)"))
+    if node_summary:
+        settings.append(Setting(ENV, "STUNE_NODE_SUMMARY", "1", "rule: --node-summary", True,
+                                "each node writes one line with its final settings to the job's stderr"))
+    from .options import PLUGIN_KEYS
+
+    for opt in eff.directives + eff.command_line:
+        if opt.key in PLUGIN_KEYS:
+            settings.append(Setting(NOTE, f"--{opt.key}", None, f"{opt.where}", True,
+                                    "a site plugin's option (learned from sbatch --help): passed to sbatch"))
     final: list[Setting] = []
     for s in settings:
         if s.kind in (ENV, NODE) and s.applied:
@@ -480,3 +537,19 @@ def job_environment(plan_env: dict[str, str], export: ExportSpec, environ) -> di
     env.update(export.assigned)
     env.update(plan_env)
     return env
+
+
+def unprofiled_stage(stage_args: list[str], eff: Effective, cwd: str) -> tuple[dict[str, str], list[str], list[str]]:
+    """A partition without a profile has no cache tier: each --stage dataset's variable points at its source,
+    so the job script still finds it. (env, sbatch options, warnings)."""
+    import os
+
+    requests = stage_requests_of(stage_args, eff, cwd)
+    env = {r.variable: r.source for r in requests}
+    warnings = [f"no cache tier for this partition: nothing is staged; {r.variable}={r.source} (the source)"
+                + ("" if os.path.exists(r.source) else ", which does not exist on this host") for r in requests]
+    options = []
+    export = parse_export(eff.get("export"))
+    if env and export.mode in ("list", "none"):
+        options.append("--export=" + ",".join(([] if export.mode == "none" else [export.raw]) + sorted(env)))
+    return env, options, warnings

@@ -11,7 +11,7 @@ import os
 import sys
 
 from ..errors import ConfigError, StuneError
-from .options import INFO_KEYS, Effective, parse_args, parse_directives
+from .options import INFO_KEYS, Effective, parse_args, parse_directives, unrecognized
 
 PROG = "stune-sbatch"
 STUNE_HELP = """
@@ -21,6 +21,12 @@ stune-sbatch options (everything else is sbatch's, passed through untouched):
       --stage=SRC[:NAME]      stage SRC into the node-local cache tier; the job finds it in
                               $STUNE_STAGE_<NAME> (repeatable)
       --stage-required        fail the job when a dataset cannot be staged (default: read the source)
+      --stage-strict          reuse a cached copy only when every file still matches the source (size,
+                              mtime); the default `fast` check looks at the top level only
+      --checkpoint-signal     add the profile's --signal=B:USR1@300 (recovery.signal) although the script
+                              does not trap it; by default only a script with `trap ... USR1` gets it
+      --node-summary          each node writes one line to the job's stderr: the final NCCL/gloo/rendezvous
+                              settings and whether each staged dataset is read from the cache or the source
   stune-sbatch history [-n N]       the submissions recorded for you
   stune-sbatch history diff A B     what changed between two runs (job ids, or -1 for the latest)
 """
@@ -78,29 +84,50 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         from ..slurm import Slurm
 
         slurm = Slurm.from_env()
+    learned = False
+    if unrecognized(parsed.problems) and not any(o.key in INFO_KEYS for o in parsed.options):
+        learned = learn_plugin_options(slurm, environ)  # a SPANK option (--container-image ...)?
+        if learned:
+            parsed = parse_args(argv)
     if parsed.problems or any(o.key in INFO_KEYS for o in parsed.options):
         if dry_run:
             for problem in parsed.problems:
                 warn(f"sbatch would refuse this command line: {problem}")
             return 2 if parsed.problems else 0
-        rc = _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
-        if rc == 0 and not parsed.problems and any(o.key == "help" for o in parsed.options):
-            sys.stdout.write(STUNE_HELP)
+        try:
+            rc = _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
+        finally:  # stune's own section whatever sbatch did (no Slurm config, no sbatch at all)
+            if any(o.key == "help" for o in parsed.options):
+                sys.stdout.write(STUNE_HELP)
         return rc
     text, stdin_bytes, script_label = read_script(argv, parsed, environ,
                                                   stdin if stdin is not None else _stdin_buffer())
-    directives, script_het = parse_directives(text) if text else ([], False)
+    problems: list[str] = []
+    directives, script_het = parse_directives(text, problems) if text else ([], False)
+    if unrecognized(problems) and not learned and learn_plugin_options(slurm, environ):
+        directives, script_het = parse_directives(text)
     eff = Effective(parsed.options, directives, environ)
     try:
         plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text)
     except _NoProfile as exc:
+        from .plan import unprofiled_stage
+
+        stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
+        stage_env, stage_options, stage_warnings = unprofiled_stage(stage_args, eff, os.getcwd())
+        words = sbatch_words(argv, parsed, stage_options)
         if dry_run:
-            print(f"{PROG} --dry-run: {exc}; the job would be submitted unchanged:")
-            print("  " + _command_text(["sbatch", *sbatch_words(argv, parsed, [])]))
+            print(f"{PROG} --dry-run: {exc}; the job would be submitted without stune settings:")
+            print("  " + _command_text(["sbatch", *words]))
+            for name, value in stage_env.items():
+                print(f"  {name}={value}")
+            for text_ in stage_warnings:
+                print(f"warning: {text_}")
             return 0
-        rc = _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
+        rc = _sbatch(slurm, words, stdin_bytes, dict(environ, **stage_env))
         if rc == 0 and exc.partition:
             warn(f"note: {exc}; submitted without stune settings")
+        for text_ in stage_warnings:
+            warn(f"warning: {text_}")
         return rc
     except StuneError as exc:
         if dry_run or _stage_error(exc):
@@ -136,6 +163,20 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     if (rc == 0 or job_id_from(stdout)[0]) and eff.get("test-only") is None:
         _record(entry, stdout, environ)
     return rc
+
+
+def learn_plugin_options(slurm, environ) -> bool:
+    """Read the site's SPANK options from `sbatch --help` (asked only when a command line or script holds an
+    option stune does not know, so a plain submission costs nothing). True when any were learned."""
+    from .options import add_plugin_options, parse_plugin_help
+
+    try:
+        rc, out, _ = slurm.run_full(["sbatch", "--help"], timeout=10, env=dict(environ))
+    except StuneError:
+        return False
+    found = parse_plugin_help(out) if rc == 0 else {}
+    add_plugin_options(found)
+    return bool(found)
 
 
 class _NoProfile(StuneError):
@@ -186,7 +227,9 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
                       cwd=os.getcwd(), stage_args=stage_args, stage_required=stage_required,
                       degraded_nodes=degraded_nodes, het=het,
                       script=wrap.value if wrap is not None and wrap.value else script,
-                      checkpoint_signal=any(o.key == "stune:checkpoint-signal" for o in parsed.stune))
+                      checkpoint_signal=any(o.key == "stune:checkpoint-signal" for o in parsed.stune),
+                      stage_strict=any(o.key == "stune:stage-strict" for o in parsed.stune),
+                      node_summary=any(o.key == "stune:node-summary" for o in parsed.stune))
 
 
 def _stdin_buffer():
