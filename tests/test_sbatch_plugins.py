@@ -94,7 +94,7 @@ def test_the_users_own_container_mounts_are_kept_with_a_note(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "sbatch -p roce --container-image=img --container-mounts=/a:/a --wrap true --requeue\n" in out
     assert "kept your --container-mounts=/a:/a (command line): add /local/nvme/stune-cache" in out
-    assert "--container-image  <- a site plugin's option (learned from sbatch --help)" in out
+    assert "--container-image   <- a site plugin's option (learned from sbatch --help)" in out
     assert "refuse" not in out
 
 
