@@ -180,3 +180,22 @@ def test_help_prints_stunes_section_whatever_sbatch_does(tmp_path, capsys):
     with pytest.raises(SlurmError):
         submit(["-h"], tmp_path, NoSbatch())
     assert "--checkpoint-signal" in capsys.readouterr().out
+
+
+def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_path):
+    from slurm_tune.sbatch import history
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -p roce\nsrun python train.py --lr 0.1\n")
+    fake = FakeSlurm()
+    env = {"STUNE_HISTORY": str(tmp_path / "h.jsonl")}
+    submit([str(script)], tmp_path, fake, environ=env)
+    submit([str(script)], tmp_path, fake, environ=env)
+    script.write_text("#!/bin/sh\n#SBATCH -p roce\nsrun python train.py --lr 0.2\n")
+    submit([str(script)], tmp_path, fake, environ=env)
+    entries = history.load(env)
+    assert len(entries) == 3 and all(len(e["script_sha256"]) == 16 for e in entries)
+    assert history.diff(entries[0], entries[1]) == []
+    assert history.diff(entries[1], entries[2]) == [
+        f"script content changed: sha256 {entries[1]['script_sha256']} -> {entries[2]['script_sha256']} "
+        f"({script})"]

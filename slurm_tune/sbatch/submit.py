@@ -153,7 +153,7 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
 
     def prepare_record() -> None:  # runs while sbatch talks to slurmctld
         try:
-            entry.update(_entry(argv, words, plan, eff, environ, script_label))
+            entry.update(_entry(argv, words, plan, eff, environ, script_label, text))
         except Exception as exc:  # the history must never cost the user their submission
             entry["_error"] = f"{type(exc).__name__}: {exc}"
 
@@ -242,8 +242,9 @@ def _sbatch(slurm, words: list[str], stdin_bytes: bytes | None, environ) -> int:
     return rc
 
 
-def _entry(argv, words, plan, eff, environ, script_label: str) -> dict:
+def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str | None = None) -> dict:
     """The history record of this submission, all but the job id (known once sbatch answers)."""
+    import hashlib
     import time
 
     from . import history
@@ -253,6 +254,8 @@ def _entry(argv, words, plan, eff, environ, script_label: str) -> dict:
         "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,
         "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": os.getcwd(), "script": script_label,
         "profile": plan.profile.source, "digest": plan.profile.digest,
+        "script_sha256": (hashlib.sha256(script_text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+                          if script_text is not None else None),
         "env": history.recorded_env(job_environment(plan.env, parse_export(eff.get("export")), environ)),
     }
 
