@@ -36,11 +36,12 @@ def node_exports(environ, profile, sysfs: Sysfs | None = None,
         return is_stunes(name, environ, managed)
 
     def unset(name: str, why: str) -> None:  # a value stune set is proven wrong here
-        if name in environ and mine(name):
-            exports[name] = None
-            messages.append(f"{name}={environ[name]} unset: {why}")
+        if mine(name):  # the same words whether this step still had it or an earlier one unset it: said once
+            if name in environ:
+                exports[name] = None
+            messages.append(f"{name} unset: {why}")
         else:
-            messages.append(f"{why}; {name} is " + ("yours: left as you set it" if name in environ else "not set"))
+            messages.append(f"{why}; {name} is yours: left as you set it")
 
     fabric = profile.fabric
     exports: dict[str, str | None] = {}
