@@ -79,8 +79,8 @@ def summary_line(environ, exports: dict, node: str) -> str:
             final.pop(name, None)
         else:
             final[name] = value
-    step = environ.get("SLURM_STEP_ID", "?")
-    step = "batch" if step in ("4294967294", "batch") else step
+    step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
+    step = "batch" if step == "4294967294" else step
     words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
     for name in sorted(n for n in final if n.startswith("STUNE_STAGE_") and n != "STUNE_STAGE_LOG"):
         source = _stage_source(environ, name[len("STUNE_STAGE_"):])

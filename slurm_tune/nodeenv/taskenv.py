@@ -81,8 +81,14 @@ def node_exports(environ, profile, sysfs: Sysfs | None = None,
             unset("NCCL_SOCKET_IFNAME", f"{problem}: NCCL picks an interface itself")
             if "GLOO_SOCKET_IFNAME" in environ and mine("GLOO_SOCKET_IFNAME"):
                 exports["GLOO_SOCKET_IFNAME"] = None
+    if address_of is None and (sysfs.root or "/").rstrip("/"):
+        address_of = _no_address  # a relocated (fixture) tree: the kernel's interfaces are not the tree's
     exports.update(rendezvous(environ, up, address_of))
     return exports, messages
+
+
+def _no_address(ifname: str) -> None:
+    return None
 
 
 def rendezvous(environ, interfaces: list[str], address_of=None) -> dict[str, str]:
