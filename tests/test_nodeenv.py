@@ -244,3 +244,17 @@ def test_other_fabrics(tmp_path, kind):
         hwtrees.vpc_tcp(tmp_path)
         exports, messages = node_exports({}, load_profile("vpc"), Sysfs(str(tmp_path)))
         assert exports == {"NCCL_SOCKET_IFNAME": "ens5", "GLOO_SOCKET_IFNAME": "ens5"} and messages == []
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(), st.dictionaries(st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789", min_size=1),
+                                  st.one_of(st.none(), st.text())))
+def test_managed_parsing_never_fails_and_round_trips(garbage, managed):
+    from slurm_tune.nodeenv.managed import format_managed, parse_managed
+
+    parsed = parse_managed(garbage)  # whatever a user put in STUNE_MANAGED
+    assert all(isinstance(k, str) and k for k in parsed)
+    assert parse_managed(format_managed(managed)) == managed

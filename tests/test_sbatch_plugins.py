@@ -199,3 +199,25 @@ def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_pat
     assert history.diff(entries[1], entries[2]) == [
         f"script content changed: sha256 {entries[1]['script_sha256']} -> {entries[2]['script_sha256']} "
         f"({script})"]
+
+
+def test_the_dev_cluster_node_names_resolve_through_a_hosts_line(tmp_path):
+    from slurm_tune.devcluster import NODES, ensure_node_names_resolve
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.0.0.2 n2  # a site's own entry is left alone")
+    ensure_node_names_resolve(hosts)
+    ensure_node_names_resolve(hosts)  # idempotent
+    lines = hosts.read_text().splitlines()
+    assert lines[1] == "10.0.0.2 n2  # a site's own entry is left alone"
+    assert lines[2].split("#")[0].split() == ["127.0.0.1"] + [n for n in NODES if n != "n2"]
+    assert len(lines) == 3
+
+
+def test_devcluster_env_prints_the_profile_directory(tmp_path, capsys, monkeypatch):
+    from slurm_tune import devcluster
+
+    monkeypatch.setenv("STUNE_PARTITIONS", str(tmp_path))
+    assert devcluster.main(["env"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("export SLURM_CONF=") and out[1] == f"export STUNE_PARTITIONS={tmp_path}"
