@@ -363,3 +363,14 @@ def test_a_value_changed_inside_a_parent_stune_job_is_the_users():
     managed = parse_managed(plan_for(["-p", "roce"])[0].env["STUNE_MANAGED"])
     assert managed["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
     assert managed["NCCL_IB_GID_INDEX"] is None and managed["MASTER_ADDR"] is None
+
+
+def test_a_parent_jobs_per_node_values_are_not_passed_to_a_nested_job():
+    """Submitted from inside a stune job: MASTER_ADDR and the detected GID index are the parent's."""
+    environ = {"MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "12001", "NCCL_IB_GID_INDEX": "5", "MY_VAR": "x",
+               "STUNE_MANAGED": "MASTER_ADDR,MASTER_PORT,NCCL_IB_GID_INDEX"}
+    plan, _ = plan_for(["-p", "roce"], environ=environ)
+    assert set(plan.unset) == {"MASTER_ADDR", "MASTER_PORT", "NCCL_IB_GID_INDEX"}
+    mine = {"MASTER_ADDR": "10.0.0.9", "STUNE_MANAGED": "NCCL_IB_HCA"}  # the user's own: kept
+    plan, _ = plan_for(["-p", "roce"], environ=mine)
+    assert "MASTER_ADDR" not in plan.unset and not setting(plan, "MASTER_ADDR").applied

@@ -58,10 +58,11 @@ class ExportSpec(_Record):
 
 class Plan(_Record):
     """`options`: the sbatch words stune adds; `env`: the variables stune sets in sbatch's environment;
-    `export_option`: a rewritten --export (the user's list plus stune's names), or None."""
+    `export_option`: a rewritten --export (the user's list plus stune's names), or None; `unset`: names to
+    drop from sbatch's environment (a parent stune job's per-node values, which each node detects anew)."""
 
     __slots__ = ("partition", "partition_source", "profile", "settings", "options", "env", "export_option",
-                 "multi_node", "node_reason")
+                 "multi_node", "node_reason", "unset")
 
     @property
     def warnings(self) -> list[str]:
@@ -525,7 +526,10 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
         kept = [] if export.mode == "none" else [export.raw]
         export_option = "--export=" + ",".join(kept + sorted(env))
         options.append(export_option)
-    return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason)
+    # Per-node values a parent stune job detected (a submission from inside a job): not this job's.
+    unset = tuple(s.name for s in final if s.kind == NODE and s.applied and s.name in environ)
+    return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason,
+                unset)
 
 
 def job_environment(plan_env: dict[str, str], export: ExportSpec, environ) -> dict[str, str]:

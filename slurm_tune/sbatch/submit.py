@@ -147,6 +147,8 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     for text_ in plan.warnings:
         warn(f"warning: {text_}")
     env = dict(environ)
+    for name in plan.unset:
+        env.pop(name, None)
     env.update(plan.env)
     sys.stdout.flush()
     entry: dict = {}

@@ -162,6 +162,11 @@ class JobLog:
         self._tried = False
 
     def path(self) -> str | None:
+        if not hasattr(self, "_path"):  # asked once: it may cost an scontrol call
+            self._path = self._resolve()
+        return self._path
+
+    def _resolve(self) -> str | None:
         explicit = self.environ.get("STUNE_STAGE_LOG")
         if explicit:
             return explicit
