@@ -2,8 +2,10 @@
 
 stune stays out of sbatch's way wherever it cannot help: a command line sbatch would reject, --help,
 --usage and --version, a partition without a profile, or a profile directory that does not load all run
-plain sbatch with the user's words (a broken profile also prints one warning). sbatch's stdout, stderr and
-exit status are always the user's to see, unchanged.
+plain sbatch with the user's words (a broken profile also prints one warning; --stage without a profile
+still exports STUNE_STAGE_<NAME> at the source, with a warning). An option stune does not know may be a
+site plugin's (pyxis): then the plugin options are learned from `sbatch --help` and the line read again.
+sbatch's stdout, stderr and exit status are always the user's to see, unchanged.
 """
 from __future__ import annotations
 
