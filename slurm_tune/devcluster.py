@@ -447,7 +447,13 @@ class DevCluster:
         ensure_unix_users()
         ensure_node_names_resolve()
         was_running = pid_alive(self.layout.pidfile("slurmctld")) is not None
+        nodes_before = self._node_lines()
         changed = self.write_config()
+        if was_running and nodes_before != self._node_lines():
+            # a node's NodeHostname/address changed (e.g. an upgrade): a reconfigure leaves the slurmds
+            # unreachable, so restart the daemons on the new config
+            self.down()
+            was_running = False
         self.start_munge()
         self.start_mysql()
         self.start_slurmdbd()
@@ -460,6 +466,13 @@ class DevCluster:
         self.ensure_associations()
         self.wait_nodes_ready()
         log(f"up: {len(NODES)} nodes, state in {self.layout.root}")
+
+    def _node_lines(self) -> list[str]:
+        try:
+            text = self.layout.slurm_conf.read_text()
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.startswith("NodeName=")]
 
     def _cluster_registered(self) -> bool:
         try:
