@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="python3 python3-venv python3-dev munge mariadb-server mariadb-client slurmctld slurmd slurmdbd slurm-client
-      hwloc util-linux procps"
+      hwloc util-linux procps fio iperf3"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

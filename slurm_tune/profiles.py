@@ -22,6 +22,9 @@ DEFAULT_DIR = "/etc/stune/partitions"
 FABRICS = ("ib", "roce", "tcp")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 CACHE_FORMAT = 1
+# The active checks' names (slurm_tune/active/checks.py holds what each one runs).
+ACTIVE_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "disk_read", "ib_write_bw", "nccl_pair", "iperf3",
+                 "numeric")
 
 
 def _version_rule(doc: str) -> Nullable:
@@ -110,6 +113,31 @@ PROFILE_SCHEMA = Section({
         "switches": Nullable(Int(min=1), doc="--switches count for multi-node jobs"),
         "switches_max_wait": Duration(600),
     }),
+    "active": Section({
+        "checks": Map(Section({
+            "command": Nullable(Str(), doc="the tool's command line ({gpus} {hca} {port} {server} {path} "
+                                           "{file} {tcp_port} are filled in); empty: the built-in one"),
+            "time_limit": Duration(600, doc="Slurm time limit of one check job (all its runs)"),
+            "floor": Nullable(Float(min=0.0), doc="absolute floor in the check's unit; below it is an outlier"),
+        }), key_spec=Str(choices=ACTIVE_CHECKS), doc="the active checks this partition runs, by name"),
+        "tools": Map(Str(absolute_path=True), doc="tool name -> absolute path, e.g. all_reduce_perf: /opt/nccl-tests/"
+                                                 "build/all_reduce_perf; default: found on the node's PATH"),
+        "runs": Int(3, min=1, max=20, doc="measurements per check and sweep"),
+        "k": Int(2, min=1, max=50, doc="an outlier must be slow in k ..."),
+        "n": Int(3, min=1, max=50, doc="... of its last n measurements"),
+        "mad_factor": Float(3.0, min=0.5, max=20.0, doc="slow: below the median by this many scaled MADs ..."),
+        "min_drop": Float(0.10, min=0.0, max=0.9, doc="... and by at least this fraction of the median"),
+        "min_peers": Int(3, min=2, doc="fewest subjects with one fingerprint for a median baseline"),
+        "drain": Bool(False, doc="drain outliers instead of marking them degraded (opt-in)"),
+        "gate_resume": Bool(False, doc="a node stune drained is resumed only after its active checks pass"),
+        "reservation": Nullable(Str(), doc="run sweep jobs inside this (maintenance) reservation"),
+        "qos": Nullable(Str(), doc="QOS for sweep jobs, e.g. a low-priority scavenger QOS"),
+        "nice": Int(10000, min=0, max=2147483645, doc="--nice for sweep jobs: below every user job"),
+        "disk_path": Nullable(Str(absolute_path=True), doc="where the disk check reads; default cache.path"),
+        "disk_size": Size(1 << 30, doc="bytes the disk check reads"),
+        "window": Duration(30 * 86400, doc="how far back results count for baselines and k-of-n"),
+        "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
+    }),
 })
 
 # site.yaml: the same sections, all optional, merged under every partition.
@@ -180,6 +208,9 @@ def _cross_checks(data: dict, where: Where) -> None:
     gpu = data["gpu"]
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
+    active = data["active"]
+    if active["k"] > active["n"]:
+        raise where.error("active.k", f"k ({active['k']}) cannot exceed n ({active['n']})")
 
 
 def version_key(version: str) -> tuple:
