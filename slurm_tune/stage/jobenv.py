@@ -124,14 +124,7 @@ def _stage_one(req, config, problem, job_id, required, progress, jobs, freshness
         if required:
             raise StageRequiredError(req.name, TierUnavailable("copy-failed", result.note or "not staged"))
         return req.source, ""
-    from .copy import human
-
-    if result.status == "copied":
-        return result.path, (f"stune-stage: {req.name}: staged {req.source} -> {result.path} "
-                             f"({human(result.bytes)}, {result.files:,} files, {result.seconds:.1f}s)")
-    if result.status == "hit":
-        return result.path, f"stune-stage: {req.name}: cache hit {result.path}"
-    return result.path, ""
+    return result.path, result.message()
 
 
 def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
