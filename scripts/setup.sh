@@ -42,6 +42,16 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
+# torch (CPU) for the distributed-training template tests (tests/test_sbatch_torch.py: gloo on two dev-cluster
+# nodes). Pinned to the local +cpu build: PyPI carries no +cpu version, so pip can never fall back to the
+# multi-gigabyte CUDA wheel. Where no such wheel is offered, say so once; those tests then fail with the reason.
+TORCH_VERSION=2.13.0+cpu
+if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$TORCH_VERSION')" \
+    2>/dev/null; then
+  .venv/bin/python -m pip install -q --only-binary=:all: "torch==$TORCH_VERSION" >/dev/null 2>&1 \
+    || echo "setup.sh: torch $TORCH_VERSION is not available to pip here (no local wheel): the PyTorch template tests will fail" >&2
+fi
+
 # Test jobs run as unprivileged users (stune-alice, stune-bob): they need to reach the checkout and the venv.
 dir=$REPO
 while [ "$dir" != / ]; do

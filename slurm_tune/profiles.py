@@ -108,6 +108,9 @@ PROFILE_SCHEMA = Section({
         "requeue": Bool(True),
         "signal": Nullable(Str(), default="USR1", doc="sent to the batch shell before the time limit"),
         "signal_seconds": Int(300, min=1, max=65535),
+        # trapped: stune-sbatch adds --signal only to a script that traps the signal (bash's default action
+        # for SIGUSR1 is to exit, which would fail a job plain sbatch completes); always: every job.
+        "signal_when": Str("trapped", choices=("trapped", "always"), doc="which jobs get recovery.signal"),
     }),
     "placement": Section({
         "exclude_degraded": Bool(True, doc="multi-node jobs avoid nodes stune marked degraded"),
