@@ -104,6 +104,15 @@ def test_node_by_name(replay):
     assert replay.slurm.nodes(["n2"]) == [n2]
 
 
+def test_an_unknown_node_is_not_found(replay):
+    argv = (["sinfo", "--json", "-n", "n9"] if replay.slurm.version() < (23, 2)
+            else ["scontrol", "--json", "show", "node", "n9"])
+    replay.need(*argv)
+    assert replay.slurm.nodes(["n9"]) == []
+    with pytest.raises(SlurmError, match="node n9 not found"):
+        replay.slurm.node("n9")
+
+
 def _check_job_types(job: Job) -> None:
     assert isinstance(job.state, str) and job.state == job.state.upper() and job.state
     for field in ("node_count", "priority", "submit_time", "start_time", "end_time", "restart_count"):
