@@ -25,6 +25,9 @@ from .text import is_digits
 from .errors import SlurmError
 
 DEFAULT_TIMEOUT_S = 30.0
+SLURM_COMMANDS = frozenset({"sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
+                            "scrontab", "sdiag", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare", "sstat",
+                            "strigger"})
 # sacct fields whose text is free (may hold '|'); at most one is allowed, and it is always asked for last.
 FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
     "AdminComment", "Comment", "SystemComment", "JobName", "Constraints", "Reason", "WorkDir", "SubmitLine",
@@ -112,7 +115,8 @@ class Slurm:
         return env
 
     def executable(self, name: str) -> str:
-        return os.path.join(self.bin_dir, name) if self.bin_dir else name
+        """A Slurm client command from bin_dir when one is set; anything else (runuser...) from PATH."""
+        return os.path.join(self.bin_dir, name) if self.bin_dir and name in SLURM_COMMANDS else name
 
     def run(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
             env: dict[str, str] | None = None, check: bool = True) -> str:
@@ -129,7 +133,7 @@ class Slurm:
         self.calls.append(argv)
         limit = self.timeout if timeout is None else timeout
         try:
-            rc, out, err = spawn_capture([self.executable(argv[0]), *argv[1:]], input, self.env(env), limit)
+            rc, out, err = spawn_capture(argv, input, self.env(env), limit, self.executable(argv[0]))
         except TimeoutError:
             raise SlurmError(argv, None, f"no answer within {limit:g}s") from None
         except OSError as exc:
@@ -142,9 +146,17 @@ class Slurm:
         directory (`sinfo --version`: 'slurm 24.11.5', Debian's 'slurm-wlm 22.05.8')."""
         key = (self.executable("sinfo"), os.environ.get("PATH", ""))
         found = _VERSIONS.get(key)
-        if found is None:
+        if found is None:  # not in self.calls: it reaches no daemon, and RPC counts stay as they were
             argv = ["sinfo", "--version"]
-            found = parse_version(self.run(argv), argv)
+            try:
+                rc, out, err = spawn_capture(argv, None, self.env(), self.timeout, key[0])
+            except TimeoutError:
+                raise SlurmError(argv, None, f"no answer within {self.timeout:g}s") from None
+            except OSError as exc:
+                raise SlurmError(argv, 127, f"cannot run sinfo: {exc.strerror}") from None
+            if rc != 0:
+                raise SlurmError(argv, rc, err or out)
+            found = parse_version(out, argv)
             _VERSIONS[key] = found
         return found
 
@@ -324,13 +336,18 @@ class Slurm:
         return rows
 
     def sprio(self, job_ids: list[int] | None = None) -> list[PrioRow]:
+        """Pending jobs' priority factors (all, or the ones in job_ids). Slurm 24.11.5's sprio rejects a
+        list of ids ("Invalid job id: N"), so a list is read as every pending job and filtered here."""
         argv = ["sprio", "-h", "-o", "%i|%u|%Y|%S|%A|%F|%f|%r"]
-        if job_ids:
-            argv += ["-j", ",".join(str(j) for j in job_ids)]
+        wanted = {int(j) for j in job_ids} if job_ids else None
+        if wanted is not None and len(wanted) == 1:
+            argv += ["-j", str(next(iter(wanted)))]
         rows = []
         for line in self.run(argv).splitlines():
             cols = [c.strip() for c in line.split("|")]
             if len(cols) != 8 or not is_digits(cols[0]):
+                continue
+            if wanted is not None and int(cols[0]) not in wanted:
                 continue
             rows.append(PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
                                 float(cols[6]), cols[7]))
@@ -471,7 +488,7 @@ class Slurm:
         if self.conf and "SLURM_CONF" not in env:
             env = dict(env, SLURM_CONF=self.conf)
         try:
-            rc, out = spawn_relay([self.executable("sbatch"), *args], script, env, while_waiting)
+            rc, out = spawn_relay(["sbatch", *args], script, env, while_waiting, self.executable("sbatch"))
         except OSError as exc:
             raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
         return rc, out
@@ -726,8 +743,8 @@ def parse_records(text: str) -> list[dict[str, str]]:
     return records
 
 
-def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float
-                  ) -> tuple[int, str, str]:
+def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float,
+                  executable: str | None = None) -> tuple[int, str, str]:
     """Run argv, feed `input`, collect stdout/stderr, kill it after `timeout` s. Raises TimeoutError/OSError.
 
     Built on os.posix_spawn and select.poll: importing subprocess costs more than this whole call's
@@ -741,7 +758,8 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
     in_r, in_w = os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
     actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     try:
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+        # the program's own name stays argv[0]: Slurm's messages start with it ("sbatch: error: ...")
+        pid = os.posix_spawnp(executable or argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError:
         for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
             if fd >= 0:
@@ -804,8 +822,8 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
             b"".join(chunks[err_r]).decode("utf-8", "replace"))
 
 
-def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], while_waiting=None
-                ) -> tuple[int, str]:
+def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], while_waiting=None,
+                executable: str | None = None) -> tuple[int, str]:
     """Run argv with our stderr, `stdin_data` (or our stdin) as its stdin, and its stdout copied to ours
     as it arrives. `while_waiting()` runs after the start (its exceptions propagate once the child has been
     waited for). Returns (exit status, stdout text). Raises OSError when it cannot start."""
@@ -813,7 +831,7 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], 
     in_r, in_w = os.pipe() if stdin_data is not None else (-1, -1)
     actions = [(os.POSIX_SPAWN_DUP2, out_w, 1)] + ([(os.POSIX_SPAWN_DUP2, in_r, 0)] if in_r >= 0 else [])
     try:
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+        pid = os.posix_spawnp(executable or argv[0], argv, env, file_actions=actions)
     except OSError:
         for fd in (out_r, out_w, in_r, in_w):
             if fd >= 0:

@@ -226,6 +226,16 @@ def test_sprio(replay):
     assert all(type(v) is int for v in (rows[0].priority, rows[0].age, rows[0].fairshare))
 
 
+def test_sprio_of_several_jobs_filters_the_full_list(replay, tmp_path, monkeypatch):
+    """24.11.5's sprio rejects `-j A,B`: a list is read from the full output and filtered."""
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("STUNE_REPLAY_LOG", str(log))
+    big = replay.job_ids["bob_pending_resources_3node"]
+    rows = replay.slurm.sprio([big, replay.job_ids["alice_pending_begintime"], 424242])
+    assert [r.job_id for r in rows] == [big]
+    assert json.loads(log.read_text().splitlines()[-1]) == ["sprio", "-h", "-o", "%i|%u|%Y|%S|%A|%F|%f|%r"]
+
+
 def test_qos_usage_factors(replay):
     assert replay.slurm.qos_usage_factors() == {"normal": 1.0}
 
