@@ -174,7 +174,10 @@ class Slurm:
             raise SlurmError(argv, 0, f"unreadable JSON from {argv[0]}: {exc}") from None
         if not isinstance(doc, dict):
             raise self._unknown(argv, None, "not a JSON object")
-        errors = [e for e in doc.get("errors") or [] if e]
+        errors = doc.get("errors") or []
+        if not isinstance(errors, list):
+            raise self._unknown(argv, doc, "'errors' is not a list")
+        errors = [e for e in errors if e]
         if errors:
             raise SlurmError(argv, 0, "; ".join(str(e.get("error") or e) if isinstance(e, dict) else str(e)
                                                 for e in errors))
@@ -221,7 +224,7 @@ class Slurm:
         for record in self._json(argv, "nodes", text):
             try:
                 out.append(parse(record))
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except RECORD_ERRORS as exc:
                 raise self._unknown(argv, None, f"node record {exc!r}") from None
         # 22.05 ignores -n under --json, and sinfo repeats a node per partition: keep the nodes asked for,
         # once each, in that order
@@ -260,7 +263,7 @@ class Slurm:
         for record in self._json(argv, "jobs"):
             try:
                 job = _job(record)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except RECORD_ERRORS as exc:
                 raise self._unknown(argv, None, f"job record {exc!r}") from None
             if ((wanted_ids is None or job.job_id in wanted_ids)
                     and (wanted_states is None or job.state in wanted_states
@@ -594,27 +597,42 @@ def _state(value, base_states: frozenset[str]) -> tuple[str, tuple[str, ...]]:
     return base, tuple(w for w in words if w != base)
 
 
+def _str(value) -> str:
+    """A text field: a string, or nothing (None) as ''. Anything else is a format stune does not know."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"not text: {value!r}")
+    return value
+
+
+def _name_tuple(value) -> tuple[str, ...]:
+    """A list of names (23.02+) or a comma-separated text (22.05) as a tuple of names."""
+    if isinstance(value, list):
+        return tuple(_str(v) for v in value)
+    return tuple(v for v in _str(value).split(",") if v)
+
+
 def _node_v0038(n: dict) -> Node:
     """A node record of 22.05's `sinfo --json` (openapi v0.0.38): state 'idle', state_flags ['DRAIN']."""
     base, flags = _state(n.get("state") or "", NODE_BASE_STATES)
-    extra = tuple(f.upper() for f in n.get("state_flags") or () if isinstance(f, str))
-    return Node(name=_name(n), state=base.lower(), flags=flags + extra, reason=n.get("reason") or "",
-                reason_user=n.get("reason_set_by_user") or "", reason_time=_int(n.get("reason_changed_at")),
+    extra = tuple(f.upper() for f in _name_tuple(n.get("state_flags")))
+    return Node(name=_name(n), state=base.lower(), flags=flags + extra, reason=_str(n.get("reason")),
+                reason_user=_str(n.get("reason_set_by_user")), reason_time=_int(n.get("reason_changed_at")),
                 features=_text(n.get("features")), active_features=_text(n.get("active_features")),
-                comment=n.get("comment") or "", partitions=tuple(n.get("partitions") or ()),
-                gres=n.get("gres") or "", gres_used=n.get("gres_used") or "", tres=n.get("tres") or "")
+                comment=_str(n.get("comment")), partitions=_name_tuple(n.get("partitions")),
+                gres=_str(n.get("gres")), gres_used=_str(n.get("gres_used")), tres=_str(n.get("tres")))
 
 
 def _node_data_parser(n: dict) -> Node:
     """A node record of `scontrol --json show node` (data_parser v0.0.39+): state ['IDLE', 'DRAIN'],
     features and partitions as lists, times as {set, infinite, number}."""
     base, flags = _state(n.get("state") or [], NODE_BASE_STATES)
-    return Node(name=_name(n), state=base.lower(), flags=flags, reason=n.get("reason") or "",
-                reason_user=n.get("reason_set_by_user") or "", reason_time=_int(n.get("reason_changed_at")),
+    return Node(name=_name(n), state=base.lower(), flags=flags, reason=_str(n.get("reason")),
+                reason_user=_str(n.get("reason_set_by_user")), reason_time=_int(n.get("reason_changed_at")),
                 features=_text(n.get("features")), active_features=_text(n.get("active_features")),
-                comment=n.get("comment") or "", partitions=tuple(_text(n.get("partitions")).split(",")
-                                                             if n.get("partitions") else ()),
-                gres=n.get("gres") or "", gres_used=n.get("gres_used") or "", tres=n.get("tres") or "")
+                comment=_str(n.get("comment")), partitions=_name_tuple(n.get("partitions")),
+                gres=_str(n.get("gres")), gres_used=_str(n.get("gres_used")), tres=_str(n.get("tres")))
 
 
 def _name(record: dict) -> str:
@@ -624,21 +642,25 @@ def _name(record: dict) -> str:
     return name
 
 
+# What a record parser raises on a record it does not understand; the caller turns it into a SlurmError.
+RECORD_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
+
+
 def _job(j: dict) -> Job:
     """A squeue --json job record of any release as a Job: one state string, plain ints."""
     state, flags = _state(j.get("job_state") or "", JOB_BASE_STATES)
     job_id = j["job_id"]
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise ValueError(f"job_id {job_id!r}")
-    return Job(job_id=job_id, name=j.get("name") or "", user=j.get("user_name") or "",
-               account=j.get("account") or "", partition=j.get("partition") or "", state=state,
-               reason=j.get("state_reason") or "", nodes=j.get("nodes") or "", node_count=_int(j.get("node_count")),
-               priority=_int(j.get("priority")), tres_req=j.get("tres_req_str") or "",
-               tres_alloc=j.get("tres_alloc_str") or "", submit_time=_int(j.get("submit_time")),
+    return Job(job_id=job_id, name=_str(j.get("name")), user=_str(j.get("user_name")),
+               account=_str(j.get("account")), partition=_str(j.get("partition")), state=state,
+               reason=_str(j.get("state_reason")), nodes=_str(j.get("nodes")), node_count=_int(j.get("node_count")),
+               priority=_int(j.get("priority")), tres_req=_str(j.get("tres_req_str")),
+               tres_alloc=_str(j.get("tres_alloc_str")), submit_time=_int(j.get("submit_time")),
                start_time=_int(j.get("start_time")), end_time=_int(j.get("end_time")),
-               admin_comment=j.get("admin_comment") or "", comment=j.get("comment") or "",
+               admin_comment=_str(j.get("admin_comment")), comment=_str(j.get("comment")),
                requeue=bool(j.get("requeue")), restart_count=_int(j.get("restart_cnt")),
-               batch_host=j.get("batch_host") or "", flags=flags)
+               batch_host=_str(j.get("batch_host")), flags=flags)
 
 
 def _is_unknown_node_error(message: str) -> bool:

@@ -340,3 +340,65 @@ def test_associations_without_tree_order_field_is_a_slurm_error(tmp_path):
     _fake(tmp_path, "sacctmgr", "echo 'stune|physics||root|1||7'\n")  # an LFT number where Lineage belongs
     with pytest.raises(SlurmError, match=r"sacctmgr -n -P from Slurm 24.11.5 .*Lineage '7' is not a path"):
         Slurm(bin_dir=str(tmp_path)).associations()
+
+
+# ---- fuzz: any document is records or a SlurmError, never a traceback ---------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from slurm_tune.slurm import RECORD_ERRORS, _job, _node_data_parser, _node_v0038, parse_version  # noqa: E402
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.floats(allow_nan=False)
+    | st.text(max_size=8) | st.sampled_from(["RUNNING", "IDLE", "DRAIN", "n1", ""]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["set", "infinite", "number", "name", "state", "job_state", "job_id", "priority",
+                         "partitions", "features", "reason", "x"]), inner, max_size=4),
+    max_leaves=12)
+JOB_KEYS = ["job_id", "job_state", "priority", "node_count", "submit_time", "name", "user_name", "nodes",
+            "restart_cnt", "requeue"]
+NODE_KEYS = ["name", "state", "state_flags", "features", "active_features", "partitions", "reason",
+             "reason_changed_at", "comment", "gres", "tres"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.dictionaries(st.sampled_from(JOB_KEYS + NODE_KEYS), JSON_VALUES, max_size=8))
+def test_fuzz_record_parsers_raise_only_record_errors(record):
+    for parse in (_job, _node_v0038, _node_data_parser):
+        try:
+            out = parse(record)
+        except RECORD_ERRORS:
+            continue
+        assert isinstance(out.state, str)
+        if hasattr(out, "job_id"):
+            assert all(type(getattr(out, f)) is int for f in ("priority", "node_count", "submit_time"))
+
+
+@pytest.fixture(scope="module")
+def fuzz_slurm(tmp_path_factory):
+    bin_dir = tmp_path_factory.mktemp("fuzzbin")
+    _fake(bin_dir, "sinfo", "echo 'slurm 24.11.5'\n")
+    return Slurm(bin_dir=str(bin_dir))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200) | st.builds(lambda v: json.dumps({"jobs": v}).encode(), JSON_VALUES)
+       | st.builds(lambda v, w: json.dumps({"jobs": [], "errors": v, "meta": w}).encode(), JSON_VALUES, JSON_VALUES))
+def test_fuzz_json_documents_are_records_or_slurm_errors(fuzz_slurm, data):
+    text = data.decode("utf-8", "replace")
+    try:
+        records = fuzz_slurm._json(["squeue", "--json"], "jobs", text)
+    except SlurmError:
+        return
+    assert isinstance(records, list) and all(isinstance(r, dict) for r in records)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(max_size=40))
+def test_fuzz_version_lines(text):
+    try:
+        version = parse_version(text)
+    except SlurmError as exc:
+        assert "cannot tell the Slurm release" in str(exc)
+        return
+    assert version >= (0, 0) and version.release in text
