@@ -57,7 +57,7 @@ class Node(namedtuple("Node", "name state flags reason reason_user reason_time f
 
 class Job(namedtuple("Job", "job_id name user account partition state reason nodes node_count priority "
                             "tres_req tres_alloc submit_time start_time end_time admin_comment comment "
-                            "requeue restart_count batch_host flags")):
+                            "requeue restart_count batch_host flags", defaults=((),))):
     """A job, the same on every Slurm release. `state` is one upper-case base state (PENDING, RUNNING,
     COMPLETED...), `flags` the upper-case state flags newer releases list beside it (REQUEUED, COMPLETING,
     ...). Numbers are plain ints: 0 when Slurm has no value, INFINITE when it says infinite."""
