@@ -35,6 +35,15 @@ SLURM_INSTALL = _slurm_install()
 _RELEASE_USED: list[str] = []
 
 
+def pytest_configure(config):
+    """Temp dirs under a base of this cluster's own, not /tmp/pytest-of-root: every other pytest run by root
+    on the machine re-creates that one with mode 0700, which locks the test users' jobs out of their output
+    directories mid-run ("Could not open stdout file ... Permission denied")."""
+    if config.option.basetemp is None and os.geteuid() == 0:
+        name = os.path.basename(os.environ.get("STUNE_CLUSTER_DIR", "/var/tmp/stune-cluster").rstrip("/"))
+        config.option.basetemp = os.path.join(tempfile.gettempdir(), f"stune-pytest-{name}")
+
+
 def pytest_report_header(config):
     where = SLURM_INSTALL.prefix or "Debian packages"
     return (f"slurm: {SLURM_INSTALL.series} ({where}); cluster {os.environ.get('STUNE_CLUSTER_DIR', '(default dir)')}"
