@@ -10,7 +10,7 @@ One adapter for Slurm 22.05 through 25.x (docs/slurm-versions.md). The release i
 associations(). Each JSON format has its own parser, chosen by the release, not guessed from the output:
 22.05's `sinfo --json` (openapi v0.0.38) for nodes, `scontrol --json show node` (data_parser) on 23.02+.
 squeue's job records differ only in value shapes (a state string or a list of state and flags, a number
-or {set,infinite,number}); _job_state() and _int() normalise them in one place. Output the adapter does
+or {set,infinite,number}); _job(), _state() and _int() normalise them in one place. Output the adapter does
 not understand raises SlurmError naming the command and the Slurm release.
 
 This module is on the stune-sbatch and prolog paths, so it avoids heavy imports: processes are started with
@@ -210,7 +210,8 @@ class Slurm:
             parse = _node_data_parser
         text = None
         if names and parse is _node_data_parser:
-            # scontrol answers an unknown name with an error, where sinfo left it out
+            # 24.11 answers an unknown name with an empty list and a warning; an error (other releases)
+            # means the same thing
             rc, text, err = self.run_full(argv)
             if rc != 0:
                 message = (err or text).strip()
