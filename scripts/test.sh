@@ -59,7 +59,7 @@ for entry in $matrix; do
   STUNE_SLURM=$series STUNE_CLUSTER_DIR=$dir STUNE_CLUSTER_PORT_BASE=$port .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
   rc=$?
   set -e
-  release=$(STUNE_SLURM=$series .venv/bin/python -c \
+  release=$(STUNE_SLURM=$series SLURM_CONF=$dir/etc/slurm.conf .venv/bin/python -c \
     'from slurm_tune.devcluster import SlurmInstall; from slurm_tune.slurm import Slurm
 print(Slurm(bin_dir=SlurmInstall.choose().bin_dir).version())' 2>/dev/null || echo "$series")
   if [ "$rc" = 0 ]; then result=passed; else result="FAILED (pytest exit $rc)"; status=1; fi
