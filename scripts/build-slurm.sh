@@ -35,6 +35,20 @@ if [ -f "$STAMP" ] && [ -x "$PREFIX/sbin/slurmctld" ]; then
   exit 0
 fi
 
+# Build dependencies first: apt-get source needs dpkg-dev.
+DEPS="build-essential dpkg-dev pkg-config libmunge-dev libmariadb-dev libjson-c-dev libyaml-dev libdbus-1-dev libhwloc-dev
+      libpam0g-dev libreadline-dev liblz4-dev zlib1g-dev libcurl4-openssl-dev libhttp-parser-dev libjwt-dev
+      libssl-dev python3"
+missing=""
+for p in $DEPS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  say "installing build dependencies:$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
 tarball=$WORK/slurm-wlm_$VERSION.orig.tar.gz
 if [ ! -s "$tarball" ]; then
   # The Debian mirror this machine already uses, for trixie's source packages. No host is written here.
@@ -65,19 +79,6 @@ if [ ! -s "$tarball" ]; then
     say "cannot build Slurm $VERSION: slurm-wlm_$VERSION.orig.tar.gz not available from $mirror (trixie)"
     exit 3
   fi
-fi
-
-DEPS="build-essential pkg-config libmunge-dev libmariadb-dev libjson-c-dev libyaml-dev libdbus-1-dev libhwloc-dev
-      libpam0g-dev libreadline-dev liblz4-dev zlib1g-dev libcurl4-openssl-dev libhttp-parser-dev libjwt-dev
-      libssl-dev python3"
-missing=""
-for p in $DEPS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  say "installing build dependencies:$missing"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
 
 src=$WORK/slurm-$VERSION
