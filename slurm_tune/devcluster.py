@@ -515,6 +515,7 @@ class DevCluster:
         ensure_unix_users()
         was_running = pid_alive(self.layout.pidfile("slurmctld")) is not None
         changed = self.write_config()
+        self.install_stune()
         self.start_munge()
         self.start_mysql()
         self.start_slurmdbd()
@@ -569,6 +570,36 @@ class DevCluster:
         self._write_extra_conf()
         if reconfigure:
             self.reconfigure()
+
+    # ---- stune, installed the way a site installs it ------------------------------------------------
+    @property
+    def site_root(self) -> Path:
+        """`stune-admin install --prefix` root: env file, TaskProlog, HealthCheckProgram, units, state dirs."""
+        return self.layout.root / "site"
+
+    @property
+    def env_file(self) -> Path:
+        return self.site_root / "etc" / "default" / "stune"
+
+    def site_settings(self) -> dict[str, str]:
+        """The env file's settings beyond what install detects: this cluster's hardware-less mode (per-node
+        sysfs trees and GPU snapshots under nodes/<node>/, %n being the node name) and node-local state."""
+        nodes = self.layout.root / "nodes" / "%n"
+        return {"STUNE_PARTITIONS": str(self.profiles_dir), "STUNE_SYSFS_ROOT": f"{nodes}/sysfs",
+                "STUNE_GPU_SNAPSHOT": f"{nodes}/gpus.json", "STUNE_STATE_DIR": f"{nodes}/health",
+                "STUNE_USAGE_DIR": f"{nodes}/usage"}
+
+    def install_stune(self) -> None:
+        """`stune-admin install --prefix <root>/site`, exactly as a site runs it: the hooks land in the
+        directories slurm.conf's Prolog/Epilog globs name (prolog.d, epilog.d), everything else under site/.
+        Idempotent; tests may replace a hook through install_hook() and run this again to restore it."""
+        admin = Path(sys.executable).parent / "stune-admin"
+        argv = [str(admin), "install", "--prefix", str(self.site_root), "--slurm-conf", str(self.layout.slurm_conf),
+                "--role", "all", "--force", *(f"--set={k}={v}" for k, v in self.site_settings().items())]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise ClusterError(f"stune-admin install failed (exit {proc.returncode}): "
+                               f"{(proc.stderr or proc.stdout).strip()[-400:]}")
 
     def install_hook(self, kind: str, name: str, script: str | None) -> Path:
         """Drop (script text) or remove (None) an executable in prolog.d or epilog.d. Slurm runs every file

@@ -12,6 +12,12 @@ ibnetdiscover prints one block per device: a `Switch N "S-<guid>" # "<descriptio
   `--hca NAME` names; `--all-rails` lists it under every leaf instead. The output says which nodes hang off
   several leaves.
 - A switch's name comes from its description (`MF0;leaf01:MQM8700/U1` -> leaf01), else its GUID.
+- `ibnetdiscover -g` group headers (`Non-Chassis Nodes`, `Chassis 3 (guid 0x...)`) and `[ext N]` port
+  numbers are read through. ibnetdiscover's own warnings on stderr, when a saved dump caught them
+  (`ibwarn: [pid] ...`, `src/query_smp.c:199; umad (...) bad status 110`, `ibnetdiscover: iberror: ...`),
+  are skipped and counted: they mean part of the fabric may be missing from the dump.
+- `--node-name-map FILE` (ibnetdiscover's and opensm's format: `<guid> "<name>"` per line, `#` comments)
+  names HCAs and switches by GUID, for fabrics whose HCAs keep the driver's default description.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ _PORT = re.compile(r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s+"([SHR]
                    r'(?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s*(?:#\s*(.*))?$')
 _KEYS = ("vendid=", "devid=", "sysimgguid=", "switchguid=", "caguid=", "routerguid=")
 _QUOTED = re.compile(r'"([^"]*)"')
+_GROUP = re.compile(r"^(Non-Chassis Nodes|Chassis \d+(\s+\(.*\))?)$")
+_WARNING = re.compile(r"^(ib(warn|panic|debug|info|error)\b|\S*\.c:\d+;|\S+: iberror:)")
+_MAP_LINE = re.compile(r'^(0x[0-9a-fA-F]+|[0-9a-fA-F]+)\s+"([^"]*)"')
 
 
 class Device(namedtuple("Device", "id kind description")):
@@ -33,19 +42,24 @@ class Device(namedtuple("Device", "id kind description")):
     __slots__ = ()
 
 
-class Fabric(namedtuple("Fabric", "devices links")):
-    """devices by id; links: a set of frozenset({id_a, id_b})."""
+class Fabric(namedtuple("Fabric", "devices links warnings", defaults=(0,))):
+    """devices by id; links: a set of frozenset({id_a, id_b}); warnings: ibnetdiscover warning lines skipped."""
 
     __slots__ = ()
 
 
-def parse_ibnetdiscover(text: str, source: str = "<stdin>") -> Fabric:
+def parse_ibnetdiscover(text: str, source: str = "<stdin>", names: dict[int, str] | None = None) -> Fabric:
+    """`names`: node GUID -> name (a node name map); a mapped name replaces the device's description."""
     devices: dict[str, Device] = {}
     links: set[frozenset] = set()
     current: str | None = None
+    warnings = 0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#") or line.startswith(_KEYS):
+        if not line or line.startswith("#") or line.startswith(_KEYS) or _GROUP.match(line):
+            continue
+        if _WARNING.match(line):
+            warnings += 1
             continue
         header = _HEADER.match(line)
         if header:
@@ -66,8 +80,47 @@ def parse_ibnetdiscover(text: str, source: str = "<stdin>") -> Fabric:
             kind = {"S": "switch", "H": "ca", "R": "router"}[remote[0]]
             devices[remote] = Device(remote, kind, quoted.group(1) if quoted else "")
     if not any(d.kind == "switch" for d in devices.values()):
-        raise ConfigError(source, None, "", "no switch found: is this ibnetdiscover output?")
-    return Fabric(devices, links)
+        extra = f" ({warnings} ibnetdiscover warning line(s): did the discovery fail?)" if warnings else ""
+        raise ConfigError(source, None, "", f"no switch found: is this ibnetdiscover output?{extra}")
+    if names:
+        for dev_id, dev in list(devices.items()):
+            name = names.get(int(dev_id[2:], 16))
+            if name is not None:
+                devices[dev_id] = dev._replace(description=name)
+    return Fabric(devices, links, warnings)
+
+
+def parse_node_name_map(text: str, source: str) -> dict[int, str]:
+    """ibnetdiscover's --node-name-map format: `<guid> "<name>"` per line; `#` starts a comment."""
+    names = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _MAP_LINE.match(line)
+        if m is None:
+            raise ConfigError(source, lineno, "", f'expected <guid> "<name>", got {line[:60]!r}')
+        names[int(m.group(1), 16)] = m.group(2)
+    return names
+
+
+def empty_reason(fabric: Fabric, *, matched: bool, hca: str | None) -> str:
+    """Why no node was placed on any switch, in words an admin can act on."""
+    cas = [d for d in fabric.devices.values() if d.kind == "ca"]
+    unnamed = [d for d in cas if host_name(d.description) is None]
+    if cas and len(unnamed) == len(cas):
+        example = unnamed[0].description or "(empty)"
+        return (f"no node found on any switch: all {len(cas)} HCA(s) keep a description that names no host "
+                f"(e.g. {example!r}, the driver's default). Set each node's description (rdma-core's rdma-ndd "
+                "does, or `echo $(hostname -s) mlx5_0 > /sys/class/infiniband/mlx5_0/node_desc`) and rerun "
+                "ibnetdiscover, or pass --node-name-map FILE (GUID -> host name)")
+    if not cas:
+        return "no node found on any switch: the dump lists no HCA at all"
+    if not matched:
+        return "no node found on any switch: no host name matches --match"
+    if hca:
+        return f"no node found on any switch: no HCA is described as {hca!r} (--hca)"
+    return "no node found on any switch"
 
 
 def host_name(description: str) -> str | None:
@@ -91,7 +144,7 @@ def _natural(text: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
-class Topology(namedtuple("Topology", "leaves parents multi_leaf notes")):
+class Topology(namedtuple("Topology", "leaves parents multi_leaf notes warnings", defaults=(0,))):
     """leaves: switch name -> node names; parents: [(switch name, child switch names)] from the level above
     the leaves up; multi_leaf: node -> the leaves its HCAs reach (when more than one); notes: lines for the output
     (HCAs that name no host, a virtual root)."""
@@ -167,7 +220,8 @@ def build_topology(fabric: Fabric, *, keep=None, hca: str | None = None, all_rai
         parents.append(root)
         notes.append(f"{root[0]} is a virtual root: no switch links all leaves, and Slurm lets no job span "
                        "switches without a common parent")
-    return Topology({names[s]: sorted(h, key=_natural) for s, h in leaves.items()}, parents, multi_leaf, notes)
+    return Topology({names[s]: sorted(h, key=_natural) for s, h in leaves.items()}, parents, multi_leaf, notes,
+                    fabric.warnings)
 
 
 def _virtual_root(leaves, parents, names) -> tuple[str, list[str]] | None:
@@ -256,6 +310,9 @@ def render(topology: Topology, source: str) -> str:
         lines.append(f"# {host} reaches leaves {','.join(leaves)}")
     for note in topology.notes:
         lines.append(f"# {note}")
+    if topology.warnings:
+        lines.append(f"# skipped {topology.warnings} ibnetdiscover warning line(s): parts of the fabric may be "
+                     "missing; rerun ibnetdiscover")
     for switch in sorted(topology.leaves, key=_natural):
         lines.append(f"SwitchName={switch} Nodes={compress(topology.leaves[switch])}")
     for switch, children in topology.parents:

@@ -107,3 +107,44 @@ def test_cli_reads_a_file_or_stdin_and_writes_a_file(tmp_path):
     assert conf_lines(target.read_text())[0] == "SwitchName=leaf02 Nodes=node[03-04]"
     out = subprocess.run([ADMIN, "topology", str(fixture), "--match", "nothing*"], capture_output=True, text=True)
     assert out.returncode == 1 and "no node found on any switch" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_grouped_output_with_warning_lines_is_read_and_the_warnings_counted():
+    """`ibnetdiscover -g` (Chassis N / Non-Chassis Nodes headers, [ext N] ports) with ibwarn and
+    src/query_smp.c lines a saved dump caught from stderr."""
+    grouped = load("qdr-grouped-with-warnings.txt")
+    plain = load("qdr-two-switches.txt")
+    assert grouped.warnings == 3 and plain.warnings == 0
+    assert grouped.devices == plain.devices and grouped.links == plain.links
+    text = render(build_topology(grouped), "g.txt")
+    assert conf_lines(text) == conf_lines(render(build_topology(plain), "p.txt"))
+    assert "# skipped 3 ibnetdiscover warning line(s)" in text
+
+
+def test_warning_lines_alone_say_the_discovery_failed():
+    dump = ("ibwarn: [298726] mad_rpc_open_port: client_register for mgmt 1 failed\n"
+            "/build/rdma-core/libibnetdisc/ibnetdisc.c:802; can't open MAD port ((null):0)\n"
+            "ibnetdiscover: iberror: failed: discover failed\n")
+    with pytest.raises(ConfigError, match=r"no switch found.*3 ibnetdiscover warning line\(s\)"):
+        parse_ibnetdiscover(dump, "dump.txt")
+
+
+def test_default_descriptions_explain_the_empty_result_and_a_node_name_map_fixes_it(tmp_path):
+    fixture = FIXTURES / "qdr-default-descriptions.txt"
+    out = subprocess.run([ADMIN, "topology", str(fixture)], capture_output=True, text=True)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "all 5 HCA(s) keep a description that names no host" in out.stderr
+    assert "--node-name-map" in out.stderr and "node_desc" in out.stderr
+    out = subprocess.run([ADMIN, "topology", str(fixture), "--node-name-map", str(FIXTURES / "qdr-node-name-map.txt")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert conf_lines(out.stdout) == ["SwitchName=ib-sw1 Nodes=cn[101-103]", "SwitchName=ib-sw2 Nodes=cn[201-202]",
+                                      "SwitchName=fabric Switches=ib-sw[1-2]"]
+
+
+def test_a_bad_node_name_map_line_is_named(tmp_path):
+    bad = tmp_path / "map"
+    bad.write_text('0x0002c9030009e4f0 "cn101"\nnot a map line\n')
+    out = subprocess.run([ADMIN, "topology", str(FIXTURES / "qdr-two-switches.txt"), "--node-name-map", str(bad)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and f"{bad}:2:" in out.stderr and "Traceback" not in out.stderr

@@ -1,4 +1,4 @@
-"""`stune-admin`: tools for the cluster admin (profile validation, and more as they land)."""
+"""`stune-admin`: tools for the cluster admin (install, doctor, profile validation, topology)."""
 from __future__ import annotations
 
 import argparse
@@ -26,7 +26,14 @@ def _topology(args) -> int:
     import sys
 
     from ..errors import ConfigError
-    from ..topology import build_topology, parse_ibnetdiscover, render
+    from ..topology import build_topology, empty_reason, host_name, parse_ibnetdiscover, parse_node_name_map, render
+
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise ConfigError(path, None, "", f"cannot read: {exc.strerror}") from None
 
     source = "<stdin>" if args.input == "-" else args.input
     if args.input == "-":
@@ -35,16 +42,18 @@ def _topology(args) -> int:
                                                 "topology` or `stune-admin topology FILE`")
         text = sys.stdin.read()
     else:
-        try:
-            with open(args.input, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise ConfigError(source, None, "", f"cannot read: {exc.strerror}") from None
+        text = read(args.input)
+    names = parse_node_name_map(read(args.node_name_map), args.node_name_map) if args.node_name_map else None
     keep = (lambda name: any(fnmatch.fnmatchcase(name, g) for g in args.match)) if args.match else None
-    topology = build_topology(parse_ibnetdiscover(text, source), keep=keep, hca=args.hca,
-                              all_rails=args.all_rails)
+    fabric = parse_ibnetdiscover(text, source, names)
+    if fabric.warnings:
+        print(f"{PROG} topology: skipped {fabric.warnings} ibnetdiscover warning line(s) in {source}: parts of "
+              "the fabric may be missing", file=sys.stderr)
+    topology = build_topology(fabric, keep=keep, hca=args.hca, all_rails=args.all_rails)
     if not topology.leaves:
-        raise ConfigError(source, None, "", "no node found on any switch (check --match / --hca)")
+        hosts = [host_name(d.description) for d in fabric.devices.values() if d.kind == "ca"]
+        matched = keep is None or any(h and keep(h) for h in hosts)
+        raise ConfigError(source, None, "", empty_reason(fabric, matched=matched, hca=args.hca))
     conf = render(topology, source)
     if args.output:
         try:
@@ -57,6 +66,170 @@ def _topology(args) -> int:
     else:
         sys.stdout.write(conf)
     return 0
+
+
+def _layout(args):
+    import os
+
+    from ..admin.install import Layout, hook_dir_from
+    from ..admin.slurmconf import SlurmConf
+
+    prefix = os.path.abspath(args.prefix)
+    conf_path = args.slurm_conf or (os.environ.get("SLURM_CONF") if prefix == "/" else None)
+    if not conf_path:  # Debian/RHEL packages, older Debian, a source build's default sysconfdir
+        candidates = [os.path.join(prefix, p) for p in ("etc/slurm/slurm.conf", "etc/slurm-llnl/slurm.conf",
+                                                        "usr/local/etc/slurm.conf")]
+        conf_path = next((c for c in candidates if os.path.exists(c)), candidates[0])
+    conf = SlurmConf(conf_path)
+    layout = Layout(prefix=prefix, slurm_conf=conf_path, prolog_dir=hook_dir_from(conf, "Prolog") or "",
+                    epilog_dir=hook_dir_from(conf, "Epilog") or "")
+    return layout, conf
+
+
+def _roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
+    """--role, else detected; when nothing is detected, install asks (a login node needs no install) and
+    doctor (fallback_all) checks both parts."""
+    from ..admin.install import detect_roles
+    from ..admin.shipped import CONTROLLER, NODE
+    from ..errors import StuneError
+
+    if args.role == "node":
+        return {NODE}, "node part (--role node)"
+    if args.role == "controller":
+        return {CONTROLLER}, "controller part (--role controller)"
+    if args.role == "all":
+        return {NODE, CONTROLLER}, "node and controller parts (--role all)"
+    roles, why = detect_roles(conf)
+    if roles:
+        return roles, why
+    if fallback_all:
+        return {NODE, CONTROLLER}, f"{why}: checking both parts"
+    raise StuneError(f"{why}: pass --role node, controller or all (a login node needs only the pip install)")
+
+
+def _install(args) -> int:
+    import os
+
+    from ..admin.install import EXIT_KEPT, install, slurm_diffs
+
+    if os.geteuid() != 0 and not args.dry_run:
+        from ..errors import StuneError
+        raise StuneError("install writes root's files: run it as root (or --dry-run)")
+    layout, conf = _layout(args)
+    if args.enable and layout.prefix != "/":
+        from ..errors import StuneError
+        raise StuneError("--enable starts this host's units: only without --prefix")
+    roles, why = _roles(args, conf)
+    extra = dict(item.partition("=")[::2] for item in args.set or [])
+    report = install(layout, roles, extra, args.dry_run, args.force)
+    if args.verbose or report.changed or report.kept:
+        print(f"{PROG} install: {why}")
+    for line in report.out:
+        print(line)
+    diffs = slurm_diffs(layout, conf, "all" if len(roles) > 1 else next(iter(roles)))
+    if diffs and not (report.changed or report.kept or args.verbose):
+        print(f"{PROG} install: Slurm's config still lacks stune's lines (`{PROG} install -v` shows them as diffs)")
+    elif diffs:
+        print("\nSlurm needs these lines (then `scontrol reconfigure`; restart slurmctld for EpilogSlurmctld):")
+        print(diffs.rstrip("\n"))
+    if not report.changed and not report.kept:
+        print(f"{PROG} install: nothing changed ({report.checked} files checked under {layout.prefix})")
+    elif report.dry_run:
+        print(f"{PROG} install --dry-run: nothing was written")
+    if args.enable and not args.dry_run:
+        _enable_units(roles)
+    elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
+        print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler on GPU nodes, "
+              "stune-fairshare.timer on the accountant host (or rerun with --enable)")
+    return EXIT_KEPT if report.kept else 0
+
+
+def _enable_units(roles: set[str]) -> None:
+    """--enable: daemon-reload, then enable --now the role's units (the sampler on a node, the accountant's
+    timer on the controller). Asked for explicitly: install alone never starts anything."""
+    import shutil
+    import subprocess
+
+    from ..admin.shipped import CONTROLLER, NODE
+    from ..errors import StuneError
+
+    systemctl = shutil.which("systemctl")
+    if systemctl is None:
+        raise StuneError("--enable: systemctl not found (no systemd here); start the units your own way")
+    units = (["stune-gpu-sampler.service"] if NODE in roles else []) + \
+        (["stune-fairshare.timer"] if CONTROLLER in roles else [])
+    for argv in ([systemctl, "daemon-reload"], [systemctl, "enable", "--now", *units]):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise StuneError(f"--enable: {' '.join(argv[1:])} did not finish within 60s") from None
+        if proc.returncode != 0:
+            raise StuneError(f"--enable: systemctl {' '.join(argv[1:])} failed: "
+                             f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    print(f"enabled and started: {', '.join(units)}")
+
+
+def _uninstall(args) -> int:
+    from ..admin.install import EXIT_KEPT, uninstall
+
+    layout, _ = _layout(args)
+    report = uninstall(layout, args.dry_run, args.force)
+    for line in report.out:
+        print(line)
+    if report.changed and not args.dry_run:
+        print(f"{PROG} uninstall: remove stune's lines from slurm.conf (Prolog/Epilog hooks are gone, "
+              "HealthCheckProgram, TaskProlog, EpilogSlurmctld) and disable its units if you enabled them")
+    return EXIT_KEPT if report.kept else 0
+
+
+def _doctor(args) -> int:
+    import os
+
+    from ..admin import doctor
+    from ..slurm import Slurm
+
+    env_file = args.env_file or os.environ.get("STUNE_ENV_FILE") or \
+        os.path.join(os.path.abspath(args.prefix), "etc/default/stune")
+    env = {}
+    if os.path.isfile(env_file):
+        try:
+            env = doctor.read_env_file(env_file)
+        except OSError:
+            env = {}
+    # The slurm.conf judged: --slurm-conf, else the one the hooks use (the env file's SLURM_CONF).
+    if not args.slurm_conf and env.get("SLURM_CONF"):
+        args.slurm_conf = env["SLURM_CONF"]
+    layout, conf = _layout(args)
+    roles, _ = _roles(args, conf, fallback_all=True)
+    slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)  # the live cluster
+    result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=True)
+    if args.json:
+        print(doctor.as_json(result))
+    else:
+        for finding in result.findings:
+            if finding.severity != doctor.OK or args.verbose:
+                print(finding.line())
+        table = result.matrix_table()
+        if table:
+            print("\nversion matrix (? = not recorded):\n" + table.rstrip("\n"))
+        errors = sum(f.severity == doctor.ERROR for f in result.findings)
+        warnings = sum(f.severity == doctor.WARNING for f in result.findings)
+        oks = sum(f.severity == doctor.OK for f in result.findings)
+        print(f"{PROG} doctor: {errors} error(s), {warnings} warning(s), {oks} ok (-v lists them)")
+    return 1 if any(f.severity == doctor.ERROR for f in result.findings) else 0
+
+
+def _common(p) -> None:
+    p.add_argument("--prefix", default="/", help="install root (default /): stune's files, env file, state and "
+                                                  "manifest lie under it; the Prolog/Epilog directories are "
+                                                  "the ones slurm.conf's globs name, when it names them")
+    p.add_argument("--slurm-conf", metavar="FILE", help="the live slurm.conf (default: $SLURM_CONF, else the "
+                                                        "first of PREFIX/etc/slurm/, etc/slurm-llnl/, "
+                                                        "usr/local/etc/)")
+    p.add_argument("--role", choices=("detect", "node", "controller", "all"), default="detect",
+                   help="node part (hooks, TaskProlog, sampler unit), controller part (EpilogSlurmctld, "
+                        "accountant units), or all; default: detected from slurm.conf")
+    p.add_argument("-v", "--verbose", action="store_true")
 
 
 def _main(argv: list[str]) -> int:
@@ -75,10 +248,41 @@ def _main(argv: list[str]) -> int:
     topo.add_argument("--hca", metavar="NAME", help="place each node by the HCA with this name in its "
                                                     "description (e.g. mlx5_0); default: its first HCA")
     topo.add_argument("--all-rails", action="store_true", help="list a node under every leaf its HCAs reach")
+    topo.add_argument("--node-name-map", metavar="FILE", help="GUID -> name map in ibnetdiscover's format "
+                                                              "(`<guid> \"<name>\"` per line), for HCAs that keep "
+                                                              "the driver's default description")
+    inst = sub.add_parser("install", help="place hooks, TaskProlog, EpilogSlurmctld, units, env file, dirs",
+                          description="Place everything stune ships (idempotent; an admin-edited file is kept "
+                                      "and its diff shown unless --force), write the env file from what it "
+                                      "detects, create the state/usage/spool dirs, install units without "
+                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 when "
+                                      "an edited file was kept.")
+    _common(inst)
+    inst.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    inst.add_argument("--force", action="store_true", help="replace files an admin edited")
+    inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
+                                                           "(the sampler on a node, the accountant's timer on "
+                                                           "the controller); only with --prefix /")
+    inst.add_argument("--set", action="append", metavar="NAME=VALUE",
+                      help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
+    uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
+    _common(uninst)
+    uninst.add_argument("--dry-run", action="store_true")
+    uninst.add_argument("--force", action="store_true", help="also remove files edited since install")
+    doc = sub.add_parser("doctor", help="check the live cluster: one line per finding, exit 1 on errors",
+                         description="Check slurm.conf/cgroup.conf, hooks and files root runs, profiles "
+                                     "against partitions and GRES, homogeneous partitions and the version "
+                                     "matrix, the sampler and the accountant.")
+    _common(doc)
+    doc.add_argument("--json", action="store_true", help="findings and the version matrix as JSON")
+    doc.add_argument("--env-file", metavar="FILE", help="default: $STUNE_ENV_FILE, else PREFIX/etc/default/stune")
+    doc.add_argument("--facts", metavar="DIR", help="per-node captures, DIR/<node>.json "
+                                                    "(`stune-health capture -o`)")
+    doc.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm call (default 10)")
     args = parser.parse_args(argv)
-    if args.cmd == "check-profiles":
-        return _check_profiles(args)
-    return _topology(args)
+    handlers = {"check-profiles": _check_profiles, "install": _install, "uninstall": _uninstall,
+                "doctor": _doctor, "topology": _topology}
+    return handlers[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:

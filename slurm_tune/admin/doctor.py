@@ -1,0 +1,427 @@
+"""`stune-admin doctor`: check a live cluster against everything stune relies on; one finding per line.
+
+Every Slurm call goes through the adapter with a timeout, so doctor never hangs on a dead controller.
+Node facts (GPU model, driver, CUDA, HCA model and firmware, kernel) come from what stune records: a
+capture per node (`stune-health capture -o DIR/<node>.json`, then `--facts DIR`), or, in hardware-less
+mode, the node's sysfs tree and GPU snapshot named with %n in the env file. A missing fact is said, never
+guessed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from .. import safeio
+from ..errors import StuneError
+from ..thisnode import expand_node, uses_node
+from . import shipped
+from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
+
+ERROR, WARNING, OK = "error", "warning", "ok"
+SLURM_TIMEOUT_S = 10.0
+FACT_KEYS = ("gpu_model", "driver", "cuda", "nccl", "hca_model", "hca_fw", "kernel")
+HOMOGENEOUS = ("gpu_model", "driver", "cuda", "hca_model", "hca_fw")
+
+
+@dataclass
+class Finding:
+    severity: str
+    subject: str
+    message: str
+    fix: str = ""
+
+    def line(self) -> str:
+        fix = f"  -> {self.fix}" if self.fix and self.severity != OK else ""
+        return f"{self.severity:7s} {self.subject}: {self.message}{fix}"
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines as sh would see them (quotes removed); comments and other lines ignored."""
+    out = {}
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, _, value = line.partition("=")
+            key = key.replace("export ", "").strip()
+            try:
+                words = shlex.split(value, comments=True)
+            except ValueError:
+                words = [value]
+            out[key] = words[0] if words else ""
+    return out
+
+
+class Doctor:
+    def __init__(self, env_file: str, layout, facts_dir: str | None, slurm=None):
+        self.env_file, self.layout, self.facts_dir = env_file, layout, facts_dir
+        self.findings: list[Finding] = []
+        self.slurm = slurm
+        self.env: dict[str, str] = {}
+        self.matrix: dict[str, dict[str, str]] = {}
+
+    def add(self, severity, subject, message, fix=""):
+        self.findings.append(Finding(severity, subject, message, fix))
+
+    # ---- files ----------------------------------------------------------------------------------------
+    def trusted(self, path: str, what: str, executable: bool = False) -> bool:
+        if not os.path.lexists(path):
+            self.add(ERROR, what, f"{path} is missing", "run `stune-admin install`")
+            return False
+        problem = safeio.untrusted_reason(path, uid=0)
+        if problem:
+            self.add(ERROR, what, f"{path} {problem}; root will not trust it",
+                     f"chown root:root {path} && chmod go-w {path}")
+            return False
+        if executable and not os.stat(path).st_mode & 0o111:
+            self.add(ERROR, what, f"{path} is not executable (Slurm skips or fails it)", f"chmod 0755 {path}")
+            return False
+        return True
+
+    def check_env_file(self) -> None:
+        if not self.trusted(self.env_file, "env file"):
+            return
+        try:
+            self.env = read_env_file(self.env_file)
+        except OSError as exc:
+            self.add(ERROR, "env file", f"{self.env_file}: cannot read: {exc.strerror}")
+            return
+        self.add(OK, "env file", f"{self.env_file} (root-owned, not writable by others)")
+        fairshare = self.env.get("STUNE_FAIRSHARE_CONFIG", "/etc/stune/fairshare.yaml")
+        if os.path.exists(fairshare) and self.trusted(fairshare, "fairshare config"):  # the epilogs read it
+            self.add(OK, "fairshare config", fairshare)
+        bin_dir = self.env.get("STUNE_BIN", "/opt/stune/bin")
+        for tool in ("stune-health", "stune-task-prolog", "stune-gpu-sampler", "stune-stage", "stune-fairshare"):
+            path = os.path.join(bin_dir, tool)
+            if not os.path.exists(path):
+                self.add(ERROR, "STUNE_BIN", f"{path} is missing (the hooks find stune through STUNE_BIN)",
+                         f"set STUNE_BIN in {self.env_file} to the venv's bin")
+                break
+        else:
+            if self.trusted(os.path.join(bin_dir, "stune-health"), "STUNE_BIN"):  # root runs it from every hook
+                self.add(OK, "STUNE_BIN", bin_dir)
+
+    def check_spool(self) -> None:
+        """The shared usage spool: nodes write job summaries, the EpilogSlurmctld merges them as root. Users
+        must not be able to plant records there (docs/fairshare.md: root:slurm 2775)."""
+        spool = self.env.get("STUNE_USAGE_SPOOL", "/var/spool/stune/usage")
+        try:
+            st = os.stat(spool)
+        except OSError:
+            self.add(WARNING, "usage spool", f"{spool} is missing (job GPU usage is not collected)",
+                     "stune-admin install creates it; on a shared filesystem create it once")
+            return
+        if st.st_mode & 0o002:
+            self.add(ERROR, "usage spool", f"{spool} is writable by others (mode {st.st_mode & 0o7777:04o}): "
+                     "users could forge usage records", f"chmod o-w {spool} (root:slurm 2775)")
+        else:
+            self.add(OK, "usage spool", f"{spool} ({st.st_mode & 0o7777:04o})")
+
+    def check_hooks(self, roles: set[str]) -> None:
+        for piece in shipped.PIECES:
+            if piece.role not in roles or piece.place == "unit_dir":
+                continue
+            path = os.path.join(getattr(self.layout, piece.place), piece.name)
+            if self.trusted(path, piece.what, executable=True):
+                self.add(OK, piece.what, path)
+
+    # ---- slurm.conf -----------------------------------------------------------------------------------
+    def check_slurm_conf(self, conf: SlurmConf, roles: set[str], gpu_partitions: list[str]) -> None:
+        for problem in conf.problems:
+            self.add(ERROR, "slurm.conf", problem)
+        if not conf.found:
+            return
+        role = "all" if len(roles) > 1 else next(iter(roles))
+        for need in requirements(conf, self.layout.hook_paths(), role) + partition_needs(conf, gpu_partitions):
+            if need.ok:
+                self.add(OK, need.key, need.have)
+            else:
+                self.add(need.severity, need.key, f"{need.have} at {conf.where(need.key.split()[0])}: {need.why}",
+                         need.line)
+        self.check_other_scripts(conf)
+        cgroup = os.path.join(os.path.dirname(conf.path), "cgroup.conf")
+        values = read_key_values(cgroup)
+        if values is None or values.get("constraindevices", "").lower() != "yes":
+            self.add(ERROR, "cgroup.conf ConstrainDevices",
+                     f"{'missing' if values is None else values.get('constraindevices', '(not set)')} in {cgroup}: "
+                     "a job can open GPUs it was not given", "ConstrainDevices=yes in cgroup.conf")
+        else:
+            self.add(OK, "cgroup.conf ConstrainDevices", "yes")
+        if "task/cgroup" not in conf.get("TaskPlugin"):
+            self.add(WARNING, "TaskPlugin", f"{conf.get('TaskPlugin') or '(not set)'}: without task/cgroup, "
+                     "cgroup.conf's ConstrainDevices is not applied", "TaskPlugin=task/cgroup,task/affinity")
+
+    def check_other_scripts(self, conf: SlurmConf) -> None:
+        """Every other script slurm.conf makes root run beside stune's (a site prolog in the same glob): one
+        that anyone but root can write is root's code for whoever wrote it."""
+        import glob as globmod
+
+        ours = {os.path.join(getattr(self.layout, p.place), p.name) for p in shipped.PIECES}
+        for key in ("Prolog", "Epilog", "HealthCheckProgram", "TaskProlog", "EpilogSlurmctld", "PrologSlurmctld"):
+            for pattern in filter(None, (v.strip() for v in conf.get(key).split(","))):
+                for path in sorted(globmod.glob(pattern)):
+                    if path not in ours and os.path.isfile(path):
+                        self.trusted(path, f"{key} script")
+
+    # ---- profiles and the cluster ----------------------------------------------------------------------
+    def load_profiles(self):
+        from ..profiles import validate_directory
+
+        directory = self.env.get("STUNE_PARTITIONS", "/etc/stune/partitions")
+        if not self.trusted(directory, "profiles"):
+            return {}
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".yaml"):
+                self.trusted(os.path.join(directory, name), "profiles")
+        try:
+            profiles = validate_directory(directory)
+        except StuneError as exc:
+            self.add(ERROR, "profiles", str(exc), "stune-admin check-profiles")
+            return {}
+        if not profiles:
+            self.add(ERROR, "profiles", f"no profile in {directory}",
+                     f"copy one of {self.layout.examples}/*.yaml there and set `partition:`")
+        return profiles
+
+    def check_cluster(self, profiles) -> list:
+        try:
+            partitions = {p.name: p for p in self.slurm.partitions()}
+            nodes = self.slurm.nodes()
+        except StuneError as exc:
+            self.add(ERROR, "slurm", f"cannot ask Slurm: {exc}", "is slurmctld up and SLURM_CONF right?")
+            return []
+        by_name = {n.name: n for n in nodes}
+        for name, profile in sorted(profiles.items()):
+            if name not in partitions:
+                self.add(ERROR, f"profile {name}", f"names partition {name}, which Slurm does not have "
+                         f"(partitions: {', '.join(sorted(partitions)) or 'none'})",
+                         f"fix `partition:` in {profile.source}")
+                continue
+            want = profile.gpu.count
+            bad = []
+            for node in (n for n in nodes if name in n.partitions):
+                have = gres_gpus(node.gres)
+                if want is not None and have != want:
+                    bad.append(f"{node.name} has {have}")
+            if bad:
+                self.add(ERROR, f"profile {name}", f"gpu.count is {want} but {', '.join(bad)} GPU(s) in GRES",
+                         f"fix gpu.count in {profile.source} or the nodes' Gres= in slurm.conf")
+            else:
+                self.add(OK, f"profile {name}", f"partition exists; GRES GPU count {want} on every node")
+        return [by_name[n] for n in sorted(by_name)]
+
+    # ---- node facts ------------------------------------------------------------------------------------
+    def node_facts(self, node: str) -> dict[str, str] | None:
+        snap = None
+        if self.facts_dir:
+            path = os.path.join(self.facts_dir, f"{node}.json")
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    snap = json.load(fh)
+            except (OSError, ValueError):
+                snap = None
+        if snap is None:
+            sysfs = self.env.get("STUNE_SYSFS_ROOT", "")
+            gpus = self.env.get("STUNE_GPU_SNAPSHOT", "")
+            # hardware-less mode: a per-node (%n) sysfs tree and GPU snapshot are this node's hardware, and
+            # readable here; a path without %n would be this host's, not the node's: not used
+            root = expand_node(sysfs, node) if uses_node(sysfs) else None
+            gpu_file = expand_node(gpus, node) if uses_node(gpus) else None
+            root = root if root and os.path.isdir(root) else None
+            gpu_file = gpu_file if gpu_file and os.path.isfile(gpu_file) else None
+            if root or gpu_file:
+                from ..health.collect import full, replay_gpus
+
+                try:
+                    snap = full(root, None, node, gpu_file, timeout_s=5.0, nvml=False) if root \
+                        else {"gpus": replay_gpus(gpu_file)}  # never this host's NVML for another node
+                except Exception as exc:  # a capture problem is a missing fact, not a crash
+                    self.add(WARNING, f"node {node}", f"cannot read its recorded hardware: {exc}")
+                    return None
+        return facts_from_snapshot(snap) if isinstance(snap, dict) else None
+
+    def check_nodes(self, nodes) -> None:
+        missing = []
+        for node in nodes:
+            facts = self.node_facts(node.name)
+            if facts is None:
+                missing.append(node.name)
+                continue
+            self.matrix[node.name] = facts
+        if missing:
+            self.add(WARNING, "node facts", f"nothing recorded for {', '.join(missing)}: versions and homogeneity "
+                     "not checked there", "run `stune-health capture -o DIR/<node>.json` on each node "
+                     "(pdsh/clush), then `stune-admin doctor --facts DIR`")
+        partitions: dict[str, list[str]] = {}
+        for node in nodes:
+            for p in node.partitions:
+                if node.name in self.matrix:
+                    partitions.setdefault(p, []).append(node.name)
+        for part, members in sorted(partitions.items()):
+            uniform = True
+            for key in HOMOGENEOUS:
+                values = Counter(self.matrix[n][key] for n in members if self.matrix[n][key] != "?")
+                if len(values) > 1:
+                    uniform = False
+                    majority = values.most_common(1)[0][0]
+                    odd = [f"{n} ({self.matrix[n][key]})" for n in members
+                           if self.matrix[n][key] not in ("?", majority)]
+                    self.add(ERROR, f"partition {part}", f"mixed {key.replace('_', ' ')}: majority {majority}, "
+                             f"differs on {', '.join(odd)}", "one generation and one version per partition: "
+                             "upgrade or move those nodes")
+            unknown = sorted({k for n in members for k in HOMOGENEOUS if self.matrix[n][k] == "?"})
+            if unknown:
+                self.add(WARNING, f"partition {part}", f"not recorded: {', '.join(unknown)} (said, not guessed)")
+            if uniform:
+                self.add(OK, f"partition {part}", f"homogeneous over {len(members)} node(s) with facts")
+
+    # ---- daemons -------------------------------------------------------------------------------------
+    def check_accountant(self) -> None:
+        from ..fairshare.config import load_config
+
+        try:
+            from ..fairshare.accountant import ledger_path
+        except ImportError as exc:  # the accountant extra (numpy) lives on the accountant host only
+            self.add(WARNING, "accountant", f"not installed on this host ({exc.name} missing): its last run is "
+                     "not checked here", "run doctor on the accountant host, or pip install 'slurm-tune[accountant]'")
+            return
+
+        try:
+            config = load_config(self.env.get("STUNE_FAIRSHARE_CONFIG"))
+        except StuneError as exc:
+            self.add(ERROR, "accountant", str(exc))
+            return
+        path = ledger_path(config)
+        try:
+            age = time.time() - os.stat(path).st_mtime
+        except OSError:
+            self.add(WARNING, "accountant", f"no successful run recorded ({path} missing)",
+                     "systemctl enable --now stune-fairshare.timer on the accountant host")
+            return
+        sev = OK if age < 3 * 300 else WARNING
+        self.add(sev, "accountant", f"last successful run {age / 60:.0f} min ago ({path})",
+                 "systemctl status stune-fairshare.timer")
+
+    def check_sampler(self, nodes) -> None:
+        """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
+        summary (AdminComment) of the last GPU job that ended on the node within a day. Its per-GPU means
+        for that node are measured only where the sampler ran."""
+        from ..slurm import expand_hostlist, tres_value
+        from ..usage import summary
+
+        gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres)}
+        if not gpu_nodes:
+            return
+        try:
+            rows = self.slurm.sacct(["JobIDRaw", "End", "NodeList", "AllocTRES", "AdminComment"],
+                                    start="now-1days", end="now")
+        except StuneError as exc:
+            self.add(WARNING, "sampler", f"cannot read the accounting records: {exc}")
+            return
+        last: dict[str, tuple[int, dict]] = {}
+        for row in rows:
+            try:
+                ended = int(row.get("End") or 0)
+                gpus = float(tres_value(row.get("AllocTRES", ""), "gres/gpu") or 0)
+            except ValueError:
+                continue
+            if ended <= 0 or gpus <= 0:
+                continue
+            for name in set(expand_hostlist(row.get("NodeList", ""))) & gpu_nodes:
+                if name not in last or ended > last[name][0]:
+                    last[name] = (ended, row)
+        idle, unstored, unsampled, sampled = [], [], [], []
+        for name in sorted(gpu_nodes):
+            if name not in last:
+                idle.append(name)
+                continue
+            row = last[name][1]
+            found = summary.parse(row.get("AdminComment", ""))
+            if found is None:
+                unstored.append(f"{name} (job {row.get('JobIDRaw')})")
+            elif any(g.node == name and g.sm is not None for g in found.per_gpu):
+                sampled.append(name)
+            else:
+                unsampled.append(f"{name} (job {row.get('JobIDRaw')})")
+        if unsampled:  # a warning: the accountant treats unmeasured GPU time by its coverage rule, no harm done
+            self.add(WARNING, "sampler", f"not sampling on {', '.join(unsampled)}: the last GPU job's usage summary "
+                     "has no measurement from there", "systemctl enable --now stune-gpu-sampler on those nodes")
+        if unstored:
+            self.add(WARNING, "sampler", f"no usage summary stored for the last GPU job on {', '.join(unstored)}: "
+                     "cannot tell whether the sampler runs there", "check the node epilog 20-stune-usage and "
+                     "EpilogSlurmctld (stune-usage-slurmctld)")
+        if idle:
+            self.add(WARNING, "sampler", f"no GPU job ended on {', '.join(idle)} within a day: cannot tell whether "
+                     "the sampler runs there", "systemctl is-active stune-gpu-sampler on those nodes")
+        if sampled:
+            self.add(OK, "sampler", f"measured the last GPU job on {', '.join(sampled)}")
+
+    def matrix_table(self) -> str:
+        if not self.matrix:
+            return ""
+        header = ("node",) + FACT_KEYS
+        rows = [header] + [(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a GRES string: gpu:4, gpu:a100:8(S:0-1), gpu:2,shard:8."""
+    total = 0
+    for part in gres.split(","):
+        fields = part.split("(")[0].split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit() and len(fields) > 1:
+            total += int(fields[-1])
+    return total
+
+
+def facts_from_snapshot(snap: dict) -> dict[str, str]:
+    """The version-matrix row of one capture: '?' where the capture does not say, 'none' where it answered
+    that there is none (a TCP-only node has no HCA)."""
+    def one(values, answered_empty: bool = False) -> str:
+        values = sorted({str(v) for v in values if v})
+        return "/".join(values) if values else ("none" if answered_empty else "?")
+
+    gpus = snap.get("gpus") if isinstance(snap.get("gpus"), dict) else {}
+    devices = gpus.get("devices") if isinstance(gpus.get("devices"), list) else []
+    ib = snap.get("ib") if isinstance(snap.get("ib"), dict) else {}
+    hcas = ib.get("devices") if isinstance(ib.get("devices"), dict) else {}
+    kernel = snap.get("kernel") if isinstance(snap.get("kernel"), dict) else {}
+    no_hca = ib.get("answered") is True and not hcas
+    return {"gpu_model": one(d.get("name") for d in devices if isinstance(d, dict)),
+            "driver": one([gpus.get("driver_version")]), "cuda": one([gpus.get("cuda_driver_version")]),
+            "nccl": one([snap.get("nccl_version")]),
+            "hca_model": one((h.get("hca_type") for h in hcas.values() if isinstance(h, dict)), no_hca),
+            "hca_fw": one((h.get("fw_ver") for h in hcas.values() if isinstance(h, dict)), no_hca),
+            "kernel": one([kernel.get("release"), snap.get("kernel_release")])}
+
+
+def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, conf_given: bool = False) -> Doctor:
+    """`conf_given`: layout.slurm_conf is the file to judge; otherwise the env file's SLURM_CONF is."""
+    doc = Doctor(env_file, layout, facts_dir, slurm)
+    doc.check_env_file()
+    doc.check_hooks(roles)
+    if doc.env:
+        doc.check_spool()
+    profiles = doc.load_profiles()
+    conf = SlurmConf(layout.slurm_conf if conf_given else doc.env.get("SLURM_CONF") or layout.slurm_conf)
+    with_gpus = {n for n, p in profiles.items() if (p.gpu.count or 0) > 0} | set(gpu_partitions(conf))
+    doc.check_slurm_conf(conf, roles, sorted(with_gpus))
+    nodes = doc.check_cluster(profiles)
+    if nodes:
+        doc.check_nodes(nodes)
+        doc.check_sampler(nodes)
+    if shipped.CONTROLLER in roles:
+        doc.check_accountant()
+    return doc
+
+
+def as_json(doc: Doctor) -> str:
+    return json.dumps({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
+                       "errors": sum(f.severity == ERROR for f in doc.findings),
+                       "warnings": sum(f.severity == WARNING for f in doc.findings)}, indent=1)

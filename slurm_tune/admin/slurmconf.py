@@ -1,0 +1,296 @@
+"""slurm.conf as the admin wrote it (Include followed), the settings stune needs, and the lines to add.
+
+One table (`requirements`) serves both `stune-admin install` (it prints what is missing as a diff against
+the live file) and `stune-admin doctor` (it reports each as a finding). The file is read, not `scontrol show
+config`: Slurm 25.x no longer prints Prolog/Epilog/EpilogSlurmctld there, and the admin edits the file.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import glob
+import os
+import re
+from dataclasses import dataclass
+
+RECORD_KEYS = frozenset(("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname"))
+# Slurm's defaults for the settings judged here, when slurm.conf does not set them.
+DEFAULTS = {"prologflags": "", "prioritytype": "priority/basic", "prioritycalcperiod": "5",
+            "healthcheckinterval": "0", "healthchecknodestate": "ANY", "schedulerparameters": "",
+            "accountingstoragetres": "", "accountingstorageenforce": "", "priorityweightfairshare": "0", "taskplugin": ""}
+
+
+@dataclass
+class Setting:
+    key: str
+    value: str
+    path: str
+    line: int
+
+
+class SlurmConf:
+    """Parameters (last one wins, as in Slurm) and records (NodeName=..., PartitionName=...)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.params: dict[str, Setting] = {}
+        self.every: dict[str, list[Setting]] = {}   # keys given more than once (SlurmctldHost for backups)
+        self.records: list[dict[str, str]] = []
+        self.problems: list[str] = []
+        self.text = ""
+        self.found = False
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                self.text = fh.read()
+            self.found = True
+        except OSError as exc:
+            self.problems.append(f"{path}: cannot read: {exc.strerror}")
+            return
+        self._parse(path, self.text, depth=0)
+
+    def _parse(self, path: str, text: str, depth: int) -> None:
+        for number, raw in enumerate(text.splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            head, _, rest = line.partition(" ")
+            if head.lower() == "include" and rest.strip():
+                self._include(path, rest.strip(), depth)
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                continue
+            key = key.strip()
+            if key.lower() in RECORD_KEYS:
+                self.records.append(_record(line))
+            else:
+                setting = Setting(key, value.strip(), path, number)
+                self.params[key.lower()] = setting
+                self.every.setdefault(key.lower(), []).append(setting)
+
+    def _include(self, path: str, target: str, depth: int) -> None:
+        if depth > 8:
+            self.problems.append(f"{path}: Include nested too deep")
+            return
+        target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)
+        for name in sorted(glob.glob(target)) or [target]:
+            try:
+                with open(name, encoding="utf-8", errors="replace") as fh:
+                    self._parse(name, fh.read(), depth + 1)
+            except OSError as exc:
+                self.problems.append(f"{name}: Include cannot be read: {exc.strerror}")
+
+    def get(self, key: str) -> str:
+        s = self.params.get(key.lower())
+        return s.value if s else DEFAULTS.get(key.lower(), "")
+
+    def where(self, key: str) -> str:
+        s = self.params.get(key.lower())
+        return f"{s.path}:{s.line}" if s else f"{self.path} (not set)"
+
+    def partitions(self) -> dict[str, dict[str, str]]:
+        return {r["PartitionName"]: r for r in self.records if "PartitionName" in r}
+
+    def nodes(self) -> list[dict[str, str]]:
+        return [r for r in self.records if "NodeName" in r]
+
+
+def _record(line: str) -> dict[str, str]:
+    rec = {}
+    for token in re.findall(r'(\S+?=(?:"[^"]*"|\S*))', line):
+        k, _, v = token.partition("=")
+        rec[k] = v.strip('"')
+    return rec
+
+
+def read_key_values(path: str) -> dict[str, str] | None:
+    """cgroup.conf / gres.conf style `Key=Value` lines, keys lower-cased; None when the file is missing."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    out = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        k, sep, v = line.partition("=")
+        if sep and " " not in k.strip():
+            out[k.strip().lower()] = v.strip()
+    return out
+
+
+def seconds(text: str, unit_s: int = 60) -> float | None:
+    """A Slurm duration ("5", "00:01:00", "1-0", "300 sec"); plain numbers are in `unit_s`."""
+    text = text.strip().lower().replace(" sec", "")
+    if not text:
+        return None
+    try:
+        if re.fullmatch(r"\d+", text):
+            return int(text) * unit_s
+        days = 0
+        if "-" in text:
+            d, text = text.split("-", 1)
+            days = int(d)
+        parts = [int(p) for p in text.split(":")] if text else [0]
+        while len(parts) < 3:
+            parts.append(0) if days else parts.insert(0, 0)
+        h, m, s = parts[-3:]
+        return days * 86400 + h * 3600 + m * 60 + s
+    except ValueError:
+        return None
+
+
+def glob_reaches(pattern: str, path: str) -> bool:
+    """Whether a Prolog/Epilog value (a path, a glob, or a comma list of them) runs `path`."""
+    return any(fnmatch.fnmatchcase(path, p.strip()) for p in pattern.split(",") if p.strip())
+
+
+@dataclass
+class Need:
+    """One slurm.conf setting stune relies on: the check and the line that fixes it."""
+
+    key: str
+    ok: bool
+    have: str
+    line: str      # what to write (the whole Key=Value line)
+    why: str
+    severity: str = "error"   # when not ok
+
+
+def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> list[Need]:
+    """What stune needs in slurm.conf. `paths`: prolog_dir, epilog_dir, health_run, task_prolog,
+    epilog_slurmctld (where install placed them)."""
+    needs: list[Need] = []
+    get = conf.get
+
+    def add(key, ok, line, why, severity="error"):
+        needs.append(Need(key, ok, get(key) or "(not set)", line, why, severity))
+
+    flags = [f.strip().lower() for f in get("PrologFlags").split(",")]
+    add("PrologFlags", "alloc" in flags,
+        "PrologFlags=" + ",".join([f for f in get("PrologFlags").split(",") if f.strip()] + ["Alloc"]),
+        "the prolog runs on every node at allocation, before any step")
+    for key, kind in (("Prolog", "prolog_dir"), ("Epilog", "epilog_dir")):
+        directory = paths[kind]
+        hooks = [os.path.join(directory, n) for n in (("10-stune-health", "20-stune-jobgpus") if key == "Prolog"
+                                                       else ("10-stune-health", "20-stune-usage", "30-stune-stage"))]
+        value = get(key)
+        why = f"the glob must reach stune's hooks in {directory}"
+        if value and not value.endswith("*"):
+            why += f"; move your current {key} script {value} into {directory} (e.g. as 00-site) so it still runs"
+        add(key, bool(value) and all(glob_reaches(value, h) for h in hooks), f"{key}={directory}/*", why)
+    sched = [p.strip().lower() for p in get("SchedulerParameters").split(",")]
+    add("SchedulerParameters", "nohold_on_prolog_fail" in sched,
+        "SchedulerParameters=" + ",".join([p for p in get("SchedulerParameters").split(",") if p.strip()]
+                                          + ["nohold_on_prolog_fail"]),
+        "a job a failed prolog requeued runs elsewhere instead of being held")
+    add("HealthCheckProgram", get("HealthCheckProgram") == paths["health_run"],
+        f"HealthCheckProgram={paths['health_run']}", "the periodic full check that drains, marks and resumes")
+    interval = seconds(get("HealthCheckInterval"), 1) or 0
+    add("HealthCheckInterval", interval > 0, "HealthCheckInterval=300", "0 never runs the health check")
+    state = get("HealthCheckNodeState").upper()
+    add("HealthCheckNodeState", "ANY" in state or "MIXED" in state and "ALLOC" in state,
+        "HealthCheckNodeState=ANY,CYCLE", "busy nodes must be checked too (CYCLE spreads the runs)", "warning")
+    if role in ("node", "all"):
+        add("TaskProlog", get("TaskProlog") == paths["task_prolog"], f"TaskProlog={paths['task_prolog']}",
+            "per-node NCCL settings and staged datasets for every task")
+    if role in ("controller", "all"):
+        add("EpilogSlurmctld", get("EpilogSlurmctld") == paths["epilog_slurmctld"],
+            f"EpilogSlurmctld={paths['epilog_slurmctld']}",
+            "stores each job's GPU usage in AdminComment (read only when slurmctld starts: restart it)")
+    add("PriorityType", get("PriorityType") == "priority/multifactor", "PriorityType=priority/multifactor",
+        "the accountant feeds priority through SiteFactor")
+    try:
+        weight = float(get("PriorityWeightFairshare") or 0)
+    except ValueError:
+        weight = 0
+    add("PriorityWeightFairshare", weight > 0, "PriorityWeightFairshare=10000", "fair share must weigh in priority")
+    tres = [t.strip().lower() for t in get("AccountingStorageTRES").split(",")]
+    add("AccountingStorageTRES", "gres/gpu" in tres,
+        "AccountingStorageTRES=" + ",".join([t for t in get("AccountingStorageTRES").split(",") if t.strip()]
+                                            + ["gres/gpu"]),
+        "GPUs must be accounted (gres/gpu in AllocTRES)")
+    enforce = [e.strip().lower() for e in get("AccountingStorageEnforce").split(",")]
+    add("AccountingStorageEnforce", "associations" in enforce and "limits" in enforce,
+        "AccountingStorageEnforce=" + ",".join(dict.fromkeys([e for e in enforce if e] + ["associations", "limits"])),
+        "jobs need an association to be charged; `limits` charges a finished job's last partial PriorityCalcPeriod",
+        "warning")
+    period = seconds(get("PriorityCalcPeriod"), 60)
+    add("PriorityCalcPeriod", period is not None and period <= 300, "PriorityCalcPeriod=1",
+        f"priorities are recomputed every {get('PriorityCalcPeriod')} (minutes): users see SiteFactor changes "
+        "that late", "warning")
+    return needs
+
+
+def gpu_partitions(conf: SlurmConf) -> list[str]:
+    """Partitions whose nodes have GPUs in their Gres= (from slurm.conf alone, no profile needed)."""
+    from ..slurm import expand_hostlist
+
+    gpu_nodes: set[str] = set()
+    for rec in conf.nodes():
+        if any(g.split(":")[0] == "gpu" for g in rec.get("Gres", "").split(",")):
+            gpu_nodes.update(expand_hostlist(rec.get("NodeName", "")))
+    out = []
+    for name, rec in conf.partitions().items():
+        nodes = rec.get("Nodes", "")
+        if gpu_nodes and (nodes.upper() == "ALL" or gpu_nodes & set(expand_hostlist(nodes))):
+            out.append(name)
+    return out
+
+
+def partition_needs(conf: SlurmConf, gpu_partitions: list[str]) -> list[Need]:
+    """TRESBillingWeights with GRES/gpu on each GPU partition (the accountant weighs GPU-hours by it)."""
+    out = []
+    parts = conf.partitions()
+    for name in gpu_partitions:
+        rec = parts.get(name)
+        if rec is None:
+            continue
+        weights = rec.get("TRESBillingWeights", "")
+        ok = "gres/gpu" in weights.lower()
+        out.append(Need(f"PartitionName={name} TRESBillingWeights", ok, weights or "(not set)",
+                        f'TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"',
+                        "without a GPU weight the accountant has nothing to weigh", "error"))
+    return out
+
+
+def diff_against(path: str, text: str, needs: list[Need]) -> str:
+    """A unified diff of `path` with each unmet need's line replacing the live one (or appended)."""
+    missing = [n for n in needs if not n.ok and "=" in n.line]
+    if not missing:
+        return ""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    new = list(lines)
+    appended = []
+    for need in missing:
+        if need.key.startswith("PartitionName="):
+            _weigh_gpus(new, need.key.split()[0].split("=", 1)[1])
+            continue
+        pattern = re.compile(rf"^\s*{re.escape(need.key)}\s*=", re.I)
+        idx = next((i for i, l in enumerate(new) if pattern.match(l)), None)
+        if idx is None:
+            appended.append(need.line + "\n")
+        else:
+            new[idx] = need.line + "\n"
+    if appended:
+        new += ["# stune (stune-admin install)\n"] + appended
+    return "".join(difflib.unified_diff(lines, new, path, path + " (with stune)"))
+
+
+def _weigh_gpus(lines: list[str], partition: str) -> None:
+    """Add GRES/gpu to the partition line's TRESBillingWeights (or the whole attribute) in place."""
+    pattern = re.compile(rf"^\s*PartitionName={re.escape(partition)}(\s|$)", re.I)
+    for i, line in enumerate(lines):
+        if not pattern.match(line):
+            continue
+        body, hash_, comment = line.rstrip("\n").partition("#")
+        m = re.search(r'TRESBillingWeights=("?)([^"\s]*)\1', body, re.I)
+        if m:
+            weights = m.group(2) + ("," if m.group(2) else "") + "GRES/gpu=8.0"
+            body = body[:m.start()] + f'TRESBillingWeights="{weights}"' + body[m.end():]
+        else:
+            body = body.rstrip() + ' TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"'
+        lines[i] = body.rstrip() + (f" {hash_}{comment}" if hash_ else "") + "\n"
+        return

@@ -1,0 +1,248 @@
+"""stune-admin install / uninstall against a temporary root, the Slurm lines it asks for, the shipped files,
+the TaskProlog wrapper, and the wheel (built, installed into a fresh venv outside the checkout)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from slurm_tune.admin import shipped
+from slurm_tune.admin.slurmconf import SlurmConf, diff_against, requirements
+from slurm_tune.cli.admin import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_admin(capsys, *argv) -> tuple[int, str]:
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_install_places_everything_then_a_second_run_changes_nothing(tmp_path, capsys):
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all")
+    assert rc == 0, out
+    for piece in shipped.PIECES:
+        where = {"prolog_dir": "etc/slurm/prolog.d", "epilog_dir": "etc/slurm/epilog.d", "slurm_etc": "etc/slurm",
+                 "unit_dir": "etc/systemd/system"}[piece.place]
+        path = tmp_path / where / piece.name
+        assert path.is_file(), path
+        assert path.stat().st_mode & 0o777 == piece.mode
+    env = (tmp_path / "etc/default/stune").read_text()
+    assert f"STUNE_STATE_DIR={tmp_path}/var/lib/stune/health" in env
+    assert f"STUNE_BIN={Path(sys.executable).parent}" in env
+    # hooks and units are pointed at this install's env file and bin dir
+    assert f"STUNE_ENV_FILE:-{tmp_path}/etc/default/stune" in (tmp_path / "etc/slurm/prolog.d/10-stune-health").read_text()
+    unit = (tmp_path / "etc/systemd/system/stune-gpu-sampler.service").read_text()
+    assert f"ExecStart={Path(sys.executable).parent}/stune-gpu-sampler run" in unit
+    assert f"EnvironmentFile=-{tmp_path}/etc/default/stune" in unit
+    assert not list((tmp_path / "etc/systemd/system").glob("*.wants"))  # installed, not enabled
+    spool = tmp_path / "var/spool/stune/usage"
+    assert spool.is_dir() and spool.stat().st_mode & 0o7777 in (0o2775, 0o755)
+    assert "PrologFlags=Alloc" in out and "ConstrainDevices=yes" in out
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all")
+    assert rc == 0 and "nothing changed" in out and "placed" not in out
+
+
+def test_an_edited_file_is_kept_with_its_diff_until_force(tmp_path, capsys):
+    run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node")
+    env = tmp_path / "etc/default/stune"
+    env.write_text(env.read_text() + "STUNE_HEALTH_PARTITION=hdr\n")
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node")
+    assert rc == 3
+    assert "kept (edited by an admin" in out and "-STUNE_HEALTH_PARTITION=hdr" in out
+    assert "STUNE_HEALTH_PARTITION=hdr" in env.read_text()
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node", "--force")
+    assert rc == 0 and "replaced (--force)" in out
+    assert "\nSTUNE_HEALTH_PARTITION=hdr" not in env.read_text()
+
+
+def test_a_file_stune_placed_is_updated_and_a_missing_one_restored(tmp_path, capsys):
+    run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node")
+    hook = tmp_path / "etc/slurm/prolog.d/10-stune-health"
+    hook.unlink()
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node")
+    assert rc == 0 and f"placed: {hook}" in out and hook.exists()
+
+
+def test_dry_run_writes_nothing(tmp_path, capsys):
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--dry-run", "--role", "all")
+    assert rc == 0 and "would be placed" in out and "nothing was written" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_uninstall_removes_exactly_what_install_placed(tmp_path, capsys):
+    mine = tmp_path / "etc/slurm/prolog.d/50-site-own"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("#!/bin/sh\n")
+    run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all")
+    (tmp_path / "var/lib/stune/health/state.json").write_text("{}")  # data a hook wrote
+    rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path))
+    assert rc == 0 and "left in place" in out, out  # the state dir holds data: kept, said
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["etc/slurm/prolog.d/50-site-own", "var/lib/stune/health/state.json",
+]
+
+
+def test_set_rejects_a_bad_name(tmp_path, capsys):
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--set", "bad name=1")
+    assert rc == 1 and "--set" in out and "Traceback" not in out
+
+
+def test_requirements_and_diff_against_a_live_slurm_conf(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\nSchedulerParameters=bf_interval=5\nPrologFlags=Contain\n"
+                    "Prolog=/etc/slurm/prolog.d/*\nPriorityCalcPeriod=10\n"
+                    "PartitionName=gpu Nodes=n[1-2] TRESBillingWeights=\"CPU=1.0,GRES/gpu=4\"\n")
+    parsed = SlurmConf(str(conf))
+    paths = {"prolog_dir": "/etc/slurm/prolog.d", "epilog_dir": "/etc/slurm/epilog.d",
+             "health_run": "/etc/slurm/stune-health-run", "task_prolog": "/etc/slurm/stune-task-prolog",
+             "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld"}
+    needs = {n.key: n for n in requirements(parsed, paths)}
+    assert needs["Prolog"].ok and not needs["Epilog"].ok
+    assert not needs["PrologFlags"].ok and needs["PrologFlags"].line == "PrologFlags=Contain,Alloc"
+    assert needs["SchedulerParameters"].line == "SchedulerParameters=bf_interval=5,nohold_on_prolog_fail"
+    assert not needs["PriorityCalcPeriod"].ok and needs["PriorityCalcPeriod"].severity == "warning"
+    diff = diff_against(str(conf), parsed.text, list(needs.values()))
+    assert "\n-PrologFlags=Contain\n" in diff and "\n+PrologFlags=Contain,Alloc\n" in diff
+    assert "+Epilog=/etc/slurm/epilog.d/*" in diff
+    assert parsed.partitions()["gpu"]["TRESBillingWeights"] == "CPU=1.0,GRES/gpu=4"
+
+
+def test_the_taskprolog_wrapper_reads_the_env_file(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "stune-task-prolog"
+    fake.write_text("#!/bin/sh\necho \"export SEEN=$STUNE_PARTITIONS\"\n")
+    fake.chmod(0o755)
+    env_file = tmp_path / "stune"
+    env_file.write_text(f"STUNE_BIN={bin_dir}\nSTUNE_PARTITIONS=/site/profiles\n")
+    out = subprocess.run([str(REPO / "prolog/stune-task-prolog")], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "STUNE_ENV_FILE": str(env_file)}, timeout=30)
+    assert out.returncode == 0 and out.stdout == "export SEEN=/site/profiles\n"
+
+
+def test_the_shipped_pieces_exist_in_the_tree_and_setup_cfg_ships_them():
+    cfg = (REPO / "setup.cfg").read_text()
+    for piece in shipped.PIECES:
+        assert (REPO / piece.source).is_file()
+        assert piece.source in cfg, piece.source
+    placed = {piece.source for piece in shipped.PIECES}
+    for hook in list((REPO / "prolog").iterdir()) + list((REPO / "epilog").iterdir()):
+        assert f"{hook.parent.name}/{hook.name}" in cfg, f"{hook} is not shipped in the wheel"
+        if hook.suffix != ".md":  # a new hook must be placed by stune-admin install too (shipped.PIECES)
+            assert f"{hook.parent.name}/{hook.name}" in placed, f"{hook} is not placed by stune-admin install"
+
+
+def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
+    """Build the wheel from a clean copy, install it into a fresh venv, and run install/doctor/uninstall
+    from there against a temporary root: what a site gets from an index."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build"))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+                    str(src)], check=True, capture_output=True, timeout=600)
+    wheel = next(wheels.glob("slurm_tune-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for piece in shipped.PIECES:
+        assert any(n.endswith(f"/data/share/slurm-tune/{piece.source}") for n in names), piece.source
+    subprocess.run([sys.executable, "-c", "from setuptools import build_meta; build_meta.build_sdist('sdist')"],
+                   cwd=src, check=True, capture_output=True, timeout=300)
+    import tarfile
+
+    sdist_names = tarfile.open(next((src / "sdist").glob("*.tar.gz"))).getnames()
+    for piece in shipped.PIECES:
+        assert any(n.endswith(f"/{piece.source}") for n in sdist_names), piece.source
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   capture_output=True, timeout=300)
+    root = tmp_path / "root"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    admin = str(venv / "bin/stune-admin")
+    first = subprocess.run([admin, "install", "--prefix", str(root), "--role", "all"], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=120)
+    assert first.returncode == 0, first.stderr
+    hook = root / "etc/slurm/prolog.d/10-stune-health"
+    assert hook.read_bytes() == (REPO / "prolog/10-stune-health").read_bytes().replace(
+        b"/etc/default/stune}", f"{root}/etc/default/stune}}".encode())
+    assert f"STUNE_BIN={venv}/bin" in (root / "etc/default/stune").read_text()
+    second = subprocess.run([admin, "install", "--prefix", str(root), "--role", "all"], capture_output=True,
+                            text=True, env=env, cwd=tmp_path, timeout=120)
+    assert second.returncode == 0 and "nothing changed" in second.stdout
+    # doctor, without a cluster: it names what is missing, and does not hang on the absent Slurm
+    (root / "etc/slurm/slurm.conf").write_text(f"ClusterName=none\nSlurmctldHost=nowhere\n"
+                                               f"Prolog={root}/etc/slurm/prolog.d/*\n")
+    doctor = subprocess.run([admin, "doctor", "--prefix", str(root), "--role", "all", "--json", "--timeout", "5"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert doctor.returncode == 1, doctor.stderr
+    findings = json.loads(doctor.stdout)["findings"]
+    keys = {f["subject"] for f in findings if f["severity"] == "error"}
+    assert {"PrologFlags", "TaskProlog", "profiles"} <= keys, keys
+    assert any(f["subject"] == "Prolog" and f["severity"] == "ok" for f in findings)
+    assert any(f["subject"] == "Prolog: fast health checks" and f["severity"] == "ok" for f in findings)
+    gone = subprocess.run([admin, "uninstall", "--prefix", str(root)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert gone.returncode == 0, gone.stdout
+    assert [p for p in root.rglob("*") if p.is_file()] == [root / "etc/slurm/slurm.conf"]  # the admin's file stays
+
+
+def test_roles_are_detected_from_slurm_conf(tmp_path, monkeypatch):
+    from slurm_tune.admin import install as inst
+
+    monkeypatch.setattr(inst.socket, "gethostname", lambda: "ctl2.example.org")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=ctl1(10.0.0.1)\nSlurmctldHost=ctl2\nNodeName=gpu[01-16] Gres=gpu:8\n")
+    roles, why = inst.detect_roles(SlurmConf(str(conf)))
+    assert roles == {"controller"} and "ctl2" in why  # a backup controller is a controller too
+    monkeypatch.setattr(inst.socket, "gethostname", lambda: "gpu07")
+    assert inst.detect_roles(SlurmConf(str(conf)))[0] == {"node"}
+    monkeypatch.setattr(inst.socket, "gethostname", lambda: "login1")
+    monkeypatch.setattr(inst.os.path, "exists", lambda p: False)
+    roles, why = inst.detect_roles(SlurmConf(str(conf)))
+    assert roles == set() and "neither a node nor the controller" in why
+
+
+def test_install_without_a_detected_role_asks_for_one(tmp_path, capsys, monkeypatch):
+    from slurm_tune.admin import install as inst
+
+    monkeypatch.setattr(inst, "detect_roles", lambda conf: (set(), "login1 is neither a node nor the controller"))
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path))
+    assert rc == 1 and "pass --role node, controller or all" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_set_moves_the_directories_install_creates(tmp_path, capsys):
+    shared = tmp_path / "shared/stune/usage"
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path / "root"), "--role", "all",
+                        f"--set=STUNE_USAGE_SPOOL={shared}", f"--set=STUNE_STATE_DIR={tmp_path}/nodes/%n/health")
+    assert rc == 0, out
+    assert shared.is_dir() and not (tmp_path / "root/var/spool/stune/usage").exists()
+    assert not (tmp_path / "nodes").exists()  # per-node: the hooks create it
+    env = (tmp_path / "root/etc/default/stune").read_text()
+    assert f"STUNE_USAGE_SPOOL={shared}\n" in env and f"STUNE_STATE_DIR={tmp_path}/nodes/%n/health\n" in env
+
+
+def test_the_diff_weighs_gpus_on_gpu_partitions_only(tmp_path):
+    from slurm_tune.admin.slurmconf import gpu_partitions, partition_needs
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("NodeName=gpu[01-04] Gres=gpu:a100:8 CPUs=64\nNodeName=cpu[01-02] CPUs=64\n"
+                    'PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0" # GPU nodes\n'
+                    "PartitionName=cpu Nodes=cpu[01-02] Default=YES\n"
+                    "PartitionName=all Nodes=ALL\n")
+    parsed = SlurmConf(str(conf))
+    assert gpu_partitions(parsed) == ["a100", "all"]
+    diff = diff_against(str(conf), parsed.text, partition_needs(parsed, gpu_partitions(parsed)))
+    assert '+PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" # GPU nodes\n' in diff
+    assert '+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"\n' in diff
+    assert "+PartitionName=cpu" not in diff and "-PartitionName=cpu" not in diff
+
+
+def test_enable_is_refused_with_a_prefix(tmp_path, capsys):
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--enable")
+    assert rc == 1 and "--enable starts this host's units: only without --prefix" in out
+    assert list(tmp_path.iterdir()) == []
