@@ -114,7 +114,12 @@ def test_a_port_down_drains_the_node_requeues_the_job_and_resumes_when_fixed(hea
     assert doc["sync"] in ("the prolog failed this node", "the epilog failed this node")  # Slurm runs both
     n1 = slurm.node("n1")
     assert n1.drain and n1.reason == "stune: mlx5_2/1 state DOWN"
-    slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # skip Slurm's 2-minute requeue delay
+    def started() -> bool:  # skip Slurm's 2-minute requeue delay, again if the failed epilog requeued it again
+        queued = slurm.job(job)
+        if queued.state == "PENDING" and queued.reason == "BeginTime":
+            slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        return queued.state != "PENDING"
+    wait_until("the requeued job to start", started, timeout=90, interval=1)
     assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
     ran_on = (shared_tmp / f"out-{job}.txt").read_text().split()[-1]
     assert ran_on in ("n2", "n3")
