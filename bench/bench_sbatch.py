@@ -1,6 +1,7 @@
 """stune-sbatch's own cost: `stune-sbatch --parsable` against plain `sbatch --parsable` and a bare interpreter.
 
-Goal (issue 4): stune-sbatch minus sbatch <= 1.5x the bare `python -c pass` of the same interpreter, timed in
+Goal (issue 4): stune-sbatch minus sbatch <= 1.5x the bare `python3 -I -S -c pass` of the same interpreter
+(no site import: the strictest start-up baseline; `python -c pass` is shown too), timed in
 the same run against the local cluster. Every submission is real (held with -H, so nothing runs; they are
 cancelled afterwards) and recorded in a throw-away history, as a user's would be.
 
@@ -41,6 +42,7 @@ def main() -> int:
     job = ["--parsable", "-H", "-o", "/dev/null", "-J", "bench", "--wrap", "true"]
     stune = os.path.join(bindir, "stune-sbatch")
     commands = {
+        "python3 -I -S -c pass": lambda: time_once([sys.executable, "-I", "-S", "-c", "pass"], env=env, cwd=tmp),
         "python -c pass": lambda: time_once([sys.executable, "-c", "pass"], env=env, cwd=tmp),
         "sbatch -p roce": lambda: time_once(["sbatch", "-p", "roce", *job], env=env, cwd=tmp),
         "stune-sbatch -p roce": lambda: time_once([stune, "-p", "roce", *job], env=env, cwd=tmp),
@@ -48,11 +50,11 @@ def main() -> int:
         "stune-sbatch -p hdr -N 2": lambda: time_once([stune, "-p", "hdr", "-N", "2", *job], env=env, cwd=tmp),
     }
     try:
-        result = compare("sbatch", commands, rounds=rounds, baseline="python -c pass")
+        result = compare("sbatch", commands, rounds=rounds, baseline="python3 -I -S -c pass")
     finally:
         subprocess.run(["scancel", "-n", "bench"], env=env, check=False)
     med = result["median_s"]
-    bare = med["python -c pass"]
+    bare = med["python3 -I -S -c pass"]
     print()
     for key in ("stune-sbatch -p roce", "stune-sbatch (default partition)", "stune-sbatch -p hdr -N 2"):
         extra = med[key] - med["sbatch -p roce"]
@@ -72,12 +74,12 @@ def taskprolog(env: dict, tmp: str, rounds: int) -> None:
     root = Path(tmp) / "node"
     hwtrees.h100_roce(root)
     tp_env = dict(env, SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", SLURM_LOCALID="0",
-                  STUNE_SYSFS_ROOT=str(root))
+                  STUNE_SYSFS_ROOT=str(root), SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="n[1-2]")
     prolog = os.path.join(os.path.dirname(sys.executable), "stune-task-prolog")
     compare("taskprolog", {
-        "python -c pass": lambda: time_once([sys.executable, "-c", "pass"], env=tp_env, cwd=tmp),
+        "python3 -I -S -c pass": lambda: time_once([sys.executable, "-I", "-S", "-c", "pass"], env=tp_env, cwd=tmp),
         "stune-task-prolog (roce)": lambda: time_once([prolog], env=tp_env, cwd=tmp),
-    }, rounds=rounds, baseline="python -c pass")
+    }, rounds=rounds, baseline="python3 -I -S -c pass")
 
 
 if __name__ == "__main__":

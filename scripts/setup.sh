@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="python3 python3-venv python3-dev munge mariadb-server mariadb-client slurmctld slurmd slurmdbd slurm-client
-      hwloc util-linux procps"
+      hwloc util-linux procps fio iperf3"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -40,6 +40,16 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   # which would double the start-up cost of the prolog and stune-sbatch.
   .venv/bin/python -m pip install -q -e ".[nvml,reports,accountant,test]" --config-settings editable_mode=compat
   touch "$stamp"
+fi
+
+# torch (CPU) for the distributed-training template tests (tests/test_sbatch_torch.py: gloo on two dev-cluster
+# nodes). Pinned to the local +cpu build: PyPI carries no +cpu version, so pip can never fall back to the
+# multi-gigabyte CUDA wheel. Where no such wheel is offered, say so once; those tests then fail with the reason.
+TORCH_VERSION=2.13.0+cpu
+if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$TORCH_VERSION')" \
+    2>/dev/null; then
+  .venv/bin/python -m pip install -q --only-binary=:all: "torch==$TORCH_VERSION" >/dev/null 2>&1 \
+    || echo "setup.sh: torch $TORCH_VERSION is not available to pip here (no local wheel): the PyTorch template tests will fail" >&2
 fi
 
 # Test jobs run as unprivileged users (stune-alice, stune-bob): they need to reach the checkout and the venv.

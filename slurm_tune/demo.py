@@ -59,6 +59,127 @@ def broken_copy(snapshot: Path, directory: str) -> str:
     return path
 
 
+def utilization_copy(snapshot: Path, path: Path, sm: float, watts: float) -> str:
+    """The captured node with every GPU at `sm` % utilization and `watts` (what the sampler reads)."""
+    snap = json.loads(snapshot.read_text())
+    for dev in snap["gpus"]["devices"][:4]:
+        dev["utilization"] = {"gpu": sm, "memory": sm / 3}
+        dev["power_w"] = watts
+        dev["processes"] = [{"pid": 4242}]
+    snap["gpus"]["devices"] = snap["gpus"]["devices"][:4]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(snap))
+    tmp.replace(path)
+    return str(path)
+
+
+def fair_share_demo(slurm: Slurm, workdir: str) -> None:
+    """Two users, the same GPU jobs: alice's GPUs busy (n1), bob's idle (n2). The usage pipeline runs as
+    installed on a cluster (prolog record, a sampler per node, epilog summary, EpilogSlurmctld into
+    AdminComment); then the accountant, the report, `explain`, `job`, and sprio with both waiting."""
+    from .devcluster import DevCluster
+
+    cluster = DevCluster()
+    root = Path(workdir)
+    jobs_dir = root / "jobs"
+    jobs_dir.mkdir()
+    jobs_dir.chmod(0o777)
+    root.chmod(0o711)
+    spool = root / "spool"
+    spool.mkdir()
+    spool.chmod(0o2775)
+    bin_dir = os.path.dirname(sys.executable)
+    started = int(time.time())
+    config = root / "fairshare.yaml"
+    config.write_text(f"accountant:\n  state_dir: {root / 'state'}\n  settle_delay: 0\n  initial_history: 1h\n"
+                      f"usage:\n  spool_dir: {spool}\n  interval: 0.5\n  collect_wait: 20\n")
+    config.chmod(0o644)
+    usage = f"{cluster.layout.root}/nodes/%n/usage"
+    os.environ.update(STUNE_FAIRSHARE_CONFIG=str(config), STUNE_USAGE_SPOOL=str(spool), STUNE_USAGE_DIR=usage)
+    env_line = (f"export STUNE_USAGE_DIR={cluster.layout.root}/nodes/$SLURMD_NODENAME/usage "
+                f"STUNE_USAGE_SPOOL={spool} STUNE_BIN={bin_dir} STUNE_FAIRSHARE_CONFIG={config}")
+    cluster.install_hook("prolog", "20-stune-jobgpus", f"#!/bin/sh\n{env_line}\nexec {REPO}/prolog/20-stune-jobgpus\n")
+    cluster.install_hook("epilog", "20-stune-usage", f"#!/bin/sh\n{env_line}\nexec {REPO}/epilog/20-stune-usage\n")
+    ctld = root / "epilog-slurmctld"
+    ctld.write_text(f"#!/bin/sh\nexport PATH={bin_dir}:/usr/bin:/bin SLURM_CONF={cluster.layout.slurm_conf} "
+                    f"STUNE_BIN={bin_dir} STUNE_FAIRSHARE_CONFIG={config} STUNE_USAGE_SPOOL={spool} "
+                    f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={root / 'store.log'}\n"
+                    f"exec {REPO}/epilog/stune-usage-slurmctld\n")
+    ctld.chmod(0o755)
+    cluster.set_fragment("stune-demo-fairshare", f"EpilogSlurmctld={ctld}\nPrologFlags=Alloc", reconfigure=False)
+    cluster.restart_controller()
+    samplers = []
+    try:
+        for node, sm, watts in (("n1", 95.0, 320.0), ("n2", 0.0, 60.0)):
+            snap = utilization_copy(SNAPSHOT, root / f"gpus-{node}.json", sm, watts)
+            samplers.append(subprocess.Popen(
+                [f"{bin_dir}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir",
+                 str(cluster.layout.node_dir(node) / "usage"), "--interval", "0.5"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+        step("8. Fair-share by GPU utilization: alice's 2 GPUs busy (95 %), bob's 2 GPUs idle, 20 s each")
+        slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
+        ids = {}
+        for user, account, node in (("stune-alice", "physics", "n1"), ("stune-bob", "biology", "n2")):
+            out = slurm.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-A", account, "-p", "hdr", "-w",
+                             node, "--gres=gpu:2", f"--chdir={jobs_dir}", "-J", f"train-{user[6:]}",
+                             "--wrap", "sleep 20"])
+            ids[user] = int(out.strip().split(";")[0])
+            print(f"$ sbatch -A {account} -w {node} --gres=gpu:2 --wrap 'sleep 20'   ({user}): job {ids[user]}")
+        for job_id in ids.values():
+            wait_done(slurm, job_id)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+                (slurm.sacct(["JobIDRaw", "AdminComment"], job_ids=[str(j)]) or [{}])[0].get("AdminComment", "")
+                .startswith("stune1 ") for j in ids.values()):
+            time.sleep(1)
+        for user, job_id in ids.items():
+            comment = slurm.sacct(["JobIDRaw", "AdminComment"], job_ids=[str(job_id)])[0]["AdminComment"]
+            print(f"  job {job_id} ({user}) AdminComment: {comment[:110]}...")
+
+        step("9. Both users queue another job (a partition that is down, so both wait)")
+        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
+        pending = {}
+        for user, account in (("stune-alice", "physics"), ("stune-bob", "biology")):
+            out = slurm.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-A", account, "-p", "vpc",
+                             "--gres=gpu:1", f"--chdir={jobs_dir}", "--wrap", "true"])
+            pending[user] = int(out.strip().split(";")[0])
+        print("  waiting for Slurm's next fair-share pass (PriorityCalcPeriod, 1 minute here)...", flush=True)
+        decay = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
+        mark = time.time()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (decay.exists() and decay.stat().st_mtime > mark):
+            time.sleep(1)
+        print(slurm.run(["sprio", "-o", "%.8i %.10u %.10Y %.10F %.8S"]), end="")
+        print("  Slurm alone ranks them alike: the same GPU-hours held, whether used or idle")
+
+        step("10. The accountant charges idle GPUs and sets SiteFactor on pending jobs")
+        config.write_text(config.read_text().replace("initial_history: 1h",
+                                                     f"initial_history: {int(time.time()) - started + 5}"))
+        run(["stune-fairshare", "apply"])
+        print(slurm.run(["sprio", "-o", "%.8i %.10u %.10Y %.10F %.8S"]), end="")
+        prio = {r.job_id: r.priority for r in slurm.sprio()}
+        print(f"  bob's pending job {pending['stune-bob']} is now below alice's {pending['stune-alice']}: "
+              f"{prio.get(pending['stune-bob'])} < {prio.get(pending['stune-alice'])}")
+
+        step("11. The report, and the two questions users ask: why is my priority low? was my job idle?")
+        run(["stune-fairshare", "report", "--since", f"@{started}"])
+        run(["runuser", "-u", "stune-bob", "--", f"{bin_dir}/stune-fairshare", "explain"])
+        run(["runuser", "-u", "stune-bob", "--", f"{bin_dir}/stune-fairshare", "job", str(ids["stune-bob"])])
+    finally:
+        for proc in samplers:
+            proc.terminate()
+        for proc in samplers:
+            proc.wait(timeout=30)
+        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"], check=False)
+        for state in ("PENDING", "RUNNING"):
+            slurm.run(["scancel", "--full", f"--state={state}"], check=False)
+        cluster.install_hook("prolog", "20-stune-jobgpus", None)
+        cluster.install_hook("epilog", "20-stune-usage", None)
+        cluster.set_fragment("stune-demo-fairshare", None, reconfigure=False)
+        cluster.restart_controller()
+
+
 def demo() -> int:
     slurm = Slurm.from_env()
     workdir = tempfile.mkdtemp(prefix="stune-demo-", dir=os.environ.get("TMPDIR", "/tmp"))
@@ -96,13 +217,11 @@ def demo() -> int:
     step("7. Every submission is recorded: stune-sbatch history")
     run(["stune-sbatch", "history", "-n", "3"])
 
-    step("8. Fair-share by GPU utilization: what the accountant would do, and the usage report")
-    run(["stune-fairshare", "apply", "--dry-run"], ok_codes=(0, 1))
-    run(["stune-fairshare", "report", "--since", "1d"], ok_codes=(0, 1))
-
     if "gres/gpu=" not in row["AllocTRES"] or state != "COMPLETED":
         print("demo: the GPU job did not complete with gres/gpu in AllocTRES", file=sys.stderr)
         return 1
+
+    fair_share_demo(slurm, workdir)
     print("\nDemo finished. README.md lists every command; docs/ has the details of each part.")
     return 0
 

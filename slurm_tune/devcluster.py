@@ -176,6 +176,28 @@ def ensure_unix_users() -> None:
                                capture_output=True)
 
 
+HOSTS_FILE = Path("/etc/hosts")
+
+
+def ensure_node_names_resolve(hosts: Path = HOSTS_FILE) -> None:
+    """Each node's NodeHostname (its NodeName) resolves to loopback through /etc/hosts, so what jobs read
+    from Slurm (`scontrol show hostnames`, SLURM_JOB_NODELIST, MASTER_ADDR) can be connected to, as on a real
+    cluster. Appends one line for the names it lacks; a name /etc/hosts already maps is left as it is."""
+    try:
+        text = hosts.read_text()
+    except OSError:
+        text = ""
+    known = set()
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        known.update(words[1:])
+    missing = [n for n in NODES if n not in known]
+    if missing:
+        with hosts.open("a") as fh:  # in place: /etc/hosts is often a bind mount in containers
+            fh.write(("" if not text or text.endswith("\n") else "\n")
+                     + f"127.0.0.1\t{' '.join(missing)}\t# stune-devcluster: the dev cluster's node names\n")
+
+
 def pid_alive(pidfile: Path) -> int | None:
     try:
         pid = int(pidfile.read_text().split()[0])
@@ -319,7 +341,7 @@ class DevCluster:
         ]
         for i, node in enumerate(NODES):
             lines.append(
-                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={L.node_port(i)} "
+                f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={L.node_port(i)} "
                 f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN")
         for name, default in self.partitions():
             lines.append(f"PartitionName={name} Nodes={','.join(NODES)} Default={'YES' if default else 'NO'} "
@@ -513,8 +535,15 @@ class DevCluster:
         self.install.ensure(install)
         self.check_series()
         ensure_unix_users()
+        ensure_node_names_resolve()
         was_running = pid_alive(self.layout.pidfile("slurmctld")) is not None
+        nodes_before = self._node_lines()
         changed = self.write_config()
+        if was_running and nodes_before != self._node_lines():
+            # a node's NodeHostname/address changed (e.g. an upgrade): a reconfigure leaves the slurmds
+            # unreachable, so restart the daemons on the new config
+            self.down()
+            was_running = False
         self.install_stune()
         self.start_munge()
         self.start_mysql()
@@ -543,6 +572,13 @@ class DevCluster:
         except SlurmError:
             return False
         return True
+
+    def _node_lines(self) -> list[str]:
+        try:
+            text = self.layout.slurm_conf.read_text()
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.startswith("NodeName=")]
 
     def _cluster_registered(self) -> bool:
         try:
@@ -587,7 +623,9 @@ class DevCluster:
         nodes = self.layout.root / "nodes" / "%n"
         return {"STUNE_PARTITIONS": str(self.profiles_dir), "STUNE_SYSFS_ROOT": f"{nodes}/sysfs",
                 "STUNE_GPU_SNAPSHOT": f"{nodes}/gpus.json", "STUNE_STATE_DIR": f"{nodes}/health",
-                "STUNE_USAGE_DIR": f"{nodes}/usage"}
+                "STUNE_USAGE_DIR": f"{nodes}/usage",
+                # a built Slurm's commands: the hooks' PATH has only Debian's (/usr/bin)
+                **({"STUNE_SLURM_BIN": self.install.bin_dir} if self.install.bin_dir else {})}
 
     def install_stune(self) -> None:
         """`stune-admin install --prefix <root>/site`, exactly as a site runs it: the hooks land in the
@@ -657,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop every daemon, keep the state")
     sub.add_parser("destroy", help="stop every daemon and delete the state directory")
     sub.add_parser("status", help="which daemons run, and sinfo")
-    sub.add_parser("env", help="print `export SLURM_CONF=...` for eval in a shell")
+    sub.add_parser("env", help="print `export SLURM_CONF=... STUNE_PARTITIONS=...` for eval in a shell")
     args = parser.parse_args(argv)
     try:
         cluster = DevCluster(install=SlurmInstall.choose(args.slurm))
@@ -670,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.destroy()
         elif args.cmd == "env":
             print(_exports(cluster))
+            print(f"export STUNE_PARTITIONS={cluster.profiles_dir}")
         elif args.cmd == "status":
             running = cluster.status()
             for name, alive in running.items():

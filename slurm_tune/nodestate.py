@@ -7,3 +7,8 @@
 """
 REASON_PREFIX = "stune: "
 DEGRADED_FEATURE = "stune_degraded"
+# The active checks (stune-sweep) tag their reasons: `stune: degraded: active <check>: ...` in the Comment,
+# `stune: active <check>: ...` as a drain reason. The passive health run leaves marks with this tag alone.
+ACTIVE_TAG = "active "
+ACTIVE_COMMENT = f"{REASON_PREFIX}degraded: {ACTIVE_TAG}"
+ACTIVE_DRAIN = f"{REASON_PREFIX}{ACTIVE_TAG}"

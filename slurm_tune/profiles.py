@@ -22,6 +22,9 @@ DEFAULT_DIR = "/etc/stune/partitions"
 FABRICS = ("ib", "roce", "tcp")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 CACHE_FORMAT = 1
+# The active checks' names (slurm_tune/active/checks.py holds what each one runs).
+ACTIVE_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "disk_read", "ib_write_bw", "nccl_pair", "iperf3",
+                 "numeric")
 
 
 def _version_rule(doc: str) -> Nullable:
@@ -101,11 +104,51 @@ PROFILE_SCHEMA = Section({
         "requeue": Bool(True),
         "signal": Nullable(Str(), default="USR1", doc="sent to the batch shell before the time limit"),
         "signal_seconds": Int(300, min=1, max=65535),
+        # trapped: stune-sbatch adds --signal only to a script that traps the signal (bash's default action
+        # for SIGUSR1 is to exit, which would fail a job plain sbatch completes); always: every job.
+        "signal_when": Str("trapped", choices=("trapped", "always"), doc="which jobs get recovery.signal"),
     }),
     "placement": Section({
         "exclude_degraded": Bool(True, doc="multi-node jobs avoid nodes stune marked degraded"),
         "switches": Nullable(Int(min=1), doc="--switches count for multi-node jobs"),
         "switches_max_wait": Duration(600),
+    }),
+    "active": Section({
+        "checks": Map(Section({
+            "command": Nullable(Str(), doc="the tool's command line ({gpus} {hca} {port} {server} {path} "
+                                           "{file} {tcp_port} are filled in); empty: the built-in one"),
+            "time_limit": Duration(600, doc="Slurm time limit of one check job (all its runs)"),
+            "floor": Nullable(Float(min=0.0), doc="absolute floor in the check's unit; below it is an outlier"),
+        }), key_spec=Str(choices=ACTIVE_CHECKS), doc="the active checks this partition runs, by name"),
+        "tools": Map(Str(absolute_path=True), doc="tool name -> absolute path, e.g. all_reduce_perf: /opt/nccl-tests/"
+                                                 "build/all_reduce_perf; default: found on the node's PATH"),
+        "runs": Int(3, min=1, max=20, doc="measurements per check and sweep"),
+        "k": Int(2, min=1, max=50, doc="an outlier must be slow in k ..."),
+        "n": Int(3, min=1, max=50, doc="... of its last n measurements"),
+        "mad_factor": Float(3.0, min=0.5, max=20.0, doc="slow: below the median by this many scaled MADs ..."),
+        "min_drop": Float(0.10, min=0.0, max=0.9, doc="... and by at least this fraction of the median"),
+        "min_peers": Int(3, min=2, doc="fewest subjects with one fingerprint for a median baseline"),
+        "drain": Bool(False, doc="drain outliers instead of marking them degraded (opt-in)"),
+        "gate_resume": Bool(False, doc="a node stune drained is resumed only after its active checks pass"),
+        "reservation": Nullable(Str(), doc="run sweep jobs inside this (maintenance) reservation"),
+        "qos": Nullable(Str(), doc="QOS for sweep jobs, e.g. a low-priority scavenger QOS"),
+        "nice": Int(10000, min=0, max=2147483645, doc="--nice for sweep jobs: below every user job"),
+        "disk_path": Nullable(Str(absolute_path=True), doc="where the disk check reads; default cache.path"),
+        "disk_size": Size(1 << 30, doc="bytes the disk check reads"),
+        "window": Duration(30 * 86400, doc="how far back results count for baselines and k-of-n"),
+        "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
+    }),
+    # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
+    "idle_policy": Section({
+        "enabled": Bool(False, doc="warn, then cancel, jobs whose GPUs stay idle"),
+        "threshold": Float(5.0, min=0.0, max=100.0, doc="GPU utilization (%) below which a GPU counts as idle"),
+        "warn_after": Duration(1800, doc="warn once the last this-long window is below the threshold"),
+        "cancel_after": Duration(7200, doc="cancel once the last this-long window is below the threshold"),
+        "min_coverage": Float(0.9, min=0.5, max=1.0,
+                              doc="share of the window that must be sampled; below it the job is left alone"),
+        "exempt_interactive": Bool(True, doc="never act on interactive jobs (salloc/srun without a batch script)"),
+        "exempt_qos": List(Str(), doc="QOS names never acted on"),
+        "exempt_accounts": List(Str(), doc="accounts never acted on"),
     }),
 })
 
@@ -177,6 +220,9 @@ def _cross_checks(data: dict, where: Where) -> None:
     gpu = data["gpu"]
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
+    active = data["active"]
+    if active["k"] > active["n"]:
+        raise where.error("active.k", f"k ({active['k']}) cannot exceed n ({active['n']})")
 
 
 def version_key(version: str) -> tuple:

@@ -112,9 +112,11 @@ def read_bounded(fd: int, limit: int) -> bytes | None:
 
 
 def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int | None = None,
-                 sync: bool = False) -> None:
+                 sync: bool = False, owner: int | None = None) -> None:
     """Write `data` to a fresh, exclusively created temporary beside `path` and rename it over `path`:
-    readers see the old file or the new one, and a name planted in advance is never written through."""
+    readers see the old file or the new one, and a name planted in advance is never written through.
+    With `owner` (root writing on a user's behalf), the temporary root just created is handed to that
+    uid before the rename: root never chowns a file it did not create itself."""
     if isinstance(data, str):
         data = data.encode()
     head, tail = os.path.split(path)
@@ -134,6 +136,8 @@ def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int
                 view = view[os.write(fd, view):]
             if os.fstat(fd).st_mode & 0o7777 != mode:
                 os.fchmod(fd, mode)  # the umask narrowed it
+            if owner is not None and owner != os.geteuid():
+                os.fchown(fd, owner, -1)
             if sync:
                 os.fsync(fd)
         finally:
@@ -145,6 +149,88 @@ def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int
         except OSError:
             pass
         raise
+
+
+def read_small(name: str, dir_fd: int | None = None, limit: int = 65536, *, owner: int | None = None,
+               single_link: bool = False) -> bytes | None:
+    """A small regular file's bytes, or None when it is missing, not a regular file (symlink, FIFO,
+    directory...), not `owner`'s, linked elsewhere (with single_link) or longer than `limit`: a reader
+    that only wants trustworthy small records, and never blocks."""
+    try:
+        fd = open_file(name, dir_fd, owner=owner, single_link=single_link)
+    except (OSError, UnsafePathError):
+        return None
+    try:
+        return read_bounded(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def lstat_at(name: str, dir_fd: int | None = None) -> os.stat_result | None:
+    """lstat relative to a directory descriptor; None when the name does not exist."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def open_or_create(name: str, dir_fd: int | None = None, *, owner: int | None = None, mode: int = 0o600) -> int:
+    """A descriptor (read-only) of the regular file `name`, created exclusively when missing. An existing
+    file must pass open_file's checks (regular, one link, `owner`'s): a hard link, FIFO or symlink planted
+    in its place raises UnsafePathError, and is never opened for writing, truncated or chowned. A file this
+    call creates as root on a user's behalf is given to `owner` through the new descriptor."""
+    for _attempt in range(100):
+        try:
+            return open_file(name, dir_fd, owner=owner)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = create_exclusive(name, dir_fd, mode, flags=os.O_RDONLY)
+        except FileExistsError:  # created (or planted) between the two calls: check what is there
+            continue
+        try:
+            if owner is not None and owner != os.geteuid():
+                os.fchown(fd, owner, -1)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    raise UnsafePathError(_where(name, dir_fd), "keeps appearing and disappearing")  # pragma: no cover
+
+
+def rmtree_at(name: str, dir_fd: int) -> None:
+    """Remove `name` under dir_fd without following symlinks (shutil's descriptor-based walk). Directories
+    left read-only (published cache entries) are opened up first, through O_NOFOLLOW descriptors, so the
+    removal does not stop half way on EACCES."""
+    import shutil
+
+    st = lstat_at(name, dir_fd)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    _open_up_dirs(name, dir_fd)
+    shutil.rmtree(name, dir_fd=dir_fd)
+
+
+def _open_up_dirs(name: str, dir_fd: int) -> None:
+    try:
+        fd = os.open(name, O_DIR, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o700 != 0o700:
+            os.chmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
+        with os.scandir(fd) as it:
+            subdirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for sub in subdirs:
+            _open_up_dirs(sub, fd)
+    finally:
+        os.close(fd)
 
 
 def untrusted_reason(path: str, *, uid: int | None = None) -> str | None:

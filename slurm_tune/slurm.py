@@ -386,6 +386,16 @@ class Slurm:
         """Write a finished job's AdminComment in the accounting DB (admins only; users are refused)."""
         self.run(["sacctmgr", "-i", "modify", "job", "where", f"JobID={job_id}", "set", f"AdminComment={text}"])
 
+    def job_record(self, job_id: int | str) -> dict[str, str]:
+        """`scontrol show job -o` as Key=Value (StdErr, BatchFlag, QOS, UserId, Comment...); {} when unknown."""
+        rc, out, _ = self.run_full(["scontrol", "show", "job", "-o", str(job_id)])
+        records = parse_records(out) if rc == 0 else []
+        return records[0] if records else {}
+
+    def set_job_comment(self, job_id: int | str, text: str) -> None:
+        """The job's Comment: what `squeue -o %k` and `scontrol show job` show the user."""
+        self.run(["scontrol", "update", f"JobId={job_id}", f"Comment={text}"])
+
     def cancel(self, job_ids: list[int] | int, signal: str | None = None) -> None:
         ids = [job_ids] if isinstance(job_ids, int) else job_ids
         self.run(["scancel", *([f"--signal={signal}"] if signal else []), *[str(j) for j in ids]])

@@ -56,7 +56,7 @@ def device(index: int, model: str = "a100", **overrides) -> dict:
         retired_pending=0, retired_dbe=[], remapped=(0, 0, 0, 0), pcie_gen=spec["pcie_max_gen"],
         pcie_max_gen=spec["pcie_max_gen"], pcie_width=16, pcie_max_width=16, clock_reasons=0x1,
         nvlinks=spec["nvlinks"], nvlink_down=[], util_gpu=0, util_memory=0, memory_used=524288000,
-        memory_total=spec["memory_total"])
+        memory_total=spec["memory_total"], processes=[4242], mig=False)
     dev.update(overrides)
     return dev
 
@@ -183,7 +183,13 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, h):
         d = self._dev(h)
+        if d["mig"]:  # MIG mode: the parent GPU reports no utilization
+            raise NVMLError_NotSupported()
         return SimpleNamespace(gpu=d["util_gpu"], memory=d["util_memory"])
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        d = self._dev(h)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in d["processes"]]
 
     def nvmlDeviceGetMemoryInfo(self, h):
         d = self._dev(h)

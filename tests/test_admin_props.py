@@ -104,3 +104,11 @@ def test_a_garbled_capture_in_facts_dir_is_a_missing_fact(tmp_path):
     (tmp_path / "n2.json").write_text(json.dumps([1, 2]))
     doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), str(tmp_path))
     assert doc.node_facts("n1") is None and doc.node_facts("n2") is None
+
+
+def test_include_with_a_nul_byte_is_a_problem_not_a_crash(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_bytes(b"ClusterName=x\nInclude /etc/slurm/a\x00b.conf\n")
+    parsed = SlurmConf(str(conf))
+    assert parsed.get("ClusterName") == "x"
+    assert any("NUL byte" in p for p in parsed.problems)

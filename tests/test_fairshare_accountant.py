@@ -384,6 +384,14 @@ def test_report_outputs_offline(tmp_path):
     assert [j["job_id"] for j in doc["top_idle"]] == ["2", "1"]
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "stune_jobs_flagged 1.0" in prom.read_text()
+    assert 'stune_job_stalled{account="physics",job_id="1",user="stune-alice"} 1.0' in prom.read_text()
+    # -o writes the table too (#12 §5), plain text, nothing on stdout
+    table = tmp_path / "report.txt"
+    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "table", "-o", str(table)],
+                tmp_path=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    text = table.read_text()
+    assert "stune-bob" in text and "Flagged for review" in text and "\x1b[" not in text
     proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "csv"], tmp_path=tmp_path)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("level,account,user,jobs,gpu_jobs,held_gpu_h,used_gpu_h,efficiency")
@@ -404,3 +412,106 @@ def test_a_report_reaching_back_charges_nothing_twice(tmp_path):
     assert report.table.n == 2  # the report sees both jobs...
     for key, value in applied.usage_slurm.items():  # ...but charges neither again
         assert report.usage_slurm[key] == pytest.approx(value, rel=1e-5)
+
+
+# ---- the final order is stune's order ------------------------------------------------------------------
+THREE_ACCOUNTS = [Association("root", "", "", 1, "", 1),
+                  Association("biology", "", "root", 1, "", 2), Association("biology", "stune-bob", "", 1, "", 3),
+                  Association("physics", "", "root", 2, "", 4), Association("physics", "stune-alice", "", 1, "", 5),
+                  Association("physics", "carol", "", 3, "", 6),
+                  Association("chemistry", "", "root", 1, "", 7), Association("chemistry", "dave", "", 1, "", 8),
+                  Association("root", "root", "", 1, "", 9)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.sampled_from(["stune-alice", "stune-bob", "carol", "dave", "root"]),
+                          st.integers(60, 20000), st.integers(0, 100)), min_size=1, max_size=8),
+       st.sampled_from(["", "PRIORITY_FLAGS_NONE_PLACEHOLDER"]))
+def test_fairshare_points_plus_site_factor_order_jobs_as_stune_does(tmp_path_factory, jobs, flags):
+    """Fair Tree and classic, three accounts: W x F_slurm + SiteFactor sorts pending jobs exactly as F_stune
+    does, every SiteFactor is <= 0 and the top gainer's is 0."""
+    tmp_path = tmp_path_factory.mktemp("order")
+    now = 1_800_000_000
+    USERS.setdefault("dave", "chemistry")
+    rows = [row(i, user, now - 30000, secs, comment=summary(2 * secs, 2 * secs * eta / 100, 2 * secs))
+            for i, (user, secs, eta) in enumerate(jobs, start=1)]
+    users = ["stune-alice", "stune-bob", "carol", "dave", "root"]
+    slurm = RowsSlurm(rows, pending=[pending_job(1000 + i, u) for i, u in enumerate(users)], assocs=THREE_ACCOUNTS,
+                      flags="" if not flags else "NO_FAIR_TREE")
+    config = write_config(tmp_path, "site_factor:\n  deadband: 0\n")
+    result = accountant.run_locked(config, slurm, now=now)
+    weight = 10000
+    final, stune = {}, {}
+    for i, user in enumerate(users):
+        key = (USERS[user], user)
+        site = slurm.site.get(1000 + i, 0)
+        assert site <= 0
+        final[user] = weight * result.shares_slurm.factor(*key) + site
+        stune[user] = result.shares_stune.factor(*key)
+    scale, offset = result.site_line
+    assert 0 < scale <= weight
+    for a in users:
+        for b in users:
+            if stune[a] > stune[b] + 2 / scale:
+                assert final[a] > final[b], (a, b, final, stune)
+        assert final[a] >= 0.5  # nobody is pushed to Slurm's floor of 1, where submit order decides
+    if scale == weight:  # a pure shift: the top gainer keeps Slurm's priority
+        gaps = {u: weight * (stune[u] - result.shares_slurm.factor(USERS[u], u)) for u in users}
+        top = max(gaps, key=gaps.get)
+        assert slurm.site.get(1000 + users.index(top), 0) == 0
+    assert max(slurm.site.get(1000 + i, 0) for i in range(len(users))) == 0
+
+
+def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path):
+    from slurm_tune.fairshare import explain
+
+    now = 1_800_000_000
+    rows = [row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
+            row(2, "stune-bob", now - 9000, 3000, comment=summary(6000, 0, 6000)),
+            row(3, "stune-bob", now - 5000, 300, comment=summary(600, 300, 600))]
+    slurm = RowsSlurm(rows, pending=[pending_job(9, "stune-bob")], assocs=EQUAL)
+    config = write_config(tmp_path)
+    result = accountant.run(config, slurm, now=now, use_ledger=False)
+    assert result.ledger_path is None and not os.path.exists(accountant.ledger_path(config))
+    doc = explain.explain(result, config, "stune-bob", slurm.sprio())
+    (bio,) = doc["associations"]
+    assert bio["account"] == "biology" and bio["fairshare_stune"] < bio["fairshare_slurm"]
+    assert bio["site_factor"] < 0 and bio["rank_stune"] > bio["rank_slurm"]
+    assert [j["job_id"] for j in bio["top_idle_jobs"]] == ["2", "3"]
+    assert bio["top_idle_jobs"][0]["charged_x"] == pytest.approx(2.0)
+    assert doc["pending"][0]["job_id"] == 9
+    text = explain.explain_text(doc)
+    assert f"SiteFactor {bio['site_factor']}: {-bio['site_factor']} priority points below Slurm's own" in text
+    assert "job 2: 2 GPUs" in text and "charged x2.00" in text
+    with pytest.raises(Exception, match="no fair-share association"):
+        explain.explain(result, config, "nobody")
+
+
+def test_job_view_text_json_and_png(tmp_path):
+    """`job` on a finished job: per-GPU means, the timeline as a sparkline and a PNG, the charge and why."""
+    from slurm_tune.fairshare import explain, jobview
+    from slurm_tune.usage import summary as summary_mod
+
+    s = summary_mod.JobSummary(7200.0, 3600.0, 7200.0, 0.0, None, 2, 1, 1,
+                               (summary_mod.GpuMeans("n1", "0", 50.0, 10.0, 1000.0, 200.0),
+                                summary_mod.GpuMeans("n1", "1", None, None, None, None)),
+                               drops=0, noproc=0.0, timeline="9" * 24 + "0" * 24)
+    text_row = row(7, "stune-bob", 1_700_000_000, 3600, comment=summary_mod.encode(s))
+
+    class OneJob:
+        def sacct(self, fields, job_ids=None, **_):
+            cols = text_row.split("|", len(fields) - 1)
+            return [dict(zip(fields, cols))]
+
+    config = write_config(tmp_path)
+    doc = jobview.job_view(OneJob(), config, "7")
+    assert doc["eta"] == pytest.approx(0.5) and doc["charged_x"] == pytest.approx(1.5)
+    assert doc["timeline"][0] == pytest.approx(100.0) and doc["timeline"][-1] == 0
+    text = explain.job_text(doc)
+    assert "n1 GPU 1: utilization unmeasured" in text and "n1 GPU 0: utilization 50%, 200 W" in text
+    assert "timeline |" + "█" * 24 in text and "x (1 + 1 x 0.50) = x1.50" in text
+    png = tmp_path / "job.png"
+    explain.timeline_png(doc, str(png))
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    if os.getuid() == 0:  # root sees every job; a user only their own (tested as a user on the cluster)
+        assert explain.may_see("stune-bob")

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_tune.errors import ConfigError
 from slurm_tune.fairshare import charges
 from slurm_tune.fairshare.sacct import FIELDS, parse
 
@@ -65,13 +66,14 @@ def test_eta_rules():
         _row(2),                                          # no summary: eta 1
         _row(3, comment=_summary(7200, 100, 1000)),      # 14 % coverage: not trusted, eta 1
         _row(4, gpus=0, comment=_summary(0, 0, 0)),      # no GPUs: eta 1
-        _row(5, comment=_summary(7200, 9000, 7200)),     # over 100 % (bad clock): clipped to 1
+        _row(5, comment=_summary(7200, 9000, 7200)),     # over 100 %: out of range, unmeasured (eta 1)
         _row(6, comment="someone else's note"),
     ])
     eta, seen, coverage, trusted, source = charges.measured_eta(t, coverage_min=0.8)
     assert eta.tolist() == pytest.approx([0.1, 1, 1, 1, 1, 1])
-    assert trusted.tolist() == [True, False, False, False, True, False]
-    assert source.tolist() == [1, 0, 0, 0, 1, 0]
+    assert trusted.tolist() == [True, False, False, False, False, False]
+    assert t.bad_summary.tolist() == [False, False, False, False, True, False]
+    assert source.tolist() == [1, 0, 0, 0, 0, 0]
     assert coverage[0] == 1.0 and coverage[2] == pytest.approx(1000 / 7200)
     assert seen[2] == pytest.approx(0.1)  # the report still shows what little was seen
 
@@ -102,3 +104,28 @@ def test_penalties_only(rows, alpha, coverage_min):
                          coverage_min=coverage_min)
     assert np.all(ch.stune >= ch.slurm)
     assert np.all((ch.eta >= 0) & (ch.eta <= 1))
+
+
+def test_alpha_per_qos_partition_and_account_with_exemptions(tmp_path):
+    """The first of QOS, partition, account that names the job sets its alpha; 0 exempts it."""
+    from slurm_tune.fairshare.config import load_config
+
+    config_file = tmp_path / "fs.yaml"
+    config_file.write_text("accountant:\n  alpha: 1.0\n  alpha_by:\n    qos: {debug: 0}\n"
+                           "    partition: {cheap: 0.5}\n    account: {bio: 3.0}\n")
+    config = load_config(str(config_file))
+    header = "JobIDRaw|User|Account|Partition|QOS|State|Start|End|ElapsedRaw|AllocTRES|AdminComment"
+    s = _summary(7200, 0, 7200)  # idle the whole time
+    rows = [f"1|u|phys|gpu|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+            f"2|u|phys|gpu|debug|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+            f"3|u|phys|cheap|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+            f"4|u|bio|gpu|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+            f"5|u|bio|cheap|debug|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}"]
+    t = parse("\n".join([header, *rows]) + "\n")
+    ch = charges.compute(t, np.ones(5, dtype=bool), as_of=3600, half_life_s=0, alpha=config.accountant.alpha,
+                         coverage_min=0.8, alpha_by=config.accountant.alpha_by)
+    assert (ch.stune / ch.slurm).tolist() == pytest.approx([2.0, 1.0, 1.5, 4.0, 1.0])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("accountant:\n  alpha_by:\n    qos: {debug: -1}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:3: accountant.alpha_by.qos.debug: -1 is below"):
+        load_config(str(bad))

@@ -139,6 +139,15 @@ def wait_summary(slurm, job_id: int, timeout: float = 60) -> summary.JobSummary:
     return parsed
 
 
+def wait_calc_pass(slurm, cluster, jobs) -> None:
+    """Until Slurm's next fair-share pass after the jobs ended (PriorityCalcPeriod is 1 minute here): sprio's
+    FAIRSHARE column lags until then."""
+    last_end = max(int(r["End"]) for r in slurm.sacct(["JobIDRaw", "End"], job_ids=[str(j) for j in jobs]))
+    decay_file = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
+    wait_until("Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
+               lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1, timeout=90, interval=1)
+
+
 def test_users_cannot_write_their_jobs_usage_field(world, slurm, shared_tmp):
     job = submit_as(slurm, "stune-alice", "physics", ["--gres=gpu:1", f"--chdir={shared_tmp}"], "sleep 30")
     wait_until("alice's job running", lambda: slurm.job(job).state == "RUNNING")
@@ -162,6 +171,9 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     job gets the lower SiteFactor, sprio shows it, and a second run changes nothing."""
     write_snapshot(world.snapshots["n1"], 90, gpus=4, power=310.0)
     write_snapshot(world.snapshots["n2"], 10, gpus=4, power=90.0)
+    # Slurm's usage and the accountant's read window start together: the same history on both sides
+    slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
+    t0 = int(time.time())
     args = ["--gres=gpu:2", "-c", "1", "--hold", f"--chdir={shared_tmp}"]
     # Fair Tree ranks users, so a penalty shows only where it changes the order. bob's job is never longer
     # than alice's (the same size, one second shorter): Slurm never ranks bob below alice on its own.
@@ -179,26 +191,27 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     assert {g.node for g in s_alice.per_gpu} == {"n1"} and {g.node for g in s_bob.per_gpu} == {"n2"}
     assert s_alice.per_gpu[0].watts == pytest.approx(310.0) and s_bob.per_gpu[0].sm == pytest.approx(10.0)
     assert "stored (1/1 nodes" in world.store_log.read_text()
+    wait_calc_pass(slurm, world.cluster, [alice, bob])
 
     # Both now wait in a partition that is down: pending, listed by sprio, and, unlike jobs queued behind a
     # running blocker, with nobody's usage growing between the two accountant runs below.
     slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
     try:
-        _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob)
+        _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0)
     finally:
         slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
 
 
-def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob) -> None:
+def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
     bob_pending = submit_as(slurm, "stune-bob", "biology", pend, "true")
     alice_pending = submit_as(slurm, "stune-alice", "physics", pend, "true")
     wait_until("both pending jobs in sprio",
                lambda: {bob_pending, alice_pending} <= {r.job_id for r in slurm.sprio()})
 
-    # Only this test's jobs: the accountant's first read starts when this module did.
+    # Only this test's jobs: the accountant's first read starts when this test did.
     world.state.joinpath("ledger.json").unlink(missing_ok=True)
-    world.write_config(initial_history=int(time.time()) - world.started + 5)
+    world.write_config(initial_history=int(time.time()) - t0 + 2)
     dry = world.stune("apply", "--dry-run")
     assert f"job {bob_pending} (stune-bob/biology): SiteFactor 0 -> -" in dry.stdout
     assert "would set" in dry.stdout and f"job {alice_pending}" not in dry.stdout
@@ -208,10 +221,15 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob) -> None:
     first = world.stune("apply")
     assert "1 SiteFactor change(s) applied" in first.stdout
     sprio = {r.job_id: r for r in slurm.sprio()}
-    # bob's penalty is what his rank lost: W x (F_stune - F_slurm) = -W/3 with three user associations
-    assert sprio[bob_pending].site == -round(10000 / 3) and sprio[alice_pending].site == 0
+    # Three user associations (root 1, bob 2/3, alice 1/3 in Slurm's ranks); stune swaps bob and alice.
+    # alice, the top gainer, stays at 0; bob drops below her, but not to Slurm's floor of 1: fair-share
+    # points + SiteFactor = a x F_stune + b with the lowest at 1 point (a = 3 x (W/3 - 1), b = W/3 - a/3)
+    site = sprio[bob_pending].site
+    assert sprio[alice_pending].site == 0 and -round(2 * 10000 / 3) <= site < -3333
+    assert sprio[bob_pending].fairshare + site == pytest.approx(1, abs=1)
+    assert sprio[bob_pending].priority < sprio[alice_pending].priority
     # sprio rounds each column: the sum may be one off
-    assert abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age - 3333)) <= 1
+    assert abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age + site)) <= 1
     ledger = json.loads(world.state.joinpath("ledger.json").read_text())
 
     second = world.stune("apply")
@@ -317,3 +335,168 @@ def test_with_eta_1_everywhere_stunes_factors_equal_sshare(world, slurm, shared_
     # and the usage behind it is Slurm's own: billing x seconds (sshare prints RawUsage as an integer)
     assert sshare[("physics", "stune-alice")].raw_usage > sshare[("biology", "stune-bob")].raw_usage > 0
     assert len({r.fairshare for r in sshare.values()}) == 3  # distinct ranks: the comparison means something
+
+
+def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, cluster):
+    """#12 §1 on a three-account tree: physics/alice holds 2 GPUs 20 s at 100 %, biology/bob 14 s at 0 %,
+    chemistry/alice 17 s at 60 %. Slurm ranks by usage (bob, chemistry, physics); stune with alpha 3 charges
+    idle GPUs (physics 20, chemistry 37, bob 56: margins well above a second of timing noise). After one
+    `apply`, the pending jobs' priorities in sprio follow stune's order strictly: physics > chemistry > bob;
+    nobody gained."""
+    from slurm_tune.devcluster import CLUSTER_NAME
+
+    slurm.sacctmgr(["add", "account", "chemistry", f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
+    slurm.sacctmgr(["add", "user", "stune-alice", "Account=chemistry", f"Cluster={CLUSTER_NAME}"])
+    try:
+        slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
+        t0 = int(time.time())
+        for node, sm, power in (("n1", 100, 300.0), ("n2", 0, 60.0), ("n3", 60, 200.0)):
+            write_snapshot(world.snapshots[node], sm, gpus=4, power=power)
+        args = ["--gres=gpu:2", "-c", "1", "--hold", f"--chdir={shared_tmp}"]
+        runs = [("stune-alice", "physics", "n1", 20), ("stune-bob", "biology", "n2", 14),
+                ("stune-alice", "chemistry", "n3", 17)]
+        jobs = [submit_as(slurm, user, account, ["-w", node, *args], f"sleep {secs}")
+                for user, account, node, secs in runs]
+        slurm.run(["scontrol", "release", ",".join(map(str, jobs))])
+        for job in jobs:
+            assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+        for job in jobs:
+            wait_summary(slurm, job)
+        wait_calc_pass(slurm, cluster, jobs)
+
+        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
+        try:
+            pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
+            pending = {account: submit_as(slurm, user, account, pend, "true") for user, account, _, _ in runs}
+            wait_until("pending jobs in sprio", lambda: set(pending.values()) <= {r.job_id for r in slurm.sprio()})
+            before = {r.job_id: r for r in slurm.sprio()}
+            # Slurm alone ranks the idle user first
+            assert before[pending["biology"]].fairshare > before[pending["physics"]].fairshare
+            world.state.joinpath("ledger.json").unlink(missing_ok=True)
+            world.write_config(initial_history=int(time.time()) - t0 + 2, alpha=3)
+            world.stune("apply")
+            after = {r.job_id: r for r in slurm.sprio()}
+            prio = {account: after[job].priority for account, job in pending.items()}
+            assert prio["physics"] > prio["chemistry"] > prio["biology"], prio
+            assert all(after[job].site <= 0 for job in pending.values())
+            assert max(after[job].site for job in pending.values()) == 0  # the top gainer keeps Slurm's
+            # the lowest sits exactly on the line's floor (1 point), not below it where Slurm would tie it
+            low = after[pending["biology"]]
+            assert low.fairshare + low.site == pytest.approx(1, abs=1)
+            # explain answers "why is my priority low?" in one command, as the user
+            user_config = Path(shared_tmp) / "fairshare-user.yaml"  # pytest's tmp is root's alone
+            user_config.write_text(world.config.read_text())
+            user_config.chmod(0o644)
+            as_bob = {**world.env(), "STUNE_FAIRSHARE_CONFIG": str(user_config)}
+            why = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain",
+                                  "--json"], capture_output=True, text=True, env=as_bob, timeout=120)
+            assert why.returncode == 0, why.stderr
+            doc = json.loads(why.stdout)
+            assert doc["user"] == "stune-bob"
+            bio = {a["account"]: a for a in doc["associations"]}["biology"]
+            assert bio["site_factor"] == after[pending["biology"]].site
+            assert bio["fairshare_stune"] < bio["fairshare_slurm"]
+            assert bio["top_idle_jobs"][0]["job_id"] == str(jobs[1])
+            text = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
+                                  capture_output=True, text=True, env=as_bob, timeout=120)
+            assert f"priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
+            # "was my job idle?": one command, as the owner; another user is refused
+            mine = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
+                                   str(jobs[1]), "--json"], capture_output=True, text=True, env=as_bob, timeout=60)
+            assert mine.returncode == 0, mine.stderr
+            job_doc = json.loads(mine.stdout)
+            assert job_doc["eta"] == pytest.approx(0.0, abs=0.01) and job_doc["charged_x"] == pytest.approx(4.0, abs=0.05)
+            assert any("idle almost all the time" in h for h in job_doc["hints"])
+            assert [g["node"] for g in job_doc["per_gpu"]] == ["n2", "n2"]
+            theirs = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
+                                     str(jobs[0])], capture_output=True, text=True, env=as_bob, timeout=60)
+            assert theirs.returncode != 0 and "belongs to another user" in theirs.stderr
+            assert "Traceback" not in theirs.stderr
+        finally:
+            slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
+    finally:
+        cancel_everything(slurm)
+        slurm.run(["sacctmgr", "-i", "delete", "user", "stune-alice", "where", "account=chemistry"], check=False)
+        slurm.run(["sacctmgr", "-i", "delete", "account", "chemistry"], check=False)
+
+
+def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, shared_tmp, cluster):
+    """#12 §4 on the cluster: vpc opts in (warn after 12 s, cancel after 24 s below 5 %). bob's batch job
+    on n3 sits idle: a dry run lists it and changes nothing; then it is warned (its stderr file, written as
+    bob, and its Comment) and, once idle for the cancel window, cancelled with the reason in its record.
+    alice's busy job on n1 and bob's interactive srun on n3 are left alone."""
+    import shutil
+
+    parts = world.root / "partitions"
+    parts.mkdir(exist_ok=True)
+    for f in (REPO / "partitions").glob("*.yaml"):
+        shutil.copy(f, parts / f.name)
+    with open(parts / "vpc.yaml", "a") as fh:
+        fh.write("idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 12s\n  cancel_after: 24s\n"
+                 "  min_coverage: 0.8\n")
+    write_snapshot(world.snapshots["n3"], 0, gpus=4, power=60.0)
+    write_snapshot(world.snapshots["n1"], 90, gpus=4, power=300.0)
+    err = Path(shared_tmp) / "idle.err"
+    idle = submit_as(slurm, "stune-bob", "biology", ["-p", "vpc", "-w", "n3", "--gres=gpu:1", f"--chdir={shared_tmp}",
+                                                     "-e", str(err)], "sleep 300")
+    busy = submit_as(slurm, "stune-alice", "physics", ["-p", "vpc", "-w", "n1", "--gres=gpu:1",
+                                                       f"--chdir={shared_tmp}"], "sleep 300")
+    interactive = subprocess.Popen(["runuser", "-u", "stune-bob", "--", "srun", "-A", "biology", "-p", "vpc", "-w",
+                                    "n3", "--gres=gpu:1", f"--chdir={shared_tmp}", "sleep", "300"],
+                                   env=world.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until("jobs running", lambda: len([j for j in slurm.jobs(states=["RUNNING"])]) == 3, timeout=60)
+        started = time.time()
+        inter_id = next(j.job_id for j in slurm.jobs(states=["RUNNING"]) if j.job_id not in (idle, busy))
+        env = {**world.env(), "STUNE_USAGE_DIR": f"{cluster.layout.root}/nodes/%n/usage"}
+        log = world.root / "idle-policy.log"
+
+        def policy(*args):
+            proc = subprocess.run([f"{VENV_BIN}/stune-fairshare", "idle-policy", "--partitions", str(parts),
+                                   "--log", str(log), *args], capture_output=True, text=True, env=env, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            return proc.stdout
+
+        time.sleep(max(0.0, started + 14 - time.time()))
+        dry = policy("--dry-run", "--node", "n3")
+        assert f"job {idle} (stune-bob/biology, vpc): would warn: GPU utilization 0.0% < 5%" in dry, dry
+        assert f"job {inter_id} (stune-bob/biology, vpc): skip: interactive job (exempt)" in dry, dry
+        assert "stune" not in slurm.job(idle).comment and "stune" not in err.read_text()
+
+        out = policy("--node", "n3")
+        assert f"job {idle} (stune-bob/biology, vpc): warned:" in out, out
+        assert slurm.job(idle).comment.startswith("stune: idle GPUs warned: GPU utilization 0.0% < 5%")
+        text = err.read_text()
+        assert "stune: this job's GPUs have been idle" in text and "cancelled once they stay idle for 24s" in text
+        assert os.stat(err).st_uid == pwd_uid("stune-bob")  # still bob's file
+        assert f"job {busy} (stune-alice/physics, vpc): ok: GPU utilization 90.0%" in policy("--node", "n1")
+        # "was my job idle?" while it runs: bob asks, from the sampler's live accumulators
+        user_config = Path(shared_tmp) / "fairshare-user.yaml"
+        user_config.write_text(world.config.read_text())
+        user_config.chmod(0o644)
+        live = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job", str(idle),
+                               "--json"], capture_output=True, text=True, timeout=60,
+                              env={**env, "STUNE_FAIRSHARE_CONFIG": str(user_config)})
+        assert live.returncode == 0, live.stderr
+        doc = json.loads(live.stdout)
+        assert doc["state"] == "RUNNING" and doc["source"] == "stune (live)" and doc["eta"] == pytest.approx(0, abs=0.01)
+        assert [g["node"] for g in doc["per_gpu"]] == ["n3"] and doc["timeline"] and max(doc["timeline"]) == 0
+
+        time.sleep(max(0.0, started + 27 - time.time()))
+        out = policy("--node", "n3")
+        assert f"job {idle} (stune-bob/biology, vpc): cancelled: GPU utilization 0.0% < 5% over the last 24s" in out
+        assert wait_for_state(slurm, idle, ("CANCELLED",), timeout=60) == "CANCELLED"
+        assert slurm.job_record(idle).get("Comment", "").startswith("stune: cancelled for idle GPUs")
+        assert "stune: cancelled for idle GPUs" in err.read_text()
+        assert slurm.job(busy).state == "RUNNING" and slurm.job(inter_id).state == "RUNNING"
+        logged = log.read_text()
+        assert "dry-run job" in logged and f"n3 job {idle} (stune-bob/biology, vpc): cancelled" in logged
+    finally:
+        interactive.terminate()
+        interactive.wait(timeout=30)
+
+
+def pwd_uid(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid

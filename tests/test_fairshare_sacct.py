@@ -63,8 +63,13 @@ def test_bad_dumps_name_file_and_line(tmp_path):
         read_file(str(missing))
     ragged = tmp_path / "ragged.txt"
     ragged.write_text(f"{HEADER}\n{ROWS[0]}\n1|2|3\n")
-    with pytest.raises(SacctFormatError, match=r"ragged.txt:3: 3 fields, the header has 12"):
-        read_file(str(ragged))
+    t = read_file(str(ragged))  # one cut line is skipped and named, never fatal
+    assert t.n == 1 and t.skipped == 1
+    assert t.skip_reasons == [f"{ragged}:3: 3 fields, the header has 12"]
+    only_bad = tmp_path / "bad.txt"
+    only_bad.write_text(f"{HEADER}\n1|2|3\n4|5\n")
+    with pytest.raises(SacctFormatError, match=r"bad.txt:2: 3 fields, the header has 12 \(and 1 more"):
+        read_file(str(only_bad))
     with pytest.raises(SacctFormatError, match=r"nope.txt: cannot read"):
         read_file(str(tmp_path / "nope.txt"))
     with pytest.raises(SacctFormatError, match="empty"):
@@ -91,8 +96,9 @@ def test_slurm_gpuutil_from_steps_is_joined_to_its_job():
 def test_pipes_that_add_up_across_lines_do_not_misalign_columns():
     # line 2's comment holds one '|' too many, line 3 lacks a field: the totals match a clean dump
     text = "\n".join([HEADER, ROWS[0][:-1] + "x|y", "2|2|u|a|p|normal|COMPLETED|1|2|billing=1|"]) + "\n"
-    with pytest.raises(SacctFormatError, match=r"sacct:3: 11 fields, the header has 12"):
-        parse(text)
+    t = parse(text)
+    assert t.job_id_raw == ["1"] and t.admin_comment == ["y"]
+    assert t.skipped == 1 and t.skip_reasons == ["sacct:3: 11 fields, the header has 12"]
 
 
 def test_summaries_in_another_order_or_damaged_still_parse_row_by_row():
@@ -124,5 +130,39 @@ def test_a_shift_between_summaries_is_caught():
     rows = [f"{i}|{i}|u|a|p|normal|COMPLETED|100|200|100|billing=1,gres/gpu=1|{summary}" for i in range(1, 5)]
     rows[0] += "|extra"                                      # one field too many...
     rows[2] = rows[2].replace("|normal|", "|", 1)             # ...and one too few, two lines later
-    with pytest.raises(SacctFormatError, match=r"sacct:4: 11 fields, the header has 12"):
-        parse("\n".join([HEADER, *rows]) + "\n")
+    t = parse("\n".join([HEADER, *rows]) + "\n")
+    assert t.job_id_raw == ["1", "2", "4"] and t.skip_reasons == ["sacct:4: 11 fields, the header has 12"]
+    assert t.has_summary.tolist() == [True, True, True]  # row 1's "|extra" lands after its numbers
+    assert not t.bad_summary.any() and t.covered_s.tolist() == [1.0, 1.0, 1.0]
+
+
+# The 25.05.8 capture's `sacct` step dump (/work/shared/slurm-outputs/25.05.8/sacct_dump_steps.txt): its
+# fake GPUs have no NVML, so TRESUsageInAve holds energy=0 and no gres/gpuutil; the rows are the real format.
+CAPTURE_25_05 = """JobIDRaw|JobID|User|Account|Partition|QOS|State|Start|End|ElapsedRaw|AllocTRES|TRESUsageInAve|AdminComment
+2|2|stune-bob|biology|roce|normal|COMPLETED|1796046501|1796046503|2|billing=2,cpu=2,gres/gpu=2,node=2||
+2.batch|2.batch||biology|||COMPLETED|1796046501|1796046503|2|cpu=1,gres/gpu=1,mem=0,node=1|energy=0|
+2.0|2.0||biology|||COMPLETED|1796046501|1796046501|0|cpu=2,gres/gpu=2,mem=0,node=2|energy=0|
+"""
+
+
+def test_a_25_05_step_dump_without_gpuutil_leaves_jobs_unmeasured():
+    t = parse(CAPTURE_25_05)
+    assert t.job_id_raw == ["2"] and np.isnan(t.gpuutil[0]) and t.gpuutil_cover[0] == 0
+
+
+def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
+    """Slurm's gpu/nvml adds up a task's utilization over the GPUs it drives; TRESUsageInAve is the mean over
+    tasks. One task on 4 GPUs at 90 % reads 360; 4 tasks, one GPU each, read 90: both mean 90 % per GPU."""
+    header = "JobIDRaw|JobID|User|Account|State|Start|End|ElapsedRaw|AllocTRES|NTasks|TRESUsageInAve"
+    text = "\n".join([
+        header,
+        "20|20|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
+        "20.batch|20.batch|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=4,node=1|1|cpu=00:00:01,gres/gpuutil=360",
+        "21|21|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
+        "21.0|21.0|||COMPLETED|100|1100|1000|cpu=4,gres/gpu=4,node=1|4|gres/gpuutil=90",
+        "22|22|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=2||",
+        "22.0|22.0|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=2,node=1|1|gres/gpuutil=900",  # impossible: 450 %
+    ])
+    t = parse(text)
+    assert t.gpuutil[0] == pytest.approx(90.0) and t.gpuutil[1] == pytest.approx(90.0)
+    assert np.isnan(t.gpuutil[2])  # not trusted

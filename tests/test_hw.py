@@ -218,7 +218,7 @@ def test_live_gpu_source_samples_through_one_session():
     assert first[5].uuid.startswith("GPU-") and first[5].pci_bus_id == "00000000:90:00.0"
     before = fake.calls
     source.utilization()
-    assert fake.calls - before == 8 * 3  # utilization, memory, power per GPU; identity is cached
+    assert fake.calls - before == 8 * 4  # utilization, memory, power, processes per GPU; identity cached
     source.close()
     assert not fake.initialised
 

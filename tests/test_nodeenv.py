@@ -66,22 +66,49 @@ def test_only_active_ports_and_never_the_storage_hca(tmp_path):
     exports, messages = node_exports({"SLURMD_NODENAME": "n7"}, profile, sysfs)
     assert exports["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"
     assert "mlx5_8" not in exports["NCCL_IB_HCA"]
-    assert messages == ["n7: NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN"]
+    assert messages == ["NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN"]
 
 
-def test_no_active_port_exports_nothing_and_says_so(tmp_path):
+def test_no_active_port_unsets_the_hca_list_stune_set_and_says_so(tmp_path):
     down = {f"mlx5_{i}": {"state": "1: DOWN"} for i in range(9)}
     hwtrees.dgx_a100_ib(tmp_path, hca_overrides=down)
-    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("hdr"), Sysfs(str(tmp_path)))
-    assert "NCCL_IB_HCA" not in exports
-    assert messages[0].startswith("n1: none of the fabric HCA ports is ACTIVE (mlx5_0:1 DOWN")
+    sysfs = Sysfs(str(tmp_path))
+    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("hdr"), sysfs)
+    assert "NCCL_IB_HCA" not in exports  # nothing to unset: stune had not set it
+    assert messages[0].startswith("NCCL_IB_HCA unset: none of the fabric HCA ports is ACTIVE (mlx5_0:1 DOWN")
+    stunes = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_1:1"}
+    exports, messages = node_exports(stunes, load_profile("hdr"), sysfs)
+    assert exports["NCCL_IB_HCA"] is None
+    assert messages[0].startswith("NCCL_IB_HCA unset: none of the fabric HCA ports is ACTIVE")
+    assert "unset NCCL_IB_HCA\n" in as_taskprolog(with_managed(exports, stunes))
+    yours = {"NCCL_IB_HCA": "=mlx5_8:1", "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_1:1"}
+    exports, messages = node_exports(yours, load_profile("hdr"), sysfs)
+    assert "NCCL_IB_HCA" not in exports and messages[0].endswith("NCCL_IB_HCA is yours: left as you set it")
+
+
+def test_a_missing_socket_interface_unsets_stunes_value(tmp_path):
+    hwtrees.h100_roce(tmp_path)
+    sysfs = Sysfs(str(tmp_path))
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "t.yaml").write_text("partition: t\nfabric: {type: tcp, socket_ifname: bond0}\n")
+    env = {"NCCL_SOCKET_IFNAME": "bond0", "GLOO_SOCKET_IFNAME": "bond0",
+           "STUNE_MANAGED": "NCCL_SOCKET_IFNAME=bond0,GLOO_SOCKET_IFNAME=bond0"}
+    exports, messages = node_exports(env, load_profile("t", d), sysfs)
+    assert exports["NCCL_SOCKET_IFNAME"] is None and exports["GLOO_SOCKET_IFNAME"] is None
+    assert messages == ["NCCL_SOCKET_IFNAME unset: socket interface bond0 does not exist on this node "
+                        "(up: eth0, eth1, eth2, eth3, eth4, eth5, eth6, eth7, eth8): NCCL picks an interface "
+                        "itself"]
+    shell = as_shell(with_managed(exports, env))
+    assert "unset NCCL_SOCKET_IFNAME\nunset GLOO_SOCKET_IFNAME\n" in shell
+    assert "STUNE_MANAGED='NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME'" in shell
 
 
 def test_roce_node_exports_hcas_gid_index_and_socket_interface(tmp_path):
     sysfs = roce_tree(tmp_path, issue_table)
     exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("roce"), sysfs)
     assert exports == {"NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8)),
-                       "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "eth0"}
+                       "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
     assert messages == []
 
 
@@ -96,13 +123,41 @@ def test_ports_that_disagree_on_the_gid_index_are_named(tmp_path):
 def test_user_values_are_left_alone_and_stunes_own_are_refined(tmp_path):
     sysfs = roce_tree(tmp_path, issue_table, mlx5_5={"state": "1: DOWN"})
     profile = load_profile("roce")
-    mine = {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9"}
+    mine = {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9",
+            "GLOO_SOCKET_IFNAME": "eth9"}
     assert node_exports(mine, profile, sysfs)[0] == {}
-    managed = dict(mine, STUNE_MANAGED="NCCL_IB_HCA,NCCL_IB_GID_INDEX")
-    exports, _ = node_exports(managed, profile, sysfs)
+    # stune set these values (recorded in STUNE_MANAGED), and they are unchanged: refined on this node
+    stunes = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9",
+              "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_5:1,NCCL_IB_GID_INDEX=7,NCCL_SOCKET_IFNAME=eth0"}
+    exports, _ = node_exports(stunes, profile, sysfs)
     assert exports["NCCL_IB_GID_INDEX"] == "3" and "mlx5_5" not in exports["NCCL_IB_HCA"]
-    assert "NCCL_SOCKET_IFNAME" not in exports
-    assert with_managed({"NCCL_IB_HCA": "=x"}, {"STUNE_MANAGED": "A"})["STUNE_MANAGED"] == "A,NCCL_IB_HCA"
+    assert "NCCL_SOCKET_IFNAME" not in exports  # eth9 is not the eth0 stune set: the script changed it
+    assert exports["GLOO_SOCKET_IFNAME"] == "eth0"  # absent: stune's to set
+    # a name without a value (stune detects it) is stune's only while absent
+    assert node_exports({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "NCCL_IB_GID_INDEX"}, profile,
+                        sysfs)[0].get("NCCL_IB_GID_INDEX") is None
+    out = with_managed({"NCCL_IB_HCA": "=x,y"}, {"STUNE_MANAGED": "A,B=1"})["STUNE_MANAGED"]
+    assert out == "A,B=1,NCCL_IB_HCA==x%2Cy"
+
+
+@pytest.mark.parametrize("value", ["", "a,b", "100%", "%2C", "x=y,z", "=mlx5_0:1,mlx5_1:1"])
+def test_managed_values_round_trip(value):
+    from slurm_tune.nodeenv.managed import format_managed, parse_managed
+
+    managed = {"A": value, "B": None, "C": "plain"}
+    assert parse_managed(format_managed(managed)) == managed
+
+
+def test_rendezvous_once_per_job_on_the_first_node():
+    from slurm_tune.nodeenv.taskenv import rendezvous
+
+    env = {"SLURM_JOB_ID": "8123", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURMD_NODENAME": "gpu07"}
+    assert rendezvous(env, ["eth0"], lambda ifname: "10.1.2.7") == {"MASTER_ADDR": "10.1.2.7",
+                                                                    "MASTER_PORT": str(12000 + 8123 % 8000)}
+    assert rendezvous(env, ["eth0"], lambda ifname: None)["MASTER_ADDR"] == "gpu07"  # no address: the name
+    other = dict(env, SLURMD_NODENAME="gpu08")
+    assert rendezvous(other, ["eth0"], lambda ifname: "10.1.2.8")["MASTER_ADDR"] == "gpu07"
+    assert rendezvous(dict(env, MASTER_ADDR="x", MASTER_PORT="1"), ["eth0"], lambda i: "y") == {}
 
 
 def test_a_fixed_gid_index_that_is_not_roce_v2_is_reported(tmp_path):
@@ -113,7 +168,7 @@ def test_a_fixed_gid_index_that_is_not_roce_v2_is_reported(tmp_path):
     sysfs = roce_tree(tmp_path / "node", issue_table)
     exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("r", d), sysfs)
     assert "NCCL_IB_GID_INDEX" not in exports  # stune-sbatch sets the fixed one
-    assert messages == ["n1: fabric.gid_index 1 is not a RoCE v2 GID on mlx5_0:1"]
+    assert messages == ["fabric.gid_index 1 is not a RoCE v2 GID on mlx5_0:1"]
 
 
 def test_socket_interface_must_exist_and_be_up(tmp_path):
@@ -166,7 +221,10 @@ def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path
     assert out.returncode == 0
     assert out.stdout.splitlines() == [
         "export NCCL_IB_HCA==" + ",".join(f"mlx5_{i}:1" for i in range(8)), "export NCCL_IB_GID_INDEX=3",
-        "export NCCL_SOCKET_IFNAME=eth0", "export STUNE_MANAGED=NCCL_IB_HCA,NCCL_IB_GID_INDEX,NCCL_SOCKET_IFNAME"]
+        "export NCCL_SOCKET_IFNAME=eth0", "export GLOO_SOCKET_IFNAME=eth0",
+        "export STUNE_MANAGED=NCCL_IB_HCA==" + "%2C".join(f"mlx5_{i}:1" for i in range(8))
+        + ",NCCL_IB_GID_INDEX=3,NCCL_SOCKET_IFNAME=eth0,GLOO_SOCKET_IFNAME=eth0"]
+    assert run(["stune-task-prolog", "--help"], env).stdout.startswith("`stune-task-prolog`: the TaskProlog")
     # a partition without a profile, or a broken profile directory: nothing exported, the task runs
     assert run(["stune-task-prolog"], dict(env, SLURM_JOB_PARTITION="other")).returncode == 0
     broken = tmp_path / "broken"
@@ -181,8 +239,22 @@ def test_other_fabrics(tmp_path, kind):
     if kind == "ib":
         hwtrees.dgx_a100_ib(tmp_path)
         exports, messages = node_exports({}, load_profile("hdr"), Sysfs(str(tmp_path)))
-        assert set(exports) == {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"} and messages == []
+        assert set(exports) == {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} and messages == []
     else:
         hwtrees.vpc_tcp(tmp_path)
         exports, messages = node_exports({}, load_profile("vpc"), Sysfs(str(tmp_path)))
-        assert exports == {"NCCL_SOCKET_IFNAME": "ens5"} and messages == []
+        assert exports == {"NCCL_SOCKET_IFNAME": "ens5", "GLOO_SOCKET_IFNAME": "ens5"} and messages == []
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(), st.dictionaries(st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789", min_size=1),
+                                  st.one_of(st.none(), st.text())))
+def test_managed_parsing_never_fails_and_round_trips(garbage, managed):
+    from slurm_tune.nodeenv.managed import format_managed, parse_managed
+
+    parsed = parse_managed(garbage)  # whatever a user put in STUNE_MANAGED
+    assert all(isinstance(k, str) and k for k in parsed)
+    assert parse_managed(format_managed(managed)) == managed

@@ -120,7 +120,9 @@ def test_sbatch_partition_directive_is_honoured_from_a_stdin_script(taskprolog, 
               'echo "DISABLE=$NCCL_IB_DISABLE IF=$NCCL_SOCKET_IFNAME P=$SLURM_JOB_PARTITION ARGS=$*"\n')
     job = submit([], env, stdin=script)
     out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
-    assert "DISABLE=1 IF=ens5 P=vpc ARGS=" in out
+    # these nodes (RoCE fixtures) have no ens5: stune's NCCL_SOCKET_IFNAME is unset, and that is said
+    assert "DISABLE=1 IF= P=vpc ARGS=" in out
+    assert "NCCL_SOCKET_IFNAME unset: socket interface ens5 does not exist on this node" in out
 
 
 def test_a_script_file_gets_its_arguments(taskprolog, slurm, env, shared_tmp):
@@ -239,3 +241,70 @@ def test_wait_relays_sbatch_live_returns_the_jobs_status_and_is_recorded(taskpro
     assert plain.returncode == wrapped.returncode == 3
     job = re.fullmatch(r"Submitted batch job (\d+)\n", wrapped.stdout).group(1)
     assert job in stune_sbatch(["history"], env).stdout
+
+
+def test_a_short_job_without_a_trap_completes_as_under_sbatch(slurm, env, shared_tmp):
+    """Issue 15 §1: the profile's --signal=B:USR1@300 used to be sent at once to a job with -t below 5
+    minutes, and bash exits on SIGUSR1: FAILED 0:10 under stune-sbatch, COMPLETED under sbatch."""
+    script = shared_tmp / "short.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -t 1\n#SBATCH -p roce\n#SBATCH -o /dev/null\nsrun sleep 8\necho done\n")
+    plain = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env)
+    wrapped = stune_sbatch(["--parsable", str(script)], env)
+    assert plain.returncode == wrapped.returncode == 0 and wrapped.stderr == ""
+    a, b = int(plain.stdout), int(wrapped.stdout)
+    assert "Requeue=1" in slurm.run(["scontrol", "show", "job", str(b)])  # stune's settings still applied
+    assert wait_for_state(slurm, a, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+    assert wait_for_state(slurm, b, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+    # the same script with a trap gets the signal, and a warning that -t 1 is shorter than its lead
+    script.write_text(script.read_text().replace("srun sleep 8", "trap 'echo ckpt' USR1\nsrun sleep 1"))
+    trapped = stune_sbatch(["--parsable", str(script)], env)
+    assert trapped.returncode == 0 and "the time limit (60s) is not longer than the 300s" in trapped.stderr
+
+
+def test_values_set_inside_the_job_win_in_every_step(taskprolog, slurm, env, shared_tmp):
+    """Issue 15 §2: the TaskProlog re-detects a variable only while it still has the value stune set."""
+    script = shared_tmp / "mine.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -p roce -N 2 -o out-%j.txt\n"
+        'echo "batch IF=$NCCL_SOCKET_IFNAME HCA=$NCCL_IB_HCA"\n'
+        "export NCCL_SOCKET_IFNAME=lo\n"
+        "srun -N2 -n2 sh -c 'echo \"step1 $SLURMD_NODENAME IF=$NCCL_SOCKET_IFNAME HCA=$NCCL_IB_HCA\"'\n"
+        # (srun 22.05 lets a variable already in its environment beat an --export assignment: env -u)
+        "env -u NCCL_IB_HCA srun -N2 -n2 --export=ALL,NCCL_IB_HCA==mlx5_6:1 "
+        "sh -c 'echo \"step2 $SLURMD_NODENAME IF=$NCCL_SOCKET_IFNAME HCA=$NCCL_IB_HCA\"'\n"
+        "unset NCCL_SOCKET_IFNAME\n"
+        "srun -N1 -n1 sh -c 'echo \"step3 IF=$NCCL_SOCKET_IFNAME\"'\n")
+    job = submit([str(script)], env)
+    out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    lines = sorted(line for line in out.splitlines() if line.startswith(("batch", "step")))
+    assert lines == [f"batch IF=eth0 HCA={ROCE_HCAS}",
+                     f"step1 n1 IF=lo HCA={ROCE_HCAS}", f"step1 n2 IF=lo HCA={ROCE_HCAS}",
+                     "step2 n1 IF=lo HCA==mlx5_6:1", "step2 n2 IF=lo HCA==mlx5_6:1",
+                     "step3 IF=eth0"]  # unset in the script: absent, so stune's to set again
+
+
+def test_a_value_the_node_proves_wrong_is_unset_and_said_once_per_job(taskprolog, slurm, env, shared_tmp):
+    """Issue 15 §3: hdr's socket interface ib0 does not exist on these nodes: stune's NCCL_SOCKET_IFNAME is
+    unset in every step, and the job's stderr says so once (not per node and step)."""
+    job = submit(["-p", "hdr", "-N", "2", "-o", "out-%j.txt", "-e", "err-%j.txt", "--wrap",
+                  'echo "batch IF=${NCCL_SOCKET_IFNAME-unset}"; for i in 1 2; do srun -N2 -n2 sh -c '
+                  '\'echo "step $SLURMD_NODENAME IF=${NCCL_SOCKET_IFNAME-unset}"\'; done'], env)
+    out = finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    assert sorted(line for line in out.splitlines() if "IF=" in line) == [
+        "batch IF=unset", "step n1 IF=unset", "step n1 IF=unset", "step n2 IF=unset", "step n2 IF=unset"]
+    err = (shared_tmp / f"err-{job}.txt").read_text()
+    said = [line for line in err.splitlines() if "NCCL_SOCKET_IFNAME unset" in line]
+    assert len(said) == 1, err
+    assert said[0].startswith("stune-task-prolog: NCCL_SOCKET_IFNAME unset: socket interface ib0 does not exist")
+    assert said[0].endswith("[n1; said once per job]")
+
+
+def test_node_summary_writes_one_line_per_node(taskprolog, slurm, env, shared_tmp):
+    job = submit(["-p", "roce", "-N", "2", "--node-summary", "-o", "out-%j.txt", "-e", "err-%j.txt", "--wrap",
+                  "srun -N2 -n2 true; echo ok"], env)
+    finished_output(slurm, job, shared_tmp / f"out-{job}.txt")
+    err = (shared_tmp / f"err-{job}.txt").read_text()
+    lines = sorted(line for line in err.splitlines() if line.startswith("stune: "))
+    assert [line.split(":")[1] for line in lines] == [" n1 step 0", " n1 step batch", " n2 step 0"]
+    assert f"NCCL_IB_HCA={ROCE_HCAS} NCCL_IB_GID_INDEX=3 NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 " \
+           f"MASTER_ADDR=n1 MASTER_PORT={12000 + job % 8000}" in lines[0]

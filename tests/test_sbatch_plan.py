@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from slurm_tune.nodeenv.managed import parse_managed
 from slurm_tune.profiles import load_profile
 from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
 from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, hms, parse_export,
@@ -14,7 +15,8 @@ from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, hms, pa
 from slurm_tune.sbatch.submit import explain, sbatch_words
 
 
-def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partition=None, stage=(), required=False):
+def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partition=None, stage=(), required=False,
+             checkpoint_signal=False):
     parsed = parse_args(argv)
     directives, het = parse_directives(script)
     environ = {} if environ is None else environ
@@ -28,7 +30,9 @@ def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partit
 
     plan = build_plan(partition=partition, partition_source="test", profile=profile or load_profile(partition),
                       eff=eff, environ=environ, cwd="/home/u/run", stage_args=list(stage), stage_required=required,
-                      degraded_nodes=degraded_nodes, het=het or parsed.het)
+                      degraded_nodes=degraded_nodes, het=het or parsed.het,
+                      script=eff.get("wrap").value if eff.get("wrap") else script,
+                      checkpoint_signal=checkpoint_signal)
     return plan, calls
 
 
@@ -55,7 +59,7 @@ def test_roce_leaves_the_gid_index_to_each_node_and_passes_nccl_env_verbatim():
     gid = setting(plan, "NCCL_IB_GID_INDEX")
     assert gid.kind == NODE and gid.value is None and "NCCL_IB_GID_INDEX" not in plan.env
     assert plan.env["NCCL_IB_TC"] == "106" and plan.env["NCCL_IB_QPS_PER_CONNECTION"] == "2"
-    assert "NCCL_IB_GID_INDEX" in plan.env["STUNE_MANAGED"].split(",")
+    assert "NCCL_IB_GID_INDEX" in parse_managed(plan.env["STUNE_MANAGED"])
 
 
 def test_tcp_disables_ib_and_gdr_and_names_the_socket_interface():
@@ -72,8 +76,8 @@ def test_a_variable_the_user_exported_is_kept_and_the_explanation_says_so():
     assert not hca.applied and "NCCL_IB_HCA" not in plan.env
     assert "kept your NCCL_IB_HCA==mlx5_3:1 (your environment)" in hca.note and "stune would set =mlx5_0:1" in hca.note
     gid = setting(plan, "NCCL_IB_GID_INDEX")
-    assert not gid.applied and "NCCL_IB_GID_INDEX" not in plan.env["STUNE_MANAGED"].split(",")
-    assert "NCCL_IB_HCA" not in plan.env["STUNE_MANAGED"].split(",")
+    assert not gid.applied and "NCCL_IB_GID_INDEX" not in parse_managed(plan.env["STUNE_MANAGED"])
+    assert "NCCL_IB_HCA" not in parse_managed(plan.env["STUNE_MANAGED"])
     text = explain(plan, ["-p", "roce"], "job.sh")
     assert "kept as you set them" in text and "kept your NCCL_IB_HCA==mlx5_3:1" in text
 
@@ -124,7 +128,7 @@ def test_parse_export_forms():
 
 
 def test_recovery_defaults_unless_the_user_gave_their_own():
-    plan, _ = plan_for(["-p", "roce", "--wrap", "true"])
+    plan, _ = plan_for(["-p", "roce", "--wrap", "trap 'touch stop' USR1; srun train & wait"])
     assert "--requeue" in plan.options and "--signal=B:USR1@300" in plan.options
     plan, _ = plan_for(["-p", "roce", "--no-requeue", "--signal=B:TERM@60"])
     assert "--requeue" not in plan.options and not any(o.startswith("--signal") for o in plan.options)
@@ -201,7 +205,7 @@ def test_stage_requests_become_stune_stage_relative_to_the_job_directory():
                        required=True)
     value = plan.env["STUNE_STAGE"]
     assert value == "v1;required;IMAGENET=/home/u/run/exp1/data/imagenet.tar.gz;COCO=/lustre/coco"
-    assert "STUNE_STAGE" in plan.env["STUNE_MANAGED"].split(",")
+    assert "STUNE_STAGE" in parse_managed(plan.env["STUNE_MANAGED"])
 
 
 def test_a_bad_stage_request_is_refused_with_a_clear_error():
@@ -212,7 +216,7 @@ def test_a_bad_stage_request_is_refused_with_a_clear_error():
 
 
 def test_explain_names_command_environment_and_origins():
-    plan, _ = plan_for(["-p", "hdr", "-N", "2"], degraded=["n3"])
+    plan, _ = plan_for(["-p", "hdr", "-N", "2"], degraded=["n3"], script="#!/bin/bash\ntrap ckpt USR1\n")
     words = sbatch_words(["-p", "hdr", "-N", "2", "job.sh"], parse_args(["-p", "hdr", "-N", "2", "job.sh"]),
                          plan.options)
     text = explain(plan, words, "job.sh")
@@ -284,3 +288,89 @@ def test_the_default_partition_is_asked_only_when_nothing_names_one(tmp_path):
     submit.run(["--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h"), "SBATCH_PARTITION": "vpc"},
                slurm=fake)
     assert Counting.asked == 1 and fake.ran[1][1]["NCCL_IB_DISABLE"] == "1"
+
+
+@pytest.mark.parametrize("script, line", [
+    ("#!/bin/bash\n#SBATCH -t 10\ntrap 'echo got it; touch ckpt' USR1\nsrun train &\nwait\n", "line 3"),
+    ("#!/bin/bash\nset -e\ntrap checkpoint SIGUSR1 TERM\n", "line 3"),
+    ("#!/bin/bash\nf() { :; }; trap f 10\n", "line 2"),
+    ("#!/bin/bash\nsetup && trap -- 'kill -USR1 $pid' usr1\n", "line 2"),
+])
+def test_the_signal_goes_to_a_script_that_traps_it(script, line):
+    plan, _ = plan_for(["-p", "roce"], script=script)
+    assert "--signal=B:USR1@300" in plan.options
+    assert f"your script traps it ({line})" in setting(plan, "--signal").note
+
+
+@pytest.mark.parametrize("script", [
+    "#!/bin/bash\nsrun sleep 100\n",
+    "#!/bin/bash\ntrap - USR1\nsrun sleep 100\n",          # back to the default action: bash exits
+    "#!/bin/bash\ntrap -p USR1\n",
+    "#!/bin/bash\ntrap cleanup EXIT TERM\n",
+    "#!/bin/bash\necho 'trap USR1 later'\n",
+    "",
+])
+def test_no_signal_for_a_script_that_does_not_trap_it(script):
+    """bash's default action for SIGUSR1 is to exit: sending it would fail a job that plain sbatch completes."""
+    plan, _ = plan_for(["-p", "roce"], script=script)
+    assert not any(o.startswith("--signal") for o in plan.options)
+    note = setting(plan, "signal", NOTE)
+    assert "does not trap USR1" in note.note and "--checkpoint-signal" in note.note
+    assert "recovery.signal_when @ " in note.source
+
+
+def test_the_signal_by_opt_in_on_the_command_line_or_in_the_profile(tmp_path):
+    plan, _ = plan_for(["-p", "roce"], script="#!/bin/sh\nsrun x\n", checkpoint_signal=True)
+    assert "--signal=B:USR1@300" in plan.options and "--checkpoint-signal" in setting(plan, "--signal").note
+    d = write_profiles(tmp_path, "partition: gpu\nfabric: {type: tcp, socket_ifname: eth0}\nrecovery: {signal_when: always, "
+                                 "signal_seconds: 120}\n")
+    plan, _ = plan_for(["-p", "gpu"], profile=load_profile("gpu", str(d)), script="#!/bin/sh\nsrun x\n")
+    assert "--signal=B:USR1@120" in plan.options
+    assert "recovery.signal_when: always" in setting(plan, "--signal").note
+
+
+@pytest.mark.parametrize("limit, warned", [("2", True), ("5", True), ("5:01", False), ("0:04:59", True),
+                                           ("1-0", False), ("10", False), ("INFINITE", False)])
+def test_a_time_limit_not_longer_than_the_signals_lead_is_warned(limit, warned):
+    plan, _ = plan_for(["-p", "roce", "-t", limit], script="#!/bin/bash\ntrap ckpt USR1\n")
+    assert bool(plan.warnings) == warned
+    if warned:
+        assert "is not longer than the 300s of --signal=B:USR1@300" in plan.warnings[0]
+        assert "warnings (also printed at submission):" in explain(plan, [], "x")
+    plan, _ = plan_for(["-p", "roce", "-t", limit], script="#!/bin/bash\nsrun x\n")
+    assert plan.warnings == []  # no signal, nothing to warn about
+
+
+def test_the_users_own_signal_is_checked_against_the_time_limit_too():
+    plan, _ = plan_for(["-p", "roce", "-t", "1", "--signal=B:USR1@90"])
+    assert plan.warnings and "your --signal=B:USR1@90" in plan.warnings[0]
+    plan, _ = plan_for(["-p", "roce", "-t", "3", "--signal=USR1"])  # Slurm's default lead: 60 s
+    assert plan.warnings == []
+
+
+def test_time_limit_formats():
+    from slurm_tune.sbatch.plan import time_limit_seconds
+
+    assert [time_limit_seconds(t) for t in ("7", "7:30", "1:00:00", "2-0", "2-3", "2-3:04", "2-3:04:05")] == [
+        420, 450, 3600, 172800, 183600, 183840, 183845]
+    assert [time_limit_seconds(t) for t in ("", "x", "1:2:3:4", "a-1", "UNLIMITED")] == [None] * 5
+
+
+def test_a_value_changed_inside_a_parent_stune_job_is_the_users():
+    environ = {"NCCL_IB_HCA": "=mlx5_3:1", "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_1:1"}
+    plan, _ = plan_for(["-p", "hdr"], environ=environ)
+    assert not setting(plan, "NCCL_IB_HCA").applied
+    managed = parse_managed(plan_for(["-p", "roce"])[0].env["STUNE_MANAGED"])
+    assert managed["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert managed["NCCL_IB_GID_INDEX"] is None and managed["MASTER_ADDR"] is None
+
+
+def test_a_parent_jobs_per_node_values_are_not_passed_to_a_nested_job():
+    """Submitted from inside a stune job: MASTER_ADDR and the detected GID index are the parent's."""
+    environ = {"MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "12001", "NCCL_IB_GID_INDEX": "5", "MY_VAR": "x",
+               "STUNE_MANAGED": "MASTER_ADDR,MASTER_PORT,NCCL_IB_GID_INDEX"}
+    plan, _ = plan_for(["-p", "roce"], environ=environ)
+    assert set(plan.unset) == {"MASTER_ADDR", "MASTER_PORT", "NCCL_IB_GID_INDEX"}
+    mine = {"MASTER_ADDR": "10.0.0.9", "STUNE_MANAGED": "NCCL_IB_HCA"}  # the user's own: kept
+    plan, _ = plan_for(["-p", "roce"], environ=mine)
+    assert "MASTER_ADDR" not in plan.unset and not setting(plan, "MASTER_ADDR").applied

@@ -125,6 +125,8 @@ def test_two_jobs_in_a_row_first_copies_second_copies_nothing(world):
     assert world.wait(second) == "COMPLETED", world.err(second)
     assert "DS: staged" in world.err(first)
     assert "DS: cache hit" in world.err(second) and "staged" not in world.err(second)
+    assert "fast freshness check" in world.err(second)  # the hit line names the mode (#15 §6)
+    assert "301 files" in world.err(first)  # 6 x 50 + labels.txt; the 7 directories are not counted
     path = field(world.out(first), "path")
     assert path == field(world.out(second), "path")
     assert path.startswith(str(world.namespace("n1")))

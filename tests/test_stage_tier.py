@@ -110,7 +110,7 @@ def test_first_stage_copies_second_hits_with_identical_bytes(tier, dataset):
     assert (first.status, second.status) == ("copied", "hit")
     assert first.path == second.path
     assert tree_digest(first.path) == tree_digest(dataset)
-    assert first.files == 4 * 25 + 1 + 4  # files plus the class directories
+    assert first.files == 4 * 25 + 1  # files, not directories (#15 §6: "4,002 files" for 4000 was wrong)
     assert len(entries_of(tier)) == 1
 
 
@@ -299,7 +299,7 @@ def test_a_read_only_source_tree_makes_an_evictable_copy(tier, dataset):
             d.chmod(0o555)
     try:
         result = stage(req(dataset), tier)
-        assert stat.S_IMODE(Path(result.path, "class00").stat().st_mode) & 0o700 == 0o700
+        assert stat.S_IMODE(Path(result.path, "class00").stat().st_mode) == 0o555  # published: read-only
         with Tier(tier) as t, t.namespace() as ns:
             assert ns.remove_entry(Path(result.path).parent.name)
     finally:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from slurm_tune.hw.nvml import GpuUtilization, open_gpu_source
 from slurm_tune.usage import accum, spool, summary
 from slurm_tune.usage.sampler import Sampler, device_minor
-from usage_helpers import write_snapshot
+from usage_helpers import hermetic_env, write_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -266,21 +266,34 @@ def test_gpu_id_lists():
 
 
 # ---- the hook scripts ------------------------------------------------------------------------------------
-def run_hook(path: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([str(path)], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True)
+def run_hook(path: Path, env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run a hook with only `env` (and an empty STUNE_ENV_FILE unless env names one): an installed
+    /etc/default/stune must not change what it does."""
+    base = {k: v for k, v in hermetic_env(tmp_path).items() if k.startswith(("STUNE_", "SLURM_"))}
+    return subprocess.run([str(path)], env={"PATH": "/usr/bin:/bin", **base, **env}, capture_output=True,
+                          text=True)
+
+
+def test_hooks_read_settings_from_the_env_file_they_are_given(tmp_path):
+    """The hooks take their settings from STUNE_ENV_FILE (the one file /etc/default/stune is by default)."""
+    env_file = tmp_path / "site.env"
+    env_file.write_text(f"STUNE_USAGE_DIR={tmp_path / 'from-env-file'}\n")
+    proc = run_hook(REPO / "prolog" / "20-stune-jobgpus",
+                    {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "3", "STUNE_ENV_FILE": str(env_file)}, tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "from-env-file" / "jobs" / "5").read_text() == "3\n"
 
 
 def test_prolog_records_the_jobs_gpus_and_never_fails(tmp_path):
     script = REPO / "prolog" / "20-stune-jobgpus"
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0,2", "STUNE_USAGE_DIR": str(tmp_path / "usage")}
-    proc = run_hook(script, env)
+    proc = run_hook(script, env, tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     assert (tmp_path / "usage" / "jobs" / "77").read_text() == "0,2\n"
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "78", "SLURM_JOB_GPUS": ""})
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "78", "SLURM_JOB_GPUS": ""}, tmp_path)
     assert proc.returncode == 0 and not (tmp_path / "usage" / "jobs" / "78").exists()
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    assert run_hook(script, {**env, "STUNE_USAGE_DIR": str(blocked)}).returncode == 0
+    assert run_hook(script, {**env, "STUNE_USAGE_DIR": str(blocked)}, tmp_path).returncode == 0
 
 
 def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
@@ -290,14 +303,16 @@ def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
     prolog(local, "90", "1")
     env = {"SLURM_JOB_ID": "90", "SLURMD_NODENAME": "n3", "SLURM_JOB_GPUS": "1", "STUNE_BIN": BIN,
            "STUNE_USAGE_DIR": str(local), "STUNE_USAGE_SPOOL": str(shared)}
-    proc = run_hook(script, env)
+    proc = run_hook(script, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (shared / "90" / "n3.json").exists() and not (local / "jobs" / "90").exists()
     # CPU-only job: returns at once, without starting Python
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"})
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"},
+                    tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     # a broken spool: one line on stderr, still exit 0
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")})
+    proc = run_hook(script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")},
+                    tmp_path)
     assert proc.returncode == 0 and "epilog:" in proc.stderr
 
 
@@ -305,7 +320,7 @@ def test_sampler_cli_runs_and_reports_status(tmp_path):
     local = tmp_path / "usage"
     prolog(local, "5", "0,1")
     snap = write_snapshot(tmp_path / "snap.json", 60)
-    env = dict(os.environ, STUNE_FAIRSHARE_CONFIG=str(tmp_path / "none.yaml"))
+    env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("usage:\n  interval: 0.05\n")
     proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
                            "--count", "5"], capture_output=True, text=True, env=env, timeout=60)
@@ -320,7 +335,7 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
     local = tmp_path / "usage"
     prolog(local, "6", "0")
     snap = write_snapshot(tmp_path / "snap.json", 60)
-    env = dict(os.environ, STUNE_FAIRSHARE_CONFIG=str(tmp_path / "none.yaml"))
+    env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("")
     proc = subprocess.Popen([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
                              "--interval", "0.05"], env=env, stderr=subprocess.PIPE, text=True)
@@ -363,3 +378,155 @@ def test_the_sampler_loop_survives_a_failing_source(tmp_path, capsys):
     sampler = Sampler(Broken(), str(local), interval=0.01)
     sampler.run(iterations=3)
     assert capsys.readouterr().err.count("stune-gpu-sampler: RuntimeError: driver went away") == 3
+
+
+# ---- honest idleness, the bounded series, the sawtooth (#12 §3) -------------------------------------------
+class ScriptedSource:
+    """GPU readings from a list of per-tick (sm, procs) values, for all GPUs alike."""
+
+    def __init__(self, gpus: int, script):
+        self.gpus, self.script, self.tick = gpus, list(script), 0
+
+    def utilization(self):
+        sm, procs = self.script[min(self.tick, len(self.script) - 1)]
+        self.tick += 1
+        return [GpuUtilization(i, f"GPU-{i}", None, sm, 10.0, 1 << 30, 80 << 30, 250.0, procs)
+                for i in range(self.gpus)]
+
+
+def run_script(tmp_path, script, gpus="0,1", job="70"):
+    local = tmp_path / "usage"
+    clock = Clock()
+    prolog(local, job, gpus, when=clock.t)
+    sampler = Sampler(ScriptedSource(8, script), str(local), interval=1.0, clock=clock)
+    for _ in range(len(script)):
+        clock.t += 1.0
+        sampler.sample_once()
+    sampler.close()
+    return local, clock
+
+
+def test_a_gpu_with_no_process_is_idle_whatever_its_reading(tmp_path):
+    """A stale 90 % with no compute process is idle; an unknown process list (None) trusts the reading."""
+    local, clock = run_script(tmp_path, [(90.0, 0)] * 10 + [(90.0, None)] * 10 + [(90.0, 1)] * 10)
+    _, gpus = accum.read(str(local / "acc" / "70"))
+    for g in gpus:
+        assert g["sm_dt"] == pytest.approx(30.0)
+        assert g["sm_sum"] == pytest.approx(0.9 * 20)  # the first 10 s count as 0 %
+        assert g["noproc_dt"] == pytest.approx(10.0)
+
+
+def test_unmeasurable_utilization_is_unmeasured_not_idle(tmp_path):
+    """MIG / NVML_ERROR_NOT_SUPPORTED: no utilization reading. Nothing is sampled (coverage 0, eta None),
+    so the accountant charges eta = 1 and `job` says "unmeasured", never 0 %."""
+    import fakenvml
+    from slurm_tune.hw.nvml import LiveGpuSource
+
+    fake = fakenvml.FakeNvml([fakenvml.device(i, mig=True, util_gpu=0) for i in range(2)])
+    source = LiveGpuSource(nvml=fake)
+    readings = source.utilization()
+    assert [r.sm_util for r in readings] == [None, None] and [r.procs for r in readings] == [1, 1]
+    local = tmp_path / "usage"
+    clock = Clock()
+    prolog(local, "71", "0,1", when=clock.t)
+    sampler = Sampler(source, str(local), interval=1.0, clock=clock)
+    for _ in range(5):
+        clock.t += 1.0
+        sampler.sample_once()
+    sampler.close()
+    node = spool.node_summary(str(local), "71", "n1", None, clock.t)
+    merged = summary.merge([node])
+    assert merged.covered == 0 and merged.eta is None
+    assert [g.sm for g in merged.per_gpu] == [None, None]
+    from slurm_tune.fairshare import explain
+
+    text = explain.job_text({"job_id": "71", "user": "u", "account": "a", "partition": "p", "state": "RUNNING",
+                             "gpus": 2.0, "elapsed_s": 5, "held_gpu_h": 0.003, "eta": None, "per_gpu": [
+                                 {"node": g.node, "gpu": g.gpu, "sm": g.sm, "watts": g.watts}
+                                 for g in merged.per_gpu], "timeline": [], "why": "not measured", "hints": []})
+    assert "utilization unmeasured" in text and " 0%" not in text
+
+
+def test_the_series_is_bounded_and_keeps_the_shape_of_a_long_job(tmp_path):
+    """A 10-hour job at 1 Hz: the file and the series stay SERIES_LEN buckets; the timeline still shows
+    a busy first half and an idle second half."""
+    hours = 10
+    script = [(90.0, 1)] * (hours * 1800) + [(0.0, 1)] * (hours * 1800)
+    local, clock = run_script(tmp_path, script)
+    path = local / "acc" / "70"
+    size = path.stat().st_size
+    assert size == accum.HEADER.size + 2 * accum.RECORD.size + accum.SERIES.size <= 4096
+    created, gpus, series = accum.read_with_series(str(path))
+    assert len(series["sm"]) == accum.SERIES_LEN and series["width"] >= hours * 3600 / accum.SERIES_LEN
+    assert sum(series["dt"]) == pytest.approx(2 * len(script))  # every sampled second is in it, 2 GPUs
+    node = spool.node_summary(str(local), "70", "n1", None, clock.t)
+    merged = summary.merge([node])
+    tl = merged.timeline
+    assert len(tl) == summary.TIMELINE_LEN
+    assert set(tl[:20]) == {"8"} and set(tl[-20:]) == {"0"}  # 90 % -> '8' (x 100/9), then 0 %
+    back = summary.parse(summary.encode(merged))
+    assert back.timeline == tl and back.timeline_percent()[0] == pytest.approx(800 / 9)
+
+
+def test_a_sawtooth_counts_drops_and_gives_the_data_hint(tmp_path):
+    """Utilization that keeps rising and dropping (a loop waiting for data): drops are counted, and `job`
+    says to look at storage (stage the dataset) before NCCL. A steady job gets no such hint."""
+    from slurm_tune.fairshare import explain
+
+    saw = ([(95.0, 1)] * 5 + [(5.0, 1)] * 5) * 60  # 10 s period, 10 minutes
+    local, clock = run_script(tmp_path, saw)
+    merged = summary.merge([spool.node_summary(str(local), "70", "n1", None, clock.t)])
+    assert merged.drops == 2 * 60  # 60 falls on each of 2 GPUs
+    hints = explain.usage_hints(merged, eta=merged.eta, idle_power_w=100.0)
+    assert any("stage the dataset" in h and "before tuning NCCL" in h for h in hints)
+    steady = [(50.0, 1)] * 600
+    local, clock = run_script(tmp_path / "steady", steady)
+    flat = summary.merge([spool.node_summary(str(local), "70", "n1", None, clock.t)])
+    assert flat.drops == 0 and not any("stage" in h for h in explain.usage_hints(flat, flat.eta, 100.0))
+
+
+def test_a_stall_is_flagged_in_the_job_view():
+    """~100 % utilization at near-idle power most of the time: a hung collective or a spin loop."""
+    from slurm_tune.fairshare import explain
+
+    stalled = summary.JobSummary(7200.0, 7100.0, 7200.0, 7000.0, 70.0, 2, 1, 1, ())
+    hints = explain.usage_hints(stalled, eta=stalled.eta, idle_power_w=100.0)
+    assert any("near-idle power" in h and "hung" in h for h in hints)
+    busy = stalled._replace(busy_w=350.0)
+    assert not any("near-idle power" in h for h in explain.usage_hints(busy, busy.eta, 100.0))
+
+
+def test_a_short_jobs_timeline_is_filled_not_dotted():
+    """A 20 s job has two 10 s buckets: each covers half of the 48 steps (not one step each)."""
+    docs = [{"node": "n1", "start": 0, "end": 20, "gpus": [],
+             "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 10]}},
+            {"node": "n2", "start": 0, "end": 20, "gpus": [],
+             "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 0]}}]
+    assert summary.merge_timeline(docs) == "9" * 24 + "0" * 24
+
+
+def test_usage_dirs_expand_the_node_name(tmp_path, monkeypatch):
+    """%n in $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL (and the config) is the node's name, as in every stune path."""
+    from slurm_tune.fairshare.config import usage_dirs
+
+    monkeypatch.setenv("STUNE_USAGE_DIR", str(tmp_path / "%n" / "usage"))
+    monkeypatch.setenv("STUNE_USAGE_SPOOL", str(tmp_path / "spool-%n-100%%"))
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a017")
+    assert usage_dirs() == (str(tmp_path / "gpu-a017" / "usage"), str(tmp_path / "spool-gpu-a017-100%"))
+    assert usage_dirs(node="n2")[0] == str(tmp_path / "n2" / "usage")
+    assert usage_dirs(expand=False)[0] == str(tmp_path / "%n" / "usage")
+
+
+def test_the_sampler_daemon_reads_STUNE_GPU_SNAPSHOT(tmp_path):
+    """The shipped systemd unit passes no --snapshot: the environment names it (with %n)."""
+    local = tmp_path / "n7" / "usage"
+    prolog(local, "8", "0")
+    write_snapshot(tmp_path / "gpus-n7.json", 70)
+    env = hermetic_env(tmp_path, STUNE_GPU_SNAPSHOT=tmp_path / "gpus-%n.json", SLURMD_NODENAME="n7",
+                       STUNE_USAGE_DIR=tmp_path / "%n" / "usage")
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--count", "4", "--interval", "0.05"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"snapshot {tmp_path / 'gpus-n7.json'}" in proc.stderr and str(local) in proc.stderr
+    _, gpus = accum.read(str(local / "acc" / "8"))
+    assert gpus[0]["samples"] >= 3 and gpus[0]["sm_sum"] / gpus[0]["sm_dt"] == pytest.approx(0.7)

@@ -10,7 +10,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "dgx-a100
 
 
 def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None = 30.0, power: float | None = 250.0,
-                   mem_used: int | None = 32 << 30) -> str:
+                   mem_used: int | None = 32 << 30, procs: int | None = None) -> str:
     """A copy of the DGX A100 capture with `gpus` GPUs all reading `sm` % SM utilization (None: no answer).
     Written atomically, so a running sampler never reads half a file."""
     snap = json.loads(FIXTURE.read_text())
@@ -19,6 +19,8 @@ def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None =
         dev["utilization"] = None if sm is None else {"gpu": sm, "memory": mem}
         dev["memory"] = None if mem_used is None else {"used": mem_used, "total": dev["memory"]["total"]}
         dev["power_w"] = power
+        if procs is not None:  # the sampler's process check (None: unknown, as in a health capture)
+            dev["processes"] = [{"pid": 1000 + i} for i in range(procs)]
     snap["gpus"]["devices"] = devices
     snap["gpus"]["count"] = len(devices)
     tmp = f"{path}.tmp.{os.getpid()}"
@@ -27,3 +29,18 @@ def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None =
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return str(path)
+
+
+def hermetic_env(tmp_path, **extra) -> dict:
+    """An environment for hooks and CLIs under test that no installed stune can change: no inherited STUNE_*
+    or SLURM_* variable, an empty hook environment file instead of /etc/default/stune, no fair-share config
+    from /etc/stune (a missing file named explicitly is refused, so an empty one is given)."""
+    env_file = Path(tmp_path) / "stune.env"
+    env_file.touch()
+    config = Path(tmp_path) / "fairshare-empty.yaml"
+    config.touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STUNE_", "SLURM_"))}
+    env.update({"STUNE_ENV_FILE": str(env_file), "STUNE_FAIRSHARE_CONFIG": str(config),
+                "SLURM_CONF": str(Path(tmp_path) / "no-slurm.conf")})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env

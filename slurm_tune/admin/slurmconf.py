@@ -72,6 +72,9 @@ class SlurmConf:
         if depth > 8:
             self.problems.append(f"{path}: Include nested too deep")
             return
+        if "\0" in target:
+            self.problems.append(f"{path}: Include names a path with a NUL byte")
+            return
         target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)
         for name in sorted(glob.glob(target)) or [target]:
             try:

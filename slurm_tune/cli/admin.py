@@ -139,7 +139,7 @@ def _install(args) -> int:
     if args.enable and not args.dry_run:
         _enable_units(roles)
     elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
-        print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler on GPU nodes, "
+        print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
               "stune-fairshare.timer on the accountant host (or rerun with --enable)")
     return EXIT_KEPT if report.kept else 0
 
@@ -156,7 +156,7 @@ def _enable_units(roles: set[str]) -> None:
     systemctl = shutil.which("systemctl")
     if systemctl is None:
         raise StuneError("--enable: systemctl not found (no systemd here); start the units your own way")
-    units = (["stune-gpu-sampler.service"] if NODE in roles else []) + \
+    units = (["stune-gpu-sampler.service", "stune-idle-policy.timer"] if NODE in roles else []) + \
         (["stune-fairshare.timer"] if CONTROLLER in roles else [])
     for argv in ([systemctl, "daemon-reload"], [systemctl, "enable", "--now", *units]):
         try:

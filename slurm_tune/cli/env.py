@@ -45,8 +45,10 @@ def _main(argv: list[str]) -> int:
 
     profile = load_profile(partition)
     exports, messages = task_environment(environ, profile, progress=sys.stderr)
+    from ..thisnode import node_name
+
     for message in messages:
-        print(f"{PROG}: {message}", file=sys.stderr)
+        print(f"{PROG}: {node_name(environ)}: {message}", file=sys.stderr)
     sys.stdout.write(as_shell(exports))
     return 0
 

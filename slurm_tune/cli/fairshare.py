@@ -2,6 +2,9 @@
 
     stune-fairshare apply [--dry-run] [--sacct-file DUMP] [--assoc-file FILE]
     stune-fairshare report [--format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
+    stune-fairshare explain [USER] [--json]              ("why is my priority low?")
+    stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
+    stune-fairshare idle-policy [--dry-run] [--node N]   (per node, from a timer: the opt-in idle-GPU policy)
     stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
     stune-fairshare collect                            (sweep the usage spool for late node summaries)
 """
@@ -113,7 +116,12 @@ def _report(args) -> int:
         else:
             sys.stdout.write(text)
     elif args.format == "table":
-        report_mod.to_table(rep)
+        if args.output:  # a file gets the plain table (no colour codes), as wide as it needs
+            Console = report_mod._need("rich.console", "the terminal table").Console
+            with open(args.output, "w", encoding="utf-8") as fh:
+                report_mod.to_table(rep, Console(file=fh, width=200, color_system=None, force_terminal=False))
+        else:
+            report_mod.to_table(rep)
     if args.png:
         report_mod.to_png(rep, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
@@ -121,6 +129,81 @@ def _report(args) -> int:
     if prom:
         report_mod.to_prometheus(rep, prom)
         print(f"{PROG}: wrote {prom}", file=sys.stderr)
+    return 0
+
+
+def _explain(args) -> int:
+    import json
+
+    from ..fairshare import accountant
+    from ..fairshare import explain as explain_mod
+    from ..fairshare.config import load_config
+    from ..fairshare.ledger import LedgerError
+
+    user = args.user or explain_mod.current_user()
+    if not explain_mod.may_see(user):
+        raise explain_mod.NotYours(f"{user}: only root explains another user's priority; run it without a name")
+    config = load_config(args.config)
+    slurm = _slurm()
+    now = time.time()
+    since = int(now - config.report.window)
+    try:
+        # the ledger is read, never written: no lock needed (it is replaced atomically)
+        result = accountant.run(config, slurm, dry_run=True, plan=False, since=since, read_sshare=True)
+    except LedgerError:
+        # a ledger this user cannot read: the same computation over sacct's whole history window (slower;
+        # an admin makes explain cheap by leaving the ledger readable, see docs/fairshare.md)
+        result = accountant.run(config, slurm, read_sshare=True, use_ledger=False)
+    pending = slurm.sprio()
+    doc = explain_mod.explain(result, config, user, pending)
+    sys.stdout.write(json.dumps(doc, indent=1, default=float) + "\n" if args.json else explain_mod.explain_text(doc))
+    return 0
+
+
+def _job(args) -> int:
+    import json
+
+    from ..fairshare import explain as explain_mod
+    from ..fairshare.config import load_config
+    from ..fairshare.jobview import job_view
+
+    config = load_config(args.config)
+    doc = job_view(_slurm(), config, args.job_id)
+    if args.png:
+        explain_mod.timeline_png(doc, args.png)
+        print(f"{PROG}: wrote {args.png}", file=sys.stderr)
+    sys.stdout.write(json.dumps(doc, indent=1, default=float) + "\n" if args.json else explain_mod.job_text(doc))
+    return 0
+
+
+def _idle_policy(args) -> int:
+    from ..fairshare import idlepolicy
+    from ..fairshare.config import load_config, usage_dirs
+    from ..profiles import load_profiles
+    from ..thisnode import node_name
+
+    config = load_config(args.config)
+    node = args.node or node_name()
+    local, _ = usage_dirs(config, node=node)
+    profiles = load_profiles(args.partitions)
+    slurm = _slurm()
+    log_file = open(args.log, "a", encoding="utf-8") if args.log else None
+
+    def log(line: str) -> None:
+        print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
+        if log_file is not None:
+            log_file.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {'dry-run ' if args.dry_run else ''}"
+                           f"{line}\n")
+            log_file.flush()
+
+    try:
+        decisions = idlepolicy.evaluate(slurm, profiles, local, node)
+        idlepolicy.act(slurm, decisions, profiles, local, dry_run=args.dry_run, log=log)
+    finally:
+        if log_file is not None:
+            log_file.close()
+    if args.json:
+        sys.stdout.write(idlepolicy.to_json(decisions))
     return 0
 
 
@@ -176,10 +259,27 @@ def _main(argv: list[str]) -> int:
     p = sub.add_parser("report", help="per account/user GPU-hours held vs used, fair-share, idle jobs")
     common(p)
     p.add_argument("--format", choices=("table", "csv", "json", "none"), default="table")
-    p.add_argument("-o", "--output", help="write CSV/JSON here instead of stdout")
+    p.add_argument("-o", "--output", help="write the table, CSV or JSON here instead of stdout")
     p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
     p.add_argument("--prom", help="write Prometheus metrics to this textfile")
     p.add_argument("--since", help="window: 7d, 12h, @EPOCH (default: report.window from the config)")
+    p = sub.add_parser("explain", help="why a user's priority is what it is (default: you)")
+    common(p, sacct=False)
+    p.add_argument("user", nargs="?", help="the user (root only; others see themselves)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("job", help="one job's GPU usage and what it was charged (running jobs too)")
+    common(p, sacct=False)
+    p.add_argument("job_id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--png", help="write the job's utilization timeline chart here")
+    p = sub.add_parser("idle-policy", help="warn, then cancel, jobs whose GPUs stay idle (per-partition opt-in)")
+    common(p, sacct=False)
+    p.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
+    p.add_argument("--node", help="judge this node's jobs (default: this node)")
+    p.add_argument("--partitions", help="partition profiles directory (default $STUNE_PARTITIONS or "
+                                        "/etc/stune/partitions)")
+    p.add_argument("--log", help="also append every decision to this file")
+    p.add_argument("--json", action="store_true", help="the decisions as JSON after the log lines")
     p = sub.add_parser("store", help="EpilogSlurmctld: merge a job's node summaries into AdminComment")
     common(p, sacct=False)
     p.add_argument("--job", required=True)
@@ -190,7 +290,8 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--min-age", type=float, help="leave job directories younger than this alone "
                                                  "(default usage.collect_wait + 30 s)")
     args = parser.parse_args(argv)
-    return {"apply": _apply, "report": _report, "store": _store, "collect": _collect}[args.cmd](args)
+    return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
+            "job": _job, "idle-policy": _idle_policy}[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:

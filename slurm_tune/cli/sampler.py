@@ -31,10 +31,15 @@ def _run(args) -> int:
     from ..hw.nvml import open_gpu_source
     from ..usage.sampler import Sampler
 
+    from ..thisnode import expand_node, node_name
+
     config = load_config(args.config)
     local, _ = usage_dirs(config)
-    local = args.local_dir or local
+    local = expand_node(args.local_dir, node_name()) if args.local_dir else local
     interval = args.interval or config.usage.interval
+    # the shipped systemd unit passes no --snapshot: $STUNE_GPU_SNAPSHOT (as for stune-health, %n allowed)
+    snapshot = args.snapshot or os.environ.get("STUNE_GPU_SNAPSHOT") or None
+    args.snapshot = expand_node(snapshot, node_name()) if snapshot else None
     source = open_gpu_source(snapshot=args.snapshot)
     sampler = Sampler(source, local, interval=interval, busy_util=config.report.busy_util, gpu_map=args.gpu_map)
     signal.signal(signal.SIGTERM, _raise_stop)
@@ -103,7 +108,7 @@ def _main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="sample the GPUs until stopped")
     p.add_argument("--snapshot", help="read GPUs from this snapshot file (re-read when it changes) instead "
-                                      "of NVML")
+                                      "of NVML; default $STUNE_GPU_SNAPSHOT (%%n: the node name)")
     p.add_argument("--interval", type=float, help="seconds between samples (default usage.interval)")
     p.add_argument("--local-dir", help="node-local state (default $STUNE_USAGE_DIR or usage.local_dir)")
     p.add_argument("--gpu-map", choices=("auto", "minor", "index"), default="auto",

@@ -1,6 +1,7 @@
 """`stune-sbatch`: drop-in sbatch with the partition's NCCL, binding, placement and recovery settings.
 
-    stune-sbatch [sbatch options] [--dry-run] [--stage SRC[:NAME]]... [--stage-required] [script [args...]]
+    stune-sbatch [sbatch options] [--dry-run] [--stage SRC[:NAME]]... [--stage-required] [--stage-strict]
+                 [--checkpoint-signal] [--node-summary] [script [args...]]
     stune-sbatch history [-n N]
     stune-sbatch history diff A B        (A, B: job ids, or -1 for the latest run, -2 the one before ...)
 """

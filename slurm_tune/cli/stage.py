@@ -22,6 +22,28 @@ from .common import EXIT_ERROR, guarded
 PROG = "stune-stage"
 
 
+def _job_id(text: str) -> str:
+    """A Slurm job id: digits (an array task's own id). `12a` or `12_3` would silently take no hold."""
+    import argparse
+
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a Slurm job id: {text!r} (digits only; for an array task use "
+                                         "its own job id, $SLURM_JOB_ID)")
+    return text
+
+
+def _copy_jobs(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"{text!r}: the number of copy processes must be 1 to 256")
+    return value
+
+
 def _parser():
     import argparse
 
@@ -38,9 +60,10 @@ def _parser():
     fetch = add("fetch", "stage SRC[:NAME] now on this node and print export lines", aliases=("stage",))
     fetch.add_argument("requests", nargs="*", metavar="SRC[:NAME]")
     fetch.add_argument("--required", action="store_true", help="fail instead of falling back to the source")
-    fetch.add_argument("--job", help="hold the entries for this job id (default: $SLURM_JOB_ID)")
+    fetch.add_argument("--job", type=_job_id, help="hold the entries for this job id (default: $SLURM_JOB_ID)")
     fetch.add_argument("--freshness", choices=("fast", "strict"), help="override the profile's freshness mode")
-    fetch.add_argument("--jobs", "-j", type=int, help="parallel copy processes")
+    fetch.add_argument("--jobs", "-j", type=_copy_jobs, metavar="N",
+                       help="parallel copy processes, 1 to 256 (default: $STUNE_STAGE_JOBS, else 2 per core, 4-16)")
     fetch.add_argument("--format", choices=("shell", "taskprolog", "paths"), default="shell",
                        help="shell: export NAME='path' (for eval); taskprolog: unquoted; paths: NAME path")
     for name, text in (("ls", "list the tier's entries"), ("status", "the tier's quota, usage and health")):
@@ -51,7 +74,7 @@ def _parser():
     gc.add_argument("--to-low", action="store_true", help="evict down to the low watermark even below the high")
     gc.add_argument("--evict-all", action="store_true", help="evict every entry no running job holds")
     release = add("release", "drop a job's holds (the epilog runs `release --epilog` as root)")
-    release.add_argument("--job", help="job id (default: $SLURM_JOB_ID)")
+    release.add_argument("--job", type=_job_id, help="job id (default: $SLURM_JOB_ID)")
     release.add_argument("--epilog", action="store_true",
                          help="epilog mode: the job's user from $SLURM_JOB_UID, then evict above the high "
                               "watermark; never fails (a cache problem must not drain the node)")
@@ -88,6 +111,8 @@ def cmd_fetch(args) -> int:
     env["SLURMD_NODENAME"] = _node(args)
     if args.job is not None:
         env["SLURM_JOB_ID"] = args.job
+    elif env.get("SLURM_JOB_ID") and not (env["SLURM_JOB_ID"].isascii() and env["SLURM_JOB_ID"].isdigit()):
+        raise StuneError(f"SLURM_JOB_ID={env['SLURM_JOB_ID']!r} is not a job id: pass --job ID")
     if args.requests:
         env[ENV_VAR] = encode_requests([parse_stage_arg(r) for r in args.requests], args.required)
     elif not env.get(ENV_VAR):
@@ -176,9 +201,14 @@ def cmd_status(args) -> int:
         pct = 100 * s.usage / s.quota if s.quota else 0
         print(f"  usage      {human(s.usage)} of {human(s.quota)} quota ({pct:.0f}%); "
               f"evicts above {s.high:.0%} down to {s.low:.0%}")
-        print(f"  disk       {human(s.fs_free)} free of {human(s.fs_size)}")
+        print(f"  disk       {human(s.fs_free)} free of {human(s.fs_size)} ({human(s.reserve)} kept free)")
         print(f"  entries    {s.entries} ready, {s.pending} being copied, {s.held} held by running jobs, "
               f"{s.users} namespace(s)")
+        for line in s.ledger_problems:
+            print(f"  ledger: {line}")
+        for line in s.namespace_problems:
+            print(f"  problem: bad namespace: {line} (`stune-stage init` repairs it)")
+            bad += 1
         if s.problem:
             print(f"  problem: {s.problem}")
             bad += 1
@@ -210,10 +240,12 @@ def cmd_gc(args) -> int:
                   "least recently used")
         for item in report.locks_removed:
             print(f"  {verb} unused lock {item}")
+        for problem in report.bad_namespaces:
+            print(f"  bad namespace: {problem} (jobs of that user fall back; `stune-stage init` repairs it)")
         for problem in report.problems:
             print(f"{PROG}: warning: {config.root}: {problem}", file=sys.stderr)
-        if not any(report[:-1]):
-            print("  nothing to do")
+        if not any(report[:-2]):
+            print("  nothing to do" if not report.bad_namespaces else "  nothing else to do")
     return 0
 
 

@@ -1,10 +1,14 @@
-"""`stune-task-prolog`: the TaskProlog. Per-node NCCL variables, then dataset staging.
+"""`stune-task-prolog`: the TaskProlog. Per-node NCCL and rendezvous variables, then dataset staging.
 
 Install with `TaskProlog=/path/to/stune-task-prolog` in slurm.conf (or a wrapper script that sets PATH and
 STUNE_* first). Slurm runs it as the job's user before every task, with the task's environment, and reads
-`export NAME=value` lines from its stdout. Its stderr goes nowhere, so messages go to the job's stderr file
-(once per node and step: from local task 0). It never fails a task for a stune problem; only a dataset
-that --stage-required could not stage fails it.
+`export NAME=value` / `unset NAME` lines from its stdout. Its stderr goes nowhere, so messages go to the
+job's stderr file: each problem once per job (the first node to see it says so, naming itself), and with
+`stune-sbatch --node-summary` one line per node and step with the final settings. It never fails a task
+for a stune problem; only a dataset that --stage-required could not stage fails it.
+
+    stune-task-prolog            (run by slurmstepd; no arguments)
+    stune-task-prolog --help
 """
 from __future__ import annotations
 
@@ -14,9 +18,18 @@ import sys
 from .common import run_console
 
 PROG = "stune-task-prolog"
+SUMMARY_VAR = "STUNE_NODE_SUMMARY"
+SUMMARY_NAMES = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR",
+                 "MASTER_PORT")
 
 
 def _main(argv: list[str]) -> int:
+    if argv:
+        if argv[0] in ("-h", "--help"):
+            sys.stdout.write(__doc__)
+            return 0
+        sys.stderr.write(f"{PROG}: takes no arguments (Slurm runs it as TaskProlog); see --help\n")
+        return 2
     from ..errors import ConfigError, StuneError
     from ..stage.jobenv import JobLog
 
@@ -32,7 +45,7 @@ def _main(argv: list[str]) -> int:
         profile = load_profile(partition)
     except ConfigError as exc:
         if not (exc.key == "" and exc.problem.startswith("no profile for partition")) and speak:
-            log.write(f"{PROG}: warning: {exc}; no stune settings for this task\n")
+            log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", _node(environ))
         return 0
     from ..nodeenv.taskenv import as_taskprolog, task_environment
 
@@ -44,9 +57,51 @@ def _main(argv: list[str]) -> int:
     sys.stdout.write(as_taskprolog(exports))
     sys.stdout.flush()
     if speak:
+        node = _node(environ)
         for message in messages:
-            log.write(f"{PROG}: {message}\n")
+            log.say_once(f"{PROG}: {message}", node)
+        if environ.get(SUMMARY_VAR):
+            log.write(summary_line(environ, exports, node) + "\n")
     return 0
+
+
+def _node(environ) -> str:
+    from ..thisnode import node_name
+
+    return node_name(environ)
+
+
+def summary_line(environ, exports: dict, node: str) -> str:
+    """One line: the settings this node's tasks finally get, and where each staged dataset is read from."""
+    final = dict(environ)
+    for name, value in exports.items():
+        if value is None:
+            final.pop(name, None)
+        else:
+            final[name] = value
+    step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
+    step = "batch" if step == "4294967294" else step
+    words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
+    for name in sorted(n for n in final if n.startswith("STUNE_STAGE_") and n != "STUNE_STAGE_LOG"):
+        source = _stage_source(environ, name[len("STUNE_STAGE_"):])
+        if source is None:  # a profile default: not in STUNE_STAGE
+            words.append(f"{name}={final[name]}")
+        else:
+            words.append(f"{name}={final[name]} [{'source: not staged' if final[name] == source else 'cache'}]")
+    return f"stune: {node} step {step}: " + " ".join(words)
+
+
+def _stage_source(environ, name: str) -> str | None:
+    from ..stage.spec import decode_requests
+
+    text = environ.get("STUNE_STAGE", "")
+    if not text.strip():
+        return None
+    try:
+        requests, _ = decode_requests(text)
+    except Exception:
+        return None
+    return next((r.source for r in requests if r.name == name), None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,13 +3,25 @@ SiteFactor on pending jobs.
 
 The SiteFactor of a pending job of association A is
 
-    clamp(round(PriorityWeightFairshare x (F_stune(A) - F_slurm(A))), site_factor.min, site_factor.max)
+    clamp(round(a x F_stune(A) + b - W x F_slurm(A)), site_factor.min, site_factor.max)
 
-where F_slurm is Slurm's formula over Slurm's own charges (eta = 1 everywhere) and F_stune the same formula
-over stune's penalized charges. Both come from the same rows and the same tree, so with eta = 1 everywhere
-the difference is exactly 0 and stune changes nothing; `report` shows sshare's live FairShare next to them.
-With site_factor.max = 0 (the default) stune only ever lowers a priority: faking utilization can at best
-restore Slurm's own priority.
+with W = PriorityWeightFairshare, F_slurm Slurm's formula over Slurm's own charges (eta = 1 everywhere) and
+F_stune the same formula over stune's penalized charges. Slurm adds W x F_slurm(A) itself, so a pending job's
+fair-share points plus its SiteFactor are a x F_stune(A) + b for everyone: the order of pending jobs is
+exactly stune's fair-share order. (A plain W x (F_stune - F_slurm) capped at 0 would only tie users whose
+ranks swapped: the one who gains is capped, the other loses exactly the gap.) a and b are chosen over all
+user associations so that
+
+- nobody gains: a x F_stune + b <= W x F_slurm for every association (penalties only, so a forged or missing
+  measurement can at best restore Slurm's own priority); b is the largest value that allows, and the top
+  gainer gets exactly 0;
+- nobody sinks to Slurm's floor: the lowest a x F_stune + b is at least 1 point (a job priority below 1 is
+  raised to 1, and ties there would again leave the order to submit time);
+- the spread is as wide as possible: a = W (a pure shift, b = -max W x (F_stune - F_slurm)) whenever that
+  keeps everyone above the floor, else the largest a < W that does.
+
+With eta = 1 everywhere F_stune = F_slurm, a = W, b = 0 and stune changes nothing. The default floor of the
+clamp is -2 W, below anything the formula gives, so the clamp never breaks the order.
 """
 from __future__ import annotations
 
@@ -121,6 +133,7 @@ class RunResult:
     shares_stune: tree_mod.ShareResult
     tree: tree_mod.AssocTree
     sshare: list | None = None     # live sshare rows, when read
+    site_line: tuple = (0.0, 0.0)  # (a, b): fair-share points + SiteFactor = a x F_stune + b (module doc)
     changes: list = field(default_factory=list)
     kept: int = 0                  # pending jobs already at their target
     applied: bool = False
@@ -194,11 +207,16 @@ def _sum_dicts(*dicts) -> dict:
 
 def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | None = None,
         now: int | None = None, dry_run: bool = False, plan: bool = True, since: int | None = None,
-        read_sshare: bool = False, settings: PrioritySettings | None = None) -> RunResult:
+        read_sshare: bool = False, settings: PrioritySettings | None = None,
+        use_ledger: bool = True) -> RunResult:
     """One accountant run. Live (slurm given, no sacct_file): incremental from the ledger's watermark, and
     the ledger is saved unless dry_run. With sacct_file: a stateless what-if over the whole dump, offline
     unless `slurm` is given (then the cluster's settings, tree and pending jobs are used).
-    `plan` computes SiteFactor changes for pending jobs (needs slurm); they are applied unless dry_run."""
+    `plan` computes SiteFactor changes for pending jobs (needs slurm); they are applied unless dry_run.
+    Without `use_ledger` (a user's `explain`: the ledger is root's) a live run reads the whole history
+    window from sacct instead, writes nothing, and plans nothing."""
+    if not use_ledger:
+        dry_run, plan = True, False
     acc = config.accountant
     warnings: list[str] = []
     if slurm is not None:
@@ -234,7 +252,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         provisional = np.zeros(table.n, dtype=bool)
         window_start = None
     else:
-        ledger = Ledger.load(path)
+        ledger = Ledger.load(path) if use_ledger else Ledger()
         history = acc.initial_history if acc.initial_history is not None else \
             (10 * half_life if half_life > 0 else 365 * 86400)
         window_start = (ledger.watermark - acc.settle_delay) if ledger.watermark is not None \
@@ -244,7 +262,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         fields = list(sacct_mod.FIELDS)
         gpuutil = settings.gpuutil_recorded and acc.read_gpuutil
         if gpuutil:
-            fields.insert(-1, "TRESUsageInAve")
+            fields[-1:-1] = ["NTasks", "TRESUsageInAve"]
         text = slurm.sacct_dump(fields, start=_sacct_time(window_start), end=_sacct_time(as_of + 1),
                                 allocations=not gpuutil, timeout=max(slurm.timeout, 600.0))
         table = sacct_mod.parse(text, "sacct")
@@ -263,8 +281,10 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         settle = ran & done & ~known & fresh
         provisional = ran & ~done
     counted = settle | provisional
+    _table_warnings(table, warnings)
     ch = charges_mod.compute(table, counted, as_of=as_of, half_life_s=half_life, alpha=acc.alpha,
-                             coverage_min=acc.coverage_min, basis=acc.basis, qos_usage_factor=qos_factors)
+                             coverage_min=acc.coverage_min, basis=acc.basis, qos_usage_factor=qos_factors,
+                             alpha_by=acc.alpha_by)
 
     base_slurm, base_stune = {}, {}
     if ledger.as_of is not None and ledger.usage:
@@ -296,8 +316,10 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
                        settled_now=int(settle.sum()) if sacct_file is None else 0,
                        provisional=int(provisional.sum()), usage_slurm=usage_slurm, usage_stune=usage_stune,
                        shares_slurm=shares_slurm, shares_stune=shares_stune, tree=tree,
-                       ledger_path=None if sacct_file is not None else path, window_start=window_start,
+                       ledger_path=None if sacct_file is not None or not use_ledger else path,
+                       window_start=window_start,
                        warnings=warnings)
+    result.site_line = site_factor_line(settings.weight_fairshare, shares_slurm, shares_stune)
     if read_sshare and slurm is not None:
         try:
             result.sshare = slurm.sshare()
@@ -330,6 +352,20 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
     return result
 
 
+def _table_warnings(table, warnings: list) -> None:
+    """Rows that were skipped or not trusted: said once per run, never fatal."""
+    if table.skipped:
+        shown = "; ".join((table.skip_reasons or [])[:3])
+        warnings.append(f"{table.skipped} unreadable sacct row(s) skipped" + (f": {shown}" if shown else ""))
+    if table.duplicates:
+        warnings.append(f"{table.duplicates} duplicate row(s) of the same job run dropped "
+                        "(overlapping exports?); each run is counted once")
+    bad = 0 if table.bad_summary is None else int(table.bad_summary.sum())
+    if bad:
+        warnings.append(f"{bad} damaged or out-of-range usage summary(ies) not trusted: charged as Slurm "
+                        "charges (eta = 1)")
+
+
 def run_locked(config, slurm=None, **kwargs) -> RunResult:
     """run() under the ledger lock (live runs), so two accountants never settle the same job twice."""
     if kwargs.get("sacct_file") is not None:
@@ -338,11 +374,31 @@ def run_locked(config, slurm=None, **kwargs) -> RunResult:
         return run(config, slurm, **kwargs)
 
 
-def site_factor_target(config, weight: int, f_slurm: float, f_stune: float) -> int:
+FLOOR_POINTS = 1.0  # Slurm raises a job priority below 1 to 1
+
+
+def site_factor_line(weight: int, shares_slurm, shares_stune) -> tuple[float, float]:
+    """(a, b) of the module doc: every pending job's fair-share points plus SiteFactor become a x F_stune + b."""
+    pairs = [(shares_slurm.factors[k], f) for k, f in shares_stune.factors.items() if k in shares_slurm.factors]
+    if not pairs or weight <= 0:
+        return float(weight), 0.0
+    lowest = min(f for _, f in pairs)
+    scale = float(weight)
+    for f_slurm, f_stune in pairs:
+        if f_stune > lowest + 1e-12:
+            scale = min(scale, (weight * f_slurm - FLOOR_POINTS) / (f_stune - lowest))
+    scale = max(scale, 0.0)
+    offset = min(weight * f_slurm - scale * f_stune for f_slurm, f_stune in pairs)
+    return scale, offset
+
+
+def site_factor_target(config, weight: int, f_slurm: float, f_stune: float,
+                       line: tuple[float, float] | None = None) -> int:
     """The SiteFactor of a pending job whose association has these two fair-share factors (module doc)."""
+    scale, offset = line if line is not None else (float(weight), 0.0)
     sf = config.site_factor
-    lo = sf.min if sf.min is not None else -weight
-    return max(lo, min(sf.max, int(round(weight * (f_stune - f_slurm)))))
+    lo = sf.min if sf.min is not None else -2 * weight
+    return max(lo, min(sf.max, int(round(scale * f_stune + offset - weight * f_slurm))))
 
 
 def _plan(result: RunResult, slurm, config) -> None:
@@ -360,7 +416,7 @@ def _plan(result: RunResult, slurm, config) -> None:
         f_stune = result.shares_stune.factor(*key)
         if f_slurm is None or f_stune is None:
             continue
-        target = site_factor_target(config, weight, f_slurm, f_stune)
+        target = site_factor_target(config, weight, f_slurm, f_stune, result.site_line)
         have = current[job.job_id]
         if abs(target - have) > deadband:
             result.changes.append(SiteFactorChange(job.job_id, job.account, job.user, have, target,

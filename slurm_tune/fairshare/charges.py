@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sacct import JobTable
+from .sacct import _factorize as sacct_factorize
 
 SLURM_LN2 = 0.693  # priority_multifactor.c uses 0.693, not ln 2
 
@@ -52,6 +53,7 @@ class Charges:
     both already decayed to `as_of`; `eta` is the utilization used (1 where not trusted)."""
 
     as_of: int
+    alpha: object              # float, or a per-row array where accountant.alpha_by overrides it
     eta: np.ndarray
     eta_measured: np.ndarray   # NaN where there is no measurement
     coverage: np.ndarray       # sampled share of held GPU-seconds (0 without a summary)
@@ -86,9 +88,37 @@ def measured_eta(table: JobTable, coverage_min: float):
     return eta, eta_seen, coverage, trusted, source
 
 
+def alpha_per_row(table: JobTable, alpha: float, alpha_by: dict | None) -> np.ndarray | float:
+    """The idle penalty of each row: accountant.alpha_by's QOS, else partition, else account entry, else the
+    default `alpha`. A plain float when no override exists (the common case costs nothing)."""
+    by = alpha_by.to_dict() if hasattr(alpha_by, "to_dict") else (alpha_by or {})
+    qos, part, acct = (by.get(k) or {} for k in ("qos", "partition", "account"))
+    if not (qos or part or acct) or not table.n:
+        return alpha
+    out = np.full(table.n, float(alpha))
+    if acct:
+        names = [a for a, _ in table.assoc_keys]
+        per_assoc = np.array([acct.get(a, np.nan) for a in names] or [np.nan])
+        value = per_assoc[table.assoc]
+        out = np.where(np.isnan(value), out, value)
+    if part:
+        codes, names = sacct_factorize(table.partition)
+        # a job may name several partitions while pending; it ran in the first
+        per = np.array([part.get(n.split(",", 1)[0], np.nan) for n in names] or [np.nan])
+        value = per[codes]
+        out = np.where(np.isnan(value), out, value)
+    if qos:
+        per = np.array([qos.get(n, np.nan) for n in table.qos_names] or [np.nan])
+        value = per[table.qos]
+        out = np.where(np.isnan(value), out, value)
+    return out
+
+
 def compute(table: JobTable, rows: np.ndarray, *, as_of: int, half_life_s: float, alpha: float,
-            coverage_min: float, basis: str = "billing", qos_usage_factor: dict | None = None) -> Charges:
+            coverage_min: float, basis: str = "billing", qos_usage_factor: dict | None = None,
+            alpha_by: dict | None = None) -> Charges:
     """Charges for the rows selected by the boolean mask or index array `rows`, as of `as_of`."""
+    alpha = alpha_per_row(table, alpha, alpha_by)
     eta, eta_seen, coverage, trusted, source = measured_eta(table, coverage_min)
     rate = table.gpus.copy() if basis == "gpu" else table.billing.copy()
     if qos_usage_factor:
@@ -103,7 +133,7 @@ def compute(table: JobTable, rows: np.ndarray, *, as_of: int, half_life_s: float
     slurm = np.where(mask, rate * seconds, 0.0)
     stune = slurm * (1.0 + alpha * (1.0 - eta))
     held = table.gpus * table.elapsed.astype(np.float64)
-    return Charges(as_of=as_of, eta=eta, eta_measured=eta_seen, coverage=coverage, trusted=trusted,
+    return Charges(alpha=alpha, as_of=as_of, eta=eta, eta_measured=eta_seen, coverage=coverage, trusted=trusted,
                    source=source, held_gpu_s=held, used_gpu_s=held * eta_seen, slurm=slurm, stune=stune)
 
 

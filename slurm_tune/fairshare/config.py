@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..schema import Bool, Duration, Float, Frozen, Int, Nullable, Section, Str, load_yaml
+from ..schema import Bool, Duration, Float, Frozen, Int, Map, Nullable, Section, Str, load_yaml
 
 DEFAULT_PATH = "/etc/stune/fairshare.yaml"
 ENV_PATH = "STUNE_FAIRSHARE_CONFIG"
@@ -16,6 +16,12 @@ SCHEMA = Section({
     "accountant": Section({
         "alpha": Float(1.0, min=0.0, max=100.0,
                        doc="idle penalty: charge = Slurm's charge x (1 + alpha x (1 - eta))"),
+        "alpha_by": Section({
+            "qos": Map(Float(min=0.0, max=100.0), doc="alpha for jobs of this QOS, e.g. {debug: 0}"),
+            "partition": Map(Float(min=0.0, max=100.0), doc="alpha for jobs in this partition"),
+            "account": Map(Float(min=0.0, max=100.0), doc="alpha for jobs of this account"),
+        }, doc="alpha per QOS, partition or account (the first that names the job wins, in that order); "
+               "0 exempts (e.g. an interactive or debug QOS is never charged for idleness)"),
         "coverage_min": Float(0.8, min=0.0, max=1.0,
                               doc="share of held GPU-seconds that must be sampled before eta is trusted"),
         "basis": Str("billing", choices=("billing", "gpu"),
@@ -28,7 +34,8 @@ SCHEMA = Section({
         "read_gpuutil": Bool(True, doc="also read Slurm's gres/gpuutil where AccountingStorageTRES has it"),
     }),
     "site_factor": Section({
-        "min": Nullable(Int(), doc="lowest SiteFactor; default -PriorityWeightFairshare"),
+        "min": Nullable(Int(), doc="lowest SiteFactor; default -2 x PriorityWeightFairshare (the lowest the formula reaches, "
+                                    "so the floor never breaks the order)"),
         "max": Int(0, doc="highest SiteFactor; 0 means penalties only"),
         "deadband": Int(2, min=0, doc="a pending job's SiteFactor is left alone when within this of the target"),
     }),
@@ -86,12 +93,19 @@ def load_config(explicit: str | None = None) -> FairshareConfig:
     return FairshareConfig(data)
 
 
-def usage_dirs(config: FairshareConfig | None = None) -> tuple[str, str]:
+def usage_dirs(config: FairshareConfig | None = None, node: str | None = None,
+               expand: bool = True) -> tuple[str, str]:
     """(node-local dir, shared spool dir): $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL win over the config, so a
-    hook can point at per-node directories without a config file of its own."""
+    hook can point at per-node directories without a config file of its own. `%n` in either becomes this
+    node's name (or `node`), as in every other stune path; expand=False returns the templates."""
+    from ..thisnode import expand_node, node_name
+
     local = os.environ.get("STUNE_USAGE_DIR")
     spool = os.environ.get("STUNE_USAGE_SPOOL")
-    if local and spool:
+    if not (local and spool):
+        cfg = config or load_config()
+        local, spool = local or cfg.usage.local_dir, spool or cfg.usage.spool_dir
+    if not expand:
         return local, spool
-    cfg = config or load_config()
-    return local or cfg.usage.local_dir, spool or cfg.usage.spool_dir
+    name = node or node_name()
+    return expand_node(local, name), expand_node(spool, name)

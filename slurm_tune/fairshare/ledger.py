@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from .. import safeio
 from ..errors import StuneError
 
 FORMAT = "stune-fairshare-ledger/1"
@@ -58,13 +59,9 @@ class Ledger:
         directory = os.path.dirname(path) or "."
         try:
             os.makedirs(directory, exist_ok=True)
-            tmp = f"{path}.tmp.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            # readable by all (usage per association is what sshare shows anyone), so a user's `explain`
+            # reads it instead of re-reading sacct's whole history
+            safeio.write_atomic(path, json.dumps(doc, indent=1) + "\n", mode=0o644, sync=True)
         except OSError as exc:
             raise LedgerError(f"{path}: cannot write the ledger: {exc.strerror}") from None
 

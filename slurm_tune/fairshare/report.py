@@ -89,6 +89,9 @@ class Report:
     top_idle: list = field(default_factory=list)
     flagged: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    # rows the accountant could not trust: damaged or out-of-range summaries (charged as Slurm charges,
+    # eta = 1), rows skipped (unreadable Start/End, cut lines) and duplicate runs dropped from a dump
+    data_quality: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,10 +134,14 @@ def build(result, config, since: int | None) -> Report:
             out.fairshare_slurm = result.shares_slurm.factor(account, user)
             out.fairshare_stune = result.shares_stune.factor(account, user)
             if out.fairshare_slurm is not None and out.fairshare_stune is not None:
-                out.site_factor = site_factor_target(config, weight, out.fairshare_slurm, out.fairshare_stune)
+                out.site_factor = site_factor_target(config, weight, out.fairshare_slurm, out.fairshare_stune,
+                                                      result.site_line)
         return out
 
     report = Report(result.as_of, since, result.settings.algorithm, weight, warnings=list(result.warnings))
+    bad = table.bad_summary if table.bad_summary is not None else np.zeros(table.n, dtype=bool)
+    report.data_quality = {"bad_summaries": int((bad & ran).sum()), "skipped_rows": int(table.skipped),
+                           "duplicate_rows": int(table.duplicates)}
     users = sorted(set(table.assoc_keys) | {k for k in result.shares_slurm.factors})
     index = {key: i for i, key in enumerate(table.assoc_keys)}
     for account, user in users:
@@ -221,6 +228,11 @@ def to_table(report: Report, console=None) -> None:
         for r in report.flagged:
             f.add_row(r.job_id, r.account, r.user, r.flag)
         console.print(f)
+    quality = report.data_quality
+    if any(quality.values()):
+        console.print(f"Not trusted: {quality.get('bad_summaries', 0)} damaged or out-of-range usage "
+                      f"summaries (charged as Slurm charges, eta = 1); {quality.get('skipped_rows', 0)} "
+                      f"unreadable sacct rows skipped; {quality.get('duplicate_rows', 0)} duplicate rows dropped")
     for w in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
@@ -308,8 +320,16 @@ def to_prometheus(report: Report, path: str) -> None:
                 gauges["fs"].labels(u.account, u.user, kind).set(value)
         if u.site_factor is not None:
             gauges["site"].labels(u.account, u.user).set(u.site_factor)
+    quality = prom.Gauge("stune_fairshare_rows_untrusted", "sacct rows the accountant could not trust, by kind",
+                         ["kind"], registry=registry)
+    for kind, count in report.data_quality.items():
+        quality.labels(kind).set(count)
     flagged = prom.Gauge("stune_jobs_flagged", "jobs at ~100% utilization with near-idle power", registry=registry)
     flagged.set(len(report.flagged))
+    stalled = prom.Gauge("stune_job_stalled", "1: this job ran at ~100% utilization with near-idle power (a hung "
+                         "collective or a spin loop)", ["job_id", "account", "user"], registry=registry)
+    for r in report.flagged:
+        stalled.labels(r.job_id, r.account, r.user).set(1)
     stamp = prom.Gauge("stune_fairshare_report_timestamp_seconds", "when the report was computed",
                        registry=registry)
     stamp.set(report.as_of)

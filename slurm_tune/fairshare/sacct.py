@@ -29,7 +29,7 @@ from ..usage.summary import parse_head
 
 FIELDS = ("JobIDRaw", "JobID", "User", "Account", "Partition", "QOS", "State", "Start", "End", "ElapsedRaw",
           "AllocTRES", "AdminComment")
-STEP_FIELDS = ("TRESUsageInAve",)
+STEP_FIELDS = ("NTasks", "TRESUsageInAve")
 REQUIRED = ("JobIDRaw", "User", "Account", "State", "Start", "End", "ElapsedRaw", "AllocTRES")
 UNKNOWN_TIMES = frozenset(("", "Unknown", "None", "N/A"))
 UNKNOWN_WORDS = ("Unknown", "None", "N/A")
@@ -65,6 +65,10 @@ class JobTable:
     admin_comment: list       # str (raw, for the report's per-GPU details)
     gpuutil: np.ndarray       # float64 percent from Slurm's gres/gpuutil (NaN when not recorded)
     gpuutil_cover: np.ndarray  # float64 0..1: step time with a gpuutil reading over the job's time
+    bad_summary: np.ndarray = None  # bool: a stune summary that is damaged or out of range (unmeasured)
+    skipped: int = 0          # rows dropped: unreadable Start/End
+    duplicates: int = 0       # rows dropped: the same job run twice in the dump (overlapping exports)
+    skip_reasons: list = None  # the first few skipped rows, "file:line: why"
 
     @property
     def n(self) -> int:
@@ -82,6 +86,19 @@ class JobTable:
     @property
     def state(self) -> list:
         return _first_words(self.state_raw)
+
+    def subset(self, keep: np.ndarray) -> "JobTable":
+        """The rows where `keep` is True (association and QOS codes keep their tables)."""
+        at = np.flatnonzero(keep).tolist()
+        out = {}
+        for name, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                out[name] = value[keep]
+            elif isinstance(value, list) and len(value) == self.n and name not in ("assoc_keys", "qos_names", "skip_reasons"):
+                out[name] = [value[i] for i in at]
+            else:
+                out[name] = value
+        return JobTable(**out)
 
     def keys(self) -> list[str]:
         """A run's identity: job id and start time (a requeued job runs again under the same id)."""
@@ -120,30 +137,58 @@ def _fast_ints(column, unknown: bool = False):
             joined = joined.replace(word, str(_UNKNOWN_SENTINEL))
     if "-" in joined or ":" in joined:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = np.fromstring(joined, dtype=np.int64, sep=" ")
-    if out.size != len(column):
+    out = _numbers(joined, np.int64)
+    if out is None or out.size != len(column):
         return None
     if unknown:
         out[out == _UNKNOWN_SENTINEL] = -1
     return out
 
 
+def _numbers(joined: str, dtype=np.float64):
+    """Space-separated numbers in one C call; None when the text does not read to its end (numpy 2.x raises
+    there, older releases warn and stop short: both mean "take the per-row path")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return np.fromstring(joined, dtype=dtype, sep=" ")
+        except (ValueError, OverflowError):
+            return None
+
+
+BAD_TIME = -3  # an unreadable Start/End: the row is skipped (and counted)
+_MAX_EPOCH = 1 << 40
+
+
+def _iso_stamp(text: str) -> int:
+    try:
+        stamp = int(np.datetime64(text, "s").astype(np.int64))
+    except (ValueError, OverflowError, TypeError):
+        return BAD_TIME
+    return stamp if 0 <= stamp < _MAX_EPOCH else BAD_TIME
+
+
 def _times(column, source: str) -> np.ndarray:
-    """Epoch seconds (-1 unknown) from sacct's %s or ISO local time."""
+    """Epoch seconds (-1 unknown, BAD_TIME unreadable) from sacct's %s or ISO local time."""
     fast = _fast_ints(column, unknown=True)
-    if fast is not None:
+    if fast is not None and ((fast >= -1) & (fast < _MAX_EPOCH)).all():
         return fast
-    out = np.fromiter((int(v) if v.isdigit() else (-1 if v in UNKNOWN_TIMES else -2) for v in column),
+    out = np.fromiter((_epoch(v) if v.isdigit() else (-1 if v in UNKNOWN_TIMES else -2) for v in column),
                       dtype=np.int64, count=len(column))
     iso = np.flatnonzero(out == -2)
     if len(iso):
-        texts = np.array([column[i] for i in iso.tolist()])
+        texts = [column[i] for i in iso.tolist()]
         try:
-            stamps = texts.astype("datetime64[s]").astype(np.int64)
-        except ValueError as exc:
-            raise SacctFormatError(f"{source}: unreadable time: {exc}") from None
+            stamps = np.array(texts).astype("datetime64[s]").astype(np.int64)
+            if ((stamps < 0) | (stamps >= _MAX_EPOCH)).any():
+                raise ValueError("out of range")
+        except (ValueError, OverflowError):  # some are not times at all: read one by one
+            stamps = np.fromiter(map(_iso_stamp, texts), dtype=np.int64, count=len(texts))
+        good = stamps != BAD_TIME
+        out[iso[~good]] = BAD_TIME
+        iso, stamps = iso[good], stamps[good]
+        if not len(iso):
+            return out
         # sacct prints local time; numpy read it as UTC. Correct by the local offset at each instant.
         offsets = np.fromiter((time.localtime(int(t)).tm_gmtoff for t in stamps[::max(1, len(stamps) // 64)]),
                               dtype=np.int64)
@@ -157,43 +202,74 @@ def _times(column, source: str) -> np.ndarray:
     return out
 
 
+def _plain_int(text: str, bad: int) -> int:
+    """A non-negative ASCII integer below 2**40, else `bad` (unicode digits, 5000-digit numbers...)."""
+    if text.isascii() and text.isdigit() and len(text) <= 13:
+        value = int(text)
+        return value if value < _MAX_EPOCH else bad
+    return bad
+
+
+def _epoch(text: str) -> int:
+    return _plain_int(text, BAD_TIME)
+
+
 def _ints(column) -> np.ndarray:
     fast = _fast_ints(column)
-    if fast is not None:
+    if fast is not None and (fast < _MAX_EPOCH).all():
         return fast
-    return np.fromiter((int(v) if v.isdigit() else 0 for v in column), dtype=np.int64, count=len(column))
+    return np.fromiter((_plain_int(v, 0) for v in column), dtype=np.int64, count=len(column))
+
+
+SUMMARY_SLACK = 1.001  # rounding in encode() (one decimal) may put used a hair above cov
 
 
 def _summary_heads(comments: list, n: int):
-    """(has_summary, held, used, covered, busy, busy_w) arrays. The heads of all summaries are joined into
-    one string of numbers and read by numpy in one C call; if any summary is not in encode()'s order (or is
-    damaged), every summary goes through the per-row parser instead."""
+    """(has_summary, bad_summary, held, used, covered, busy, busy_w) arrays. The heads of all summaries are
+    joined into one string of numbers and read by numpy in one C call; if any summary is not in encode()'s
+    order (or is damaged), every summary goes through the per-row parser instead.
+
+    A summary that cannot be read, or whose numbers are not finite or out of range (negative, used above
+    covered, busy above covered), is not trusted: has_summary is False (eta = 1, as Slurm charges) and
+    bad_summary is True so the report can count it."""
     held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
     has = np.zeros(n, dtype=bool)
+    bad = np.zeros(n, dtype=bool)
     idx = [i for i, c in enumerate(comments) if c[:7] == SUMMARY_PREFIX]
     if not idx:
-        return has, held, used, covered, busy, busy_w
+        return has, bad, held, used, covered, busy, busy_w
     numbers = None
     if all(comments[i][7:12] == "held=" for i in idx):
         joined = " ".join([comments[i][12:comments[i].find(" gpus=")] for i in idx])
         for key, value in (("used=", ""), ("cov=", ""), ("busy_w=-", "nan"), ("busy_w=", ""), ("busy=", "")):
             joined = joined.replace(key, value)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            numbers = np.fromstring(joined, sep=" ")
-        numbers = numbers.reshape(-1, 5) if numbers.size == 5 * len(idx) else None
+        numbers = _numbers(joined)
+        numbers = numbers.reshape(-1, 5) if numbers is not None and numbers.size == 5 * len(idx) else None
+    at = np.array(idx)
     if numbers is not None:
-        at = np.array(idx)
-        has[at] = True
         held[at], used[at], covered[at], busy[at], busy_w[at] = numbers.T
-        return has, held, used, covered, busy, busy_w
-    for i in idx:  # slow path
-        head = parse_head(comments[i])
-        if head is not None:
-            held[i], used[i], covered[i], busy[i] = head[:4]
-            busy_w[i] = np.nan if head[4] is None else head[4]
-            has[i] = True
-    return has, held, used, covered, busy, busy_w
+        has[at] = True
+    else:
+        for i in idx:  # slow path
+            head = parse_head(comments[i])
+            if head is not None:
+                held[i], used[i], covered[i], busy[i] = head[:4]
+                busy_w[i] = np.nan if head[4] is None else head[4]
+                has[i] = True
+            else:
+                bad[i] = True
+    with np.errstate(invalid="ignore", over="ignore"):
+        sane = np.isfinite(held) & np.isfinite(used) & np.isfinite(covered) & np.isfinite(busy) \
+            & (held >= 0) & (used >= 0) & (covered >= 0) & (busy >= 0) \
+            & (used <= covered * SUMMARY_SLACK + 0.1) & (busy <= covered * SUMMARY_SLACK + 0.1) \
+            & ~(busy_w < 0) & ~np.isinf(busy_w)
+    insane = has & ~sane
+    if insane.any():
+        bad |= insane
+        has &= ~insane
+        for column in (held, used, covered, busy, busy_w):
+            column[insane] = np.nan
+    return has, bad, held, used, covered, busy, busy_w
 
 
 def _tres_value(tres: str, key: str) -> float:
@@ -225,8 +301,8 @@ def parse(text: str, source: str = "sacct") -> JobTable:
             gc.enable()
 
 
-def _columns(text: str, source: str) -> tuple[list, dict, int]:
-    """(header, {name: column}, rows). Fast path: when no field holds a '|' or a blank line interrupts,
+def _columns(text: str, source: str) -> tuple[list, dict, int, list]:
+    """(header, {name: column}, rows, [what was wrong with each skipped line]). Fast path: when no field holds a '|' or a blank line interrupts,
     the whole body is split at once and columns are strided slices (no per-row list objects)."""
     text = text.lstrip("\n")
     head_end = text.find("\n")
@@ -242,7 +318,7 @@ def _columns(text: str, source: str) -> tuple[list, dict, int]:
         raise SacctFormatError(f"{source}:1: AdminComment must be the last column (it is free text)")
     width = len(header)
     if head_end < 0 or not text[head_end + 1:head_end + 2]:
-        return header, {name: [] for name in header}, 0
+        return header, {name: [] for name in header}, 0, []
     # Fast path: split the whole text once (header included), no per-line copies or counts. A '|' inside
     # a free-text field, a blank line or CRLF breaks the stride; the alignment checks send those to the
     # per-line path, which names the bad line.
@@ -255,19 +331,28 @@ def _columns(text: str, source: str) -> tuple[list, dict, int]:
             ids = "\n".join(columns["JobIDRaw"])
             if all(map(str.isdigit, columns["ElapsedRaw"])) and all(map(str.__len__, columns["JobIDRaw"])) \
                     and " " not in ids and "=" not in ids:
-                return header, columns, len(flat) // width - 1
+                return header, columns, len(flat) // width - 1, []
         del flat
     body = text[head_end + 1:]
-    rows = [line.split("|", width - 1) for line in body.splitlines() if line]
+    # only "\n" ends a line (str.splitlines would also split at \x1c-\x1e, \x85, \u2028 inside a field)
+    rows = [line.split("|", width - 1) for line in body.replace("\r\n", "\n").split("\n") if line]
+    ragged: list[str] = []
     if rows and (min(map(len, rows)) != width or max(map(len, rows)) != width):
-        for lineno, row in enumerate(rows, start=2):
-            if len(row) != width:
-                raise SacctFormatError(f"{source}:{lineno}: {len(row)} fields, the header has {width}")
-    return header, dict(zip(header, map(list, zip(*rows)))), len(rows)
+        # a cut or mangled line is skipped (and counted), never fatal: one bad row must not stop SiteFactor
+        # updates for the whole cluster. Only a dump with no readable row at all is refused.
+        ragged = [f"{source}:{lineno}: {len(row)} fields, the header has {width}"
+                  for lineno, row in enumerate(rows, start=2) if len(row) != width]
+        rows = [row for row in rows if len(row) == width]
+        if not rows:
+            raise SacctFormatError(ragged[0] + (f" (and {len(ragged) - 1} more such lines)" if len(ragged) > 1
+                                                else ""))
+    if not rows:
+        return header, {name: [] for name in header}, 0, ragged
+    return header, dict(zip(header, map(list, zip(*rows)))), len(rows), ragged
 
 
 def _parse(text: str, source: str) -> JobTable:
-    header, columns, n = _columns(text, source)
+    header, columns, n, ragged = _columns(text, source)
     empty = ("",) * n
     raw_ids = columns["JobIDRaw"]
     if n and "." in "".join(raw_ids):  # step rows: only a dump without -X has them
@@ -289,21 +374,61 @@ def _parse(text: str, source: str) -> JobTable:
     billing = np.array([_tres_value(t, "billing") for t in tres_strings] or [0.0])[tres_codes]
     gpus = np.array([_tres_value(t, "gres/gpu") for t in tres_strings] or [0.0])[tres_codes]
     comments = pick("AdminComment")
-    has_summary, held, used, covered, busy, busy_w = _summary_heads(comments, len(ids))
+    has_summary, bad_summary, held, used, covered, busy, busy_w = _summary_heads(comments, len(ids))
     start, end = _times(pick("Start"), source), _times(pick("End"), source)
     elapsed = _ints(pick("ElapsedRaw"))
     gpuutil = np.full(len(ids), np.nan)
     gpuutil_cover = np.zeros(len(ids))
     if len(step) and "TRESUsageInAve" in columns:
-        _join_gpuutil(ids, elapsed, [raw_ids[i] for i in step.tolist()],
-                      _ints([columns["ElapsedRaw"][i] for i in step.tolist()]),
-                      [columns["TRESUsageInAve"][i] for i in step.tolist()], gpuutil, gpuutil_cover)
-    return JobTable(
+        at = step.tolist()
+        ntasks = [columns["NTasks"][i] for i in at] if "NTasks" in columns else None
+        _join_gpuutil(ids, elapsed, [raw_ids[i] for i in at], _ints([columns["ElapsedRaw"][i] for i in at]),
+                      [columns["TRESUsageInAve"][i] for i in at], gpuutil, gpuutil_cover,
+                      [columns["AllocTRES"][i] for i in at], ntasks)
+    table = JobTable(
         job_id_raw=ids, job_id=pick("JobID") if "JobID" in columns else list(ids), assoc=assoc,
         assoc_keys=assoc_keys, partition=pick("Partition"), qos=qos, qos_names=qos_names,
         state_raw=pick("State"), start=start, end=end, elapsed=elapsed,
         billing=billing, gpus=gpus, has_summary=has_summary, held_s=held, used_s=used, covered_s=covered,
-        busy_s=busy, busy_w=busy_w, admin_comment=comments, gpuutil=gpuutil, gpuutil_cover=gpuutil_cover)
+        busy_s=busy, busy_w=busy_w, admin_comment=comments, gpuutil=gpuutil, gpuutil_cover=gpuutil_cover,
+        bad_summary=bad_summary)
+    keep = (start != BAD_TIME) & (end != BAD_TIME)
+    table.skip_reasons = ragged + [f"{source}: job {ids[i]}: unreadable Start/End "
+                                   f"({pick('Start')[i]!r}, {pick('End')[i]!r})"
+                                   for i in np.flatnonzero(~keep)[:5].tolist()]
+    skipped = len(ragged) + table.n - int(keep.sum())
+    table.skipped = skipped
+    duplicate = _duplicate_runs(ids, start, end, elapsed)
+    if duplicate is not None:
+        keep &= ~duplicate
+    if keep.all():
+        return table
+    out = table.subset(keep)
+    out.skipped, out.skip_reasons = skipped, table.skip_reasons
+    out.duplicates = 0 if duplicate is None else int((duplicate & (start != BAD_TIME) & (end != BAD_TIME)).sum())
+    return out
+
+
+def _duplicate_runs(ids: list, start: np.ndarray, end: np.ndarray, elapsed: np.ndarray):
+    """Rows that repeat an earlier row's job run (same JobIDRaw and Start), as two overlapping sacct exports
+    concatenated give: of each run the most finished row is kept (ended, then longest). None when every run
+    appears once; sacct prints jobs in id order, so the common case is one O(n) check in C."""
+    n = len(ids)
+    if n < 2:
+        return None
+    numeric = _fast_ints(ids)
+    if numeric is not None and (np.diff(numeric) > 0).all():
+        return None
+    if numeric is None:
+        numeric = _factorize(ids)[0].astype(np.int64)
+    # sort so that within one (id, start) the row to keep comes last
+    order = np.lexsort((elapsed, end >= 0, end, start, numeric))
+    same_as_next = (numeric[order][:-1] == numeric[order][1:]) & (start[order][:-1] == start[order][1:])
+    if not same_as_next.any():
+        return None
+    duplicate = np.zeros(n, dtype=bool)
+    duplicate[order[:-1][same_as_next]] = True
+    return duplicate
 
 
 def _first_words(column) -> list:
@@ -313,21 +438,34 @@ def _first_words(column) -> list:
     return [words[c] for c in codes.tolist()]
 
 
-def _join_gpuutil(job_ids, job_elapsed, step_ids, step_elapsed, step_usage, out_util, out_cover) -> None:
-    """Per job: the step-time-weighted mean of Slurm's gres/gpuutil, and the share of the job's time it
-    covers. (The batch and extern steps count like any other step.)"""
+def _join_gpuutil(job_ids, job_elapsed, step_ids, step_elapsed, step_usage, out_util, out_cover,
+                  step_tres=None, step_ntasks=None) -> None:
+    """Per job: the step-time-weighted mean of Slurm's gres/gpuutil per GPU, and the share of the job's time
+    it covers. (The batch and extern steps count like any other step.)
+
+    Slurm's gpu/nvml plugin reads each task's (pid's) SM utilization over every GPU it uses and adds them up,
+    and TRESUsageInAve is the mean over the step's tasks: one task driving 4 GPUs at 90 % reads 360. The mean
+    per GPU is therefore Ave x NTasks / the step's GPUs. Where NTasks or the step's gres/gpu is not in the
+    dump, the value is taken as a per-GPU percentage (one task per GPU, the usual launch), and anything that
+    does not fit 0..100 per GPU is not trusted."""
     where = {j: i for i, j in enumerate(job_ids)}
     weight = np.zeros(len(job_ids))
     total = np.zeros(len(job_ids))
-    for sid, secs, usage in zip(step_ids, step_elapsed.tolist(), step_usage):
+    for k, (sid, secs, usage) in enumerate(zip(step_ids, step_elapsed.tolist(), step_usage)):
         i = where.get(sid.split(".", 1)[0])
         if i is None or secs <= 0:
             continue
         util = _gpuutil(usage)
-        if util != util:
+        if util != util or util < 0:
+            continue
+        gpus = _tres_value(step_tres[k], "gres/gpu") if step_tres is not None else 0.0
+        tasks = _plain_int(step_ntasks[k], 0) if step_ntasks is not None else 0
+        if gpus > 0 and tasks > 0:
+            util = util * tasks / gpus
+        if not util <= 100.0 * SUMMARY_SLACK:
             continue
         weight[i] += secs
-        total[i] += util * secs
+        total[i] += min(util, 100.0) * secs
     ok = weight > 0
     out_util[ok] = total[ok] / weight[ok]
     span = np.maximum(job_elapsed.astype(np.float64), 1.0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ..nodestate import DEGRADED_FEATURE, REASON_PREFIX
+from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, DEGRADED_FEATURE, REASON_PREFIX
 from . import result as R
 
 DRAIN, DEGRADE, CLEAR, HOLD = "drain", "degraded", "ok", "hold"
@@ -89,6 +89,8 @@ def drain_kind(node, state: dict) -> str:
     explains) or admin (anything else: never touched)."""
     if not node.drain:
         return "none"
+    if node.reason.startswith(ACTIVE_DRAIN):
+        return "active"  # stune-sweep's drain: only a passing active check resumes it
     if node.reason.startswith(REASON_PREFIX):
         return "ours"
     hook = state.get("hook_fail") if isinstance(state.get("hook_fail"), dict) else {}
@@ -103,8 +105,9 @@ def marks(node) -> tuple[bool, bool]:
     return DEGRADED_FEATURE in (node.feature_set | node.active_feature_set), node.comment.startswith(REASON_PREFIX)
 
 
-def plan(node, want: Want, kind: str) -> tuple[dict, list]:
-    """The scontrol fields to change (update_node keyword arguments) and notes. Pure."""
+def plan(node, want: Want, kind: str, keep_active: bool = True) -> tuple[dict, list]:
+    """The scontrol fields to change (update_node keyword arguments) and notes. Pure. With keep_active (the
+    passive checks), a healthy verdict leaves the active checks' degraded mark to them."""
     marked, commented = marks(node)
     admin_features = sorted(node.feature_set - {DEGRADED_FEATURE})
     fields: dict = {}
@@ -138,6 +141,9 @@ def plan(node, want: Want, kind: str) -> tuple[dict, list]:
             notes.append(f"resumed from {node.reason!r}: healthy")
         elif kind == "admin":
             notes.append(f"drained by someone else ({node.reason!r}): left alone")
+        if keep_active and node.comment.startswith(ACTIVE_COMMENT):
+            notes.append("marked degraded by the active checks: left to them")
+            return fields, notes
         if marked:
             fields["features"] = admin_features
         if commented:
@@ -193,6 +199,10 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
         raise SlurmError(["sinfo", "--json"], 0, f"node {node_name} is not known to Slurm")
     kind = drain_kind(node, state)
     fields, notes = plan(node, want, kind)
+    if fields.get("state") == "RESUME" and profile.active.gate_resume:
+        # the partition gates return to service on the active checks: hand the drain over to stune-sweep
+        fields.update(state="DRAIN", reason=f"{ACTIVE_DRAIN}awaiting active checks (was: {node.reason})"[:200])
+        notes = [n for n in notes if not n.startswith("resumed")] + ["passive checks pass: awaiting the active checks"]
     breaker = None
     health = profile.health
     if fields.get("state") == "DRAIN" and kind == "none":

@@ -19,8 +19,9 @@ MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS is 18 on Hopper-era drivers; absent li
 
 
 class GpuUtilization(namedtuple("GpuUtilization", "index uuid pci_bus_id sm_util mem_util mem_used_bytes "
-                                                  "mem_total_bytes power_w")):
-    """One sample of one GPU for the sampler. Percentages are 0-100; None where the GPU did not answer."""
+                                                  "mem_total_bytes power_w procs", defaults=(None,))):
+    """One sample of one GPU for the sampler. Percentages are 0-100; None where the GPU did not answer.
+    procs: compute processes running on the GPU (None: not known)."""
 
     __slots__ = ()
 
@@ -147,6 +148,8 @@ class NvmlSession:
         util = self._field(errors, "utilization", n.nvmlDeviceGetUtilizationRates, h)
         mem = self._field(errors, "memory", n.nvmlDeviceGetMemoryInfo, h)
         power_mw = self._field(errors, "power", n.nvmlDeviceGetPowerUsage, h)
+        procs = self._field(errors, "processes", n.nvmlDeviceGetComputeRunningProcesses, h) \
+            if hasattr(n, "nvmlDeviceGetComputeRunningProcesses") else None
         if index not in self._identity:
             pci = self._field(errors, "pci", n.nvmlDeviceGetPciInfo, h)
             self._identity[index] = (_text(self._field(errors, "uuid", n.nvmlDeviceGetUUID, h)),
@@ -154,7 +157,8 @@ class NvmlSession:
         uuid, bus = self._identity[index]
         return GpuUtilization(index, uuid, bus, getattr(util, "gpu", None), getattr(util, "memory", None),
                               getattr(mem, "used", None), getattr(mem, "total", None),
-                              power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None)
+                              power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
+                              len(procs) if isinstance(procs, (list, tuple)) else None)
 
 
 def read_gpus(timeout_s: float = 5.0, nvml=None) -> dict:
@@ -264,7 +268,8 @@ def utilization_from_snapshot(snapshot) -> list[GpuUtilization]:
         out.append(GpuUtilization(
             _int(dev.get("index"), pos), _str(dev.get("uuid")), _str(dev.get("pci_bus_id")),
             _num(util.get("gpu")), _num(util.get("memory")), _num(mem.get("used")), _num(mem.get("total")),
-            _num(dev.get("power_w"))))
+            _num(dev.get("power_w")),
+            len(dev["processes"]) if isinstance(dev.get("processes"), list) else None))
     return out
 
 

@@ -95,3 +95,19 @@ def socket_interfaces(sysfs: Sysfs, spec: str) -> tuple[list[str], str]:
     others = [n for n in names if netdev_is_up(sysfs.netdev(n))]
     return [], (f"socket interface {spec} does not exist on this node"
                 + (f" (up: {', '.join(others)})" if others else ""))
+
+
+def ipv4_address(ifname: str) -> str | None:
+    """The IPv4 address of the live interface `ifname` (SIOCGIFADDR), or None. This asks the kernel, not
+    sysfs: an interface in a relocated fixture tree has no address here, and callers fall back to a name."""
+    import socket
+
+    try:
+        import fcntl
+        import struct
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", ifname.encode()[:15]))  # SIOCGIFADDR
+        return socket.inet_ntoa(packed[20:24])
+    except (OSError, ValueError, UnicodeError):
+        return None

@@ -1,49 +1,65 @@
 """The node-side environment of one task: what stune-task-prolog and stune-env export.
 
 On each node, for the partition's profile:
-- NCCL_IB_HCA: the fabric HCA ports that are ACTIVE here, in exact-match form;
+- NCCL_IB_HCA: the fabric HCA ports that are ACTIVE here, in exact-match form (none ACTIVE: unset);
 - NCCL_IB_GID_INDEX (roce, unless the profile fixes it): the RoCE v2, IPv4-mapped GID on each port's netdev;
-- NCCL_SOCKET_IFNAME: the profile's interface, once it is seen to exist and be up.
-A variable the user set is never touched: stune only sets one that is absent, or that stune itself set
-(listed in STUNE_MANAGED by stune-sbatch). When nothing matches, a message says so and nothing is exported.
+- NCCL_SOCKET_IFNAME: the profile's interface, once it is seen to exist and be up (else unset);
+- GLOO_SOCKET_IFNAME: the first interface up that matches the profile's (gloo takes exact names);
+- MASTER_ADDR, MASTER_PORT: once per job (set when absent; later steps inherit the batch step's).
+A variable the user set is never touched: stune only sets one that is absent, or whose value is still the
+one stune set (STUNE_MANAGED records names and values). When the node proves a value stune set wrong, it is
+unset (a value None in the exports) and a message says so.
 """
 from __future__ import annotations
 
 
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import node_name
-from .detect import Port, active_ports, gid_type, roce_v2_gid_index, socket_interfaces
+from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
+from .managed import MANAGED_VAR, format_managed, is_stunes, parse_managed
 
-MANAGED_VAR = "STUNE_MANAGED"  # the same name stune-sbatch writes (slurm_tune.sbatch.plan.MANAGED_VAR)
+MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
 
 
 def may_set(name: str, environ) -> bool:
-    managed = environ.get(MANAGED_VAR, "").split(",")
-    return name not in environ or name in managed
+    return is_stunes(name, environ, parse_managed(environ.get(MANAGED_VAR)))
 
 
-def node_exports(environ, profile, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:
-    """({NAME: value} to export, messages for the job's stderr)."""
+def node_exports(environ, profile, sysfs: Sysfs | None = None,
+                 address_of=None) -> tuple[dict[str, str | None], list[str]]:
+    """({NAME: value, or None to unset it} , messages for the job's stderr). Messages do not name the node:
+    the caller says where (and may say a message once per job)."""
     sysfs = sysfs or Sysfs(resolve_root(None, environ))
-    node = node_name(environ)
+    managed = parse_managed(environ.get(MANAGED_VAR))
+
+    def mine(name: str) -> bool:  # stune may (re)set it
+        return is_stunes(name, environ, managed)
+
+    def unset(name: str, why: str) -> None:  # a value stune set is proven wrong here
+        if mine(name):  # the same words whether this step still had it or an earlier one unset it: said once
+            if name in environ:
+                exports[name] = None
+            messages.append(f"{name} unset: {why}")
+        else:
+            messages.append(f"{why}; {name} is yours: left as you set it")
+
     fabric = profile.fabric
-    exports: dict[str, str] = {}
+    exports: dict[str, str | None] = {}
     messages: list[str] = []
     if fabric.type in ("ib", "roce"):
         ports = [Port(h.device, h.port, h.netdev) for h in fabric.hcas]
         active, down = active_ports(sysfs, ports)
-        wants_hca = may_set("NCCL_IB_HCA", environ)
         if not active:
-            messages.append(f"{node}: none of the fabric HCA ports is ACTIVE ({_states(down)}); "
-                            "NCCL_IB_HCA is left as it was: NCCL will not find a usable RDMA port")
-        elif wants_hca:
+            unset("NCCL_IB_HCA", f"none of the fabric HCA ports is ACTIVE ({_states(down)}): NCCL will not find a "
+                  "usable RDMA port of the fabric")
+        elif mine("NCCL_IB_HCA"):
             exports["NCCL_IB_HCA"] = "=" + ",".join(str(p) for p in active)
             if down:
-                messages.append(f"{node}: NCCL_IB_HCA narrowed to the ACTIVE ports; left out {_states(down)}")
+                messages.append(f"NCCL_IB_HCA narrowed to the ACTIVE ports; left out {_states(down)}")
         if fabric.type == "roce" and active:
             if fabric.gid_index is None:
-                if may_set("NCCL_IB_GID_INDEX", environ):
-                    index, problem = _gid_index(sysfs, active, node)
+                if mine("NCCL_IB_GID_INDEX"):
+                    index, problem = _gid_index(sysfs, active)
                     if index is not None:
                         exports["NCCL_IB_GID_INDEX"] = str(index)
                     if problem:
@@ -51,32 +67,70 @@ def node_exports(environ, profile, sysfs: Sysfs | None = None) -> tuple[dict[str
             else:
                 wrong = [str(p) for p in active if gid_type(sysfs, p, fabric.gid_index) != "RoCE v2"]
                 if wrong:
-                    messages.append(f"{node}: fabric.gid_index {fabric.gid_index} is not a RoCE v2 GID on "
+                    messages.append(f"fabric.gid_index {fabric.gid_index} is not a RoCE v2 GID on "
                                     f"{', '.join(wrong)}")
-    if fabric.socket_ifname and may_set("NCCL_SOCKET_IFNAME", environ):
+    up: list[str] = []
+    if fabric.socket_ifname:
         up, problem = socket_interfaces(sysfs, fabric.socket_ifname)
         if up:
-            exports["NCCL_SOCKET_IFNAME"] = fabric.socket_ifname
+            if mine("NCCL_SOCKET_IFNAME"):
+                exports["NCCL_SOCKET_IFNAME"] = fabric.socket_ifname
+            if mine("GLOO_SOCKET_IFNAME"):
+                exports["GLOO_SOCKET_IFNAME"] = up[0]
         else:
-            messages.append(f"{node}: {problem}; NCCL_SOCKET_IFNAME is left as it was")
+            unset("NCCL_SOCKET_IFNAME", f"{problem}: NCCL picks an interface itself")
+            if "GLOO_SOCKET_IFNAME" in environ and mine("GLOO_SOCKET_IFNAME"):
+                exports["GLOO_SOCKET_IFNAME"] = None
+    if address_of is None and (sysfs.root or "/").rstrip("/"):
+        address_of = _no_address  # a relocated (fixture) tree: the kernel's interfaces are not the tree's
+    exports.update(rendezvous(environ, up, address_of))
     return exports, messages
 
 
-def with_managed(exports: dict[str, str], environ) -> dict[str, str]:
-    """`exports` plus STUNE_MANAGED naming them: the job's later steps inherit these values from the batch
-    step, and must still re-detect them on their own nodes rather than take them for the user's."""
+def _no_address(ifname: str) -> None:
+    return None
+
+
+def rendezvous(environ, interfaces: list[str], address_of=None) -> dict[str, str]:
+    """MASTER_ADDR and MASTER_PORT for a job, when absent (a later step inherits the batch step's, and a value
+    set in the script is the user's). MASTER_ADDR: on the job's first node, its IPv4 address on the first up
+    socket interface, else its name; elsewhere the first node's name (a step without a batch step before it)."""
+    out: dict[str, str] = {}
+    job = environ.get("SLURM_JOB_ID", "")
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
+    if "MASTER_ADDR" not in environ and nodelist:
+        from ..slurm import expand_hostlist
+
+        first = (expand_hostlist(nodelist) or [""])[0]
+        address = None
+        if first and first == node_name(environ) and interfaces:
+            address = (address_of or ipv4_address)(interfaces[0])
+        if address or first:
+            out["MASTER_ADDR"] = address or first
+    if "MASTER_PORT" not in environ and job.isdigit():
+        out["MASTER_PORT"] = str(MASTER_PORT_BASE + int(job) % MASTER_PORT_SPAN)
+    return out
+
+
+def with_managed(exports: dict[str, str | None], environ) -> dict[str, str | None]:
+    """`exports` plus STUNE_MANAGED recording their values: the job's later steps inherit these values from the
+    batch step, and re-detect them on their own nodes only while they still have stune's value."""
     if not exports:
         return exports
-    managed = [n for n in environ.get(MANAGED_VAR, "").split(",") if n]
-    managed += [n for n in exports if n not in managed]
-    return dict(exports, **{MANAGED_VAR: ",".join(managed)})
+    managed = parse_managed(environ.get(MANAGED_VAR))
+    for name, value in exports.items():
+        if name.startswith("STUNE_STAGE_") or name in ("MASTER_ADDR", "MASTER_PORT"):
+            managed.setdefault(name, None)
+            continue
+        managed[name] = value
+    return dict(exports, **{MANAGED_VAR: format_managed(managed)})
 
 
 def _states(down: dict[str, str]) -> str:
     return ", ".join(f"{port} {state}" for port, state in down.items())
 
 
-def _gid_index(sysfs: Sysfs, active: list[Port], node: str) -> tuple[int | None, str]:
+def _gid_index(sysfs: Sysfs, active: list[Port]) -> tuple[int | None, str]:
     """One GID index for every ACTIVE port (NCCL takes one for all). When the ports disagree the most common
     index wins and the message names the ports that differ."""
     found: dict[int, list[str]] = {}
@@ -88,15 +142,15 @@ def _gid_index(sysfs: Sysfs, active: list[Port], node: str) -> tuple[int | None,
         else:
             found.setdefault(index, []).append(str(port))
     if not found:
-        return None, f"{node}: no RoCE v2 GID index found, NCCL_IB_GID_INDEX not set: {_first(missing)}"
+        return None, f"no RoCE v2 GID index found, NCCL_IB_GID_INDEX not set: {_first(missing)}"
     best = max(found, key=lambda i: (len(found[i]), -i))
     problems = []
     if len(found) > 1:
         others = "; ".join(f"{', '.join(ports)} use {i}" for i, ports in sorted(found.items()) if i != best)
-        problems.append(f"{node}: the ports disagree on the RoCE v2 GID index: NCCL_IB_GID_INDEX={best} "
+        problems.append(f"the ports disagree on the RoCE v2 GID index: NCCL_IB_GID_INDEX={best} "
                         f"(from {', '.join(found[best])}) but {others}")
     if missing:
-        problems.append(f"{node}: {_first(missing)}")
+        problems.append(_first(missing))
     return best, " | ".join(problems)
 
 
@@ -110,14 +164,17 @@ def shell_quote(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
-def as_shell(exports: dict[str, str]) -> str:
-    """`export NAME=value` lines for eval in a job script."""
-    return "".join(f"export {name}={shell_quote(value)}\n" for name, value in exports.items())
+def as_shell(exports: dict[str, str | None]) -> str:
+    """`export NAME=value` (or `unset NAME`) lines for eval in a job script."""
+    return "".join(f"unset {name}\n" if value is None else f"export {name}={shell_quote(value)}\n"
+                   for name, value in exports.items())
 
 
-def as_taskprolog(exports: dict[str, str]) -> str:
-    """TaskProlog lines: Slurm takes the rest of an `export NAME=` line verbatim (no quoting, one line)."""
-    return "".join(f"export {name}={value}\n" for name, value in exports.items() if "\n" not in value)
+def as_taskprolog(exports: dict[str, str | None]) -> str:
+    """TaskProlog lines: Slurm takes the rest of an `export NAME=` line verbatim (no quoting, one line), and
+    `unset NAME` removes a variable."""
+    return "".join(f"unset {name}\n" if value is None else f"export {name}={value}\n"
+                   for name, value in exports.items() if value is None or "\n" not in value)
 
 
 def task_environment(environ, profile, progress=None, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:

@@ -2,7 +2,7 @@
 
 One JSON object per line in `$STUNE_HISTORY`, else `${XDG_STATE_HOME:-~/.local/state}/stune/sbatch-history.jsonl`
 (mode 0600): time, job id, partition, the argv as typed, the sbatch argv stune ran, the job's effective
-environment, the profile file and digest. Writing is on the submission path, so records are encoded with
+environment, the profile file and digest, and a SHA-256 of the script's content. Writing is on the submission path, so records are encoded with
 slurm_tune.fastjson (no json import); reading uses json.
 
 The environment is the job's, minus what only describes the login session (`_`, OLDPWD, SSH_*, ...); values
@@ -157,6 +157,9 @@ def diff(a: dict, b: dict) -> list[str]:
                        ("script", "script")):
         if a.get(key) != b.get(key):
             out.append(f"{label}: {a.get(key)!r} -> {b.get(key)!r}")
+    if a.get("script_sha256") and b.get("script_sha256") and a["script_sha256"] != b["script_sha256"]:
+        out.append(f"script content changed: sha256 {a['script_sha256']} -> {b['script_sha256']}"
+                   + (f" ({b.get('script')})" if a.get("script") == b.get("script") else ""))
     if a.get("digest") != b.get("digest"):
         out.append(f"profile: {a.get('profile')} digest {a.get('digest')} -> {b.get('profile')} digest "
                    f"{b.get('digest')} (the partition profile changed)")

@@ -60,6 +60,9 @@ STUNE_LONG: dict[str, tuple[int, str]] = {
     "dry-run": (NO, "stune:dry-run"),
     "stage": (REQUIRED, "stune:stage"),
     "stage-required": (NO, "stune:stage-required"),
+    "stage-strict": (NO, "stune:stage-strict"),
+    "checkpoint-signal": (NO, "stune:checkpoint-signal"),
+    "node-summary": (NO, "stune:node-summary"),
 }
 
 # SBATCH_* input variables that set an option stune reads (man sbatch, INPUT ENVIRONMENT VARIABLES).
@@ -258,14 +261,59 @@ def split_directive(text: str) -> list[str]:
         words.append("".join(chars))
 
 
-def parse_directives(script: str) -> tuple[list[Opt], bool]:
-    """The sbatch options a script's directives set (first component), and whether it is a het job."""
+def parse_directives(script: str, problems: list[str] | None = None) -> tuple[list[Opt], bool]:
+    """The sbatch options a script's directives set (first component), and whether it is a het job.
+    What sbatch would refuse is appended to `problems` when given."""
     words, het = directive_tokens(script)
     if not words:
         return [], het
     parsed = parse_args([w for _, w in words], wheres=[f"script line {ln}" for ln, _ in words],
                         allow_stune=False)
+    if problems is not None:
+        problems.extend(parsed.problems)
     return parsed.options, het
+
+
+# ---- SPANK plugin options (pyxis's --container-image, ...) ----------------------------------------------------
+
+PLUGIN_HEADER = "Options provided by plugins:"
+PLUGIN_KEYS: set[str] = set()  # the options learned from the site's plugins (for the explanation)
+
+
+def unrecognized(problems: list[str]) -> bool:
+    """Whether sbatch's refusal may only be a plugin option stune does not know yet."""
+    return any(p.startswith("unrecognized option '--") for p in problems)
+
+
+def parse_plugin_help(text: str) -> dict[str, tuple[int, str]]:
+    """The SPANK options in `sbatch --help` output: after "Options provided by plugins:", each line that
+    starts with `--NAME`; Slurm prints `--NAME=ARGINFO` for an option with an argument and `--NAME` for a
+    flag (spank.c's option printer; a `[=ARG]` form is read as an optional argument)."""
+    found: dict[str, tuple[int, str]] = {}
+    _, header, section = text.partition(PLUGIN_HEADER)
+    if not header:
+        return found
+    for line in section.split("\n"):
+        word = line.strip().split(" ", 1)[0] if line.startswith(" ") else ""
+        if not word.startswith("--") or len(word) < 3:
+            continue
+        body = word[2:]
+        cut = min([i for i in (body.find("="), body.find("[")) if i >= 0] or [len(body)])
+        name = body[:cut]
+        if not name or not all(c.isalnum() or c in "-_" for c in name):
+            continue
+        has_arg = OPTIONAL if body[cut:cut + 2] == "[=" else REQUIRED if body[cut:cut + 1] == "=" else NO
+        found[name] = (has_arg, name)
+    return found
+
+
+def add_plugin_options(found: dict[str, tuple[int, str]]) -> None:
+    """Teach the reader the site's plugin options: sbatch's getopt table holds them too (so abbreviations
+    and ambiguity follow sbatch's)."""
+    for name, entry in found.items():
+        if name not in LONG:
+            LONG[name] = entry
+            PLUGIN_KEYS.add(name)
 
 
 # ---- the options in effect ---------------------------------------------------------------------------------

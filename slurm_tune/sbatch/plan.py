@@ -8,13 +8,15 @@ degraded nodes of a multi-node job's partition) goes through the `degraded_nodes
 """
 from __future__ import annotations
 
+from ..text import is_digits
 from .options import Effective, node_range
 
-# The job's environment variable that lists what stune set (not the user): the TaskProlog may refine those
-# on each node, and a nested stune-sbatch does not mistake them for the user's own.
-MANAGED_VAR = "STUNE_MANAGED"
+# MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
+# variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
+# user's own.
+from ..nodeenv.managed import MANAGED_VAR, format_managed, parse_managed
 
-ENV, OPTION, NODE, NOTE = "env", "option", "node", "note"
+ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 
 
 class _Record:
@@ -41,7 +43,7 @@ class _Record:
 
 class Setting(_Record):
     """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
-    the TaskProlog / stune-env), note (advice only). `source`: the profile key and file:line, or the rule.
+    the TaskProlog / stune-env), note (advice only), warning (printed at submission too). `source`: the profile key and file:line, or the rule.
     `applied`: False when the user's own value wins; `note` then says so."""
 
     __slots__ = ("kind", "name", "value", "source", "applied", "note")
@@ -56,10 +58,15 @@ class ExportSpec(_Record):
 
 class Plan(_Record):
     """`options`: the sbatch words stune adds; `env`: the variables stune sets in sbatch's environment;
-    `export_option`: a rewritten --export (the user's list plus stune's names), or None."""
+    `export_option`: a rewritten --export (the user's list plus stune's names), or None; `unset`: names to
+    drop from sbatch's environment (a parent stune job's per-node values, which each node detects anew)."""
 
     __slots__ = ("partition", "partition_source", "profile", "settings", "options", "env", "export_option",
-                 "multi_node", "node_reason")
+                 "multi_node", "node_reason", "unset")
+
+    @property
+    def warnings(self) -> list[str]:
+        return [s.note for s in self.settings if s.kind == WARNING]
 
     @property
     def managed(self) -> list[str]:
@@ -103,7 +110,8 @@ def user_value(name: str, export: ExportSpec, environ, export_file: dict[str, st
 
 def _managed_by_stune(environ) -> frozenset[str]:
     """Variables a parent stune job set (a submission from inside a job): not the user's choice."""
-    return frozenset(n for n in environ.get(MANAGED_VAR, "").split(",") if n)
+    managed = parse_managed(environ.get(MANAGED_VAR))
+    return frozenset(n for n, v in managed.items() if v is None or environ.get(n) == v)
 
 
 def read_export_file(path: str | None) -> dict[str, str]:
@@ -187,6 +195,16 @@ def nccl_settings(profile) -> list[Setting]:
         out.append(Setting(ENV, "NCCL_SOCKET_IFNAME", fabric.socket_ifname,
                            _origin(profile, "fabric.socket_ifname"), True,
                            "checked on each node: the interface must exist and be up"))
+    ifname = fabric.socket_ifname
+    if ifname:
+        out.append(Setting(NODE, "GLOO_SOCKET_IFNAME", None, _origin(profile, "fabric.socket_ifname"), True,
+                           f"the first interface matching {ifname} that is up on each node (gloo takes exact "
+                           "names)"))
+    out.append(Setting(NODE, "MASTER_ADDR", None, "rule: distributed training rendezvous", True,
+                       "the job's first node: its IPv4 address on "
+                       + (f"{ifname}" if ifname else "the socket interface") + " (else its name), once per job"))
+    out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
+                       "per job: 12000 + job id mod 8000, so two jobs sharing a node do not collide"))
     for name, value in sorted(profile.nccl.env.to_dict().items()):
         out.append(Setting(ENV, name, str(value), _origin(profile, f"nccl.env.{name}"), True, ""))
     return out
@@ -213,21 +231,133 @@ def binding_settings(profile, eff: Effective) -> list[Setting]:
     return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True, "numa.bind is none: no binding")]
 
 
-def recovery_settings(profile, eff: Effective) -> list[Setting]:
+def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in: bool = False) -> list[Setting]:
+    """--requeue and the checkpoint signal. The signal goes only to a batch script that traps it (or when the
+    profile's recovery.signal_when is `always`, or --checkpoint-signal asks for it): bash's default action for
+    SIGUSR1 is to exit, so an untrapped signal would end FAILED a job that plain sbatch completes."""
     out = []
     rec = profile.recovery
     if rec.requeue:
         mine = eff.given("requeue", "no-requeue")
         out.append(Setting(OPTION, "--requeue", None, _origin(profile, "recovery.requeue"), mine is None,
                            f"kept your --{mine.key} ({mine.where})" if mine else ""))
-    if rec.signal:
-        value = f"B:{rec.signal}@{rec.signal_seconds}"
-        mine = eff.get("signal")
-        out.append(Setting(OPTION, "--signal", value, _origin(profile, "recovery.signal", "recovery.signal_seconds"),
-                           mine is None, f"kept your --signal={mine.value} ({mine.where})" if mine else
-                           f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit: "
-                           "time to checkpoint"))
+    if not rec.signal:
+        return out
+    value = f"B:{rec.signal}@{rec.signal_seconds}"
+    source = _origin(profile, "recovery.signal", "recovery.signal_seconds")
+    mine = eff.get("signal")
+    if mine is not None:
+        out.append(Setting(OPTION, "--signal", value, source, False, f"kept your --signal={mine.value} ({mine.where})"))
+        seconds = signal_seconds(mine.value)
+        if seconds is not None:
+            out.extend(_short_limit(eff, seconds, f"your --signal={mine.value}"))
+        return out
+    trap = trapped_at(script, rec.signal)
+    when = getattr(rec, "signal_when", "trapped")
+    if trap is None and when != "always" and not opt_in:
+        out.append(Setting(NOTE, "signal", None, source + "; " + _origin(profile, "recovery.signal_when"), True,
+                           f"not added: the script does not trap {rec.signal} (bash would exit on it); trap it, "
+                           "or pass --checkpoint-signal, to get it"))
+        return out
+    why = (f"your script traps it ({trap})" if trap is not None else
+           "--checkpoint-signal" if opt_in else "recovery.signal_when: always")
+    out.append(Setting(OPTION, "--signal", value, source, True,
+                       f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit, to "
+                       f"checkpoint: {why}"))
+    out.extend(_short_limit(eff, rec.signal_seconds, f"--signal={value}"))
     return out
+
+
+def _short_limit(eff: Effective, seconds: int, what: str) -> list[Setting]:
+    """A warning when the time limit is no longer than the signal's lead: the signal comes at once."""
+    limit = eff.get("time")
+    if limit is None:
+        return []
+    total = time_limit_seconds(limit.value)
+    if total is None or total > seconds:
+        return []
+    return [Setting(WARNING, "signal", None, f"-t {limit.value} ({limit.where})", True,
+                    f"the time limit ({total}s) is not longer than the {seconds}s of {what}: the signal is sent "
+                    "as soon as the job starts (Slurm may send it up to 60s early)")]
+
+
+def trapped_at(script: str | None, signal: str) -> str | None:
+    """Where a batch script traps `signal` (`line N`), else None. Reads `trap HANDLER SIG...` commands
+    anywhere in the script; `trap - SIG` (back to the default action) does not count."""
+    if not script:
+        return None
+    wanted = signal.upper().removeprefix("SIG")
+    number = _SIGNAL_NUMBERS.get(wanted)
+    for lineno, line in enumerate(script.split("\n"), 1):
+        if "trap" not in line:
+            continue
+        for command in _commands(line):
+            if len(command) < 3 or command[0] != "trap":
+                continue
+            args = command[1:]
+            if args[0] == "--":
+                args = args[1:]
+            if len(args) < 2 or args[0].startswith("-"):
+                continue  # trap -p / -l / `trap - SIG` resets to the default
+            for spec in args[1:]:
+                spec = spec.upper().removeprefix("SIG")
+                if spec == wanted or (number is not None and spec == number):
+                    return f"line {lineno}"
+    return None
+
+
+_SIGNAL_NUMBERS = {"USR1": "10", "USR2": "12", "TERM": "15", "INT": "2", "HUP": "1", "QUIT": "3"}
+
+
+def _commands(line: str) -> list[list[str]]:
+    """The simple commands of one shell line, as words (quotes group; `;`, `&&`, `||`, `&`, `|` split)."""
+    from .options import split_directive
+
+    words = split_directive(line.replace(";", " ; ").replace("&", " & ").replace("|", " | ").replace("{", " { "))
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in (";", "&", "|", "{", "then", "do", "else"):
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [c for c in out if c]
+
+
+def signal_seconds(value: str | None) -> int | None:
+    """The lead time of an sbatch --signal value `[{R}][B:]SIG[@sig_time]` (default 60 s)."""
+    if value is None:
+        return None
+    _, at, seconds = value.partition("@")
+    if not at:
+        return 60
+    return int(seconds) if is_digits(seconds) else None
+
+
+def time_limit_seconds(text: str | None) -> int | None:
+    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; None for INFINITE or garbage."""
+    if not text:
+        return None
+    text = text.strip()
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        if not is_digits(d):
+            return None
+        days = int(d)
+        parts = text.split(":")
+        if not all(is_digits(p) for p in parts) or len(parts) > 3:
+            return None
+        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
+        return days * 86400 + h * 3600 + m * 60 + s
+    parts = text.split(":")
+    if not all(is_digits(p) for p in parts) or len(parts) > 3:
+        return None
+    nums = [int(p) for p in parts]
+    if len(nums) == 1:
+        return nums[0] * 60
+    if len(nums) == 2:
+        return nums[0] * 60 + nums[1]
+    return nums[0] * 3600 + nums[1] * 60 + nums[2]
 
 
 def hms(seconds: int) -> str:
@@ -287,33 +417,92 @@ def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effecti
     """--stage SRC[:NAME] / --stage-required -> STUNE_STAGE for the TaskProlog."""
     if not stage_args and not required:
         return []
-    from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
+    from ..stage.spec import ENV_VAR, encode_requests
+    requests = stage_requests_of(stage_args, eff, cwd)
+    value = encode_requests(requests, required)
+    import os
+
+    missing = [r for r in requests if not os.path.exists(r.source)]
+    present = [r for r in requests if r not in missing]
+    what = ", ".join(str(r) for r in present) or ("the profile's cache.stage" if not missing else "nothing")
+    rule = "rule: --stage" + (" --stage-required" if required else "")
+    out = [Setting(ENV, ENV_VAR, value, rule, True, f"staged on each node into the cache tier: {what}")]
+    for r in missing:
+        then = ("the job will fail (--stage-required)" if required else
+                f"{r.variable} will point at the missing source")
+        out.append(Setting(WARNING, "stage", None, rule, True,
+                           f"{r.source} does not exist on this host: nothing to stage unless the nodes see it; "
+                           f"{then}"))
+    return out
+
+
+def stage_requests_of(stage_args: list[str], eff: Effective, cwd: str):
+    """The --stage requests, a relative SRC taken from the job's directory (--chdir included)."""
+    from ..stage.spec import parse_stage_arg
 
     chdir = eff.get("chdir")
     base = cwd
     if chdir is not None and chdir.value:
         base = chdir.value if chdir.value.startswith("/") else f"{cwd.rstrip('/')}/{chdir.value}"
-    requests = [parse_stage_arg(arg, base) for arg in stage_args]
-    value = encode_requests(requests, required)
-    what = ", ".join(str(r) for r in requests) or "the profile's cache.stage"
-    return [Setting(ENV, ENV_VAR, value, "rule: --stage" + (" --stage-required" if required else ""), True,
-                    f"staged on each node into the cache tier: {what}")]
+    return [parse_stage_arg(arg, base) for arg in stage_args]
+
+
+def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str) -> list[Setting]:
+    """With a pyxis container, a staged dataset's path (the cache tier, or the source it falls back to) must be
+    mounted into it: stune adds --container-mounts for them unless you gave your own."""
+    from .options import LONG
+
+    image = eff.get("container-image")
+    if image is None or not stage_args or "container-mounts" not in LONG:
+        return []
+    paths = [profile.cache.path] + [r.source for r in stage_requests_of(stage_args, eff, cwd)]
+    source = "rule: --container-image with --stage; " + _origin(profile, "cache.path")
+    mine = eff.get("container-mounts")
+    if mine is not None:
+        return [Setting(NOTE, "container", None, source, False,
+                        f"kept your --container-mounts={mine.value} ({mine.where}): add {','.join(paths)} to it, "
+                        "or the staged data is not visible in the container")]
+    if "%" in profile.cache.path:
+        return [Setting(NOTE, "container", None, source, True,
+                        f"cache.path {profile.cache.path} differs per node: mount it with --container-mounts "
+                        "yourself")]
+    value = ",".join(f"{p}:{p}" for p in dict.fromkeys(paths))
+    return [Setting(OPTION, "--container-mounts", value, source, True,
+                    "the cache tier and the sources, at the same paths inside the container, so "
+                    "$STUNE_STAGE_<NAME> resolves there")]
 
 
 def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
-               stage_args: list[str], stage_required: bool, degraded_nodes, het: bool) -> Plan:
+               stage_args: list[str], stage_required: bool, degraded_nodes, het: bool, script: str | None = None,
+               checkpoint_signal: bool = False, stage_strict: bool = False, node_summary: bool = False) -> Plan:
     export = parse_export(eff.get("export"))
     export_file_opt = eff.get("export-file")
     export_file = read_export_file(export_file_opt.value if export_file_opt else None)
     multi, node_reason = multi_node(eff)
-    settings = nccl_settings(profile) + binding_settings(profile, eff) + recovery_settings(profile, eff)
+    settings = (nccl_settings(profile) + binding_settings(profile, eff)
+                + recovery_settings(profile, eff, script, checkpoint_signal))
     if het:
-        settings = [s for s in settings if s.kind != OPTION]
+        settings = [s for s in settings if s.kind not in (OPTION, WARNING)]
         settings.append(Setting(NOTE, "placement", None, "rule: heterogeneous job", True,
                                 "a het job: stune sets the environment only, no sbatch options"))
     else:
         settings += placement_settings(profile, eff, multi, degraded_nodes)
     settings += stage_settings(stage_args, stage_required, cwd, eff, environ)
+    if not het:
+        settings += container_settings(profile, eff, stage_args, cwd)
+    if stage_strict:
+        settings.append(Setting(ENV, "STUNE_FRESHNESS", "strict", "rule: --stage-strict", True,
+                                "a cached copy is used only when every file's size and mtime still match the "
+                                "source (the tier's default `fast` checks the top level only)"))
+    if node_summary:
+        settings.append(Setting(ENV, "STUNE_NODE_SUMMARY", "1", "rule: --node-summary", True,
+                                "each node writes one line with its final settings to the job's stderr"))
+    from .options import PLUGIN_KEYS
+
+    for opt in eff.directives + eff.command_line:
+        if opt.key in PLUGIN_KEYS:
+            settings.append(Setting(NOTE, f"--{opt.key}", None, f"{opt.where}", True,
+                                    "a site plugin's option (learned from sbatch --help): passed to sbatch"))
     final: list[Setting] = []
     for s in settings:
         if s.kind in (ENV, NODE) and s.applied:
@@ -323,9 +512,11 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
                                + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"))
         final.append(s)
     env = {s.name: s.value for s in final if s.kind == ENV and s.applied}
-    managed = [s.name for s in final if s.kind in (ENV, NODE) and s.applied]
+    # values only for what the TaskProlog refines (STUNE_STAGE is long, and never refined)
+    managed = {s.name: (s.value if s.kind == ENV and s.name != "STUNE_STAGE" else None)
+               for s in final if s.kind in (ENV, NODE) and s.applied}
     if managed:
-        env[MANAGED_VAR] = ",".join(managed)
+        env[MANAGED_VAR] = format_managed(managed)
     options = []
     for s in final:
         if s.kind == OPTION and s.applied:
@@ -335,7 +526,10 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
         kept = [] if export.mode == "none" else [export.raw]
         export_option = "--export=" + ",".join(kept + sorted(env))
         options.append(export_option)
-    return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason)
+    # Per-node values a parent stune job detected (a submission from inside a job): not this job's.
+    unset = tuple(s.name for s in final if s.kind == NODE and s.applied and s.name in environ)
+    return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason,
+                unset)
 
 
 def job_environment(plan_env: dict[str, str], export: ExportSpec, environ) -> dict[str, str]:
@@ -347,3 +541,19 @@ def job_environment(plan_env: dict[str, str], export: ExportSpec, environ) -> di
     env.update(export.assigned)
     env.update(plan_env)
     return env
+
+
+def unprofiled_stage(stage_args: list[str], eff: Effective, cwd: str) -> tuple[dict[str, str], list[str], list[str]]:
+    """A partition without a profile has no cache tier: each --stage dataset's variable points at its source,
+    so the job script still finds it. (env, sbatch options, warnings)."""
+    import os
+
+    requests = stage_requests_of(stage_args, eff, cwd)
+    env = {r.variable: r.source for r in requests}
+    warnings = [f"no cache tier for this partition: nothing is staged; {r.variable}={r.source} (the source)"
+                + ("" if os.path.exists(r.source) else ", which does not exist on this host") for r in requests]
+    options = []
+    export = parse_export(eff.get("export"))
+    if env and export.mode in ("list", "none"):
+        options.append("--export=" + ",".join(([] if export.mode == "none" else [export.raw]) + sorted(env)))
+    return env, options, warnings

@@ -2,8 +2,10 @@
 
 stune stays out of sbatch's way wherever it cannot help: a command line sbatch would reject, --help,
 --usage and --version, a partition without a profile, or a profile directory that does not load all run
-plain sbatch with the user's words (a broken profile also prints one warning). sbatch's stdout, stderr and
-exit status are always the user's to see, unchanged.
+plain sbatch with the user's words (a broken profile also prints one warning; --stage without a profile
+still exports STUNE_STAGE_<NAME> at the source, with a warning). An option stune does not know may be a
+site plugin's (pyxis): then the plugin options are learned from `sbatch --help` and the line read again.
+sbatch's stdout, stderr and exit status are always the user's to see, unchanged.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 import sys
 
 from ..errors import ConfigError, StuneError
-from .options import INFO_KEYS, Effective, parse_args, parse_directives
+from .options import INFO_KEYS, Effective, parse_args, parse_directives, unrecognized
 
 PROG = "stune-sbatch"
 STUNE_HELP = """
@@ -21,6 +23,12 @@ stune-sbatch options (everything else is sbatch's, passed through untouched):
       --stage=SRC[:NAME]      stage SRC into the node-local cache tier; the job finds it in
                               $STUNE_STAGE_<NAME> (repeatable)
       --stage-required        fail the job when a dataset cannot be staged (default: read the source)
+      --stage-strict          reuse a cached copy only when every file still matches the source (size,
+                              mtime); the default `fast` check looks at the top level only
+      --checkpoint-signal     add the profile's --signal=B:USR1@300 (recovery.signal) although the script
+                              does not trap it; by default only a script with `trap ... USR1` gets it
+      --node-summary          each node writes one line to the job's stderr: the final NCCL/gloo/rendezvous
+                              settings and whether each staged dataset is read from the cache or the source
   stune-sbatch history [-n N]       the submissions recorded for you
   stune-sbatch history diff A B     what changed between two runs (job ids, or -1 for the latest)
 """
@@ -78,29 +86,50 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         from ..slurm import Slurm
 
         slurm = Slurm.from_env()
+    learned = False
+    if unrecognized(parsed.problems) and not any(o.key in INFO_KEYS for o in parsed.options):
+        learned = learn_plugin_options(slurm, environ)  # a SPANK option (--container-image ...)?
+        if learned:
+            parsed = parse_args(argv)
     if parsed.problems or any(o.key in INFO_KEYS for o in parsed.options):
         if dry_run:
             for problem in parsed.problems:
                 warn(f"sbatch would refuse this command line: {problem}")
             return 2 if parsed.problems else 0
-        rc = _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
-        if rc == 0 and not parsed.problems and any(o.key == "help" for o in parsed.options):
-            sys.stdout.write(STUNE_HELP)
+        try:
+            rc = _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
+        finally:  # stune's own section whatever sbatch did (no Slurm config, no sbatch at all)
+            if any(o.key == "help" for o in parsed.options):
+                sys.stdout.write(STUNE_HELP)
         return rc
     text, stdin_bytes, script_label = read_script(argv, parsed, environ,
                                                   stdin if stdin is not None else _stdin_buffer())
-    directives, script_het = parse_directives(text) if text else ([], False)
+    problems: list[str] = []
+    directives, script_het = parse_directives(text, problems) if text else ([], False)
+    if unrecognized(problems) and not learned and learn_plugin_options(slurm, environ):
+        directives, script_het = parse_directives(text)
     eff = Effective(parsed.options, directives, environ)
     try:
-        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het)
+        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text)
     except _NoProfile as exc:
+        from .plan import unprofiled_stage
+
+        stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
+        stage_env, stage_options, stage_warnings = unprofiled_stage(stage_args, eff, os.getcwd())
+        words = sbatch_words(argv, parsed, stage_options)
         if dry_run:
-            print(f"{PROG} --dry-run: {exc}; the job would be submitted unchanged:")
-            print("  " + _command_text(["sbatch", *sbatch_words(argv, parsed, [])]))
+            print(f"{PROG} --dry-run: {exc}; the job would be submitted without stune settings:")
+            print("  " + _command_text(["sbatch", *words]))
+            for name, value in stage_env.items():
+                print(f"  {name}={value}")
+            for text_ in stage_warnings:
+                print(f"warning: {text_}")
             return 0
-        rc = _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
+        rc = _sbatch(slurm, words, stdin_bytes, dict(environ, **stage_env))
         if rc == 0 and exc.partition:
             warn(f"note: {exc}; submitted without stune settings")
+        for text_ in stage_warnings:
+            warn(f"warning: {text_}")
         return rc
     except StuneError as exc:
         if dry_run or _stage_error(exc):
@@ -117,14 +146,18 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     if dry_run:
         sys.stdout.write(explain(plan, words, script_label))
         return 0
+    for text_ in plan.warnings:
+        warn(f"warning: {text_}")
     env = dict(environ)
+    for name in plan.unset:
+        env.pop(name, None)
     env.update(plan.env)
     sys.stdout.flush()
     entry: dict = {}
 
     def prepare_record() -> None:  # runs while sbatch talks to slurmctld
         try:
-            entry.update(_entry(argv, words, plan, eff, environ, script_label))
+            entry.update(_entry(argv, words, plan, eff, environ, script_label, text))
         except Exception as exc:  # the history must never cost the user their submission
             entry["_error"] = f"{type(exc).__name__}: {exc}"
 
@@ -134,6 +167,20 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     if (rc == 0 or job_id_from(stdout)[0]) and eff.get("test-only") is None:
         _record(entry, stdout, environ)
     return rc
+
+
+def learn_plugin_options(slurm, environ) -> bool:
+    """Read the site's SPANK options from `sbatch --help` (asked only when a command line or script holds an
+    option stune does not know, so a plain submission costs nothing). True when any were learned."""
+    from .options import add_plugin_options, parse_plugin_help
+
+    try:
+        rc, out, _ = slurm.run_full(["sbatch", "--help"], timeout=10, env=dict(environ))
+    except StuneError:
+        return False
+    found = parse_plugin_help(out) if rc == 0 else {}
+    add_plugin_options(found)
+    return bool(found)
 
 
 class _NoProfile(StuneError):
@@ -148,7 +195,7 @@ def _stage_error(exc: StuneError) -> bool:
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
-def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool):
+def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None):
     from ..profiles import load_profile, profile_dir
     from .plan import build_plan
 
@@ -179,9 +226,14 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool):
 
         return sorted(n for n, feats in slurm.node_features(partition).items() if DEGRADED_FEATURE in feats)
 
+    wrap = eff.get("wrap")
     return build_plan(partition=partition, partition_source=source, profile=profile, eff=eff, environ=environ,
                       cwd=os.getcwd(), stage_args=stage_args, stage_required=stage_required,
-                      degraded_nodes=degraded_nodes, het=het)
+                      degraded_nodes=degraded_nodes, het=het,
+                      script=wrap.value if wrap is not None and wrap.value else script,
+                      checkpoint_signal=any(o.key == "stune:checkpoint-signal" for o in parsed.stune),
+                      stage_strict=any(o.key == "stune:stage-strict" for o in parsed.stune),
+                      node_summary=any(o.key == "stune:node-summary" for o in parsed.stune))
 
 
 def _stdin_buffer():
@@ -194,7 +246,7 @@ def _sbatch(slurm, words: list[str], stdin_bytes: bytes | None, environ) -> int:
     return rc
 
 
-def _entry(argv, words, plan, eff, environ, script_label: str) -> dict:
+def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str | None = None) -> dict:
     """The history record of this submission, all but the job id (known once sbatch answers)."""
     import time
 
@@ -205,8 +257,23 @@ def _entry(argv, words, plan, eff, environ, script_label: str) -> dict:
         "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,
         "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": os.getcwd(), "script": script_label,
         "profile": plan.profile.source, "digest": plan.profile.digest,
+        "script_sha256": (_sha256(script_text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+                          if script_text is not None else None),
         "env": history.recorded_env(job_environment(plan.env, parse_export(eff.get("export")), environ)),
     }
+
+
+def _sha256(data: bytes):
+    """hashlib.sha256 without hashlib's OpenSSL load (2-7 ms on the submission path): the interpreter's
+    built-in module where it has one (3.11: _sha256, 3.12+: _sha2)."""
+    for name in ("_sha256", "_sha2"):
+        try:
+            return __import__(name).sha256(data)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def _record(entry: dict, stdout: str, environ) -> None:
@@ -231,7 +298,7 @@ def _command_text(words: list[str]) -> str:
 
 
 def explain(plan, words: list[str], script_label: str) -> str:
-    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION
+    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION, WARNING
 
     p = plan.profile
     lines = [f"{PROG} --dry-run: nothing was submitted",
@@ -266,4 +333,6 @@ def explain(plan, words: list[str], script_label: str) -> str:
           [(s.name, f"{s.note}  [{s.source}]") for s in plan.settings if not s.applied and s.kind != NOTE])
     notes = [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == NOTE]
     table("notes:", notes)
+    table("warnings (also printed at submission):",
+          [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == WARNING])
     return "\n".join(lines) + "\n"

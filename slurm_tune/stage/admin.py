@@ -13,8 +13,9 @@ from collections import namedtuple
 from ..errors import StuneError
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
-from .tier import (LEDGER, LOCKS, TMP, Namespace, Tier, TierConfig, generation, lstat_at, parse_entry_name,
-                   rmtree_at)
+from ..safeio import lstat_at, rmtree_at
+from .tier import (LEDGER, LOCKS, QUARANTINE, TMP, Namespace, Tier, TierConfig, generation, new_gen,
+                   parse_entry_name)
 
 # squeue states in which a job may still be using its node's cache.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
@@ -58,6 +59,8 @@ def list_entries(tier: Tier, problems: list[str] | None = None) -> list[Listing]
     directory belongs) is skipped, and said so in `problems`."""
     rows = {(r.uid, r.entry): r for r in _ledger_or_empty(tier)}
     out = []
+    if problems is not None and os.geteuid() == 0:
+        problems += [f"{bad.problem}: skipped (`stune-stage init` repairs it)" for bad in tier.namespace_problems()]
     for ns in my_namespaces(tier):
         with ns:
             try:
@@ -95,7 +98,8 @@ def _ledger_or_empty(tier: Tier):
 
 # ---- status -----------------------------------------------------------------------------------------------
 
-Status = namedtuple("Status", "root quota usage high low fs_size fs_free entries held pending users problem")
+Status = namedtuple("Status", "root quota usage high low fs_size fs_free entries held pending users problem "
+                             "namespace_problems ledger_problems reserve")
 
 
 def status(tier: Tier) -> Status:
@@ -103,23 +107,29 @@ def status(tier: Tier) -> Status:
     try:
         tier.fd
     except TierUnavailable as exc:
-        return Status(config.root, config.quota, 0, config.high, config.low, 0, 0, 0, 0, 0, 0, str(exc))
+        return Status(config.root, config.quota, 0, config.high, config.low, 0, 0, 0, 0, 0, 0, str(exc), [], [], 0)
     vfs = tier.statvfs()
     problem = None
+    ledger_problems: list[str] = []
     try:
-        ledger = tier.ledger()
+        if os.geteuid() == 0:  # root sees every entry, so it reports what the entries really take
+            ledger, ledger_problems = tier.verified_ledger()
+        else:
+            ledger = tier.ledger()
     except TierUnavailable as exc:
         ledger, problem = [], str(exc)
+    bad = [b.problem for b in tier.namespace_problems()] if os.geteuid() == 0 else []
     held = 0
     users = 0
     for ns in my_namespaces(tier):
         with ns:
             users += 1
             held += len(ns.held_entries())
-    return Status(config.root, tier.quota(), sum(r.bytes for r in ledger), config.high, config.low,
+    return Status(config.root, tier.quota(), tier.usage(ledger), config.high, config.low,
                   vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize,
                   sum(1 for r in ledger if r.state == "ready"), held,
-                  sum(1 for r in ledger if r.state != "ready"), users, problem)
+                  sum(1 for r in ledger if r.state != "ready"), users, problem, bad, ledger_problems,
+                  tier.reserve())
 
 
 # ---- release (the epilog) ---------------------------------------------------------------------------------
@@ -141,9 +151,13 @@ def evict_above_high(tier: Tier, dry_run: bool = False) -> list[tuple[str, str, 
     quota = tier.quota()
     if tier.usage() <= tier.config.high * quota:
         return []
+    # Claims are checked against the entries before anyone loses one; root corrects the rows it checked.
+    rows, _problems = tier.verified_ledger(fix=not dry_run and os.geteuid() == 0)
+    if tier.usage(rows) <= tier.config.high * quota:
+        return []
     namespaces = my_namespaces(tier)
     try:
-        return evict_lru(tier, namespaces, int(tier.config.low * quota), dry_run=dry_run)
+        return evict_lru(tier, namespaces, int(tier.config.low * quota), dry_run=dry_run, rows=rows)
     finally:
         for ns in namespaces:
             ns.close()
@@ -152,7 +166,7 @@ def evict_above_high(tier: Tier, dry_run: bool = False) -> list[tuple[str, str, 
 # ---- gc ---------------------------------------------------------------------------------------------------
 
 GcReport = namedtuple("GcReport", "stale_holds tmp_removed ledger_fixed old_removed evicted locks_removed "
-                                  "problems")
+                                  "bad_namespaces problems")
 
 
 def live_job_ids(slurm) -> set[str]:
@@ -167,6 +181,7 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evic
     namespaces = my_namespaces(tier)
     stale, tmp_removed, ledger_fixed, old_removed, locks_removed = [], [], [], [], []
     problems = []
+    bad_namespaces = [b.problem for b in tier.namespace_problems()] if os.geteuid() == 0 else []
     try:
         # Holds first, liveness second: a job that starts after the squeue snapshot cannot have a hold
         # in a listing taken before it, so no live job's hold is ever taken for dead.
@@ -197,6 +212,7 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evic
                             stale.append((ns.user, job))
                             if not dry_run:
                                 ns.release(job)
+                locks_removed += _remove_bad_locks(ns, dry_run)
                 tmp_removed += _clean_tmp(ns, dry_run)
                 ledger_fixed += _fix_ledger(tier, ns, ledger, dry_run)
                 old_removed += _drop_old_generations(tier, ns, dry_run)
@@ -206,15 +222,35 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evic
                 namespaces.remove(ns)
                 ns.close()
         quota = tier.quota()
-        usage = sum(r.bytes for r in _ledger_or_empty(tier))
         evicted = []
-        if evict_all or to_low or usage > tier.config.high * quota:
+        rows = _ledger_or_empty(tier)
+        if evict_all or to_low or tier.usage(rows) > tier.config.high * quota:
+            try:  # nobody is evicted on a claim: each row is checked against its entry first
+                rows, _claims = tier.verified_ledger()
+            except TierUnavailable:
+                rows = []
+        if evict_all or to_low or tier.usage(rows) > tier.config.high * quota:
             target = -1 if evict_all else int(tier.config.low * quota)
-            evicted = evict_lru(tier, namespaces, target, dry_run=dry_run)
+            evicted = evict_lru(tier, namespaces, target, dry_run=dry_run, rows=rows)
     finally:
         for ns in namespaces:
             ns.close()
-    return GcReport(stale, tmp_removed, ledger_fixed, old_removed, evicted, locks_removed, problems)
+    return GcReport(stale, tmp_removed, ledger_fixed, old_removed, evicted, locks_removed, bad_namespaces,
+                    problems)
+
+
+def _remove_bad_locks(ns: Namespace, dry_run: bool) -> list[str]:
+    """Lock files nobody may use (a planted FIFO, hard link, symlink, someone else's file): unlinked, never
+    opened. Unlinking a hard link leaves the file it points to untouched."""
+    removed = []
+    for name in ns.bad_locks():
+        if not dry_run:
+            try:
+                rmtree_at(name, ns.sub(LOCKS))
+            except OSError:
+                continue
+        removed.append(f"{ns.user}/locks/{name} (not a plain lock file of {ns.user}'s)")
+    return removed
 
 
 def _clean_tmp(ns: Namespace, dry_run: bool) -> list[str]:
@@ -252,6 +288,11 @@ def _fix_ledger(tier: Tier, ns: Namespace, ledger: dict, dry_run: bool) -> list[
             continue
         parsed = parse_entry_name(entry)
         if row.state == "ready" and entry in entries:
+            real = ns.measure(row)
+            if real is not None and row.bytes > real:  # a size claim its entry does not back
+                if not dry_run:
+                    tier.ledger_write(uid, entry, real, "ready")
+                fixed.append(f"{ns.user}/{entry}: claimed {row.bytes} bytes, takes {real}")
             continue
         if row.state != "ready":
             if entry in entries:  # published, but killed before the ledger said so
@@ -347,8 +388,18 @@ def init(config: TierConfig) -> list[str]:
     fd = os.open(config.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         ledger = lstat_at(LEDGER, fd)
-        if ledger is not None and not stat.S_ISDIR(ledger.st_mode):
-            os.unlink(LEDGER, dir_fd=fd)
+        if ledger is not None and (not stat.S_ISDIR(ledger.st_mode) or ledger.st_uid != 0):
+            # made by a user before init (a planted file, FIFO or link, or a directory full of forged rows):
+            # moved aside, never chowned or reused
+            with Tier(config) as tier:
+                qfd = tier._quarantine()
+                try:
+                    aside = f"{LEDGER[1:]}.{new_gen()}"
+                    os.rename(LEDGER, aside, src_dir_fd=fd, dst_dir_fd=qfd)
+                finally:
+                    os.close(qfd)
+            done.append(f"{config.root}/{LEDGER}: owned by uid {ledger.st_uid}, mode {ledger.st_mode:o}: "
+                        f"moved aside to {config.root}/{QUARANTINE}/{aside}")
             ledger = None
         if ledger is None:
             os.mkdir(LEDGER, 0o755, dir_fd=fd)
@@ -364,6 +415,9 @@ def init(config: TierConfig) -> list[str]:
             os.close(lfd)
     finally:
         os.close(fd)
+    with Tier(config) as tier:
+        for bad in tier.namespace_problems():
+            done.append(f"repaired {bad.problem}: {tier.repair_namespace(bad)}")
     return done
 
 

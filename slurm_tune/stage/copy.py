@@ -10,6 +10,10 @@
 
 Every copy reports progress (`Progress`) and watches the tier's free space and its byte allowance: when
 either runs out it kills its workers and raises TierUnavailable.
+
+A published copy is read-only (no write bit on any file or directory under data/): a job that writes into
+$STUNE_STAGE_X gets EACCES instead of silently changing what every later job reads. The `cp` workers run
+with umask 0222, so files are made without write bits at no extra cost; directories are set at the end.
 """
 from __future__ import annotations
 
@@ -27,7 +31,6 @@ from .fresh import Plan, Source
 
 CHUNK_BYTES = 64 << 20     # a worker's batch: at most this many bytes ...
 CHUNK_FILES = 4000         # ... or this many names (~200 KiB of argv: well inside ARG_MAX)
-MIN_FREE_BYTES = 64 << 20  # never fill the tier's filesystem below this
 TICK_S = 0.5   # progress and disk-space cadence; a worker's exit wakes the stager at once (pidfd)
 POLL_S = 0.05  # exit polling where pidfds are missing (Linux < 5.3)
 
@@ -98,11 +101,12 @@ class Progress:
 
 
 class Guard:
-    """Stops a copy before it overfills the tier: the filesystem keeps MIN_FREE_BYTES free, and the copy
-    writes at most `allowance` bytes (statvfs deltas: cheap, and conservative when others write too)."""
+    """Stops a copy before it overfills the tier: the filesystem keeps `reserve` bytes free (the rule in
+    tier.reserve_bytes, which admission applies too), and the copy writes at most `allowance` bytes
+    (statvfs deltas: cheap, and conservative when others write too)."""
 
-    def __init__(self, path: str, allowance: int | None):
-        self.path, self.allowance = path, allowance
+    def __init__(self, path: str, allowance: int | None, reserve: int = 0):
+        self.path, self.allowance, self.reserve = path, allowance, reserve
         self.free_at_start = self._free()
 
     def _free(self) -> int:
@@ -111,10 +115,16 @@ class Guard:
 
     def check(self) -> None:
         free = self._free()
-        if free < MIN_FREE_BYTES:
-            raise TierUnavailable("disk-full", f"the cache disk is full ({human(free)} left)")
+        if free < self.reserve:
+            raise TierUnavailable("disk-full", f"the cache disk is full ({human(free)} left, {human(self.reserve)} "
+                                               "is kept in reserve)")
         if self.allowance is not None and self.free_at_start - free > self.allowance:
             raise TierUnavailable("over-quota", f"the copy outgrew its quota allowance of {human(self.allowance)}")
+
+
+def read_only(mode: int) -> int:
+    """A published directory's or file's mode: the owner can still read and enter it, nobody can write."""
+    return (mode | 0o400) & ~0o222 & 0o7777
 
 
 def _chunks(plan: Plan, jobs: int) -> list[tuple[list[str], int]]:
@@ -173,12 +183,14 @@ def _libc():
     return _LIBC
 
 
-def _spawn(argv: list[str], cwd: str | None, errlog, stdin=None) -> subprocess.Popen:
+def _spawn(argv: list[str], cwd: str | None, errlog, stdin=None, umask: int | None = None) -> subprocess.Popen:
     libc, parent = _libc(), os.getpid()
 
     def die_with_parent():
         """PR_SET_PDEATHSIG: a stager killed with -9 must not leave `cp` processes writing into a directory
         the next stager is about to delete."""
+        if umask is not None:
+            os.umask(umask)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
         if os.getppid() != parent:  # the stager died before prctl took effect
             os._exit(137)
@@ -215,7 +227,9 @@ def _wait_any(procs, timeout: float) -> list:
 def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progress: Progress | None = None,
               guard: Guard | None = None) -> None:
     """Copy the walked tree `src` into the new directory `dst` (which must exist, empty)."""
-    jobs = jobs or default_jobs()
+    jobs = default_jobs() if jobs is None else jobs
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"copy processes must be >= 1, not {jobs!r}")  # 0 or -1 would spin forever
     for rel, _mode, _atime, _mtime in plan.dirs:
         os.mkdir(os.path.join(dst, rel), 0o700)
     chunks = _chunks(plan, jobs)
@@ -226,8 +240,10 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
             while chunks or running:
                 while chunks and len(running) < jobs:
                     names, nbytes = chunks.pop(0)
-                    argv = ["cp", "-P", "--preserve=mode", "--parents", "-t", dst, "--", *names]
-                    running[_spawn(argv, src, errlog)] = (nbytes, len(names))
+                    # No --preserve=mode: cp then gives each file the source's mode less the umask, and the
+                    # umask 0222 makes the copy read-only without a chmod per file.
+                    argv = ["cp", "-P", "--parents", "-t", dst, "--", *names]
+                    running[_spawn(argv, src, errlog, umask=0o222)] = (nbytes, len(names))
                 for proc in _wait_any(list(running), TICK_S):
                     nbytes, nfiles = running.pop(proc)
                     if proc.returncode != 0:
@@ -241,11 +257,11 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
         except BaseException:
             _kill(list(running))
             raise
-    # Directory modes and times last: cp filled them meanwhile. The owner always keeps rwx, so the entry
-    # can be evicted, and a read-only source directory does not make an undeletable copy.
+    # Directory modes and times last: cp filled them meanwhile. Read-only, like the files (rmtree_at opens
+    # them up again to evict the entry).
     for rel, mode, atime, mtime in reversed(plan.dirs):
         path = os.path.join(dst, rel)
-        os.chmod(path, mode | 0o700)
+        os.chmod(path, read_only(mode) | 0o500)
         os.utime(path, ns=(atime, mtime))
     if progress:
         progress.done(done_bytes, done_files)
@@ -269,6 +285,9 @@ def copy_file(source: Source, dst: str, *, progress: Progress | None = None, gua
             raise
         if proc.returncode != 0:
             raise _failure(errlog, f"copying {source.path}")
+    if guard:
+        guard.check()
+    os.chmod(dst, read_only(stat.S_IMODE(os.lstat(dst).st_mode)))
     if progress:
         progress.done(source.st.st_size)
 
@@ -313,13 +332,21 @@ def extract(source: Source, dst: str, *, progress: Progress | None = None, guard
             raise
         if proc.returncode != 0:
             raise _failure(errlog, f"extracting {source.path}")
-    # Archives may hold read-only directories: the owner keeps rwx so the entry can be evicted.
-    for dirpath, dirnames, _files in os.walk(dst):
-        for name in dirnames:
+    if guard:  # an extraction that finished within one tick was never checked
+        guard.check()
+    # The extracted tree is made read-only, files first, then directories deepest first.
+    dirs = []
+    for dirpath, dirnames, files in os.walk(dst):
+        for name in files:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
-            if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o700 != 0o700:
-                os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o222:
+                os.chmod(path, read_only(st.st_mode))
+        dirs += [os.path.join(dirpath, name) for name in dirnames]
+    for path in reversed(dirs):
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(path, read_only(st.st_mode) | 0o500)
     if progress:
         progress.done(source.st.st_size)
 

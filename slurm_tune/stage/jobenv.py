@@ -35,7 +35,16 @@ def prepare_for_task(environ, progress=None) -> tuple[dict[str, str], list[str]]
     job = resolve(environ)
     if not job.requests:
         return {}, []
-    return stage_requests(job.requests, job.required, job.config, job.job_id, progress, problem=job.problem)
+    freshness = environ.get(FRESHNESS_VAR) or None
+    if freshness not in (None, "fast", "strict"):
+        freshness = None  # user input: an unknown mode keeps the tier's own
+    return stage_requests(job.requests, job.required, job.config, job.job_id, progress, problem=job.problem,
+                          freshness=freshness)
+
+
+# stune-sbatch --stage-strict sets it: this job's requests are checked with `strict` freshness (every file's
+# size and mtime), whatever the tier's cache.freshness.
+FRESHNESS_VAR = "STUNE_FRESHNESS"  # not STUNE_STAGE_*: that prefix names datasets
 
 
 class JobStage(namedtuple("JobStage", "requests required config problem job_id")):
@@ -71,12 +80,12 @@ def resolve(environ, with_defaults: bool = True) -> JobStage:
 
 
 def stage_requests(requests, required: bool, config, job_id: str | None, progress=None, problem=None,
-                   jobs: int | None = None) -> tuple[dict[str, str], list[str]]:
+                   jobs: int | None = None, freshness: str | None = None) -> tuple[dict[str, str], list[str]]:
     """Stage each request into `config`'s tier (or fall back, for `problem`): (exports, messages)."""
     exports: dict[str, str] = {}
     messages: list[str] = []
     for req in requests:
-        path, message = _stage_one(req, config, problem, job_id, required, progress, jobs)
+        path, message = _stage_one(req, config, problem, job_id, required, progress, jobs, freshness)
         exports[req.variable] = path
         if message:
             messages.append(message)
@@ -95,13 +104,13 @@ def _profile(partition: str):
         return None, TierUnavailable("missing", f"no cache tier for partition {partition!r}: {exc}")
 
 
-def _stage_one(req, config, problem, job_id, required, progress, jobs) -> tuple[str, str]:
+def _stage_one(req, config, problem, job_id, required, progress, jobs, freshness=None) -> tuple[str, str]:
     from .stager import stage
 
     try:
         if problem is not None:
             raise problem
-        result = stage(req, config, job_id=job_id, progress_stream=progress, jobs=jobs)
+        result = stage(req, config, job_id=job_id, progress_stream=progress, jobs=jobs, freshness=freshness)
     except (TierUnavailable, SourceError) as exc:
         return _fallback(req, exc, required)
     except StuneError as exc:
@@ -115,14 +124,7 @@ def _stage_one(req, config, problem, job_id, required, progress, jobs) -> tuple[
         if required:
             raise StageRequiredError(req.name, TierUnavailable("copy-failed", result.note or "not staged"))
         return req.source, ""
-    from .copy import human
-
-    if result.status == "copied":
-        return result.path, (f"stune-stage: {req.name}: staged {req.source} -> {result.path} "
-                             f"({human(result.bytes)}, {result.files:,} files, {result.seconds:.1f}s)")
-    if result.status == "hit":
-        return result.path, f"stune-stage: {req.name}: cache hit {result.path}"
-    return result.path, ""
+    return result.path, result.message()
 
 
 def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
@@ -153,6 +155,11 @@ class JobLog:
         self._tried = False
 
     def path(self) -> str | None:
+        if not hasattr(self, "_path"):  # asked once: it may cost an scontrol call
+            self._path = self._resolve()
+        return self._path
+
+    def _resolve(self) -> str | None:
         explicit = self.environ.get("STUNE_STAGE_LOG")
         if explicit:
             return explicit
@@ -189,6 +196,26 @@ class JobLog:
 
     def flush(self) -> None:
         pass
+
+    HEAD = 1 << 18
+
+    def say_once(self, text: str, node: str) -> None:
+        """Write `text` once per job: skipped when the job's stderr file already holds it (another node or an
+        earlier step said it; the messages come before a step's output, so the file's first 256 KiB are
+        read). Nodes that start at the same instant may both say it."""
+        path = self.path()
+        if path:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+                try:
+                    head = os.read(fd, self.HEAD)
+                finally:
+                    os.close(fd)
+                if (text + " [").encode("utf-8", "replace") in head:
+                    return
+            except OSError:
+                pass
+        self.write(f"{text} [{node}; said once per job]\n")
 
     def close(self) -> None:
         if self._fd is not None:

@@ -25,23 +25,45 @@ from collections import namedtuple
 from .errors import SourceError, TierUnavailable
 from .fresh import boot_id, manifest as fresh_manifest
 from .spec import StageRequest
-from .tier import DATA, ENTRIES, TMP, Namespace, Tier, TierConfig, new_gen, source_key, write_stamp
+from ..safeio import rmtree_at
+from .tier import (DATA, ENTRIES, TMP, Namespace, Tier, TierConfig, check_job_id, new_gen, source_key,
+                   write_stamp)
 
 STAMP_FORMAT = "1"
 
 
-class StageResult(namedtuple("StageResult", "request path status entry bytes files seconds note")):
+class StageResult(namedtuple("StageResult", "request path status entry bytes files seconds note freshness",
+                             defaults=(None,))):
     """status: "hit" (already in the tier), "copied", "held" (this job already staged it on this node), or
-    "fallback" (path is the source; note says why)."""
+    "fallback" (path is the source; note says why). `files` counts files and symlinks, not directories.
+    `freshness`: the mode the source was checked in ("fast" or "strict"; None when it was not checked)."""
 
     __slots__ = ()
+
+    def message(self) -> str:
+        """The line for the job's stderr ("" when there is nothing to say)."""
+        from .copy import human
+
+        name = self.request.name
+        if self.status == "copied":
+            return (f"stune-stage: {name}: staged {self.request.source} -> {self.path} "
+                    f"({human(self.bytes)}, {self.files:,} file{'' if self.files == 1 else 's'}, "
+                    f"{self.seconds:.1f}s)")
+        if self.status == "hit":
+            return f"stune-stage: {name}: cache hit {self.path} (source unchanged, {self.freshness} freshness check)"
+        return ""
 
 
 def stage(request: StageRequest, config: TierConfig, *, job_id: str | None = None, progress_stream=None,
           jobs: int | None = None, freshness: str | None = None) -> StageResult:
     """Stage `request` for this process's user. Raises TierUnavailable (the tier cannot take it) or
-    SourceError (the source is unusable); the caller decides between falling back and failing."""
+    SourceError (the source is unusable); the caller decides between falling back and failing. ValueError
+    for a job id that is not digits or a copy parallelism below 1."""
     started = time.monotonic()
+    if job_id is not None:
+        check_job_id(job_id)
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"copy processes must be a whole number >= 1, not {jobs!r}")
     key = source_key(request.source)
     with Tier(config) as tier:
         with tier.namespace() as ns:
@@ -94,17 +116,23 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
     stamp_now = fresh.stamp(source, mode, plan)
     if current is not None:
         stored = ns.read_stamp(current.name)
-        if stored is not None and stored.get("stamp") == stamp_now and stored.get("source") == request.source \
-                and _verified(ns, current.name, stored):
+        if stored is not None and stored_stamp(stored, mode) == stamp_now and stored.get("source") == request.source \
+                and _still_read_only(ns, current.name, stored) and _verified(ns, current.name, stored):
             if job_id:
                 ns.add_hold(job_id, current.name)
             tier.ledger_touch(ns.uid, current.name)
             _drop_old(tier, ns, key, keep=current.name)
             return StageResult(request, ns.entry_path(current.name, stored.get("export", DATA)), "hit",
                                current.name, int(stored.get("bytes", 0)), int(stored.get("files", 0)),
-                               time.monotonic() - started, "")
+                               time.monotonic() - started, "", mode)
     if source.kind == "dir" and plan is None:
         plan = fresh.walk(source.real)
+    # Both modes' stamps, taken before the copy: a later check in the other mode (`--freshness`, a changed
+    # profile) compares against the stamp of its own mode instead of copying an unchanged source again.
+    stamps = {mode: stamp_now}
+    if source.kind == "dir":
+        other = "strict" if mode == "fast" else "fast"
+        stamps[other] = fresh.stamp(source, other, plan)
     _clear_leftovers(tier, ns, key)
     entry = f"{key}.{new_gen()}"
     need = plan.alloc if plan is not None else _file_estimate(source)
@@ -115,11 +143,13 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
     try:
         os.mkdir(tmp_name, 0o700, dir_fd=ns.sub(TMP))
         nbytes, nfiles, tree, export = _copy(source, plan, ns.sub_path(TMP, tmp_name), request, stream, jobs,
-                                             allowance)
+                                             allowance, tier.reserve())
         _publish(ns, tmp_name, entry, {
             "format": STAMP_FORMAT, "source": request.source, "real": source.real, "kind": source.kind,
-            "freshness": mode, "stamp": stamp_now, "bytes": str(nbytes), "files": str(nfiles), "tree": tree,
-            "boot": boot_id(), "export": export, "published": f"{time.time():.3f}", "complete": "1"})
+            "freshness": mode, "stamp": stamp_now, **{f"stamp.{m}": v for m, v in stamps.items()},
+            "bytes": str(nbytes), "files": str(nfiles), "tree": tree,
+            "boot": boot_id(), "export": export, "readonly": "1", "published": f"{time.time():.3f}",
+            "complete": "1"})
         published = True
         tier.ledger_write(ns.uid, entry, nbytes, "ready")
         if job_id:
@@ -128,21 +158,24 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
         if not published:
             tier.ledger_remove(ns.uid, entry)
             try:
-                from .tier import rmtree_at
-
                 rmtree_at(tmp_name, ns.sub(TMP))
             except OSError:
                 pass
     _drop_old(tier, ns, key, keep=entry)
     return StageResult(request, ns.entry_path(entry, export), "copied", entry, nbytes, nfiles,
-                       time.monotonic() - started, "")
+                       time.monotonic() - started, "", mode)
+
+
+def stored_stamp(stored: dict[str, str], mode: str) -> str | None:
+    """The source stamp an entry recorded for freshness `mode` (entries made before both modes were
+    recorded have only their own mode's)."""
+    return stored.get(f"stamp.{mode}") or (stored.get("stamp") if stored.get("freshness") == mode else None) \
+        or (stored.get("stamp") if (stored.get("stamp") or "").startswith("file:") else None)
 
 
 def _clear_leftovers(tier: Tier, ns: Namespace, key: str) -> None:
     """A stager of this key that was killed left a tmp/ copy and a pending ledger row. We hold the key's
     lock, so their owner is dead: remove both before they count against the quota."""
-    from .tier import rmtree_at
-
     with os.scandir(ns.sub(TMP)) as it:
         names = [e.name for e in it if e.name.startswith(key + ".")]
     for name in names:
@@ -174,31 +207,36 @@ def _file_estimate(source) -> int:
     return size + 4096
 
 
-def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance):
+def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve):
     from . import copy
 
-    guard = copy.Guard(tmp_path, allowance)
+    # The allowance is watched through free-space deltas, which also see every other writer on the disk
+    # (concurrent stagers, jobs): only an archive, whose output size is a guess, needs it. A directory or
+    # file was sized exactly by admission; for them the guard keeps the reserve only.
+    guard = copy.Guard(tmp_path, allowance if source.kind == "archive" else None, reserve)
     data = os.path.join(tmp_path, DATA)
     os.mkdir(data, 0o700)
     label = f"{request.name}: staging {request.source}"
     if source.kind == "dir":
         progress = copy.Progress(stream, label, plan.bytes, plan.count)
         copy.copy_tree(source.real, plan, data, jobs=jobs, progress=progress, guard=guard)
-        os.chmod(data, stat_mode(source.st) | 0o700)
+        os.chmod(data, copy.read_only(stat_mode(source.st)) | 0o500)
         export = DATA
     elif source.kind == "archive":
         progress = copy.Progress(stream, label + " (extracting)", source.st.st_size)
         copy.extract(source, data, progress=progress, guard=guard)
+        os.chmod(data, 0o555)
         export = DATA
     else:
         progress = copy.Progress(stream, label, source.st.st_size)
         copy.copy_file(source, os.path.join(data, source.basename), progress=progress, guard=guard)
+        os.chmod(data, 0o555)
         export = f"{DATA}/{source.basename}"
     if plan is not None and plan.skipped:
         _say(stream, f"{request.name}: skipped {len(plan.skipped)} special file(s) (sockets, FIFOs, devices), "
                      f"e.g. {plan.skipped[0]}")
     if plan is not None:  # the walk already knows what the copy holds: no second walk
-        return plan.alloc, len(plan.dirs) + plan.count, plan.tree, export
+        return plan.alloc, plan.count, plan.tree, export
     nbytes, nfiles, tree = fresh_manifest(data)
     return nbytes, nfiles, tree, export
 
@@ -222,6 +260,22 @@ def _publish(ns: Namespace, tmp_name: str, entry: str, stamp: dict[str, str]) ->
         os.close(tfd)
     os.rename(tmp_name, entry, src_dir_fd=ns.sub(TMP), dst_dir_fd=ns.sub(ENTRIES))
     os.fsync(ns.sub(ENTRIES))  # the rename itself
+
+
+def _still_read_only(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
+    """A published copy has no write bit (copy.read_only). If the exported path has one again, its
+    owner opened it up (`chmod -R u+w`) and may have changed it: not a hit, copy again. Two lstats."""
+    if stored.get("readonly") != "1":  # published before copies were read-only: nothing to compare
+        return True
+    export = stored.get("export", DATA)
+    for path in {DATA, export}:
+        try:
+            st = os.stat(ns.sub_path(ENTRIES, entry, path), follow_symlinks=False)
+        except OSError:
+            return False
+        if st.st_mode & 0o222:
+            return False
+    return True
 
 
 def _verified(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
@@ -272,19 +326,20 @@ def admit(tier: Tier, ns: Namespace, need: int, exclude_key: str | None = None) 
     if usage + need > quota:
         raise TierUnavailable("over-quota", f"needs {_h(need)} but the tier holds {_h(usage)} of its "
                                             f"{_h(quota)} quota in entries in use or not this user's")
-    free = tier.free_bytes()
-    if need > free:
-        raise TierUnavailable("disk-full", f"needs {_h(need)} but the cache disk has {_h(free)} free")
+    free, reserve = tier.free_bytes(), tier.reserve()
+    if need > free - reserve:
+        raise TierUnavailable("disk-full", f"needs {_h(need)} but the cache disk has {_h(free)} free, of which "
+                                           f"{_h(reserve)} is kept in reserve")
     return quota - usage
 
 
 def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key: str | None = None,
-              dry_run: bool = False) -> list[tuple[str, str, int]]:
+              dry_run: bool = False, rows=None) -> list[tuple[str, str, int]]:
     """Delete unheld entries of `namespaces`, least recently used first, until the tier's usage is at most
     `target`. Entries being staged or checked right now (their key lock is busy) are skipped. Returns the
     (user, entry, bytes) evicted."""
-    rows = {(r.uid, r.entry): r for r in tier.ledger()}
-    usage = sum(r.bytes for r in rows.values())
+    rows = {(r.uid, r.entry): r for r in (tier.ledger() if rows is None else rows)}
+    usage = tier.usage(list(rows.values()))
     candidates = []
     for ns in namespaces:
         try:
@@ -301,7 +356,10 @@ def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key:
     for _last_use, ns, entry, nbytes in sorted(candidates, key=lambda c: c[0]):
         if usage <= target:
             break
-        lock = ns.lock(entry.key, blocking=False)
+        try:
+            lock = ns.lock(entry.key, blocking=False)
+        except TierUnavailable:  # a lock file its user broke (gc removes it): skip, evict the others
+            continue
         if lock is None:
             continue
         try:

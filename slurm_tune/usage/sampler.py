@@ -11,6 +11,11 @@ Slurm's GPU ids are positions in gres.conf, which sites list by device minor num
 NVML numbers GPUs by PCI order. The map is read once from /proc/driver/nvidia/gpus/<bus>/information
 ("Device Minor"); where that is missing (snapshot sources, odd drivers) the NVML index is used.
 
+Honest idleness: a GPU with no compute process on it (NVML's running-process list, read with the
+utilization) is idle whatever a stale utilization reading says; a GPU whose utilization NVML cannot report
+(MIG, NVML_ERROR_NOT_SUPPORTED) reads None and is unmeasured, never 0 %: it adds no sampled time, so the job's
+coverage drops and the accountant charges it as Slurm does (eta = 1).
+
 This module imports no numpy and nothing heavy: it runs for the node's lifetime next to the jobs.
 """
 from __future__ import annotations
@@ -161,7 +166,7 @@ class Sampler:
                     continue
                 r = readings[pos]
                 mib = r.mem_used_bytes / 1048576.0 if r.mem_used_bytes is not None else None
-                acc.add(slot, now, dt, r.sm_util, r.mem_util, mib, r.power_w, busy, r.index)
+                acc.add(slot, now, dt, r.sm_util, r.mem_util, mib, r.power_w, busy, r.index, r.procs)
                 added += 1
         self.samples += added
         return added

@@ -77,9 +77,9 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
     if not gpu_ids:
         return None
     try:
-        created, records = accum.read(acc_file(local_dir, job_id))
+        created, records, series = accum.read_with_series(acc_file(local_dir, job_id))
     except accum.AccumulatorError:
-        created, records = 0.0, []
+        created, records, series = 0.0, [], None
     if start is None:
         start = created or now
     by_id = {int(r["gpu_id"]): r for r in records}
@@ -89,8 +89,11 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
         acc = dict(by_id.get(gpu, zero))
         acc["gpu_id"] = float(gpu)
         gpus.append({"id": gpu, "acc": acc})
-    return {"v": 1, "job": job_id, "node": node, "start": start, "end": now, "gpus": gpus,
-            "sampled": bool(records)}
+    out = {"v": 1, "job": job_id, "node": node, "start": start, "end": now, "gpus": gpus,
+           "sampled": bool(records)}
+    if series is not None:
+        out["series"] = series
+    return out
 
 
 def write_node_summary(spool_dir: str, summary: dict) -> str:

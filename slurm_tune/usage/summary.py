@@ -7,6 +7,8 @@
 - cov:  GPU-seconds actually sampled (coverage = cov / held)
 - busy, busy_w: GPU-seconds at >= the busy threshold (~100 %) and the mean power meanwhile (W)
 - per_gpu: node/gpu:SM%:memory-util%:memory-used-MiB:power-W, means over the sampled time; '-' is unknown
+- drops, noproc: utilization falls (>= 60 % to <= 20 %) summed over GPUs, and GPU-seconds with no process
+- tl: the job's utilization over its run in 48 steps, '0'..'9' (x 100/9 %), '-' where nothing was sampled
 
 Plain key=value text rather than JSON: sacctmgr turns '"' into '`', and `sacct -o AdminComment` stays
 readable. The job-level numbers come first in a fixed order so the accountant parses a million of them fast.
@@ -19,8 +21,13 @@ PREFIX = "stune1 "
 MAX_PER_GPU = 1024  # keeps one AdminComment well under MySQL's TEXT limit (64 KiB)
 
 # One GPU's accumulator fields, in file order (see accum.py). Sums are over sampled seconds (dt).
+# noproc_dt: sampled seconds with no compute process on the GPU (counted as idle whatever the reading said);
+# drops: falls from >= 60 % to <= 20 % utilization (the sawtooth of a loop waiting for data); hi: the
+# hysteresis state behind `drops`.
 ACC_FIELDS = ("gpu_id", "last_ts", "samples", "sm_dt", "sm_sum", "mem_dt", "mem_sum", "mib_dt", "mib_sum",
-              "mib_max", "pw_dt", "pw_sum", "busy_dt", "busy_pw_dt", "busy_pw_sum", "nvml_index")
+              "mib_max", "pw_dt", "pw_sum", "busy_dt", "busy_pw_dt", "busy_pw_sum", "nvml_index",
+              "noproc_dt", "drops", "hi")
+TIMELINE_LEN = 48  # characters of the job's utilization timeline in the summary ('0'-'9', '-' unmeasured)
 
 
 class GpuMeans(namedtuple("GpuMeans", "node gpu sm mem mib watts")):
@@ -30,10 +37,14 @@ class GpuMeans(namedtuple("GpuMeans", "node gpu sm mem mib watts")):
 
 
 class JobSummary(namedtuple("JobSummary", "held used covered busy busy_w gpus nodes_reported nodes_expected "
-                                          "per_gpu")):
+                                          "per_gpu drops noproc timeline", defaults=(0, 0.0, ""))):
     """A job's GPU usage. Seconds are GPU-seconds; busy_w is None when there was no busy time."""
 
     __slots__ = ()
+
+    def timeline_percent(self) -> list:
+        """The timeline as percentages (None where unmeasured)."""
+        return [None if c == "-" else int(c) * 100.0 / 9 for c in self.timeline if c == "-" or c.isdigit()]
 
     @property
     def coverage(self) -> float:
@@ -54,11 +65,17 @@ def encode(summary: JobSummary) -> str:
                        for g in summary.per_gpu[:MAX_PER_GPU])
     return (f"{PREFIX}held={summary.held:.1f} used={summary.used:.1f} cov={summary.covered:.1f} "
             f"busy={summary.busy:.1f} busy_w={_num(summary.busy_w)} gpus={summary.gpus} "
-            f"nodes={summary.nodes_reported}/{summary.nodes_expected} per_gpu={per_gpu}")
+            f"nodes={summary.nodes_reported}/{summary.nodes_expected} per_gpu={per_gpu} drops={summary.drops} "
+            f"noproc={summary.noproc:.1f} tl={summary.timeline or '-'}")
 
 
 def _float(text: str):
     return None if text in ("-", "") else float(text)
+
+
+def _timeline(text: str) -> str:
+    text = text[:TIMELINE_LEN]
+    return text if text.strip("-0123456789") == "" and text != "-" else ""
 
 
 def parse(text: str) -> JobSummary | None:
@@ -75,7 +92,9 @@ def parse(text: str) -> JobSummary | None:
             per_gpu.append(GpuMeans(node, gpu, _float(sm), _float(mem), _float(mib), _float(watts)))
         return JobSummary(float(fields["held"]), float(fields["used"]), float(fields["cov"]),
                           float(fields.get("busy", "0")), _float(fields.get("busy_w", "-")),
-                          int(fields.get("gpus", "0")), int(reported or 0), int(expected or 0), tuple(per_gpu))
+                          int(fields.get("gpus", "0")), int(reported or 0), int(expected or 0), tuple(per_gpu),
+                          int(fields.get("drops", "0")), float(fields.get("noproc", "0")),
+                          _timeline(fields.get("tl", "")))
     except (KeyError, ValueError):
         return None
 
@@ -101,7 +120,7 @@ def parse_head(text: str):
 def merge(node_summaries: list[dict], expected_nodes: int | None = None) -> JobSummary:
     """One job summary from its nodes' summaries (spool.NodeSummary dicts): sums add, means are recomputed
     from the sums, so a 2-node job is exactly the two nodes together."""
-    held = used = covered = busy = busy_pw_dt = busy_pw_sum = 0.0
+    held = used = covered = busy = busy_pw_dt = busy_pw_sum = noproc = drops = 0.0
     gpus = 0
     per_gpu = []
     nodes = set()
@@ -117,6 +136,8 @@ def merge(node_summaries: list[dict], expected_nodes: int | None = None) -> JobS
             busy += acc["busy_dt"]
             busy_pw_dt += acc["busy_pw_dt"]
             busy_pw_sum += acc["busy_pw_sum"]
+            noproc += acc.get("noproc_dt", 0.0)
+            drops += acc.get("drops", 0.0)
             per_gpu.append(GpuMeans(
                 node_summary["node"], str(gpu["id"]),
                 100.0 * acc["sm_sum"] / acc["sm_dt"] if acc["sm_dt"] > 0 else None,
@@ -124,4 +145,37 @@ def merge(node_summaries: list[dict], expected_nodes: int | None = None) -> JobS
                 acc["mib_sum"] / acc["mib_dt"] if acc["mib_dt"] > 0 else None,
                 acc["pw_sum"] / acc["pw_dt"] if acc["pw_dt"] > 0 else None))
     return JobSummary(held, used, covered, busy, busy_pw_sum / busy_pw_dt if busy_pw_dt > 0 else None, gpus,
-                      len(nodes), expected_nodes if expected_nodes is not None else len(nodes), tuple(per_gpu))
+                      len(nodes), expected_nodes if expected_nodes is not None else len(nodes), tuple(per_gpu),
+                      int(drops), noproc, merge_timeline(node_summaries))
+
+
+def merge_timeline(node_summaries: list[dict], length: int = TIMELINE_LEN) -> str:
+    """The nodes' series (accum.py) on one time axis, from the earliest start to the latest end, in `length`
+    steps: each node bucket is spread over the steps its time span covers (a 20 s job with 10 s buckets
+    still fills all 48 steps)."""
+    series = [s["series"] for s in node_summaries if isinstance(s.get("series"), dict)]
+    if not series:
+        return ""
+    start = min(float(s["start"]) for s in node_summaries)
+    end = max(float(s["end"]) for s in node_summaries)
+    span = max(end - start, 1e-9)
+    sums, dts = [0.0] * length, [0.0] * length
+    for one in series:
+        t0, width = float(one.get("t0", start)), float(one.get("width", 0))
+        for b, (sm, dt) in enumerate(zip(one.get("sm", ()), one.get("dt", ()))):
+            if dt <= 0 or width <= 0:
+                continue
+            lo = (t0 + b * width - start) / span * length       # the bucket's span in steps
+            hi = (min(t0 + (b + 1) * width, end) - start) / span * length
+            lo, hi = max(lo, 0.0), min(max(hi, lo), float(length))
+            if hi - lo < 1e-9:
+                step = min(max(int(lo), 0), length - 1)
+                sums[step] += sm
+                dts[step] += dt
+                continue
+            for step in range(int(lo), min(int(hi) + 1, length)):
+                share = (min(hi, step + 1) - max(lo, step)) / (hi - lo)
+                if share > 0:
+                    sums[step] += sm * share
+                    dts[step] += dt * share
+    return "".join("-" if dt <= 0 else str(min(9, max(0, round(9 * sm / dt)))) for sm, dt in zip(sums, dts))

@@ -1,0 +1,67 @@
+"""The catalogue of active checks: what each runs, how its output is read, what to install when it is missing.
+
+A check is `node` (one job per node) or `pair` (one two-node job per pair). A pair check is `server_client`
+(the tool's server on the first node, its client on the second, e.g. ib_write_bw, iperf3) or `spanning`
+(one command whose own launcher spans both nodes, e.g. `srun ... all_reduce_perf`). Commands are templates:
+{gpus} GPUs per node, {hca} and {port} an HCA port of the profile, {server} the server node's address,
+{tcp_port} a port for the test's control connection, {path} the disk check's directory, {file} its file.
+The profile (`active.checks.<name>.command`, `active.tools.<tool>`) replaces any of them.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from . import parse as P
+
+NODE, PAIR = "node", "pair"
+
+
+class Check(namedtuple("Check", "name kind tool command server client parser metric unit install env gpus")):
+    """gpus: the job must be given the node's GPUs (--gres=gpu:N): with cgroup device confinement a job
+    without them sees none."""
+
+    __slots__ = ()
+
+
+GPU_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "nccl_pair", "numeric")
+
+
+def _check(name, kind, tool, command, parser, metric, unit, install, server="", client="", env=None):
+    return Check(name, kind, tool, command, server, client, parser, metric, unit, install, env or {},
+                 name in GPU_CHECKS)
+
+
+CATALOGUE = {c.name: c for c in (
+    _check("nccl_allreduce", NODE, "all_reduce_perf", "all_reduce_perf -b 1G -e 8G -f 2 -g {gpus}",
+           P.nccl_tests, "bus bandwidth", "GB/s",
+           "nccl-tests (build https://github.com/NVIDIA/nccl-tests; set active.tools.all_reduce_perf)"),
+    _check("nvbandwidth", NODE, "nvbandwidth", "nvbandwidth -t host_to_device_memcpy_ce", P.nvbandwidth,
+           "host-to-device bandwidth", "GB/s",
+           "nvbandwidth (build https://github.com/NVIDIA/nvbandwidth; set active.tools.nvbandwidth)"),
+    _check("dcgm_diag", NODE, "dcgmi", "dcgmi diag -r 1", P.dcgmi_diag, "diagnostics", "",
+           "DCGM (the datacenter-gpu-manager package, with nv-hostengine running)"),
+    _check("disk_read", NODE, "fio", "fio --name=stune-read --filename={file} --rw=read --bs=1M --size={size} "
+           "--direct=1 --ioengine=psync --output-format=json", P.fio_json, "cache-disk read", "GB/s",
+           "fio (apt-get install fio); without it dd with direct I/O is used"),
+    _check("ib_write_bw", PAIR, "ib_write_bw", "", P.perftest_bw, "RDMA write bandwidth", "Gb/s",
+           "perftest (apt-get install perftest)",
+           server="ib_write_bw -d {hca} -i {port} -D 5 --report_gbits -p {tcp_port}",
+           client="ib_write_bw -d {hca} -i {port} -D 5 --report_gbits -p {tcp_port} {server}"),
+    _check("nccl_pair", PAIR, "all_reduce_perf",
+           "srun --overlap --ntasks-per-node={gpus} all_reduce_perf -b 1G -e 8G -f 2 -g 1", P.nccl_tests,
+           "2-node bus bandwidth (ring)", "GB/s",
+           "nccl-tests built with MPI (https://github.com/NVIDIA/nccl-tests)", env={"NCCL_ALGO": "Ring"}),
+    _check("numeric", NODE, "python", "python -m slurm_tune.active.numeric --size 4096", P.numeric,
+           "numeric consistency", "", "PyTorch or CuPy for the Python running stune (set active.tools.python to "
+           "one that has them)"),
+    _check("iperf3", PAIR, "iperf3", "", P.iperf3_json, "TCP bandwidth", "Gb/s", "iperf3 (apt-get install iperf3)",
+           server="iperf3 -s -1 -p {tcp_port} -J", client="iperf3 -c {server} -p {tcp_port} -J -t 5"),
+)}
+DD_FALLBACK = "dd if={file} of=/dev/null bs=1M iflag=direct"
+DD_PREPARE = "dd if=/dev/zero of={file} bs=1M count={count} oflag=direct conv=fsync"
+
+
+def configured(profile) -> list[tuple[Check, dict]]:
+    """The checks the partition's profile asks for, in catalogue order, with their settings."""
+    chosen = profile.active.checks
+    return [(CATALOGUE[name], chosen[name]) for name in CATALOGUE if name in chosen]

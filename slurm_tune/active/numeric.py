@@ -1,0 +1,77 @@
+"""Numeric consistency: the same seeded matrix multiply on every GPU of the node, results compared bit for
+bit. A GPU whose result differs from the others' computes wrong without failing ("runs fast, trains wrong").
+
+Run as `python -m slurm_tune.active.numeric [--size N] [--dtype float32|float16|bfloat16]` by the agent, with a
+Python that has PyTorch or CuPy. Prints its own small format (parsed by parse.numeric):
+
+    stune-numeric backend torch 2.3.1
+    device 0 NVIDIA H100 80GB HBM3 sha256 5f1c...
+    stune-numeric done 8
+
+The inputs are generated on the CPU from a fixed seed and copied to each GPU, so every GPU multiplies the same
+bytes; the same kernel on the same model must give the same bytes back.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+
+
+def _torch(size: int, dtype: str):
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, "PyTorch sees no CUDA GPU"
+    gen = torch.Generator().manual_seed(20240601)
+    a = torch.randn(size, size, generator=gen).to(getattr(torch, dtype))
+    b = torch.randn(size, size, generator=gen).to(getattr(torch, dtype))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = [f"stune-numeric backend torch {torch.__version__}"]
+    for i in range(torch.cuda.device_count()):
+        with torch.cuda.device(i):
+            c = (a.cuda(i) @ b.cuda(i)).float().cpu().contiguous()
+        digest = hashlib.sha256(c.numpy().tobytes()).hexdigest()
+        out.append(f"device {i} {torch.cuda.get_device_name(i)} sha256 {digest}")
+    return out, None
+
+
+def _cupy(size: int, dtype: str):
+    import cupy
+    import numpy
+
+    rng = numpy.random.default_rng(20240601)
+    a = rng.standard_normal((size, size)).astype(dtype)
+    b = rng.standard_normal((size, size)).astype(dtype)
+    out = [f"stune-numeric backend cupy {cupy.__version__}"]
+    for i in range(cupy.cuda.runtime.getDeviceCount()):
+        with cupy.cuda.Device(i):
+            c = cupy.asnumpy(cupy.asarray(a) @ cupy.asarray(b))
+        name = cupy.cuda.runtime.getDeviceProperties(i)["name"].decode(errors="replace")
+        out.append(f"device {i} {name} sha256 {hashlib.sha256(c.tobytes()).hexdigest()}")
+    return out, None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="stune-numeric")
+    p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    args = p.parse_args(argv)
+    why = "neither PyTorch nor CuPy is installed for this Python"
+    for backend in (_torch, _cupy):
+        try:
+            lines, problem = backend(args.size, args.dtype)
+        except ImportError:
+            continue
+        if lines is None:
+            why = problem
+            continue
+        print("\n".join(lines))
+        print(f"stune-numeric done {len(lines) - 1}")
+        return 0
+    print(f"stune-numeric unavailable: {why}")
+    return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+"""Parsers for the benchmark tools' real output formats. One function per tool: bytes or text in, a Reading out.
+
+A Reading is `ok` with a number, `fail` when the tool itself reports a wrong result (nccl-tests' #wrong or
+out-of-bounds count, a dcgmi diag Fail), or `unknown` with the reason: an error message, a truncated run, a
+format nobody recognises. Garbage never becomes a number: numbers are accepted only in the tool's own
+notation (digits, one decimal point), finite and below a sanity bound, and only from a complete output
+(its closing line seen), so a run cut by the time limit is unknown, not slow.
+
+Units: bandwidths come out in GB/s (1e9 bytes/s) for GPUs and disks, Gb/s (1e9 bits/s) for networks, as the
+tools print them.
+"""
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+
+OK, FAIL, UNKNOWN = "ok", "fail", "unknown"
+MAX_VALUE = 1e7  # no link or disk reaches 10 PB/s; anything above is a misread
+_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?\Z")
+_EXP_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?(?:[eE][-+]?[0-9]{1,3})?\Z")
+
+
+class Reading(namedtuple("Reading", "status value unit detail extra")):
+    """status: ok/fail/unknown; value: float or None; unit: e.g. 'GB/s'; detail: one line for a human;
+    extra: small dict of what else the output said (nccl version, per-test sums...)."""
+
+    __slots__ = ()
+
+
+def ok(value: float, unit: str, detail: str, **extra) -> Reading:
+    return Reading(OK, value, unit, detail, extra)
+
+
+def fail(detail: str, value=None, unit: str = "", **extra) -> Reading:
+    return Reading(FAIL, value, unit, detail, extra)
+
+
+def unknown(detail: str, **extra) -> Reading:
+    return Reading(UNKNOWN, None, "", detail, extra)
+
+
+def text_of(output) -> str:
+    """Tool output as text: bytes are decoded leniently (a stray byte must not hide the result lines)."""
+    if isinstance(output, (bytes, bytearray, memoryview)):
+        return bytes(output).decode("utf-8", "replace")
+    return output if isinstance(output, str) else ""
+
+
+def complete_lines(output) -> list[str]:
+    """The output's lines, without a last line that was cut mid-way (no newline): a number cut short
+    ('428.53' -> '4') must not be read."""
+    text = text_of(output)
+    lines = text.splitlines()
+    if lines and not text.endswith(("\n", "\r")):
+        lines.pop()
+    return lines
+
+
+def number(token: str, exponent: bool = False) -> float | None:
+    """A plain decimal as the tools print it, or None. Rejects nan, inf, '1_000', signs, absurd sizes."""
+    if not isinstance(token, str) or not (_EXP_NUMBER if exponent else _NUMBER).match(token):
+        return None
+    value = float(token)
+    return value if 0.0 <= value <= MAX_VALUE else None
+
+
+def _json_number(value) -> float | None:
+    if type(value) is int:
+        return float(value) if 0 <= value <= MAX_VALUE * 1e9 else None
+    if type(value) is float and value == value and 0.0 <= value <= MAX_VALUE * 1e9:
+        return value
+    return None
+
+
+def _first_error(lines, markers) -> str | None:
+    for line in lines:
+        stripped = line.strip()
+        if any(m in stripped for m in markers):
+            return stripped[:200]
+    return None
+
+
+# ---- nccl-tests (all_reduce_perf and friends) -------------------------------------------------------------
+_NCCL_ERRORS = ("Test NCCL failure", "Test CUDA failure", "NCCL WARN", "NCCL error", "Test failure",
+                "unhandled system error", "unhandled cuda error", "srun: error", "mpirun noticed",
+                "cudaErrorNoDevice", "no CUDA-capable device")
+_NCCL_VERSION = re.compile(r"NCCL version ([0-9]+\.[0-9]+\.[0-9]+)(?:\+cuda([0-9]+\.[0-9]+))?")
+_NCCL_TESTS_VERSION = re.compile(r"nccl-library=([0-9]{4,6})")
+
+
+def _nccl_lib_version(code: str) -> str:
+    """nccl-tests prints the library as an integer: 21903 -> 2.19.3 (major*10000 + minor*100 + patch)."""
+    n = int(code)
+    return f"{n // 10000}.{n % 10000 // 100}.{n % 100}" if n >= 20900 else f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
+
+
+def nccl_tests(output) -> Reading:
+    """all_reduce_perf's table: the bus bandwidth (GB/s) at the largest message size, the better of
+    out-of-place and in-place. A non-zero #wrong or out-of-bounds count fails; no closing
+    `# Avg bus bandwidth` line (a run cut short, a crash) is unknown."""
+    lines = complete_lines(output)
+    extra = {}
+    for line in lines:
+        m = _NCCL_VERSION.search(line)
+        if m:
+            extra["nccl"] = m.group(1)
+            if m.group(2):
+                extra["cuda"] = m.group(2)
+            break
+        m = _NCCL_TESTS_VERSION.search(line)
+        if m:
+            extra["nccl"] = _nccl_lib_version(m.group(1))
+            break
+    ranks = sum(1 for line in lines if line.startswith("#  Rank") or line.startswith("#   Rank"))
+    if ranks:
+        extra["ranks"] = ranks
+    rows, wrong, avg, oob = [], 0, None, None
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("# Avg bus bandwidth"):
+            avg = number(stripped.rpartition(":")[2].strip())
+            continue
+        if stripped.startswith("# Out of bounds values"):
+            value = stripped.rpartition(":")[2].split()
+            oob = int(value[0]) if value and value[0].isdigit() and len(value[0]) < 12 else None
+            continue
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = stripped.split()
+        # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong  (root is absent
+        # in releases before 2.10; all_gather/alltoall print no redop/root but the tail is the same)
+        if len(fields) < 10 or not fields[0].isdigit() or len(fields[0]) > 20:
+            continue
+        tail = fields[-8:]
+        busbw = [number(tail[2]), number(tail[6])]
+        wrongs = [tail[3], tail[7]]
+        if None in busbw or any(not (w.isdigit() or w == "N/A") for w in wrongs):
+            continue
+        rows.append((int(fields[0]), max(busbw)))
+        wrong += sum(int(w) for w in wrongs if w.isdigit() and len(w) < 12)
+    error = _first_error(lines, _NCCL_ERRORS)
+    if wrong:
+        return fail(f"{wrong} wrong results (data corruption on a collective)", **extra)
+    if oob:
+        return fail(f"{oob} out-of-bounds values (data corruption on a collective)", **extra)
+    if error:
+        return unknown(f"nccl-tests error: {error}", **extra)
+    if not rows:
+        return unknown("no result rows in the nccl-tests output", **extra)
+    if avg is None:
+        return unknown(f"truncated nccl-tests output ({len(rows)} rows, no closing average line)", **extra)
+    size, busbw = max(rows)
+    extra["avg_busbw"] = avg
+    extra["size"] = size
+    return ok(busbw, "GB/s", f"busbw {busbw:g} GB/s at {size} B (average {avg:g})", **extra)
+
+
+# ---- perftest (ib_write_bw, ib_read_bw, ib_send_bw) -------------------------------------------------------
+_PERFTEST_ERRORS = ("Couldn't", "Unable to", "Failed to", "failed to", "Error", "error:", "No IB devices",
+                    "IB device", "not found", "Conflicting port", "Connection refused")
+
+
+def perftest_bw(output) -> Reading:
+    """ib_write_bw's result table: BW average of the last (largest) size, in Gb/s. With the default MB/sec
+    unit (perftest's MB is 2^20 bytes) the value is converted. The table must be closed by its dashed line."""
+    lines = complete_lines(output)
+    header_at, unit = None, None
+    for i, line in enumerate(lines):
+        if "BW average[" in line and "#bytes" in line:
+            header_at = i
+            unit = "Gb/sec" if "BW average[Gb/sec]" in line else "MB/sec" if "BW average[MB/sec]" in line else None
+    if header_at is None:
+        error = _first_error(lines, _PERFTEST_ERRORS)
+        return unknown(f"ib_write_bw error: {error}" if error else "no result table in the perftest output")
+    if unit is None:
+        return unknown("perftest result table in an unknown unit")
+    last, closed = None, False
+    for line in lines[header_at + 1:]:
+        stripped = line.strip()
+        if stripped.startswith("-----"):
+            closed = True
+            break
+        fields = stripped.split()
+        if len(fields) == 5 and fields[0].isdigit() and fields[1].isdigit():
+            avg = number(fields[3])
+            if avg is not None and number(fields[2]) is not None:
+                last = (int(fields[0]), avg)
+    if last is None:
+        return unknown("perftest result table has no readable row")
+    if not closed:
+        return unknown("truncated perftest output (result table not closed)")
+    size, avg = last
+    gbps = avg if unit == "Gb/sec" else avg * 1048576 * 8 / 1e9
+    return ok(round(gbps, 4), "Gb/s", f"BW average {avg:g} {unit} at {size} B")
+
+
+# ---- fio --output-format=json ---------------------------------------------------------------------------
+def _json_object(text: str):
+    """The JSON object in a tool's output: tools print notes or errors before it (fio: 'fio: io_u error...',
+    'note: ...'), so decoding starts at the first line that opens an object."""
+    import json
+
+    start = 0 if text.startswith("{") else text.find("\n{")
+    if start < 0:
+        return None, "no JSON object in the output"
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text, start + (1 if text[start] == "\n" else 0))
+    except (ValueError, RecursionError) as exc:
+        return None, f"unreadable JSON ({str(exc)[:80]})"
+    if not isinstance(value, dict):
+        return None, "the JSON output is not an object"
+    return value, None
+
+
+def fio_json(output, direction: str = "read") -> Reading:
+    """fio's JSON: the summed `bw_bytes` of `direction` over all jobs, in GB/s. A job with a non-zero
+    `error` is unknown with fio's error number (the disk or the job file may be at fault)."""
+    text = text_of(output)
+    doc, why = _json_object(text)
+    if doc is None:
+        error = _first_error(text.splitlines(), ("fio: ", "error"))
+        return unknown(f"fio: {error}" if error else why)
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        return unknown("fio JSON has no jobs")
+    total, runtime = 0.0, 0
+    for job in jobs:
+        if not isinstance(job, dict):
+            return unknown("fio JSON job is not an object")
+        err = job.get("error")
+        if err not in (0, None):
+            return unknown(f"fio job {str(job.get('jobname'))[:40]!r} ended with error {str(err)[:20]}")
+        part = job.get(direction)
+        if not isinstance(part, dict):
+            return unknown(f"fio JSON job has no {direction} section")
+        bw = _json_number(part.get("bw_bytes"))
+        if bw is None:
+            kib = _json_number(part.get("bw"))  # fio before 3.5 reports KiB/s only
+            bw = kib * 1024 if kib is not None else None
+        if bw is None:
+            return unknown(f"fio JSON job has no readable {direction} bandwidth")
+        total += bw
+        rt = part.get("runtime")
+        runtime += rt if type(rt) is int and rt > 0 else 0
+    if runtime == 0:
+        return unknown(f"fio did no {direction} I/O (runtime 0)")
+    version = doc.get("fio version")
+    extra = {"fio": version[:40]} if isinstance(version, str) else {}
+    gbs = total / 1e9
+    return ok(round(gbs, 6), "GB/s", f"{direction} {gbs:.3f} GB/s over {len(jobs)} job(s)", **extra)
+
+
+# ---- dd (GNU coreutils) ---------------------------------------------------------------------------------
+_DD_COPIED = re.compile(r"^([0-9]{1,20}) bytes? (?:\([^)]*\) )?copied, ([0-9.,eE+-]{1,20}) s, ")
+
+
+def dd(output) -> Reading:
+    """GNU dd's summary (`N bytes (...) copied, S s, R GB/s`): bytes / seconds, in GB/s, computed from the
+    exact byte count rather than dd's rounded rate. A `dd:` error line is unknown."""
+    text = text_of(output).replace("\r", "\n")
+    lines = text.splitlines()
+    error = next((line.strip()[:200] for line in lines if line.startswith("dd: ")), None)
+    if error:
+        return unknown(error)
+    found = None
+    for line in lines:
+        m = _DD_COPIED.match(line.strip())
+        if m:
+            found = m
+    records_out = any(line.strip().endswith("records out") for line in lines)
+    if found is None or not records_out:
+        return unknown("no dd summary in the output" if found is None else "truncated dd output")
+    nbytes = int(found.group(1))
+    seconds = number(found.group(2).replace(",", "."), exponent=True)
+    if not seconds or nbytes == 0:
+        return unknown("dd copied nothing or took no time")
+    gbs = nbytes / seconds / 1e9
+    if gbs > MAX_VALUE:
+        return unknown("dd rate out of range")
+    return ok(round(gbs, 6), "GB/s", f"{nbytes} bytes in {seconds:g} s")
+
+
+# ---- iperf3 -J ----------------------------------------------------------------------------------------
+def iperf3_json(output) -> Reading:
+    """iperf3's JSON: the receiver's rate (end.sum_received, or end.sum for UDP) in Gb/s. An `error` member
+    (no server, connection refused) is unknown."""
+    doc, why = _json_object(text_of(output))
+    if doc is None:
+        return unknown(why)
+    if isinstance(doc.get("error"), str):
+        return unknown(f"iperf3: {doc['error'][:200]}")
+    end = doc.get("end")
+    if not isinstance(end, dict):
+        return unknown("iperf3 JSON has no end summary (interrupted run)")
+    part = end.get("sum_received") if isinstance(end.get("sum_received"), dict) else end.get("sum")
+    if not isinstance(part, dict):
+        return unknown("iperf3 JSON has no receiver summary")
+    bps = _json_number(part.get("bits_per_second"))
+    seconds = _json_number(part.get("seconds"))
+    if bps is None:
+        return unknown("iperf3 receiver rate unreadable")
+    if seconds is not None and seconds == 0:
+        return unknown("iperf3 measured for 0 seconds")
+    start = doc.get("start") if isinstance(doc.get("start"), dict) else {}
+    version = start.get("version")
+    extra = {"iperf3": version[:40]} if isinstance(version, str) else {}
+    gbps = bps / 1e9
+    return ok(round(gbps, 6), "Gb/s", f"received {gbps:.3f} Gb/s", **extra)
+
+
+# ---- nvbandwidth ---------------------------------------------------------------------------------------
+def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
+    """nvbandwidth's `SUM <test> <GB/s>` line for `test`, with the slowest entry of that test's matrix
+    (the GPU at fault) in extra. A waived test, a CUDA error or a missing SUM line is unknown."""
+    lines = complete_lines(output)
+    sums, matrix, current, extra, columns_next = {}, {}, None, {}, False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("Running ") and stripped.endswith("."):
+            current = stripped[len("Running "):-1]
+            matrix[current] = []
+            continue
+        if stripped.startswith("SUM "):
+            fields = stripped.split()
+            if len(fields) == 3 and number(fields[2]) is not None:
+                sums[fields[1]] = number(fields[2])
+            current = None
+            continue
+        if stripped.startswith("Driver Version:"):
+            extra["driver"] = stripped.partition(":")[2].strip()[:40]
+        elif stripped.startswith(("CUDA Driver Version", "CUDA Runtime Version")) and "cuda" not in extra:
+            value = stripped.partition(":")[2].strip().split()
+            if value and value[0].isdigit() and len(value[0]) == 5:  # 12040 -> 12.4
+                extra["cuda"] = f"{int(value[0]) // 1000}.{int(value[0]) % 1000 // 10}"
+            elif value and _NUMBER.match(value[0]):
+                extra["cuda"] = value[0]
+        if current is not None:
+            fields = stripped.split()
+            if stripped.endswith("bandwidth (GB/s)"):
+                columns_next = True
+                continue
+            if columns_next:  # the column header: GPU indices, not bandwidths
+                columns_next = False
+                continue
+            if len(fields) >= 2 and fields[0].isdigit():
+                matrix[current].extend((f"{fields[0]}->{col}", number(v)) for col, v in enumerate(fields[1:])
+                                       if v != "N/A")
+    if test not in sums:
+        if test in matrix and any("Waived" in line for line in lines):
+            return unknown(f"nvbandwidth waived {test}", **extra)
+        error = _first_error(lines, ("CUDA_ERROR", "cuda error", "Error", "error", "terminate called"))
+        return unknown(f"nvbandwidth: {error}" if error else f"no SUM line for {test}", **extra)
+    cells = [c for c in matrix.get(test, []) if c[1] is not None]
+    if cells:
+        where, slowest = min(cells, key=lambda c: c[1])
+        extra.update(slowest=slowest, slowest_at=where)
+    extra["sums"] = sums
+    return ok(sums[test], "GB/s", f"{test} {sums[test]:g} GB/s" +
+              (f" (slowest {extra['slowest']:g} at {extra['slowest_at']})" if cells else ""), **extra)
+
+
+# ---- dcgmi diag ------------------------------------------------------------------------------------------
+_DCGM_SECTIONS = ("Metadata", "Deployment", "Integration", "Hardware", "Stress")
+_DCGM_NOTES = ("Warning", "Info")
+
+
+def dcgmi_diag(output) -> Reading:
+    """dcgmi diag's table (DCGM 2.x to 4.x): any test whose result starts with Fail fails, with the test and
+    its warning; all Pass/Skip is ok. The table must be complete (closing border after the rows)."""
+    lines = complete_lines(output)
+    tests, last, closed, extra = [], None, False, {}
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("+---"):  # a border; only a plain one (no section name) closes the table
+            if tests and not stripped.strip("+-= "):
+                closed = True
+            continue
+        if not (stripped.startswith("|") and stripped.endswith("|")):
+            continue
+        if stripped.startswith("|-----"):  # a section border
+            continue
+        cells = [c.strip() for c in stripped[1:-1].split("|")]
+        if len(cells) != 2:
+            continue
+        name, result = cells
+        closed = False
+        if name in ("Diagnostic",) and result == "Result":
+            continue
+        if name == "Driver Version Detected":
+            extra["driver"] = result[:40]
+            continue
+        if name in ("DCGM Version", "GPU Device IDs Detected", "Number of GPUs") or name.endswith("Detected"):
+            continue
+        if not name or name in _DCGM_NOTES or name.startswith(tuple(n + ":" for n in _DCGM_NOTES)):
+            if last is not None and result:
+                last[2].append(result)
+            continue
+        word = result.split(" ", 1)[0].split("-", 1)[0].strip().lower()
+        if word not in ("pass", "fail", "skip", "warn", "skipped"):
+            continue
+        last = (name, word, [result])
+        tests.append(last)
+    if not tests:
+        error = _first_error(lines, ("Error", "error", "Unable", "not found", "Failed"))
+        return unknown(f"dcgmi: {error}" if error else "no diagnostic results in the dcgmi output", **extra)
+    if not closed:
+        return unknown("truncated dcgmi diag output (table not closed)", **extra)
+    failed = [t for t in tests if t[1] == "fail"]
+    if failed:
+        name, _, notes = failed[0]
+        why = " ".join(n for n in notes[1:] if n)[:160] or notes[0][:160]
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        return fail(f"dcgmi diag {name}: {why}{more}", **extra, failed=[t[0] for t in failed])
+    return Reading(OK, None, "", f"dcgmi diag: {len(tests)} tests pass or skip", dict(extra, tests=len(tests)))
+
+
+# ---- numeric consistency (slurm_tune.active.numeric) -------------------------------------------------------
+def numeric(output) -> Reading:
+    """Every GPU's digest of the same seeded matmul: a GPU whose digest differs from the majority fails. The
+    closing `done N` line must match the device lines; fewer than two devices cannot be compared (unknown)."""
+    lines = complete_lines(output)
+    devices, done, why = {}, None, None
+    for line in lines:
+        fields = line.split()
+        if line.startswith("stune-numeric unavailable:"):
+            why = line.partition(":")[2].strip()[:160]
+        elif len(fields) >= 5 and fields[0] == "device" and fields[1].isdigit() and fields[-2] == "sha256" and \
+                len(fields[-1]) == 64 and all(c in "0123456789abcdef" for c in fields[-1]):
+            devices[int(fields[1])] = (" ".join(fields[2:-2])[:60], fields[-1])
+        elif len(fields) == 3 and fields[:2] == ["stune-numeric", "done"] and fields[2].isdigit():
+            done = int(fields[2])
+    if why:
+        return unknown(f"numeric check not run: {why} (install PyTorch or CuPy for the agent's Python)")
+    if done is None or done != len(devices):
+        return unknown("truncated numeric-consistency output")
+    if len(devices) < 2:
+        return unknown(f"{len(devices)} GPU: nothing to compare with")
+    counts: dict = {}
+    for _, digest in devices.values():
+        counts[digest] = counts.get(digest, 0) + 1
+    majority, votes = max(counts.items(), key=lambda kv: kv[1])
+    if votes * 2 <= len(devices):
+        return fail(f"no majority among {len(devices)} GPUs' results ({len(counts)} different)")
+    odd = sorted(i for i, (_, d) in devices.items() if d != majority)
+    if odd:
+        return fail(f"GPU {','.join(map(str, odd))} ({devices[odd[0]][0]}) computed a different result than the "
+                    f"other {votes} (silent data corruption)", gpus=odd)
+    return Reading(OK, None, "", f"{len(devices)} GPUs agree bit for bit", {"devices": len(devices)})
+
+
+PARSERS = {"nccl-tests": nccl_tests, "perftest": perftest_bw, "fio": fio_json, "dd": dd, "iperf3": iperf3_json,
+           "nvbandwidth": nvbandwidth, "dcgmi": dcgmi_diag,
+           "numeric": numeric}

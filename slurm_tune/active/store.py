@@ -1,0 +1,155 @@
+"""Every active-check result, with its version fingerprint: one JSON line each, appended to
+`<store>/results/<partition>/<YYYY-MM>.jsonl` (a month per file keeps the judge's read small: it reads only
+the months inside `active.window`). The store is root's: files are opened without following links and
+read with a size bound; a line that does not parse is skipped, never trusted.
+
+A result: {at, sweep, partition, check, subject (node, or "a+b" for a pair), nodes, hca, run, status, value,
+unit, detail, fingerprint: {driver, cuda, nccl, hca_fw, kernel}, job}.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from .. import fastjson, safeio
+
+DEFAULT_DIR = "/var/lib/stune/active"
+MAX_FILE_BYTES = 256 << 20
+FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "hca_fw", "kernel")
+
+
+def store_dir(text: str | None = None, environ=None) -> str:
+    environ = os.environ if environ is None else environ
+    return text or environ.get("STUNE_ACTIVE_DIR") or DEFAULT_DIR
+
+
+def _month(at: float) -> str:
+    return time.strftime("%Y-%m", time.gmtime(at))
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "_"
+
+
+def partition_dir(store: str, partition: str) -> str:
+    return os.path.join(store, "results", _safe_name(partition))
+
+
+def append(store: str, partition: str, results: list[dict]) -> None:
+    """Append results (one partition) to their month's file: O_APPEND, one write per line, so concurrent
+    sweeps interleave whole lines."""
+    directory = partition_dir(store, partition)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    by_month: dict[str, list[str]] = {}
+    for r in results:
+        by_month.setdefault(_month(r["at"]), []).append(fastjson.dumps(r) + "\n")
+    for month, lines in by_month.items():
+        fd = os.open(os.path.join(directory, f"{month}.jsonl"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        try:
+            for line in lines:
+                os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def months_between(since: float, until: float) -> list[str]:
+    out, t = [], since
+    while True:
+        m = _month(t)
+        if not out or out[-1] != m:
+            out.append(m)
+        if m == _month(until):
+            return out
+        t += 27 * 86400
+
+
+def load(store: str, partition: str, since: float = 0.0, until: float | None = None) -> list[dict]:
+    """Results of a partition at or after `since`, oldest first. Unreadable lines are skipped."""
+    until = time.time() if until is None else until
+    directory = partition_dir(store, partition)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
+    except FileNotFoundError:
+        return []
+    if since > 0:
+        wanted = {f"{m}.jsonl" for m in months_between(since, until)}
+        names = [n for n in names if n in wanted]
+    out = []
+    for name in names:
+        try:
+            fd = safeio.open_file(os.path.join(directory, name))
+        except (OSError, safeio.UnsafePathError):
+            continue
+        try:
+            data = safeio.read_bounded(fd, MAX_FILE_BYTES)
+        finally:
+            os.close(fd)
+        if data is None:
+            continue
+        for line in data.split(b"\n"):
+            if not line:
+                continue
+            try:
+                r = fastjson.loads(line)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            if valid(r) and r["at"] >= since:
+                out.append(r)
+    out.sort(key=lambda r: r["at"])
+    return out
+
+
+def valid(r) -> bool:
+    if not isinstance(r, dict):
+        return False
+    if type(r.get("at")) not in (int, float) or not isinstance(r.get("check"), str) or \
+            not isinstance(r.get("subject"), str) or r.get("status") not in ("ok", "fail", "unknown", "unavailable"):
+        return False
+    v = r.get("value")
+    if v is not None and (type(v) not in (int, float) or v != v or v < 0):
+        return False
+    fp = r.get("fingerprint")
+    return isinstance(fp, dict) and all(isinstance(fp.get(k, ""), str) for k in FINGERPRINT_KEYS)
+
+
+def fingerprint_key(fp: dict) -> str:
+    return " ".join(f"{k}={fp.get(k) or '?'}" for k in FINGERPRINT_KEYS)
+
+
+class SweepLock:
+    """One sweep (or judge) per partition at a time: an flock on `<store>/<partition>.lock`, not waited for."""
+
+    def __init__(self, store: str, partition: str):
+        self.path = os.path.join(store, f"{_safe_name(partition)}.lock")
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+
+        from ..errors import StuneError
+
+        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise StuneError(f"another sweep of this partition is running (lock {self.path})") from None
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def read_state(store: str) -> dict:
+    try:
+        data = fastjson.load_file(os.path.join(store, "state.json"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_state(store: str, state: dict) -> None:
+    os.makedirs(store, mode=0o755, exist_ok=True)
+    safeio.write_atomic(os.path.join(store, "state.json"), fastjson.dumps(state))

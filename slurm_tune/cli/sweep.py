@@ -1,0 +1,218 @@
+"""`stune-sweep`: active checks with baselines (docs/active.md).
+
+    stune-sweep run -p PARTITION [--reservation R] [--checks a,b] [--nodes n1,n2] [--runs N] [--dry-run]
+    stune-sweep judge -p PARTITION [--dry-run]          re-judge the stored history and mark/clear nodes
+    stune-sweep report -p PARTITION [--format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
+    stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--format table|csv|json]
+    stune-sweep checks [-p PARTITION]                   the catalogue: tools, commands, what to install
+    stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
+
+Common: --store DIR (results and state; default $STUNE_ACTIVE_DIR or /var/lib/stune/active).
+Exit status: 0 done; 1 an error (bad profile, Slurm did not answer); 3 `run`/`judge` found outliers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .common import guarded
+
+PROG = "stune-sweep"
+EXIT_OUTLIERS = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)")
+    common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
+    run = sub.add_parser("run", parents=[common], help="submit the partition's checks and judge them")
+    run.add_argument("-p", "--partition", required=True)
+    run.add_argument("--reservation", help="run inside this maintenance reservation")
+    run.add_argument("--checks", help="comma list: only these of the profile's checks")
+    run.add_argument("--nodes", help="comma list: only these nodes (still only idle ones)")
+    run.add_argument("--runs", type=int, help="measurements per check (default active.runs)")
+    run.add_argument("--wait", type=float, help="seconds to wait for the jobs before cancelling them")
+    run.add_argument("--dry-run", action="store_true", help="say what would be submitted and marked")
+    judge = sub.add_parser("judge", parents=[common], help="judge the stored history and mark or clear nodes")
+    judge.add_argument("-p", "--partition", required=True)
+    judge.add_argument("--dry-run", action="store_true")
+    rep = sub.add_parser("report", parents=[common], help="results against the partition baseline")
+    rep.add_argument("-p", "--partition", required=True)
+    rep.add_argument("--format", choices=("table", "csv", "json", "prom"), default="table")
+    rep.add_argument("-o", "--output", help="write here instead of stdout")
+    rep.add_argument("--png", help="also draw a PNG here")
+    rep.add_argument("--drift", action="store_true", help="before/after a version change instead")
+    rep.add_argument("--check", help="only this check")
+    hist = sub.add_parser("history", parents=[common], help="every stored result of a node, pair or check")
+    hist.add_argument("-p", "--partition", required=True)
+    hist.add_argument("--node", help="results whose subject involves this node")
+    hist.add_argument("--check")
+    hist.add_argument("--since", default="30d", help="how far back: 7d, 12h, 90m (default 30d)")
+    hist.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    checks = sub.add_parser("checks", parents=[common], help="the catalogue of checks")
+    checks.add_argument("-p", "--partition")
+    agent = sub.add_parser("agent")
+    agent.add_argument("--spec", required=True)
+    return p
+
+
+def _profile(args):
+    from ..profiles import load_profile
+
+    return load_profile(args.partition, args.partitions_dir)
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "agent":
+        from .. import fastjson
+        from ..active.agent import run_spec
+        from ..errors import StuneError
+
+        try:
+            spec = fastjson.loads(args.spec)
+        except ValueError as exc:
+            raise StuneError(f"--spec is not JSON: {exc}") from None
+        return run_spec(spec, emit=lambda line: print(line, flush=True))
+    from ..active import store as S
+
+    store = S.store_dir(args.store)
+    if args.command == "checks":
+        return _checks(args)
+    profile = _profile(args)
+    if args.command == "report":
+        return _report(args, profile, store)
+    if args.command == "history":
+        return _history(args, store)
+    from ..active import judge as J
+    from ..active import sweep as W
+    from ..slurm import Slurm
+
+    slurm = Slurm.from_env()
+    with S.SweepLock(store, args.partition):
+        if args.command == "run":
+            opts = W.Options(args.partition, store, reservation=args.reservation,
+                             checks=args.checks.split(",") if args.checks else None,
+                             nodes=args.nodes.split(",") if args.nodes else None, runs=args.runs,
+                             dry_run=args.dry_run, wait_s=args.wait)
+            out = W.sweep(slurm, profile, opts)
+        else:
+            opts = W.Options(args.partition, store, dry_run=args.dry_run)
+            out = W.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
+    verdicts = out.get("verdicts", [])
+    if verdicts:
+        from ..active import report as R
+
+        rows = [{"check": v.check, "subject": v.subject, "status": v.status,
+                 "value": None if v.value is None else round(v.value, 4),
+                 "baseline": round(v.baseline.median, 4) if v.baseline else None, "reason": v.reason}
+                for v in verdicts]
+        sys.stdout.write(R.table(rows, ("check", "subject", "status", "value", "baseline", "reason")))
+    for node, why in sorted(out.get("named", {}).items()):
+        print(f"{node}: named at fault: {why}")
+    outliers = [v for v in verdicts if v.status == J.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
+    return EXIT_OUTLIERS if outliers else 0
+
+
+HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value", "unit", "fingerprint", "job",
+                   "detail")
+
+
+def _history(args, store) -> int:
+    from .. import fastjson
+    from ..active import judge as J
+    from ..active import report as R
+    from ..active import store as S
+    from ..errors import StuneError
+    from ..schema import Duration, Where
+
+    try:
+        seconds = Duration().check(args.since, "--since", Where("--since"))
+    except StuneError:
+        raise StuneError(f"--since {args.since!r}: give a duration like 7d, 12h, 90m") from None
+    rows = []
+    for r in S.load(store, args.partition, since=time.time() - seconds):
+        if args.check and r["check"] != args.check:
+            continue
+        if args.node and args.node not in J.pair_members(r["subject"]):
+            continue
+        rows.append(dict(r, when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
+                         fingerprint=S.fingerprint_key(r.get("fingerprint") or {}), detail=r.get("detail", "")[:80]))
+    if args.format == "json":
+        sys.stdout.write(fastjson.dumps({"partition": args.partition, "results": rows}) + "\n")
+    elif args.format == "csv":
+        sys.stdout.write(R.to_csv(rows, HISTORY_COLUMNS))
+    else:
+        sys.stdout.write(R.table(rows, HISTORY_COLUMNS) if rows else "no results\n")
+    return 0
+
+
+def _checks(args) -> int:
+    import shutil
+
+    from ..active.checks import CATALOGUE, configured
+
+    chosen = None
+    tools = {}
+    if args.partition:
+        profile = _profile(args)
+        chosen = {c.name: s for c, s in configured(profile)}
+        tools = profile.active.tools.to_dict()
+    for c in CATALOGUE.values():
+        if chosen is not None and c.name not in chosen:
+            continue
+        path = tools.get(c.tool) or shutil.which(c.tool)
+        command = (chosen[c.name].command if chosen and chosen[c.name].command else None) or c.command or \
+            f"server: {c.server}; client: {c.client}"
+        print(f"{c.name:15} {c.kind:4} {c.metric} ({c.unit or 'pass/fail'})\n"
+              f"{'':20}command: {command}\n"
+              f"{'':20}tool here: {path or 'not available: install ' + c.install}")
+    return 0
+
+
+def _report(args, profile, store) -> int:
+    from .. import fastjson
+    from ..active import judge as J
+    from ..active import report as R
+    from ..active import store as S
+
+    results = S.load(store, args.partition, since=time.time() - profile.active.window * 12)
+    if args.check:
+        results = [r for r in results if r["check"] == args.check]
+    if args.drift:
+        data, columns = R.drift(results), ("check", "subject", "changed", "before", "after", "change",
+                                           "runs_before", "runs_after")
+    else:
+        data, columns = R.rows(S.load(store, args.partition, since=time.time() - profile.active.window)
+                               if not args.check else [r for r in results
+                                                       if r["at"] >= time.time() - profile.active.window],
+                               J.Settings.from_profile(profile)), R.COLUMNS
+    if args.format == "table":
+        text = R.table(data, columns) if data else "no results\n"
+    elif args.format == "csv":
+        text = R.to_csv(data, columns)
+    elif args.format == "json":
+        text = fastjson.dumps({"partition": args.partition, "rows": data}) + "\n"
+    else:
+        text = R.prometheus(args.partition, data if not args.drift else [])
+    if args.output:
+        from ..safeio import write_atomic
+
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    if args.png:
+        R.png(args.png, args.partition, data)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return guarded(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

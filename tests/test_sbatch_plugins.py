@@ -1,0 +1,223 @@
+"""stune-sbatch with a site's SPANK plugin options (pyxis's --container-image ...), --stage checks at submit,
+a partition without a profile, and --help without a Slurm config. No cluster: a fake Slurm answers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_tune.errors import SlurmError
+from slurm_tune.sbatch import options
+from slurm_tune.sbatch.options import (LONG, NO, OPTIONAL, REQUIRED, parse_args, parse_directives,
+                                       parse_plugin_help)
+
+HELP = (Path(__file__).parent / "fixtures" / "sbatch" / "help-22.05-pyxis.txt").read_text()
+
+
+@pytest.fixture(autouse=True)
+def fresh_option_table():
+    """Learned plugin options live in the module's table: each test starts from sbatch's own."""
+    saved, keys = dict(LONG), set(options.PLUGIN_KEYS)
+    yield
+    LONG.clear()
+    LONG.update(saved)
+    options.PLUGIN_KEYS.clear()
+    options.PLUGIN_KEYS.update(keys)
+
+
+class FakeSlurm:
+    def __init__(self, help_text=HELP, help_rc=0, sbatch_rc=0):
+        self.help_text, self.help_rc, self.sbatch_rc = help_text, help_rc, sbatch_rc
+        self.ran, self.asked_help = [], 0
+
+    def run_full(self, argv, timeout=None, env=None, input=None):
+        assert argv == ["sbatch", "--help"]
+        self.asked_help += 1
+        return self.help_rc, self.help_text, ""
+
+    def sbatch_passthrough(self, words, script, env, while_waiting=None):
+        self.ran.append((words, dict(env)))
+        if while_waiting:
+            while_waiting()
+        return self.sbatch_rc, "Submitted batch job 7\n" if self.sbatch_rc == 0 else ""
+
+    def default_partition(self):
+        return "roce"
+
+
+def test_plugin_options_are_read_from_sbatch_help():
+    found = parse_plugin_help(HELP)
+    assert found["container-image"] == (REQUIRED, "container-image")
+    assert found["container-mounts"] == (REQUIRED, "container-mounts")
+    assert found["container-writable"] == (NO, "container-writable")
+    assert found["no-container-remap-root"] == (NO, "no-container-remap-root")
+    assert found["example-level"] == (OPTIONAL, "example-level")
+    assert "usage" not in found and "partition" not in found  # sbatch's own options are above the section
+    assert len(found) == 13
+    assert parse_plugin_help(HELP.split("Options provided by plugins:")[0]) == {}
+
+
+@pytest.mark.parametrize("garbage", ["", "Options provided by plugins:", "Options provided by plugins:\n--\n  --=x\n"
+                                     "  --a b\n  --bad$name\n\x00\xff", "x" * 10000])
+def test_plugin_help_garbage_is_no_options(garbage):
+    assert all(all(c.isalnum() or c in "-_" for c in n) for n in parse_plugin_help(garbage))
+
+
+def submit(argv, tmp_path, slurm, environ=None, stdin=None):
+    from slurm_tune.sbatch import submit as sub
+
+    env = {"STUNE_HISTORY": str(tmp_path / "h.jsonl"), **(environ or {})}
+    return sub.run(argv, environ=env, slurm=slurm, stdin=stdin)
+
+
+def test_a_container_image_keeps_stunes_settings_and_mounts_the_staged_data(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    fake = FakeSlurm()
+    rc = submit(["-p", "roce", "--container-image", "nvcr.io#nvidia/pytorch:24.05-py3", "--stage",
+                 f"{data}:DATA", "--container-writable", "--wrap", "python train.py"], tmp_path, fake)
+    assert rc == 0 and fake.asked_help == 1
+    words, env = fake.ran[0]
+    assert words[:4] == ["-p", "roce", "--container-image", "nvcr.io#nvidia/pytorch:24.05-py3"]
+    assert words[4:7] == ["--container-writable", "--wrap", "python train.py"]  # stune's come after (--wrap)
+    assert f"--container-mounts=/local/nvme/stune-cache:/local/nvme/stune-cache,{data}:{data}" in words
+    assert env["NCCL_IB_TC"] == "106" and env["STUNE_STAGE"].endswith(f"DATA={data}")
+    assert "7" in (tmp_path / "h.jsonl").read_text()  # recorded in the history
+
+
+def test_the_users_own_container_mounts_are_kept_with_a_note(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    fake = FakeSlurm()
+    submit(["--dry-run", "-p", "roce", "--container-image=img", "--container-mounts=/a:/a", "--stage",
+            f"{data}:DATA", "--wrap", "true"], tmp_path, fake)
+    out = capsys.readouterr().out
+    assert "sbatch -p roce --container-image=img --container-mounts=/a:/a --wrap true --requeue\n" in out
+    assert "kept your --container-mounts=/a:/a (command line): add /local/nvme/stune-cache" in out
+    assert "--container-image   <- a site plugin's option (learned from sbatch --help)" in out
+    assert "refuse" not in out
+
+
+def test_plugin_options_in_directives_are_learned_too(tmp_path, capsys):
+    fake = FakeSlurm()
+    script = b"#!/bin/sh\n#SBATCH --container-image img\n#SBATCH -p vpc\nsrun python train.py\n"
+    rc = submit([], tmp_path, fake, stdin=_Stdin(script))
+    assert rc == 0 and fake.asked_help == 1
+    words, env = fake.ran[0]
+    assert env["NCCL_IB_DISABLE"] == "1"  # -p vpc after the plugin option was still read
+    assert parse_directives(script.decode())[0][1].key == "partition"
+
+
+def test_an_option_no_plugin_knows_is_left_to_sbatch(tmp_path, capsys):
+    fake = FakeSlurm(sbatch_rc=1)
+    rc = submit(["--bogus", "-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert rc == 1 and fake.ran[0][0] == ["--bogus", "-p", "roce", "--wrap", "true"]
+    assert "NCCL_IB_TC" not in fake.ran[0][1]
+    assert submit(["--dry-run", "--bogus", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 2
+    assert "sbatch would refuse this command line: unrecognized option '--bogus'" in capsys.readouterr().err
+
+
+def test_a_plain_submission_never_asks_for_the_help(tmp_path):
+    fake = FakeSlurm()
+    submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 0 and "container-image" not in LONG
+
+
+def test_learned_options_take_part_in_abbreviation_like_sbatchs_getopt():
+    options.add_plugin_options(parse_plugin_help(HELP))
+    assert parse_args(["--container-im=x", "job.sh"]).options[0].key == "container-image"
+    assert parse_args(["--container-w", "job.sh"]).problems  # container-workdir / container-writable
+
+
+class _Stdin:
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def read(self):
+        return self.data
+
+
+def test_a_partition_without_a_profile_still_exports_the_stage_variable(tmp_path, capsys):
+    data = tmp_path / "ds"
+    data.mkdir()
+    fake = FakeSlurm()
+    rc = submit(["-p", "debug", "--stage", f"{data}:DS", "--export=NONE", "--wrap", "true"], tmp_path, fake)
+    words, env = fake.ran[0]
+    assert rc == 0 and env["STUNE_STAGE_DS"] == str(data) and "--export=STUNE_STAGE_DS" in words
+    assert "--stage" not in words
+    err = capsys.readouterr().err
+    assert "no cache tier for this partition: nothing is staged; STUNE_STAGE_DS=" in err
+    submit(["--dry-run", "-p", "debug", "--stage", f"{data}:DS", "--wrap", "true"], tmp_path, fake)
+    out = capsys.readouterr().out
+    assert f"STUNE_STAGE_DS={data}" in out and "nothing is staged" in out
+
+
+def test_a_stage_source_that_does_not_exist_is_warned_at_submit(tmp_path, capsys):
+    fake = FakeSlurm()
+    missing = tmp_path / "nope"
+    submit(["-p", "roce", "--stage", f"{missing}:X", "--wrap", "true"], tmp_path, fake)
+    err = capsys.readouterr().err
+    assert f"warning: {missing} does not exist on this host" in err and "STUNE_STAGE_X will point at" in err
+    submit(["--dry-run", "-p", "roce", "--stage", f"{missing}:X", "--stage-required", "--wrap", "true"],
+           tmp_path, fake)
+    out = capsys.readouterr().out
+    assert "the job will fail (--stage-required)" in out
+    assert "staged on each node into the cache tier: nothing" in out
+
+
+def test_help_prints_stunes_section_whatever_sbatch_does(tmp_path, capsys):
+    class NoConfig(FakeSlurm):
+        def sbatch_passthrough(self, words, script, env, while_waiting=None):
+            return 1, ""  # sbatch: fatal: Unable to process configuration file
+
+    assert submit(["--help"], tmp_path, NoConfig()) == 1
+    assert "stune-sbatch options (everything else is sbatch's" in capsys.readouterr().out
+
+    class NoSbatch(FakeSlurm):
+        def sbatch_passthrough(self, words, script, env, while_waiting=None):
+            raise SlurmError(["sbatch"], 127, "cannot run sbatch: No such file or directory")
+
+    with pytest.raises(SlurmError):
+        submit(["-h"], tmp_path, NoSbatch())
+    assert "--checkpoint-signal" in capsys.readouterr().out
+
+
+def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_path):
+    from slurm_tune.sbatch import history
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -p roce\nsrun python train.py --lr 0.1\n")
+    fake = FakeSlurm()
+    env = {"STUNE_HISTORY": str(tmp_path / "h.jsonl")}
+    submit([str(script)], tmp_path, fake, environ=env)
+    submit([str(script)], tmp_path, fake, environ=env)
+    script.write_text("#!/bin/sh\n#SBATCH -p roce\nsrun python train.py --lr 0.2\n")
+    submit([str(script)], tmp_path, fake, environ=env)
+    entries = history.load(env)
+    assert len(entries) == 3 and all(len(e["script_sha256"]) == 16 for e in entries)
+    assert history.diff(entries[0], entries[1]) == []
+    assert history.diff(entries[1], entries[2]) == [
+        f"script content changed: sha256 {entries[1]['script_sha256']} -> {entries[2]['script_sha256']} "
+        f"({script})"]
+
+
+def test_the_dev_cluster_node_names_resolve_through_a_hosts_line(tmp_path):
+    from slurm_tune.devcluster import NODES, ensure_node_names_resolve
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.0.0.2 n2  # a site's own entry is left alone")
+    ensure_node_names_resolve(hosts)
+    ensure_node_names_resolve(hosts)  # idempotent
+    lines = hosts.read_text().splitlines()
+    assert lines[1] == "10.0.0.2 n2  # a site's own entry is left alone"
+    assert lines[2].split("#")[0].split() == ["127.0.0.1"] + [n for n in NODES if n != "n2"]
+    assert len(lines) == 3
+
+
+def test_devcluster_env_prints_the_profile_directory(tmp_path, capsys, monkeypatch):
+    from slurm_tune import devcluster
+
+    monkeypatch.setenv("STUNE_PARTITIONS", str(tmp_path))
+    assert devcluster.main(["env"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("export SLURM_CONF=") and out[1] == f"export STUNE_PARTITIONS={tmp_path}"
