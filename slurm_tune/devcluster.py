@@ -707,8 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "destroy":
             cluster.destroy()
         elif args.cmd == "env":
-            print(_exports(cluster))
-            print(f"export STUNE_PARTITIONS={cluster.profiles_dir}")
+            first, *rest = _exports(cluster).splitlines()  # SLURM_CONF first, then a built Slurm's lines
+            print("\n".join([first, f"export STUNE_PARTITIONS={cluster.profiles_dir}", *rest]))
         elif args.cmd == "status":
             running = cluster.status()
             for name, alive in running.items():
