@@ -59,3 +59,9 @@ while [ "$dir" != / ]; do
   dir=$(dirname "$dir")
 done
 chmod -R o+rX "$REPO" 2>/dev/null || true
+
+# A built Slurm for the cluster tests when one is asked for (STUNE_SLURM=24.11); test.sh builds it for its
+# CI matrix itself. Reused when present.
+if [ "${STUNE_SLURM:-22.05}" != 22.05 ]; then
+  bash scripts/build-slurm.sh >/dev/null
+fi

@@ -1,8 +1,70 @@
 #!/usr/bin/env bash
-# README's second command: set everything up and run the whole test suite against the local cluster.
-# The suite's `cluster` fixture starts the cluster (or reuses a running one). Extra args go to pytest.
+# README's second command: set everything up and run the test suite against local Slurm clusters.
+#
+#   bash scripts/test.sh                 # CI: the whole suite on Slurm 22.05, then again on Slurm 24.11
+#   bash scripts/test.sh tests/x.py -q   # one run of those pytest args, on $STUNE_SLURM (default 22.05)
+#
+# STUNE_TEST_SLURM_MATRIX changes the no-argument runs: space-separated SERIES=SCOPE, SCOPE `all` (the
+# whole suite) or `core` (the adapter contract and the health, sbatch, stage and fair-share cluster tests),
+# e.g. "22.05=all 24.11=core". Slurm 24.11 is built first (scripts/build-slurm.sh, minutes, reused); if its
+# source cannot be had, that run is reported as not run and the others still count. Each series gets its own
+# cluster: $STUNE_CLUSTER_DIR-<series> and port base +100 per series after the first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH=$PWD/.venv/bin:$PATH
-exec .venv/bin/python -m pytest "$@"
+
+if [ $# -gt 0 ]; then
+  echo "test.sh: Slurm ${STUNE_SLURM:-22.05}"
+  exec .venv/bin/python -m pytest "$@"
+fi
+
+CORE="tests/test_slurm_contract.py tests/test_slurm_adapter.py tests/test_cluster.py tests/test_health_cluster.py
+      tests/test_sbatch_cluster.py tests/test_stage_cluster.py tests/test_fairshare_cluster.py"
+matrix=${STUNE_TEST_SLURM_MATRIX:-"22.05=all 24.11=all"}
+base_dir=${STUNE_CLUSTER_DIR:-/var/tmp/stune-cluster}
+base_port=${STUNE_CLUSTER_PORT_BASE:-26800}
+summary=()
+status=0
+i=0
+for entry in $matrix; do
+  series=${entry%%=*}
+  scope=${entry#*=}
+  if [ "$i" = 0 ]; then dir=$base_dir; port=$base_port; else dir=$base_dir-$series; port=$((base_port + 100 * i)); fi
+  i=$((i + 1))
+  case "$scope" in
+    all) args=() ;;
+    core) read -r -a args <<<"$(echo $CORE)" ;;
+    *) echo "test.sh: unknown scope '$scope' in STUNE_TEST_SLURM_MATRIX (all or core)" >&2; exit 2 ;;
+  esac
+  if [ "$series" != 22.05 ]; then
+    set +e
+    built=$(bash scripts/build-slurm.sh 2>/tmp/stune-build-slurm.$$)
+    rc=$?
+    set -e
+    why=$(tail -n 1 /tmp/stune-build-slurm.$$); rm -f /tmp/stune-build-slurm.$$
+    if [ "$rc" = 3 ]; then
+      echo "test.sh: Slurm $series NOT RUN: $why"
+      summary+=("Slurm $series: not run ($why)")
+      continue
+    elif [ "$rc" != 0 ]; then
+      echo "test.sh: Slurm $series build failed: $why"
+      summary+=("Slurm $series: build FAILED ($why)")
+      status=1
+      continue
+    fi
+  fi
+  echo "===== test.sh: Slurm $series, scope $scope, cluster $dir, ports $port+ ====="
+  set +e
+  STUNE_SLURM=$series STUNE_CLUSTER_DIR=$dir STUNE_CLUSTER_PORT_BASE=$port .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+  rc=$?
+  set -e
+  release=$(STUNE_SLURM=$series SLURM_CONF=$dir/etc/slurm.conf .venv/bin/python -c \
+    'from slurm_tune.devcluster import SlurmInstall; from slurm_tune.slurm import Slurm
+print(Slurm(bin_dir=SlurmInstall.choose().bin_dir).version())' 2>/dev/null || echo "$series")
+  if [ "$rc" = 0 ]; then result=passed; else result="FAILED (pytest exit $rc)"; status=1; fi
+  summary+=("Slurm $release: $( [ "$scope" = all ] && echo "whole suite" || echo "core cluster tests"): $result")
+done
+echo "===== test.sh: Slurm versions run ====="
+printf '%s\n' "${summary[@]}"
+exit $status

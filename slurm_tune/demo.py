@@ -101,7 +101,8 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
     cluster.install_hook("prolog", "20-stune-jobgpus", f"#!/bin/sh\n{env_line}\nexec {REPO}/prolog/20-stune-jobgpus\n")
     cluster.install_hook("epilog", "20-stune-usage", f"#!/bin/sh\n{env_line}\nexec {REPO}/epilog/20-stune-usage\n")
     ctld = root / "epilog-slurmctld"
-    ctld.write_text(f"#!/bin/sh\nexport PATH={bin_dir}:/usr/bin:/bin SLURM_CONF={cluster.layout.slurm_conf} "
+    slurm_env = " ".join(f"{k}={v}" for k, v in cluster.slurm_env().items())  # SLURM_CONF, a built Slurm's bin
+    ctld.write_text(f"#!/bin/sh\nexport PATH={bin_dir}:/usr/bin:/bin {slurm_env} "
                     f"STUNE_BIN={bin_dir} STUNE_FAIRSHARE_CONFIG={config} STUNE_USAGE_SPOOL={spool} "
                     f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={root / 'store.log'}\n"
                     f"exec {REPO}/epilog/stune-usage-slurmctld\n")

@@ -3,7 +3,11 @@
 Everything binds to loopback and keeps its state under one directory (STUNE_CLUSTER_DIR, default
 /var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing.
 
-    stune-devcluster up | down | status | env
+Two Slurm series: 22.05 (Debian 12's packages, the default) and 24.11 (Debian 13's source, built by
+scripts/build-slurm.sh into /var/cache/stune/slurm-24.11.5, or STUNE_SLURM_PREFIX). Choose with
+`--slurm 24.11` or STUNE_SLURM=24.11. A state directory belongs to the series that made it.
+
+    stune-devcluster [--slurm 22.05|24.11] up | down | status | env
 """
 from __future__ import annotations
 
@@ -35,6 +39,62 @@ CLUSTER_NAME = "stune"
 TEST_ACCOUNTS = {"physics": ["stune-alice"], "biology": ["stune-bob"]}
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 60.0
+DEFAULT_SERIES = "22.05"
+BUILT_SERIES = {"24.11": "24.11.5"}  # series -> the release scripts/build-slurm.sh builds
+SERIES_FILE = "slurm-series"
+
+
+@dataclass(frozen=True)
+class SlurmInstall:
+    """Which Slurm runs the cluster: Debian's packages (prefix None: commands from PATH, /usr/sbin) or a
+    build under `prefix` (its bin/ and sbin/)."""
+
+    series: str
+    prefix: Path | None = None
+
+    @classmethod
+    def choose(cls, series: str | None = None) -> "SlurmInstall":
+        series = series or os.environ.get("STUNE_SLURM") or DEFAULT_SERIES
+        if series == DEFAULT_SERIES:
+            return cls(series)
+        if series not in BUILT_SERIES:
+            raise ClusterError(f"Slurm {series} is not one the dev cluster runs; choose "
+                               f"{', '.join([DEFAULT_SERIES, *BUILT_SERIES])}")
+        default = f"/var/cache/stune/slurm-{BUILT_SERIES[series]}"
+        return cls(series, Path(os.environ.get("STUNE_SLURM_PREFIX") or default))
+
+    @property
+    def bin_dir(self) -> str | None:
+        """Where the client commands are (None: from PATH)."""
+        return str(self.prefix / "bin") if self.prefix else None
+
+    def daemon(self, name: str) -> str:
+        return str(self.prefix / "sbin" / name) if self.prefix else name
+
+    @property
+    def built(self) -> bool:
+        return self.prefix is None or (self.prefix / ".stune-built").exists()
+
+    def ensure(self, install: bool) -> None:
+        """A built series must be there; with install, build it (scripts/build-slurm.sh, minutes)."""
+        if self.built:
+            return
+        script = REPO / "scripts" / "build-slurm.sh"
+        if not install:
+            raise ClusterError(f"Slurm {self.series} is not built in {self.prefix}: run {script}")
+        log(f"building Slurm {self.series} into {self.prefix} (minutes)")
+        proc = subprocess.run(["bash", str(script)], env=dict(os.environ, STUNE_SLURM_PREFIX=str(self.prefix)),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0 or not self.built:
+            why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            raise ClusterError(f"Slurm {self.series} could not be built: {why}")
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """An environment whose PATH finds this Slurm's commands first (daemons pass it to prologs)."""
+        env = dict(os.environ if base is None else base)
+        if self.prefix:
+            env["PATH"] = f"{self.prefix / 'bin'}:{self.prefix / 'sbin'}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
 
 
 @dataclass(frozen=True)
@@ -176,10 +236,37 @@ def port_open(port: int) -> bool:
 
 
 class DevCluster:
-    def __init__(self, layout: Layout | None = None, profiles_dir: Path | None = None):
+    def __init__(self, layout: Layout | None = None, profiles_dir: Path | None = None,
+                 install: SlurmInstall | None = None):
         self.layout = layout or Layout.from_env()
         self.profiles_dir = profiles_dir or Path(os.environ.get("STUNE_PARTITIONS", REPO / "partitions"))
-        self.slurm = Slurm(conf=str(self.layout.slurm_conf), timeout=20)
+        self.install = install or SlurmInstall.choose()
+        self.slurm = Slurm(conf=str(self.layout.slurm_conf), timeout=20, bin_dir=self.install.bin_dir)
+
+    def slurm_env(self) -> dict[str, str]:
+        """What a shell, a test or a hook's environment file needs to reach this cluster: SLURM_CONF, and
+        for a built Slurm its client directory (STUNE_SLURM_BIN, read by Slurm.from_env())."""
+        env = {"SLURM_CONF": str(self.layout.slurm_conf)}
+        if self.install.bin_dir:
+            env["STUNE_SLURM_BIN"] = self.install.bin_dir
+        return env
+
+    def check_series(self) -> None:
+        """A state directory (slurmctld state, accounting DB) belongs to the Slurm series that made it:
+        22.05 cannot read 24.11's, and an upgrade in place is not what a test wants."""
+        marker = self.layout.root / SERIES_FILE
+        try:
+            made_by = marker.read_text().strip()
+        except FileNotFoundError:
+            if (self.layout.spool / "ctld").exists():
+                made_by = DEFAULT_SERIES  # made before the series were recorded
+            else:
+                self.layout.root.mkdir(parents=True, exist_ok=True)
+                marker.write_text(self.install.series + "\n")
+                return
+        if made_by != self.install.series:
+            raise ClusterError(f"{self.layout.root} holds a Slurm {made_by} cluster, not {self.install.series}: "
+                               f"use another STUNE_CLUSTER_DIR (and port base) or `stune-devcluster destroy` it")
 
     # ---- configuration -------------------------------------------------------------------------------
     def partitions(self) -> list[tuple[str, bool]]:
@@ -369,7 +456,8 @@ class DevCluster:
         if pid_alive(pidfile):
             return
         pidfile.unlink(missing_ok=True)  # a stale one would read as "exited" before the daemon writes it
-        env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf))
+        env = self.install.env()
+        env["SLURM_CONF"] = str(self.layout.slurm_conf)
         with open(self.layout.log / f"{name}.stdout", "ab") as out:
             proc = subprocess.run(argv, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                                   timeout=START_TIMEOUT_S)
@@ -381,12 +469,12 @@ class DevCluster:
 
     def start_slurmdbd(self) -> None:
         L = self.layout
-        self._daemon("slurmdbd", ["slurmdbd"], L.pidfile("slurmdbd"), lambda: port_open(L.dbd_port),
+        self._daemon("slurmdbd", [self.install.daemon("slurmdbd")], L.pidfile("slurmdbd"), lambda: port_open(L.dbd_port),
                      L.log / "slurmdbd.log")
 
     def start_slurmctld(self) -> None:
         L = self.layout
-        self._daemon("slurmctld", ["slurmctld", "-f", str(L.slurm_conf)], L.pidfile("slurmctld"),
+        self._daemon("slurmctld", [self.install.daemon("slurmctld"), "-f", str(L.slurm_conf)], L.pidfile("slurmctld"),
                      lambda: port_open(L.ctld_port), L.log / "slurmctld.log")
 
     def restart_controller(self) -> None:
@@ -404,7 +492,7 @@ class DevCluster:
     def start_slurmd(self) -> None:
         L = self.layout
         for i, node in enumerate(NODES):
-            self._daemon(f"slurmd-{node}", ["slurmd", "-N", node, "-f", str(L.slurm_conf)],
+            self._daemon(f"slurmd-{node}", [self.install.daemon("slurmd"), "-N", node, "-f", str(L.slurm_conf)],
                          L.pidfile(f"slurmd-{node}"), lambda i=i: port_open(L.node_port(i)),
                          L.log / f"slurmd-{node}.log")
 
@@ -444,6 +532,8 @@ class DevCluster:
             raise ClusterError("the local cluster needs root (it starts munge, MariaDB and Slurm daemons)")
         if install:
             ensure_packages()
+        self.install.ensure(install)
+        self.check_series()
         ensure_unix_users()
         ensure_node_names_resolve()
         was_running = pid_alive(self.layout.pidfile("slurmctld")) is not None
@@ -458,7 +548,7 @@ class DevCluster:
         self.start_munge()
         self.start_mysql()
         self.start_slurmdbd()
-        # slurmctld registers the cluster in slurmdbd on its first start.
+        self.register_cluster()
         self.start_slurmctld()
         wait_for("cluster registration", self._cluster_registered, logfile=self.layout.log / "slurmctld.log")
         self.start_slurmd()
@@ -466,7 +556,22 @@ class DevCluster:
             self.slurm.reconfigure()
         self.ensure_associations()
         self.wait_nodes_ready()
-        log(f"up: {len(NODES)} nodes, state in {self.layout.root}")
+        log(f"up: {len(NODES)} nodes, Slurm {self.slurm.version()}, state in {self.layout.root}")
+
+    def register_cluster(self) -> None:
+        """Add the cluster to slurmdbd before slurmctld first starts. 22.05's slurmctld adds it itself;
+        newer ones leave it to the admin and would then run without associations."""
+        wait_for("slurmdbd answering", self._dbd_answers, logfile=self.layout.log / "slurmdbd.log")
+        out = self.slurm.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"])
+        if CLUSTER_NAME not in out.split():
+            self.slurm.sacctmgr(["add", "cluster", CLUSTER_NAME])
+
+    def _dbd_answers(self) -> bool:
+        try:
+            self.slurm.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"])
+        except SlurmError:
+            return False
+        return True
 
     def _node_lines(self) -> list[str]:
         try:
@@ -518,7 +623,9 @@ class DevCluster:
         nodes = self.layout.root / "nodes" / "%n"
         return {"STUNE_PARTITIONS": str(self.profiles_dir), "STUNE_SYSFS_ROOT": f"{nodes}/sysfs",
                 "STUNE_GPU_SNAPSHOT": f"{nodes}/gpus.json", "STUNE_STATE_DIR": f"{nodes}/health",
-                "STUNE_USAGE_DIR": f"{nodes}/usage"}
+                "STUNE_USAGE_DIR": f"{nodes}/usage",
+                # a built Slurm's commands: the hooks' PATH has only Debian's (/usr/bin)
+                **({"STUNE_SLURM_BIN": self.install.bin_dir} if self.install.bin_dir else {})}
 
     def install_stune(self) -> None:
         """`stune-admin install --prefix <root>/site`, exactly as a site runs it: the hooks land in the
@@ -581,6 +688,8 @@ class DevCluster:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stune-devcluster", description=__doc__.splitlines()[0])
+    parser.add_argument("--slurm", metavar="SERIES", choices=[DEFAULT_SERIES, *BUILT_SERIES],
+                        help=f"which Slurm runs the cluster (default: $STUNE_SLURM or {DEFAULT_SERIES})")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("up", help="start (or repair) the local cluster; harmless when already up")
     sub.add_parser("down", help="stop every daemon, keep the state")
@@ -588,29 +697,38 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="which daemons run, and sinfo")
     sub.add_parser("env", help="print `export SLURM_CONF=... STUNE_PARTITIONS=...` for eval in a shell")
     args = parser.parse_args(argv)
-    cluster = DevCluster()
     try:
+        cluster = DevCluster(install=SlurmInstall.choose(args.slurm))
         if args.cmd == "up":
             cluster.up()
-            print(f"export SLURM_CONF={cluster.layout.slurm_conf}")
+            print(_exports(cluster))
         elif args.cmd == "down":
             cluster.down()
         elif args.cmd == "destroy":
             cluster.destroy()
         elif args.cmd == "env":
-            print(f"export SLURM_CONF={cluster.layout.slurm_conf}")
-            print(f"export STUNE_PARTITIONS={cluster.profiles_dir}")
+            first, *rest = _exports(cluster).splitlines()  # SLURM_CONF first, then a built Slurm's lines
+            print("\n".join([first, f"export STUNE_PARTITIONS={cluster.profiles_dir}", *rest]))
         elif args.cmd == "status":
             running = cluster.status()
             for name, alive in running.items():
                 print(f"{name:12s} {'running' if alive else 'stopped'}")
             if running["slurmctld"]:
+                print(f"Slurm {cluster.slurm.version()}")
                 print(cluster.slurm.run(["sinfo", "-N", "-o", "%N %P %t %G %E"]), end="")
             return 0 if all(running.values()) else 3
     except StuneError as exc:
         print(f"stune-devcluster: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _exports(cluster: DevCluster) -> str:
+    """`export` lines for a shell: SLURM_CONF, and for a built Slurm its commands first on PATH."""
+    lines = [f"export {k}={v}" for k, v in cluster.slurm_env().items()]
+    if cluster.install.bin_dir:
+        lines.append(f'export PATH={cluster.install.bin_dir}:"$PATH"')
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

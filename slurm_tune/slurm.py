@@ -1,8 +1,17 @@
 """The one Slurm adapter. Every other part of stune talks to Slurm through this module.
 
-The backend is the Slurm CLI: `--json` for sinfo and squeue, `-P`/`-o` output elsewhere (sacct, whose rows
-are read by field list, and scontrol, sshare, sprio, which have no --json in 22.05). pyslurm only builds against the exact Slurm release it was made for.
-Every call has a timeout; any failure raises SlurmError with the command, its exit code and Slurm's message.
+The backend is the Slurm CLI: `--json` for the node and job lists, `-P`/`-o` output elsewhere (sacct, whose
+rows are read by field list, and scontrol, sshare, sprio, which have no --json in 22.05). pyslurm only builds
+against the exact Slurm release it was made for. Every call has a timeout; any failure raises SlurmError
+with the command, its exit code and Slurm's message.
+
+One adapter for Slurm 22.05 through 25.x (docs/slurm-versions.md). The release is read once per process
+(`sinfo --version`, cached), and only by the methods whose command depends on it: nodes() and
+associations(). Each JSON format has its own parser, chosen by the release, not guessed from the output:
+22.05's `sinfo --json` (openapi v0.0.38) for nodes, `scontrol --json show node` (data_parser) on 23.02+.
+squeue's job records differ only in value shapes (a state string or a list of state and flags, a number
+or {set,infinite,number}); _job(), _state() and _int() normalise them in one place. Output the adapter does
+not understand raises SlurmError naming the command and the Slurm release.
 
 This module is on the stune-sbatch and prolog paths, so it avoids heavy imports: processes are started with
 os.posix_spawn rather than subprocess, records are namedtuples, and json is imported only by JSON readers.
@@ -16,6 +25,9 @@ from .text import is_digits
 from .errors import SlurmError
 
 DEFAULT_TIMEOUT_S = 30.0
+SLURM_COMMANDS = frozenset({"sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
+                            "scrontab", "sdiag", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare", "sstat",
+                            "strigger"})
 # sacct fields whose text is free (may hold '|'); at most one is allowed, and it is always asked for last.
 FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
     "AdminComment", "Comment", "SystemComment", "JobName", "Constraints", "Reason", "WorkDir", "SubmitLine",
@@ -24,8 +36,9 @@ FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
 
 class Node(namedtuple("Node", "name state flags reason reason_user reason_time features active_features "
                               "comment partitions gres gres_used tres")):
-    """A node as `sinfo --json` reports it. `state` is the base state (idle, mixed, allocated, down...),
-    `flags` the state flags (DRAIN, NOT_RESPONDING, ...)."""
+    """A node, the same on every Slurm release. `state` is the lower-case base state (idle, mixed,
+    allocated, down...), `flags` the upper-case state flags (DRAIN, NOT_RESPONDING, ...), features
+    comma-separated text, reason_time epoch seconds (0: none)."""
 
     __slots__ = ()
 
@@ -44,8 +57,18 @@ class Node(namedtuple("Node", "name state flags reason reason_user reason_time f
 
 class Job(namedtuple("Job", "job_id name user account partition state reason nodes node_count priority "
                             "tres_req tres_alloc submit_time start_time end_time admin_comment comment "
-                            "requeue restart_count batch_host")):
+                            "requeue restart_count batch_host flags", defaults=((),))):
+    """A job, the same on every Slurm release. `state` is one upper-case base state (PENDING, RUNNING,
+    COMPLETED...), `flags` the upper-case state flags newer releases list beside it (REQUEUED, COMPLETING,
+    ...). Numbers are plain ints: 0 when Slurm has no value, INFINITE when it says infinite."""
+
     __slots__ = ()
+
+    @property
+    def state_set(self) -> frozenset[str]:
+        """The state and its flags: a completing job is {'COMPLETED', 'COMPLETING'} on 23.02+ and
+        {'COMPLETING'} on 22.05, so test membership here rather than comparing `state` alone."""
+        return frozenset((self.state, *self.flags))
 
 
 class Partition(namedtuple("Partition", "name nodes default state total_nodes")):
@@ -92,7 +115,8 @@ class Slurm:
         return env
 
     def executable(self, name: str) -> str:
-        return os.path.join(self.bin_dir, name) if self.bin_dir else name
+        """A Slurm client command from bin_dir when one is set; anything else (runuser...) from PATH."""
+        return os.path.join(self.bin_dir, name) if self.bin_dir and name in SLURM_COMMANDS else name
 
     def run(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
             env: dict[str, str] | None = None, check: bool = True) -> str:
@@ -109,39 +133,103 @@ class Slurm:
         self.calls.append(argv)
         limit = self.timeout if timeout is None else timeout
         try:
-            rc, out, err = spawn_capture([self.executable(argv[0]), *argv[1:]], input, self.env(env), limit)
+            rc, out, err = spawn_capture(argv, input, self.env(env), limit, self.executable(argv[0]))
         except TimeoutError:
             raise SlurmError(argv, None, f"no answer within {limit:g}s") from None
         except OSError as exc:
             raise SlurmError(argv, 127, f"cannot run {argv[0]}: {exc.strerror}") from None
         return rc, out, err
 
+    # ---- the Slurm release ------------------------------------------------------------------------------
+    def version(self) -> "SlurmVersion":
+        """The release of the Slurm client commands this handle runs, read once per process and executable
+        directory (`sinfo --version`: 'slurm 24.11.5', Debian's 'slurm-wlm 22.05.8')."""
+        key = (self.executable("sinfo"), os.environ.get("PATH", ""))
+        found = _VERSIONS.get(key)
+        if found is None:  # not in self.calls: it reaches no daemon, and RPC counts stay as they were
+            argv = ["sinfo", "--version"]
+            try:
+                rc, out, err = spawn_capture(argv, None, self.env(), self.timeout, key[0])
+            except TimeoutError:
+                raise SlurmError(argv, None, f"no answer within {self.timeout:g}s") from None
+            except OSError as exc:
+                raise SlurmError(argv, 127, f"cannot run sinfo: {exc.strerror}") from None
+            if rc != 0:
+                raise SlurmError(argv, rc, err or out)
+            found = parse_version(out, argv)
+            _VERSIONS[key] = found
+        return found
+
     # ---- reading ---------------------------------------------------------------------------------------
-    def _json(self, argv: list[str], key: str) -> list[dict]:
+    def _json(self, argv: list[str], key: str, out: str | None = None) -> list[dict]:
+        """The `key` list of a Slurm JSON document (argv's stdout, or `out` when already run); SlurmError for
+        Slurm's own errors and for any document that has no such list (a format this adapter does not know)."""
         import json
 
-        out = self.run(argv)
+        if out is None:
+            out = self.run(argv)
         try:
             doc = json.loads(out)
         except ValueError as exc:
             raise SlurmError(argv, 0, f"unreadable JSON from {argv[0]}: {exc}") from None
-        errors = [e for e in doc.get("errors") or [] if e]
+        if not isinstance(doc, dict):
+            raise self._unknown(argv, None, "not a JSON object")
+        errors = doc.get("errors") or []
+        if not isinstance(errors, list):
+            raise self._unknown(argv, doc, "'errors' is not a list")
+        errors = [e for e in errors if e]
         if errors:
-            raise SlurmError(argv, 0, "; ".join(str(e.get("error") or e) for e in errors))
-        return doc.get(key) or []
+            raise SlurmError(argv, 0, "; ".join(str(e.get("error") or e) if isinstance(e, dict) else str(e)
+                                                for e in errors))
+        records = doc.get(key)
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise self._unknown(argv, doc, f"no '{key}' list")
+        return records
+
+    def _unknown(self, argv: list[str], doc, problem: str) -> SlurmError:
+        """A SlurmError for output of a shape this adapter does not know, naming the command and the
+        release (from the document's own meta when it has one, else the detected release)."""
+        release = _doc_release(doc)
+        if release is None:
+            try:  # the error path may spend one more command on naming the release
+                release = self.version().release
+            except SlurmError:
+                release = "of unknown release"
+        return SlurmError(argv, 0, f"output of {' '.join(argv[:3])} from Slurm {release} is not in a format "
+                                   f"stune knows: {problem}")
 
     def nodes(self, names: list[str] | None = None) -> list[Node]:
-        argv = ["sinfo", "--json"] + (["-n", ",".join(names)] if names else [])
+        """Every node (or the ones named, in that order; unknown names are left out). One call:
+        `sinfo --json` on 22.05, `scontrol --json show node` on 23.02 and later, whose sinfo --json groups
+        nodes by partition and state instead of listing them."""
+        if self.version() < (23, 2):
+            argv = ["sinfo", "--json"] + (["-n", ",".join(names)] if names else [])
+            parse = _node_v0038
+        else:
+            argv = ["scontrol", "--json", "show", "node"] + ([",".join(names)] if names else [])
+            parse = _node_data_parser
+        text = None
+        if names and parse is _node_data_parser:
+            # 24.11 answers an unknown name with an empty list and a warning; an error (other releases)
+            # means the same thing
+            rc, text, err = self.run_full(argv)
+            if rc != 0:
+                message = (err or text).strip()
+                if not _is_unknown_node_error(message):
+                    raise SlurmError(argv, rc, message)
+                if len(names) == 1:
+                    return []
+                known = {n.name: n for n in self.nodes()}  # one bad name fails the whole list
+                return [known[name] for name in names if name in known]
         out = []
-        for n in self._json(argv, "nodes"):
-            out.append(Node(
-                name=n["name"], state=(n.get("state") or "").lower(),
-                flags=tuple(n.get("state_flags") or ()), reason=n.get("reason") or "",
-                reason_user=n.get("reason_set_by_user") or "", reason_time=n.get("reason_changed_at") or 0,
-                features=n.get("features") or "", active_features=n.get("active_features") or "",
-                comment=n.get("comment") or "", partitions=tuple(n.get("partitions") or ()),
-                gres=n.get("gres") or "", gres_used=n.get("gres_used") or "", tres=n.get("tres") or ""))
-        if names:  # 22.05 ignores -n under --json; keep the nodes asked for, in that order
+        for record in self._json(argv, "nodes", text):
+            try:
+                out.append(parse(record))
+            except RECORD_ERRORS as exc:
+                raise self._unknown(argv, None, f"node record {exc!r}") from None
+        # 22.05 ignores -n under --json, and sinfo repeats a node per partition: keep the nodes asked for,
+        # once each, in that order
+        if names:
             by_name = {n.name: n for n in out}
             return [by_name[name] for name in names if name in by_name]
         seen: dict[str, Node] = {}
@@ -152,39 +240,39 @@ class Slurm:
     def node(self, name: str) -> Node:
         found = self.nodes([name])
         if not found:
-            raise SlurmError(["sinfo", "-n", name], 1, f"node {name} not found")
+            raise SlurmError(["scontrol", "show", "node", name], 1, f"node {name} not found")
         return found[0]
 
     def jobs(self, *, job_ids: list[int] | None = None, states: list[str] | None = None,
              users: list[str] | None = None, partition: str | None = None) -> list[Job]:
+        """Jobs slurmctld knows, finished ones included (until MinJobAge) unless `states` narrows them.
+        The filters go to squeue (23.02+ honours them under --json; 22.05 ignores them) and are applied
+        here as well. A state filter matches the base state or a flag (REQUEUED, COMPLETING)."""
         argv = ["squeue", "--json"]
         if job_ids:
             argv += ["-j", ",".join(str(j) for j in job_ids)]
-        if states:
-            argv += ["-t", ",".join(states)]
+        # 23.02+ leaves finished jobs out by default, as plain squeue does; 22.05 lists them all
+        argv += ["-t", ",".join(states)] if states else ["--states=all"]
         if users:
             argv += ["-u", ",".join(users)]
         if partition:
             argv += ["-p", partition]
-        # Slurm 22.05 ignores squeue's filters under --json; they are passed for newer releases and
-        # applied here as well.
         wanted_ids = {int(j) for j in job_ids} if job_ids else None
         wanted_states = {s.upper() for s in states} if states else None
         wanted_users = set(users) if users else None
-        return [Job(
-            job_id=j["job_id"], name=j.get("name") or "", user=j.get("user_name") or "",
-            account=j.get("account") or "", partition=j.get("partition") or "", state=j.get("job_state") or "",
-            reason=j.get("state_reason") or "", nodes=j.get("nodes") or "", node_count=j.get("node_count") or 0,
-            priority=j.get("priority") or 0, tres_req=j.get("tres_req_str") or "",
-            tres_alloc=j.get("tres_alloc_str") or "", submit_time=j.get("submit_time") or 0,
-            start_time=j.get("start_time") or 0, end_time=j.get("end_time") or 0,
-            admin_comment=j.get("admin_comment") or "", comment=j.get("comment") or "",
-            requeue=bool(j.get("requeue")), restart_count=j.get("restart_cnt") or 0,
-            batch_host=j.get("batch_host") or "") for j in self._json(argv, "jobs")
-            if (wanted_ids is None or j["job_id"] in wanted_ids)
-            and (wanted_states is None or (j.get("job_state") or "").upper() in wanted_states)
-            and (wanted_users is None or j.get("user_name") in wanted_users)
-            and (partition is None or j.get("partition") == partition)]
+        out = []
+        for record in self._json(argv, "jobs"):
+            try:
+                job = _job(record)
+            except RECORD_ERRORS as exc:
+                raise self._unknown(argv, None, f"job record {exc!r}") from None
+            if ((wanted_ids is None or job.job_id in wanted_ids)
+                    and (wanted_states is None or job.state in wanted_states
+                         or not wanted_states.isdisjoint(job.flags))
+                    and (wanted_users is None or job.user in wanted_users)
+                    and (partition is None or job.partition == partition)):
+                out.append(job)
+        return out
 
     def job(self, job_id: int) -> Job:
         found = self.jobs(job_ids=[job_id])
@@ -252,13 +340,18 @@ class Slurm:
         return rows
 
     def sprio(self, job_ids: list[int] | None = None) -> list[PrioRow]:
+        """Pending jobs' priority factors (all, or the ones in job_ids). Slurm 24.11.5's sprio rejects a
+        list of ids ("Invalid job id: N"), so a list is read as every pending job and filtered here."""
         argv = ["sprio", "-h", "-o", "%i|%u|%Y|%S|%A|%F|%f|%r"]
-        if job_ids:
-            argv += ["-j", ",".join(str(j) for j in job_ids)]
+        wanted = {int(j) for j in job_ids} if job_ids else None
+        if wanted is not None and len(wanted) == 1:
+            argv += ["-j", str(next(iter(wanted)))]
         rows = []
         for line in self.run(argv).splitlines():
             cols = [c.strip() for c in line.split("|")]
             if len(cols) != 8 or not is_digits(cols[0]):
+                continue
+            if wanted is not None and int(cols[0]) not in wanted:
                 continue
             rows.append(PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
                                 float(cols[6]), cols[7]))
@@ -336,21 +429,36 @@ class Slurm:
 
     # ---- fair-share accountant -----------------------------------------------------------------
     def associations(self) -> list["Association"]:
-        """Every association of this cluster, in Slurm's tree (lft) order. shares is None for
-        Fairshare=parent."""
-        fields = ["Cluster", "Account", "User", "ParentName", "Share", "Partition", "LFT"]
-        out = self.run(["sacctmgr", "-n", "-P", "show", "assoc", f"format={','.join(fields)}"])
+        """Every association of this cluster, in the order of Slurm's own association tree, the order its
+        fair-share code walks siblings in: lft on releases before 23.11, Lineage (which replaced lft) from
+        23.11 on. shares is None for Fairshare=parent."""
+        by_lineage = self.version() >= (23, 11)
+        fields = ["Cluster", "Account", "User", "ParentName", "Share", "Partition",
+                  "Lineage" if by_lineage else "LFT"]
+        argv = ["sacctmgr", "-n", "-P", "show", "assoc", f"format={','.join(fields)}"]
+        out = self.run(argv)
         cluster = self.config().get("ClusterName")
         rows = []
         for line in out.splitlines():
             cols = line.split("|")
-            if len(cols) != len(fields) or (cluster and cols[0] != cluster):
+            if len(cols) != len(fields):
+                if line.strip():
+                    raise self._unknown(argv, None, f"{len(cols)} columns, expected {len(fields)}: {line!r}")
+                continue
+            if cluster and cols[0] != cluster:
                 continue
             share = cols[4].strip().lower()
             shares = None if share == "parent" else int(share) if is_digits(share) else 1
-            lft = int(cols[6]) if is_digits(cols[6]) else 0
-            rows.append(Association(cols[1], cols[2], cols[3], shares, cols[5], lft))
-        rows.sort(key=lambda a: a.lft)
+            if by_lineage:
+                if not cols[6].startswith("/"):
+                    raise self._unknown(argv, None, f"Lineage {cols[6]!r} is not a path")
+                order = cols[6]
+            else:
+                if not is_digits(cols[6]):
+                    raise self._unknown(argv, None, f"LFT {cols[6]!r} is not a number")
+                order = int(cols[6])
+            rows.append(Association(cols[1], cols[2], cols[3], shares, cols[5], order))
+        rows.sort(key=lambda a: a.order)
         return rows
 
     def qos_usage_factors(self) -> dict[str, float]:
@@ -394,17 +502,181 @@ class Slurm:
         if self.conf and "SLURM_CONF" not in env:
             env = dict(env, SLURM_CONF=self.conf)
         try:
-            rc, out = spawn_relay([self.executable("sbatch"), *args], script, env, while_waiting)
+            rc, out = spawn_relay(["sbatch", *args], script, env, while_waiting, self.executable("sbatch"))
         except OSError as exc:
             raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
         return rc, out
 
 
-class Association(namedtuple("Association", "account user parent shares partition lft")):
+class Association(namedtuple("Association", "account user parent shares partition order")):
     """One `sacctmgr show assoc` row: user is '' for an account, parent the parent account (accounts only),
-    shares the raw Fairshare or None for Fairshare=parent."""
+    shares the raw Fairshare or None for Fairshare=parent. `order` is the tree-order key: the lft number
+    before Slurm 23.11, the Lineage path ('/physics/0-stune-alice/') from 23.11 on."""
 
     __slots__ = ()
+
+    @property
+    def lft(self):  # the field's name before 23.11 support
+        return self.order
+
+
+class SlurmVersion(namedtuple("SlurmVersion", "major minor micro release")):
+    """A Slurm release; compares with tuples: `version >= (23, 2)`."""
+
+    __slots__ = ()
+
+    def __lt__(self, other):
+        return tuple(self[:3]) < tuple(other)
+
+    def __le__(self, other):
+        return tuple(self[:3]) <= tuple(other)
+
+    def __gt__(self, other):
+        return tuple(self[:3]) > tuple(other)
+
+    def __ge__(self, other):
+        return tuple(self[:3]) >= tuple(other)
+
+    def __str__(self):
+        return self.release
+
+
+# The release per (sinfo executable, PATH): read once per process.
+_VERSIONS: dict[tuple[str, str], SlurmVersion] = {}
+# Slurm's "no value" and "infinite" become 0 and INFINITE, so every number is a plain int.
+INFINITE = 2 ** 63 - 1
+NODE_BASE_STATES = frozenset({"IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN"})
+JOB_BASE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+                             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+
+
+def parse_version(text: str, argv: list[str] | None = None) -> SlurmVersion:
+    """`sinfo --version` output ('slurm 24.11.5', 'slurm-wlm 22.05.8', 'slurm 25.05.0-0rc1') to a version."""
+    words = text.split()
+    if len(words) == 2 and words[0] in ("slurm", "slurm-wlm"):
+        parts = words[1].split("-")[0].split(".")
+        if len(parts) == 3 and all(is_digits(p) for p in parts):
+            return SlurmVersion(int(parts[0]), int(parts[1]), int(parts[2]), words[1])
+    raise SlurmError(argv or ["sinfo", "--version"], 0, f"cannot tell the Slurm release from {text.strip()[:80]!r}")
+
+
+def _doc_release(doc) -> str | None:
+    """The release a Slurm JSON document names in its meta (22.05: meta.Slurm, 23.02+: meta.slurm)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict):
+        return None
+    slurm = doc["meta"].get("slurm") or doc["meta"].get("Slurm")
+    release = slurm.get("release") if isinstance(slurm, dict) else None
+    return release if isinstance(release, str) else None
+
+
+def _int(value) -> int:
+    """A Slurm JSON number as a plain int: 22.05 prints plain numbers, 23.02+ {set, infinite, number}."""
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return INFINITE
+        if not value.get("set"):
+            return 0
+        value = value.get("number")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"not a number: {value!r}")
+    return int(value)
+
+
+def _text(value) -> str:
+    """A text or a list of texts (23.02+ lists features and partitions) as comma-separated text."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"not text: {value!r}")
+
+
+def _state(value, base_states: frozenset[str]) -> tuple[str, tuple[str, ...]]:
+    """(base state, flags), upper case. 22.05 gives one string, 23.02+ a list of the base state and flags.
+    A 22.05 string that is a flag (COMPLETING) stands for the state as well."""
+    if isinstance(value, str):
+        words = [value.upper()] if value else []
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        words = [v.upper() for v in value]
+    else:
+        raise ValueError(f"state {value!r}")
+    base = next((w for w in words if w in base_states), words[0] if words else "")
+    return base, tuple(w for w in words if w != base)
+
+
+def _str(value) -> str:
+    """A text field: a string, or nothing (None) as ''. Anything else is a format stune does not know."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"not text: {value!r}")
+    return value
+
+
+def _name_tuple(value) -> tuple[str, ...]:
+    """A list of names (23.02+) or a comma-separated text (22.05) as a tuple of names."""
+    if isinstance(value, list):
+        return tuple(_str(v) for v in value)
+    return tuple(v for v in _str(value).split(",") if v)
+
+
+def _node_v0038(n: dict) -> Node:
+    """A node record of 22.05's `sinfo --json` (openapi v0.0.38): state 'idle', state_flags ['DRAIN']."""
+    base, flags = _state(n.get("state") or "", NODE_BASE_STATES)
+    extra = tuple(f.upper() for f in _name_tuple(n.get("state_flags")))
+    return Node(name=_name(n), state=base.lower(), flags=flags + extra, reason=_str(n.get("reason")),
+                reason_user=_str(n.get("reason_set_by_user")), reason_time=_int(n.get("reason_changed_at")),
+                features=_text(n.get("features")), active_features=_text(n.get("active_features")),
+                comment=_str(n.get("comment")), partitions=_name_tuple(n.get("partitions")),
+                gres=_str(n.get("gres")), gres_used=_str(n.get("gres_used")), tres=_str(n.get("tres")))
+
+
+def _node_data_parser(n: dict) -> Node:
+    """A node record of `scontrol --json show node` (data_parser v0.0.39+): state ['IDLE', 'DRAIN'],
+    features and partitions as lists, times as {set, infinite, number}."""
+    base, flags = _state(n.get("state") or [], NODE_BASE_STATES)
+    return Node(name=_name(n), state=base.lower(), flags=flags, reason=_str(n.get("reason")),
+                reason_user=_str(n.get("reason_set_by_user")), reason_time=_int(n.get("reason_changed_at")),
+                features=_text(n.get("features")), active_features=_text(n.get("active_features")),
+                comment=_str(n.get("comment")), partitions=_name_tuple(n.get("partitions")),
+                gres=_str(n.get("gres")), gres_used=_str(n.get("gres_used")), tres=_str(n.get("tres")))
+
+
+def _name(record: dict) -> str:
+    name = record["name"]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name {name!r}")
+    return name
+
+
+# What a record parser raises on a record it does not understand; the caller turns it into a SlurmError.
+RECORD_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
+
+
+def _job(j: dict) -> Job:
+    """A squeue --json job record of any release as a Job: one state string, plain ints."""
+    state, flags = _state(j.get("job_state") or "", JOB_BASE_STATES)
+    job_id = j["job_id"]
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise ValueError(f"job_id {job_id!r}")
+    return Job(job_id=job_id, name=_str(j.get("name")), user=_str(j.get("user_name")),
+               account=_str(j.get("account")), partition=_str(j.get("partition")), state=state,
+               reason=_str(j.get("state_reason")), nodes=_str(j.get("nodes")), node_count=_int(j.get("node_count")),
+               priority=_int(j.get("priority")), tres_req=_str(j.get("tres_req_str")),
+               tres_alloc=_str(j.get("tres_alloc_str")), submit_time=_int(j.get("submit_time")),
+               start_time=_int(j.get("start_time")), end_time=_int(j.get("end_time")),
+               admin_comment=_str(j.get("admin_comment")), comment=_str(j.get("comment")),
+               requeue=bool(j.get("requeue")), restart_count=_int(j.get("restart_cnt")),
+               batch_host=_str(j.get("batch_host")), flags=flags)
+
+
+def _is_unknown_node_error(message: str) -> bool:
+    low = message.lower()
+    return "not found" in low or "invalid node name" in low
 
 
 def free_text_last(fields: list[str]) -> list[str]:
@@ -504,8 +776,8 @@ def parse_records(text: str) -> list[dict[str, str]]:
     return records
 
 
-def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float
-                  ) -> tuple[int, str, str]:
+def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float,
+                  executable: str | None = None) -> tuple[int, str, str]:
     """Run argv, feed `input`, collect stdout/stderr, kill it after `timeout` s. Raises TimeoutError/OSError.
 
     Built on os.posix_spawn and select.poll: importing subprocess costs more than this whole call's
@@ -519,7 +791,8 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
     in_r, in_w = os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
     actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     try:
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+        # the program's own name stays argv[0]: Slurm's messages start with it ("sbatch: error: ...")
+        pid = os.posix_spawnp(executable or argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError:
         for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
             if fd >= 0:
@@ -582,8 +855,8 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
             b"".join(chunks[err_r]).decode("utf-8", "replace"))
 
 
-def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], while_waiting=None
-                ) -> tuple[int, str]:
+def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], while_waiting=None,
+                executable: str | None = None) -> tuple[int, str]:
     """Run argv with our stderr, `stdin_data` (or our stdin) as its stdin, and its stdout copied to ours
     as it arrives. `while_waiting()` runs after the start (its exceptions propagate once the child has been
     waited for). Returns (exit status, stdout text). Raises OSError when it cannot start."""
@@ -591,7 +864,7 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], 
     in_r, in_w = os.pipe() if stdin_data is not None else (-1, -1)
     actions = [(os.POSIX_SPAWN_DUP2, out_w, 1)] + ([(os.POSIX_SPAWN_DUP2, in_r, 0)] if in_r >= 0 else [])
     try:
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+        pid = os.posix_spawnp(executable or argv[0], argv, env, file_actions=actions)
     except OSError:
         for fd in (out_r, out_w, in_r, in_w):
             if fd >= 0:

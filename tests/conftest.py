@@ -25,16 +25,56 @@ os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="stune-tests-sta
 os.environ["PATH"] = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"
 
 
+def _slurm_install():
+    """The Slurm the cluster tests run on: STUNE_SLURM (22.05, Debian's packages, or 24.11, the build of
+    scripts/build-slurm.sh). A built one's commands go first on PATH for the tests and their jobs, and
+    STUNE_SLURM_BIN tells stune's own commands (Slurm.from_env) where they are."""
+    from slurm_tune.devcluster import SlurmInstall
+
+    install = SlurmInstall.choose()
+    if install.bin_dir:
+        os.environ["PATH"] = f"{install.bin_dir}:{os.environ['PATH']}"
+        os.environ["STUNE_SLURM_BIN"] = install.bin_dir
+    return install
+
+
+SLURM_INSTALL = _slurm_install()
+_RELEASE_USED: list[str] = []
+
+
+def pytest_configure(config):
+    """Temp dirs under a base of this cluster's own, not /tmp/pytest-of-root: every other pytest run by root
+    on the machine re-creates that one with mode 0700, which locks the test users' jobs out of their output
+    directories mid-run ("Could not open stdout file ... Permission denied")."""
+    if config.option.basetemp is None and os.geteuid() == 0:
+        name = os.path.basename(os.environ.get("STUNE_CLUSTER_DIR", "/var/tmp/stune-cluster").rstrip("/"))
+        config.option.basetemp = os.path.join(tempfile.gettempdir(), f"stune-pytest-{name}")
+
+
+def pytest_report_header(config):
+    where = SLURM_INSTALL.prefix or "Debian packages"
+    return (f"slurm: {SLURM_INSTALL.series} ({where}); cluster {os.environ.get('STUNE_CLUSTER_DIR', '(default dir)')}"
+            f" port base {os.environ.get('STUNE_CLUSTER_PORT_BASE', '(default)')}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _RELEASE_USED:
+        terminalreporter.write_line(f"cluster tests ran on Slurm {_RELEASE_USED[0]}")
+    else:
+        terminalreporter.write_line("no cluster test ran (no Slurm release used)")
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """The local 3-node cluster (n1..n3, 4 GPUs each). Started if needed; stopped at the end only if this
     session started it. Skips nothing: a cluster that cannot start fails the tests that need it."""
     from slurm_tune.devcluster import DevCluster
 
-    dev = DevCluster()
+    dev = DevCluster(install=SLURM_INSTALL)
     was_running = all(dev.status().values())
     dev.up(install=True)
-    os.environ["SLURM_CONF"] = str(dev.layout.slurm_conf)
+    os.environ.update(dev.slurm_env())
+    _RELEASE_USED.append(str(dev.slurm.version()))
     yield dev
     if not was_running and not os.environ.get("STUNE_KEEP_CLUSTER"):
         dev.down()
@@ -48,7 +88,7 @@ def slurm(cluster, shared_tmp, monkeypatch):
     from slurm_tune.slurm import Slurm
 
     monkeypatch.chdir(shared_tmp)
-    handle = Slurm(conf=str(cluster.layout.slurm_conf), timeout=20)
+    handle = Slurm(conf=str(cluster.layout.slurm_conf), timeout=20, bin_dir=cluster.install.bin_dir)
     yield handle
     restore_cluster(handle, NODES)
 

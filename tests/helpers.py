@@ -44,3 +44,24 @@ def wait_until(what: str, predicate, timeout: float = 30, interval: float = 0.3)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def slurm_env() -> dict[str, str]:
+    """What a hook or a command with its own environment needs to reach the test cluster's Slurm:
+    SLURM_CONF, and on a built Slurm (STUNE_SLURM=24.11) STUNE_SLURM_BIN, which Slurm.from_env() reads."""
+    import os
+
+    return {k: os.environ[k] for k in ("SLURM_CONF", "STUNE_SLURM_BIN") if os.environ.get(k)}
+
+
+def slurm_exports() -> str:
+    """slurm_env() as `K=V K=V` words for a shell `export` line."""
+    return " ".join(f"{k}={v}" for k, v in slurm_env().items())
+
+
+def slurm_path(path: str) -> str:
+    """A PATH with the test cluster's Slurm commands first when they are not Debian's (/usr/bin)."""
+    import os
+
+    bin_dir = os.environ.get("STUNE_SLURM_BIN")
+    return f"{bin_dir}:{path}" if bin_dir else path

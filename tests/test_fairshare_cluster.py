@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for_state, wait_until
+from helpers import slurm_exports, slurm_path, wait_for_state, wait_until
 from slurm_tune.devcluster import NODES
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
@@ -78,7 +78,7 @@ def world(cluster, tmp_path_factory):
                          f"#!/bin/sh\n{env_line}\nexec {REPO}/prolog/20-stune-jobgpus\n")
     cluster.install_hook("epilog", "20-stune-usage", f"#!/bin/sh\n{env_line}\nexec {REPO}/epilog/20-stune-usage\n")
     ctld = root / "epilog-slurmctld"
-    ctld.write_text(f"#!/bin/sh\nexport PATH={VENV_BIN}:/usr/bin:/bin SLURM_CONF={os.environ['SLURM_CONF']} "
+    ctld.write_text(f"#!/bin/sh\nexport PATH={slurm_path(f'{VENV_BIN}:/usr/bin:/bin')} {slurm_exports()} "
                     f"STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config} STUNE_USAGE_SPOOL={w.spool} "
                     f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={w.store_log}\n"
                     f"exec {REPO}/epilog/stune-usage-slurmctld\n")

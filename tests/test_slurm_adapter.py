@@ -78,7 +78,8 @@ def test_sacct_refuses_two_free_text_fields():
 
 
 def test_time_format_is_epoch_seconds(tmp_path):
-    fake_tool(tmp_path, "sinfo", 'echo "{\\"nodes\\": [], \\"errors\\": [], \\"fmt\\": \\"$SLURM_TIME_FORMAT\\"}"\n')
+    fake_tool(tmp_path, "sinfo", '[ "$1" = --version ] && { echo "slurm-wlm 22.05.8"; exit 0; }\n'
+                                 'echo "{\\"nodes\\": [], \\"errors\\": [], \\"fmt\\": \\"$SLURM_TIME_FORMAT\\"}"\n')
     slurm = Slurm(bin_dir=str(tmp_path), conf="/x/slurm.conf")
     assert slurm.nodes() == []
     assert slurm.env()["SLURM_TIME_FORMAT"] == "%s"
@@ -93,7 +94,8 @@ def test_json_errors_from_slurm_are_raised(tmp_path):
 
 
 def test_garbled_json_is_a_slurm_error_not_a_traceback(tmp_path):
-    fake_tool(tmp_path, "sinfo", "echo '{\"nodes\": [ '\n")
+    fake_tool(tmp_path, "sinfo", '[ "$1" = --version ] && { echo "slurm-wlm 22.05.8"; exit 0; }\n'
+                                 "echo '{\"nodes\": [ '\n")
     with pytest.raises(SlurmError, match="unreadable JSON from sinfo"):
         Slurm(bin_dir=str(tmp_path)).nodes()
 

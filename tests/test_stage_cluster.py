@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import wait_for_state, wait_until
+from helpers import slurm_env, slurm_exports, slurm_path, wait_for_state, wait_until
 from test_stage_tier import make_tree, open_up, tree_digest
 
 pytestmark = pytest.mark.cluster
@@ -53,7 +53,7 @@ class Stage:
             shutil.rmtree(root, ignore_errors=True)
 
     def env(self, **extra) -> dict[str, str]:
-        return {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "SLURM_CONF": os.environ["SLURM_CONF"],
+        return {"PATH": slurm_path(f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin"), **slurm_env(),
                 "STUNE_PARTITIONS": str(self.profiles), "LANG": "C.UTF-8",
                 "STUNE_CACHE_DIR": str(self.profile_cache), **extra}
 
@@ -220,7 +220,7 @@ def test_the_epilog_releases_holds_and_gc_reclaims_those_of_dead_jobs(world):
     open_up(ds)
     holds = world.namespace("n1") / "holds"
     hook = f"""#!/bin/sh
-export STUNE_BIN={VENV_BIN} STUNE_PARTITIONS={world.profiles} SLURM_CONF={os.environ['SLURM_CONF']}
+export STUNE_BIN={VENV_BIN} STUNE_PARTITIONS={world.profiles} {slurm_exports()}
 export STUNE_CACHE_DIR={world.tmp}/.root-profile-cache
 exec {REPO}/epilog/30-stune-stage
 """

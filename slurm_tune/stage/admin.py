@@ -172,7 +172,7 @@ GcReport = namedtuple("GcReport", "stale_holds tmp_removed ledger_fixed old_remo
 def live_job_ids(slurm) -> set[str]:
     """Job ids that may still use a node's cache. Raises StuneError when Slurm cannot say: then nothing
     counts as dead (a hold is only reclaimed on Slurm's word)."""
-    return {str(j.job_id) for j in slurm.jobs() if (j.state or "").upper() in LIVE_STATES}
+    return {str(j.job_id) for j in slurm.jobs() if not LIVE_STATES.isdisjoint(j.state_set)}
 
 
 def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evict_all: bool = False) -> GcReport:
