@@ -209,7 +209,13 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     wait_until("both pending jobs in sprio",
                lambda: {bob_pending, alice_pending} <= {r.job_id for r in slurm.sprio()})
 
-    # Only this test's jobs: the accountant's first read starts when this test did.
+    # Only this test's jobs: the accountant's first read starts when this test did. slurmdbd records a
+    # finished job's end a little after it ends (later on 24.11): wait until every run in the window that is
+    # not pending has its end, or the second apply would rightly settle a run the first saw as running.
+    window_start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0 - 60))
+    wait_until("accounting to record every run's end", lambda: all(
+        r["State"].split()[0] == "PENDING" or r["End"] not in ("", "Unknown", "None")
+        for r in slurm.sacct(["JobIDRaw", "State", "End"], start=window_start)), timeout=60)
     world.state.joinpath("ledger.json").unlink(missing_ok=True)
     world.write_config(initial_history=int(time.time()) - t0 + 2)
     dry = world.stune("apply", "--dry-run")
