@@ -261,8 +261,9 @@ def _main(argv: list[str]) -> int:
     inst.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
     inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
-                                                           "(the sampler and idle-policy timer on a node, the accountant's timer on "
-                                                           "the controller); only with --prefix /")
+                                                           "(the sampler and the idle-policy timer on a node, "
+                                                           "the accountant's timer on the controller); only "
+                                                           "with --prefix /")
     inst.add_argument("--set", action="append", metavar="NAME=VALUE",
                       help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
