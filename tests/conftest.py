@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Hermetic: stune settings from the tester's shell (or an admin's /etc/default/stune) never reach a test. Only
 # the ones that say which cluster and Slurm to use are kept; a hook a test runs without its own env file
 # reads none.
-_KEEP = ("STUNE_CLUSTER_", "STUNE_KEEP_CLUSTER", "STUNE_SLURM_BIN", "STUNE_DEBUG")
+_KEEP = ("STUNE_CLUSTER_", "STUNE_KEEP_CLUSTER", "STUNE_SLURM", "STUNE_DEBUG")  # STUNE_SLURM* picks the Slurm
 for _name in [n for n in os.environ if n.startswith("STUNE_") and not n.startswith(_KEEP)]:
     del os.environ[_name]
 os.environ["STUNE_ENV_FILE"] = "/nonexistent/stune-tests/default-stune"
@@ -74,7 +74,11 @@ def cluster():
     was_running = all(dev.status().values())
     dev.up(install=True)
     os.environ.update(dev.slurm_env())
-    _RELEASE_USED.append(str(dev.slurm.version()))
+    release = str(dev.slurm.version())
+    # The run must be on the Slurm it was asked for: a lost STUNE_SLURM once ran "the 24.11 suite" on 22.05.
+    assert release.startswith(SLURM_INSTALL.series + "."), \
+        f"asked for Slurm {SLURM_INSTALL.series}, but the cluster's commands are Slurm {release}"
+    _RELEASE_USED.append(release)
     yield dev
     if not was_running and not os.environ.get("STUNE_KEEP_CLUSTER"):
         dev.down()
