@@ -54,6 +54,14 @@ for entry in $matrix; do
       continue
     fi
   fi
+  # A per-series directory of test.sh's own that another Slurm series made (an earlier run) is remade:
+  # devcluster refuses to reuse it, and 22.05 cannot read 24.11's state (or the other way round).
+  if [ "$i" != 1 ] && [ -f "$dir/slurm-series" ] && [ "$(cat "$dir/slurm-series")" != "$series" ]; then
+    echo "test.sh: $dir holds a Slurm $(cat "$dir/slurm-series") cluster; removing it for $series"
+    STUNE_SLURM=$(cat "$dir/slurm-series") STUNE_CLUSTER_DIR=$dir STUNE_CLUSTER_PORT_BASE=$port \
+      .venv/bin/stune-devcluster destroy >/dev/null 2>&1 || true
+    rm -rf "$dir"
+  fi
   echo "===== test.sh: Slurm $series, scope $scope, cluster $dir, ports $port+ ====="
   set +e
   STUNE_SLURM=$series STUNE_CLUSTER_DIR=$dir STUNE_CLUSTER_PORT_BASE=$port .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
