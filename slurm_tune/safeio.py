@@ -305,3 +305,52 @@ def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:
         problem = untrusted_stat(st, 0)
         if problem:
             raise UnsafePathError(path, f"{problem}; root does not load it (fix the owner/mode)")
+
+
+class LockBusy(StuneError):
+    """A lock stune does not wait for is held by another process (a second accountant, sweep, ...)."""
+
+    def __init__(self, path: str, holder: str):
+        self.path = str(path)
+        super().__init__(f"another {holder} is running (lock {path})")
+
+
+def lock_fd(fd: int, *, blocking: bool = True) -> bool:
+    """flock(LOCK_EX) on an open descriptor: the one place stune takes a lock. False when `blocking` is off
+    and another process holds it. Closing the descriptor releases it; so does the holder's death, so a
+    killed process never wedges a lock."""
+    import fcntl  # not on the prolog's path unless a lock is taken
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+class LockFile:
+    """`with LockFile(path, holder="sweep of gpu"):` an exclusive flock on a lock file of root's own
+    directory (state dir, ledger, sweep store), created 0644 with its directory when missing, never
+    through a symlink. `blocking=False` raises LockBusy instead of waiting. `.fd` is the open descriptor
+    while held."""
+
+    def __init__(self, path: str, *, blocking: bool = True, holder: str = "stune process", dir_mode: int = 0o755):
+        self.path, self.blocking, self.holder, self.dir_mode = str(path), blocking, holder, dir_mode
+        self.fd = -1
+
+    def __enter__(self) -> "LockFile":
+        os.makedirs(os.path.dirname(self.path) or ".", mode=self.dir_mode, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            if not lock_fd(fd, blocking=self.blocking):
+                raise LockBusy(self.path, self.holder)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -139,3 +139,33 @@ def test_require_trusted_names_the_path(tmp_path):
     assert str(f) in str(err.value) and "\n" not in str(err.value)
     f.chmod(0o644)
     safeio.require_trusted(str(f))
+
+
+def test_lock_file_is_exclusive_across_processes_and_released_on_exit(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "store" / "gpu.lock"
+    probe = ("import sys\nfrom slurm_tune import safeio\n"
+             "try:\n    safeio.LockFile(sys.argv[1], blocking=False, holder='sweep').__enter__()\n"
+             "except safeio.LockBusy as exc:\n    print(exc); sys.exit(3)\n")
+    with safeio.LockFile(str(path), blocking=False, holder="sweep") as held:
+        assert held.fd >= 0 and path.is_file()
+        busy = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
+        assert busy.returncode == 3
+        assert busy.stdout.strip() == f"another sweep is running (lock {path})"
+        other = os.open(path, os.O_RDONLY)  # another open file description is refused too
+        try:
+            assert not safeio.lock_fd(other, blocking=False)
+        finally:
+            os.close(other)
+    assert held.fd == -1
+    free = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
+    assert free.returncode == 0
+
+
+def test_lock_file_never_follows_a_symlink(tmp_path):
+    (tmp_path / "elsewhere").write_text("")
+    (tmp_path / "x.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        safeio.LockFile(str(tmp_path / "x.lock")).__enter__()
