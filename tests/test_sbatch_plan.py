@@ -10,7 +10,7 @@ import pytest
 from slurm_tune.nodeenv.managed import parse_managed
 from slurm_tune.profiles import load_profile
 from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
-from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, hms, parse_export,
+from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, parse_export,
                                     user_value)
 from slurm_tune.sbatch.submit import explain, sbatch_words
 
@@ -227,7 +227,6 @@ def test_explain_names_command_environment_and_origins():
 
 
 def test_small_helpers():
-    assert hms(600) == "0:10:00" and hms(3725) == "1:02:05"
     assert os.path.basename(load_profile("hdr").source) == "hdr.yaml"
     assert {s.kind for s in plan_for(["-p", "roce", "-N2"])[0].settings} >= {ENV, NODE, OPTION, NOTE}
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..durations import DurationError, parse_slurm
 from ..errors import SlurmError, StuneError
 from . import charges as charges_mod
 from . import sacct as sacct_mod
@@ -63,7 +64,7 @@ class PrioritySettings:
         plugin = (conf.get("PrioritySiteFactorPlugin") or "").strip()
         return cls(
             algorithm=tree_mod.algorithm_from_flags(conf.get("PriorityFlags", "")),
-            half_life_s=parse_slurm_duration(conf.get("PriorityDecayHalfLife", "7-00:00:00")),
+            half_life_s=_half_life(conf.get("PriorityDecayHalfLife", "7-00:00:00")),
             weight_fairshare=_int(conf.get("PriorityWeightFairShare"), 0),
             damping=float(_int(conf.get("FairShareDampeningFactor"), 1) or 1),
             site_factor_plugin=None if plugin in ("", "(null)") else plugin,
@@ -88,23 +89,13 @@ def _int(text, default: int) -> int:
         return default
 
 
-def parse_slurm_duration(text: str) -> float:
-    """'7-00:00:00' -> 604800, '01:30:00' -> 5400, '00:05:00' -> 300, '0' / 'NONE' -> 0."""
-    text = (text or "").strip()
-    if not text or text.upper() in ("NONE", "(NULL)", "0", "INFINITE"):
-        return 0.0
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 3:
-        h, m, s = parts
-    elif len(parts) == 2:
-        h, m, s = 0, parts[0], parts[1]
-    else:  # a bare number is minutes, as in slurm.conf
-        h, m, s = 0, parts[0], 0
-    return float(days * 86400 + h * 3600 + m * 60 + s)
+def _half_life(text) -> float:
+    """PriorityDecayHalfLife as `scontrol show config` prints it (7-00:00:00; a bare number is minutes, as in
+    slurm.conf); NONE or INFINITE is 0, which Slurm reads as no decay."""
+    try:
+        return float(parse_slurm(text) or 0)
+    except DurationError as exc:
+        raise AccountantError(f"scontrol show config: PriorityDecayHalfLife: {exc}") from None
 
 
 @dataclass(frozen=True)

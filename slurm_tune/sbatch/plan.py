@@ -334,34 +334,16 @@ def signal_seconds(value: str | None) -> int | None:
 
 
 def time_limit_seconds(text: str | None) -> int | None:
-    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; None for INFINITE or garbage."""
+    """A --time value by Slurm's rules (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; durations.parse_slurm); None for
+    INFINITE or garbage (sbatch itself says what is wrong with it)."""
+    from ..durations import DurationError, parse_slurm
+
     if not text:
         return None
-    text = text.strip()
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        if not is_digits(d):
-            return None
-        days = int(d)
-        parts = text.split(":")
-        if not all(is_digits(p) for p in parts) or len(parts) > 3:
-            return None
-        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
-        return days * 86400 + h * 3600 + m * 60 + s
-    parts = text.split(":")
-    if not all(is_digits(p) for p in parts) or len(parts) > 3:
+    try:
+        return parse_slurm(text)
+    except DurationError:
         return None
-    nums = [int(p) for p in parts]
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    return nums[0] * 3600 + nums[1] * 60 + nums[2]
-
-
-def hms(seconds: int) -> str:
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
@@ -375,7 +357,9 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
                                "single-node job: nodes marked degraded may run it"))
         return out
     if place.switches:
-        value = f"{place.switches}@{hms(place.switches_max_wait)}"
+        from ..durations import clock
+
+        value = f"{place.switches}@{clock(place.switches_max_wait)}"
         mine = eff.get("switches")
         out.append(Setting(OPTION, "--switches", value,
                            _origin(profile, "placement.switches", "placement.switches_max_wait"), mine is None,
