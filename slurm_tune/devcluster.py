@@ -647,10 +647,9 @@ class DevCluster:
         if script is None:
             path.unlink(missing_ok=True)
         else:
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(script)
-            tmp.chmod(0o755)
-            tmp.replace(path)
+            from slurm_tune.safeio import write_atomic
+
+            write_atomic(str(path), script, mode=0o755)
         return path
 
     def reconfigure(self) -> None:

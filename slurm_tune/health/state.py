@@ -77,32 +77,34 @@ def read(directory: str) -> tuple[dict, str | None]:
 
 
 class Locked:
-    """`with Locked(dir) as st:` reads the state under an exclusive flock; `st.save()` writes it back."""
+    """`with Locked(dir) as st:` reads the state under an exclusive flock (safeio.LockFile on `<dir>/lock`,
+    waited for); `st.save()` writes it back."""
 
     def __init__(self, directory: str):
         self.directory = directory
-        self.fd = -1
         self.state: dict = {}
         self.problem: str | None = None
+        self._lock = None
 
     def __enter__(self) -> "Locked":
-        import fcntl
+        from ..safeio import LockFile
 
         require_trusted_dir(self.directory)
-        os.makedirs(self.directory, mode=0o755, exist_ok=True)
-        self.fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        self.state, self.problem = read(self.directory)
+        self._lock = LockFile(os.path.join(self.directory, "lock"), holder="stune-health").__enter__()
+        try:
+            self.state, self.problem = read(self.directory)
+        except BaseException:
+            self._lock.__exit__()
+            raise
         return self
 
     def save(self) -> None:
         write_json(os.path.join(self.directory, STATE_FILE), self.state)  # atomic, like the node's other outputs
 
     def __exit__(self, *exc) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing releases the flock
-            self.fd = -1
+        if self._lock is not None:
+            self._lock.__exit__()  # closing releases the flock
+            self._lock = None
 
 
 def policy_digest(profile) -> str:

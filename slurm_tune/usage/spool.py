@@ -6,7 +6,7 @@ Node-local (`usage.local_dir`, default /var/lib/stune/usage):
 
 Shared (`usage.spool_dir`, default /var/spool/stune/usage; NFS or any filesystem the nodes and the
 controller share; owned root:<SlurmUser's group>, mode 2775 so users cannot forge summaries):
-    <jobid>/<node>.json   one node's summary, written atomically (temp name + rename)
+    <jobid>/<node>.json   one node's summary, written atomically (safeio.write_atomic: temp name + rename)
     <jobid>/stored        what the controller last stored (nodes, time), when it stored a partial job
 
 Why a shared spool: Slurm asks node prologs/epilogs not to call Slurm commands (thousands of nodes ending
@@ -21,6 +21,7 @@ import json
 import os
 import time
 
+from .. import safeio
 from . import accum
 from .summary import ACC_FIELDS
 
@@ -105,11 +106,7 @@ def write_node_summary(spool_dir: str, summary: dict) -> str:
         pass
     name = _safe_name(summary["node"], "node name") + NODE_SUFFIX
     final = os.path.join(job_dir, name)
-    tmp = os.path.join(job_dir, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, separators=(",", ":"))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, final)
+    safeio.write_atomic(final, json.dumps(summary, separators=(",", ":")), mode=0o644)
     return final
 
 
@@ -159,10 +156,7 @@ def read_job_dir(job_dir: str) -> tuple[list[dict], dict | None]:
 
 
 def write_marker(job_dir: str, marker: dict) -> None:
-    tmp = os.path.join(job_dir, f".{STORED_MARKER}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(marker, fh)
-    os.replace(tmp, os.path.join(job_dir, STORED_MARKER))
+    safeio.write_atomic(os.path.join(job_dir, STORED_MARKER), json.dumps(marker), mode=0o644)
 
 
 def remove_job_dir(job_dir: str) -> None:
