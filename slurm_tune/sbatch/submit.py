@@ -35,7 +35,9 @@ stune-sbatch options (everything else is sbatch's, passed through untouched):
 
 
 def warn(text: str) -> None:
-    sys.stderr.write(f"{PROG}: {text}\n")
+    from ..streams import say
+
+    say(sys.stderr, f"{PROG}: {text}")
 
 
 def read_script(argv: list[str], parsed, environ, stdin) -> tuple[str | None, bytes | None, str]:

@@ -23,6 +23,7 @@ import os
 from collections import namedtuple
 
 from ..errors import StuneError
+from ..streams import say
 from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
 from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
 
@@ -89,7 +90,7 @@ def stage_requests(requests, required: bool, config, job_id: str | None, progres
         exports[req.variable] = path
         if message:
             messages.append(message)
-            _write(progress, message)
+            say(progress, message)
     return exports, messages
 
 
@@ -132,16 +133,6 @@ def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
         raise StageRequiredError(req.name, exc)
     return req.source, (f"stune-stage: warning: {req.name}: not staged ({exc}); "
                         f"{req.variable} points at the source {req.source}")
-
-
-def _write(stream, line: str) -> None:
-    if stream is None:
-        return
-    try:
-        stream.write(line + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass
 
 
 class JobLog:

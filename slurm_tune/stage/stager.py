@@ -377,12 +377,9 @@ def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key:
 
 
 def _say(stream, line: str) -> None:
-    if stream is not None:
-        try:
-            stream.write(f"stune-stage: {line}\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    from ..streams import say
+
+    say(stream, f"stune-stage: {line}")
 
 
 def _h(n: int) -> str:
