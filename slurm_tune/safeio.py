@@ -93,6 +93,31 @@ def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None) 
     return fd
 
 
+O_APPEND_FILE = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_append(name: str, dir_fd: int | None = None, *, create_mode: int | None = 0o644,
+                owner: int | None = None, single_link: bool = True) -> int:
+    """A descriptor appending to the regular file `name` (a log, a results file, a job's stderr file):
+    never through a symlink, never blocking on a FIFO (one with no reader is ENXIO), never a device or a
+    hard link to another file; checked on the descriptor like open_file. Created with `create_mode` when
+    missing; `create_mode=None`: it must exist (FileNotFoundError). UnsafePathError for anything planted."""
+    flags = O_APPEND_FILE | (os.O_CREAT if create_mode is not None else 0)
+    try:
+        fd = os.open(name, flags, create_mode or 0, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
+        raise
+    try:
+        _check_opened(fd, name, dir_fd, stat.S_IFREG, owner, single_link)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def create_exclusive(name: str, dir_fd: int | None = None, mode: int = 0o600, flags: int = os.O_WRONLY) -> int:
     """Create a new file that nobody else can have prepared: O_CREAT|O_EXCL|O_NOFOLLOW. FileExistsError
     when the name is taken (by anything, a symlink included)."""

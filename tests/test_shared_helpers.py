@@ -134,3 +134,41 @@ def test_health_outputs_are_atomic_and_make_their_directory(tmp_path):
     target.symlink_to(victim)
     outputs.write_json(str(target), {"status": "fail"})
     assert not target.is_symlink() and victim.read_text() == "root's"
+
+
+def test_root_appends_go_through_safeio(tmp_path):
+    """The health log and the active-check results: a planted symlink or FIFO is refused, never followed."""
+    from slurm_tune.active import store
+    from slurm_tune.health import state
+
+    victim = tmp_path / "victim"
+    victim.write_text("root's")
+    health = tmp_path / "health"
+    _planted(health / state.LOG_FILE, victim)
+    state.log(str(health), "drained n1")  # best effort: refused quietly
+    os.unlink(health / state.LOG_FILE)
+    os.mkfifo(health / state.LOG_FILE)
+    state.log(str(health), "drained n1")  # no reader: never hangs
+    os.unlink(health / state.LOG_FILE)
+    state.log(str(health), "drained n1", now=0)
+    assert (health / state.LOG_FILE).read_text().endswith(" drained n1\n")
+    _planted(tmp_path / "store" / "results" / "gpu" / "1970-01.jsonl", victim)
+    with pytest.raises(safeio.UnsafePathError, match="symbolic link"):
+        store.append(str(tmp_path / "store"), "gpu", [{"at": 0, "check": "x"}])
+    assert victim.read_text() == "root's"
+
+
+def test_kmsg_is_read_without_following_or_hanging(tmp_path):
+    from slurm_tune.hw.snapshot import read_xid_events
+
+    record = "4,1234,5678901,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1, GPU has fallen off the bus.\n"
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "dev").mkdir()
+    (tmp_path / "real" / "dev" / "kmsg").write_text(record)
+    assert [e["xid"] for e in read_xid_events(str(tmp_path / "real"))] == [79]
+    (tmp_path / "link" / "dev").mkdir(parents=True)
+    (tmp_path / "link" / "dev" / "kmsg").symlink_to(tmp_path / "real" / "dev" / "kmsg")
+    assert read_xid_events(str(tmp_path / "link")) == []
+    (tmp_path / "fifo" / "dev").mkdir(parents=True)
+    os.mkfifo(tmp_path / "fifo" / "dev" / "kmsg")
+    assert read_xid_events(str(tmp_path / "fifo")) == []  # a planted FIFO: no hang

@@ -44,8 +44,7 @@ def append(store: str, partition: str, results: list[dict]) -> None:
     for r in results:
         by_month.setdefault(_month(r["at"]), []).append(fastjson.dumps(r) + "\n")
     for month, lines in by_month.items():
-        fd = os.open(os.path.join(directory, f"{month}.jsonl"),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        fd = safeio.open_append(os.path.join(directory, f"{month}.jsonl"), create_mode=0o644)
         try:
             for line in lines:
                 os.write(fd, line.encode())

@@ -121,6 +121,8 @@ def log(directory: str, line: str, now: float | None = None) -> None:
     """Append one line to the node's health log (kept under 1 MiB, one old copy). Best effort."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
     path = os.path.join(directory, LOG_FILE)
+    from ..safeio import open_append
+
     try:
         require_trusted_dir(directory)
         os.makedirs(directory, mode=0o755, exist_ok=True)
@@ -129,7 +131,7 @@ def log(directory: str, line: str, now: float | None = None) -> None:
                 os.replace(path, path + ".1")
         except FileNotFoundError:
             pass
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = open_append(path, create_mode=0o644)
         try:
             os.write(fd, f"{stamp} {line}\n".encode("utf-8", "replace"))
         finally:
