@@ -120,6 +120,10 @@ def test_spool_writes_replace_a_planted_name_and_never_write_through_it(tmp_path
     summaries, marker = spool.read_job_dir(str(spool_dir / "42"))
     assert [s["node"] for s in summaries] == ["n1"] and marker == {"nodes": ["n1"]}
     assert sorted(os.listdir(spool_dir / "42")) == ["n1.json", "stored"]  # no temporary left behind
+    os.mkfifo(spool_dir / "42" / "n2.json")  # a FIFO or a symlink among the summaries: skipped, no hang
+    (spool_dir / "42" / "n3.json").symlink_to(spool_dir / "42" / "n1.json")
+    summaries, _ = spool.read_job_dir(str(spool_dir / "42"))
+    assert [s["node"] for s in summaries] == ["n1"]
 
 
 def test_health_outputs_are_atomic_and_make_their_directory(tmp_path):

@@ -28,6 +28,7 @@ from .summary import ACC_FIELDS
 NODE_SUFFIX = ".json"
 STORED_MARKER = "stored"
 SPOOL_DIR_MODE = 0o2775
+RECORD_MAX_BYTES = 16 << 20  # a node summary with its utilization series is a few KiB
 
 
 def job_file(local_dir: str, job_id: str) -> str:
@@ -64,12 +65,13 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
     record = job_file(local_dir, job_id)
     gpu_ids: list[int] = []
     start = None
-    try:
-        with open(record, encoding="ascii", errors="replace") as fh:
-            gpu_ids = parse_gpu_ids(fh.read())
-        start = os.stat(record).st_mtime
-    except (OSError, ValueError):
-        pass
+    data = safeio.read_small(record, limit=4096)
+    if data is not None:
+        try:
+            gpu_ids = parse_gpu_ids(data.decode("ascii", "replace"))
+            start = os.stat(record).st_mtime
+        except (OSError, ValueError):
+            pass
     if not gpu_ids and env_gpus:
         try:
             gpu_ids = parse_gpu_ids(env_gpus)
@@ -139,20 +141,22 @@ def read_job_dir(job_dir: str) -> tuple[list[dict], dict | None]:
     for name in sorted(names):
         path = os.path.join(job_dir, name)
         if name.endswith(NODE_SUFFIX) and not name.startswith("."):
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    doc = json.load(fh)
-                if isinstance(doc, dict) and isinstance(doc.get("gpus"), list) and doc.get("node"):
-                    summaries.append(doc)
-            except (OSError, ValueError):
-                continue
+            doc = _read_json(path)
+            if isinstance(doc, dict) and isinstance(doc.get("gpus"), list) and doc.get("node"):
+                summaries.append(doc)
         elif name == STORED_MARKER:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    marker = json.load(fh)
-            except (OSError, ValueError):
-                marker = None
+            marker = _read_json(path)
     return summaries, marker
+
+
+def _read_json(path: str):
+    """A spooled record, or None when it is missing, not a regular file (never a FIFO's hang, never through
+    a symlink), larger than any summary stune writes, or not JSON."""
+    data = safeio.read_small(path, limit=RECORD_MAX_BYTES)
+    try:
+        return None if data is None else json.loads(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def write_marker(job_dir: str, marker: dict) -> None:
