@@ -62,8 +62,14 @@ def open_file(name: str, dir_fd: int | None = None, *, owner: int | None = None,
     """Open a regular file for reading without following a symlink or blocking on a FIFO, then check
     (on the descriptor) that it is a regular file, has one link and, when given, belongs to `owner`.
     OSError for a missing name; UnsafePathError for anything planted."""
+    return _open_regular(name, O_FILE | flags, 0, dir_fd, owner, single_link)
+
+
+def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: int | None,
+                  single_link: bool) -> int:
+    """os.open with `flags` (which hold O_NOFOLLOW and O_NONBLOCK), checked on the descriptor, then blocking."""
     try:
-        fd = os.open(name, O_FILE | flags, dir_fd=dir_fd)
+        fd = os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
@@ -103,19 +109,7 @@ def open_append(name: str, dir_fd: int | None = None, *, create_mode: int | None
     hard link to another file; checked on the descriptor like open_file. Created with `create_mode` when
     missing; `create_mode=None`: it must exist (FileNotFoundError). UnsafePathError for anything planted."""
     flags = O_APPEND_FILE | (os.O_CREAT if create_mode is not None else 0)
-    try:
-        fd = os.open(name, flags, create_mode or 0, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
-        raise
-    try:
-        _check_opened(fd, name, dir_fd, stat.S_IFREG, owner, single_link)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open_regular(name, flags, create_mode or 0, dir_fd, owner, single_link)
 
 
 def create_exclusive(name: str, dir_fd: int | None = None, mode: int = 0o600, flags: int = os.O_WRONLY) -> int:
