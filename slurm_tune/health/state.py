@@ -26,6 +26,7 @@ import time
 
 from .. import fastjson
 from ..errors import StuneError
+from ..safeio import LockFile, open_append
 from ..thisnode import expand_node, node_name, uses_node
 from .outputs import write_json
 
@@ -76,35 +77,28 @@ def read(directory: str) -> tuple[dict, str | None]:
     return data, None
 
 
-class Locked:
-    """`with Locked(dir) as st:` reads the state under an exclusive flock (safeio.LockFile on `<dir>/lock`,
-    waited for); `st.save()` writes it back."""
+class Locked(LockFile):
+    """`with Locked(dir) as st:` reads the state under an exclusive flock on `<dir>/lock` (waited for);
+    `st.save()` writes it back."""
 
     def __init__(self, directory: str):
+        super().__init__(os.path.join(directory, "lock"), holder="stune-health")
         self.directory = directory
         self.state: dict = {}
         self.problem: str | None = None
-        self._lock = None
 
     def __enter__(self) -> "Locked":
-        from ..safeio import LockFile
-
         require_trusted_dir(self.directory)
-        self._lock = LockFile(os.path.join(self.directory, "lock"), holder="stune-health").__enter__()
+        super().__enter__()
         try:
             self.state, self.problem = read(self.directory)
         except BaseException:
-            self._lock.__exit__()
+            super().__exit__()
             raise
         return self
 
     def save(self) -> None:
         write_json(os.path.join(self.directory, STATE_FILE), self.state)  # atomic, like the node's other outputs
-
-    def __exit__(self, *exc) -> None:
-        if self._lock is not None:
-            self._lock.__exit__()  # closing releases the flock
-            self._lock = None
 
 
 def policy_digest(profile) -> str:
@@ -121,8 +115,6 @@ def log(directory: str, line: str, now: float | None = None) -> None:
     """Append one line to the node's health log (kept under 1 MiB, one old copy). Best effort."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
     path = os.path.join(directory, LOG_FILE)
-    from ..safeio import open_append
-
     try:
         require_trusted_dir(directory)
         os.makedirs(directory, mode=0o755, exist_ok=True)
