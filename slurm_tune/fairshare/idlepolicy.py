@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 from ..durations import compact
 from ..errors import ConfigError
+from ..safeio import write_atomic
 from ..slurm import expand_hostlist
 from ..usage import accum, spool
 
@@ -170,8 +171,7 @@ def act(slurm, decisions: list[Decision], profiles: dict, local_dir: str, *, dry
                 _write_as_owner(d.stderr, d.uid, message, log)
                 slurm.set_job_comment(d.job_id, f"stune: idle GPUs warned: {d.why}")
                 os.makedirs(state_dir, exist_ok=True)
-                with open(marker, "w", encoding="ascii") as fh:
-                    fh.write(f"{int(time.time())}\n")
+                write_atomic(marker, f"{int(time.time())}\n")
             else:
                 reason = f"stune: cancelled for idle GPUs: {d.why}"
                 _write_as_owner(d.stderr, d.uid, reason, log)
