@@ -93,6 +93,12 @@ def test_garbage_is_a_number_or_a_one_line_error_naming_the_key(text):
         assert len(str(exc).splitlines()) == 1
     else:
         assert value is None or (isinstance(value, int) and value >= 0)
+    try:
+        value = Duration().check(text, "usage.window", Where("fs.yaml"))
+    except ConfigError as exc:
+        assert str(exc).startswith("fs.yaml: usage.window: ") and len(str(exc).splitlines()) == 1
+    else:
+        assert isinstance(value, int) and value >= 0
 
 
 def test_config_key_errors_name_file_line_and_key():
