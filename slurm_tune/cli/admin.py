@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import guarded
+from .common import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, guarded
 
 PROG = "stune-admin"
 
@@ -110,7 +110,7 @@ def _roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
 def _install(args) -> int:
     import os
 
-    from ..admin.install import EXIT_KEPT, install, slurm_diffs
+    from ..admin.install import install, slurm_diffs
 
     if os.geteuid() != 0 and not args.dry_run:
         from ..errors import StuneError
@@ -141,7 +141,7 @@ def _install(args) -> int:
     elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
         print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
               "stune-fairshare.timer on the accountant host (or rerun with --enable)")
-    return EXIT_KEPT if report.kept else 0
+    return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
 def _enable_units(roles: set[str]) -> None:
@@ -170,7 +170,7 @@ def _enable_units(roles: set[str]) -> None:
 
 
 def _uninstall(args) -> int:
-    from ..admin.install import EXIT_KEPT, uninstall
+    from ..admin.install import uninstall
 
     layout, _ = _layout(args)
     report = uninstall(layout, args.dry_run, args.force)
@@ -179,7 +179,7 @@ def _uninstall(args) -> int:
     if report.changed and not args.dry_run:
         print(f"{PROG} uninstall: remove stune's lines from slurm.conf (Prolog/Epilog hooks are gone, "
               "HealthCheckProgram, TaskProlog, EpilogSlurmctld) and disable its units if you enabled them")
-    return EXIT_KEPT if report.kept else 0
+    return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
 def _doctor(args) -> int:
@@ -216,7 +216,7 @@ def _doctor(args) -> int:
         warnings = sum(f.severity == doctor.WARNING for f in result.findings)
         oks = sum(f.severity == doctor.OK for f in result.findings)
         print(f"{PROG} doctor: {errors} error(s), {warnings} warning(s), {oks} ok (-v lists them)")
-    return 1 if any(f.severity == doctor.ERROR for f in result.findings) else 0
+    return EXIT_ERROR if any(f.severity == doctor.ERROR for f in result.findings) else EXIT_OK
 
 
 def _common(p) -> None:

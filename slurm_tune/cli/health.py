@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import sys
 
-from .common import EXIT_USAGE, guarded
+from ..errors import EXIT_BY_STATUS, EXIT_HOOK_FAIL, EXIT_OK
+from .common import EXIT_INTERNAL, EXIT_USAGE, guarded
 
 PROG = "stune-health"
-EXIT_BY_STATUS = {"ok": 0, "unknown": 4, "degraded": 5, "fail": 6}
-EXIT_HOOK_FAIL = 10
 COMMON = {"--partition": 1, "--sysfs-root": 1, "--gpu-snapshot": 1, "--state-dir": 1, "--node": 1, "--prom": 1,
           "--json-out": 1}
 COMMANDS = {
@@ -269,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         import gc
 
         gc.disable()  # a short-lived hook: collector passes over freshly imported modules only cost time
-    code = guarded(PROG, _main, args, internal_exit=0 if hook else 70)
+    code = guarded(PROG, _main, args, internal_exit=EXIT_OK if hook else EXIT_INTERNAL)
     if hook:
-        code = EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else 0
+        code = EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else EXIT_OK
         if argv is None:  # the console script: skip the interpreter's teardown (~2 ms), as run_console does
             import os
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import EXIT_ERROR, guarded
+from .common import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, guarded
 
 PROG = "stune-stage"
 
@@ -309,5 +309,5 @@ def _main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The epilog must never fail: a bug here is reported, and the node stays in service.
-    internal_exit = 0 if "--epilog" in argv else 70
+    internal_exit = EXIT_OK if "--epilog" in argv else EXIT_INTERNAL
     return guarded(PROG, _main, argv, internal_exit=internal_exit)

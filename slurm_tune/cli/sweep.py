@@ -16,10 +16,9 @@ import argparse
 import sys
 import time
 
-from .common import guarded
+from .common import EXIT_ATTENTION, EXIT_OK, guarded
 
 PROG = "stune-sweep"
-EXIT_OUTLIERS = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,7 +114,7 @@ def _main(argv: list[str]) -> int:
     for node, why in sorted(out.get("named", {}).items()):
         print(f"{node}: named at fault: {why}")
     outliers = [v for v in verdicts if v.status == J.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
-    return EXIT_OUTLIERS if outliers else 0
+    return EXIT_ATTENTION if outliers else EXIT_OK
 
 
 HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value", "unit", "fingerprint", "job",
