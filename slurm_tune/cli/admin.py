@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from . import options
 from .common import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, guarded
 
 PROG = "stune-admin"
@@ -13,12 +14,19 @@ def _check_profiles(args) -> int:
 
     directory = args.directory or profile_dir()
     profiles = validate_directory(directory)
+    if args.json:
+        from ..output import print_json
+
+        print_json({"directory": directory, "profiles": {
+            name: {"source": p.source, "digest": p.digest, "fabric": p.fabric.type, "gpus": p.gpu.count,
+                   "hcas": [f"{h.device}:{h.port}" for h in p.fabric.hcas]} for name, p in profiles.items()}})
+        return EXIT_OK
     for name, profile in sorted(profiles.items()):
         hcas = ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas) or "-"
         print(f"{name:12s} {profile.fabric.type:5s} hcas={hcas} gpus={profile.gpu.count} "
               f"digest={profile.digest}  ({profile.source})")
     print(f"{len(profiles)} profile(s) OK in {directory}")
-    return 0
+    return EXIT_OK
 
 
 def _topology(args) -> int:
@@ -204,7 +212,9 @@ def _doctor(args) -> int:
     slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)  # the live cluster
     result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=True)
     if args.json:
-        print(doctor.as_json(result))
+        import sys
+
+        sys.stdout.write(doctor.as_json(result))
     else:
         for finding in result.findings:
             if finding.severity != doctor.OK or args.verbose:
@@ -238,6 +248,8 @@ def _main(argv: list[str]) -> int:
     check = sub.add_parser("check-profiles", help="validate partitions/*.yaml and site.yaml; one line per error")
     check.add_argument("directory", nargs="?", help="profile directory (default: $STUNE_PARTITIONS or "
                                                    "/etc/stune/partitions)")
+    options.add(check, "json", help="each valid profile's source, digest, fabric, GPUs and HCAs as JSON (an "
+                                    "invalid directory is still one line per error on stderr, exit 1)")
     topo = sub.add_parser("topology", help="ibnetdiscover output to topology.conf",
                           description="Read `ibnetdiscover` output (a file, or stdin) and write a Slurm "
                                       "topology.conf for topology/tree.")
@@ -255,10 +267,10 @@ def _main(argv: list[str]) -> int:
                           description="Place everything stune ships (idempotent; an admin-edited file is kept "
                                       "and its diff shown unless --force), write the env file from what it "
                                       "detects, create the state/usage/spool dirs, install units without "
-                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 when "
-                                      "an edited file was kept.")
+                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 "
+                                      "(EXIT_ATTENTION) when an edited file was kept.")
     _common(inst)
-    inst.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    options.add(inst, "dry_run", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
     inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
                                                            "(the sampler and the idle-policy timer on a node, "
@@ -268,14 +280,14 @@ def _main(argv: list[str]) -> int:
                       help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
     _common(uninst)
-    uninst.add_argument("--dry-run", action="store_true")
+    options.add(uninst, "dry_run", help="say what would be removed; remove nothing")
     uninst.add_argument("--force", action="store_true", help="also remove files edited since install")
     doc = sub.add_parser("doctor", help="check the live cluster: one line per finding, exit 1 on errors",
                          description="Check slurm.conf/cgroup.conf, hooks and files root runs, profiles "
                                      "against partitions and GRES, homogeneous partitions and the version "
                                      "matrix, the sampler and the accountant.")
     _common(doc)
-    doc.add_argument("--json", action="store_true", help="findings and the version matrix as JSON")
+    options.add(doc, "json", help="findings and the version matrix as JSON")
     doc.add_argument("--env-file", metavar="FILE", help="default: $STUNE_ENV_FILE, else PREFIX/etc/default/stune")
     doc.add_argument("--facts", metavar="DIR", help="per-node captures, DIR/<node>.json "
                                                     "(`stune-health capture -o`)")

@@ -232,7 +232,9 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
 
 
 def to_json(decisions: list[Decision]) -> str:
-    return json.dumps([asdict(d) for d in decisions], indent=1) + "\n"
+    from ..output import json_text
+
+    return json_text([asdict(d) for d in decisions])
 
 
 def _dur(seconds: float) -> str:
