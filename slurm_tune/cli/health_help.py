@@ -6,7 +6,7 @@ from .health import PROG
 
 # Every option, with its help line: `stune-health <command> --help` prints exactly these.
 COMMON_HELP = (
-    ("--partition P", "judge by partition P's profile (default: $STUNE_HEALTH_PARTITION, else the one this "
+    ("-p, --partition P", "judge by partition P's profile (default: $STUNE_HEALTH_PARTITION, else the one this "
                       "node used before)"),
     ("--sysfs-root DIR", "read sysfs, /dev/kmsg and boot_id under DIR (default: $STUNE_SYSFS_ROOT or /; %n = "
                          "node name)"),
