@@ -45,6 +45,8 @@ EXIT_FAIL = 6           # health verdict: broken
 EXIT_BREAKER = 7        # `stune-health run`: the circuit breaker held back a drain
 EXIT_HOOK_FAIL = 10     # a prolog/epilog failing the job on purpose (not 1: a Python that cannot start exits 1)
 EXIT_INTERNAL = 70      # a bug in stune (EX_SOFTWARE); a hook exits 0 instead
+EXIT_CANNOT_RUN = 126   # stune-bind: the command is not executable (the shell's convention)
+EXIT_NOT_FOUND = 127    # stune-bind: the command is not found (the shell's convention)
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 # The health verdicts' exit statuses (`stune-health check`).
@@ -69,6 +71,8 @@ TABLE = (
      "stune-health prolog/epilog"),
     ("EXIT_INTERNAL", EXIT_INTERNAL, "a bug in stune (EX_SOFTWARE; `STUNE_DEBUG=1` shows the traceback); "
                                      "hooks exit 0 instead", "every command but the hooks"),
+    ("EXIT_CANNOT_RUN", EXIT_CANNOT_RUN, "the command to run is not executable (as in a shell)", "stune-bind"),
+    ("EXIT_NOT_FOUND", EXIT_NOT_FOUND, "the command to run is not found (as in a shell)", "stune-bind"),
     ("EXIT_INTERRUPTED", EXIT_INTERRUPTED, "interrupted (Ctrl-C)", "every command"),
 )
 

@@ -21,10 +21,11 @@ def _check_profiles(args) -> int:
             name: {"source": p.source, "digest": p.digest, "fabric": p.fabric.type, "gpus": p.gpu.count,
                    "hcas": [f"{h.device}:{h.port}" for h in p.fabric.hcas]} for name, p in profiles.items()}})
         return EXIT_OK
-    for name, profile in sorted(profiles.items()):
-        hcas = ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas) or "-"
-        print(f"{name:12s} {profile.fabric.type:5s} hcas={hcas} gpus={profile.gpu.count} "
-              f"digest={profile.digest}  ({profile.source})")
+    from ..output import table
+
+    print(table([(name, p.fabric.type, f"hcas={','.join(f'{h.device}:{h.port}' for h in p.fabric.hcas) or '-'}",
+                  f"gpus={p.gpu.count}", f"digest={p.digest}", f"({p.source})")
+                 for name, p in sorted(profiles.items())]), end="")
     print(f"{len(profiles)} profile(s) OK in {directory}")
     return EXIT_OK
 
@@ -73,7 +74,7 @@ def _topology(args) -> int:
               f"{sum(len(v) for v in topology.leaves.values())} node placement(s)", file=sys.stderr)
     else:
         sys.stdout.write(conf)
-    return 0
+    return EXIT_OK
 
 
 def _layout(args):
@@ -242,7 +243,7 @@ def _common(p) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
-def _main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip())
     sub = parser.add_subparsers(dest="cmd", required=True)
     check = sub.add_parser("check-profiles", help="validate partitions/*.yaml and site.yaml; one line per error")
@@ -292,7 +293,11 @@ def _main(argv: list[str]) -> int:
     doc.add_argument("--facts", metavar="DIR", help="per-node captures, DIR/<node>.json "
                                                     "(`stune-health capture -o`)")
     doc.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm call (default 10)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     handlers = {"check-profiles": _check_profiles, "install": _install, "uninstall": _uninstall,
                 "doctor": _doctor, "topology": _topology}
     return handlers[args.cmd](args)

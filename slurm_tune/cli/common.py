@@ -5,8 +5,8 @@ import os
 import sys
 
 # The exit statuses live with the error family (errors.py, imported here anyway); re-exported for the commands.
-from ..errors import (EXIT_ATTENTION, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
-                      EXIT_USAGE, StuneError)
+from ..errors import (EXIT_ATTENTION, EXIT_CANNOT_RUN, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED,  # noqa: F401
+                      EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, StuneError)
 
 
 def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL) -> int:

@@ -141,7 +141,7 @@ def _report(args) -> int:
     if prom:
         report_mod.to_prometheus(rep, prom)
         print(f"{PROG}: wrote {prom}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _explain(args) -> int:
@@ -214,7 +214,7 @@ def _idle_policy(args) -> int:
             log_file.close()
     if args.json:
         sys.stdout.write(idlepolicy.to_json(decisions))
-    return 0
+    return EXIT_OK
 
 
 def _store(args) -> int:
@@ -226,7 +226,7 @@ def _store(args) -> int:
     wait = config.usage.collect_wait if args.wait is None else args.wait
     outcome = collect.store_job(_slurm(), spool, args.job, args.nodes, wait_s=wait)
     print(f"{PROG}: job {args.job}: {outcome}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _collect(args) -> int:
@@ -239,10 +239,10 @@ def _collect(args) -> int:
     min_age = args.min_age if args.min_age is not None else config.usage.collect_wait + 30
     for job, outcome in collect.sweep(_slurm(), spool, min_age_s=min_age, max_age_s=config.usage.spool_max_age):
         print(f"job {job}: {outcome}")
-    return 0
+    return EXIT_OK
 
 
-def _main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="GPU-utilization fair-share for Slurm")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
@@ -301,7 +301,11 @@ def _main(argv: list[str]) -> int:
     common(p, sacct=False)
     p.add_argument("--min-age", type=float, help="leave job directories younger than this alone "
                                                  "(default usage.collect_wait + 30 s)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
             "job": _job, "idle-policy": _idle_policy}[args.cmd](args)
 

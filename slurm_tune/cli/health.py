@@ -248,15 +248,16 @@ def _clear(options: dict) -> int:
         st.save()
     log(cfg.state_dir, f"clear {' '.join(what)} (by hand)")
     print(f"{PROG}: cleared {', '.join(what)} in {cfg.state_dir}")
-    return 0
+    return EXIT_OK
 
 
 def _xids(options: dict) -> int:
     from ..health.xid import XIDS
 
-    for code, (severity, meaning) in sorted(XIDS.items()):
-        print(f"{code:4d}  {severity:8s}  {meaning}")
-    return 0
+    from ..output import table
+
+    sys.stdout.write(table(sorted((code, severity, meaning) for code, (severity, meaning) in XIDS.items())))
+    return EXIT_OK
 
 
 def _main(argv: list[str]) -> int:
@@ -267,7 +268,7 @@ def _main(argv: list[str]) -> int:
             from .health_help import command_help  # the help text stays off the prolog's import path
 
             print(command_help(exc.help_for))
-            return 0
+            return EXIT_OK
         if str(exc):
             print(f"{PROG}: {exc}", file=sys.stderr)
         print(__doc__.split("\n\n")[1] + f"\n\n`{PROG} <command> --help` lists a command's options and exit "

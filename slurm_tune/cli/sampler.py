@@ -56,7 +56,7 @@ def _run(args) -> int:
         pass
     finally:
         sampler.close()
-    return 0
+    return EXIT_OK
 
 
 def _epilog(args) -> int:
@@ -70,14 +70,14 @@ def _epilog(args) -> int:
         node = os.environ.get("SLURMD_NODENAME") or args.node or node_name()
         if not job:
             print(f"{PROG}: epilog: no SLURM_JOB_ID", file=sys.stderr)
-            return 0
+            return EXIT_OK
         local, spool_dir = usage_dirs()
         outcome = node_epilog(local, spool_dir, job, node, os.environ.get("SLURM_JOB_GPUS"))
         if args.verbose:
             print(f"{PROG}: job {job} on {node}: {outcome}", file=sys.stderr)
     except Exception as exc:  # the hook boundary
         print(f"{PROG}: epilog: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _status(args) -> int:
@@ -119,7 +119,7 @@ def _status(args) -> int:
     return EXIT_OK
 
 
-def _main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="per-job GPU utilization sampler")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="sample the GPUs until stopped")
@@ -141,7 +141,11 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--local-dir")
     p.add_argument("--config")
     options.add(p, "json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     return {"run": _run, "epilog": _epilog, "status": _status}[args.cmd](args)
 
 

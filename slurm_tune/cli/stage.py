@@ -148,7 +148,7 @@ def cmd_fetch(args) -> int:
             sys.stdout.write(as_taskprolog({name: value}))
         else:
             sys.stdout.write(as_shell({name: value}))
-    return 0
+    return EXIT_OK
 
 
 # ---- ls / status ------------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def cmd_gc(args) -> int:
             print(f"{PROG}: warning: {config.root}: {problem}", file=sys.stderr)
         if not any(report[:-2]):
             print("  nothing to do" if not report.bad_namespaces else "  nothing else to do")
-    return 0
+    return EXIT_OK
 
 
 def cmd_release(args) -> int:
@@ -271,7 +271,7 @@ def cmd_release(args) -> int:
         user = os.environ.get("SLURM_JOB_USER") or None
         if not (uid or "").isdigit():
             print(f"{PROG}: epilog: SLURM_JOB_UID is not set; nothing released", file=sys.stderr)
-            return 0
+            return EXIT_OK
     partition = os.environ.get("SLURM_JOB_PARTITION") if args.epilog and not args.partition else None
     try:
         tiers = _tiers(args, partition)
@@ -279,7 +279,7 @@ def cmd_release(args) -> int:
         if not args.epilog:
             raise
         print(f"{PROG}: epilog: job {job}: {exc}", file=sys.stderr)
-        return 0
+        return EXIT_OK
     for label, config in tiers:
         with Tier(config) as tier:
             try:
@@ -293,7 +293,7 @@ def cmd_release(args) -> int:
 
                 if not (isinstance(exc, TierUnavailable) and exc.kind == "missing"):
                     print(f"{PROG}: epilog: {config.root}: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def cmd_init(args) -> int:
@@ -302,7 +302,7 @@ def cmd_init(args) -> int:
     for label, config in _tiers(args):
         for line in init(config) or [f"{config.root}: already set up"]:
             print(line)
-    return 0
+    return EXIT_OK
 
 
 COMMANDS = {"fetch": cmd_fetch, "stage": cmd_fetch, "ls": cmd_ls, "status": cmd_status, "gc": cmd_gc,

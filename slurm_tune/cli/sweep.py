@@ -151,7 +151,7 @@ def _history(args, store) -> int:
         sys.stdout.write(R.to_csv(rows, HISTORY_COLUMNS))
     else:
         sys.stdout.write(R.table(rows, HISTORY_COLUMNS) if rows else "no results\n")
-    return 0
+    return EXIT_OK
 
 
 def _checks(args) -> int:
@@ -174,7 +174,7 @@ def _checks(args) -> int:
         print(f"{c.name:15} {c.kind:4} {c.metric} ({c.unit or 'pass/fail'})\n"
               f"{'':20}command: {command}\n"
               f"{'':20}tool here: {path or 'not available: install ' + c.install}")
-    return 0
+    return EXIT_OK
 
 
 def _report(args, profile, store) -> int:
@@ -212,7 +212,7 @@ def _report(args, profile, store) -> int:
         sys.stdout.write(text)
     if args.png:
         R.png(args.png, args.partition, data)
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
