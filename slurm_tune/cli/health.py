@@ -36,12 +36,12 @@ PROG = "stune-health"
 SHARED_COMMON = ("partition", "sysfs_root", "node")
 COMMON = {"--gpu-snapshot": 1, "--state-dir": 1, "--prom": 1, "--json-out": 1}
 COMMANDS = {
-    "capture": {"-o": 1, "--output": 1, "--no-nvml": 0, "--timeout": 1},
+    "capture": {"-o": 1, "--output": 1, "--no-nvml": 0, "--timeout": 1, "json": 0},
     "check": {"--snapshot": 1, "--previous": 1, "-v": 0, "--verbose": 0, "json": 0},
     "prolog": {},
     "epilog": {},
     "run": {"dry_run": 0, "json": 0},
-    "status": {},
+    "status": {"json": 0},
     "clear": {"--xid": 0, "--baselines": 0, "--trust": 0, "--unknown": 0},
     "xids": {},
 }
