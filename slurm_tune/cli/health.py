@@ -254,9 +254,8 @@ def _clear(options: dict) -> int:
 def _xids(options: dict) -> int:
     from ..health.xid import XIDS
 
-    from ..output import table
-
-    sys.stdout.write(table(sorted((code, severity, meaning) for code, (severity, meaning) in XIDS.items())))
+    for code, (severity, meaning) in sorted(XIDS.items()):  # fixed widths: the Xid codes right-aligned
+        print(f"{code:4d}  {severity:8s}  {meaning}")
     return EXIT_OK
 
 
