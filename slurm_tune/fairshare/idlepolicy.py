@@ -21,7 +21,6 @@ same waste.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
