@@ -145,7 +145,8 @@ def test_half_life_2w_on_the_command_line(tmp_path):
     bad = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--half-life", "2 weeks"],
                tmp_path=tmp_path)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
-    assert bad.stderr.splitlines() == [f"stune-fairshare: --half-life: '2 weeks' is not a duration (e.g. {D.EXAMPLES})"]
+    assert bad.stderr.splitlines() == [
+        f"stune-fairshare: --half-life: '2 weeks' is not a duration (e.g. {D.EXAMPLES})"]
 
 
 def test_slurms_half_life_reaches_the_accountant_and_garbage_names_the_key():

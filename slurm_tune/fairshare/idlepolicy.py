@@ -21,7 +21,6 @@ same waste.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -238,4 +237,6 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 
 
 def to_json(decisions: list[Decision]) -> str:
-    return json.dumps([asdict(d) for d in decisions], indent=1) + "\n"
+    from ..output import json_text
+
+    return json_text([asdict(d) for d in decisions])
