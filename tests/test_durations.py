@@ -50,6 +50,14 @@ def test_slurm_text_counts_bare_numbers_in_minutes_and_knows_its_keywords():
         D.parse_slurm("soon")
 
 
+def test_sbatch_time_limits_follow_slurms_rules():
+    from slurm_tune.sbatch.plan import time_limit_seconds
+
+    assert [time_limit_seconds(t) for t in ("7", "7:30", "1:00:00", "2-0", "2-3:04:05", " 10 ")] == [
+        420, 450, 3600, 172800, 183845, 600]
+    assert [time_limit_seconds(t) for t in ("0", "00:00:00", "INFINITE", "UNLIMITED", "", None, "soon")] == [None] * 7
+
+
 def test_formats():
     assert D.compact(0) == "0s" and D.compact(90) == "1m30s" and D.compact(1209600) == "2w"
     assert D.compact(129600) == "1d12h"

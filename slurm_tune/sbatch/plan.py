@@ -335,13 +335,13 @@ def signal_seconds(value: str | None) -> int | None:
 
 def time_limit_seconds(text: str | None) -> int | None:
     """A --time value by Slurm's rules (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; durations.parse_slurm); None for
-    INFINITE or garbage (sbatch itself says what is wrong with it)."""
+    no limit (0, INFINITE, UNLIMITED) or garbage (sbatch itself says what is wrong with it)."""
     from ..durations import DurationError, parse_slurm
 
     if not text:
         return None
     try:
-        return parse_slurm(text)
+        return parse_slurm(text) or None  # sbatch: "a time limit of zero requests that no time limit be imposed"
     except DurationError:
         return None
 
