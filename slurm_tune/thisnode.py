@@ -1,25 +1,83 @@
-"""Which node this process runs on, and `%n` in configured paths.
+"""Which node and job this process runs for, and `%n` in configured paths.
 
 On a real cluster each node has its own disk and sysfs; on the one-machine development cluster the three
 nodes share one, so per-node paths (sysfs fixture trees, state, the cache tier) are written once with `%n`.
+
+A command that runs for a job on a node (stune-task-prolog, stune-env, stune-stage fetch) builds one
+`JobContext` at its entry point and passes it down; nothing below it reads SLURM_JOB_PARTITION or
+SLURMD_NODENAME again, or loads the profile again. Imports only `os`, `collections` and `text`: it is on every
+hook's path.
 """
 from __future__ import annotations
 
 import os
+from collections import namedtuple
+
+from .text import is_digits
+
+NODE_VAR = "SLURMD_NODENAME"        # set by slurmd for prologs, epilogs, TaskProlog and job steps
+PARTITION_VAR = "SLURM_JOB_PARTITION"
+JOB_ID_VAR = "SLURM_JOB_ID"
 
 
 def node_name(environ=None) -> str:
     """Slurm's name for this node ($SLURMD_NODENAME in hooks and jobs), else the short host name."""
     environ = os.environ if environ is None else environ
-    return environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    return environ.get(NODE_VAR) or os.uname().nodename.split(".")[0]
 
 
-def expand_node(text: str, node: str) -> str:
-    """`%n` becomes `node`; `%%` is a literal `%`."""
+def expand(text: str, node: str | None = None, environ=None) -> str:
+    """The one `%n` expander: `%n` becomes `node` (None: this node's name, from `environ`); `%%` is a literal
+    `%`, so `%%n` is the text `%n`. Every configured path that may name the node goes through here."""
     if "%" not in text:
         return text
-    return text.replace("%%", "\0").replace("%n", node).replace("\0", "%")
+    parts = text.split("%%")
+    if node is None and any("%n" in part for part in parts):
+        node = node_name(environ)
+    return "%".join(part.replace("%n", node or "") for part in parts)
 
 
 def uses_node(text: str) -> bool:
-    return "%n" in text.replace("%%", "")
+    """Does `text` name the node (`%n`, not the literal `%%n`)?"""
+    return any("%n" in part for part in text.split("%%"))
+
+
+class JobContext(namedtuple("JobContext", "environ node partition job_id profile profile_error")):
+    """What runs for a job on this node needs to know, resolved once where the command starts.
+
+    environ: the task's environment (read-only here); node: this node's Slurm name; partition: the job's
+    (the first, when Slurm gives a list; '' when unknown); job_id: digits, or None outside a job; profile: the
+    partition's profile, or None with the StuneError that said why in profile_error (None when no partition
+    or not loaded yet)."""
+
+    __slots__ = ()
+
+    def expand(self, text: str) -> str:
+        """`%n` in `text` is this context's node."""
+        return expand(text, self.node)
+
+    def with_profile(self, load) -> "JobContext":
+        """This context with `load(partition)`'s profile, or the StuneError it raised in profile_error. The
+        caller passes its loader: this module sits below the profiles."""
+        if not self.partition:
+            return self
+        from .errors import StuneError
+
+        try:
+            return self._replace(profile=load(self.partition), profile_error=None)
+        except StuneError as exc:
+            return self._replace(profile=None, profile_error=exc)
+
+
+def job_context(environ=None, *, partition: str | None = None, node: str | None = None,
+                profile=None) -> JobContext:
+    """The context from the task's environment: $SLURMD_NODENAME (else the host name), the first of
+    $SLURM_JOB_PARTITION and $SLURM_JOB_ID (ASCII digits only; anything else is no job). `partition` and
+    `node`, when given (a -p or --node option), win over the environment."""
+    environ = os.environ if environ is None else environ
+    if partition is None:
+        partition = environ.get(PARTITION_VAR, "").split(",")[0].strip()
+    job_id = environ.get(JOB_ID_VAR) or None
+    if job_id is not None and not is_digits(job_id):
+        job_id = None
+    return JobContext(environ, node or node_name(environ), partition, job_id, profile, None)
