@@ -5,13 +5,12 @@ nodes share one, so per-node paths (sysfs fixture trees, state, the cache tier) 
 
 A command that runs for a job on a node (stune-task-prolog, stune-env, stune-stage fetch) builds one
 `JobContext` at its entry point and passes it down; nothing below it reads SLURM_JOB_PARTITION or
-SLURMD_NODENAME again, or loads the profile again. Imports only `os`, `collections` and `text`: it is on every
-hook's path.
+SLURMD_NODENAME again, or loads the profile again. Imports only `os` and `text`: it is on every hook's path,
+the prolog's included.
 """
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 
 from .text import is_digits
 
@@ -42,15 +41,23 @@ def uses_node(text: str) -> bool:
     return any("%n" in part for part in text.split("%%"))
 
 
-class JobContext(namedtuple("JobContext", "environ node partition job_id profile profile_error")):
+class JobContext:
     """What runs for a job on this node needs to know, resolved once where the command starts.
 
     environ: the task's environment (read-only here); node: this node's Slurm name; partition: the job's
     (the first, when Slurm gives a list; '' when unknown); job_id: digits, or None outside a job; profile: the
     partition's profile, or None with the StuneError that said why in profile_error (None when no partition
-    or not loaded yet)."""
+    or not loaded yet). A plain class, not a namedtuple: the prolog imports this module, not `collections`."""
 
-    __slots__ = ()
+    __slots__ = ("environ", "node", "partition", "job_id", "profile", "profile_error")
+
+    def __init__(self, environ, node: str, partition: str, job_id: str | None, profile=None, profile_error=None):
+        self.environ, self.node, self.partition, self.job_id = environ, node, partition, job_id
+        self.profile, self.profile_error = profile, profile_error
+
+    def __repr__(self):
+        return (f"JobContext(node={self.node!r}, partition={self.partition!r}, job_id={self.job_id!r}, "
+                f"profile={getattr(self.profile, 'name', None)!r}, profile_error={self.profile_error!r})")
 
     def expand(self, text: str) -> str:
         """`%n` in `text` is this context's node."""
@@ -64,9 +71,10 @@ class JobContext(namedtuple("JobContext", "environ node partition job_id profile
         from .errors import StuneError
 
         try:
-            return self._replace(profile=load(self.partition), profile_error=None)
+            profile, error = load(self.partition), None
         except StuneError as exc:
-            return self._replace(profile=None, profile_error=exc)
+            profile, error = None, exc
+        return JobContext(self.environ, self.node, self.partition, self.job_id, profile, error)
 
 
 def job_context(environ=None, *, partition: str | None = None, node: str | None = None,

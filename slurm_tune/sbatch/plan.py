@@ -14,7 +14,7 @@ from .options import Effective, node_range
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
-from ..nodeenv.managed import MANAGED_VAR, format_managed, parse_managed
+from ..nodeenv.managed import MANAGED_VAR, SUMMARY_VAR, format_managed, parse_managed
 
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 
@@ -491,11 +491,13 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     if not het:
         settings += container_settings(profile, eff, stage_args, cwd)
     if stage_strict:
-        settings.append(Setting(ENV, "STUNE_FRESHNESS", "strict", "rule: --stage-strict", True,
+        from ..stage.jobenv import FRESHNESS_VAR
+
+        settings.append(Setting(ENV, FRESHNESS_VAR, "strict", "rule: --stage-strict", True,
                                 "a cached copy is used only when every file's size and mtime still match the "
                                 "source (the tier's default `fast` checks the top level only)"))
     if node_summary:
-        settings.append(Setting(ENV, "STUNE_NODE_SUMMARY", "1", "rule: --node-summary", True,
+        settings.append(Setting(ENV, SUMMARY_VAR, "1", "rule: --node-summary", True,
                                 "each node writes one line with its final settings to the job's stderr"))
     from .options import PLUGIN_KEYS
 
