@@ -17,6 +17,9 @@ from .text import is_digits
 NODE_VAR = "SLURMD_NODENAME"        # set by slurmd for prologs, epilogs, TaskProlog and job steps
 PARTITION_VAR = "SLURM_JOB_PARTITION"
 JOB_ID_VAR = "SLURM_JOB_ID"
+# stune-sbatch's encoded --stage list (stage/spec.py). Defined here, below the stage package, so the
+# TaskProlog can tell whether a job stages anything without importing that package.
+STAGE_VAR = "STUNE_STAGE"
 
 
 def node_name(environ=None) -> str:

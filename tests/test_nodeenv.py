@@ -17,6 +17,7 @@ from slurm_tune.profiles import load_profile
 from slurm_tune.thisnode import job_context
 
 BIN = os.path.dirname(sys.executable)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def job(environ, profile=None):
@@ -360,3 +361,18 @@ def test_one_percent_n_expander_at_every_site(template, node, expected, tmp_path
     assert (settings.gpu_snapshot, settings.root, settings.state_dir) == (expected,) * 3
     assert expand_path(template, node) == os.path.normpath(expected)
     assert uses_node(template) == ("%n" in template.replace("%%", ""))
+
+
+def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_path):
+    """The TaskProlog runs before every task: the job log and the staging code load only when used."""
+    from importcheck import loaded_by
+
+    hwtrees.h100_roce(tmp_path / "node")
+    env = dict(outside_a_job(tmp_path), SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", SLURM_JOB_ID="5",
+               STUNE_SYSFS_ROOT=str(tmp_path / "node"), STUNE_PARTITIONS=str(REPO / "partitions"),
+               STUNE_CACHE_DIR=str(tmp_path / "cache"))
+    code = "from slurm_tune.cli.taskprolog import _main\nassert _main([]) == 0"
+    quiet = loaded_by(code, env)
+    assert "slurm_tune.nodeenv.taskenv" in quiet and not any(m.startswith("slurm_tune.stage") for m in quiet)
+    staging = loaded_by(code, dict(env, STUNE_STAGE="v1;optional;DS=/nonexistent/ds"))
+    assert "slurm_tune.stage.jobenv" in staging

@@ -36,9 +36,7 @@ def _main(argv: list[str]) -> int:
         return 0
     from ..errors import ConfigError, StuneError
     from ..profiles import load_profile
-    from ..stage.jobenv import JobLog
-
-    log = JobLog(job.environ)
+    log = _JobLogOnUse(job.environ)
     speak = job.environ.get("SLURM_LOCALID", "0") in ("", "0")
     job = job.with_profile(load_profile)
     if job.profile is None:
@@ -64,6 +62,30 @@ def _main(argv: list[str]) -> int:
         if job.environ.get(SUMMARY_VAR):
             log.write(summary_line(job, exports) + "\n")
     return 0
+
+
+class _JobLogOnUse:
+    """stage.jobenv.JobLog, imported and made at the first write: a task with nothing to say and nothing to
+    stage (the common case) never loads the stage package."""
+
+    def __init__(self, environ):
+        self.environ, self._log = environ, None
+
+    def _open(self):
+        if self._log is None:
+            from ..stage.jobenv import JobLog
+
+            self._log = JobLog(self.environ)
+        return self._log
+
+    def write(self, text: str) -> int:
+        return self._open().write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def say_once(self, text: str, node: str) -> None:
+        self._open().say_once(text, node)
 
 
 def summary_line(job, exports: dict) -> str:

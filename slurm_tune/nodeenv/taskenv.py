@@ -16,6 +16,7 @@ partition's profile and job id are never re-derived below it.
 from __future__ import annotations
 
 from ..hw.sysfs import Sysfs, resolve_root
+from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
 from .managed import MANAGED_VAR, format_managed, is_stunes, parse_managed
 
@@ -184,8 +185,6 @@ def task_environment(job, progress=None, sysfs: Sysfs | None = None) -> tuple[di
     --stage-required fails."""
     exports, messages = node_exports(job, sysfs)
     exports = with_managed(exports, job.environ)
-    from ..stage.spec import ENV_VAR as STAGE_VAR
-
     if job.environ.get(STAGE_VAR, "").strip() or job.profile.cache.stage:
         from ..stage.jobenv import prepare_for_task
 
