@@ -62,10 +62,6 @@ class JobContext:
         return (f"JobContext(node={self.node!r}, partition={self.partition!r}, job_id={self.job_id!r}, "
                 f"profile={getattr(self.profile, 'name', None)!r}, profile_error={self.profile_error!r})")
 
-    def expand(self, text: str) -> str:
-        """`%n` in `text` is this context's node."""
-        return expand(text, self.node)
-
     def with_profile(self, load) -> "JobContext":
         """This context with `load(partition)`'s profile, or the StuneError it raised in profile_error. The
         caller passes its loader: this module sits below the profiles."""

@@ -36,6 +36,7 @@ def _main(argv: list[str]) -> int:
         return 0
     from ..errors import ConfigError, StuneError
     from ..profiles import load_profile
+
     log = _JobLogOnUse(job.environ)
     speak = job.environ.get("SLURM_LOCALID", "0") in ("", "0")
     job = job.with_profile(load_profile)

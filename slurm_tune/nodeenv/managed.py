@@ -13,6 +13,8 @@ from __future__ import annotations
 
 MANAGED_VAR = "STUNE_MANAGED"
 SUMMARY_VAR = "STUNE_NODE_SUMMARY"  # stune-sbatch --node-summary: each node says its final settings once
+# MASTER_PORT per job: BASE + job id mod SPAN (the TaskProlog sets it; stune-sbatch --dry-run explains it)
+MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
 
 
 def parse_managed(text: str | None) -> dict[str, str | None]:

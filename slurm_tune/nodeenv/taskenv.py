@@ -18,9 +18,7 @@ from __future__ import annotations
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
-from .managed import MANAGED_VAR, format_managed, is_stunes, parse_managed
-
-MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
+from .managed import MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, format_managed, is_stunes, parse_managed
 
 
 def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict[str, str | None], list[str]]:
