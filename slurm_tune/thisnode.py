@@ -28,6 +28,12 @@ def node_name(environ=None) -> str:
     return environ.get(NODE_VAR) or os.uname().nodename.split(".")[0]
 
 
+def job_partition(environ=None) -> str:
+    """The job's partition from $SLURM_JOB_PARTITION: the first, when Slurm gives a list; '' outside a job."""
+    environ = os.environ if environ is None else environ
+    return (environ.get(PARTITION_VAR) or "").split(",")[0].strip()
+
+
 def expand(text: str, node: str | None = None, environ=None) -> str:
     """The one `%n` expander: `%n` becomes `node` (None: this node's name, from `environ`); `%%` is a literal
     `%`, so `%%n` is the text `%n`. Every configured path that may name the node goes through here."""
@@ -83,7 +89,7 @@ def job_context(environ=None, *, partition: str | None = None, node: str | None 
     `node`, when given (a -p or --node option), win over the environment."""
     environ = os.environ if environ is None else environ
     if partition is None:
-        partition = environ.get(PARTITION_VAR, "").split(",")[0].strip()
+        partition = job_partition(environ)
     job_id = environ.get(JOB_ID_VAR) or None
     if job_id is not None and not is_digits(job_id):
         job_id = None

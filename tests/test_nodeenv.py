@@ -337,6 +337,9 @@ def test_the_job_context_reads_slurms_variables_once():
     assert job_context(dict(env, SLURM_JOB_ID="1\u00b2")).job_id is None  # not ASCII digits: no job
     assert job_context({}).node == os.uname().nodename.split(".")[0] and job_context({}).partition == ""
     assert job_context({}).with_profile(lambda name: pytest.fail("no partition: nothing to load")).profile is None
+    from slurm_tune.thisnode import job_partition  # the health prolog's rule too
+
+    assert job_partition(env) == "gpu" and job_partition({}) == "" and job_partition({"SLURM_JOB_PARTITION": ""}) == ""
 
 
 @pytest.mark.parametrize("template, node, expected", [

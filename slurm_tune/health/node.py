@@ -19,7 +19,7 @@ import time
 
 from ..errors import ConfigError
 from ..hw.sysfs import resolve_root
-from ..thisnode import expand, node_name
+from ..thisnode import expand, job_partition, node_name
 from . import judge, outputs
 from . import result as R
 from . import state as S
@@ -72,9 +72,9 @@ def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=N
         except ConfigError:
             pass  # the profile went away: choose again
     if mode in HOOK_MODES:
-        job_partition = (environ.get("SLURM_JOB_PARTITION") or "").split(",")[0]
-        if job_partition:
-            return load_profile(job_partition), f"the job's partition {job_partition}"
+        partition = job_partition(environ)
+        if partition:
+            return load_profile(partition), f"the job's partition {partition}"
     if mode == "run" and slurm is not None:
         profiles = _profiles()
         node = next((n for n in slurm.nodes() if n.name == cfg.node), None)
