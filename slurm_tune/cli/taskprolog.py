@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import run_console
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, run_console
 
 PROG = "stune-task-prolog"
 SUMMARY_NAMES = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR",
@@ -26,14 +26,14 @@ def _main(argv: list[str]) -> int:
     if argv:
         if argv[0] in ("-h", "--help"):
             sys.stdout.write(__doc__)
-            return 0
+            return EXIT_OK
         sys.stderr.write(f"{PROG}: takes no arguments (Slurm runs it as TaskProlog); see --help\n")
-        return 2
+        return EXIT_USAGE
     from ..thisnode import job_context
 
     job = job_context(os.environ)  # the one place this task's node, partition and job are read
     if not job.partition:
-        return 0
+        return EXIT_OK
     from ..errors import ConfigError, StuneError
     from ..profiles import load_profile
 
@@ -46,7 +46,7 @@ def _main(argv: list[str]) -> int:
             "no profile for partition")
         if speak and not unprofiled:
             log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", job.node)
-        return 0
+        return EXIT_OK
     from ..nodeenv.managed import SUMMARY_VAR
     from ..nodeenv.taskenv import as_taskprolog, task_environment
 
@@ -54,7 +54,7 @@ def _main(argv: list[str]) -> int:
         exports, messages = task_environment(job, progress=log)
     except StuneError as exc:  # --stage-required could not stage: the task must not start
         log.write(f"{PROG}: {exc}\n")
-        return 1
+        return EXIT_ERROR
     sys.stdout.write(as_taskprolog(exports))
     sys.stdout.flush()
     if speak:
@@ -62,7 +62,7 @@ def _main(argv: list[str]) -> int:
             log.say_once(f"{PROG}: {message}", job.node)
         if job.environ.get(SUMMARY_VAR):
             log.write(summary_line(job, exports) + "\n")
-    return 0
+    return EXIT_OK
 
 
 class _JobLogOnUse:
