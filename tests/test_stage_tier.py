@@ -72,7 +72,7 @@ def open_up(path: Path) -> Path:
 
 
 def ensure_users():
-    from slurm_tune.devcluster import ensure_unix_users
+    from stune_dev.devcluster import ensure_unix_users
 
     ensure_unix_users()
 
