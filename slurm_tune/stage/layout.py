@@ -14,7 +14,7 @@ Under the tier root (see docs/stage.md):
         locks/<key>           flock(2) files, one per source; the kernel drops a dead stager's lock
         holds/<jobid>/<entry> a running job uses <entry>: never evicted while the file exists
 
-On the TaskProlog and epilog paths: imports only collections up front.
+On the TaskProlog and epilog paths: imports only collections (and safeio) up front.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 The layout and the formats are in layout.py; one user's namespace (entries, locks, holds) in namespace.py.
 Root reaches everything here through directory descriptors (dirfd.py, slurm_tune.safeio's rules).
 
-This module is on the TaskProlog and epilog paths: it imports only os, stat and pwd up front.
+This module is on the TaskProlog and epilog paths: it imports only os, stat and collections up front (pwd when
+it needs a user name).
 """
 from __future__ import annotations
 
