@@ -14,7 +14,7 @@ from collections import namedtuple
 
 from .. import safeio
 from ..safeio import UnsafePathError, lstat_at
-from ..thisnode import expand_node, uses_node
+from ..thisnode import expand, uses_node
 from .dirfd import open_dir, read_text, unsafe_shared_dir
 from .errors import TierUnavailable
 from .layout import LEDGER, QUARANTINE, LedgerRow, new_gen, parse_entry_name, parse_row
@@ -43,14 +43,13 @@ def expand_path(path: str, node: str | None) -> str:
     if uses_node(path) and not node:
         raise TierUnavailable("missing", f"cache.path {path!r} uses %n but the node name is unknown "
                                          "(SLURMD_NODENAME is not set; pass --node)")
-    return os.path.normpath(expand_node(path, node or ""))
+    return os.path.normpath(expand(path, node or ""))
 
 
 def reserve_bytes(fs_size: int) -> int:
     """Free space the tier always leaves on its filesystem: 64 MiB, or 1/16 of a filesystem smaller than
     1 GiB (so a small test tier is not all reserve). Admission and the copy's guard both use this rule."""
     return min(RESERVE_MAX, fs_size // 16)
-
 
 
 class Tier:
