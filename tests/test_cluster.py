@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from helpers import wait_for_state, wait_until
-from slurm_tune.devcluster import GPUS_PER_NODE, NODES
+from stune_dev.devcluster import GPUS_PER_NODE, NODES
 from slurm_tune.errors import SlurmError
 
 pytestmark = pytest.mark.cluster

@@ -37,7 +37,7 @@ def issue_table(dev: str, ip: str):
 @pytest.fixture(scope="module")
 def taskprolog(cluster):
     """Per-node sysfs fixtures, and TaskProlog= pointing at a site-style wrapper for the module's tests."""
-    from slurm_tune.devcluster import NODES
+    from stune_dev.devcluster import NODES
 
     for k, node in enumerate(NODES):
         root = cluster.layout.node_dir(node) / SYSFS

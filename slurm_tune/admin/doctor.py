@@ -282,7 +282,7 @@ class Doctor:
 
     # ---- daemons -------------------------------------------------------------------------------------
     def check_accountant(self) -> None:
-        from ..fairshare.config import load_config
+        from ..usage.config import load_config
 
         try:
             from ..fairshare.accountant import ledger_path

@@ -55,7 +55,7 @@ def _offline_settings(args):
 
 def _apply(args) -> int:
     from ..fairshare import accountant
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
 
     config = load_config(args.config)
     result = accountant.run_locked(config, _slurm(args), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
@@ -94,7 +94,7 @@ def _write_metrics(result, config, since) -> None:
 def _report(args) -> int:
     from ..fairshare import accountant
     from ..fairshare import report as report_mod
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
 
     config = load_config(args.config)
     now = args.now if args.now is not None else time.time()
@@ -141,7 +141,7 @@ def _explain(args) -> int:
     from ..output import json_text
     from ..fairshare import accountant
     from ..fairshare import explain as explain_mod
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
     from ..fairshare.ledger import LedgerError
 
     user = args.user or explain_mod.current_user()
@@ -167,7 +167,7 @@ def _explain(args) -> int:
 def _job(args) -> int:
     from ..output import json_text
     from ..fairshare import explain as explain_mod
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
     from ..fairshare.jobview import job_view
 
     config = load_config(args.config)
@@ -181,7 +181,7 @@ def _job(args) -> int:
 
 def _idle_policy(args) -> int:
     from ..fairshare import idlepolicy
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..profiles import load_profiles
     from ..thisnode import node_name
 
@@ -211,7 +211,7 @@ def _idle_policy(args) -> int:
 
 
 def _store(args) -> int:
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..usage import collect
 
     config = load_config(args.config)
@@ -223,7 +223,7 @@ def _store(args) -> int:
 
 
 def _collect(args) -> int:
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..usage import collect
 
     config = load_config(args.config)

@@ -268,7 +268,7 @@ def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str 
     import time
 
     from . import history
-    from .plan import job_environment, parse_export
+    from .export import job_environment, parse_export
 
     return {
         "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import StuneError
-from .slurm import Slurm
+from slurm_tune.errors import StuneError
+from slurm_tune.slurm import Slurm
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = REPO / "tests" / "fixtures" / "snapshots" / "dgx-a100-ib.json"
