@@ -11,7 +11,9 @@ import time
 import pytest
 
 from slurm_tune.errors import SlurmError
-from slurm_tune.slurm import Slurm, expand_hostlist, parse_records, spawn_capture
+from slurm_tune.slurm import Slurm
+from slurm_tune.slurm.scontrol import parse_config, parse_records
+from slurm_tune.slurm.spawn import spawn_capture
 
 
 def fake_tool(bin_dir, name: str, body: str) -> None:
@@ -127,14 +129,3 @@ def test_every_call_is_recorded_for_rpc_counting(tmp_path):
     slurm.set_site_factor(5, 100)
     assert slurm.calls == [["scontrol", "update", "NodeName=n1,n2", "State=RESUME"],
                            ["scontrol", "update", "JobId=5", "SiteFactor=100"]]
-
-
-@pytest.mark.parametrize("expr, names", [
-    ("n1", ["n1"]), ("n[1-3]", ["n1", "n2", "n3"]),
-    ("n[1-2,5],gpu[08-10]", ["n1", "n2", "n5", "gpu08", "gpu09", "gpu10"]),
-    ("n[1-3,5],gpu07,a[08-10]", ["n1", "n2", "n3", "n5", "gpu07", "a08", "a09", "a10"]),
-    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
-    ("", []), ("n[a,2]", ["na", "n2"]), ("n[1-2", ["n[1-2"]),
-])
-def test_expand_hostlist(expr, names):
-    assert expand_hostlist(expr) == names

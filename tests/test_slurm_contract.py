@@ -346,7 +346,8 @@ def test_associations_without_tree_order_field_is_a_slurm_error(tmp_path):
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from slurm_tune.slurm import RECORD_ERRORS, _job, _node_data_parser, _node_v0038, parse_version  # noqa: E402
+from slurm_tune.slurm.records import RECORD_ERRORS, job_from_json, node_from_data_parser, node_from_v0038  # noqa: E402
+from slurm_tune.slurm.version import parse_version  # noqa: E402
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.floats(allow_nan=False)
@@ -364,7 +365,7 @@ NODE_KEYS = ["name", "state", "state_flags", "features", "active_features", "par
 @settings(max_examples=1500, deadline=None)
 @given(st.dictionaries(st.sampled_from(JOB_KEYS + NODE_KEYS), JSON_VALUES, max_size=8))
 def test_fuzz_record_parsers_raise_only_record_errors(record):
-    for parse in (_job, _node_v0038, _node_data_parser):
+    for parse in (job_from_json, node_from_v0038, node_from_data_parser):
         try:
             out = parse(record)
         except RECORD_ERRORS:

@@ -21,7 +21,8 @@ from .. import fastjson
 from ..errors import StuneError
 from ..health import apply as A
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
-from ..slurm import expand_hostlist, parse_records
+from ..hostlist import expand_hostlist
+from ..slurm.scontrol import parse_records
 from . import judge as J
 from . import store as S
 from .agent import MARK, targets

@@ -311,7 +311,8 @@ class Doctor:
         """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
         summary (AdminComment) of the last GPU job that ended on the node within a day. Its per-GPU means
         for that node are measured only where the sampler ran."""
-        from ..slurm import expand_hostlist, tres_value
+        from ..hostlist import expand_hostlist
+        from ..slurm.tres import tres_value
         from ..usage import summary
 
         gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres)}

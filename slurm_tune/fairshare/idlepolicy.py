@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError
-from ..slurm import expand_hostlist
+from ..hostlist import expand_hostlist
 from ..usage import accum, spool
 
 WARNED_DIR = "policy"

@@ -13,7 +13,8 @@ import os
 import time
 
 from ..errors import SlurmError
-from ..slurm import expand_hostlist, tres_value
+from ..hostlist import expand_hostlist
+from ..slurm.tres import tres_value
 from . import spool, summary
 
 

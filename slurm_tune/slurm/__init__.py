@@ -1,0 +1,22 @@
+"""The one Slurm adapter: every other part of stune talks to Slurm through `Slurm` (adapter.py).
+
+One file per job (docs/slurm-versions.md has the releases):
+- adapter.py: `Slurm`, a handle on one cluster: builds each command, runs it with a timeout, reads the answer;
+- spawn.py: starting a client command and collecting its output (os.posix_spawn, not subprocess);
+- records.py: the typed records (Node, Job, ...) and the parsers of each release's JSON records;
+- scontrol.py: scontrol's text output (`show ... -o` records, `show config`);
+- associations.py: the one reader of `sacctmgr show assoc` (live and exported);
+- tres.py: TRES strings (`cpu=2,gres/gpu=4`);
+- version.py: the Slurm release, and the releases where output changes shape.
+Host lists (`n[1-3]`) are slurm_tune/hostlist.py: readers that need no adapter take them from there.
+
+`from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path.
+"""
+from ..errors import SlurmError
+from .adapter import DEFAULT_TIMEOUT_S, Slurm
+from .associations import Association
+from .records import INFINITE, Job, Node, Partition, PrioRow, ShareRow
+from .version import SlurmVersion
+
+__all__ = ["DEFAULT_TIMEOUT_S", "INFINITE", "Association", "Job", "Node", "Partition", "PrioRow", "ShareRow",
+           "Slurm", "SlurmError", "SlurmVersion"]
