@@ -129,3 +129,40 @@ def test_every_call_is_recorded_for_rpc_counting(tmp_path):
     slurm.set_site_factor(5, 100)
     assert slurm.calls == [["scontrol", "update", "NodeName=n1,n2", "State=RESUME"],
                            ["scontrol", "update", "JobId=5", "SiteFactor=100"]]
+
+
+def test_parse_config_reads_key_value_lines_under_the_header():
+    conf = parse_config("Configuration data as of 2026-11-30T12:00:00\nAccountingStorageType   = accounting_storage/slurmdbd\n"
+                        "PriorityDecayHalfLife   = 7-00:00:00\nPriorityWeightFairshare = 10000\nCgroup Support Configuration:\n")
+    assert conf == {"AccountingStorageType": "accounting_storage/slurmdbd", "PriorityDecayHalfLife": "7-00:00:00",
+                    "PriorityWeightFairshare": "10000"}
+
+
+def test_the_job_log_finds_the_jobs_stderr_through_the_adapter(tmp_path):
+    from slurm_tune.stage.jobenv import JobLog
+
+    log_file = tmp_path / f"slurm-{os.uname().nodename.split('.')[0]}.err"
+    log_file.write_text("")
+    fake_tool(tmp_path, "scontrol", '[ "$4" = 42 ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; '
+                                    'exit 1; }\n'
+                                    f'echo "JobId=42 JobName=x StdErr={tmp_path}/slurm-%N.err StdOut=/dev/null"\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    log = JobLog({"SLURM_JOB_ID": "42"}, slurm=slurm)
+    log.write("stune: staged\n")
+    log.close()
+    assert slurm.calls == [["scontrol", "show", "job", "-o", "42"]]  # Slurm.job_record, one call
+    assert log_file.read_text() == "stune: staged\n"
+    unknown = JobLog({"SLURM_JOB_ID": "43"}, slurm=slurm)
+    assert unknown.path() is None and unknown.write("dropped") == len("dropped")
+
+
+def test_the_job_log_needs_only_the_adapters_job_record():
+    from slurm_tune.stage.jobenv import JobLog
+
+    class OnlyJobRecord:  # no run(): the JobLog must not build Slurm commands itself
+        def job_record(self, job_id):
+            return {"StdErr": "", "StdOut": f"/scratch/job-{job_id}.out"} if job_id == "7" else {}
+
+    assert JobLog({"SLURM_JOB_ID": "7"}, slurm=OnlyJobRecord()).path() == "/scratch/job-7.out"
+    assert JobLog({"SLURM_JOB_ID": "8"}, slurm=OnlyJobRecord()).path() is None
+    assert JobLog({"SLURM_JOB_ID": "7", "STUNE_STAGE_LOG": "/x/log"}, slurm=OnlyJobRecord()).path() == "/x/log"
