@@ -10,13 +10,28 @@ One file per job (docs/slurm-versions.md has the releases):
 - version.py: the Slurm release, and the releases where output changes shape.
 Host lists (`n[1-3]`) are slurm_tune/hostlist.py: readers that need no adapter take them from there.
 
-`from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path.
+`from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path. The record types
+load on first use (__getattr__ below): stune-sbatch imports Slurm and reads no records, and their
+namedtuples would cost it `collections`.
 """
 from ..errors import SlurmError
 from .adapter import DEFAULT_TIMEOUT_S, Slurm
-from .associations import Association
-from .records import INFINITE, Job, Node, Partition, PrioRow, ShareRow
-from .version import SlurmVersion
 
 __all__ = ["DEFAULT_TIMEOUT_S", "INFINITE", "Association", "Job", "Node", "Partition", "PrioRow", "ShareRow",
            "Slurm", "SlurmError", "SlurmVersion"]
+
+
+def __getattr__(name: str):
+    if name in ("INFINITE", "Job", "Node", "Partition", "PrioRow", "ShareRow"):
+        from . import records as home
+    elif name == "Association":
+        from . import associations as home
+    elif name == "SlurmVersion":
+        from . import version as home
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(home, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -10,8 +10,9 @@ This module builds each command and reads its answer; the rest of the package do
 runs the process, records.py and scontrol.py parse records, associations.py reads `sacctmgr show assoc`,
 version.py knows the release and where output changes shape with it.
 
-On the stune-sbatch path: processes start through os.posix_spawn (spawn.py), not subprocess, and json is
-imported only by the JSON readers.
+On the stune-sbatch path: processes start through os.posix_spawn (spawn.py), not subprocess; json, the
+records (namedtuples: `collections`), associations.py and version.py are imported by the methods that
+read them, so submitting a job loads none of them.
 """
 from __future__ import annotations
 
@@ -19,12 +20,8 @@ import os
 
 from ..errors import SlurmError
 from ..text import is_digits
-from .associations import Association, AssocFormatError, parse_associations
-from .records import (RECORD_ERRORS, Job, Node, Partition, PrioRow, ShareRow, job_from_json, node_from_data_parser,
-                      node_from_v0038)
 from .scontrol import parse_config, parse_records
 from .spawn import spawn_capture, spawn_relay
-from .version import ASSOC_ORDER_BY_LINEAGE, NODES_FROM_SCONTROL_JSON, SlurmVersion, document_release, parse_version
 
 DEFAULT_TIMEOUT_S = 30.0
 SLURM_COMMANDS = frozenset({"sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
@@ -106,6 +103,8 @@ class Slurm:
                 raise SlurmError(argv, 127, f"cannot run sinfo: {exc.strerror}") from None
             if rc != 0:
                 raise SlurmError(argv, rc, err or out)
+            from .version import parse_version
+
             found = parse_version(out, argv)
             _VERSIONS[key] = found
         return found
@@ -139,6 +138,8 @@ class Slurm:
     def _unknown(self, argv: list[str], doc, problem: str) -> SlurmError:
         """A SlurmError for output of a shape this adapter does not know, naming the command and the
         release (from the document's own meta when it has one, else the detected release)."""
+        from .version import document_release
+
         release = document_release(doc)
         if release is None:
             try:  # the error path may spend one more command on naming the release
@@ -152,6 +153,9 @@ class Slurm:
         """Every node (or the ones named, in that order; unknown names are left out). One call:
         `sinfo --json` on 22.05, `scontrol --json show node` on 23.02 and later, whose sinfo --json groups
         nodes by partition and state instead of listing them."""
+        from .records import RECORD_ERRORS, node_from_data_parser, node_from_v0038
+        from .version import NODES_FROM_SCONTROL_JSON
+
         if self.version() < NODES_FROM_SCONTROL_JSON:
             argv = ["sinfo", "--json"] + (["-n", ",".join(names)] if names else [])
             parse = node_from_v0038
@@ -207,6 +211,8 @@ class Slurm:
             argv += ["-u", ",".join(users)]
         if partition:
             argv += ["-p", partition]
+        from .records import RECORD_ERRORS, job_from_json
+
         wanted_ids = {int(j) for j in job_ids} if job_ids else None
         wanted_states = {s.upper() for s in states} if states else None
         wanted_users = set(users) if users else None
@@ -232,6 +238,8 @@ class Slurm:
 
     def partitions(self) -> list[Partition]:
         """Slurm 22.05's scontrol has no --json, so this reads its one-line-per-record form."""
+        from .records import Partition
+
         out = []
         for rec in parse_records(self.run(["scontrol", "show", "partition", "-o"])):
             out.append(Partition(name=rec.get("PartitionName", ""), nodes=rec.get("Nodes", ""),
@@ -272,6 +280,8 @@ class Slurm:
         return rows
 
     def sshare(self) -> list[ShareRow]:
+        from .records import ShareRow
+
         fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
                   "FairShare", "LevelFS"]
         out = self.run(["sshare", "-P", "-n", "-a", "-l", f"--format={','.join(fields)}"])
@@ -287,6 +297,8 @@ class Slurm:
     def sprio(self, job_ids: list[int] | None = None) -> list[PrioRow]:
         """Pending jobs' priority factors (all, or the ones in job_ids). Slurm 24.11.5's sprio rejects a
         list of ids ("Invalid job id: N"), so a list is read as every pending job and filtered here."""
+        from .records import PrioRow
+
         argv = ["sprio", "-h", "-o", "%i|%u|%Y|%S|%A|%F|%f|%r"]
         wanted = {int(j) for j in job_ids} if job_ids else None
         if wanted is not None and len(wanted) == 1:
@@ -371,6 +383,9 @@ class Slurm:
         fair-share code walks siblings in: lft on releases before 23.11, Lineage (which replaced lft) from
         23.11 on. shares is None for Fairshare=parent; a Share that is neither a number nor `parent` is a
         SlurmError naming the command (associations.py holds the rules)."""
+        from .associations import AssocFormatError, parse_associations
+        from .version import ASSOC_ORDER_BY_LINEAGE
+
         fields = ["Cluster", "Account", "User", "ParentName", "Share", "Partition",
                   "Lineage" if self.version() >= ASSOC_ORDER_BY_LINEAGE else "LFT"]
         argv = ["sacctmgr", "-n", "-P", "show", "assoc", f"format={','.join(fields)}"]
