@@ -166,3 +166,15 @@ def test_the_job_log_needs_only_the_adapters_job_record():
     assert JobLog({"SLURM_JOB_ID": "7"}, slurm=OnlyJobRecord()).path() == "/scratch/job-7.out"
     assert JobLog({"SLURM_JOB_ID": "8"}, slurm=OnlyJobRecord()).path() is None
     assert JobLog({"SLURM_JOB_ID": "7", "STUNE_STAGE_LOG": "/x/log"}, slurm=OnlyJobRecord()).path() == "/x/log"
+
+
+@pytest.mark.parametrize("tres, key, value, count", [
+    ("billing=2,cpu=2,gres/gpu=4,node=2", "gres/gpu", "4", 4.0),
+    ("cpu=2,gres/gpu:a100=4,gres/gpu=4", "gres/gpu", "4", 4.0),  # the typed entry counts the same GPUs again
+    ("cpu=2,mem=10G", "gres/gpu", None, 0.0), ("", "cpu", None, 0.0),
+    ("gres/gpu=1K", "gres/gpu", "1K", 1.0), ("gres/gpu=x", "gres/gpu", "x", 0.0),
+])
+def test_tres_value_and_count(tres, key, value, count):
+    from slurm_tune.slurm.tres import tres_count, tres_value
+
+    assert tres_value(tres, key) == value and tres_count(tres, key) == count

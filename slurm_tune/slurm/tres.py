@@ -10,3 +10,12 @@ def tres_value(tres: str, key: str) -> str | None:
         if sep and name == key:
             return value
     return None
+
+
+def tres_count(tres: str, key: str) -> float:
+    """The count of `key` in a TRES string as a number ('gres/gpu=4' -> 4.0); 0.0 when absent or unreadable.
+    A unit suffix (K, M, G, T, P: sacct without --noconvert) is dropped, not scaled: counts carry none."""
+    try:
+        return float((tres_value(tres, key) or "").rstrip("KMGTP") or 0)
+    except ValueError:
+        return 0.0
