@@ -12,7 +12,7 @@ version.py knows the release and where output changes shape with it.
 
 On the stune-sbatch path: processes start through os.posix_spawn (spawn.py), not subprocess; json, the
 records (namedtuples: `collections`), associations.py and version.py are imported by the methods that
-read them, so submitting a job loads none of them.
+read them, so a submission loads none of them (but for the partition list, when no partition is named).
 """
 from __future__ import annotations
 
