@@ -195,3 +195,21 @@ def test_importing_the_adapter_loads_no_records_or_collections():
     first, second = out.splitlines()
     assert first.split() == ["slurm_tune.slurm.adapter", "slurm_tune.slurm.scontrol", "slurm_tune.slurm.spawn"]
     assert second.split() == ["slurm_tune.slurm.records", "slurm_tune.slurm.associations", "slurm_tune.slurm.version"]
+
+
+def test_maintenance_reservations_go_through_the_adapter(tmp_path):
+    fake_tool(tmp_path, "scontrol", 'echo "$@" >> "$(dirname "$0")/args"\n'
+                                    'if [ "$2" = reservation ] && [ "$3" = maint-1 ]; then\n'
+                                    '  echo "ReservationName=maint-1 StartTime=1796046112 Nodes=n[1-2] NodeCnt=2 '
+                                    'Users=root Flags=MAINT,IGNORE_JOBS"; fi\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    slurm.create_reservation("maint-1", ["n1", "n2"], minutes=15, users="root")
+    assert slurm.reservation("maint-1")["Nodes"] == "n[1-2]"
+    assert slurm.reservation("other") == {}
+    slurm.delete_reservation("maint-1")
+    assert (tmp_path / "args").read_text().splitlines() == [
+        "create reservation ReservationName=maint-1 Nodes=n1,n2 StartTime=now Duration=15 Users=root "
+        "Flags=maint,ignore_jobs",
+        "show reservation maint-1 -o", "show reservation other -o", "delete ReservationName=maint-1"]
+    fake_tool(tmp_path, "scontrol", 'echo "Reservation maint-1 not found" >&2; exit 1\n')
+    slurm.delete_reservation("maint-1")  # already gone: no error

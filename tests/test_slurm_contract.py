@@ -175,6 +175,11 @@ def test_partitions_and_default(replay):
     assert replay.slurm.default_partition() == "hdr"
 
 
+def test_node_addresses(replay):
+    replay.need("scontrol", "show", "node", "-o")
+    assert replay.slurm.node_addresses() == {"n1": "127.0.0.1", "n2": "127.0.0.1", "n3": "127.0.0.1"}
+
+
 def test_config(replay):
     conf = replay.slurm.config()
     assert conf["ClusterName"] == "stune"

@@ -356,6 +356,29 @@ class Slurm:
     def sacctmgr(self, args: list[str]) -> str:
         return self.run(["sacctmgr", "-i", *args])
 
+    # ---- active checks: node addresses and maintenance reservations ---------------------------------
+    def node_addresses(self) -> dict[str, str]:
+        """NodeName -> NodeAddr (scontrol's one-line records; sinfo --json has no address in 22.05)."""
+        return {rec["NodeName"]: rec.get("NodeAddr") or rec["NodeName"]
+                for rec in parse_records(self.run(["scontrol", "show", "node", "-o"])) if rec.get("NodeName")}
+
+    def reservation(self, name: str) -> dict[str, str]:
+        """`scontrol show reservation NAME -o` as Key=Value (Nodes, StartTime, Users, Flags...); {} when
+        scontrol lists none."""
+        records = parse_records(self.run(["scontrol", "show", "reservation", name, "-o"]))
+        return records[0] if records else {}
+
+    def create_reservation(self, name: str, nodes: list[str] | str, *, minutes: int, users: str,
+                           flags: str = "maint,ignore_jobs") -> None:
+        """A reservation of `nodes` from now for `minutes`, for `users` only (maint: no accounting charge;
+        ignore_jobs: even while jobs still run there)."""
+        self.run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={_names(nodes)}",
+                  "StartTime=now", f"Duration={int(minutes)}", f"Users={users}", f"Flags={flags}"])
+
+    def delete_reservation(self, name: str) -> None:
+        """Delete a reservation; one that is already gone is no error (cleanup paths call this)."""
+        self.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
+
     # ---- node health -----------------------------------------------------------------------------
     def update_node(self, node: str, *, state: str | None = None, reason: str | None = None,
                     features: list[str] | frozenset[str] | None = None, comment: str | None = None) -> None:
