@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SlurmError, StuneError
-from ..slurm.associations import EXPORT_FORMAT as ASSOC_EXPORT_FORMAT, AssocFormatError, parse_associations
+from ..slurm.associations import (EXPORT_FORMAT as ASSOC_EXPORT_FORMAT, AssocColumnsError, AssocFormatError,
+                                  parse_associations)
 from . import charges as charges_mod
 from . import sacct as sacct_mod
 from . import tree as tree_mod
@@ -167,7 +168,7 @@ def load_tree_file(path: str) -> tree_mod.AssocTree:
         rows = parse_associations(text)
     except AssocFormatError as exc:
         hint = (f"; export with sacctmgr -P show assoc format={ASSOC_EXPORT_FORMAT}"
-                if "column" in str(exc) else "")
+                if isinstance(exc, AssocColumnsError) else "")
         raise AccountantError(f"{path}:{exc.line}: {exc}{hint}") from None
     return tree_from_associations(rows, path)
 

@@ -46,6 +46,10 @@ class AssocFormatError(ValueError):
         self.line = line
 
 
+class AssocColumnsError(AssocFormatError):
+    """The header (or the field list) lacks a column the tree needs."""
+
+
 def parse_share(text: str) -> int | None:
     """A Share field: a whole number, or None for `parent`. ValueError for anything else."""
     share = text.strip().lower()
@@ -77,7 +81,7 @@ def parse_associations(text: str, fields: list[str] | None = None, *,
     header_line = number  # 0 for header-less output
     missing = [c for c in REQUIRED if c not in names]
     if missing:
-        raise AssocFormatError(max(header_line, 1), f"no {', '.join(missing)} column")
+        raise AssocColumnsError(max(header_line, 1), f"no {', '.join(missing)} column")
     at = {name: i for i, name in reversed(list(enumerate(names)))}
     order_key = "lineage" if "lineage" in at else "lft" if "lft" in at else None
     rows = []
