@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from .. import safeio
 from ..errors import StuneError
-from ..thisnode import expand_node, uses_node
+from ..thisnode import expand, uses_node
 from . import shipped
 from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
 
@@ -230,8 +230,8 @@ class Doctor:
             gpus = self.env.get("STUNE_GPU_SNAPSHOT", "")
             # hardware-less mode: a per-node (%n) sysfs tree and GPU snapshot are this node's hardware, and
             # readable here; a path without %n would be this host's, not the node's: not used
-            root = expand_node(sysfs, node) if uses_node(sysfs) else None
-            gpu_file = expand_node(gpus, node) if uses_node(gpus) else None
+            root = expand(sysfs, node) if uses_node(sysfs) else None
+            gpu_file = expand(gpus, node) if uses_node(gpus) else None
             root = root if root and os.path.isdir(root) else None
             gpu_file = gpu_file if gpu_file and os.path.isfile(gpu_file) else None
             if root or gpu_file:
@@ -365,10 +365,10 @@ class Doctor:
     def matrix_table(self) -> str:
         if not self.matrix:
             return ""
-        header = ("node",) + FACT_KEYS
-        rows = [header] + [(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+        from ..output import table
+
+        return table([(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)],
+                     ("node",) + FACT_KEYS)
 
 
 def gres_gpus(gres: str) -> int:
@@ -423,6 +423,8 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
 
 
 def as_json(doc: Doctor) -> str:
-    return json.dumps({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
-                       "errors": sum(f.severity == ERROR for f in doc.findings),
-                       "warnings": sum(f.severity == WARNING for f in doc.findings)}, indent=1)
+    from ..output import json_text
+
+    return json_text({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
+                      "errors": sum(f.severity == ERROR for f in doc.findings),
+                      "warnings": sum(f.severity == WARNING for f in doc.findings)})
