@@ -76,7 +76,7 @@ def detect_roles(conf: SlurmConf) -> tuple[set[str], str]:
     """Node and/or controller, from slurm.conf: a SlurmctldHost (primary or backup) naming this host ->
     controller; a NodeName or NodeHostname naming it (or slurmd installed) -> node. Neither found: an empty
     set and the reason (install asks for --role; doctor checks everything)."""
-    from ..slurm import expand_hostlist
+    from ..hostlist import expand_hostlist
 
     host = socket.gethostname().split(".")[0]
     roles = set()

@@ -219,7 +219,7 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
 
 def gpu_partitions(conf: SlurmConf) -> list[str]:
     """Partitions whose nodes have GPUs in their Gres= (from slurm.conf alone, no profile needed)."""
-    from ..slurm import expand_hostlist
+    from ..hostlist import expand_hostlist
 
     gpu_nodes: set[str] = set()
     for rec in conf.nodes():

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 
 from ..durations import compact
 from ..errors import ConfigError
+from ..hostlist import expand_hostlist
 from ..safeio import write_atomic
-from ..slurm import expand_hostlist
 from ..usage import accum, spool
 
 WARNED_DIR = "policy"

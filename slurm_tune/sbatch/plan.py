@@ -307,7 +307,7 @@ def _node_names(opt) -> frozenset[str]:
     """Plain names of a --nodelist (bracket ranges expanded)."""
     if opt is None or not opt.value:
         return frozenset()
-    from ..slurm import expand_hostlist
+    from ..hostlist import expand_hostlist
 
     return frozenset(expand_hostlist(opt.value))
 

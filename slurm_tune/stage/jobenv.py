@@ -154,14 +154,14 @@ class JobLog:
         job_id = self.environ.get("SLURM_JOB_ID", "")
         if not job_id.isdigit():
             return None
-        from ..slurm import Slurm, parse_records
+        from ..slurm import Slurm
 
         slurm = self.slurm or Slurm.from_env(timeout=10)
         try:
-            records = parse_records(slurm.run(["scontrol", "show", "job", "-o", job_id]))
+            record = slurm.job_record(job_id)
         except StuneError:
             return None
-        path = (records[0].get("StdErr") or records[0].get("StdOut")) if records else None
+        path = record.get("StdErr") or record.get("StdOut")
         if path and "%N" in path:  # Slurm's %N is the host name, not the NodeName (seen on 22.05)
             path = path.replace("%N", os.uname().nodename.split(".")[0])
         return path if path and "%" not in path else None
