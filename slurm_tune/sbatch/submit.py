@@ -190,7 +190,7 @@ class _NoProfile(StuneError):
 
 
 def _stage_error(exc: StuneError) -> bool:
-    from ..stage.errors import StageRequestError  # light: the error classes only
+    from ..stage.errors import StageRequestError
 
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
