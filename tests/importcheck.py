@@ -20,7 +20,9 @@ _MARK = "--stune-modules--"
 # json ~0.8x through re, yaml several x, numpy and pynvml tens of ms) or pulls in such modules.
 HEAVY = frozenset({"re", "json", "subprocess", "typing", "dataclasses", "enum", "argparse", "socket", "threading",
                    "collections", "shutil", "tempfile", "hashlib", "datetime", "shlex", "fnmatch", "pathlib",
-                   "yaml", "numpy", "matplotlib", "pynvml", "rich", "prometheus_client"})
+                   "yaml", "numpy", "matplotlib", "pynvml", "rich", "prometheus_client",
+                   # the profile schema and its validation: only a profile cache miss needs them (profilestore)
+                   "slurm_tune.profiles", "slurm_tune.schema"})
 
 
 def _run(code: str, env: dict | None) -> set[str]:

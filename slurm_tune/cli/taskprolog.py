@@ -39,7 +39,7 @@ def _main(argv: list[str]) -> int:
         return 0
     log = JobLog(environ)
     speak = environ.get("SLURM_LOCALID", "0") in ("", "0")
-    from ..profiles import load_profile
+    from ..profilestore import load_profile
 
     try:
         profile = load_profile(partition)

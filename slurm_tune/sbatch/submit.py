@@ -196,7 +196,7 @@ def _stage_error(exc: StuneError) -> bool:
 
 
 def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None):
-    from ..profiles import load_profile, profile_dir
+    from ..profilestore import load_profile, profile_dir
     from .plan import build_plan
 
     opt = eff.get("partition")

@@ -96,7 +96,7 @@ def stage_requests(requests, required: bool, config, job_id: str | None, progres
 def _profile(partition: str):
     if not partition:
         return None, TierUnavailable("missing", "SLURM_JOB_PARTITION is not set: no cache tier to stage into")
-    from ..profiles import load_profile
+    from ..profilestore import load_profile
 
     try:
         return load_profile(partition), None
