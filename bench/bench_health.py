@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import compileall
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +33,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from common import BARE, compare, time_once, wheel_install  # noqa: E402
+from common import BARE, compare, cpu_once, time_once, wheel_install  # noqa: E402
 
 import healthkit  # noqa: E402
 
@@ -82,16 +80,6 @@ def main() -> int:
         print(f"the prolog as Slurm runs it ({kind}) vs the bare interpreter start: "
               f"x{wall['ratio_to_baseline'][key]:.2f} wall, x{cpu['ratio_to_baseline'][key]:.2f} CPU (goal: <= 2.00)")
     return 0
-
-
-def cpu_once(argv: list[str], env: dict) -> float:
-    """The child's CPU seconds (user + system): less distorted than wall time by other load on the machine."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench: {' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 if __name__ == "__main__":

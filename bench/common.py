@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,16 @@ def time_once(argv: list[str], env: dict | None = None, stdin: bytes | None = No
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
     return elapsed
+
+
+def cpu_once(argv: list[str], env: dict | None = None, cwd: str | None = None) -> float:
+    """The child's CPU seconds (user + system): less distorted than wall time by other load on the machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def bare_start(env: dict | None = None, cwd: str | None = None, python: str | None = None):
