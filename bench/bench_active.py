@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import compare, time_once  # noqa: E402
+from common import BARE, bare_start, compare, time_once  # noqa: E402
 
 from slurm_tune import fastjson  # noqa: E402
 from slurm_tune.active import judge as J  # noqa: E402
@@ -109,9 +109,8 @@ def main() -> int:
     spec = json.dumps({"check": "dcgm_diag", "subject": "n1", "nodes": ["n1"], "runs": 3, "run_timeout": 10,
                        "tools": {"dcgmi": "/nonexistent/dcgmi"}})
     env = dict(os.environ, SLURM_JOB_ID="1")
-    bare = [sys.executable, "-I", "-S", "-c", "pass"]
     agent = [str(bindir / "stune-sweep"), "agent", "--spec", spec]
-    commands = {"python3 -I -S -c pass": lambda: time_once(bare, env=env),
+    commands = {BARE: bare_start(env),
                 "stune-sweep agent": lambda: time_once(agent, env=env)}
     if "--cluster" in sys.argv:
         from slurm_tune.slurm import Slurm

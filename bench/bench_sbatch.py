@@ -1,12 +1,18 @@
 """stune-sbatch's own cost: `stune-sbatch --parsable` against plain `sbatch --parsable` and a bare interpreter.
 
-Goal (issue 4): stune-sbatch minus sbatch <= 1.5x the bare `python3 -I -S -c pass` of the same interpreter
-(no site import: the strictest start-up baseline; `python -c pass` is shown too), timed in
-the same run against the local cluster. Every submission is real (held with -H, so nothing runs; they are
-cancelled afterwards) and recorded in a throw-away history, as a user's would be.
+Goal (issues 4 and 14): stune-sbatch minus sbatch <= 1.5x the bare `python3 -I -S -c pass` of the same
+interpreter (no site import: the strictest start-up baseline), timed in the same run against the local
+cluster, for both installs side by side: this checkout's editable install (.venv, compiled first) and the
+wheel built from it, installed by a plain `pip install` into a fresh venv. Every process runs with
+PYTHONDONTWRITEBYTECODE=1, so only bytecode the install left is used. Every submission is real (held with -H,
+so nothing runs; they are cancelled afterwards) and recorded in a throw-away history, as a user's would be.
 
 Extra rows show the paths that cost one more Slurm call: no -p (Slurm's default partition is asked for) and
-a multi-node job (the partition's degraded nodes are asked for).
+a multi-node job (the partition's degraded nodes are asked for); where the time goes in the wheel install:
+the interpreter with `site` (what the launcher starts), the same plus importing what a submission imports,
+and pip 23's own console-script launcher (it imports re) in place of ours. The same table again in CPU time
+(user + system of the child, sbatch's included), which other load distorts less. Then the TaskProlog
+(goal <= 2x), both installs.
 
     .venv/bin/python bench/bench_sbatch.py [--rounds N]
 """
@@ -23,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import compare, time_once  # noqa: E402
+from common import BARE, compare, cpu_once, own_cost, time_once, wheel_install  # noqa: E402
 
 from stune_dev.devcluster import DevCluster  # noqa: E402
 
@@ -32,54 +38,78 @@ def main() -> int:
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 30
     cluster = DevCluster()
     cluster.up(install=False)
-    # An installed package ships bytecode; this checkout may run with PYTHONDONTWRITEBYTECODE.
+    # An editable checkout has bytecode only where something compiled it (PYTHONDONTWRITEBYTECODE below).
     compileall.compile_dir(str(REPO / "slurm_tune"), quiet=1)
-    bindir = os.path.dirname(sys.executable)
-    tmp = tempfile.mkdtemp(prefix="bench-sbatch-")
-    env = dict(os.environ, SLURM_CONF=str(cluster.layout.slurm_conf), STUNE_HISTORY=f"{tmp}/history.jsonl",
-               STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")),
-               STUNE_CACHE_DIR=os.environ.get("STUNE_CACHE_DIR", f"{tmp}/cache"))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sbatch-"))
+    bins = {"editable": Path(sys.executable).parent, "wheel": wheel_install(tmp)}
+    env = dict(os.environ, SLURM_CONF=str(cluster.layout.slurm_conf), PYTHONDONTWRITEBYTECODE="1",
+               STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")))
+    # One history and profile cache per install: the cache is keyed by the validating code's path.
+    envs = {kind: dict(env, STUNE_HISTORY=f"{tmp}/history-{kind}.jsonl", STUNE_CACHE_DIR=f"{tmp}/cache-{kind}")
+            for kind in bins}
     job = ["--parsable", "-H", "-o", "/dev/null", "-J", "bench", "--wrap", "true"]
-    stune = os.path.join(bindir, "stune-sbatch")
-    commands = {
-        "python3 -I -S -c pass": lambda: time_once([sys.executable, "-I", "-S", "-c", "pass"], env=env, cwd=tmp),
-        "python -c pass": lambda: time_once([sys.executable, "-c", "pass"], env=env, cwd=tmp),
-        "sbatch -p roce": lambda: time_once(["sbatch", "-p", "roce", *job], env=env, cwd=tmp),
-        "stune-sbatch -p roce": lambda: time_once([stune, "-p", "roce", *job], env=env, cwd=tmp),
-        "stune-sbatch (default partition)": lambda: time_once([stune, *job], env=env, cwd=tmp),
-        "stune-sbatch -p hdr -N 2": lambda: time_once([stune, "-p", "hdr", "-N", "2", *job], env=env, cwd=tmp),
+
+    wheel_py = str(bins["wheel"] / "python")
+    # pip 23's console-script launcher, as `pip install` wrote it for every command before issue 14
+    pip_launcher = bins["wheel"] / "stune-sbatch-pip-launcher"
+    pip_launcher.write_text(f"#!{wheel_py}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                            "from slurm_tune.cli.sbatch import main\nif __name__ == '__main__':\n"
+                            "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                            "    sys.exit(main())\n")
+    pip_launcher.chmod(0o755)
+    imports = ("from slurm_tune.cli import sbatch; from slurm_tune.sbatch import submit, plan, history; "
+               "from slurm_tune import slurm, profilestore, stage")
+    argvs = {
+        BARE: [wheel_py, "-I", "-S", "-c", "pass"],
+        "sbatch -p roce": ["sbatch", "-p", "roce", *job],
+        "stune-sbatch -p roce (editable)": [str(bins["editable"] / "stune-sbatch"), "-p", "roce", *job],
+        "stune-sbatch -p roce (wheel)": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
+        "stune-sbatch (default partition)": [str(bins["editable"] / "stune-sbatch"), *job],
+        "stune-sbatch -p hdr -N 2": [str(bins["editable"] / "stune-sbatch"), "-p", "hdr", "-N", "2", *job],
+        "stune-sbatch, pip's launcher (wheel)": [str(pip_launcher), "-p", "roce", *job],
+        "python -c pass (wheel)": [wheel_py, "-c", "pass"],
+        "python -c 'import ...' (wheel)": [wheel_py, "-c", imports],
     }
+    envs["sbatch"] = env
+    kind_of = {key: ("wheel" if "wheel" in key else "editable" if "stune" in key else "sbatch") for key in argvs}
     try:
-        result = compare("sbatch", commands, rounds=rounds, baseline="python3 -I -S -c pass")
+        results = [compare(name, {key: (lambda a=argv, k=kind_of[key]: measure(a, env=envs[k], cwd=str(tmp)))
+                                  for key, argv in argvs.items()}, rounds=rounds)
+                   for name, measure in (("sbatch", time_once), ("sbatch_cpu", cpu_once))]
     finally:
         subprocess.run(["scancel", "-n", "bench"], env=env, check=False)
-    med = result["median_s"]
-    bare = med["python3 -I -S -c pass"]
-    print()
-    for key in ("stune-sbatch -p roce", "stune-sbatch (default partition)", "stune-sbatch -p hdr -N 2"):
-        extra = med[key] - med["sbatch -p roce"]
-        print(f"  {key:34s} - sbatch = {extra * 1000:6.2f} ms = {extra / bare:4.2f}x the bare interpreter")
-    extra = med["stune-sbatch -p roce"] - med["sbatch -p roce"]
-    verdict = "meets" if extra <= 1.5 * bare else "MISSES"
-    print(f"\n  goal: stune-sbatch - sbatch <= 1.5x bare start ({1.5 * bare * 1000:.2f} ms): {verdict}")
-    taskprolog(env, tmp, rounds)
+    for result in results:
+        print(f"\n{result['name']}: own cost (minus plain sbatch), as a multiple of the bare start")
+        for key in [k for k in argvs if k.startswith("stune-sbatch")]:
+            print(f"  {key:38s} {own_cost(result, key, 'sbatch -p roce'):4.2f}x")
+        for kind in bins:
+            extra = own_cost(result, f"stune-sbatch -p roce ({kind})", "sbatch -p roce")
+            print(f"  goal ({kind}): stune-sbatch - sbatch <= 1.5x: {'meets' if extra <= 1.5 else 'MISSES'} "
+                  f"({extra:.2f}x)")
+    taskprolog(env, tmp, bins, rounds)
     return 0
 
 
-def taskprolog(env: dict, tmp: str, rounds: int) -> None:
+def taskprolog(env: dict, tmp: Path, bins: dict, rounds: int) -> None:
     """The TaskProlog runs before every task: its cost on a RoCE node fixture (8 HCAs, GID tables)."""
     sys.path.insert(0, str(REPO / "tests"))
     import hwtrees
 
-    root = Path(tmp) / "node"
+    root = tmp / "node"
     hwtrees.h100_roce(root)
     tp_env = dict(env, SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", SLURM_LOCALID="0",
                   STUNE_SYSFS_ROOT=str(root), SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="n[1-2]")
-    prolog = os.path.join(os.path.dirname(sys.executable), "stune-task-prolog")
-    compare("taskprolog", {
-        "python3 -I -S -c pass": lambda: time_once([sys.executable, "-I", "-S", "-c", "pass"], env=tp_env, cwd=tmp),
-        "stune-task-prolog (roce)": lambda: time_once([prolog], env=tp_env, cwd=tmp),
-    }, rounds=rounds, baseline="python3 -I -S -c pass")
+    runs = {BARE: ([sys.executable, "-I", "-S", "-c", "pass"], tp_env)}
+    for kind, bindir in bins.items():
+        runs[f"stune-task-prolog (roce, {kind})"] = ([str(bindir / "stune-task-prolog")],
+                                                     dict(tp_env, STUNE_CACHE_DIR=f"{tmp}/cache-{kind}"))
+    for name, measure in (("taskprolog", time_once), ("taskprolog_cpu", cpu_once)):
+        result = compare(name, {key: (lambda a=a, e=e: measure(a, env=e, cwd=str(tmp)))
+                                for key, (a, e) in runs.items()}, rounds=rounds)
+        for kind in bins:
+            ratio = result["ratio_to_baseline"][f"stune-task-prolog (roce, {kind})"]
+            print(f"  goal ({kind}, {name}): stune-task-prolog <= 2x bare start: "
+                  f"{'meets' if ratio <= 2 else 'MISSES'} ({ratio:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
    copy (stage_cold_small_after_eviction), as happens in a tier that evicts.
 2. stage_large_file: one 1 GiB file vs `dd bs=4M` to the same disk (and `dd conv=fsync`). Goal: >= 0.8x dd.
 3. stage_warm_hit: `stune-stage fetch` of a 100,000-file dataset already in the tier (the whole command:
-   interpreter start, profile, lock, freshness check, hold). Goal: <= 0.5 s. Baseline: `python -c pass`.
+   interpreter start, profile, lock, freshness check, hold). Goal: <= 0.5 s. Baseline: `python3 -I -S -c pass`.
 
 Run as root (the tier root is made with `stune-stage init`'s rules). Everything lives under --workdir, on
 one filesystem, so every copy writes to the same disk.
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import compare, time_once  # noqa: E402
+from common import BARE, bare_start, compare, time_once  # noqa: E402
 
 from slurm_tune.stage import admin  # noqa: E402
 from slurm_tune.stage.tier import TierConfig  # noqa: E402
@@ -179,9 +179,9 @@ def main() -> int:
         subprocess.run(stage_cmd(tier, many), env=env, check=True, stdout=subprocess.DEVNULL)
         print(f"(warm-up: first, cold staging of 100k files took {time.perf_counter() - start:.1f}s)")
         results["warm"] = compare("stage_warm_hit", {
-            "python -c pass": lambda: time_once([sys.executable, "-c", "pass"]),
+            BARE: bare_start(),
             "stune-stage fetch (hit, 100k files)": lambda: time_once(stage_cmd(tier, many), env=env),
-        }, rounds=max(args.rounds * 2, 10), warmup=2, baseline="python -c pass")
+        }, rounds=max(args.rounds * 2, 10), warmup=2, baseline=BARE)
 
     print()
     if "cold" in results:

@@ -1,4 +1,5 @@
-"""Import-weight checks that give the same answer on every machine.
+"""Import-weight checks that give the same answer on every machine, and the hot paths' import rule as data
+(docs/speed.md states the rule; tests/test_imports.py applies it to every hot entry point).
 
 The code runs in a fresh interpreter started without `site` (`-I -S`, as the prolog hook starts it) with only
 this checkout on sys.path, and the modules the bare interpreter loads by itself are not counted. So neither
@@ -14,6 +15,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 _MARK = "--stune-modules--"
+
+# What no hot path may load (docs/speed.md): each costs the bare start a noticeable share by itself (re ~0.8x,
+# json ~0.8x through re, yaml several x, numpy and pynvml tens of ms) or pulls in such modules.
+HEAVY = frozenset({"re", "json", "subprocess", "typing", "dataclasses", "enum", "argparse", "socket", "threading",
+                   "collections", "shutil", "tempfile", "hashlib", "datetime", "shlex", "fnmatch", "pathlib",
+                   "yaml", "numpy", "matplotlib", "pynvml", "rich", "prometheus_client",
+                   # the profile schema and its validation: only a profile cache miss needs them (profilestore)
+                   "slurm_tune.profiles", "slurm_tune.schema"})
 
 
 def _run(code: str, env: dict | None) -> set[str]:

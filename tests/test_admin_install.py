@@ -161,6 +161,13 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
                    capture_output=True, timeout=300)
+    # the hot commands' launchers point at the venv's interpreter and import no re; pip left bytecode
+    # (docs/speed.md)
+    for command in ("stune-sbatch", "stune-task-prolog", "stune-health"):
+        launcher = (venv / "bin" / command).read_text()
+        assert launcher.startswith(f"#!{venv}/bin/python") and "import re" not in launcher, launcher
+    site = next(venv.glob("lib/python3*/site-packages"))
+    assert list((site / "slurm_tune/cli/__pycache__").glob("sbatch.*.pyc"))
     root = tmp_path / "root"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     admin = str(venv / "bin/stune-admin")

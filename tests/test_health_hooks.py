@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import healthkit as kit
-from importcheck import loaded_by
 from slurm_tune.health import node as N
 from slurm_tune.health import state as S
 
@@ -112,19 +111,6 @@ def test_the_epilog_catches_what_the_job_left_behind(box):
     assert proc.returncode == 10 and "gpu5 1 uncorrected ECC" in proc.stderr
 
 
-def test_the_prolog_makes_no_slurm_call_and_imports_nothing_heavy(box):
-    health("prolog")  # warm the profile cache, as every prolog after the first finds it
-    loaded = loaded_by("from slurm_tune.cli.health import main\nassert main(['prolog']) == 0")
-    # and the shipped hook's own path (prolog/10-stune-health -> health/prologhook.py), without the CLI layer
-    hook_path = loaded_by(f"from slurm_tune.health.prologhook import main\nassert main(None, {str(BIN)!r}) == 0")
-    assert "slurm_tune.cli.health" not in hook_path and "slurm_tune.health.node" in hook_path
-    loaded |= hook_path
-    for heavy in ("numpy", "matplotlib", "pynvml", "yaml", "json", "re", "subprocess", "dataclasses", "typing",
-                  "argparse", "enum", "socket", "threading", "collections", "slurm_tune.slurm",
-                  "slurm_tune.hw.nvml"):
-        assert heavy not in loaded, f"the prolog imported {heavy}"
-
-
 def test_a_hung_sysfs_read_does_not_hang_the_prolog(box, tmp_path, monkeypatch):
     from slurm_tune.hw.sysfs import Sysfs
 
@@ -169,6 +155,75 @@ def test_the_shipped_hook_scripts_map_only_a_judged_failure_to_a_failed_prolog(b
     defaults.write_text(defaults.read_text().replace("STUNE_BIN=/nowhere", f"STUNE_BIN={crashing}"))
     crashed = hook("prolog")
     assert crashed.returncode == 0 and "exited 1; not failing job 42" in crashed.stderr
+
+
+def test_one_script_is_the_prolog_and_the_epilog_and_slurmd_says_which(box, tmp_path):
+    assert (REPO / "epilog/10-stune-health").resolve() == (REPO / "prolog/10-stune-health").resolve()
+    defaults = tmp_path / "stune.env"
+    defaults.write_text("".join(f"{k}={v}\n" for k, v in box["env"].items() if k != "SLURMD_NODENAME")
+                        + f"STUNE_BIN={BIN}\nSTUNE_CACHE_DIR={tmp_path / 'cache'}\n")
+
+    def hook(*args, **env):
+        env = {"STUNE_ENV_FILE": str(defaults), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "42", **env}
+        return subprocess.run([str(REPO / "prolog/10-stune-health"), *args], capture_output=True, text=True,
+                              env=env)
+
+    def last_mode():
+        return S.read(str(box["state"]))[0]["last"]["mode"]
+
+    assert hook(SLURM_SCRIPT_CONTEXT="epilog_slurmd").returncode == 0 and last_mode() == "epilog"
+    assert hook(SLURM_SCRIPT_CONTEXT="prolog_slurmd").returncode == 0 and last_mode() == "prolog"
+    assert hook("epilog").returncode == 0 and last_mode() == "epilog"  # by hand
+    assert hook().returncode == 0 and last_mode() == "prolog"
+    # the epilog's full checks: a GPU the job broke fails the epilog, the prolog does not look at NVML
+    kit.gpu_file(box["gpus"], devices=kit.gpu_devices("a100", 8, gpu5={"ecc_uncorrected": 1}))
+    assert hook(SLURM_SCRIPT_CONTEXT="prolog_slurmd").returncode == 0
+    failed = hook(SLURM_SCRIPT_CONTEXT="epilog_slurmd")
+    assert failed.returncode == 1 and "gpu5 1 uncorrected ECC" in failed.stderr
+    # in the controller's PrologSlurmctld by mistake: the controller is not judged as a node
+    wrong = hook(SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    assert wrong.returncode == 0 and "not a node's Prolog or Epilog; nothing done" in wrong.stderr
+    assert last_mode() == "epilog"
+
+
+SHELL_HOOKS = ["prolog/20-stune-jobgpus", "prolog/stune-health-run", "epilog/20-stune-usage", "epilog/30-stune-stage",
+               "epilog/stune-usage-slurmctld"]
+
+
+@pytest.mark.parametrize("hook", SHELL_HOOKS)
+def test_every_root_shell_hook_takes_its_settings_through_the_one_preamble(hook, tmp_path):
+    text = (REPO / hook).read_text()
+    assert '. "$hook_env"' in text and "find" not in text and "STUNE_ENV_FILE" not in text
+    # run from the tree it finds hooks/; a copy without the preamble does nothing and says so
+    copy = tmp_path / "prolog.d" / "hook"
+    copy.parent.mkdir()
+    copy.write_text(text)
+    copy.chmod(0o755)
+    proc = subprocess.run([str(copy)], capture_output=True, text=True, timeout=60,
+                          env={"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0", "STUNE_ENV_FILE": "/dev/null",
+                               "STUNE_BIN": str(tmp_path / "nowhere")})
+    assert proc.returncode == 0 and "stune-hook-env.sh not found; nothing done" in proc.stderr
+
+
+def test_installed_shell_hooks_source_the_installed_preamble(tmp_path, capsys):
+    from slurm_tune.cli.admin import main as admin
+
+    assert admin(["install", "--prefix", str(tmp_path), "--role", "all"]) == 0, capsys.readouterr()
+    etc = tmp_path / "etc/slurm"
+    preamble = etc / "stune-hook-env.sh"
+    assert preamble.read_bytes() == (REPO / "hooks/stune-hook-env.sh").read_bytes().replace(
+        b"/etc/default/stune}", f"{tmp_path}/etc/default/stune}}".encode())
+    assert preamble.stat().st_mode & 0o777 == 0o644
+    for hook in SHELL_HOOKS:
+        placed = {"prolog/20-stune-jobgpus": etc / "prolog.d/20-stune-jobgpus",
+                  "epilog/20-stune-usage": etc / "epilog.d/20-stune-usage",
+                  "epilog/30-stune-stage": etc / "epilog.d/30-stune-stage"}.get(hook, etc / hook.split("/")[1])
+        assert f'hook_env="{preamble}"' in placed.read_text(), placed
+    # the installed prolog hook runs with the installed env file's settings (STUNE_USAGE_DIR under the prefix)
+    proc = subprocess.run([str(etc / "prolog.d/20-stune-jobgpus")], capture_output=True, text=True, timeout=60,
+                          env={"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "2,3"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "var/lib/stune/usage/jobs/7").read_text() == "2,3\n"
 
 
 # ---- capture and offline check -----------------------------------------------------------------------------

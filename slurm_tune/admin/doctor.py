@@ -124,10 +124,10 @@ class Doctor:
 
     def check_hooks(self, roles: set[str]) -> None:
         for piece in shipped.PIECES:
-            if piece.role not in roles or piece.place == "unit_dir":
+            if not piece.needed_by(roles) or piece.place == "unit_dir":
                 continue
             path = os.path.join(getattr(self.layout, piece.place), piece.name)
-            if self.trusted(path, piece.what, executable=True):
+            if self.trusted(path, piece.what, executable=bool(piece.mode & 0o111)):
                 self.add(OK, piece.what, path)
 
     # ---- slurm.conf -----------------------------------------------------------------------------------

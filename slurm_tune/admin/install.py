@@ -127,8 +127,11 @@ def env_settings(layout: Layout, extra: dict[str, str]) -> dict[str, str]:
 
 
 def relocate(piece: shipped.Piece, data: bytes, layout: Layout, settings: dict[str, str]) -> bytes:
-    """Point a shipped file at this install: the env file's path in the hooks, the bin dir in the units."""
+    """Point a shipped file at this install: the hook preamble's and the env file's paths in the hooks, the bin
+    dir in the units."""
     text = data.decode()
+    text = text.replace('"${0%/*}/../' + shipped.HOOK_ENV + '"',
+                        f'"{os.path.join(layout.slurm_etc, os.path.basename(shipped.HOOK_ENV))}"')
     if layout.env_file != "/etc/default/stune":
         text = text.replace("${STUNE_ENV_FILE:-/etc/default/stune}", f"${{STUNE_ENV_FILE:-{layout.env_file}}}")
         text = text.replace("EnvironmentFile=-/etc/default/stune", f"EnvironmentFile=-{layout.env_file}")
@@ -262,7 +265,7 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
     root = shipped.share_root()
     settings = env_settings(layout, extra_env)
     for piece in shipped.PIECES:
-        if piece.role not in roles:
+        if not piece.needed_by(roles):
             continue
         data = relocate(piece, shipped.read_piece(root, piece), layout, settings)
         place_file(report, manifest, os.path.join(getattr(layout, piece.place), piece.name), data, piece.mode, force)

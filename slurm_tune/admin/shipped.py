@@ -1,6 +1,6 @@
 """What the package ships for a site, and where `stune-admin install` places each piece.
 
-The files live in prolog/, epilog/ and contrib/ of the source tree; a wheel carries them as data files in
+The files live in prolog/, epilog/, hooks/ and contrib/ of the source tree; a wheel carries them as data files in
 <prefix>/share/slurm-tune/ (setup.cfg). An editable install (the checkout) reads them from the tree.
 """
 from __future__ import annotations
@@ -14,6 +14,8 @@ from ..errors import StuneError
 
 SHARE_NAME = "slurm-tune"
 NODE, CONTROLLER = "node", "controller"
+EVERY_ROLE = "every"  # a piece both roles need
+HOOK_ENV = "hooks/stune-hook-env.sh"  # the shell hooks' shared preamble; they source it from ../ in the tree
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,17 @@ class Piece:
     role: str
     what: str
 
+    def needed_by(self, roles: set[str]) -> bool:
+        return self.role == EVERY_ROLE or self.role in roles
+
 
 PIECES = (
+    Piece(HOOK_ENV, "slurm_etc", "stune-hook-env.sh", 0o644, EVERY_ROLE,
+          "the shell hooks' environment (sourced, not run)"),
     Piece("prolog/10-stune-health", "prolog_dir", "10-stune-health", 0o755, NODE, "Prolog: fast health checks"),
     Piece("prolog/20-stune-jobgpus", "prolog_dir", "20-stune-jobgpus", 0o755, NODE,
           "Prolog: records the job's GPUs for the sampler"),
+    # the same script as the Prolog's (a link in the tree): slurmd tells it which one it is
     Piece("epilog/10-stune-health", "epilog_dir", "10-stune-health", 0o755, NODE, "Epilog: full health checks"),
     Piece("epilog/20-stune-usage", "epilog_dir", "20-stune-usage", 0o755, NODE, "Epilog: the job's GPU usage"),
     Piece("epilog/30-stune-stage", "epilog_dir", "30-stune-stage", 0o755, NODE,

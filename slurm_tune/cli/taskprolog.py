@@ -35,7 +35,7 @@ def _main(argv: list[str]) -> int:
     if not job.partition:
         return EXIT_OK
     from ..errors import ConfigError, StuneError
-    from ..profiles import load_profile
+    from ..profilestore import load_profile
 
     log = _JobLogOnUse(job.environ)
     speak = job.environ.get("SLURM_LOCALID", "0") in ("", "0")

@@ -1,7 +1,7 @@
-"""The prolog hook's Python side (`prolog/10-stune-health` imports it once it has found stune): export the hook
-environment file as `set -a; . FILE` would, then run the prolog and turn its verdict into the hook's exit
-status. Here rather than in the hook script so that it is compiled once (bytecode cache), not at every job.
-The script has already checked that root alone can write the file."""
+"""The Prolog and Epilog hook's Python side (`prolog/10-stune-health` imports it once it has found stune):
+export the hook environment file as `set -a; . FILE` would, then run the prolog or the epilog and turn its
+verdict into the hook's exit status. Here rather than in the hook script so that it is compiled once (bytecode
+cache), not at every job. The script has already checked that root alone can write the file."""
 from __future__ import annotations
 
 import os
@@ -54,7 +54,7 @@ def shell_assignments(path):
     return dict(item.decode(errors="replace").partition("=")[::2] for item in data.split(b"\0") if item)
 
 
-def main(env_file: str | None, bindir: str) -> int:
+def main(env_file: str | None, bindir: str, mode: str = "prolog") -> int:
     """Exit status for Slurm: 1 only for a judged failure under a trusted policy, else 0."""
     if env_file:
         with open(env_file, encoding="utf-8", errors="replace") as fh:
@@ -64,10 +64,10 @@ def main(env_file: str | None, bindir: str) -> int:
     os.environ["PATH"] = f"{bindir}:/usr/sbin:/usr/bin:/sbin:/bin"
     from .node import run_hook
 
-    rc = run_hook("prolog")
+    rc = run_hook(mode)
     if rc == 10:
-        return 1  # judged failed: Slurm drains the node and requeues the job
+        return 1  # judged failed: Slurm drains the node (and requeues the job a prolog held back)
     if rc != 0:
-        sys.stderr.write(f"{NAME}: stune-health prolog exited {rc}; not failing job "
+        sys.stderr.write(f"{NAME}: stune-health {mode} exited {rc}; not failing job "
                          f"{os.environ.get('SLURM_JOB_ID', '')}\n")
     return 0

@@ -1,5 +1,5 @@
 """What a check returns. Plain slotted classes, not namedtuples or dataclasses: this module is on the
-prolog path, and `collections` alone costs a millisecond to import there."""
+prolog path (the hot-path rule, docs/speed.md)."""
 from __future__ import annotations
 
 OK, WARNING, UNKNOWN, DEGRADED, FAIL = "ok", "warning", "unknown", "degraded", "fail"

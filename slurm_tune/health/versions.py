@@ -43,7 +43,7 @@ def is_pattern(key: str) -> bool:
 
 def glob_match(pattern: str, text: str) -> bool:
     """`*` (any run) and `?` (one character), case-sensitive, like fnmatchcase for these two; hand-made
-    because fnmatch imports re, which costs the prolog ~6 ms."""
+    because fnmatch imports re (the hot-path rule, docs/speed.md)."""
     p = t = 0
     star, mark = -1, 0
     while t < len(text):

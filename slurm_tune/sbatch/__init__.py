@@ -7,5 +7,5 @@
 - `history`: the per-user record of submissions, `history` and `history diff`;
 - `submit`: the orchestration behind the command.
 
-Everything here is on the submission path: only `os`, `sys` and namedtuples at import time.
+Everything here is on the submission path: the hot-path import rule applies (docs/speed.md).
 """

@@ -77,8 +77,7 @@ ENV_OPTIONS = {
 
 class Opt:
     """One option occurrence: canonical key (the long name), its value (None for a flag), and where it was
-    given: `command line`, `$SBATCH_X`, or `script line N`. (Plain classes here: each namedtuple costs ~0.1 ms
-    at import, on a path where every millisecond shows.)"""
+    given: `command line`, `$SBATCH_X`, or `script line N`. (A plain class: the hot-path rule, docs/speed.md.)"""
 
     __slots__ = ("key", "value", "where")
 

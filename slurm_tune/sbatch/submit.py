@@ -207,13 +207,13 @@ class _NoProfile(StuneError):
 
 
 def _stage_error(exc: StuneError) -> bool:
-    from ..stage.errors import StageRequestError  # light: the error classes only
+    from ..stage.errors import StageRequestError
 
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
 def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None):
-    from ..profiles import load_profile, profile_dir
+    from ..profilestore import load_profile, profile_dir
     from .plan import build_plan
 
     opt = eff.get("partition")
