@@ -44,7 +44,7 @@ def json_text(doc) -> str:
 
 def _named(obj):
     """Named tuples as objects (json would write them as arrays before `default` ever sees them)."""
-    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+    if hasattr(obj, "_asdict") and not isinstance(obj, type):  # a namedtuple or a frozen.Record
         return {k: _named(v) for k, v in obj._asdict().items()}
     if isinstance(obj, (list, tuple)):
         return [_named(v) for v in obj]

@@ -27,10 +27,6 @@ LAUNCHERS = REPO / "bin"
 # is a measured miss reported in README's Speed table, not a licence.
 KNOWN = {
     # collections for namedtuple records: ~0.2x of a bare start (collections itself, then each class)
-    "stune-sbatch": {"collections"},       # slurm.py's records (Node, Job, Partition, ...)
-    # stage/spec.py, stage/jobenv.JobStage, nodeenv/detect.Port, and slurm.py's records (taskenv imports
-    # slurm.py for expand_hostlist alone)
-    "stune-task-prolog": {"collections"},
 }
 
 

@@ -11,16 +11,16 @@ local_cpulist; the CPUs are intersected with the cpuset Slurm already gave the t
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 
+from ..frozen import Record
 from ..hw.sysfs import Sysfs, parse_cpulist, parse_int, pci_address
 from ..text import is_digits
 
 
-class BindPlan(namedtuple("BindPlan", "gpu pci numa_node cpus allowed note")):
+class BindPlan(Record):
     """cpus: what to bind to (None: run unbound, `note` says why); allowed: the task's CPUs before."""
 
-    __slots__ = ()
+    __slots__ = ('gpu', 'pci', 'numa_node', 'cpus', 'allowed', 'note')
 
 
 def _split(text: str | None) -> list[str]:

@@ -3,15 +3,15 @@ is up. Each function returns its answer and, when the answer is empty or partial
 caller can say so instead of guessing."""
 from __future__ import annotations
 
-from collections import namedtuple
 
+from ..frozen import Record
 from ..hw.sysfs import (Sysfs, gid_ipv4, gid_is_link_local, netdev_is_up, parse_gid, parse_port_state)
 
 ROCE_V2 = "RoCE v2"
 
 
-class Port(namedtuple("Port", "device port netdev")):
-    __slots__ = ()
+class Port(Record):
+    __slots__ = ('device', 'port', 'netdev')
 
     def __str__(self):
         return f"{self.device}:{self.port}"

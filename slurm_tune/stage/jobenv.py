@@ -21,9 +21,9 @@ This module is on the TaskProlog path: the copy machinery (subprocess, tempfile)
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 
 from ..errors import StuneError
+from ..frozen import Record
 from ..streams import say
 from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
 from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
@@ -49,11 +49,11 @@ def prepare_for_task(job, progress=None) -> tuple[dict[str, str], list[str]]:
 FRESHNESS_VAR = "STUNE_FRESHNESS"  # not STUNE_STAGE_*: that prefix names datasets
 
 
-class JobStage(namedtuple("JobStage", "requests required config problem job_id")):
+class JobStage(Record):
     """What a task must stage: requests (profile defaults merged), the tier (config) or why there is none
     (problem, a TierUnavailable), and the job id holds are taken for."""
 
-    __slots__ = ()
+    __slots__ = ('requests', 'required', 'config', 'problem', 'job_id')
 
 
 def resolve(job, with_defaults: bool = True) -> JobStage:

@@ -14,8 +14,8 @@ A source path escapes `%` as `%25` and `;` as `%3B` (names cannot hold either).
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 
+from ..frozen import Record
 from ..thisnode import STAGE_VAR as ENV_VAR
 from .errors import StageRequestError
 
@@ -29,10 +29,10 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", "
                     ".tar")
 
 
-class StageRequest(namedtuple("StageRequest", "source name")):
+class StageRequest(Record):
     """Stage `source` (an absolute, normalized path) and export it as STUNE_STAGE_<name>."""
 
-    __slots__ = ()
+    __slots__ = ('source', 'name')
 
     @property
     def variable(self) -> str:

@@ -1,0 +1,36 @@
+"""frozen.Record: the hot paths' namedtuple stand-in must behave as the namedtuples it replaced."""
+from __future__ import annotations
+
+import pytest
+
+from slurm_tune.frozen import Record
+from slurm_tune.nodeenv.detect import Port
+from slurm_tune.output import json_text
+from slurm_tune.stage.spec import StageRequest
+
+
+class Pair(Record):
+    __slots__ = ("left", "right")
+
+
+def test_record_is_a_read_only_tuple_by_value():
+    p = Pair(1, right="x")
+    left, right = p
+    assert (left, right) == (1, "x") and p[1] == "x" and len(p) == 2
+    assert p == (1, "x") and p == Pair(1, "x") and p != Pair(2, "x")
+    assert {p, Pair(1, "x")} == {p} and sorted([Pair(2, "a"), p]) == [p, Pair(2, "a")]
+    assert p._replace(left=5) == Pair(5, "x") and p._asdict() == {"left": 1, "right": "x"}
+    with pytest.raises(AttributeError):
+        p.left = 3
+    with pytest.raises(TypeError):
+        Pair(1)
+    with pytest.raises(TypeError):
+        Pair(1, 2, 3)
+
+
+def test_the_replaced_records_keep_their_behaviour():
+    port = Port("mlx5_0", 1, "ib0")
+    assert str(port) == "mlx5_0:1" and port.netdev == "ib0"
+    req = StageRequest("/data/imagenet", "IMAGENET")
+    assert req.variable == "STUNE_STAGE_IMAGENET" and str(req) == "/data/imagenet:IMAGENET"
+    assert json_text({"req": req}) == '{\n "req": {\n  "name": "IMAGENET",\n  "source": "/data/imagenet"\n }\n}\n'
