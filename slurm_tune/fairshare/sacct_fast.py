@@ -19,14 +19,12 @@ import numpy as np
 
 from . import sacct as S
 
-PAD = 176            # zero bytes after the text: every window below may read past a field's end
+PAD = 24             # zero bytes after the text: every window below may read past a field's end
 WINDOW = 16          # bytes read at once for numbers and short fields
-HEAD_WINDOWS = (80, 160)  # bytes of summary heads read at once: most fit the first; past the last: general path
 _CHUNK = 1 << 22     # delimiter search in cache-sized pieces (one huge temporary costs page faults)
 _MAX_WORDS = 24      # 8-byte words hashed per row for the grouped columns (wider: the general path)
 
 _WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-_HEAD = b"held= used= cov= busy= busy_w="   # the summary head's text around its five numbers
 _UNKNOWN_BYTES = [word.encode() for word in S.UNKNOWN_WORDS]
 
 
@@ -249,72 +247,69 @@ def _group(h: np.ndarray, parts: list, n: int):
     return group, reps
 
 
-_KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")
+_KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after each of the five numbers
+_TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
+_COLS = np.arange(_TOKEN)
 
 
-def _summaries(buf, size, start, end, n, window: int = HEAD_WINDOWS[0]):
+def _decimals(block: np.ndarray, length: np.ndarray):
+    """The numbers that start each row of block and run `length` bytes, when every one is digits with at most
+    one '.' (else None). numpy reads them in one call, exactly as the general parser's numpy call does."""
+    inside = _COLS < length[:, None]
+    digit = ((block - np.uint8(48)) <= 9) & inside
+    dot = (block == 46) & inside
+    if not ((digit | dot).sum(axis=1) == length).all() or (dot.sum(axis=1) > 1).any() \
+            or not digit.any(axis=1).all():
+        return None
+    text = np.where(inside, block, np.uint8(32)).tobytes().decode("ascii")
+    values = S._numbers(text)
+    return values if values is not None and values.size == len(block) else None
+
+
+def _summaries(buf, size, start, end, n):
     """sacct._summary_heads over byte spans, for heads exactly in encode()'s form
-    ("held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None otherwise.
-
-    The head's five spaces are the first five in its window; each must be followed by its key, and every
-    other byte up to the fifth must be a digit or '.', so the numbers are exactly the tokens the general
-    parser reads, and numpy reads them in one call."""
+    ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None for anything
+    else, which the general parser then reads. Walks the head number by number: each runs to its space, holds
+    only digits and one '.', and is followed by its key."""
     held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
     has = np.zeros(n, dtype=bool)
     bad = np.zeros(n, dtype=bool)
-    width = end - start
     words = _gather(buf, size, 8)
-    prefix = int.from_bytes(S.SUMMARY_PREFIX.encode(), "little")
-    cand = np.flatnonzero(width >= len(S.SUMMARY_PREFIX))
+    lead = S.SUMMARY_PREFIX.encode()
+    cand = np.flatnonzero(end - start >= len(lead))
     if len(cand):
-        cand = cand[(words[start[cand]] & _WORD_MASKS[7]) == np.uint64(prefix)]
+        cand = cand[(words[start[cand]] & _WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
     if not len(cand):
         return has, bad, held, used, covered, busy, busy_w
-    m = len(cand)
-    at = start[cand].astype(np.int64) + len(S.SUMMARY_PREFIX)   # "held=" starts here
-    room = (end[cand] - at)                                      # bytes of the comment from there
-    if ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any() or room.min() < 5:
+    at = start[cand].astype(np.int64) + len(lead)
+    stop = end[cand].astype(np.int64)
+    if (stop - at < 5).any() or ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
         return None
-    block = _rows(_gather(buf, size, window), at, window)
-    rows, cols = np.nonzero(block == 32)
-    counts = np.bincount(rows, minlength=m)
-    if counts.min() < 5:
-        return None
-    first = np.cumsum(counts) - counts
-    spaces = [cols[first + k] for k in range(5)]
-    for space, key in zip(spaces, _KEYS):
-        if (space + 1 + len(key) > room).any():
+    at += 5
+    tokens = _gather(buf, size, _TOKEN)
+    values = []
+    for k, key in enumerate(_KEYS):
+        block = _rows(tokens, at, _TOKEN)
+        space = block == 32
+        length = space.argmax(axis=1)
+        if not space.any(axis=1).all():
             return None
-        if ((words[at + space + 1] & _WORD_MASKS[len(key)]) != np.uint64(int.from_bytes(key, "little"))).any():
+        dash = None
+        if k == 4:  # busy_w: "-" when no sample was busy
+            dash = (length == 1) & (block[:, 0] == ord("-"))
+            block[dash, 0] = ord("0")
+        value = _decimals(block, length)
+        if value is None:
             return None
-    stop = spaces[4][:, None]
-    inside = np.arange(window) < stop
-    number = (((block - np.uint8(48)) <= 9) | (block == 46)) & inside
-    others = stop[:, 0] - number.sum(axis=1)
-    dash = others == len(_HEAD) + 1
-    if not ((others == len(_HEAD)) | dash).all():
-        return None
-    tokens = [(np.full(m, 5), spaces[0]), (spaces[0] + 6, spaces[1]), (spaces[1] + 5, spaces[2]),
-              (spaces[2] + 6, spaces[3]), (spaces[3] + 8, spaces[4])]
-    for k, (a, b) in enumerate(tokens):
-        length = b - a
-        if k == 4:
-            is_dash = (length == 1) & (block[np.arange(m), np.minimum(a, window - 1)] == ord("-"))
-            if not (is_dash == dash).all():
-                return None
-            length = np.where(dash, 1, length)
-        if (length < 1).any():
+        if dash is not None:
+            value[dash] = np.nan
+        after = at + length + 1
+        if (after + len(key) > stop).any() \
+                or ((words[after] & _WORD_MASKS[len(key)]) != np.uint64(int.from_bytes(key, "little"))).any():
             return None
-    keep = np.where(number, block, np.where((block == 32) & inside, np.uint8(32), np.uint8(0)))
-    text = keep.tobytes().translate(None, b"\0").decode("ascii")
-    values = S._numbers(text)
-    counts = np.where(dash, 4, 5)
-    if values is None or values.size != int(counts.sum()):
-        return None
-    five = np.full((m, 5), np.nan)
-    slots = np.repeat(np.arange(m) * 5, counts) + (np.arange(values.size) - np.repeat(np.cumsum(counts) - counts, counts))
-    five.ravel()[slots] = values
-    held[cand], used[cand], covered[cand], busy[cand], busy_w[cand] = five.T
+        values.append(value)
+        at = after + len(key)
+    held[cand], used[cand], covered[cand], busy[cand], busy_w[cand] = values
     has[cand] = True
     return S.distrust_insane(has, bad, held, used, covered, busy, busy_w)
 
@@ -329,7 +324,7 @@ def parse_bytes(buf, size: int, source: str):
     while at < size and arr[at] == 10:
         at += 1
     head_end = buf.find(b"\n", at, size)
-    if head_end < 0 or head_end + 1 >= size or buf.find(b"\n\n", head_end, size) >= 0:
+    if head_end < 0 or head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
         return None
     header = bytes(buf[at:head_end]).decode("ascii").split("|")
     width = len(header)
@@ -439,8 +434,7 @@ def parse_bytes(buf, size: int, source: str):
     if "AdminComment" in col:
         c_start, c_end = span("AdminComment")
         comments = Texts(buf, c_start, c_end)
-        heads = _by_rows(lambda x, y: _summaries(buf, size, x, y, len(x))
-                         or _summaries(buf, size, x, y, len(x), HEAD_WINDOWS[1]), n, c_start, c_end)
+        heads = _by_rows(lambda x, y: _summaries(buf, size, x, y, len(x)), n, c_start, c_end)
         if heads is None:
             heads = S._summary_heads(comments.tolist(), n)
     else:
