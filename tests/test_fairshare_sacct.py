@@ -344,3 +344,17 @@ def test_read_file_with_damaged_bytes_matches_a_text_mode_read(tmp_path, seed):
         assert str(got.value) == str(exc)
         return
     _same(sacct_mod.read_file(str(path)), general)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
+    """The fast path reads a big dump in pieces of ROWS rows; small pieces here make every join show."""
+    monkeypatch.setattr(sacct_fast, "ROWS", 37)
+    text = _dump(300 + seed, 400, garbage=0.0 if seed < 4 else 0.02)
+    general = sacct_mod._parse_text(text)
+    fast = _fast(text)
+    if seed < 4:
+        assert fast is not None
+    if fast is not None:
+        _same(fast, general)
+    _same(sacct_mod.parse(text), general)

@@ -108,20 +108,20 @@ class Coded(Sequence):
 ROWS = 1 << 14        # rows per piece for the per-column work: its temporaries stay in cache
 
 
-def _by_rows(fn, n: int, *columns):
-    """fn over pieces of ROWS rows of `columns`, its outputs (an array or a tuple of arrays) joined; None as
-    soon as one piece gives None."""
+def _in_pieces(fn, n: int) -> tuple:
+    """fn(lo, hi) over pieces of ROWS rows, each giving a tuple of arrays; the tuples' arrays joined. All the
+    columns of a piece are read while its bytes are in cache (one pass over the dump, not one per column)."""
+    first = fn(0, min(n, ROWS))
     if n <= ROWS:
-        return fn(*columns)
-    parts = []
-    for at in range(0, n, ROWS):
-        out = fn(*(c[at:at + ROWS] for c in columns))
-        if out is None:
-            return None
-        parts.append(out)
-    if isinstance(parts[0], tuple):
-        return tuple(np.concatenate(p) for p in zip(*parts))
-    return np.concatenate(parts)
+        return first
+    out = tuple(np.empty(n, dtype=a.dtype) for a in first)
+    for column, part in zip(out, first):
+        column[:ROWS] = part
+    for lo in range(ROWS, n, ROWS):
+        hi = min(n, lo + ROWS)
+        for column, part in zip(out, fn(lo, hi)):
+            column[lo:hi] = part
+    return out
 
 
 def _delimiters(arr: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -179,23 +179,21 @@ def _is_word(buf, size, start: np.ndarray, width: np.ndarray, word: bytes) -> np
 
 
 def _times(buf, size, start, end):
-    """Start/End: epoch seconds or sacct's Unknown words (-1); None when any value is in another form."""
+    """Start/End: (epoch seconds or -1 for sacct's Unknown words, ok). A row not ok (an ISO time, garbage)
+    sends the column to the general parser's helper."""
     values, plain = _plain_numbers(buf, size, start, end)
     width = end - start
     unknown = width == 0
     for word in _UNKNOWN_BYTES:
         unknown |= _is_word(buf, size, start, width, word)
-    if not (plain | unknown).all() or (values[plain] >= S._MAX_EPOCH).any():
-        return None
+    ok = (plain & (values < S._MAX_EPOCH)) | unknown
     values[unknown] = -1
-    return values
+    return values, ok
 
 
 def _ints(buf, size, start, end):
     values, plain = _plain_numbers(buf, size, start, end)
-    if not plain.all() or (values >= S._MAX_EPOCH).any():
-        return None
-    return values
+    return values, plain & (values < S._MAX_EPOCH)
 
 
 def _words(buf, size: int, start: np.ndarray, end: np.ndarray, count: int) -> list:
@@ -311,7 +309,7 @@ def _summaries(buf, size, start, end, n):
         at = after + len(key)
     held[cand], used[cand], covered[cand], busy[cand], busy_w[cand] = values
     has[cand] = True
-    return S.distrust_insane(has, bad, held, used, covered, busy, busy_w)
+    return has, bad, held, used, covered, busy, busy_w
 
 
 def parse_bytes(buf, size: int, source: str):
@@ -359,15 +357,12 @@ def parse_bytes(buf, size: int, source: str):
         return (line_start if k == 0 else bounds[:, k - 1] + 1), bounds[:, k]
 
     id_start, id_end = span("JobIDRaw")
-    id_width = id_end - id_start
-    if int(id_width.max()) > WINDOW:
+    if int((id_end - id_start).max()) > WINDOW:
         return None
-    id_bytes = _rows(_gather(buf, size, WINDOW), id_start, WINDOW)
-    if ((id_bytes == ord(".")) & (np.arange(WINDOW) < id_width[:, None])).any():
-        return None  # step rows: the general parser joins them to their jobs
     ids = Texts(buf, id_start, id_end)
 
-    # the repeated strings: grouped by their bytes, decoded once per group
+    # the repeated strings (user, account, ...) are grouped by a hash of their bytes; consecutive columns
+    # are hashed as one span (no field but the last holds a '|', so equal spans mean equal fields)
     grouped = [name for name in ("User", "Account", "Partition", "QOS", "State", "AllocTRES") if name in col]
     runs: list[list[int]] = []
     for k in sorted(col[name] for name in grouped):
@@ -375,28 +370,47 @@ def parse_bytes(buf, size: int, source: str):
             runs[-1].append(k)
         else:
             runs.append([k])
-    flat, counts = [], []
+    run_spans, counts = [], []
     for run in runs:
         a = line_start if run[0] == 0 else bounds[:, run[0] - 1] + 1
         b = bounds[:, run[-1]]
-        flat += [a, b]
+        run_spans.append((a, b))
         counts.append((int((b - a).max()) + 7) // 8)
     if sum(counts) > _MAX_WORDS:
         return None
+    number_spans = [span(name) for name in ("JobIDRaw", "Start", "End", "ElapsedRaw")]
+    comment_span = span("AdminComment") if "AdminComment" in col else None
+    dot_column = np.arange(WINDOW)
+    id_window = _gather(buf, size, WINDOW)
 
-    def hash_piece(*spans):
+    def piece(lo, hi):
+        a, b = id_start[lo:hi], id_end[lo:hi]
+        step = ((_rows(id_window, a, WINDOW) == 46) & (dot_column < (b - a)[:, None])).any(axis=1)
         parts = []
-        for k, count in enumerate(counts):
-            a, b = spans[2 * k], spans[2 * k + 1]
+        for (a, b), count in zip(run_spans, counts):
+            a, b = a[lo:hi], b[lo:hi]
             parts += [b - a, *_words(buf, size, a, b, count)]
-        return (_hash(parts, len(spans[0])), *parts)
+        out = [step, _hash(parts, hi - lo), *parts]
+        for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
+            out += read(buf, size, a[lo:hi], b[lo:hi])
+        if comment_span is not None:
+            heads = _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo)
+            ok = np.full(hi - lo, heads is not None)
+            out += [*(heads or (np.zeros(hi - lo, dtype=bool),) * 2 + (np.zeros(hi - lo),) * 5), ok]
+        return tuple(out)
 
-    h, *parts = _by_rows(hash_piece, n, *flat)
+    columns = list(_in_pieces(piece, n))
+    step, h = columns[0], columns[1]
+    if step.any():
+        return None  # step rows: the general parser joins them to their jobs
+    parts = columns[2:2 + len(counts) + sum(counts)]
+    (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
+     *heads) = columns[2 + len(parts):]
     grouping = _group(h, parts, n)
     if grouping is None:
         return None
     group, reps = grouping
-    del parts, h
+    del parts, h, columns
     names_of: dict[str, tuple[np.ndarray, list]] = {}
     for name in grouped:
         a, b = span(name)
@@ -423,20 +437,20 @@ def parse_bytes(buf, size: int, source: str):
     billing = np.array([S._tres_value(t, "billing") for t in tres_names] or [0.0])[tres_codes]
     gpus = np.array([S._tres_value(t, "gres/gpu") for t in tres_names] or [0.0])[tres_codes]
 
-    def numbers(name, fast, general):
-        a, b = span(name)
-        values = _by_rows(lambda x, y: fast(buf, size, x, y), n, a, b)
-        return values if values is not None else general(Texts(buf, a, b).tolist(), source)
-
-    start = numbers("Start", _times, S._times)
-    end = numbers("End", _times, S._times)
-    elapsed = numbers("ElapsedRaw", _ints, lambda column, _source: S._ints(column))
-    if "AdminComment" in col:
-        c_start, c_end = span("AdminComment")
-        comments = Texts(buf, c_start, c_end)
-        heads = _by_rows(lambda x, y: _summaries(buf, size, x, y, len(x)), n, c_start, c_end)
-        if heads is None:
+    # a column with any value in another form is read by the general parser's helper, whole
+    if not start_ok.all():
+        start = S._times(Texts(buf, *span("Start")).tolist(), source)
+    if not end_ok.all():
+        end = S._times(Texts(buf, *span("End")).tolist(), source)
+    if not elapsed_ok.all():
+        elapsed = S._ints(Texts(buf, *span("ElapsedRaw")).tolist())
+    if comment_span is not None:
+        comments = Texts(buf, *comment_span)
+        heads, heads_ok = tuple(heads[:7]), heads[7]
+        if not heads_ok.all():
             heads = S._summary_heads(comments.tolist(), n)
+        else:
+            heads = S.distrust_insane(*heads)
     else:
         comments = Coded(np.zeros(n, dtype=np.int32), [""])
         heads = S._summary_heads([], n)
@@ -458,8 +472,7 @@ def parse_bytes(buf, size: int, source: str):
                           for i in bad_rows]
     skipped = table.n - int(keep.sum())
     table.skipped = skipped
-    numeric, plain = _by_rows(lambda x, y: _plain_numbers(buf, size, x, y), n, id_start, id_end)
-    duplicate = S._duplicate_runs(ids, start, end, elapsed, numeric=numeric if plain.all() else None)
+    duplicate = S._duplicate_runs(ids, start, end, elapsed, numeric=id_numeric if id_plain.all() else None)
     if duplicate is not None:
         keep &= ~duplicate
     if keep.all():
