@@ -10,8 +10,12 @@ Columns may come in any order; AdminComment (free text, may hold '|') must be la
 seconds (SLURM_TIME_FORMAT=%s) or sacct's ISO local time. Step rows (JobIDRaw with a '.') are used only for
 their TRESUsageInAve gres/gpuutil, which Slurm >= 23.02 records when built with NVML.
 
-Cost is kept linear and mostly in C: one split per line, a transpose, dictionary factorizing for repeated
-strings (users, accounts, AllocTRES), and per-row Python only for the stune summaries themselves.
+Two paths, one result. A plain ASCII dump (what sacct prints for real clusters) is read at the byte level by
+sacct_fast.py: numpy over whole columns, no Python object per row. Everything else (encoding damage, CR line
+ends, cut lines, step rows, summaries or times in unusual forms) goes through the general parser below, which
+is also the reference the fast path is tested against (tests/test_fairshare_sacct.py). The general parser is
+linear and mostly in C too: one split per line, a transpose, dictionary factorizing for repeated strings
+(users, accounts, AllocTRES), and per-row Python only for the stune summaries themselves.
 """
 from __future__ import annotations
 
