@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ClusterError, SlurmError, StuneError
+from .cli import options
+from .errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, ClusterError, SlurmError, StuneError
+from .output import print_json, table
 from .slurm import Slurm
 
 DEBIAN_PACKAGES = ["munge", "mariadb-server", "mariadb-client", "slurmctld", "slurmd", "slurmdbd",
@@ -694,7 +696,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="start (or repair) the local cluster; harmless when already up")
     sub.add_parser("down", help="stop every daemon, keep the state")
     sub.add_parser("destroy", help="stop every daemon and delete the state directory")
-    sub.add_parser("status", help="which daemons run, and sinfo")
+    status = sub.add_parser("status", help="which daemons run, and sinfo (exit 3 when a daemon is stopped)")
+    options.add(status, "json", help="the daemons, the Slurm version and sinfo's nodes as JSON")
     sub.add_parser("env", help="print `export SLURM_CONF=... STUNE_PARTITIONS=...` for eval in a shell")
     args = parser.parse_args(argv)
     try:
@@ -711,16 +714,26 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join([first, f"export STUNE_PARTITIONS={cluster.profiles_dir}", *rest]))
         elif args.cmd == "status":
             running = cluster.status()
-            for name, alive in running.items():
-                print(f"{name:12s} {'running' if alive else 'stopped'}")
+            version = sinfo = None
             if running["slurmctld"]:
-                print(f"Slurm {cluster.slurm.version()}")
-                print(cluster.slurm.run(["sinfo", "-N", "-o", "%N %P %t %G %E"]), end="")
-            return 0 if all(running.values()) else 3
+                version = cluster.slurm.version()
+                sinfo = cluster.slurm.run(["sinfo", "-N", "-h", "-o", "%N|%P|%t|%G|%E"])
+            nodes = [dict(zip(("node", "partition", "state", "gres", "reason"), line.split("|", 4)))
+                     for line in (sinfo or "").splitlines() if line.strip()]
+            if args.json:
+                print_json({"daemons": running, "slurm": version, "nodes": nodes})
+            else:
+                print(table([(name, "running" if alive else "stopped") for name, alive in running.items()]),
+                      end="")
+                if version:
+                    print(f"Slurm {version}")
+                    print(table(([n.get(k) for k in ("node", "partition", "state", "gres", "reason")]
+                                 for n in nodes), ("NODELIST", "PARTITION", "STATE", "GRES", "REASON")), end="")
+            return EXIT_OK if all(running.values()) else EXIT_ATTENTION
     except StuneError as exc:
         print(f"stune-devcluster: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_ERROR
+    return EXIT_OK
 
 
 def _exports(cluster: DevCluster) -> str:

@@ -323,9 +323,16 @@ def test_cli_what_if_on_a_dump_without_a_cluster(tmp_path):
     assert users[("biology", "stune-bob")]["fairshare_stune"] < users[("biology", "stune-bob")]["fairshare_slurm"]
     assert any("offline what-if: flat association tree" in w for w in doc["warnings"])
     assert not (tmp_path / "state").exists()  # a what-if keeps no ledger
+    same = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--json"], tmp_path=tmp_path)
+    assert same.returncode == 0 and same.stdout == proc.stdout  # --json is --format json
     proc = _cli(["apply", "--dry-run", "--sacct-file", str(dump), "--config", str(cfg)], tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "0 SiteFactor change(s) planned" in proc.stdout
+    proc = _cli(["apply", "--dry-run", "--json", "--sacct-file", str(dump), "--config", str(cfg)], tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["dry_run"] is True and doc["changes"] == [] and doc["ledger"] is None
+    assert any("offline what-if" in w for w in doc["warnings"]) and doc["as_of"] >= t
 
 
 def test_cli_bad_input_is_one_line(tmp_path):

@@ -71,8 +71,11 @@ def test_fetch_required_fails_cleanly_where_a_plain_fetch_falls_back(shared_tmp)
 def test_the_epilog_never_fails(shared_tmp):
     env = {"SLURM_JOB_ID": "12", "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "nosuch",
            "STUNE_PARTITIONS": str(shared_tmp / "no-profiles")}
-    proc = run("release", "--epilog", env=env, check=False)
-    assert proc.returncode == 0 and "epilog: job 12" in proc.stderr
+    proc = run("epilog", env=env, check=False)
+    assert proc.returncode == 0 and "epilog: job 12" in proc.stderr and "deprecated" not in proc.stderr
+    old = run("release", "--epilog", env=env, check=False)  # the spelling hook scripts of older installs use
+    assert old.returncode == 0 and "epilog: job 12" in old.stderr
+    assert "note: --epilog is deprecated; use `stune-stage epilog`" in old.stderr
     hook = Path(__file__).resolve().parent.parent / "epilog" / "30-stune-stage"
     proc = subprocess.run([str(hook)], capture_output=True, text=True,
                           env=dict(env, STUNE_BIN=str(Path(sys.executable).parent), PATH="/usr/bin:/bin",

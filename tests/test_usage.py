@@ -2,6 +2,7 @@
 hook scripts. The controller side (EpilogSlurmctld, AdminComment) is in test_fairshare_cluster.py."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -322,13 +323,20 @@ def test_sampler_cli_runs_and_reports_status(tmp_path):
     snap = write_snapshot(tmp_path / "snap.json", 60)
     env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("usage:\n  interval: 0.05\n")
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--gpu-snapshot", snap, "--local-dir", str(local),
                            "--count", "5"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
+    assert "deprecated" not in proc.stderr
     proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local)], capture_output=True,
                           text=True, env=env, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout.startswith("job 5: gpu0 sm 60% over") and "gpu1 sm 60%" in proc.stdout
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local), "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [j["job"] for j in doc["jobs"]] == ["5"] and [g["gpu"] for g in doc["jobs"][0]["gpus"]] == [0, 1]
+    assert all(g["sm_util"] == 0.6 and g["sampled_s"] > 0 for g in doc["jobs"][0]["gpus"])
 
 
 def test_sampler_stops_cleanly_on_sigterm(tmp_path):
@@ -337,6 +345,7 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
     snap = write_snapshot(tmp_path / "snap.json", 60)
     env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("")
+    # the old spelling of --gpu-snapshot (systemd units written for older releases) still works, with a note
     proc = subprocess.Popen([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
                              "--interval", "0.05"], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
@@ -344,7 +353,8 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
         time.sleep(0.05)
     proc.terminate()
     assert proc.wait(timeout=30) == 0
-    assert "Traceback" not in proc.stderr.read()
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and "note: --snapshot is deprecated; use --gpu-snapshot" in stderr
     _, gpus = accum.read(str(local / "acc" / "6"))
     assert gpus[0]["samples"] >= 1
 

@@ -75,11 +75,9 @@ def drift(results) -> list[dict]:
 
 
 def table(data: list[dict], columns) -> str:
-    cells = [[("" if d.get(c) is None else str(d.get(c))) for c in columns] for d in data]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines) + "\n"
+    from ..output import table as text_table
+
+    return text_table(([d.get(c) for c in columns] for d in data), [c.upper() for c in columns])
 
 
 def to_csv(data: list[dict], columns) -> str:

@@ -364,10 +364,10 @@ class Doctor:
     def matrix_table(self) -> str:
         if not self.matrix:
             return ""
-        header = ("node",) + FACT_KEYS
-        rows = [header] + [(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+        from ..output import table
+
+        return table([(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)],
+                     ("node",) + FACT_KEYS)
 
 
 def gres_gpus(gres: str) -> int:
@@ -422,6 +422,8 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
 
 
 def as_json(doc: Doctor) -> str:
-    return json.dumps({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
-                       "errors": sum(f.severity == ERROR for f in doc.findings),
-                       "warnings": sum(f.severity == WARNING for f in doc.findings)}, indent=1)
+    from ..output import json_text
+
+    return json_text({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
+                      "errors": sum(f.severity == ERROR for f in doc.findings),
+                      "warnings": sum(f.severity == WARNING for f in doc.findings)})

@@ -28,7 +28,6 @@ from .slurmconf import SlurmConf, diff_against, gpu_partitions, partition_needs,
 
 MANIFEST_FORMAT = "stune-install/1"
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-EXIT_KEPT = 3  # an edited file was kept: the run did not converge
 
 
 @dataclass

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import guarded
+from . import options
+from .common import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, guarded
 
 PROG = "stune-admin"
 
@@ -13,12 +14,20 @@ def _check_profiles(args) -> int:
 
     directory = args.directory or profile_dir()
     profiles = validate_directory(directory)
-    for name, profile in sorted(profiles.items()):
-        hcas = ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas) or "-"
-        print(f"{name:12s} {profile.fabric.type:5s} hcas={hcas} gpus={profile.gpu.count} "
-              f"digest={profile.digest}  ({profile.source})")
+    if args.json:
+        from ..output import print_json
+
+        print_json({"directory": directory, "profiles": {
+            name: {"source": p.source, "digest": p.digest, "fabric": p.fabric.type, "gpus": p.gpu.count,
+                   "hcas": [f"{h.device}:{h.port}" for h in p.fabric.hcas]} for name, p in profiles.items()}})
+        return EXIT_OK
+    from ..output import table
+
+    print(table([(name, p.fabric.type, f"hcas={','.join(f'{h.device}:{h.port}' for h in p.fabric.hcas) or '-'}",
+                  f"gpus={p.gpu.count}", f"digest={p.digest}", f"({p.source})")
+                 for name, p in sorted(profiles.items())]), end="")
     print(f"{len(profiles)} profile(s) OK in {directory}")
-    return 0
+    return EXIT_OK
 
 
 def _topology(args) -> int:
@@ -65,7 +74,7 @@ def _topology(args) -> int:
               f"{sum(len(v) for v in topology.leaves.values())} node placement(s)", file=sys.stderr)
     else:
         sys.stdout.write(conf)
-    return 0
+    return EXIT_OK
 
 
 def _layout(args):
@@ -110,7 +119,7 @@ def _roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
 def _install(args) -> int:
     import os
 
-    from ..admin.install import EXIT_KEPT, install, slurm_diffs
+    from ..admin.install import install, slurm_diffs
 
     if os.geteuid() != 0 and not args.dry_run:
         from ..errors import StuneError
@@ -141,7 +150,7 @@ def _install(args) -> int:
     elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
         print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
               "stune-fairshare.timer on the accountant host (or rerun with --enable)")
-    return EXIT_KEPT if report.kept else 0
+    return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
 def _enable_units(roles: set[str]) -> None:
@@ -170,7 +179,7 @@ def _enable_units(roles: set[str]) -> None:
 
 
 def _uninstall(args) -> int:
-    from ..admin.install import EXIT_KEPT, uninstall
+    from ..admin.install import uninstall
 
     layout, _ = _layout(args)
     report = uninstall(layout, args.dry_run, args.force)
@@ -179,7 +188,7 @@ def _uninstall(args) -> int:
     if report.changed and not args.dry_run:
         print(f"{PROG} uninstall: remove stune's lines from slurm.conf (Prolog/Epilog hooks are gone, "
               "HealthCheckProgram, TaskProlog, EpilogSlurmctld) and disable its units if you enabled them")
-    return EXIT_KEPT if report.kept else 0
+    return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
 def _doctor(args) -> int:
@@ -204,7 +213,9 @@ def _doctor(args) -> int:
     slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)  # the live cluster
     result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=True)
     if args.json:
-        print(doctor.as_json(result))
+        import sys
+
+        sys.stdout.write(doctor.as_json(result))
     else:
         for finding in result.findings:
             if finding.severity != doctor.OK or args.verbose:
@@ -216,7 +227,7 @@ def _doctor(args) -> int:
         warnings = sum(f.severity == doctor.WARNING for f in result.findings)
         oks = sum(f.severity == doctor.OK for f in result.findings)
         print(f"{PROG} doctor: {errors} error(s), {warnings} warning(s), {oks} ok (-v lists them)")
-    return 1 if any(f.severity == doctor.ERROR for f in result.findings) else 0
+    return EXIT_ERROR if any(f.severity == doctor.ERROR for f in result.findings) else EXIT_OK
 
 
 def _common(p) -> None:
@@ -232,12 +243,14 @@ def _common(p) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
-def _main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip())
     sub = parser.add_subparsers(dest="cmd", required=True)
     check = sub.add_parser("check-profiles", help="validate partitions/*.yaml and site.yaml; one line per error")
     check.add_argument("directory", nargs="?", help="profile directory (default: $STUNE_PARTITIONS or "
                                                    "/etc/stune/partitions)")
+    options.add(check, "json", help="each valid profile's source, digest, fabric, GPUs and HCAs as JSON (an "
+                                    "invalid directory is still one line per error on stderr, exit 1)")
     topo = sub.add_parser("topology", help="ibnetdiscover output to topology.conf",
                           description="Read `ibnetdiscover` output (a file, or stdin) and write a Slurm "
                                       "topology.conf for topology/tree.")
@@ -255,10 +268,10 @@ def _main(argv: list[str]) -> int:
                           description="Place everything stune ships (idempotent; an admin-edited file is kept "
                                       "and its diff shown unless --force), write the env file from what it "
                                       "detects, create the state/usage/spool dirs, install units without "
-                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 when "
-                                      "an edited file was kept.")
+                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 "
+                                      "(EXIT_ATTENTION) when an edited file was kept.")
     _common(inst)
-    inst.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    options.add(inst, "dry_run", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
     inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
                                                            "(the sampler and the idle-policy timer on a node, "
@@ -268,19 +281,23 @@ def _main(argv: list[str]) -> int:
                       help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
     _common(uninst)
-    uninst.add_argument("--dry-run", action="store_true")
+    options.add(uninst, "dry_run", help="say what would be removed; remove nothing")
     uninst.add_argument("--force", action="store_true", help="also remove files edited since install")
     doc = sub.add_parser("doctor", help="check the live cluster: one line per finding, exit 1 on errors",
                          description="Check slurm.conf/cgroup.conf, hooks and files root runs, profiles "
                                      "against partitions and GRES, homogeneous partitions and the version "
                                      "matrix, the sampler and the accountant.")
     _common(doc)
-    doc.add_argument("--json", action="store_true", help="findings and the version matrix as JSON")
+    options.add(doc, "json", help="findings and the version matrix as JSON")
     doc.add_argument("--env-file", metavar="FILE", help="default: $STUNE_ENV_FILE, else PREFIX/etc/default/stune")
     doc.add_argument("--facts", metavar="DIR", help="per-node captures, DIR/<node>.json "
                                                     "(`stune-health capture -o`)")
     doc.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm call (default 10)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     handlers = {"check-profiles": _check_profiles, "install": _install, "uninstall": _uninstall,
                 "doctor": _doctor, "topology": _topology}
     return handlers[args.cmd](args)

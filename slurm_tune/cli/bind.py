@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import EXIT_USAGE, guarded
+from .common import EXIT_CANNOT_RUN, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, guarded
 
 PROG = "stune-bind"
 
@@ -34,7 +34,7 @@ def _main(argv: list[str]) -> int:
             show = True
         elif flag in ("-h", "--help"):
             print(__doc__.split(":", 1)[1].strip())
-            return 0
+            return EXIT_OK
         else:
             print(f"{PROG}: unknown option {flag!r}; usage: {PROG} [-v] [--show] [--] CMD [ARGS...]",
                   file=sys.stderr)
@@ -61,17 +61,17 @@ def _main(argv: list[str]) -> int:
                   f"{format_cpus(plan.cpus)} (Slurm gave {format_cpus(allowed)}); memory {memory}",
                   file=sys.stderr)
     if show:
-        return 0
+        return EXIT_OK
     sys.stderr.flush()
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:
         print(f"{PROG}: {command[0]}: command not found", file=sys.stderr)
-        return 127
+        return EXIT_NOT_FOUND
     except PermissionError:
         print(f"{PROG}: {command[0]}: permission denied", file=sys.stderr)
-        return 126
-    return 0  # not reached
+        return EXIT_CANNOT_RUN
+    return EXIT_OK  # not reached
 
 
 def _bind_memory(node: int, environ, command: list[str]) -> str:

@@ -1,14 +1,12 @@
-"""Shared by every entry point: the error-to-exit-code boundary."""
+"""Shared by every entry point: the error-to-exit-status boundary."""
 from __future__ import annotations
 
 import os
 import sys
 
-from ..errors import StuneError
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_INTERNAL = 70  # EX_SOFTWARE
+# The exit statuses live with the error family (errors.py, imported here anyway); re-exported for the commands.
+from ..errors import (EXIT_ATTENTION, EXIT_CANNOT_RUN, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED,  # noqa: F401
+                      EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, StuneError)
 
 
 def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL) -> int:
@@ -20,9 +18,9 @@ def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_I
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
     except Exception as exc:  # the boundary: never a traceback, unless asked for
         if os.environ.get("STUNE_DEBUG"):
             raise
@@ -48,4 +46,4 @@ def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EX
         sys.stderr.flush()
     except (OSError, ValueError):  # stdout closed under us (a pipe reader gone): nothing left to say
         pass
-    os._exit(rc if isinstance(rc, int) else 1)
+    os._exit(rc if isinstance(rc, int) else EXIT_ERROR)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import EXIT_USAGE, guarded
+from .common import EXIT_OK, EXIT_USAGE, guarded
 
 PROG = "stune-env"
 USAGE = f"usage: {PROG} [-p PARTITION] [--sysfs-root DIR]"
@@ -25,7 +25,7 @@ def _main(argv: list[str]) -> int:
         if arg in ("-h", "--help"):
             print(__doc__.split(":", 1)[1].strip())
             print(USAGE)
-            return 0
+            return EXIT_OK
         if arg in ("-p", "--partition") and args:
             partition = args.pop(0)
         elif arg.startswith("--partition="):
@@ -50,7 +50,7 @@ def _main(argv: list[str]) -> int:
     for message in messages:
         print(f"{PROG}: {node_name(environ)}: {message}", file=sys.stderr)
     sys.stdout.write(as_shell(exports))
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,10 @@
 """`stune-fairshare`: charge idle GPU holding in fair-share, and report who holds GPUs without using them.
 
-    stune-fairshare apply [--dry-run] [--sacct-file DUMP] [--assoc-file FILE]
-    stune-fairshare report [--format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
+    stune-fairshare apply [--dry-run] [--json] [--sacct-file DUMP] [--assoc-file FILE]
+    stune-fairshare report [--json | --format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
     stune-fairshare explain [USER] [--json]              ("why is my priority low?")
     stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
-    stune-fairshare idle-policy [--dry-run] [--node N]   (per node, from a timer: the opt-in idle-GPU policy)
+    stune-fairshare idle-policy [--dry-run] [--node N] [--json]   (per node, from a timer: the opt-in policy)
     stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
     stune-fairshare collect                            (sweep the usage spool for late node summaries)
 """
@@ -14,7 +14,8 @@ import argparse
 import sys
 import time
 
-from .common import guarded
+from . import options
+from .common import EXIT_OK, guarded
 
 PROG = "stune-fairshare"
 
@@ -68,18 +69,27 @@ def _apply(args) -> int:
                                    dry_run=args.dry_run, now=args.now, settings=_offline_settings(args))
     for warning in result.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    where = "dry run, nothing written" if args.dry_run else \
+        (f"ledger {result.ledger_path}" if result.ledger_path else "what-if, no ledger")
+    if config.report.prometheus_textfile and not args.dry_run:
+        _write_metrics(result, config, None)
+    if args.json:
+        from dataclasses import asdict
+
+        from ..output import print_json
+
+        print_json({"dry_run": bool(args.dry_run), "changes": [asdict(c) for c in result.changes],
+                    "kept": result.kept, "settled_now": result.settled_now, "provisional": result.provisional,
+                    "ledger": result.ledger_path, "as_of": result.as_of, "warnings": list(result.warnings)})
+        return EXIT_OK
     verb = "would set" if args.dry_run else "set"
     for c in result.changes:
         print(f"job {c.job_id} ({c.user}/{c.account}): SiteFactor {c.current} -> {c.target}  "
               f"[{verb}; fair-share slurm {c.fairshare_slurm:.3f}, stune {c.fairshare_stune:.3f}]")
-    where = "dry run, nothing written" if args.dry_run else \
-        (f"ledger {result.ledger_path}" if result.ledger_path else "what-if, no ledger")
     print(f"{len(result.changes)} SiteFactor change(s) {'planned' if args.dry_run else 'applied'}, "
           f"{result.kept} pending job(s) already right; {result.settled_now} run(s) settled, "
           f"{result.provisional} provisional ({where})")
-    if config.report.prometheus_textfile and not args.dry_run:
-        _write_metrics(result, config, None)
-    return 0
+    return EXIT_OK
 
 
 def _write_metrics(result, config, since) -> None:
@@ -104,6 +114,8 @@ def _report(args) -> int:
     if args.sacct_file and args.since:  # a dump's window is relative to its own last record
         since = _since(args.since, result.as_of)
     rep = report_mod.build(result, config, since)
+    if args.json:
+        args.format = "json"
     text = None
     if args.format == "csv":
         text = report_mod.to_csv(rep)
@@ -129,12 +141,11 @@ def _report(args) -> int:
     if prom:
         report_mod.to_prometheus(rep, prom)
         print(f"{PROG}: wrote {prom}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _explain(args) -> int:
-    import json
-
+    from ..output import json_text
     from ..fairshare import accountant
     from ..fairshare import explain as explain_mod
     from ..fairshare.config import load_config
@@ -156,13 +167,12 @@ def _explain(args) -> int:
         result = accountant.run(config, slurm, read_sshare=True, use_ledger=False)
     pending = slurm.sprio()
     doc = explain_mod.explain(result, config, user, pending)
-    sys.stdout.write(json.dumps(doc, indent=1, default=float) + "\n" if args.json else explain_mod.explain_text(doc))
-    return 0
+    sys.stdout.write(json_text(doc) if args.json else explain_mod.explain_text(doc))
+    return EXIT_OK
 
 
 def _job(args) -> int:
-    import json
-
+    from ..output import json_text
     from ..fairshare import explain as explain_mod
     from ..fairshare.config import load_config
     from ..fairshare.jobview import job_view
@@ -172,8 +182,8 @@ def _job(args) -> int:
     if args.png:
         explain_mod.timeline_png(doc, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
-    sys.stdout.write(json.dumps(doc, indent=1, default=float) + "\n" if args.json else explain_mod.job_text(doc))
-    return 0
+    sys.stdout.write(json_text(doc) if args.json else explain_mod.job_text(doc))
+    return EXIT_OK
 
 
 def _idle_policy(args) -> int:
@@ -204,7 +214,7 @@ def _idle_policy(args) -> int:
             log_file.close()
     if args.json:
         sys.stdout.write(idlepolicy.to_json(decisions))
-    return 0
+    return EXIT_OK
 
 
 def _store(args) -> int:
@@ -216,7 +226,7 @@ def _store(args) -> int:
     wait = config.usage.collect_wait if args.wait is None else args.wait
     outcome = collect.store_job(_slurm(), spool, args.job, args.nodes, wait_s=wait)
     print(f"{PROG}: job {args.job}: {outcome}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _collect(args) -> int:
@@ -229,10 +239,10 @@ def _collect(args) -> int:
     min_age = args.min_age if args.min_age is not None else config.usage.collect_wait + 30
     for job, outcome in collect.sweep(_slurm(), spool, min_age_s=min_age, max_age_s=config.usage.spool_max_age):
         print(f"job {job}: {outcome}")
-    return 0
+    return EXIT_OK
 
 
-def _main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="GPU-utilization fair-share for Slurm")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
@@ -255,10 +265,12 @@ def _main(argv: list[str]) -> int:
 
     p = sub.add_parser("apply", help="charge new jobs, then set SiteFactor on pending jobs")
     common(p)
-    p.add_argument("--dry-run", action="store_true", help="show the changes; write nothing")
+    options.add(p, "dry_run", help="show the changes; write nothing")
+    options.add(p, "json", help="print the changes and the summary as JSON")
     p = sub.add_parser("report", help="per account/user GPU-hours held vs used, fair-share, idle jobs")
     common(p)
     p.add_argument("--format", choices=("table", "csv", "json", "none"), default="table")
+    options.add(p, "json", help="the same as --format json")
     p.add_argument("-o", "--output", help="write the table, CSV or JSON here instead of stdout")
     p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
     p.add_argument("--prom", help="write Prometheus metrics to this textfile")
@@ -266,20 +278,20 @@ def _main(argv: list[str]) -> int:
     p = sub.add_parser("explain", help="why a user's priority is what it is (default: you)")
     common(p, sacct=False)
     p.add_argument("user", nargs="?", help="the user (root only; others see themselves)")
-    p.add_argument("--json", action="store_true")
+    options.add(p, "json")
     p = sub.add_parser("job", help="one job's GPU usage and what it was charged (running jobs too)")
     common(p, sacct=False)
     p.add_argument("job_id")
-    p.add_argument("--json", action="store_true")
+    options.add(p, "json")
     p.add_argument("--png", help="write the job's utilization timeline chart here")
     p = sub.add_parser("idle-policy", help="warn, then cancel, jobs whose GPUs stay idle (per-partition opt-in)")
     common(p, sacct=False)
-    p.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
-    p.add_argument("--node", help="judge this node's jobs (default: this node)")
+    options.add(p, "dry_run", help="list what would be done; change nothing")
+    options.add(p, "node", help="judge this node's jobs (default: this node)")
     p.add_argument("--partitions", help="partition profiles directory (default $STUNE_PARTITIONS or "
                                         "/etc/stune/partitions)")
     p.add_argument("--log", help="also append every decision to this file")
-    p.add_argument("--json", action="store_true", help="the decisions as JSON after the log lines")
+    options.add(p, "json", help="the decisions as JSON (the log lines go to stderr)")
     p = sub.add_parser("store", help="EpilogSlurmctld: merge a job's node summaries into AdminComment")
     common(p, sacct=False)
     p.add_argument("--job", required=True)
@@ -289,7 +301,11 @@ def _main(argv: list[str]) -> int:
     common(p, sacct=False)
     p.add_argument("--min-age", type=float, help="leave job directories younger than this alone "
                                                  "(default usage.collect_wait + 30 s)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
             "job": _job, "idle-policy": _idle_policy}[args.cmd](args)
 

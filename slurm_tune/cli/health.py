@@ -8,36 +8,40 @@
     stune-health clear [--xid] [--baselines] [--trust] [--unknown]             forget held state
     stune-health xids                                                          the Xid table
 
-Common options: --partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-dir DIR, --node NAME,
+Common options: -p/--partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-dir DIR, --node NAME,
 --prom FILE (Prometheus textfile), --json-out FILE. Environment: STUNE_HEALTH_PARTITION, STUNE_SYSFS_ROOT,
 STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR (each may use %n for the node name), STUNE_HEALTH_PROM,
 STUNE_HEALTH_JSON, STUNE_PARTITIONS.
 
-Exit status: check: 0 ok, 4 unknown, 5 degraded, 6 fail. prolog/epilog: 10 only when a failure fails the
-job, 0 for anything else, including a bug or a bad profile: a hook must never drain the fleet by mistake. (10,
-not 1, so that a Python that cannot even start - exit 1 - is told apart by the hook scripts.) run: 0, 1 when
-Slurm or the profile failed, 7 when the circuit breaker held back a drain.
+Exit status (errors.py's table, README's "Exit status"): check: 0 ok, 4 unknown, 5 degraded, 6 fail.
+prolog/epilog: 10 only when a failure fails the job, 0 for anything else, including a bug or a bad profile: a
+hook must never drain the fleet by mistake. (10, not 1, so that a Python that cannot even start - exit 1 - is
+told apart by the hook scripts.) run: 0, 1 when Slurm or the profile failed, 7 when the circuit breaker held
+back a drain.
 
-The option parser is hand-made: argparse costs ~5 ms, a third of the prolog's whole budget.
+The option parser is hand-made: argparse costs ~5 ms, a third of the prolog's whole budget (and `check` is
+measured too). The shared options (-p/--partition, --node, --sysfs-root, --json, --dry-run) take their
+spellings from cli/options.py, loaded only when a command line has options (the hooks have none).
 """
 from __future__ import annotations
 
 import sys
 
-from .common import EXIT_USAGE, guarded
+from ..errors import EXIT_BY_STATUS, EXIT_HOOK_FAIL, EXIT_OK
+from .common import EXIT_INTERNAL, EXIT_USAGE, guarded
 
 PROG = "stune-health"
-EXIT_BY_STATUS = {"ok": 0, "unknown": 4, "degraded": 5, "fail": 6}
-EXIT_HOOK_FAIL = 10
-COMMON = {"--partition": 1, "--sysfs-root": 1, "--gpu-snapshot": 1, "--state-dir": 1, "--node": 1, "--prom": 1,
-          "--json-out": 1}
+# Options of every command: the shared ones by name (cli/options.py spells them), then stune-health's own
+# (flag: takes a value). A command's own options follow the same rule.
+SHARED_COMMON = ("partition", "sysfs_root", "node")
+COMMON = {"--gpu-snapshot": 1, "--state-dir": 1, "--prom": 1, "--json-out": 1}
 COMMANDS = {
-    "capture": {"-o": 1, "--output": 1, "--no-nvml": 0, "--timeout": 1},
-    "check": {"--snapshot": 1, "--previous": 1, "-v": 0, "--verbose": 0, "--json": 0},
+    "capture": {"-o": 1, "--output": 1, "--no-nvml": 0, "--timeout": 1, "json": 0},
+    "check": {"--snapshot": 1, "--previous": 1, "-v": 0, "--verbose": 0, "json": 0},
     "prolog": {},
     "epilog": {},
-    "run": {"--dry-run": 0, "--json": 0},
-    "status": {},
+    "run": {"dry_run": 0, "json": 0},
+    "status": {"json": 0},
     "clear": {"--xid": 0, "--baselines": 0, "--trust": 0, "--unknown": 0},
     "xids": {},
 }
@@ -61,8 +65,10 @@ def parse(argv: list[str]) -> tuple[str, dict]:
     command = argv[0]
     if command not in COMMANDS:
         raise Usage(f"unknown command {command!r}")
-    allowed = dict(COMMON, **COMMANDS[command])
     options: dict = {}
+    if len(argv) == 1:
+        return command, options
+    allowed = allowed_options(command)
     args = iter(argv[1:])
     for arg in args:
         if arg in ("-h", "--help"):
@@ -70,7 +76,8 @@ def parse(argv: list[str]) -> tuple[str, dict]:
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if name not in allowed:
             raise Usage(f"{command}: unknown option {arg!r} (see {PROG} {command} --help)")
-        if allowed[name] == 0:
+        key, takes_value = allowed[name]
+        if not takes_value:
             if eq:
                 raise Usage(f"{command}: {name} takes no value")
             value = True
@@ -78,9 +85,25 @@ def parse(argv: list[str]) -> tuple[str, dict]:
             value = next(args, None)
             if value is None:
                 raise Usage(f"{command}: {name} needs a value")
-        key = {"-o": "output", "-v": "verbose"}.get(name, name.lstrip("-").replace("-", "_"))
         options[key] = value
     return command, options
+
+
+def allowed_options(command: str) -> dict:
+    """{flag: (option key, takes a value)} for one command: the shared options' spellings from cli/options.py,
+    then stune-health's own (--sysfs-root -> sysfs_root, -o -> output, -v -> verbose)."""
+    from . import options as shared
+
+    allowed = {}
+    own = dict(COMMON, **COMMANDS[command])
+    for name in SHARED_COMMON + tuple(k for k in own if not k.startswith("-")):
+        for flag in shared.flags(name):
+            allowed[flag] = (name, shared.takes_value(name))
+    for flag, takes_value in own.items():
+        if flag.startswith("-"):
+            key = {"-o": "output", "-v": "verbose"}.get(flag, flag.lstrip("-").replace("-", "_"))
+            allowed[flag] = (key, bool(takes_value))
+    return allowed
 
 
 def _capture(options: dict) -> int:
@@ -103,10 +126,10 @@ def _capture(options: dict) -> int:
         save(snap, out)
         print(f"{PROG}: wrote {out}", file=sys.stderr)
     else:
-        import json
+        from ..output import print_json
 
-        print(json.dumps(snap, indent=1, sort_keys=True))
-    return 0
+        print_json(snap)
+    return EXIT_OK
 
 
 def _print_verdict(header: str, verdict, verbose: bool) -> None:
@@ -147,9 +170,9 @@ def _check(options: dict) -> int:
     if options.get("json_out"):
         outputs.write_json(options["json_out"], doc)
     if options.get("json"):
-        from ..fastjson import dumps
+        from ..output import print_json
 
-        print(dumps(doc))
+        print_json(doc)
     else:
         _print_verdict(f"{name} ({profile.partition}, policy {doc['policy']})", verdict, options.get("verbose"))
     return EXIT_BY_STATUS[verdict.status]
@@ -172,9 +195,9 @@ def _run(options: dict) -> int:
     slurm = Slurm.from_env(timeout=20)
     code, doc = node.run(cfg, slurm, dry_run=bool(options.get("dry_run")))
     if options.get("json"):
-        from ..fastjson import dumps
+        from ..output import print_json
 
-        print(dumps(doc))
+        print_json(doc)
     else:
         print(f"{cfg.node} ({doc['partition']}): {doc['status'].upper()}"
               + (f" - {doc['reason']}" if doc["reason"] else "")
@@ -192,17 +215,16 @@ def _run(options: dict) -> int:
 
 
 def _status(options: dict) -> int:
-    import json
-
     from ..health import node
     from ..health.state import read
+    from ..output import print_json
 
     cfg = node.settings(options)
     state, problem = read(cfg.state_dir)
     if problem:
         print(f"{PROG}: {problem}", file=sys.stderr)
-    print(json.dumps(state, indent=1, sort_keys=True))
-    return 0
+    print_json(state)
+    return EXIT_OK
 
 
 def _clear(options: dict) -> int:
@@ -226,15 +248,15 @@ def _clear(options: dict) -> int:
         st.save()
     log(cfg.state_dir, f"clear {' '.join(what)} (by hand)")
     print(f"{PROG}: cleared {', '.join(what)} in {cfg.state_dir}")
-    return 0
+    return EXIT_OK
 
 
 def _xids(options: dict) -> int:
     from ..health.xid import XIDS
 
-    for code, (severity, meaning) in sorted(XIDS.items()):
+    for code, (severity, meaning) in sorted(XIDS.items()):  # fixed widths: the Xid codes right-aligned
         print(f"{code:4d}  {severity:8s}  {meaning}")
-    return 0
+    return EXIT_OK
 
 
 def _main(argv: list[str]) -> int:
@@ -245,7 +267,7 @@ def _main(argv: list[str]) -> int:
             from .health_help import command_help  # the help text stays off the prolog's import path
 
             print(command_help(exc.help_for))
-            return 0
+            return EXIT_OK
         if str(exc):
             print(f"{PROG}: {exc}", file=sys.stderr)
         print(__doc__.split("\n\n")[1] + f"\n\n`{PROG} <command> --help` lists a command's options and exit "
@@ -269,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         import gc
 
         gc.disable()  # a short-lived hook: collector passes over freshly imported modules only cost time
-    code = guarded(PROG, _main, args, internal_exit=0 if hook else 70)
+    code = guarded(PROG, _main, args, internal_exit=EXIT_OK if hook else EXIT_INTERNAL)
     if hook:
-        code = EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else 0
+        code = EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else EXIT_OK
         if argv is None:  # the console script: skip the interpreter's teardown (~2 ms), as run_console does
             import os
 

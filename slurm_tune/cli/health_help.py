@@ -6,7 +6,7 @@ from .health import PROG
 
 # Every option, with its help line: `stune-health <command> --help` prints exactly these.
 COMMON_HELP = (
-    ("--partition P", "judge by partition P's profile (default: $STUNE_HEALTH_PARTITION, else the one this "
+    ("-p, --partition P", "judge by partition P's profile (default: $STUNE_HEALTH_PARTITION, else the one this "
                       "node used before)"),
     ("--sysfs-root DIR", "read sysfs, /dev/kmsg and boot_id under DIR (default: $STUNE_SYSFS_ROOT or /; %n = "
                          "node name)"),
@@ -21,7 +21,8 @@ COMMAND_HELP = {
                 (("-o, --output FILE", "write the snapshot to FILE (default: stdout)"),
                  ("--no-nvml", "do not ask NVML (the GPU section says 'not captured')"),
                  ("--timeout SECONDS", "deadline of each probe (default: the profile's health.probe_timeout_s, "
-                                       "else 5)")),
+                                       "else 5)"),
+                 ("--json", "the snapshot is JSON anyway (accepted, as on every read command)")),
                 "0 written; 1 cannot write; 2 usage error"),
     "check": ("judge a snapshot offline and print every finding that is not ok",
               (("--snapshot FILE", "the snapshot to judge (required)"),
@@ -39,7 +40,8 @@ COMMAND_HELP = {
                            "change nothing, neither Slurm nor the node state"),
              ("--json", "print the report as JSON")),
             "0 done; 1 Slurm or the profile failed; 7 the circuit breaker held back a drain; 2 usage error"),
-    "status": ("this node's health state (JSON)", (), "0; 2 usage error"),
+    "status": ("this node's health state (JSON)", (("--json", "the state is JSON anyway (accepted, as on every "
+                                                             "read command)"),), "0; 2 usage error"),
     "clear": ("forget held state",
               (("--xid", "forget held fatal Xids (after a GPU reset)"),
                ("--baselines", "forget the error counter baselines (re-taken next run)"),

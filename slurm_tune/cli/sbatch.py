@@ -2,40 +2,73 @@
 
     stune-sbatch [sbatch options] [--dry-run] [--stage SRC[:NAME]]... [--stage-required] [--stage-strict]
                  [--checkpoint-signal] [--node-summary] [script [args...]]
-    stune-sbatch history [-n N]
-    stune-sbatch history diff A B        (A, B: job ids, or -1 for the latest run, -2 the one before ...)
+    stune-sbatch [sbatch options] --dry-run --json [script]   (the dry run as JSON)
+    stune-sbatch history [-n N] [--json]
+    stune-sbatch history diff A B [--json]   (A, B: job ids, or -1 for the latest run, -2 the one before ...)
 """
 from __future__ import annotations
 
 import sys
 
 from ..text import is_digits
-from .common import EXIT_USAGE, run_console
+from .common import EXIT_OK, run_console
 
 PROG = "stune-sbatch"
 
 
+def _history_parser():
+    import argparse
+
+    from . import options
+
+    parser = argparse.ArgumentParser(prog=f"{PROG} history", description="the submissions recorded for you "
+                                     "(`diff A B`: what changed between two runs)")
+    parser.add_argument("words", nargs="*", metavar="diff A B",
+                        help="A, B: job ids, or -1 for the latest run, -2 the one before ...")
+    parser.add_argument("-n", "--last", type=_count, metavar="N", help="only the last N submissions")
+    options.add(parser, "json", help="the submissions (or the diff) as JSON")
+    return parser
+
+
+def _count(text: str) -> int:
+    import argparse
+
+    if not is_digits(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of submissions")
+    return int(text)
+
+
 def _history(argv: list[str]) -> int:
+    from ..output import print_json
     from ..sbatch import history
 
+    parser = _history_parser()
+    # `-1`/`-2` name runs, not options: everything after `diff` is positional
     if argv[:1] == ["diff"]:
-        if len(argv) != 3:
-            print(f"{PROG}: usage: {PROG} history diff A B (job ids, or -1 for the latest run)", file=sys.stderr)
-            return EXIT_USAGE
+        rest = [w for w in argv[1:] if w != "--json"]
+        args = parser.parse_args(["--", "diff", *rest] if "--json" not in argv else ["--json", "--", "diff", *rest])
+    else:
+        args = parser.parse_args(argv)
+    if args.words[:1] == ["diff"]:
+        if len(args.words) != 3 or args.last is not None:
+            parser.error("usage: history diff A B (job ids, or -1 for the latest run)")
         entries = history.load()
-        a, b = history.find(entries, argv[1]), history.find(entries, argv[2])
+        a, b = history.find(entries, args.words[1]), history.find(entries, args.words[2])
         lines = history.diff(a, b)
+        if args.json:
+            print_json({"a": a, "b": b, "differences": lines})
+            return EXIT_OK
         print(f"history diff {a.get('job_id')} ({history.when(a)}) -> {b.get('job_id')} ({history.when(b)})")
         print("\n".join(lines) if lines else "no difference in partition, profile, command or environment")
-        return 0
-    limit = None
-    if argv[:1] in (["-n"], ["--last"]) and len(argv) == 2 and is_digits(argv[1]):
-        limit = int(argv[1])
-    elif argv:
-        print(f"{PROG}: usage: {PROG} history [-n N] | history diff A B", file=sys.stderr)
-        return EXIT_USAGE
-    sys.stdout.write(history.format_list(history.load(), limit))
-    return 0
+        return EXIT_OK
+    if args.words:
+        parser.error(f"unknown words {' '.join(args.words)!r} (history [-n N] [--json] | history diff A B)")
+    entries = history.load()
+    if args.json:
+        print_json(entries[-args.last:] if args.last else entries)
+        return EXIT_OK
+    sys.stdout.write(history.format_list(entries, args.last))
+    return EXIT_OK
 
 
 def _main(argv: list[str]) -> int:

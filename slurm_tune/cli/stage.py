@@ -5,19 +5,25 @@
     stune-stage ls [--json]                           entries: user, source, size, last use, holding jobs
     stune-stage status [--json]                       quota, usage, watermarks, free disk, per tier
     stune-stage gc [--dry-run] [--to-low|--evict-all] reclaim dead stagers' and dead jobs' leftovers; evict LRU
-    stune-stage release [--job ID] [--epilog]         drop a job's holds (the epilog runs this as root)
+    stune-stage release [--job ID]                    drop a job's holds
+    stune-stage epilog                                the node epilog (as root): release $SLURM_JOB_ID's holds,
+                                                      evict above the high watermark; never fails
     stune-stage init                                  create a tier root (root only): mode 1777, ledger
 
 Tiers come from the partition profiles' `cache` sections: --partition picks one (default: the job's, else
 every profile's); --node expands %n in cache.path (default: $SLURMD_NODENAME, else this host's short name);
 --path names a tier root directly.
+
+Old spellings still accepted (hidden from --help, with a note on stderr): `gc -n` (now `--dry-run`; `-n` is a
+count elsewhere), `release --epilog` (now the `epilog` command, as in stune-health and stune-gpu-sampler).
 """
 from __future__ import annotations
 
 import os
 import sys
 
-from .common import EXIT_ERROR, guarded
+from . import options
+from .common import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, guarded
 
 PROG = "stune-stage"
 
@@ -52,8 +58,8 @@ def _parser():
 
     def add(name, help_text, aliases=()):
         p = sub.add_parser(name, help=help_text, aliases=list(aliases))
-        p.add_argument("--partition", "-p", help="the partition whose tier to use")
-        p.add_argument("--node", help="node name for %%n in cache.path (default: $SLURMD_NODENAME or hostname)")
+        options.add(p, "partition", help="the partition whose tier to use")
+        options.add(p, "node", help="node name for %%n in cache.path (default: $SLURMD_NODENAME, else the host name)")
         p.add_argument("--path", help="a tier root, instead of the profiles' cache.path")
         return p
 
@@ -67,17 +73,20 @@ def _parser():
     fetch.add_argument("--format", choices=("shell", "taskprolog", "paths"), default="shell",
                        help="shell: export NAME='path' (for eval); taskprolog: unquoted; paths: NAME path")
     for name, text in (("ls", "list the tier's entries"), ("status", "the tier's quota, usage and health")):
-        p = add(name, text)
-        p.add_argument("--json", action="store_true")
+        options.add(add(name, text), "json")
     gc = add("gc", "reclaim leftovers of dead stagers and jobs; evict LRU above the high watermark")
-    gc.add_argument("--dry-run", "-n", action="store_true", help="say what would go, change nothing")
+    options.add(gc, "dry_run", help="say what would go, change nothing")
+    options.deprecated(gc, "-n", "--dry-run", PROG, dest="dry_run", action="store_true")
     gc.add_argument("--to-low", action="store_true", help="evict down to the low watermark even below the high")
     gc.add_argument("--evict-all", action="store_true", help="evict every entry no running job holds")
-    release = add("release", "drop a job's holds (the epilog runs `release --epilog` as root)")
+    release = add("release", "drop a job's holds")
     release.add_argument("--job", type=_job_id, help="job id (default: $SLURM_JOB_ID)")
-    release.add_argument("--epilog", action="store_true",
-                         help="epilog mode: the job's user from $SLURM_JOB_UID, then evict above the high "
-                              "watermark; never fails (a cache problem must not drain the node)")
+    options.deprecated(release, "--epilog", "`stune-stage epilog`", PROG, dest="epilog", action="store_true")
+    epilog = add("epilog", "the node epilog (as root): release $SLURM_JOB_ID's holds (its user from "
+                           "$SLURM_JOB_UID), then evict above the high watermark; never fails (a cache problem "
+                           "must not drain the node)")
+    epilog.add_argument("--job", type=_job_id, help="job id (default: $SLURM_JOB_ID)")
+    epilog.set_defaults(epilog=True)
     add("init", "create the tier root (root only)")
     return parser
 
@@ -139,7 +148,7 @@ def cmd_fetch(args) -> int:
             sys.stdout.write(as_taskprolog({name: value}))
         else:
             sys.stdout.write(as_shell({name: value}))
-    return 0
+    return EXIT_OK
 
 
 # ---- ls / status ------------------------------------------------------------------------------------------
@@ -163,18 +172,17 @@ def cmd_ls(args) -> int:
             print(f"{PROG}: warning: {problem}", file=sys.stderr)
         rows_out += [(config.root, r) for r in rows]
     if args.json:
-        import json
+        from ..output import print_json
 
-        print(json.dumps([dict(r._asdict(), tier=root) for root, r in rows_out], indent=2))
-        return 0
+        print_json([dict(r._asdict(), tier=root) for root, r in rows_out])
+        return EXIT_OK
+    from ..output import table
+
     header = ("TIER", "USER", "SOURCE", "KIND", "SIZE", "FILES", "LAST USE", "HELD BY", "ENTRY")
-    table = [header] + [(root, r.user, r.source, r.kind, human(r.bytes), f"{r.files:,}", age(r.last_use),
-                         ",".join(r.holds) or "-", r.entry + ("" if r.current else " (old)"))
-                        for root, r in rows_out]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return 0
+    sys.stdout.write(table([(root, r.user, r.source, r.kind, human(r.bytes), f"{r.files:,}", age(r.last_use),
+                              ",".join(r.holds) or "-", r.entry + ("" if r.current else " (old)"))
+                             for root, r in rows_out], header))
+    return EXIT_OK
 
 
 def cmd_status(args) -> int:
@@ -187,10 +195,10 @@ def cmd_status(args) -> int:
         with Tier(config) as tier:
             results.append((label, status(tier)))
     if args.json:
-        import json
+        from ..output import print_json
 
-        print(json.dumps([dict(s._asdict(), partitions=label) for label, s in results], indent=2))
-        return 0
+        print_json([dict(s._asdict(), partitions=label) for label, s in results])
+        return EXIT_OK
     bad = 0
     for label, s in results:
         print(f"{s.root}  (partitions: {label})")
@@ -246,7 +254,7 @@ def cmd_gc(args) -> int:
             print(f"{PROG}: warning: {config.root}: {problem}", file=sys.stderr)
         if not any(report[:-2]):
             print("  nothing to do" if not report.bad_namespaces else "  nothing else to do")
-    return 0
+    return EXIT_OK
 
 
 def cmd_release(args) -> int:
@@ -254,7 +262,7 @@ def cmd_release(args) -> int:
     from ..stage.admin import evict_above_high, release_job
     from ..stage.tier import Tier
 
-    job = args.job or os.environ.get("SLURM_JOB_ID", "")
+    job = getattr(args, "job", None) or os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         raise StuneError("release needs a job id (--job, or $SLURM_JOB_ID)")
     uid = user = None
@@ -263,7 +271,7 @@ def cmd_release(args) -> int:
         user = os.environ.get("SLURM_JOB_USER") or None
         if not (uid or "").isdigit():
             print(f"{PROG}: epilog: SLURM_JOB_UID is not set; nothing released", file=sys.stderr)
-            return 0
+            return EXIT_OK
     partition = os.environ.get("SLURM_JOB_PARTITION") if args.epilog and not args.partition else None
     try:
         tiers = _tiers(args, partition)
@@ -271,7 +279,7 @@ def cmd_release(args) -> int:
         if not args.epilog:
             raise
         print(f"{PROG}: epilog: job {job}: {exc}", file=sys.stderr)
-        return 0
+        return EXIT_OK
     for label, config in tiers:
         with Tier(config) as tier:
             try:
@@ -285,7 +293,7 @@ def cmd_release(args) -> int:
 
                 if not (isinstance(exc, TierUnavailable) and exc.kind == "missing"):
                     print(f"{PROG}: epilog: {config.root}: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def cmd_init(args) -> int:
@@ -294,11 +302,11 @@ def cmd_init(args) -> int:
     for label, config in _tiers(args):
         for line in init(config) or [f"{config.root}: already set up"]:
             print(line)
-    return 0
+    return EXIT_OK
 
 
 COMMANDS = {"fetch": cmd_fetch, "stage": cmd_fetch, "ls": cmd_ls, "status": cmd_status, "gc": cmd_gc,
-            "release": cmd_release, "init": cmd_init}
+            "release": cmd_release, "epilog": cmd_release, "init": cmd_init}
 
 
 def _main(argv: list[str]) -> int:
@@ -309,5 +317,5 @@ def _main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The epilog must never fail: a bug here is reported, and the node stays in service.
-    internal_exit = 0 if "--epilog" in argv else 70
+    internal_exit = EXIT_OK if argv[:1] == ["epilog"] or "--epilog" in argv else EXIT_INTERNAL
     return guarded(PROG, _main, argv, internal_exit=internal_exit)

@@ -2,13 +2,14 @@
 
     stune-sweep run -p PARTITION [--reservation R] [--checks a,b] [--nodes n1,n2] [--runs N] [--dry-run]
     stune-sweep judge -p PARTITION [--dry-run]          re-judge the stored history and mark/clear nodes
-    stune-sweep report -p PARTITION [--format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
-    stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--format table|csv|json]
+    stune-sweep report -p PARTITION [--json | --format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
+    stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--json | --format table|csv|json]
     stune-sweep checks [-p PARTITION]                   the catalogue: tools, commands, what to install
     stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
 
 Common: --store DIR (results and state; default $STUNE_ACTIVE_DIR or /var/lib/stune/active).
-Exit status: 0 done; 1 an error (bad profile, Slurm did not answer); 3 `run`/`judge` found outliers.
+Exit status: 0 done; 1 an error (bad profile, Slurm did not answer); 3 (EXIT_ATTENTION) `run`/`judge` found
+outliers. The full table: README's "Exit status".
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import argparse
 import sys
 import time
 
-from .common import guarded
+from . import options
+from .common import EXIT_ATTENTION, EXIT_OK, guarded
 
 PROG = "stune-sweep"
-EXIT_OUTLIERS = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,31 +31,33 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)")
     common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
     run = sub.add_parser("run", parents=[common], help="submit the partition's checks and judge them")
-    run.add_argument("-p", "--partition", required=True)
+    options.add(run, "partition", required=True)
     run.add_argument("--reservation", help="run inside this maintenance reservation")
     run.add_argument("--checks", help="comma list: only these of the profile's checks")
     run.add_argument("--nodes", help="comma list: only these nodes (still only idle ones)")
     run.add_argument("--runs", type=int, help="measurements per check (default active.runs)")
     run.add_argument("--wait", type=float, help="seconds to wait for the jobs before cancelling them")
-    run.add_argument("--dry-run", action="store_true", help="say what would be submitted and marked")
+    options.add(run, "dry_run", help="say what would be submitted and marked")
     judge = sub.add_parser("judge", parents=[common], help="judge the stored history and mark or clear nodes")
-    judge.add_argument("-p", "--partition", required=True)
-    judge.add_argument("--dry-run", action="store_true")
+    options.add(judge, "partition", required=True)
+    options.add(judge, "dry_run", help="say what would be marked or cleared")
     rep = sub.add_parser("report", parents=[common], help="results against the partition baseline")
-    rep.add_argument("-p", "--partition", required=True)
+    options.add(rep, "partition", required=True)
     rep.add_argument("--format", choices=("table", "csv", "json", "prom"), default="table")
+    options.add(rep, "json", help="the same as --format json")
     rep.add_argument("-o", "--output", help="write here instead of stdout")
     rep.add_argument("--png", help="also draw a PNG here")
     rep.add_argument("--drift", action="store_true", help="before/after a version change instead")
     rep.add_argument("--check", help="only this check")
     hist = sub.add_parser("history", parents=[common], help="every stored result of a node, pair or check")
-    hist.add_argument("-p", "--partition", required=True)
-    hist.add_argument("--node", help="results whose subject involves this node")
+    options.add(hist, "partition", required=True)
+    options.add(hist, "node", help="results whose subject involves this node")
     hist.add_argument("--check")
     hist.add_argument("--since", default="30d", help="how far back: 7d, 12h, 90m (default 30d)")
     hist.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    options.add(hist, "json", help="the same as --format json")
     checks = sub.add_parser("checks", parents=[common], help="the catalogue of checks")
-    checks.add_argument("-p", "--partition")
+    options.add(checks, "partition", help="only the checks this partition's profile configures")
     agent = sub.add_parser("agent")
     agent.add_argument("--spec", required=True)
     return p
@@ -115,7 +118,7 @@ def _main(argv: list[str]) -> int:
     for node, why in sorted(out.get("named", {}).items()):
         print(f"{node}: named at fault: {why}")
     outliers = [v for v in verdicts if v.status == J.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
-    return EXIT_OUTLIERS if outliers else 0
+    return EXIT_ATTENTION if outliers else EXIT_OK
 
 
 HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value", "unit", "fingerprint", "job",
@@ -123,11 +126,11 @@ HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value"
 
 
 def _history(args, store) -> int:
-    from .. import fastjson
     from ..active import judge as J
     from ..active import report as R
     from ..active import store as S
     from ..errors import StuneError
+    from ..output import json_text
     from ..schema import Duration, Where
 
     try:
@@ -142,13 +145,13 @@ def _history(args, store) -> int:
             continue
         rows.append(dict(r, when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
                          fingerprint=S.fingerprint_key(r.get("fingerprint") or {}), detail=r.get("detail", "")[:80]))
-    if args.format == "json":
-        sys.stdout.write(fastjson.dumps({"partition": args.partition, "results": rows}) + "\n")
+    if args.format == "json" or args.json:
+        sys.stdout.write(json_text({"partition": args.partition, "results": rows}))
     elif args.format == "csv":
         sys.stdout.write(R.to_csv(rows, HISTORY_COLUMNS))
     else:
         sys.stdout.write(R.table(rows, HISTORY_COLUMNS) if rows else "no results\n")
-    return 0
+    return EXIT_OK
 
 
 def _checks(args) -> int:
@@ -171,14 +174,14 @@ def _checks(args) -> int:
         print(f"{c.name:15} {c.kind:4} {c.metric} ({c.unit or 'pass/fail'})\n"
               f"{'':20}command: {command}\n"
               f"{'':20}tool here: {path or 'not available: install ' + c.install}")
-    return 0
+    return EXIT_OK
 
 
 def _report(args, profile, store) -> int:
-    from .. import fastjson
     from ..active import judge as J
     from ..active import report as R
     from ..active import store as S
+    from ..output import json_text
 
     results = S.load(store, args.partition, since=time.time() - profile.active.window * 12)
     if args.check:
@@ -191,12 +194,14 @@ def _report(args, profile, store) -> int:
                                if not args.check else [r for r in results
                                                        if r["at"] >= time.time() - profile.active.window],
                                J.Settings.from_profile(profile)), R.COLUMNS
+    if args.json:
+        args.format = "json"
     if args.format == "table":
         text = R.table(data, columns) if data else "no results\n"
     elif args.format == "csv":
         text = R.to_csv(data, columns)
     elif args.format == "json":
-        text = fastjson.dumps({"partition": args.partition, "rows": data}) + "\n"
+        text = json_text({"partition": args.partition, "rows": data})
     else:
         text = R.prometheus(args.partition, data if not args.drift else [])
     if args.output:
@@ -207,7 +212,7 @@ def _report(args, profile, store) -> int:
         sys.stdout.write(text)
     if args.png:
         R.png(args.png, args.partition, data)
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

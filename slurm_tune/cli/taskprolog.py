@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import run_console
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, run_console
 
 PROG = "stune-task-prolog"
 SUMMARY_VAR = "STUNE_NODE_SUMMARY"
@@ -27,16 +27,16 @@ def _main(argv: list[str]) -> int:
     if argv:
         if argv[0] in ("-h", "--help"):
             sys.stdout.write(__doc__)
-            return 0
+            return EXIT_OK
         sys.stderr.write(f"{PROG}: takes no arguments (Slurm runs it as TaskProlog); see --help\n")
-        return 2
+        return EXIT_USAGE
     from ..errors import ConfigError, StuneError
     from ..stage.jobenv import JobLog
 
     environ = os.environ
     partition = environ.get("SLURM_JOB_PARTITION", "").split(",")[0]
     if not partition:
-        return 0
+        return EXIT_OK
     log = JobLog(environ)
     speak = environ.get("SLURM_LOCALID", "0") in ("", "0")
     from ..profiles import load_profile
@@ -46,14 +46,14 @@ def _main(argv: list[str]) -> int:
     except ConfigError as exc:
         if not (exc.key == "" and exc.problem.startswith("no profile for partition")) and speak:
             log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", _node(environ))
-        return 0
+        return EXIT_OK
     from ..nodeenv.taskenv import as_taskprolog, task_environment
 
     try:
         exports, messages = task_environment(environ, profile, progress=log)
     except StuneError as exc:  # --stage-required could not stage: the task must not start
         log.write(f"{PROG}: {exc}\n")
-        return 1
+        return EXIT_ERROR
     sys.stdout.write(as_taskprolog(exports))
     sys.stdout.flush()
     if speak:
@@ -62,7 +62,7 @@ def _main(argv: list[str]) -> int:
             log.say_once(f"{PROG}: {message}", node)
         if environ.get(SUMMARY_VAR):
             log.write(summary_line(environ, exports, node) + "\n")
-    return 0
+    return EXIT_OK
 
 
 def _node(environ) -> str:

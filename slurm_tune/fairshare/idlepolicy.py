@@ -21,7 +21,6 @@ same waste.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -232,7 +231,9 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
 
 
 def to_json(decisions: list[Decision]) -> str:
-    return json.dumps([asdict(d) for d in decisions], indent=1) + "\n"
+    from ..output import json_text
+
+    return json_text([asdict(d) for d in decisions])
 
 
 def _dur(seconds: float) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -254,7 +253,9 @@ def to_csv(report: Report) -> str:
 
 
 def to_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=1, default=float) + "\n"
+    from ..output import json_text
+
+    return json_text(report.to_dict())
 
 
 def to_png(report: Report, path: str) -> None:

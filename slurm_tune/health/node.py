@@ -18,6 +18,7 @@ import os
 import time
 
 from ..errors import ConfigError
+from ..errors import EXIT_BREAKER, EXIT_HOOK_FAIL
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand_node, node_name
 from . import judge, outputs
@@ -25,7 +26,6 @@ from . import result as R
 from . import state as S
 
 HOOK_MODES = ("prolog", "epilog")
-EXIT_BREAKER = 7  # what `run` exits with when the circuit breaker held back a drain
 
 
 class Settings(R._Record):
@@ -189,7 +189,7 @@ def run_hook(mode: str, options: dict | None = None, prog: str = "stune-health")
         return 0
     if doc["status"] == R.FAIL:
         print(f"{prog}: {mode}: {doc['reason']} ({doc['note']})", file=sys.stderr)
-    return 10 if code == 1 else 0
+    return EXIT_HOOK_FAIL if code == 1 else 0
 
 
 def _say_and_log(prog: str, cfg, line: str) -> None:

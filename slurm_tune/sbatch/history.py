@@ -142,12 +142,11 @@ def format_list(entries: list[dict], limit: int | None = None) -> str:
     shown = entries[-limit:] if limit else entries
     if not shown:
         return "no submissions recorded yet\n"
-    rows = [("when", "job", "partition", "digest", "command")]
-    for entry in shown:
-        rows.append((when(entry), str(entry.get("job_id") or "?"), str(entry.get("partition") or "?"),
-                     str(entry.get("digest") or "-")[:8], command_text(["stune-sbatch", *entry.get("argv", [])])))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "".join("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] + "\n" for r in rows)
+    from ..output import table
+
+    return table(((when(entry), str(entry.get("job_id") or "?"), str(entry.get("partition") or "?"),
+                   str(entry.get("digest") or "-")[:8], command_text(["stune-sbatch", *entry.get("argv", [])]))
+                  for entry in shown), ("when", "job", "partition", "digest", "command"))
 
 
 def diff(a: dict, b: dict) -> list[str]:

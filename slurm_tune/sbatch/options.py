@@ -55,9 +55,11 @@ SHORT: dict[str, tuple[int, str]] = {c: (LONG[k][0], k) for c, k in _SHORT_KEYS.
 # Options after which sbatch only prints something: stune passes such a command line through untouched.
 INFO_KEYS = frozenset(("help", "usage", "version"))
 
-# stune's own options (exact spelling only, so sbatch's prefix matching is unchanged).
+# stune's own options (exact spelling only, so sbatch's prefix matching is unchanged). `--json` is stune's only
+# with --dry-run (submit.run reads the line again without it otherwise: a submission passes it to sbatch).
 STUNE_LONG: dict[str, tuple[int, str]] = {
     "dry-run": (NO, "stune:dry-run"),
+    "json": (NO, "stune:json"),
     "stage": (REQUIRED, "stune:stage"),
     "stage-required": (NO, "stune:stage-required"),
     "stage-strict": (NO, "stune:stage-strict"),
@@ -119,7 +121,7 @@ def lookup_long(name: str) -> tuple[int, str] | None:
 
 
 def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str] | None = None,
-               allow_stune: bool = True) -> ParsedArgs:
+               allow_stune: bool = True, stune_json: bool = True) -> ParsedArgs:
     """Read sbatch options from argv (without the program name) the way getopt_long("+...") does.
     Each option records `where` it came from, or wheres[i] for the word i it started at."""
     options: list[Opt] = []
@@ -139,7 +141,7 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
             continue
         if tok.startswith("--"):
             name, eq, val = tok[2:].partition("=")
-            entry = STUNE_LONG.get(name) if allow_stune else None
+            entry = STUNE_LONG.get(name) if allow_stune and (stune_json or name != "json") else None
             into = stune
             if entry is None:
                 entry, into = lookup_long(name), options

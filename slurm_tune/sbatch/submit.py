@@ -20,6 +20,7 @@ STUNE_HELP = """
 stune-sbatch options (everything else is sbatch's, passed through untouched):
       --dry-run               print the sbatch command and environment stune would use, and where each
                               setting comes from; submit nothing
+      --json                  with --dry-run: the same as JSON
       --stage=SRC[:NAME]      stage SRC into the node-local cache tier; the job finds it in
                               $STUNE_STAGE_<NAME> (repeatable)
       --stage-required        fail the job when a dataset cannot be staged (default: read the source)
@@ -29,8 +30,8 @@ stune-sbatch options (everything else is sbatch's, passed through untouched):
                               does not trap it; by default only a script with `trap ... USR1` gets it
       --node-summary          each node writes one line to the job's stderr: the final NCCL/gloo/rendezvous
                               settings and whether each staged dataset is read from the cache or the source
-  stune-sbatch history [-n N]       the submissions recorded for you
-  stune-sbatch history diff A B     what changed between two runs (job ids, or -1 for the latest)
+  stune-sbatch history [-n N] [--json]       the submissions recorded for you
+  stune-sbatch history diff A B [--json]     what changed between two runs (job ids, or -1 for the latest)
 """
 
 
@@ -82,6 +83,9 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     environ = os.environ if environ is None else environ
     parsed = parse_args(argv)
     dry_run = any(o.key == "stune:dry-run" for o in parsed.stune)
+    as_json = dry_run and any(o.key == "stune:json" for o in parsed.stune)
+    if not dry_run and any(o.key == "stune:json" for o in parsed.stune):
+        parsed = parse_args(argv, stune_json=False)  # only a dry run's: a submission gives --json to sbatch
     if slurm is None:
         from ..slurm import Slurm
 
@@ -117,6 +121,12 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
         stage_env, stage_options, stage_warnings = unprofiled_stage(stage_args, eff, os.getcwd())
         words = sbatch_words(argv, parsed, stage_options)
+        if as_json:
+            from ..output import print_json
+
+            print_json({"submitted": False, "partition": exc.partition, "profile": None, "note": str(exc),
+                        "sbatch": ["sbatch", *words], "env": stage_env, "warnings": list(stage_warnings)})
+            return 0
         if dry_run:
             print(f"{PROG} --dry-run: {exc}; the job would be submitted without stune settings:")
             print("  " + _command_text(["sbatch", *words]))
@@ -144,7 +154,12 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
     words = sbatch_words(argv, parsed, plan.options)
     if dry_run:
-        sys.stdout.write(explain(plan, words, script_label))
+        if as_json:
+            from ..output import print_json
+
+            print_json(explain_doc(plan, words, script_label))
+        else:
+            sys.stdout.write(explain(plan, words, script_label))
         return 0
     for text_ in plan.warnings:
         warn(f"warning: {text_}")
@@ -295,6 +310,21 @@ def _command_text(words: list[str]) -> str:
     import shlex
 
     return " ".join(shlex.quote(w) for w in words)
+
+
+def explain_doc(plan, words: list[str], script_label: str) -> dict:
+    """`--dry-run --json`: what explain() says, as data. `settings`: every setting stune considered, with its
+    kind (env, option, node, note, warning), whether it was applied, and where it comes from."""
+    from .plan import MANAGED_VAR
+
+    p = plan.profile
+    return {"submitted": False, "partition": plan.partition, "partition_source": plan.partition_source,
+            "profile": {"source": p.source, "digest": p.digest, "fabric": p.fabric.type},
+            "multi_node": bool(plan.multi_node), "node_reason": plan.node_reason, "script": script_label,
+            "sbatch": ["sbatch", *words], "env": dict(plan.env), "managed_var": MANAGED_VAR,
+            "export_option": plan.export_option, "warnings": plan.warnings,
+            "settings": [{"kind": s.kind, "name": s.name, "value": s.value, "source": s.source,
+                          "applied": bool(s.applied), "note": s.note} for s in plan.settings]}
 
 
 def explain(plan, words: list[str], script_label: str) -> str:

@@ -1,0 +1,55 @@
+"""The options every stune command spells the same way, defined once.
+
+    -p/--partition P   --node NAME   --sysfs-root DIR   --json   --dry-run
+
+argparse commands add them with `add(parser, "partition", ...)` (a keyword overrides the default help,
+`required`, ...). stune-health's hand-made parser (its prolog cannot afford argparse) takes the same spellings
+from SHARED. Each command's meaning of an option may be narrower than the help below, never different.
+
+Old spellings that sites may have scripted stay accepted, hidden from --help, with a note on stderr:
+`deprecated(parser, "--snapshot", "--gpu-snapshot", dest=...)`.
+"""
+from __future__ import annotations
+
+# name: (flags, takes a value, argparse keywords)
+SHARED = {
+    "partition": (("-p", "--partition"), True,
+                  {"metavar": "PARTITION", "help": "the partition whose profile to use"}),
+    "node": (("--node",), True,
+             {"metavar": "NAME", "help": "the node's name (default: $SLURMD_NODENAME, else the host name)"}),
+    "sysfs_root": (("--sysfs-root",), True,
+                   {"metavar": "DIR", "help": "read sysfs under DIR (default: $STUNE_SYSFS_ROOT, else /; %%n = "
+                                              "the node name)"}),
+    "json": (("--json",), False, {"action": "store_true", "help": "print the result as JSON (keys sorted, indent 1)"}),
+    "dry_run": (("--dry-run",), False, {"action": "store_true", "help": "say what would be done; change nothing"}),
+}
+
+
+def add(parser, name: str, **overrides):
+    """Add shared option `name` to an argparse parser; keywords override the defaults (help, required...)."""
+    flags, _, keywords = SHARED[name]
+    return parser.add_argument(*flags, dest=name, **dict(keywords, **overrides))
+
+
+def flags(name: str) -> tuple[str, ...]:
+    return SHARED[name][0]
+
+
+def takes_value(name: str) -> bool:
+    return SHARED[name][1]
+
+
+def deprecated(parser, old: str, new: str, prog: str, **keywords) -> None:
+    """Accept `old` as a hidden alias of `new` (same dest), saying once on stderr that `new` is the name."""
+    import argparse
+    import sys
+
+    class _Note(argparse.Action):
+        def __call__(self, parser_, namespace, values, option_string=None):
+            print(f"{prog}: note: {old} is deprecated; use {new}", file=sys.stderr)
+            setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+    if keywords.get("action") == "store_true":
+        keywords = dict(keywords, nargs=0)
+        del keywords["action"]
+    parser.add_argument(old, action=_Note, help=argparse.SUPPRESS, **keywords)
