@@ -14,8 +14,15 @@ from slurm_tune.hw.sysfs import Sysfs
 from slurm_tune.nodeenv.detect import Port, active_ports, ifname_matches, roce_v2_gid_index, socket_interfaces
 from slurm_tune.nodeenv.taskenv import as_shell, as_taskprolog, node_exports, with_managed
 from slurm_tune.profiles import load_profile
+from slurm_tune.thisnode import job_context
 
 BIN = os.path.dirname(sys.executable)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def job(environ, profile=None):
+    """The job context an entry point builds (tests pass the profile they loaded)."""
+    return job_context(environ, profile=profile)
 LL = hwtrees.link_local_gid(0x0A5C2FFFFE3B0000)
 V4 = hwtrees.ipv4_mapped_gid("10.0.0.5")
 
@@ -63,7 +70,7 @@ def test_only_active_ports_and_never_the_storage_hca(tmp_path):
     active, others = active_ports(sysfs, ports)
     assert [str(p) for p in active] == [f"mlx5_{i}:1" for i in (0, 1, 3, 4, 5, 6, 7)]
     assert others == {"mlx5_2:1": "DOWN", "mlx5_99:1": "missing"}
-    exports, messages = node_exports({"SLURMD_NODENAME": "n7"}, profile, sysfs)
+    exports, messages = node_exports(job({"SLURMD_NODENAME": "n7"}, profile), sysfs)
     assert exports["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"
     assert "mlx5_8" not in exports["NCCL_IB_HCA"]
     assert messages == ["NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN"]
@@ -73,16 +80,16 @@ def test_no_active_port_unsets_the_hca_list_stune_set_and_says_so(tmp_path):
     down = {f"mlx5_{i}": {"state": "1: DOWN"} for i in range(9)}
     hwtrees.dgx_a100_ib(tmp_path, hca_overrides=down)
     sysfs = Sysfs(str(tmp_path))
-    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("hdr"), sysfs)
+    exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("hdr")), sysfs)
     assert "NCCL_IB_HCA" not in exports  # nothing to unset: stune had not set it
     assert messages[0].startswith("NCCL_IB_HCA unset: none of the fabric HCA ports is ACTIVE (mlx5_0:1 DOWN")
     stunes = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_1:1"}
-    exports, messages = node_exports(stunes, load_profile("hdr"), sysfs)
+    exports, messages = node_exports(job(stunes, load_profile("hdr")), sysfs)
     assert exports["NCCL_IB_HCA"] is None
     assert messages[0].startswith("NCCL_IB_HCA unset: none of the fabric HCA ports is ACTIVE")
     assert "unset NCCL_IB_HCA\n" in as_taskprolog(with_managed(exports, stunes))
     yours = {"NCCL_IB_HCA": "=mlx5_8:1", "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_1:1"}
-    exports, messages = node_exports(yours, load_profile("hdr"), sysfs)
+    exports, messages = node_exports(job(yours, load_profile("hdr")), sysfs)
     assert "NCCL_IB_HCA" not in exports and messages[0].endswith("NCCL_IB_HCA is yours: left as you set it")
 
 
@@ -94,7 +101,7 @@ def test_a_missing_socket_interface_unsets_stunes_value(tmp_path):
     (d / "t.yaml").write_text("partition: t\nfabric: {type: tcp, socket_ifname: bond0}\n")
     env = {"NCCL_SOCKET_IFNAME": "bond0", "GLOO_SOCKET_IFNAME": "bond0",
            "STUNE_MANAGED": "NCCL_SOCKET_IFNAME=bond0,GLOO_SOCKET_IFNAME=bond0"}
-    exports, messages = node_exports(env, load_profile("t", d), sysfs)
+    exports, messages = node_exports(job(env, load_profile("t", d)), sysfs)
     assert exports["NCCL_SOCKET_IFNAME"] is None and exports["GLOO_SOCKET_IFNAME"] is None
     assert messages == ["NCCL_SOCKET_IFNAME unset: socket interface bond0 does not exist on this node "
                         "(up: eth0, eth1, eth2, eth3, eth4, eth5, eth6, eth7, eth8): NCCL picks an interface "
@@ -106,7 +113,7 @@ def test_a_missing_socket_interface_unsets_stunes_value(tmp_path):
 
 def test_roce_node_exports_hcas_gid_index_and_socket_interface(tmp_path):
     sysfs = roce_tree(tmp_path, issue_table)
-    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("roce"), sysfs)
+    exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("roce")), sysfs)
     assert exports == {"NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8)),
                        "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
     assert messages == []
@@ -115,7 +122,7 @@ def test_roce_node_exports_hcas_gid_index_and_socket_interface(tmp_path):
 def test_ports_that_disagree_on_the_gid_index_are_named(tmp_path):
     tables = lambda dev: issue_table(dev) if dev != "eth4" else [(LL, "IB/RoCE v1", dev), (V4, "RoCE v2", dev)]
     sysfs = roce_tree(tmp_path, tables)
-    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("roce"), sysfs)
+    exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("roce")), sysfs)
     assert exports["NCCL_IB_GID_INDEX"] == "3"
     assert len(messages) == 1 and "disagree" in messages[0] and "mlx5_3:1 use 1" in messages[0]
 
@@ -125,16 +132,16 @@ def test_user_values_are_left_alone_and_stunes_own_are_refined(tmp_path):
     profile = load_profile("roce")
     mine = {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9",
             "GLOO_SOCKET_IFNAME": "eth9"}
-    assert node_exports(mine, profile, sysfs)[0] == {}
+    assert node_exports(job(mine, profile), sysfs)[0] == {}
     # stune set these values (recorded in STUNE_MANAGED), and they are unchanged: refined on this node
     stunes = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9",
               "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_5:1,NCCL_IB_GID_INDEX=7,NCCL_SOCKET_IFNAME=eth0"}
-    exports, _ = node_exports(stunes, profile, sysfs)
+    exports, _ = node_exports(job(stunes, profile), sysfs)
     assert exports["NCCL_IB_GID_INDEX"] == "3" and "mlx5_5" not in exports["NCCL_IB_HCA"]
     assert "NCCL_SOCKET_IFNAME" not in exports  # eth9 is not the eth0 stune set: the script changed it
     assert exports["GLOO_SOCKET_IFNAME"] == "eth0"  # absent: stune's to set
     # a name without a value (stune detects it) is stune's only while absent
-    assert node_exports({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "NCCL_IB_GID_INDEX"}, profile,
+    assert node_exports(job({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "NCCL_IB_GID_INDEX"}, profile),
                         sysfs)[0].get("NCCL_IB_GID_INDEX") is None
     out = with_managed({"NCCL_IB_HCA": "=x,y"}, {"STUNE_MANAGED": "A,B=1"})["STUNE_MANAGED"]
     assert out == "A,B=1,NCCL_IB_HCA==x%2Cy"
@@ -152,12 +159,12 @@ def test_rendezvous_once_per_job_on_the_first_node():
     from slurm_tune.nodeenv.taskenv import rendezvous
 
     env = {"SLURM_JOB_ID": "8123", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURMD_NODENAME": "gpu07"}
-    assert rendezvous(env, ["eth0"], lambda ifname: "10.1.2.7") == {"MASTER_ADDR": "10.1.2.7",
+    assert rendezvous(job(env), ["eth0"], lambda ifname: "10.1.2.7") == {"MASTER_ADDR": "10.1.2.7",
                                                                     "MASTER_PORT": str(12000 + 8123 % 8000)}
-    assert rendezvous(env, ["eth0"], lambda ifname: None)["MASTER_ADDR"] == "gpu07"  # no address: the name
+    assert rendezvous(job(env), ["eth0"], lambda ifname: None)["MASTER_ADDR"] == "gpu07"  # no address: the name
     other = dict(env, SLURMD_NODENAME="gpu08")
-    assert rendezvous(other, ["eth0"], lambda ifname: "10.1.2.8")["MASTER_ADDR"] == "gpu07"
-    assert rendezvous(dict(env, MASTER_ADDR="x", MASTER_PORT="1"), ["eth0"], lambda i: "y") == {}
+    assert rendezvous(job(other), ["eth0"], lambda ifname: "10.1.2.8")["MASTER_ADDR"] == "gpu07"
+    assert rendezvous(job(dict(env, MASTER_ADDR="x", MASTER_PORT="1")), ["eth0"], lambda i: "y") == {}
 
 
 def test_a_fixed_gid_index_that_is_not_roce_v2_is_reported(tmp_path):
@@ -166,7 +173,7 @@ def test_a_fixed_gid_index_that_is_not_roce_v2_is_reported(tmp_path):
     (d / "r.yaml").write_text("partition: r\nfabric:\n  type: roce\n  gid_index: 1\n  hcas:\n"
                               "    - {device: mlx5_0, port: 1, netdev: eth1}\n")
     sysfs = roce_tree(tmp_path / "node", issue_table)
-    exports, messages = node_exports({"SLURMD_NODENAME": "n1"}, load_profile("r", d), sysfs)
+    exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("r", d)), sysfs)
     assert "NCCL_IB_GID_INDEX" not in exports  # stune-sbatch sets the fixed one
     assert messages == ["fabric.gid_index 1 is not a RoCE v2 GID on mlx5_0:1"]
 
@@ -238,11 +245,11 @@ def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path
 def test_other_fabrics(tmp_path, kind):
     if kind == "ib":
         hwtrees.dgx_a100_ib(tmp_path)
-        exports, messages = node_exports({}, load_profile("hdr"), Sysfs(str(tmp_path)))
+        exports, messages = node_exports(job({}, load_profile("hdr")), Sysfs(str(tmp_path)))
         assert set(exports) == {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} and messages == []
     else:
         hwtrees.vpc_tcp(tmp_path)
-        exports, messages = node_exports({}, load_profile("vpc"), Sysfs(str(tmp_path)))
+        exports, messages = node_exports(job({}, load_profile("vpc")), Sysfs(str(tmp_path)))
         assert exports == {"NCCL_SOCKET_IFNAME": "ens5", "GLOO_SOCKET_IFNAME": "ens5"} and messages == []
 
 
@@ -258,3 +265,117 @@ def test_managed_parsing_never_fails_and_round_trips(garbage, managed):
     parsed = parse_managed(garbage)  # whatever a user put in STUNE_MANAGED
     assert all(isinstance(k, str) and k for k in parsed)
     assert parse_managed(format_managed(managed)) == managed
+
+
+# ---- one job context, one %n expander -------------------------------------------------------------------------
+
+def outside_a_job(tmp_path, **extra) -> dict:
+    """A login node's environment: no SLURM_* / SLURMD_NODENAME, no inherited STUNE_* setting."""
+    from usage_helpers import hermetic_env
+
+    env = hermetic_env(tmp_path, **extra)
+    env.pop("SLURMD_NODENAME", None)
+    return env
+
+
+def test_stune_env_outside_a_job_stages_the_profiles_cache_stage(tmp_path):
+    """`stune-env -p vpc` on a login node: the profile given with -p is the one staging uses (it used to look
+    for $SLURM_JOB_PARTITION again further down, find none, and silently stage nothing)."""
+    from slurm_tune.stage import admin
+    from slurm_tune.stage.tier import TierConfig
+    from test_stage_tier import make_tree, tree_digest
+
+    dataset = make_tree(tmp_path / "datasets" / "imagenet", dirs=2, files=5)
+    tier = tmp_path / f"{os.uname().nodename.split('.')[0]}-cache"  # %n outside a job: this host's name
+    admin.init(TierConfig(str(tier), None, 0.9, 0.75, "fast"))
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "vpc.yaml").write_text(
+        "partition: vpc\nfabric: {type: tcp, socket_ifname: ens5}\n"
+        f"cache:\n  path: {tmp_path}/%n-cache\n  quota: 1G\n  stage: ['{dataset}:IMAGENET']\n")
+    hwtrees.vpc_tcp(tmp_path / "node")
+    env = outside_a_job(tmp_path, STUNE_PARTITIONS=profiles)
+    out = run(["stune-env", "-p", "vpc", "--sysfs-root", str(tmp_path / "node")], env)
+    assert out.returncode == 0, out.stderr
+    staged = subprocess.run(["bash", "-c", out.stdout + 'printf %s "$STUNE_STAGE_IMAGENET"'],
+                            capture_output=True, text=True).stdout
+    assert staged.startswith(str(tier) + "/"), (out.stdout, out.stderr)
+    assert tree_digest(staged) == tree_digest(dataset)
+    assert "NCCL_SOCKET_IFNAME='ens5'" in out.stdout
+
+
+def test_staging_takes_the_profile_from_the_context_not_the_environment(tmp_path):
+    """Below the entry point nothing reloads the profile from $SLURM_JOB_PARTITION: a job environment that
+    names another (unknown) partition changes nothing, and a context without a profile says why."""
+    from slurm_tune.stage.jobenv import resolve
+    from slurm_tune.stage.spec import StageRequest, encode_requests
+
+    profiles = tmp_path / "p"
+    profiles.mkdir()
+    (profiles / "t.yaml").write_text("partition: t\nfabric: {type: tcp, socket_ifname: eth0}\n"
+                                     f"cache:\n  path: {tmp_path}/tier-%n\n  stage: ['/data/a:A']\n")
+    env = {"SLURM_JOB_PARTITION": "elsewhere", "SLURMD_NODENAME": "n3", "SLURM_JOB_ID": "77",
+           "STUNE_STAGE": encode_requests([StageRequest("/data/b", "B")], False)}
+    context = job_context(env, partition="t").with_profile(lambda name: load_profile(name, profiles))
+    assert (context.node, context.partition, context.job_id) == ("n3", "t", "77")
+    stage = resolve(context)
+    assert [r.name for r in stage.requests] == ["A", "B"] and stage.problem is None
+    assert stage.config.root == f"{tmp_path}/tier-n3" and stage.job_id == "77"
+    missing = job_context(env).with_profile(lambda name: load_profile(name, profiles))
+    assert missing.profile is None and "elsewhere" in str(missing.profile_error)
+    assert "no cache tier for partition 'elsewhere'" in str(resolve(missing).problem)
+    nothing = resolve(job_context({"STUNE_STAGE": env["STUNE_STAGE"]}))
+    assert "SLURM_JOB_PARTITION is not set" in str(nothing.problem)
+
+
+def test_the_job_context_reads_slurms_variables_once():
+    env = {"SLURM_JOB_PARTITION": "gpu,cpu", "SLURMD_NODENAME": "gpu07", "SLURM_JOB_ID": "12"}
+    job = job_context(env)
+    assert (job.node, job.partition, job.job_id, job.environ) == ("gpu07", "gpu", "12", env)
+    job = job_context(env, partition="vpc", node="x")
+    assert (job.node, job.partition) == ("x", "vpc")
+    assert job_context(dict(env, SLURM_JOB_ID="1\u00b2")).job_id is None  # not ASCII digits: no job
+    assert job_context({}).node == os.uname().nodename.split(".")[0] and job_context({}).partition == ""
+    assert job_context({}).with_profile(lambda name: pytest.fail("no partition: nothing to load")).profile is None
+    from slurm_tune.thisnode import job_partition  # the health prolog's rule too
+
+    assert job_partition(env) == "gpu" and job_partition({}) == "" and job_partition({"SLURM_JOB_PARTITION": ""}) == ""
+
+
+@pytest.mark.parametrize("template, node, expected", [
+    ("/srv/%n/sysfs", "n2", "/srv/n2/sysfs"), ("/srv/100%%/%n", "n2", "/srv/100%/n2"),
+    ("/srv/%%n/%n", "n2", "/srv/%n/n2"), ("/srv/plain", "n2", "/srv/plain"), ("/a%n%n", "n1", "/an1n1"),
+    ("/srv/%%%n", "n2", "/srv/%n2"), ("/srv/%x", "n2", "/srv/%x")])
+def test_one_percent_n_expander_at_every_site(template, node, expected, tmp_path):
+    """hw/sysfs.resolve_root, health/state.state_dir, health/node.settings (the GPU snapshot) and
+    stage/tier.expand_path all expand `%n` and `%%` through thisnode.expand: the same answer everywhere."""
+    from slurm_tune.health import node as health_node
+    from slurm_tune.health.state import state_dir
+    from slurm_tune.hw.sysfs import resolve_root
+    from slurm_tune.stage.tier import expand_path
+    from slurm_tune.thisnode import expand, uses_node
+
+    env = {"SLURMD_NODENAME": node}
+    assert expand(template, node) == expected == expand(template, environ=env)
+    assert resolve_root(template, {}, node) == expected == resolve_root(None, dict(env, STUNE_SYSFS_ROOT=template))
+    assert state_dir(template, {}, node) == expected == state_dir(None, dict(env, STUNE_STATE_DIR=template))
+    settings = health_node.settings({"node": node, "gpu_snapshot": template, "sysfs_root": template,
+                                     "state_dir": template}, {"SLURMD_NODENAME": "other"})
+    assert (settings.gpu_snapshot, settings.root, settings.state_dir) == (expected,) * 3
+    assert expand_path(template, node) == os.path.normpath(expected)
+    assert uses_node(template) == ("%n" in template.replace("%%", ""))
+
+
+def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_path):
+    """The TaskProlog runs before every task: the job log and the staging code load only when used."""
+    from importcheck import loaded_by
+
+    hwtrees.h100_roce(tmp_path / "node")
+    env = dict(outside_a_job(tmp_path), SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", SLURM_JOB_ID="5",
+               STUNE_SYSFS_ROOT=str(tmp_path / "node"), STUNE_PARTITIONS=str(REPO / "partitions"),
+               STUNE_CACHE_DIR=str(tmp_path / "cache"))
+    code = "from slurm_tune.cli.taskprolog import _main\nassert _main([]) == 0"
+    quiet = loaded_by(code, env)
+    assert "slurm_tune.nodeenv.taskenv" in quiet and not any(m.startswith("slurm_tune.stage") for m in quiet)
+    staging = loaded_by(code, dict(env, STUNE_STAGE="v1;optional;DS=/nonexistent/ds"))
+    assert "slurm_tune.stage.jobenv" in staging

@@ -262,10 +262,12 @@ TASK_PROLOG = """#!{python}
 import os, sys
 from slurm_tune.stage.errors import StageRequiredError
 from slurm_tune.nodeenv.taskenv import as_taskprolog
+from slurm_tune.profiles import load_profile
 from slurm_tune.stage.jobenv import JobLog, prepare_for_task
+from slurm_tune.thisnode import job_context
 log = JobLog(os.environ)
 try:
-    exports, messages = prepare_for_task(os.environ, progress=log)
+    exports, messages = prepare_for_task(job_context(os.environ).with_profile(load_profile), progress=log)
 except StageRequiredError as exc:
     log.write(f"stune-task-prolog: {{exc}}\\n")
     sys.exit(1)

@@ -466,9 +466,17 @@ def _profiles(shared_tmp: Path, cache: dict) -> Path:
     return directory
 
 
+def _context(environ):
+    """The job context stune-task-prolog builds: the partition's profile loaded once, at the entry point."""
+    from slurm_tune.profiles import load_profile
+    from slurm_tune.thisnode import job_context
+
+    return job_context(environ).with_profile(load_profile)
+
+
 def _job_env(requests, required=False, job="42", node="n1"):
-    return {"STUNE_STAGE": encode_requests(requests, required), "SLURM_JOB_PARTITION": "gpu",
-            "SLURMD_NODENAME": node, "SLURM_JOB_ID": job}
+    return _context({"STUNE_STAGE": encode_requests(requests, required), "SLURM_JOB_PARTITION": "gpu",
+                     "SLURMD_NODENAME": node, "SLURM_JOB_ID": job})
 
 
 def test_prepare_for_task_stages_and_expands_the_node_name(shared_tmp, dataset, monkeypatch):
@@ -519,7 +527,7 @@ def test_no_requests_means_nothing_to_do(monkeypatch, shared_tmp):
     from slurm_tune.stage.jobenv import prepare_for_task
 
     monkeypatch.setenv("STUNE_PARTITIONS", str(_profiles(shared_tmp, {"path": "/nonexistent"})))
-    assert prepare_for_task({"SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_ID": "1"}) == ({}, [])
+    assert prepare_for_task(_context({"SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_ID": "1"})) == ({}, [])
 
 
 @pytest.fixture

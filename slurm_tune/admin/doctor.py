@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from .. import safeio
 from ..errors import StuneError
-from ..thisnode import expand_node, uses_node
+from ..thisnode import expand, uses_node
 from . import shipped
 from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
 
@@ -230,8 +230,8 @@ class Doctor:
             gpus = self.env.get("STUNE_GPU_SNAPSHOT", "")
             # hardware-less mode: a per-node (%n) sysfs tree and GPU snapshot are this node's hardware, and
             # readable here; a path without %n would be this host's, not the node's: not used
-            root = expand_node(sysfs, node) if uses_node(sysfs) else None
-            gpu_file = expand_node(gpus, node) if uses_node(gpus) else None
+            root = expand(sysfs, node) if uses_node(sysfs) else None
+            gpu_file = expand(gpus, node) if uses_node(gpus) else None
             root = root if root and os.path.isdir(root) else None
             gpu_file = gpu_file if gpu_file and os.path.isfile(gpu_file) else None
             if root or gpu_file:

@@ -44,10 +44,12 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     from ..hw.sysfs import Sysfs, resolve_root
     from ..nodeenv.binding import format_cpus, plan_binding
+    from ..thisnode import job_context
 
-    environ = os.environ
+    job = job_context(os.environ)
+    environ = job.environ
     allowed = frozenset(os.sched_getaffinity(0))
-    plan = plan_binding(environ, Sysfs(resolve_root(None, environ)), allowed)
+    plan = plan_binding(environ, Sysfs(resolve_root(None, environ, job.node)), allowed)
     command = list(args)
     if plan.cpus is None:
         _note(plan.note)

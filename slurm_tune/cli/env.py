@@ -17,8 +17,7 @@ USAGE = f"usage: {PROG} [-p PARTITION] [--sysfs-root DIR]"
 
 
 def _main(argv: list[str]) -> int:
-    environ = dict(os.environ)
-    partition = environ.get("SLURM_JOB_PARTITION", "").split(",")[0]
+    partition = sysfs_root = None
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -31,24 +30,29 @@ def _main(argv: list[str]) -> int:
         elif arg.startswith("--partition="):
             partition = arg.split("=", 1)[1]
         elif arg == "--sysfs-root" and args:
-            environ["STUNE_SYSFS_ROOT"] = args.pop(0)
+            sysfs_root = args.pop(0)
         elif arg.startswith("--sysfs-root="):
-            environ["STUNE_SYSFS_ROOT"] = arg.split("=", 1)[1]
+            sysfs_root = arg.split("=", 1)[1]
         else:
             print(f"{PROG}: unknown argument {arg!r}\n{USAGE}", file=sys.stderr)
             return EXIT_USAGE
-    if not partition:
+    from ..thisnode import job_context
+
+    job = job_context(os.environ, partition=partition or None)  # -p wins over the job's partition
+    if not job.partition:
         print(f"{PROG}: no partition: run it inside a job, or give -p PARTITION", file=sys.stderr)
         return EXIT_USAGE
+    from ..hw.sysfs import Sysfs, resolve_root
     from ..nodeenv.taskenv import as_shell, task_environment
     from ..profiles import load_profile
 
-    profile = load_profile(partition)
-    exports, messages = task_environment(environ, profile, progress=sys.stderr)
-    from ..thisnode import node_name
-
+    job = job.with_profile(load_profile)
+    if job.profile is None:
+        raise job.profile_error
+    sysfs = Sysfs(resolve_root(sysfs_root, job.environ, job.node))
+    exports, messages = task_environment(job, progress=sys.stderr, sysfs=sysfs)
     for message in messages:
-        print(f"{PROG}: {node_name(environ)}: {message}", file=sys.stderr)
+        print(f"{PROG}: {job.node}: {message}", file=sys.stderr)
     sys.stdout.write(as_shell(exports))
     return EXIT_OK
 

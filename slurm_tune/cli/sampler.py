@@ -35,15 +35,15 @@ def _run(args) -> int:
     from ..hw.nvml import open_gpu_source
     from ..usage.sampler import Sampler
 
-    from ..thisnode import expand_node, node_name
+    from ..thisnode import expand
 
     config = load_config(args.config)
     local, _ = usage_dirs(config)
-    local = expand_node(args.local_dir, node_name()) if args.local_dir else local
+    local = expand(args.local_dir) if args.local_dir else local
     interval = args.interval or config.usage.interval
     # the shipped systemd unit passes no --gpu-snapshot: $STUNE_GPU_SNAPSHOT (as for stune-health, %n allowed)
     snapshot = args.gpu_snapshot or os.environ.get("STUNE_GPU_SNAPSHOT") or None
-    snapshot = expand_node(snapshot, node_name()) if snapshot else None
+    snapshot = expand(snapshot) if snapshot else None
     source = open_gpu_source(snapshot=snapshot)
     sampler = Sampler(source, local, interval=interval, busy_util=config.report.busy_util, gpu_map=args.gpu_map)
     signal.signal(signal.SIGTERM, _raise_stop)

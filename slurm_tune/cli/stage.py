@@ -113,11 +113,12 @@ def _tiers(args, partition=None):
 def cmd_fetch(args) -> int:
     from ..errors import StuneError
     from ..nodeenv.taskenv import as_shell, as_taskprolog
+    from ..profiles import load_profile
     from ..stage import jobenv
     from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
+    from ..thisnode import job_context
 
     env = dict(os.environ)
-    env["SLURMD_NODENAME"] = _node(args)
     if args.job is not None:
         env["SLURM_JOB_ID"] = args.job
     elif env.get("SLURM_JOB_ID") and not (env["SLURM_JOB_ID"].isascii() and env["SLURM_JOB_ID"].isdigit()):
@@ -126,13 +127,13 @@ def cmd_fetch(args) -> int:
         env[ENV_VAR] = encode_requests([parse_stage_arg(r) for r in args.requests], args.required)
     elif not env.get(ENV_VAR):
         raise StuneError(f"nothing to stage: give SRC[:NAME], or run inside a job with {ENV_VAR} set")
-    if args.partition:
-        env["SLURM_JOB_PARTITION"] = args.partition
-    elif not env.get("SLURM_JOB_PARTITION") and not args.path:
+    partition = args.partition or None
+    if not partition and not env.get("SLURM_JOB_PARTITION") and not args.path:
         from ..slurm import Slurm
 
-        env["SLURM_JOB_PARTITION"] = Slurm.from_env().default_partition() or ""
-    job = jobenv.resolve(env, with_defaults=not args.requests)
+        partition = Slurm.from_env().default_partition() or ""
+    context = job_context(env, partition=partition, node=_node(args)).with_profile(load_profile)
+    job = jobenv.resolve(context, with_defaults=not args.requests)
     config, problem = job.config, job.problem
     if args.path:
         (_label, config), = _tiers(args)

@@ -18,7 +18,6 @@ import sys
 from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, run_console
 
 PROG = "stune-task-prolog"
-SUMMARY_VAR = "STUNE_NODE_SUMMARY"
 SUMMARY_NAMES = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR",
                  "MASTER_PORT")
 
@@ -30,49 +29,71 @@ def _main(argv: list[str]) -> int:
             return EXIT_OK
         sys.stderr.write(f"{PROG}: takes no arguments (Slurm runs it as TaskProlog); see --help\n")
         return EXIT_USAGE
-    from ..errors import ConfigError, StuneError
-    from ..stage.jobenv import JobLog
+    from ..thisnode import job_context
 
-    environ = os.environ
-    partition = environ.get("SLURM_JOB_PARTITION", "").split(",")[0]
-    if not partition:
+    job = job_context(os.environ)  # the one place this task's node, partition and job are read
+    if not job.partition:
         return EXIT_OK
-    log = JobLog(environ)
-    speak = environ.get("SLURM_LOCALID", "0") in ("", "0")
+    from ..errors import ConfigError, StuneError
     from ..profiles import load_profile
 
-    try:
-        profile = load_profile(partition)
-    except ConfigError as exc:
-        if not (exc.key == "" and exc.problem.startswith("no profile for partition")) and speak:
-            log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", _node(environ))
+    log = _JobLogOnUse(job.environ)
+    speak = job.environ.get("SLURM_LOCALID", "0") in ("", "0")
+    job = job.with_profile(load_profile)
+    if job.profile is None:
+        exc = job.profile_error
+        unprofiled = isinstance(exc, ConfigError) and exc.key == "" and exc.problem.startswith(
+            "no profile for partition")
+        if speak and not unprofiled:
+            log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", job.node)
         return EXIT_OK
+    from ..nodeenv.managed import SUMMARY_VAR
     from ..nodeenv.taskenv import as_taskprolog, task_environment
 
     try:
-        exports, messages = task_environment(environ, profile, progress=log)
+        exports, messages = task_environment(job, progress=log)
     except StuneError as exc:  # --stage-required could not stage: the task must not start
         log.write(f"{PROG}: {exc}\n")
         return EXIT_ERROR
     sys.stdout.write(as_taskprolog(exports))
     sys.stdout.flush()
     if speak:
-        node = _node(environ)
         for message in messages:
-            log.say_once(f"{PROG}: {message}", node)
-        if environ.get(SUMMARY_VAR):
-            log.write(summary_line(environ, exports, node) + "\n")
+            log.say_once(f"{PROG}: {message}", job.node)
+        if job.environ.get(SUMMARY_VAR):
+            log.write(summary_line(job, exports) + "\n")
     return EXIT_OK
 
 
-def _node(environ) -> str:
-    from ..thisnode import node_name
+class _JobLogOnUse:
+    """stage.jobenv.JobLog, imported and made at the first write: a task with nothing to say and nothing to
+    stage (the common case) never loads the stage package."""
 
-    return node_name(environ)
+    def __init__(self, environ):
+        self.environ, self._log = environ, None
+
+    def _open(self):
+        if self._log is None:
+            from ..stage.jobenv import JobLog
+
+            self._log = JobLog(self.environ)
+        return self._log
+
+    def write(self, text: str) -> int:
+        return self._open().write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def say_once(self, text: str, node: str) -> None:
+        self._open().say_once(text, node)
 
 
-def summary_line(environ, exports: dict, node: str) -> str:
+def summary_line(job, exports: dict) -> str:
     """One line: the settings this node's tasks finally get, and where each staged dataset is read from."""
+    from ..stage.spec import EXPORT_PREFIX
+
+    environ = job.environ
     final = dict(environ)
     for name, value in exports.items():
         if value is None:
@@ -82,19 +103,19 @@ def summary_line(environ, exports: dict, node: str) -> str:
     step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
     step = "batch" if step == "4294967294" else step
     words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
-    for name in sorted(n for n in final if n.startswith("STUNE_STAGE_") and n != "STUNE_STAGE_LOG"):
-        source = _stage_source(environ, name[len("STUNE_STAGE_"):])
+    for name in sorted(n for n in final if n.startswith(EXPORT_PREFIX) and n != "STUNE_STAGE_LOG"):
+        source = _stage_source(environ, name[len(EXPORT_PREFIX):])
         if source is None:  # a profile default: not in STUNE_STAGE
             words.append(f"{name}={final[name]}")
         else:
             words.append(f"{name}={final[name]} [{'source: not staged' if final[name] == source else 'cache'}]")
-    return f"stune: {node} step {step}: " + " ".join(words)
+    return f"stune: {job.node} step {step}: " + " ".join(words)
 
 
 def _stage_source(environ, name: str) -> str | None:
-    from ..stage.spec import decode_requests
+    from ..stage.spec import ENV_VAR, decode_requests
 
-    text = environ.get("STUNE_STAGE", "")
+    text = environ.get(ENV_VAR, "")
     if not text.strip():
         return None
     try:

@@ -98,7 +98,7 @@ def usage_dirs(config: FairshareConfig | None = None, node: str | None = None,
     """(node-local dir, shared spool dir): $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL win over the config, so a
     hook can point at per-node directories without a config file of its own. `%n` in either becomes this
     node's name (or `node`), as in every other stune path; expand=False returns the templates."""
-    from ..thisnode import expand_node, node_name
+    from .. import thisnode
 
     local = os.environ.get("STUNE_USAGE_DIR")
     spool = os.environ.get("STUNE_USAGE_SPOOL")
@@ -107,5 +107,4 @@ def usage_dirs(config: FairshareConfig | None = None, node: str | None = None,
         local, spool = local or cfg.usage.local_dir, spool or cfg.usage.spool_dir
     if not expand:
         return local, spool
-    name = node or node_name()
-    return expand_node(local, name), expand_node(spool, name)
+    return thisnode.expand(local, node), thisnode.expand(spool, node)

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ..errors import StuneError
-from ..thisnode import expand_node
+from ..thisnode import expand
 from ..usage import accum, spool
 from ..usage import summary as summary_mod
 from . import charges as charges_mod
@@ -43,7 +43,7 @@ def live_summary(slurm, config, table, i: int):
     docs = []
     now = time.time()
     for node in nodes:
-        local = expand_node(template, node)
+        local = expand(template, node)
         if not os.path.exists(spool.acc_file(local, table.job_id_raw[i])):
             continue
         try:

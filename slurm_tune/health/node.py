@@ -20,7 +20,7 @@ import time
 from ..errors import ConfigError
 from ..errors import EXIT_BREAKER, EXIT_HOOK_FAIL
 from ..hw.sysfs import resolve_root
-from ..thisnode import expand_node, node_name
+from ..thisnode import expand, job_partition, node_name
 from . import judge, outputs
 from . import result as R
 from . import state as S
@@ -41,19 +41,15 @@ class Settings(R._Record):
 def settings(options: dict, environ=None) -> Settings:
     environ = os.environ if environ is None else environ
     node = options.get("node") or node_name(environ)
-    env = dict(environ, SLURMD_NODENAME=node) if options.get("node") else environ
+    gpu_snapshot = options.get("gpu_snapshot") or environ.get("STUNE_GPU_SNAPSHOT") or None
     return Settings(
         node=node,
         partition=options.get("partition") or environ.get("STUNE_HEALTH_PARTITION") or None,
-        root=resolve_root(options.get("sysfs_root"), env),
-        state_dir=S.state_dir(options.get("state_dir"), env),
-        gpu_snapshot=_expand(options.get("gpu_snapshot") or environ.get("STUNE_GPU_SNAPSHOT") or None, node),
+        root=resolve_root(options.get("sysfs_root"), environ, node),
+        state_dir=S.state_dir(options.get("state_dir"), environ, node),
+        gpu_snapshot=expand(gpu_snapshot, node) if gpu_snapshot else None,
         prom_path=options.get("prom") or environ.get("STUNE_HEALTH_PROM") or None,
         json_path=options.get("json_out") or environ.get("STUNE_HEALTH_JSON") or None)
-
-
-def _expand(path: str | None, node: str) -> str | None:
-    return expand_node(path, node) if path else path
 
 
 def _profiles():
@@ -76,9 +72,9 @@ def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=N
         except ConfigError:
             pass  # the profile went away: choose again
     if mode in HOOK_MODES:
-        job_partition = (environ.get("SLURM_JOB_PARTITION") or "").split(",")[0]
-        if job_partition:
-            return load_profile(job_partition), f"the job's partition {job_partition}"
+        partition = job_partition(environ)
+        if partition:
+            return load_profile(partition), f"the job's partition {partition}"
     if mode == "run" and slurm is not None:
         profiles = _profiles()
         node = next((n for n in slurm.nodes() if n.name == cfg.node), None)

@@ -26,7 +26,7 @@ import time
 
 from .. import fastjson
 from ..errors import StuneError
-from ..thisnode import expand_node, node_name, uses_node
+from ..thisnode import expand
 from .outputs import write_json
 
 FORMAT = "stune-health-state/1"
@@ -37,11 +37,11 @@ LOG_MAX_BYTES = 1 << 20
 TRUSTED_KEEP = 8
 
 
-def state_dir(text: str | None = None, environ=None) -> str:
-    """`text` (--state-dir), else $STUNE_STATE_DIR, else /var/lib/stune/health; `%n` is the node name."""
+def state_dir(text: str | None = None, environ=None, node: str | None = None) -> str:
+    """`text` (--state-dir), else $STUNE_STATE_DIR, else /var/lib/stune/health; `%n` is the node name
+    (`node`, else $SLURMD_NODENAME)."""
     environ = os.environ if environ is None else environ
-    path = text or environ.get("STUNE_STATE_DIR") or DEFAULT_DIR
-    return expand_node(path, node_name(environ)) if uses_node(path) else path
+    return expand(text or environ.get("STUNE_STATE_DIR") or DEFAULT_DIR, node, environ)
 
 
 def empty(node: str = "") -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ..text import is_digits
-from ..thisnode import expand_node, node_name, uses_node
+from ..thisnode import expand
 
 FORMAT = "stune-snapshot/1"  # a node snapshot's format tag (hw/snapshot.py; here so the prolog need not import it)
 IB_CLASS = "sys/class/infiniband"
@@ -33,13 +33,12 @@ def _isdir(mode: int) -> bool:
     return mode & 0o170000 == 0o040000  # stat.S_ISDIR without importing stat on the prolog path
 
 
-def resolve_root(text: str | None, environ=None) -> str:
+def resolve_root(text: str | None, environ=None, node: str | None = None) -> str:
     """The sysfs root to read under: `text` (from --sysfs-root or STUNE_SYSFS_ROOT), default `/`.
-    `%n` becomes the node name ($SLURMD_NODENAME), so one setting serves every node of the one-machine
-    development cluster, where each node's tree lives in its own directory."""
+    `%n` becomes the node name (`node`, else $SLURMD_NODENAME), so one setting serves every node of the
+    one-machine development cluster, where each node's tree lives in its own directory."""
     environ = os.environ if environ is None else environ
-    root = text or environ.get("STUNE_SYSFS_ROOT") or "/"
-    return expand_node(root, node_name(environ)) if uses_node(root) else root
+    return expand(text or environ.get("STUNE_SYSFS_ROOT") or "/", node, environ)
 
 
 class Sysfs:

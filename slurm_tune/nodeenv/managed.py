@@ -1,4 +1,5 @@
-"""STUNE_MANAGED: which variables stune set for a job, and the value it set.
+"""STUNE_MANAGED: which variables stune set for a job, and the value it set; and the other switches
+stune-sbatch puts in a job's environment for its TaskProlog (their one definition).
 
 stune-sbatch writes it, the TaskProlog (and stune-env) read and update it. A variable is stune's to refine
 only while its value is still the one recorded here: a value the batch script exported, or `srun --export`
@@ -11,6 +12,9 @@ is read by stune-sbatch and before every task.
 from __future__ import annotations
 
 MANAGED_VAR = "STUNE_MANAGED"
+SUMMARY_VAR = "STUNE_NODE_SUMMARY"  # stune-sbatch --node-summary: each node says its final settings once
+# MASTER_PORT per job: BASE + job id mod SPAN (the TaskProlog sets it; stune-sbatch --dry-run explains it)
+MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
 
 
 def parse_managed(text: str | None) -> dict[str, str | None]:

@@ -9,27 +9,24 @@ On each node, for the partition's profile:
 A variable the user set is never touched: stune only sets one that is absent, or whose value is still the
 one stune set (STUNE_MANAGED records names and values). When the node proves a value stune set wrong, it is
 unset (a value None in the exports) and a message says so.
+
+Everything here takes the job context (thisnode.JobContext) its entry point built: the environment, node,
+partition's profile and job id are never re-derived below it.
 """
 from __future__ import annotations
 
-
 from ..hw.sysfs import Sysfs, resolve_root
-from ..thisnode import node_name
+from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
-from .managed import MANAGED_VAR, format_managed, is_stunes, parse_managed
-
-MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
+from .managed import MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, format_managed, is_stunes, parse_managed
 
 
-def may_set(name: str, environ) -> bool:
-    return is_stunes(name, environ, parse_managed(environ.get(MANAGED_VAR)))
-
-
-def node_exports(environ, profile, sysfs: Sysfs | None = None,
-                 address_of=None) -> tuple[dict[str, str | None], list[str]]:
-    """({NAME: value, or None to unset it} , messages for the job's stderr). Messages do not name the node:
-    the caller says where (and may say a message once per job)."""
-    sysfs = sysfs or Sysfs(resolve_root(None, environ))
+def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict[str, str | None], list[str]]:
+    """For `job` (a JobContext with its profile): ({NAME: value, or None to unset it}, messages for the
+    job's stderr). Messages do not name the node: the caller says where (and may say a message once per
+    job). `sysfs` defaults to $STUNE_SYSFS_ROOT (`%n`: the job's node)."""
+    environ = job.environ
+    sysfs = sysfs or Sysfs(resolve_root(None, environ, job.node))
     managed = parse_managed(environ.get(MANAGED_VAR))
 
     def mine(name: str) -> bool:  # stune may (re)set it
@@ -43,7 +40,7 @@ def node_exports(environ, profile, sysfs: Sysfs | None = None,
         else:
             messages.append(f"{why}; {name} is yours: left as you set it")
 
-    fabric = profile.fabric
+    fabric = job.profile.fabric
     exports: dict[str, str | None] = {}
     messages: list[str] = []
     if fabric.type in ("ib", "roce"):
@@ -83,7 +80,7 @@ def node_exports(environ, profile, sysfs: Sysfs | None = None,
                 exports["GLOO_SOCKET_IFNAME"] = None
     if address_of is None and (sysfs.root or "/").rstrip("/"):
         address_of = _no_address  # a relocated (fixture) tree: the kernel's interfaces are not the tree's
-    exports.update(rendezvous(environ, up, address_of))
+    exports.update(rendezvous(job, up, address_of))
     return exports, messages
 
 
@@ -91,35 +88,37 @@ def _no_address(ifname: str) -> None:
     return None
 
 
-def rendezvous(environ, interfaces: list[str], address_of=None) -> dict[str, str]:
-    """MASTER_ADDR and MASTER_PORT for a job, when absent (a later step inherits the batch step's, and a value
-    set in the script is the user's). MASTER_ADDR: on the job's first node, its IPv4 address on the first up
-    socket interface, else its name; elsewhere the first node's name (a step without a batch step before it)."""
+def rendezvous(job, interfaces: list[str], address_of=None) -> dict[str, str]:
+    """MASTER_ADDR and MASTER_PORT for `job` (a JobContext), when absent (a later step inherits the batch
+    step's, and a value set in the script is the user's). MASTER_ADDR: on the job's first node, its IPv4
+    address on the first up socket interface, else its name; elsewhere the first node's name (a step without a
+    batch step before it)."""
+    environ = job.environ
     out: dict[str, str] = {}
-    job = environ.get("SLURM_JOB_ID", "")
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
     if "MASTER_ADDR" not in environ and nodelist:
         from ..slurm import expand_hostlist
 
         first = (expand_hostlist(nodelist) or [""])[0]
         address = None
-        if first and first == node_name(environ) and interfaces:
+        if first and first == job.node and interfaces:
             address = (address_of or ipv4_address)(interfaces[0])
         if address or first:
             out["MASTER_ADDR"] = address or first
-    if "MASTER_PORT" not in environ and job.isdigit():
-        out["MASTER_PORT"] = str(MASTER_PORT_BASE + int(job) % MASTER_PORT_SPAN)
+    if "MASTER_PORT" not in environ and job.job_id is not None:
+        out["MASTER_PORT"] = str(MASTER_PORT_BASE + int(job.job_id) % MASTER_PORT_SPAN)
     return out
 
 
 def with_managed(exports: dict[str, str | None], environ) -> dict[str, str | None]:
-    """`exports` plus STUNE_MANAGED recording their values: the job's later steps inherit these values from the
-    batch step, and re-detect them on their own nodes only while they still have stune's value."""
+    """`exports` (node_exports') plus STUNE_MANAGED recording their values: the job's later steps inherit
+    these values from the batch step, and re-detect them on their own nodes only while they still have
+    stune's value. The rendezvous is recorded by name only: set once per job, never refined."""
     if not exports:
         return exports
     managed = parse_managed(environ.get(MANAGED_VAR))
     for name, value in exports.items():
-        if name.startswith("STUNE_STAGE_") or name in ("MASTER_ADDR", "MASTER_PORT"):
+        if name in ("MASTER_ADDR", "MASTER_PORT"):
             managed.setdefault(name, None)
             continue
         managed[name] = value
@@ -177,15 +176,16 @@ def as_taskprolog(exports: dict[str, str | None]) -> str:
                    for name, value in exports.items() if value is None or "\n" not in value)
 
 
-def task_environment(environ, profile, progress=None, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:
-    """Everything a task gets on this node: the NCCL exports above, then the staged datasets
-    (STUNE_STAGE_<NAME>) when the job asked for any or the profile stages some for every job. Staging
-    writes its own messages to `progress`; raises StageRequiredError when --stage-required fails."""
-    exports, messages = node_exports(environ, profile, sysfs)
-    exports = with_managed(exports, environ)
-    if environ.get("STUNE_STAGE", "").strip() or profile.cache.stage:
+def task_environment(job, progress=None, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:
+    """Everything a task of `job` (a JobContext with its profile) gets on this node: the NCCL exports above,
+    then the staged datasets (STUNE_STAGE_<NAME>) when the job asked for any or the profile stages some for
+    every job. Staging writes its own messages to `progress`; raises StageRequiredError when
+    --stage-required fails."""
+    exports, messages = node_exports(job, sysfs)
+    exports = with_managed(exports, job.environ)
+    if job.environ.get(STAGE_VAR, "").strip() or job.profile.cache.stage:
         from ..stage.jobenv import prepare_for_task
 
-        staged, _ = prepare_for_task(environ, progress=progress)
+        staged, _ = prepare_for_task(job, progress=progress)
         exports.update(staged)
     return exports, messages

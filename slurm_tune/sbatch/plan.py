@@ -14,7 +14,8 @@ from .options import Effective, node_range
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
-from ..nodeenv.managed import MANAGED_VAR, format_managed, parse_managed
+from ..nodeenv.managed import (MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, SUMMARY_VAR, format_managed,
+                               parse_managed)
 
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 
@@ -204,7 +205,8 @@ def nccl_settings(profile) -> list[Setting]:
                        "the job's first node: its IPv4 address on "
                        + (f"{ifname}" if ifname else "the socket interface") + " (else its name), once per job"))
     out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
-                       "per job: 12000 + job id mod 8000, so two jobs sharing a node do not collide"))
+                       f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node "
+                       "do not collide"))
     for name, value in sorted(profile.nccl.env.to_dict().items()):
         out.append(Setting(ENV, name, str(value), _origin(profile, f"nccl.env.{name}"), True, ""))
     return out
@@ -491,11 +493,13 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     if not het:
         settings += container_settings(profile, eff, stage_args, cwd)
     if stage_strict:
-        settings.append(Setting(ENV, "STUNE_FRESHNESS", "strict", "rule: --stage-strict", True,
+        from ..stage.jobenv import FRESHNESS_VAR
+
+        settings.append(Setting(ENV, FRESHNESS_VAR, "strict", "rule: --stage-strict", True,
                                 "a cached copy is used only when every file's size and mtime still match the "
                                 "source (the tier's default `fast` checks the top level only)"))
     if node_summary:
-        settings.append(Setting(ENV, "STUNE_NODE_SUMMARY", "1", "rule: --node-summary", True,
+        settings.append(Setting(ENV, SUMMARY_VAR, "1", "rule: --node-summary", True,
                                 "each node writes one line with its final settings to the job's stderr"))
     from .options import PLUGIN_KEYS
 

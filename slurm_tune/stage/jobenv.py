@@ -1,8 +1,9 @@
 """The job side of staging: what the TaskProlog (and `stune-env`, `stune-stage fetch`) call before a task.
 
-    exports, messages = prepare_for_task(os.environ, progress=JobLog(os.environ))
+    exports, messages = prepare_for_task(job, progress=JobLog(os.environ))
 
-reads STUNE_STAGE (stune-sbatch's encoded `--stage` list) and the partition profile's `cache.stage`
+takes the job context its entry point built (thisnode.JobContext: node, partition, profile, job id,
+environment), reads STUNE_STAGE (stune-sbatch's encoded `--stage` list) and the profile's `cache.stage`
 defaults, stages each request once per node per job (the first task copies, concurrent tasks wait on the
 source's lock, later tasks find the job's hold), and returns `{"STUNE_STAGE_<NAME>": local path}` plus
 one-line messages for the job's stderr. When the tier is missing, full or over quota, the variable names the
@@ -27,19 +28,19 @@ from .errors import SourceError, StageRequestError, StageRequiredError, TierUnav
 from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
 
 
-def prepare_for_task(environ, progress=None) -> tuple[dict[str, str], list[str]]:
-    """Stage the job's datasets on this node; return (exports, messages). `progress` is a writable text
-    stream for live progress lines and the messages (None: neither is written). Raises StageRequiredError
-    (a StuneError) when the job asked for --stage-required and a dataset could not be staged, and
-    StageRequestError when STUNE_STAGE is malformed."""
-    job = resolve(environ)
-    if not job.requests:
+def prepare_for_task(job, progress=None) -> tuple[dict[str, str], list[str]]:
+    """Stage the datasets of `job` (a thisnode.JobContext) on its node; return (exports, messages).
+    `progress` is a writable text stream for live progress lines and the messages (None: neither is
+    written). Raises StageRequiredError (a StuneError) when the job asked for --stage-required and a dataset
+    could not be staged, and StageRequestError when STUNE_STAGE is malformed."""
+    stage = resolve(job)
+    if not stage.requests:
         return {}, []
-    freshness = environ.get(FRESHNESS_VAR) or None
+    freshness = job.environ.get(FRESHNESS_VAR) or None
     if freshness not in (None, "fast", "strict"):
         freshness = None  # user input: an unknown mode keeps the tier's own
-    return stage_requests(job.requests, job.required, job.config, job.job_id, progress, problem=job.problem,
-                          freshness=freshness)
+    return stage_requests(stage.requests, stage.required, stage.config, stage.job_id, progress,
+                          problem=stage.problem, freshness=freshness)
 
 
 # stune-sbatch --stage-strict sets it: this job's requests are checked with `strict` freshness (every file's
@@ -54,29 +55,26 @@ class JobStage(namedtuple("JobStage", "requests required config problem job_id")
     __slots__ = ()
 
 
-def resolve(environ, with_defaults: bool = True) -> JobStage:
-    text = environ.get(ENV_VAR, "")
+def resolve(job, with_defaults: bool = True) -> JobStage:
+    """What `job` (a thisnode.JobContext: its profile is loaded, or profile_error says why not) stages:
+    STUNE_STAGE's requests, after the profile's `cache.stage` defaults unless `with_defaults` is False."""
+    text = job.environ.get(ENV_VAR, "")
     requests, required = decode_requests(text) if text.strip() else ([], False)
-    partition = environ.get("SLURM_JOB_PARTITION", "")
-    node = environ.get("SLURMD_NODENAME") or None
-    job_id = environ.get("SLURM_JOB_ID") or None
-    if job_id is not None and not job_id.isdigit():
-        job_id = None
-    profile, problem = _profile(partition)
+    profile, problem = job.profile, _no_profile(job)
     if profile is not None and with_defaults:
         try:
             requests = merge_requests(parse_profile_stage(profile.cache.stage), requests)
         except StageRequestError as exc:
-            problem = TierUnavailable("missing", f"profile {partition!r}: {exc}")
+            problem = TierUnavailable("missing", f"profile {job.partition!r}: {exc}")
     config = None
     if profile is not None and problem is None and requests:
         from .tier import TierConfig
 
         try:
-            config = TierConfig.from_profile(profile, node)
+            config = TierConfig.from_profile(profile, job.node)
         except TierUnavailable as exc:
             problem = exc
-    return JobStage(requests, required, config, problem, job_id)
+    return JobStage(requests, required, config, problem, job.job_id)
 
 
 def stage_requests(requests, required: bool, config, job_id: str | None, progress=None, problem=None,
@@ -93,15 +91,14 @@ def stage_requests(requests, required: bool, config, job_id: str | None, progres
     return exports, messages
 
 
-def _profile(partition: str):
-    if not partition:
-        return None, TierUnavailable("missing", "SLURM_JOB_PARTITION is not set: no cache tier to stage into")
-    from ..profiles import load_profile
-
-    try:
-        return load_profile(partition), None
-    except StuneError as exc:
-        return None, TierUnavailable("missing", f"no cache tier for partition {partition!r}: {exc}")
+def _no_profile(job) -> TierUnavailable | None:
+    """Why `job` has no profile to take a cache tier from (None: it has one)."""
+    if job.profile is not None:
+        return None
+    if not job.partition:
+        return TierUnavailable("missing", "SLURM_JOB_PARTITION is not set: no cache tier to stage into")
+    why = job.profile_error or "its profile was not loaded"
+    return TierUnavailable("missing", f"no cache tier for partition {job.partition!r}: {why}")
 
 
 def _stage_one(req, config, problem, job_id, required, progress, jobs, freshness=None) -> tuple[str, str]:

@@ -2,7 +2,8 @@
 
 stune-sbatch parses `--stage SRC[:NAME]` (repeatable) with `parse_stage_arg`, and puts
 `encode_requests(requests, required)` in the job's STUNE_STAGE variable; the TaskProlog decodes it on every
-node. This module runs inside stune-sbatch and the TaskProlog, so it imports nothing but `os`.
+node. This module runs inside stune-sbatch and the TaskProlog, so its imports stay light (`os`,
+`collections`, `thisnode`).
 
 The encoded form is readable text, one field per `;`:
 
@@ -15,9 +16,9 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
+from ..thisnode import STAGE_VAR as ENV_VAR
 from .errors import StageRequestError
 
-ENV_VAR = "STUNE_STAGE"
 EXPORT_PREFIX = "STUNE_STAGE_"
 FORMAT = "v1"
 MAX_NAME = 64

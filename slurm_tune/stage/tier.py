@@ -31,7 +31,7 @@ from collections import namedtuple
 
 from .. import safeio
 from ..safeio import UnsafePathError, lstat_at, rmtree_at
-from ..thisnode import expand_node, uses_node
+from ..thisnode import expand, uses_node
 from .errors import TierUnavailable
 
 LEDGER = ".ledger"
@@ -64,7 +64,7 @@ def expand_path(path: str, node: str | None) -> str:
     if uses_node(path) and not node:
         raise TierUnavailable("missing", f"cache.path {path!r} uses %n but the node name is unknown "
                                          "(SLURMD_NODENAME is not set; pass --node)")
-    return os.path.normpath(expand_node(path, node or ""))
+    return os.path.normpath(expand(path, node or ""))
 
 
 Entry = namedtuple("Entry", "name key gen")
