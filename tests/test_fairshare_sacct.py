@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from slurm_tune.fairshare.sacct import FIELDS, SacctFormatError, parse, read_file
 
@@ -358,3 +359,37 @@ def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
     if fast is not None:
         _same(fast, general)
     _same(sacct_mod.parse(text), general)
+
+
+_BASE_DUMP = _dump(9, 60, garbage=0.0)
+_ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0, 9, 127])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_BASE_DUMP) - 1), _ASCII_BYTES, st.sampled_from(["set", "insert",
+                                                                                                "delete"])),
+                min_size=1, max_size=8))
+def test_byte_level_damage_reads_the_same_on_either_path(edits):
+    """Near-valid ASCII dumps (a digit, a '|', a newline, a space... set, inserted or deleted anywhere): the fast
+    path must refuse or read exactly what the general parser reads, including its errors."""
+    data = bytearray(_BASE_DUMP.encode())
+    for at, byte, how in edits:
+        at = min(at, len(data) - 1)
+        if how == "set":
+            data[at] = byte
+        elif how == "insert":
+            data.insert(at, byte)
+        else:
+            del data[at]
+    text = data.decode("ascii")
+    try:
+        general = sacct_mod._parse_text(text)
+    except SacctFormatError as exc:
+        with pytest.raises(SacctFormatError) as got:
+            sacct_mod.parse(text)
+        assert str(got.value) == str(exc)
+        return
+    _same(sacct_mod.parse(text), general)
+    fast = _fast(text)
+    if fast is not None:
+        _same(fast, general)
