@@ -359,7 +359,7 @@ def _columns(text: str, source: str) -> tuple[list, dict, int, list]:
     # per-line path, which names the bad line.
     if "\r" not in header_line:
         flat = text.replace("\n", "|").split("|")
-        if flat[-1] == "":
+        if text.endswith("\n"):  # the '|' the last newline became; without it, a last empty field is real
             flat.pop()
         if len(flat) % width == 0 and flat[:width] == header:
             columns = {name: flat[width + i::width] for i, name in enumerate(header)}

@@ -165,7 +165,8 @@ def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
     inside = np.arange(wide) >= (wide - width)[:, None]
     plain &= ~((digits > 9) & inside).any(axis=1)
     digits[~inside] = 0
-    values = digits.astype(np.int64) @ (10 ** np.arange(wide - 1, -1, -1, dtype=np.int64))
+    # a float product is exact here (13 digits < 2**53) and runs in BLAS
+    values = (digits.astype(np.float64) @ (10.0 ** np.arange(wide - 1, -1, -1))).astype(np.int64)
     values[~plain] = 0
     return values, plain
 
@@ -218,26 +219,29 @@ def _hash(parts: list, n: int) -> np.ndarray:
 
 def _group(h: np.ndarray, parts: list, n: int):
     """(group of each row, first row of each group) with groups in first-seen order, for rows with equal
-    hashes; None when two rows of one group differ in a part (a hash collision: the general path)."""
+    hashes; None when two rows of one group differ in a part (a hash collision: the general path).
+
+    Hashes are placed in a table by their low bits (no sort of a million values); the few hashes that land in
+    a slot another hash took are grouped apart."""
     slots = 1 << max(10, min(22, (n * 4).bit_length()))
     slot = (h & np.uint64(slots - 1)).astype(np.intp)
     owner = np.zeros(slots, dtype=np.uint64)
     owner[slot] = h
-    if (owner[slot] == h).all():  # no two hashes share a slot: a slot is a group
-        first = np.full(slots, n, dtype=np.intp)
-        np.minimum.at(first, slot, np.arange(n))
-        used = np.flatnonzero(first < n)
-        reps = first[used]
-        order = np.argsort(reps, kind="stable")
-        rank = np.empty(slots, dtype=np.intp)
-        rank[used[order]] = np.arange(len(used))
-        group, reps = rank[slot], reps[order]
-    else:
-        _, reps, group = np.unique(h, return_index=True, return_inverse=True)
-        order = np.argsort(reps, kind="stable")
-        rank = np.empty(len(reps), dtype=np.intp)
-        rank[order] = np.arange(len(reps))
-        group, reps = rank[group.ravel()], reps[order]
+    other = np.flatnonzero(owner[slot] != h)
+    key = slot
+    if len(other):
+        extra, extra_key = np.unique(h[other], return_inverse=True)
+        key = slot.copy()
+        key[other] = slots + extra_key.ravel()
+        slots += len(extra)
+    first = np.full(slots, n, dtype=np.intp)
+    np.minimum.at(first, key, np.arange(n))
+    used = np.flatnonzero(first < n)
+    reps = first[used]
+    order = np.argsort(reps, kind="stable")
+    rank = np.empty(slots, dtype=np.intp)
+    rank[used[order]] = np.arange(len(used))
+    group, reps = rank[key], reps[order]
     rep_of_row = reps[group]
     for part in parts:
         if not (part == part[rep_of_row]).all():
