@@ -223,7 +223,7 @@ def _group(h: np.ndarray, parts: list, n: int):
 
     Hashes are placed in a table by their low bits (no sort of a million values); the few hashes that land in
     a slot another hash took are grouped apart."""
-    slots = 1 << max(10, min(22, (n * 4).bit_length()))
+    slots = 1 << max(10, min(20, (n * 2).bit_length()))
     slot = (h & np.uint64(slots - 1)).astype(np.intp)
     owner = np.zeros(slots, dtype=np.uint64)
     owner[slot] = h
@@ -260,8 +260,7 @@ def _decimals(block: np.ndarray, length: np.ndarray):
     inside = _COLS < length[:, None]
     digit = ((block - np.uint8(48)) <= 9) & inside
     dot = (block == 46) & inside
-    if not ((digit | dot).sum(axis=1) == length).all() or (dot.sum(axis=1) > 1).any() \
-            or not digit.any(axis=1).all():
+    if (inside & ~(digit | dot)).any() or (dot.sum(axis=1) > 1).any() or not digit.any(axis=1).all():
         return None
     text = np.where(inside, block, np.uint8(32)).tobytes().decode("ascii")
     values = S._numbers(text)
