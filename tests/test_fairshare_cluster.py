@@ -406,7 +406,7 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
             assert bio["top_idle_jobs"][0]["job_id"] == str(jobs[1])
             text = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
                                   capture_output=True, text=True, env=as_bob, timeout=120)
-            assert f"priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
+            assert "priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
             # "was my job idle?": one command, as the owner; another user is refused
             mine = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
                                    str(jobs[1]), "--json"], capture_output=True, text=True, env=as_bob, timeout=60)
