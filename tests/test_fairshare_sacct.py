@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -393,3 +394,16 @@ def test_byte_level_damage_reads_the_same_on_either_path(edits):
     fast = _fast(text)
     if fast is not None:
         _same(fast, general)
+
+
+_CAPTURES = sorted((Path(__file__).parent / "fixtures" / "slurm").glob("*/sacct_dump_*.txt"))
+
+
+@pytest.mark.parametrize("path", _CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_sacct_captures_read_the_same_on_either_path(path):
+    """Dumps real Slurm releases printed: `-X` allocation dumps take the fast path, step dumps the general one."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    general = sacct_mod._parse_text(text, str(path))
+    _same(sacct_mod.read_file(str(path)), general)
+    assert (_fast(text) is not None) == path.name.endswith("_X.txt")
