@@ -41,8 +41,8 @@ from common import RESULTS, compare  # noqa: E402
 
 from slurm_tune.fairshare import accountant  # noqa: E402
 from slurm_tune.fairshare.accountant import PrioritySettings  # noqa: E402
-from slurm_tune.fairshare.config import load_config  # noqa: E402
 from slurm_tune.fairshare import sacct  # noqa: E402
+from slurm_tune.usage.config import load_config  # noqa: E402
 from slurm_tune.fairshare.sacct import FIELDS  # noqa: E402
 
 BASELINE = "str.split aggregation (baseline)"

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import compare, time_once  # noqa: E402
 
-from slurm_tune.devcluster import DevCluster  # noqa: E402
+from stune_dev.devcluster import DevCluster  # noqa: E402
 
 
 def main() -> int:

@@ -7,4 +7,4 @@ export PATH=$PWD/.venv/bin:$PATH
 export STUNE_PARTITIONS=$PWD/partitions
 stune-devcluster up
 eval "$(stune-devcluster env)"
-exec python -m slurm_tune.demo
+exec python -m stune_dev.demo

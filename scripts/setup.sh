@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # One-time setup on a Debian 12 machine, as root: OS packages, a virtualenv in .venv with stune and its
 # extras, and the local Slurm cluster's prerequisites. Safe to run again; it only does what is missing.
+#
+#   bash scripts/setup.sh              # everything
+#   bash scripts/setup.sh --packages   # only the Debian packages (what `stune-devcluster up` runs)
 set -euo pipefail
+only_packages=0
+case "${1:-}" in
+  "") ;;
+  --packages) only_packages=1 ;;
+  *) echo "setup.sh: unknown argument '$1' (--packages, or none)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
@@ -22,11 +31,13 @@ if [ -n "$missing" ]; then
   added_policy=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && added_policy=1
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT  # removed even when apt-get fails
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-  [ "$added_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  if [ "$added_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
 fi
+[ "$only_packages" = 1 ] && exit 0
 
 # Debian's interpreter, not a per-user one: jobs run as other users and must be able to run stune.
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then

@@ -68,7 +68,7 @@ for entry in $matrix; do
   rc=$?
   set -e
   release=$(STUNE_SLURM=$series SLURM_CONF=$dir/etc/slurm.conf .venv/bin/python -c \
-    'from slurm_tune.devcluster import SlurmInstall; from slurm_tune.slurm import Slurm
+    'from stune_dev.devcluster import SlurmInstall; from slurm_tune.slurm import Slurm
 print(Slurm(bin_dir=SlurmInstall.choose().bin_dir).version())' 2>/dev/null || echo "$series")
   if [ "$rc" = 0 ]; then result=passed; else result="FAILED (pytest exit $rc)"; status=1; fi
   summary+=("Slurm $release: $( [ "$scope" = all ] && echo "whole suite" || echo "core cluster tests"): $result")

@@ -106,7 +106,9 @@ def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
         if stored_fingerprint == fingerprint and isinstance(profiles, dict):
             return profiles, True
     except UnsafePathError as exc:
-        print(f"stune: not using the profile cache: {exc}", file=sys.stderr)
+        from .streams import say
+
+        say(sys.stderr, f"stune: not using the profile cache: {exc}")
         return None, False
     except (OSError, EOFError, ValueError, TypeError):
         pass

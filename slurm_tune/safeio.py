@@ -62,8 +62,14 @@ def open_file(name: str, dir_fd: int | None = None, *, owner: int | None = None,
     """Open a regular file for reading without following a symlink or blocking on a FIFO, then check
     (on the descriptor) that it is a regular file, has one link and, when given, belongs to `owner`.
     OSError for a missing name; UnsafePathError for anything planted."""
+    return _open_regular(name, O_FILE | flags, 0, dir_fd, owner, single_link)
+
+
+def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: int | None,
+                  single_link: bool) -> int:
+    """os.open with `flags` (which hold O_NOFOLLOW and O_NONBLOCK), checked on the descriptor, then blocking."""
     try:
-        fd = os.open(name, O_FILE | flags, dir_fd=dir_fd)
+        fd = os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
@@ -91,6 +97,19 @@ def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None) 
         os.close(fd)
         raise
     return fd
+
+
+O_APPEND_FILE = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_append(name: str, dir_fd: int | None = None, *, create_mode: int | None = 0o644,
+                owner: int | None = None, single_link: bool = True) -> int:
+    """A descriptor appending to the regular file `name` (a log, a results file, a job's stderr file):
+    never through a symlink, never blocking on a FIFO (one with no reader is ENXIO), never a device or a
+    hard link to another file; checked on the descriptor like open_file. Created with `create_mode` when
+    missing; `create_mode=None`: it must exist (FileNotFoundError). UnsafePathError for anything planted."""
+    flags = O_APPEND_FILE | (os.O_CREAT if create_mode is not None else 0)
+    return _open_regular(name, flags, create_mode or 0, dir_fd, owner, single_link)
 
 
 def create_exclusive(name: str, dir_fd: int | None = None, mode: int = 0o600, flags: int = os.O_WRONLY) -> int:

@@ -11,7 +11,6 @@ from .frozen import Frozen, _copy  # noqa: F401  (Frozen: importable from here a
 
 REQUIRED = object()
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class Where:
@@ -128,20 +127,15 @@ class Size(Spec):
 
 
 class Duration(Spec):
-    """Seconds: an integer, or a number with s/m/h/d, e.g. 90s, 10m, 1h."""
+    """Seconds, by durations' rules: 300, 90s, 10m, 1.5h, 7d, 2w, 1d12h or Slurm's 7-00:00:00."""
 
     def check(self, value, key, where):
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-        text = value.strip().lower() if isinstance(value, str) else ""
-        unit = text[-1:] if text[-1:] in _DURATION_UNITS else "s"
+        from .durations import DurationError, parse
+
         try:
-            number = float(text[:-1] if text[-1:] in _DURATION_UNITS else text)
-        except ValueError:
-            raise where.error(key, f"{value!r} is not a duration (e.g. 300, 90s, 10m, 1h)") from None
-        if number < 0 or number != number:
-            raise where.error(key, f"{value!r} must be a positive duration")
-        return int(number * _DURATION_UNITS[unit])
+            return parse(value)
+        except DurationError as exc:
+            raise where.error(key, str(exc)) from None
 
 
 class Nullable(Spec):

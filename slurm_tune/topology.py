@@ -25,6 +25,7 @@ import re
 from collections import namedtuple
 
 from .errors import ConfigError
+from .hostlist import compress_hostlist
 
 _HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"([^"]*)")?')
 _PORT = re.compile(r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s+"([SHR]-[0-9a-fA-F]+)"\[(\d+)\]'
@@ -262,45 +263,6 @@ def _heights(devices, neighbours) -> dict[str, int]:
     return height
 
 
-def compress(names: list[str]) -> str:
-    """Slurm hostlist form: node01,node02,node03,node07 -> node[01-03,07]. A range has a width (zero
-    padding): `cn[1-10]` is cn1..cn10, `node[01-10]` is node01..node10, so a number without a leading zero
-    joins the widest padded range it fits, else the unpadded one."""
-    split: dict[str, list[str]] = {}
-    plain: list[str] = []
-    for name in names:
-        m = re.fullmatch(r"(.*?)(\d+)", name)
-        if m is None:
-            plain.append(name)
-        else:
-            split.setdefault(m.group(1), []).append(m.group(2))
-    groups: dict[tuple[str, int], set[int]] = {}
-    for prefix, numbers in split.items():
-        padded = {len(d) for d in numbers if len(d) > 1 and d.startswith("0")}
-        for digits in numbers:
-            if len(digits) > 1 and digits.startswith("0"):
-                width = len(digits)
-            else:
-                width = max((w for w in padded if w <= len(digits)), default=1)
-            groups.setdefault((prefix, width), set()).add(int(digits))
-    parts = []
-    for (prefix, width), numbers in sorted(groups.items()):
-        ordered = sorted(numbers)
-        if len(ordered) == 1:
-            parts.append(f"{prefix}{ordered[0]:0{width}d}")
-            continue
-        ranges, start, prev = [], ordered[0], ordered[0]
-        for n in ordered[1:] + [None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-            if n is not None:
-                start = prev = n
-        parts.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(parts + sorted(plain))
-
-
 def render(topology: Topology, source: str) -> str:
     nodes = sorted({h for hs in topology.leaves.values() for h in hs}, key=_natural)
     lines = [f"# topology.conf for topology/tree, written by `stune-admin topology` from {source}",
@@ -314,7 +276,7 @@ def render(topology: Topology, source: str) -> str:
         lines.append(f"# skipped {topology.warnings} ibnetdiscover warning line(s): parts of the fabric may be "
                      "missing; rerun ibnetdiscover")
     for switch in sorted(topology.leaves, key=_natural):
-        lines.append(f"SwitchName={switch} Nodes={compress(topology.leaves[switch])}")
+        lines.append(f"SwitchName={switch} Nodes={compress_hostlist(topology.leaves[switch])}")
     for switch, children in topology.parents:
-        lines.append(f"SwitchName={switch} Switches={compress(children)}")
+        lines.append(f"SwitchName={switch} Switches={compress_hostlist(children)}")
     return "\n".join(lines) + "\n"

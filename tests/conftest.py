@@ -29,7 +29,7 @@ def _slurm_install():
     """The Slurm the cluster tests run on: STUNE_SLURM (22.05, Debian's packages, or 24.11, the build of
     scripts/build-slurm.sh). A built one's commands go first on PATH for the tests and their jobs, and
     STUNE_SLURM_BIN tells stune's own commands (Slurm.from_env) where they are."""
-    from slurm_tune.devcluster import SlurmInstall
+    from stune_dev.devcluster import SlurmInstall
 
     install = SlurmInstall.choose()
     if install.bin_dir:
@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(config, items):
 def cluster():
     """The local 3-node cluster (n1..n3, 4 GPUs each). Started if needed; stopped at the end only if this
     session started it. Skips nothing: a cluster that cannot start fails the tests that need it."""
-    from slurm_tune.devcluster import DevCluster
+    from stune_dev.devcluster import DevCluster
 
     dev = DevCluster(install=SLURM_INSTALL)
     was_running = all(dev.status().values())
@@ -97,7 +97,7 @@ def cluster():
 def slurm(cluster, shared_tmp, monkeypatch):
     """A fresh adapter on the cluster; after the test, its jobs are cancelled and its nodes resumed.
     The test runs in a temp dir its jobs can write to, so slurm-N.out files land there."""
-    from slurm_tune.devcluster import NODES
+    from stune_dev.devcluster import NODES
     from slurm_tune.slurm import Slurm
 
     monkeypatch.chdir(shared_tmp)

@@ -14,7 +14,7 @@ import pytest
 from helpers import wait_for_state
 from slurm_tune.active import store as S
 from slurm_tune.active import sweep as W
-from slurm_tune.devcluster import NODES
+from stune_dev.devcluster import NODES
 from slurm_tune.nodestate import DEGRADED_FEATURE
 from slurm_tune.profiles import load_profile
 

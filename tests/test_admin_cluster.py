@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurm_tune.admin.slurmconf import SlurmConf, requirements
-from slurm_tune.devcluster import NODES
+from stune_dev.devcluster import NODES
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.cluster

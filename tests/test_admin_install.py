@@ -149,6 +149,7 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for piece in shipped.PIECES:
         assert any(n.endswith(f"/data/share/slurm-tune/{piece.source}") for n in names), piece.source
+    assert {"stune_dev/devcluster.py", "stune_dev/demo.py"} <= set(names)  # the dev tools, beside slurm_tune
     subprocess.run([sys.executable, "-c", "from setuptools import build_meta; build_meta.build_sdist('sdist')"],
                    cwd=src, check=True, capture_output=True, timeout=300)
     import tarfile
@@ -184,6 +185,9 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     assert {"PrologFlags", "TaskProlog", "profiles"} <= keys, keys
     assert any(f["subject"] == "Prolog" and f["severity"] == "ok" for f in findings)
     assert any(f["subject"] == "Prolog: fast health checks" and f["severity"] == "ok" for f in findings)
+    devcluster = subprocess.run([str(venv / "bin/stune-devcluster"), "--help"], capture_output=True, text=True,
+                                env=env, cwd=tmp_path, timeout=120)
+    assert devcluster.returncode == 0 and "usage: stune-devcluster" in devcluster.stdout, devcluster.stderr
     gone = subprocess.run([admin, "uninstall", "--prefix", str(root)], capture_output=True, text=True, env=env,
                           timeout=120)
     assert gone.returncode == 0, gone.stdout

@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from helpers import wait_for_state, wait_until
-from slurm_tune.devcluster import GPUS_PER_NODE, NODES
+from stune_dev.devcluster import GPUS_PER_NODE, NODES
 from slurm_tune.errors import SlurmError
 
 pytestmark = pytest.mark.cluster
@@ -73,8 +73,8 @@ def test_drain_with_a_reason_shows_in_sinfo_and_resume_clears_it(slurm):
 
 
 def test_features_and_comment_can_be_set_on_a_node(slurm):
-    slurm.set_features("n3", {"stune_degraded"})
-    slurm.set_node_comment("n3", "stune: mlx5_0/1 rate 100 Gb/sec, expected 200")
+    slurm.update_node("n3", features={"stune_degraded"})
+    slurm.update_node("n3", comment="stune: mlx5_0/1 rate 100 Gb/sec, expected 200")  # leaves the features
     node = slurm.node("n3")
     assert node.feature_set == {"stune_degraded"} == node.active_feature_set
     assert node.comment == "stune: mlx5_0/1 rate 100 Gb/sec, expected 200"

@@ -1,11 +1,15 @@
-"""stune-devcluster's Slurm choice, without starting anything: which Slurm, where, and whose state dir."""
+"""stune-devcluster without starting anything: which Slurm, where, and whose state dir; how it gets its Debian
+packages; and that the dev tools (stune_dev) stay out of the production package."""
 from __future__ import annotations
 
+import ast
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from slurm_tune.devcluster import DevCluster, Layout, SlurmInstall, _exports, main
+from stune_dev import devcluster
+from stune_dev.devcluster import DevCluster, Layout, SlurmInstall, _exports, main
 from slurm_tune.errors import ClusterError
 
 
@@ -69,3 +73,60 @@ def test_the_cli_takes_the_series(monkeypatch, tmp_path, capsys):
     assert "export STUNE_SLURM_BIN=/opt/s/bin" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--slurm", "21.08", "env"])
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _imports_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_production_module_or_hook_uses_the_dev_tools():
+    """stune_dev uses slurm_tune, never the other way round: no slurm_tune module imports it (statically or
+    by name), and no shipped hook or unit names it."""
+    modules = sorted((REPO / "slurm_tune").rglob("*.py"))
+    assert len(modules) > 50
+    offenders = [str(m.relative_to(REPO)) for m in modules
+                 if any(name.split(".")[0] == "stune_dev" for name in _imports_of(m)) or "stune_dev" in m.read_text()]
+    shipped = [p for d in ("prolog", "epilog", "contrib") for p in (REPO / d).rglob("*") if p.is_file()]
+    offenders += [str(p.relative_to(REPO)) for p in shipped if b"stune_dev" in p.read_bytes()]
+    assert offenders == []
+    assert {"slurm_tune.errors", "slurm_tune.slurm"} <= _imports_of(REPO / "stune_dev" / "devcluster.py")
+
+
+def _fake_setup(repo: Path, body: str) -> Path:
+    script = repo / "scripts" / "setup.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/bash\necho \"args: $*\" >> {repo}/calls\n{body}\n")
+    return script
+
+
+def test_ensure_packages_is_setup_sh_packages_step(monkeypatch, tmp_path, capsys):
+    """The package list lives in scripts/setup.sh only: `up` runs its --packages step."""
+    _fake_setup(tmp_path, "echo 'setup.sh: installing Debian packages: munge'")
+    monkeypatch.setattr(devcluster, "REPO", tmp_path)
+    devcluster.ensure_packages()
+    assert (tmp_path / "calls").read_text() == "args: --packages\n"
+    assert "devcluster: setup.sh: installing Debian packages: munge" in capsys.readouterr().err
+
+
+def test_ensure_packages_reports_a_failed_install(monkeypatch, tmp_path):
+    _fake_setup(tmp_path, "echo 'E: Unable to locate package slurmd' >&2; exit 100")
+    monkeypatch.setattr(devcluster, "REPO", tmp_path)
+    with pytest.raises(ClusterError, match=r"setup.sh --packages failed \(exit 100\): E: Unable to locate package"):
+        devcluster.ensure_packages()
+    (tmp_path / "scripts" / "setup.sh").unlink()
+    with pytest.raises(ClusterError, match="setup.sh is missing: stune-devcluster runs from a checkout"):
+        devcluster.ensure_packages()
+
+
+def test_setup_sh_refuses_an_unknown_argument():
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), "--bogus"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr

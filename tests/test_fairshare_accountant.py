@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from slurm_tune.errors import ConfigError
 from slurm_tune.fairshare import accountant
-from slurm_tune.fairshare.config import load_config
+from slurm_tune.usage.config import load_config
 from slurm_tune.fairshare.ledger import Ledger, LedgerError
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.slurm import Association, Job, PrioRow
@@ -293,7 +293,7 @@ def test_config_errors_name_file_line_and_key(tmp_path):
 
 def test_defaults_without_a_config_file(monkeypatch, tmp_path):
     monkeypatch.delenv("STUNE_FAIRSHARE_CONFIG", raising=False)
-    monkeypatch.setattr("slurm_tune.fairshare.config.DEFAULT_PATH", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr("slurm_tune.usage.config.DEFAULT_PATH", str(tmp_path / "absent.yaml"))
     config = load_config()
     assert config.accountant.alpha == 1.0 and config.site_factor.max == 0
     assert config.usage.spool_dir == "/var/spool/stune/usage"

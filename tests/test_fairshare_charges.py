@@ -108,7 +108,7 @@ def test_penalties_only(rows, alpha, coverage_min):
 
 def test_alpha_per_qos_partition_and_account_with_exemptions(tmp_path):
     """The first of QOS, partition, account that names the job sets its alpha; 0 exempts it."""
-    from slurm_tune.fairshare.config import load_config
+    from slurm_tune.usage.config import load_config
 
     config_file = tmp_path / "fs.yaml"
     config_file.write_text("accountant:\n  alpha: 1.0\n  alpha_by:\n    qos: {debug: 0}\n"

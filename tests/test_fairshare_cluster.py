@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import slurm_exports, slurm_path, wait_for_state, wait_until
-from slurm_tune.devcluster import NODES
+from stune_dev.devcluster import NODES
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
 from usage_helpers import write_snapshot
@@ -350,7 +350,7 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
     idle GPUs (physics 20, chemistry 37, bob 56: margins well above a second of timing noise). After one
     `apply`, the pending jobs' priorities in sprio follow stune's order strictly: physics > chemistry > bob;
     nobody gained."""
-    from slurm_tune.devcluster import CLUSTER_NAME
+    from stune_dev.devcluster import CLUSTER_NAME
 
     slurm.sacctmgr(["add", "account", "chemistry", f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
     slurm.sacctmgr(["add", "user", "stune-alice", "Account=chemistry", f"Cluster={CLUSTER_NAME}"])

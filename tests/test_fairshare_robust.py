@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_tune.fairshare import accountant, charges
-from slurm_tune.fairshare.config import load_config
+from slurm_tune.usage.config import load_config
 from slurm_tune.fairshare.sacct import FIELDS, parse
 
 HEADER = "|".join(FIELDS)

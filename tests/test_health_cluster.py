@@ -13,7 +13,7 @@ import pytest
 
 import healthkit as kit
 from helpers import wait_for_state, wait_until
-from slurm_tune.devcluster import NODES
+from stune_dev.devcluster import NODES
 from slurm_tune.nodestate import DEGRADED_FEATURE
 
 pytestmark = pytest.mark.cluster

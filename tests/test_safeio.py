@@ -169,3 +169,44 @@ def test_lock_file_never_follows_a_symlink(tmp_path):
     (tmp_path / "x.lock").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OSError):
         safeio.LockFile(str(tmp_path / "x.lock")).__enter__()
+
+
+def test_open_append_refuses_what_a_user_could_plant(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    (tmp_path / "link.log").symlink_to(victim)
+    os.link(victim, tmp_path / "hard.log")
+    os.mkfifo(tmp_path / "fifo.log")
+    os.mkfifo(tmp_path / "read.log")
+    reader = os.open(tmp_path / "read.log", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        for name, problem in (("link.log", "symbolic link"), ("hard.log", "hard links"),
+                              ("read.log", "not a regular file")):
+            with pytest.raises(UnsafePathError, match=problem):
+                safeio.open_append(str(tmp_path / name))
+    finally:
+        os.close(reader)
+    with pytest.raises(OSError):  # a FIFO nobody reads: ENXIO at once, never a hang
+        safeio.open_append(str(tmp_path / "fifo.log"))
+    with pytest.raises(FileNotFoundError):
+        safeio.open_append(str(tmp_path / "missing.log"), create_mode=None)
+    assert victim.read_text() == "root's\n"
+    fd = safeio.open_append(str(tmp_path / "new.log"), create_mode=0o640)
+    try:
+        os.write(fd, b"one\n")
+        assert os.get_blocking(fd)
+    finally:
+        os.close(fd)
+    fd = safeio.open_append(str(tmp_path / "new.log"), create_mode=None)
+    try:
+        os.write(fd, b"two\n")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "new.log").read_text() == "one\ntwo\n"
+    assert (tmp_path / "new.log").stat().st_mode & 0o777 == 0o640 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -37,7 +37,7 @@ def issue_table(dev: str, ip: str):
 @pytest.fixture(scope="module")
 def taskprolog(cluster):
     """Per-node sysfs fixtures, and TaskProlog= pointing at a site-style wrapper for the module's tests."""
-    from slurm_tune.devcluster import NODES
+    from stune_dev.devcluster import NODES
 
     for k, node in enumerate(NODES):
         root = cluster.layout.node_dir(node) / SYSFS
@@ -177,7 +177,7 @@ def test_partition_resolution_matches_sbatchs(slurm, env, cmd, env_var, directiv
 
 
 def test_degraded_nodes_are_excluded_from_multi_node_jobs_only(slurm, env):
-    slurm.set_features("n2", ["stune_degraded"])
+    slurm.update_node("n2", features=["stune_degraded"])
     multi = submit(["-H", "-p", "hdr", "-N", "2", "--wrap", "true"], env)
     single = submit(["-H", "-p", "hdr", "-N", "1", "--wrap", "true"], env)
     show = lambda j: slurm.run(["scontrol", "show", "job", str(j)])

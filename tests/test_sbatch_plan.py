@@ -10,8 +10,8 @@ import pytest
 from slurm_tune.nodeenv.managed import parse_managed
 from slurm_tune.profiles import load_profile
 from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
-from slurm_tune.sbatch.plan import (ENV, NODE, NOTE, OPTION, build_plan, hms, parse_export,
-                                    user_value)
+from slurm_tune.sbatch.export import export_with, parse_export, user_value
+from slurm_tune.sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
 from slurm_tune.sbatch.submit import explain, sbatch_words
 
 
@@ -127,6 +127,15 @@ def test_parse_export_forms():
     assert user_value("A", parse_export(None), {}, {"A": "f"}) == ("f", "--export-file")
 
 
+
+def test_export_with_adds_stunes_names_only_where_the_user_narrowed_the_export():
+    env = {"NCCL_IB_HCA": "=mlx5_0:1", "MASTER_PORT": "1"}
+    assert export_with(parse_export(None), env) is None  # ALL: the job inherits them anyway
+    assert export_with(parse_export(Opt("export", "ALL,A=1", "x")), env) is None
+    assert export_with(parse_export(Opt("export", "A,B=2", "x")), env) == "--export=A,B=2,MASTER_PORT,NCCL_IB_HCA"
+    assert export_with(parse_export(Opt("export", "NONE", "x")), env) == "--export=MASTER_PORT,NCCL_IB_HCA"
+    assert export_with(parse_export(Opt("export", "NONE", "x")), {}) is None
+
 def test_recovery_defaults_unless_the_user_gave_their_own():
     plan, _ = plan_for(["-p", "roce", "--wrap", "trap 'touch stop' USR1; srun train & wait"])
     assert "--requeue" in plan.options and "--signal=B:USR1@300" in plan.options
@@ -227,7 +236,6 @@ def test_explain_names_command_environment_and_origins():
 
 
 def test_small_helpers():
-    assert hms(600) == "0:10:00" and hms(3725) == "1:02:05"
     assert os.path.basename(load_profile("hdr").source) == "hdr.yaml"
     assert {s.kind for s in plan_for(["-p", "roce", "-N2"])[0].settings} >= {ENV, NODE, OPTION, NOTE}
 

@@ -202,7 +202,7 @@ def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_pat
 
 
 def test_the_dev_cluster_node_names_resolve_through_a_hosts_line(tmp_path):
-    from slurm_tune.devcluster import NODES, ensure_node_names_resolve
+    from stune_dev.devcluster import NODES, ensure_node_names_resolve
 
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n10.0.0.2 n2  # a site's own entry is left alone")
@@ -215,7 +215,7 @@ def test_the_dev_cluster_node_names_resolve_through_a_hosts_line(tmp_path):
 
 
 def test_devcluster_env_prints_the_profile_directory(tmp_path, capsys, monkeypatch):
-    from slurm_tune import devcluster
+    from stune_dev import devcluster
 
     monkeypatch.setenv("STUNE_PARTITIONS", str(tmp_path))
     assert devcluster.main(["env"]) == 0

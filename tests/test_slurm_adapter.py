@@ -11,7 +11,9 @@ import time
 import pytest
 
 from slurm_tune.errors import SlurmError
-from slurm_tune.slurm import Slurm, expand_hostlist, parse_records, spawn_capture
+from slurm_tune.slurm import Slurm
+from slurm_tune.slurm.scontrol import parse_config, parse_records
+from slurm_tune.slurm.spawn import spawn_capture
 
 
 def fake_tool(bin_dir, name: str, body: str) -> None:
@@ -129,12 +131,85 @@ def test_every_call_is_recorded_for_rpc_counting(tmp_path):
                            ["scontrol", "update", "JobId=5", "SiteFactor=100"]]
 
 
-@pytest.mark.parametrize("expr, names", [
-    ("n1", ["n1"]), ("n[1-3]", ["n1", "n2", "n3"]),
-    ("n[1-2,5],gpu[08-10]", ["n1", "n2", "n5", "gpu08", "gpu09", "gpu10"]),
-    ("n[1-3,5],gpu07,a[08-10]", ["n1", "n2", "n3", "n5", "gpu07", "a08", "a09", "a10"]),
-    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
-    ("", []), ("n[a,2]", ["na", "n2"]), ("n[1-2", ["n[1-2"]),
+def test_parse_config_reads_key_value_lines_under_the_header():
+    conf = parse_config("Configuration data as of 2026-11-30T12:00:00\nAccountingStorageType   = accounting_storage/slurmdbd\n"
+                        "PriorityDecayHalfLife   = 7-00:00:00\nPriorityWeightFairshare = 10000\nCgroup Support Configuration:\n")
+    assert conf == {"AccountingStorageType": "accounting_storage/slurmdbd", "PriorityDecayHalfLife": "7-00:00:00",
+                    "PriorityWeightFairshare": "10000"}
+
+
+def test_the_job_log_finds_the_jobs_stderr_through_the_adapter(tmp_path):
+    from slurm_tune.stage.jobenv import JobLog
+
+    log_file = tmp_path / f"slurm-{os.uname().nodename.split('.')[0]}.err"
+    log_file.write_text("")
+    fake_tool(tmp_path, "scontrol", '[ "$4" = 42 ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; '
+                                    'exit 1; }\n'
+                                    f'echo "JobId=42 JobName=x StdErr={tmp_path}/slurm-%N.err StdOut=/dev/null"\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    log = JobLog({"SLURM_JOB_ID": "42"}, slurm=slurm)
+    log.write("stune: staged\n")
+    log.close()
+    assert slurm.calls == [["scontrol", "show", "job", "-o", "42"]]  # Slurm.job_record, one call
+    assert log_file.read_text() == "stune: staged\n"
+    unknown = JobLog({"SLURM_JOB_ID": "43"}, slurm=slurm)
+    assert unknown.path() is None and unknown.write("dropped") == len("dropped")
+
+
+def test_the_job_log_needs_only_the_adapters_job_record():
+    from slurm_tune.stage.jobenv import JobLog
+
+    class OnlyJobRecord:  # no run(): the JobLog must not build Slurm commands itself
+        def job_record(self, job_id):
+            return {"StdErr": "", "StdOut": f"/scratch/job-{job_id}.out"} if job_id == "7" else {}
+
+    assert JobLog({"SLURM_JOB_ID": "7"}, slurm=OnlyJobRecord()).path() == "/scratch/job-7.out"
+    assert JobLog({"SLURM_JOB_ID": "8"}, slurm=OnlyJobRecord()).path() is None
+    assert JobLog({"SLURM_JOB_ID": "7", "STUNE_STAGE_LOG": "/x/log"}, slurm=OnlyJobRecord()).path() == "/x/log"
+
+
+@pytest.mark.parametrize("tres, key, value, count", [
+    ("billing=2,cpu=2,gres/gpu=4,node=2", "gres/gpu", "4", 4.0),
+    ("cpu=2,gres/gpu:a100=4,gres/gpu=4", "gres/gpu", "4", 4.0),  # the typed entry counts the same GPUs again
+    ("cpu=2,mem=10G", "gres/gpu", None, 0.0), ("", "cpu", None, 0.0),
+    ("gres/gpu=1K", "gres/gpu", "1K", 1.0), ("gres/gpu=x", "gres/gpu", "x", 0.0),
 ])
-def test_expand_hostlist(expr, names):
-    assert expand_hostlist(expr) == names
+def test_tres_value_and_count(tres, key, value, count):
+    from slurm_tune.slurm.tres import tres_count, tres_value
+
+    assert tres_value(tres, key) == value and tres_count(tres, key) == count
+
+
+def test_importing_the_adapter_loads_no_records_or_collections():
+    """stune-sbatch imports Slurm and reads no records: the namedtuples (collections), associations and
+    version load on first use. The public names still import from the package."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, %r)\nfrom slurm_tune.slurm import Slurm\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('slurm_tune.slurm.') or m == 'collections')\n"
+            "print(' '.join(loaded))\nfrom slurm_tune.slurm import Association, Job, Node, SlurmVersion, INFINITE\n"
+            "print(Node.__module__, Association.__module__, SlurmVersion.__module__)" % root)
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True).stdout
+    first, second = out.splitlines()
+    assert first.split() == ["slurm_tune.slurm.adapter", "slurm_tune.slurm.scontrol", "slurm_tune.slurm.spawn"]
+    assert second.split() == ["slurm_tune.slurm.records", "slurm_tune.slurm.associations", "slurm_tune.slurm.version"]
+
+
+def test_maintenance_reservations_go_through_the_adapter(tmp_path):
+    fake_tool(tmp_path, "scontrol", 'echo "$@" >> "$(dirname "$0")/args"\n'
+                                    'if [ "$2" = reservation ] && [ "$3" = maint-1 ]; then\n'
+                                    '  echo "ReservationName=maint-1 StartTime=1796046112 Nodes=n[1-2] NodeCnt=2 '
+                                    'Users=root Flags=MAINT,IGNORE_JOBS"; fi\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    slurm.create_reservation("maint-1", ["n1", "n2"], minutes=15, users="root")
+    assert slurm.reservation("maint-1")["Nodes"] == "n[1-2]"
+    assert slurm.reservation("other") == {}
+    slurm.delete_reservation("maint-1")
+    assert (tmp_path / "args").read_text().splitlines() == [
+        "create reservation ReservationName=maint-1 Nodes=n1,n2 StartTime=now Duration=15 Users=root "
+        "Flags=maint,ignore_jobs",
+        "show reservation maint-1 -o", "show reservation other -o", "delete ReservationName=maint-1"]
+    fake_tool(tmp_path, "scontrol", 'echo "Reservation maint-1 not found" >&2; exit 1\n')
+    slurm.delete_reservation("maint-1")  # already gone: no error

@@ -175,6 +175,11 @@ def test_partitions_and_default(replay):
     assert replay.slurm.default_partition() == "hdr"
 
 
+def test_node_addresses(replay):
+    replay.need("scontrol", "show", "node", "-o")
+    assert replay.slurm.node_addresses() == {"n1": "127.0.0.1", "n2": "127.0.0.1", "n3": "127.0.0.1"}
+
+
 def test_config(replay):
     conf = replay.slurm.config()
     assert conf["ClusterName"] == "stune"
@@ -346,7 +351,8 @@ def test_associations_without_tree_order_field_is_a_slurm_error(tmp_path):
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from slurm_tune.slurm import RECORD_ERRORS, _job, _node_data_parser, _node_v0038, parse_version  # noqa: E402
+from slurm_tune.slurm.records import RECORD_ERRORS, job_from_json, node_from_data_parser, node_from_v0038  # noqa: E402
+from slurm_tune.slurm.version import parse_version  # noqa: E402
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.floats(allow_nan=False)
@@ -364,7 +370,7 @@ NODE_KEYS = ["name", "state", "state_flags", "features", "active_features", "par
 @settings(max_examples=1500, deadline=None)
 @given(st.dictionaries(st.sampled_from(JOB_KEYS + NODE_KEYS), JSON_VALUES, max_size=8))
 def test_fuzz_record_parsers_raise_only_record_errors(record):
-    for parse in (_job, _node_v0038, _node_data_parser):
+    for parse in (job_from_json, node_from_v0038, node_from_data_parser):
         try:
             out = parse(record)
         except RECORD_ERRORS:

@@ -20,7 +20,8 @@ from slurm_tune.stage import admin
 from slurm_tune.stage.errors import TierUnavailable
 from slurm_tune.stage.spec import StageRequest
 from slurm_tune.stage.stager import stage
-from slurm_tune.stage.tier import Tier, TierConfig, source_key
+from slurm_tune.stage.layout import source_key
+from slurm_tune.stage.tier import Tier, TierConfig
 
 QUARANTINE = ".quarantine"
 from test_stage_tier import ensure_users, make_tree, new_tier, open_up, tree_digest
@@ -592,7 +593,7 @@ def test_the_library_refuses_a_copy_parallelism_below_one(tier, dataset):
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from slurm_tune.stage.tier import ROW_MAX_DIGITS, parse_row  # noqa: E402
+from slurm_tune.stage.layout import ROW_MAX_DIGITS, parse_row  # noqa: E402
 
 _ROWISH = st.one_of(
     st.binary(max_size=300),

@@ -241,6 +241,7 @@ exec {REPO}/epilog/30-stune-stage
         _gc_keeps_the_running_jobs_hold(world, holds, orphan, running)
     finally:
         world.slurm.cancel(running)  # the fixture's scancel only reaches root's own jobs
+        world.cluster.install_stune()  # the site's own 30-stune-stage back, as `up` installed it, for later tests
 
 
 def _gc_keeps_the_running_jobs_hold(world, holds, orphan, running):

@@ -18,7 +18,7 @@ ALICE = "stune-alice"
 
 @pytest.fixture
 def alice():
-    from slurm_tune.devcluster import ensure_unix_users
+    from stune_dev.devcluster import ensure_unix_users
 
     ensure_unix_users()
     return pwd.getpwnam(ALICE).pw_uid

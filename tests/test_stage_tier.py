@@ -22,7 +22,8 @@ from slurm_tune.stage import admin
 from slurm_tune.stage.errors import SourceError, StageRequiredError, TierUnavailable
 from slurm_tune.stage.spec import StageRequest, encode_requests
 from slurm_tune.stage.stager import stage
-from slurm_tune.stage.tier import Tier, TierConfig, source_key
+from slurm_tune.stage.layout import source_key
+from slurm_tune.stage.tier import Tier, TierConfig
 
 PY = sys.executable
 USERS = ("stune-alice", "stune-bob")
@@ -72,7 +73,7 @@ def open_up(path: Path) -> Path:
 
 
 def ensure_users():
-    from slurm_tune.devcluster import ensure_unix_users
+    from stune_dev.devcluster import ensure_unix_users
 
     ensure_unix_users()
 

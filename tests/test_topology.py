@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_tune.errors import ConfigError
-from slurm_tune.topology import build_topology, compress, host_name, parse_ibnetdiscover, render, switch_name, Device
+from slurm_tune.topology import build_topology, host_name, parse_ibnetdiscover, render, switch_name, Device
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ibnetdiscover"
 ADMIN = os.path.join(os.path.dirname(sys.executable), "stune-admin")
@@ -73,15 +73,6 @@ def test_names():
     assert switch_name(Device("S-0c42a10300aa2001", "switch", "MF0;leaf01:MQM8700/U1")) == "leaf01"
     assert switch_name(Device("S-0002c902004b0818", "switch", "ISR9024D Voltaire")) == "ibsw_2c902004b0818"
     assert switch_name(Device("S-0002c902004b0818", "switch", "core-a")) == "core-a"
-
-
-def test_hostlist_compression():
-    assert compress(["node01", "node02", "node03", "node07"]) == "node[01-03,07]"
-    assert compress(["cn1", "cn2", "cn10", "gpu9"]) == "cn[1-2,10],gpu9"
-    assert compress(["login"]) == "login"
-    assert compress(["node01", "node09", "node10", "node11"]) == "node[01,09-11]"
-    assert compress(["a1", "a01"]) == "a1,a01"  # a1 is not a01: different names
-    assert compress(["sw-a", "cn3"]) == "cn3,sw-a"
 
 
 def test_bad_input_names_file_and_line(tmp_path):

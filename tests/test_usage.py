@@ -517,7 +517,7 @@ def test_a_short_jobs_timeline_is_filled_not_dotted():
 
 def test_usage_dirs_expand_the_node_name(tmp_path, monkeypatch):
     """%n in $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL (and the config) is the node's name, as in every stune path."""
-    from slurm_tune.fairshare.config import usage_dirs
+    from slurm_tune.usage.config import usage_dirs
 
     monkeypatch.setenv("STUNE_USAGE_DIR", str(tmp_path / "%n" / "usage"))
     monkeypatch.setenv("STUNE_USAGE_SPOOL", str(tmp_path / "spool-%n-100%%"))

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from slurm_tune import safeio
+
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "dgx-a100-ib.json"
 
 
@@ -23,11 +25,7 @@ def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None =
             dev["processes"] = [{"pid": 1000 + i} for i in range(procs)]
     snap["gpus"]["devices"] = devices
     snap["gpus"]["count"] = len(devices)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(snap, fh)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    safeio.write_atomic(str(path), json.dumps(snap), mode=0o644)  # the sampler may be reading it
     return str(path)
 
 

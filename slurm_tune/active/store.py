@@ -44,8 +44,7 @@ def append(store: str, partition: str, results: list[dict]) -> None:
     for r in results:
         by_month.setdefault(_month(r["at"]), []).append(fastjson.dumps(r) + "\n")
     for month, lines in by_month.items():
-        fd = os.open(os.path.join(directory, f"{month}.jsonl"),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        fd = safeio.open_append(os.path.join(directory, f"{month}.jsonl"), create_mode=0o644)
         try:
             for line in lines:
                 os.write(fd, line.encode())
@@ -117,29 +116,13 @@ def fingerprint_key(fp: dict) -> str:
     return " ".join(f"{k}={fp.get(k) or '?'}" for k in FINGERPRINT_KEYS)
 
 
-class SweepLock:
-    """One sweep (or judge) per partition at a time: an flock on `<store>/<partition>.lock`, not waited for."""
+class SweepLock(safeio.LockFile):
+    """One sweep (or judge) per partition at a time: an flock on `<store>/<partition>.lock`, not waited for
+    (LockBusy: "another sweep of this partition is running")."""
 
     def __init__(self, store: str, partition: str):
-        self.path = os.path.join(store, f"{_safe_name(partition)}.lock")
-        self.fd = None
-
-    def __enter__(self):
-        import fcntl
-
-        from ..errors import StuneError
-
-        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise StuneError(f"another sweep of this partition is running (lock {self.path})") from None
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
+        super().__init__(os.path.join(store, f"{_safe_name(partition)}.lock"), blocking=False,
+                         holder="sweep of this partition")
 
 
 def read_state(store: str) -> dict:

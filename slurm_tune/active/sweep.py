@@ -21,7 +21,7 @@ from .. import fastjson
 from ..errors import StuneError
 from ..health import apply as A
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
-from ..slurm import expand_hostlist, parse_records
+from ..hostlist import expand_hostlist
 from . import judge as J
 from . import store as S
 from .agent import MARK, targets
@@ -41,20 +41,11 @@ class Options:
         self.agent = agent or [sys.executable, "-m", "slurm_tune.cli.sweep", "agent"]
 
 
-def node_addresses(slurm) -> dict:
-    """NodeName -> NodeAddr (scontrol's one-line records; sinfo --json has no address in 22.05)."""
-    out = {}
-    for rec in parse_records(slurm.run(["scontrol", "show", "node", "-o"])):
-        if rec.get("NodeName"):
-            out[rec["NodeName"]] = rec.get("NodeAddr") or rec["NodeName"]
-    return out
-
-
 def reservation_nodes(slurm, name: str) -> list[str]:
-    recs = parse_records(slurm.run(["scontrol", "show", "reservation", name, "-o"]))
-    if not recs:
+    record = slurm.reservation(name)
+    if not record:
         raise StuneError(f"reservation {name!r} not found")
-    return expand_hostlist(recs[0].get("Nodes", ""))
+    return expand_hostlist(record.get("Nodes", ""))
 
 
 def idle_nodes(slurm, partition: str, reservation: str | None, wanted: list[str] | None) -> list[str]:
@@ -116,7 +107,7 @@ def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None
     """Submit the checks; [(job_id, spec)]. `pairs` overrides the pair plan (bisection); `only` limits checks."""
     if not opts.dry_run:
         os.makedirs(opts.spool, mode=0o755, exist_ok=True)
-    addrs = node_addresses(slurm)
+    addrs = slurm.node_addresses()
     jobs = []
     for check, settings in configured(profile):
         if opts.checks and check.name not in opts.checks or only and check.name not in only:
@@ -335,8 +326,7 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
         return []
     minutes = sum(-(-int(s.time_limit) // 60) for s in checks) + 5
     reasons = {n.name: n.reason for n in slurm.nodes(nodes)}
-    slurm.run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
-               "StartTime=now", f"Duration={minutes}", f"Users={getpass.getuser()}", "Flags=maint,ignore_jobs"])
+    slurm.create_reservation(name, nodes, minutes=minutes, users=getpass.getuser(), flags="maint,ignore_jobs")
     try:
         for node in nodes:
             slurm.update_node(node, state="RESUME")
@@ -349,7 +339,7 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
             slurm.update_node(node, state="DRAIN", reason=reasons.get(node) or f"{ACTIVE_DRAIN}re-check")
         return results
     finally:
-        slurm.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
+        slurm.delete_reservation(name)
 
 
 def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:

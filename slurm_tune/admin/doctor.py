@@ -282,7 +282,7 @@ class Doctor:
 
     # ---- daemons -------------------------------------------------------------------------------------
     def check_accountant(self) -> None:
-        from ..fairshare.config import load_config
+        from ..usage.config import load_config
 
         try:
             from ..fairshare.accountant import ledger_path
@@ -311,7 +311,8 @@ class Doctor:
         """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
         summary (AdminComment) of the last GPU job that ended on the node within a day. Its per-GPU means
         for that node are measured only where the sampler ran."""
-        from ..slurm import expand_hostlist, tres_value
+        from ..hostlist import expand_hostlist
+        from ..slurm.tres import tres_count
         from ..usage import summary
 
         gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres)}
@@ -327,7 +328,7 @@ class Doctor:
         for row in rows:
             try:
                 ended = int(row.get("End") or 0)
-                gpus = float(tres_value(row.get("AllocTRES", ""), "gres/gpu") or 0)
+                gpus = tres_count(row.get("AllocTRES", ""), "gres/gpu")
             except ValueError:
                 continue
             if ended <= 0 or gpus <= 0:

@@ -76,7 +76,7 @@ def detect_roles(conf: SlurmConf) -> tuple[set[str], str]:
     """Node and/or controller, from slurm.conf: a SlurmctldHost (primary or backup) naming this host ->
     controller; a NodeName or NodeHostname naming it (or slurmd installed) -> node. Neither found: an empty
     set and the reason (install asks for --role; doctor checks everything)."""
-    from ..slurm import expand_hostlist
+    from ..hostlist import expand_hostlist
 
     host = socket.gethostname().split(".")[0]
     roles = set()
@@ -197,9 +197,13 @@ def place_file(report: Report, manifest: dict, path: str, data: bytes, mode: int
     if current == data:
         st = os.lstat(path)
         if stat.S_IMODE(st.st_mode) != mode or st.st_uid != os.geteuid():
-            if not report.dry_run:
-                os.chown(path, os.geteuid(), os.getegid())
-                os.chmod(path, mode)
+            if not report.dry_run:  # through a no-follow descriptor: never the target of a planted symlink
+                fd = safeio.open_file(path, single_link=False)
+                try:
+                    os.fchown(fd, os.geteuid(), os.getegid())
+                    os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
             report.changed.append(path)
             report.say(f"fixed owner/mode {mode:04o}: {path}")
         if recorded != _sha(data) and not report.dry_run:

@@ -122,24 +122,16 @@ def read_key_values(path: str) -> dict[str, str] | None:
     return out
 
 
-def seconds(text: str, unit_s: int = 60) -> float | None:
-    """A Slurm duration ("5", "00:01:00", "1-0", "300 sec"); plain numbers are in `unit_s`."""
-    text = text.strip().lower().replace(" sec", "")
-    if not text:
+def seconds(text: str, unit_s: int = 60) -> int | None:
+    """A Slurm duration ("5", "00:01:00", "1-0", "300 sec"; durations.parse_slurm); plain numbers are in
+    `unit_s`. None when empty, INFINITE or unreadable."""
+    from ..durations import DurationError, parse_slurm
+
+    if not text.strip():
         return None
     try:
-        if re.fullmatch(r"\d+", text):
-            return int(text) * unit_s
-        days = 0
-        if "-" in text:
-            d, text = text.split("-", 1)
-            days = int(d)
-        parts = [int(p) for p in text.split(":")] if text else [0]
-        while len(parts) < 3:
-            parts.append(0) if days else parts.insert(0, 0)
-        h, m, s = parts[-3:]
-        return days * 86400 + h * 3600 + m * 60 + s
-    except ValueError:
+        return parse_slurm(text, bare_unit=unit_s)
+    except DurationError:
         return None
 
 
@@ -227,7 +219,7 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
 
 def gpu_partitions(conf: SlurmConf) -> list[str]:
     """Partitions whose nodes have GPUs in their Gres= (from slurm.conf alone, no profile needed)."""
-    from ..slurm import expand_hostlist
+    from ..hostlist import expand_hostlist
 
     gpu_nodes: set[str] = set()
     for rec in conf.nodes():

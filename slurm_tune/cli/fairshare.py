@@ -21,22 +21,16 @@ PROG = "stune-fairshare"
 
 
 def _since(text: str | None, now: float) -> int | None:
-    """'7d', '12h', '90m', '3600' (seconds ago) or '@1700000000' (an epoch)."""
+    """A window's start: a duration ago ('7d', '12h', '90m', '3600', '1d12h', durations' rules) or
+    '@1700000000' (an epoch)."""
     if text is None:
         return None
-    from ..errors import StuneError
+    from ..durations import option
 
     text = text.strip()
     if text.startswith("@") and text[1:].isdigit():
         return int(text[1:])
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    unit = text[-1:].lower()
-    number = text[:-1] if unit in units else text
-    try:
-        seconds = float(number) * units.get(unit, 1)
-    except ValueError:
-        raise StuneError(f"--since {text!r}: give a duration like 7d, 12h, 90m, or @EPOCH") from None
-    return int(now - seconds)
+    return int(now - option(text, "--since"))
 
 
 def _slurm(args=None):
@@ -50,19 +44,18 @@ def _slurm(args=None):
 
 def _offline_settings(args):
     from ..fairshare.accountant import PrioritySettings
-    from ..schema import Duration, Where
+    from ..durations import option
 
     if not getattr(args, "sacct_file", None) or args.cluster:
         return None
-    half_life = Duration().check(args.half_life, "--half-life", Where("command line")) \
-        if args.half_life is not None else 7 * 86400
+    half_life = option(args.half_life, "--half-life") if args.half_life is not None else 7 * 86400
     return PrioritySettings(algorithm=args.algorithm, half_life_s=float(half_life),
                             weight_fairshare=args.weight_fairshare)
 
 
 def _apply(args) -> int:
     from ..fairshare import accountant
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
 
     config = load_config(args.config)
     result = accountant.run_locked(config, _slurm(args), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
@@ -101,7 +94,7 @@ def _write_metrics(result, config, since) -> None:
 def _report(args) -> int:
     from ..fairshare import accountant
     from ..fairshare import report as report_mod
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
 
     config = load_config(args.config)
     now = args.now if args.now is not None else time.time()
@@ -148,7 +141,7 @@ def _explain(args) -> int:
     from ..output import json_text
     from ..fairshare import accountant
     from ..fairshare import explain as explain_mod
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
     from ..fairshare.ledger import LedgerError
 
     user = args.user or explain_mod.current_user()
@@ -174,7 +167,7 @@ def _explain(args) -> int:
 def _job(args) -> int:
     from ..output import json_text
     from ..fairshare import explain as explain_mod
-    from ..fairshare.config import load_config
+    from ..usage.config import load_config
     from ..fairshare.jobview import job_view
 
     config = load_config(args.config)
@@ -188,7 +181,7 @@ def _job(args) -> int:
 
 def _idle_policy(args) -> int:
     from ..fairshare import idlepolicy
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..profiles import load_profiles
     from ..thisnode import node_name
 
@@ -218,7 +211,7 @@ def _idle_policy(args) -> int:
 
 
 def _store(args) -> int:
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..usage import collect
 
     config = load_config(args.config)
@@ -230,7 +223,7 @@ def _store(args) -> int:
 
 
 def _collect(args) -> int:
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..usage import collect
 
     config = load_config(args.config)
@@ -258,7 +251,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "the live cluster")
             p.add_argument("--algorithm", choices=("fair_tree", "classic"), default="fair_tree",
                            help="offline what-if: Slurm's fair-share algorithm (default fair_tree)")
-            p.add_argument("--half-life", help="offline what-if: PriorityDecayHalfLife, e.g. 7d (default)")
+            p.add_argument("--half-life", help="offline what-if: PriorityDecayHalfLife, e.g. 7d (default), 2w or "
+                                               "7-00:00:00")
             p.add_argument("--weight-fairshare", type=int, default=10000,
                            help="offline what-if: PriorityWeightFairshare (default 10000)")
             p.add_argument("--now", type=int, help=argparse.SUPPRESS)
@@ -274,7 +268,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the table, CSV or JSON here instead of stdout")
     p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
     p.add_argument("--prom", help="write Prometheus metrics to this textfile")
-    p.add_argument("--since", help="window: 7d, 12h, @EPOCH (default: report.window from the config)")
+    p.add_argument("--since", help="window: 7d, 12h, 2w, @EPOCH (default: report.window from the config)")
     p = sub.add_parser("explain", help="why a user's priority is what it is (default: you)")
     common(p, sacct=False)
     p.add_argument("user", nargs="?", help="the user (root only; others see themselves)")

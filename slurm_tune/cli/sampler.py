@@ -31,7 +31,7 @@ def _raise_stop(signum, frame):
 def _run(args) -> int:
     import signal
 
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..hw.nvml import open_gpu_source
     from ..usage.sampler import Sampler
 
@@ -62,7 +62,7 @@ def _run(args) -> int:
 def _epilog(args) -> int:
     """Never fails the epilog: a problem is one line on stderr and exit 0 (a non-zero epilog drains the node)."""
     try:
-        from ..fairshare.config import usage_dirs
+        from ..usage.config import usage_dirs
         from ..thisnode import node_name
         from ..usage.spool import node_epilog
 
@@ -81,7 +81,7 @@ def _epilog(args) -> int:
 
 
 def _status(args) -> int:
-    from ..fairshare.config import load_config, usage_dirs
+    from ..usage.config import load_config, usage_dirs
     from ..usage import accum
 
     local, _ = usage_dirs(load_config(args.config))

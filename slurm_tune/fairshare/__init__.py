@@ -8,7 +8,7 @@ where eta is the job's measured GPU utilization (from the per-job summary in Adm
 gres/gpuutil where it records one). Jobs without a trustworthy measurement have eta = 1, so they are charged
 exactly as Slurm charges them: penalties only.
 
-- `config`: the accountant's YAML config (validated, file:line errors).
+- The config (fairshare.yaml) is read by `slurm_tune.usage.config`: the sampler and the epilogs read it too.
 - `sacct`: reading sacct (live or a dump) into numpy columns, fast.
 - `charges`: eta, coverage, penalty and Slurm's decay, vectorized.
 - `tree`: the association tree and Slurm's two fair-share formulas (Fair Tree, classic).

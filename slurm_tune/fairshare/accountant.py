@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..durations import DurationError, parse_slurm
 from ..errors import SlurmError, StuneError
+from ..slurm.associations import (EXPORT_FORMAT as ASSOC_EXPORT_FORMAT, AssocColumnsError, AssocFormatError,
+                                  parse_associations)
 from . import charges as charges_mod
 from . import sacct as sacct_mod
 from . import tree as tree_mod
@@ -63,7 +66,7 @@ class PrioritySettings:
         plugin = (conf.get("PrioritySiteFactorPlugin") or "").strip()
         return cls(
             algorithm=tree_mod.algorithm_from_flags(conf.get("PriorityFlags", "")),
-            half_life_s=parse_slurm_duration(conf.get("PriorityDecayHalfLife", "7-00:00:00")),
+            half_life_s=_half_life(conf.get("PriorityDecayHalfLife", "7-00:00:00")),
             weight_fairshare=_int(conf.get("PriorityWeightFairShare"), 0),
             damping=float(_int(conf.get("FairShareDampeningFactor"), 1) or 1),
             site_factor_plugin=None if plugin in ("", "(null)") else plugin,
@@ -88,23 +91,13 @@ def _int(text, default: int) -> int:
         return default
 
 
-def parse_slurm_duration(text: str) -> float:
-    """'7-00:00:00' -> 604800, '01:30:00' -> 5400, '00:05:00' -> 300, '0' / 'NONE' -> 0."""
-    text = (text or "").strip()
-    if not text or text.upper() in ("NONE", "(NULL)", "0", "INFINITE"):
-        return 0.0
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 3:
-        h, m, s = parts
-    elif len(parts) == 2:
-        h, m, s = 0, parts[0], parts[1]
-    else:  # a bare number is minutes, as in slurm.conf
-        h, m, s = 0, parts[0], 0
-    return float(days * 86400 + h * 3600 + m * 60 + s)
+def _half_life(text) -> float:
+    """PriorityDecayHalfLife as `scontrol show config` prints it (7-00:00:00; a bare number is minutes, as in
+    slurm.conf); NONE or INFINITE is 0, which Slurm reads as no decay."""
+    try:
+        return float(parse_slurm(text) or 0)
+    except DurationError as exc:
+        raise AccountantError(f"scontrol show config: PriorityDecayHalfLife: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -152,49 +145,39 @@ def ledger_path(config) -> str:
 
 
 def load_tree_file(path: str) -> tree_mod.AssocTree:
-    """`sacctmgr -P show assoc format=Account,User,ParentName,Share` (with its header) as a tree."""
+    """An exported `sacctmgr -P show assoc format=Account,User,ParentName,Share[,LFT or Lineage]` (with its
+    header) as a tree, read by the adapter's own parser (slurm/associations.py: the same Share rule, and the
+    tree order when the export has LFT or Lineage). Errors name the file and line."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = [line.rstrip("\n") for line in fh if line.strip()]
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
     except OSError as exc:
         raise AccountantError(f"{path}: cannot read: {exc.strerror}") from None
-    if not lines:
+    if not text.strip():
         raise AccountantError(f"{path}: empty association file")
-    header = [h.strip().lower() for h in lines[0].split("|")]
-    need = ["account", "user", "par name", "share"]
-    alias = {"parentname": "par name", "parent": "par name", "fairshare": "share"}
-    header = [alias.get(h, h) for h in header]
-    missing = [n for n in need if n not in header]
-    if missing:
-        raise AccountantError(f"{path}:1: header lacks {', '.join(missing)}; export with "
-                              f"sacctmgr -P show assoc format=Account,User,ParentName,Share")
-    at = {n: header.index(n) for n in need}
-    assocs = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        cols = line.split("|")
-        if len(cols) < len(header):
-            raise AccountantError(f"{path}:{lineno}: {len(cols)} fields, the header has {len(header)}")
-        share = cols[at["share"]].strip().lower()
-        if share == "parent":
-            shares = None
-        elif share.isdigit():
-            shares = int(share)
-        else:
-            raise AccountantError(f"{path}:{lineno}: Share {share!r} is not a number or 'parent'")
-        assocs.append(tree_mod.Assoc(cols[at["account"]].strip(), cols[at["user"]].strip(),
-                                     cols[at["par name"]].strip(), shares))
     try:
-        return tree_mod.AssocTree(assocs)
-    except tree_mod.TreeError as exc:
-        raise AccountantError(f"{path}: {exc}") from None
+        rows = parse_associations(text)
+    except AssocFormatError as exc:
+        hint = (f"; export with sacctmgr -P show assoc format={ASSOC_EXPORT_FORMAT}"
+                if isinstance(exc, AssocColumnsError) else "")
+        raise AccountantError(f"{path}:{exc.line}: {exc}{hint}") from None
+    return tree_from_associations(rows, path)
 
 
 def tree_from_slurm(slurm) -> tree_mod.AssocTree:
-    rows = slurm.associations()
+    return tree_from_associations(slurm.associations(), "sacctmgr show assoc")
+
+
+def tree_from_associations(rows, source: str) -> tree_mod.AssocTree:
+    """Associations (slurm.Association, in tree order) as the fair-share tree; `source` names where they
+    came from in errors."""
     if any(r.partition for r in rows):
         raise AccountantError("partition-specific associations are not supported by stune's fair-share "
                               "accountant yet")
-    return tree_mod.AssocTree([tree_mod.Assoc(r.account, r.user, r.parent, r.shares) for r in rows])
+    try:
+        return tree_mod.AssocTree([tree_mod.Assoc(r.account, r.user, r.parent, r.shares) for r in rows])
+    except tree_mod.TreeError as exc:
+        raise AccountantError(f"{source}: {exc}") from None
 
 
 def _sum_dicts(*dicts) -> dict:

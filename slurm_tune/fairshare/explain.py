@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ..durations import clock
 from ..errors import StuneError
 from .accountant import site_factor_target
 
@@ -235,7 +236,7 @@ def usage_hints(summary, eta, idle_power_w: float) -> list[str]:
 
 def job_text(doc: dict) -> str:
     lines = [f"job {doc['job_id']} ({doc['user']}/{doc['account']}, {doc['partition']}): {doc['state']}, "
-             f"{doc['gpus']:g} GPUs for {_duration(doc['elapsed_s'])}"]
+             f"{doc['gpus']:g} GPUs for {clock(doc['elapsed_s'])}"]
     if doc["eta"] is not None:
         lines.append(f"  GPU-hours held {doc['held_gpu_h']:.3f}, used {doc['used_gpu_h']:.3f} "
                      f"({100 * doc['eta']:.0f}%), idle {doc['idle_gpu_h']:.3f}")
@@ -276,12 +277,6 @@ def timeline_png(doc: dict, path: str) -> None:
 
 def _f(value) -> str:
     return "-" if value is None else f"{value:.3f}"
-
-
-def _duration(seconds: int) -> str:
-    h, rest = divmod(int(seconds), 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}"
 
 
 def _when(epoch: int) -> str:

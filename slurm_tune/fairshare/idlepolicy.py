@@ -27,8 +27,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from ..durations import compact
 from ..errors import ConfigError
-from ..slurm import expand_hostlist
+from ..hostlist import expand_hostlist
+from ..safeio import write_atomic
 from ..usage import accum, spool
 
 WARNED_DIR = "policy"
@@ -140,15 +142,15 @@ def _judge(d: Decision, path: str, policy, now: float) -> None:
         d.util, d.window_s = util, window
         if util is None or coverage < policy.min_coverage:
             d.action = "skip"
-            d.why = (f"only {100 * coverage:.0f}% of the last {_dur(window)} was measured (unmeasurable GPU or "
+            d.why = (f"only {100 * coverage:.0f}% of the last {compact(window)} was measured (unmeasurable GPU or "
                      "sampler gaps): not judged")
             return
         if util < policy.threshold:
             d.action = action
-            d.why = f"GPU utilization {util:.1f}% < {policy.threshold:g}% over the last {_dur(window)}"
+            d.why = f"GPU utilization {util:.1f}% < {policy.threshold:g}% over the last {compact(window)}"
             return
     if d.util is not None:
-        d.why = f"GPU utilization {d.util:.1f}% over the last {_dur(d.window_s)}"
+        d.why = f"GPU utilization {d.util:.1f}% over the last {compact(d.window_s)}"
     else:
         d.why = "younger than the warning window"
 
@@ -164,12 +166,11 @@ def act(slurm, decisions: list[Decision], profiles: dict, local_dir: str, *, dry
             _, policy = _policy_of(profiles, d.partition)
             if d.action == "warn":
                 message = (f"stune: this job's GPUs have been idle ({d.why}); it will be cancelled once they stay "
-                           f"idle for {_dur(policy.cancel_after)}")
+                           f"idle for {compact(policy.cancel_after)}")
                 _write_as_owner(d.stderr, d.uid, message, log)
                 slurm.set_job_comment(d.job_id, f"stune: idle GPUs warned: {d.why}")
                 os.makedirs(state_dir, exist_ok=True)
-                with open(marker, "w", encoding="ascii") as fh:
-                    fh.write(f"{int(time.time())}\n")
+                write_atomic(marker, f"{int(time.time())}\n")
             else:
                 reason = f"stune: cancelled for idle GPUs: {d.why}"
                 _write_as_owner(d.stderr, d.uid, reason, log)
@@ -182,17 +183,19 @@ def act(slurm, decisions: list[Decision], profiles: dict, local_dir: str, *, dry
         log(f"job {d.job_id} ({d.user}/{d.account}, {d.partition}): {verb}: {d.why}")
 
 
-# The child that appends to the job's stderr file, run as the job's user: no creation, no following a
-# symlink, no blocking on a FIFO, only a regular file.
+# The child that appends to the job's stderr file, run as the job's user (-I -S: argv[3] puts stune's own
+# package first): safeio.open_append, with no creation, no symlink, no FIFO, only a regular file.
 _APPEND = r"""
-import os, stat, sys
+import os, sys
+sys.path.insert(0, sys.argv[3])
+from slurm_tune.safeio import UnsafePathError, open_append
 try:
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    fd = open_append(sys.argv[1], create_mode=None, single_link=False)
 except OSError as exc:
     sys.exit(f"cannot open: {exc.strerror}")
+except UnsafePathError as exc:
+    sys.exit(f"cannot open: {exc.problem}")
 try:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        sys.exit("not a regular file")
     os.write(fd, (sys.argv[2] + "\n").encode("utf-8", "replace"))
 finally:
     os.close(fd)
@@ -219,8 +222,8 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
     if os.getuid() != uid:
         kwargs = {"user": uid, "group": entry.pw_gid, "extra_groups": os.getgrouplist(entry.pw_name, entry.pw_gid)}
     try:
-        proc = subprocess.run([sys.executable, "-I", "-S", "-c", _APPEND, path, message], capture_output=True,
-                              text=True, timeout=10, cwd="/", **kwargs)
+        proc = subprocess.run([sys.executable, "-I", "-S", "-c", _APPEND, path, message, _PACKAGE_PARENT],
+                              capture_output=True, text=True, timeout=10, cwd="/", **kwargs)
     except (OSError, subprocess.SubprocessError) as exc:
         log(f"  stderr of the job not written: {exc}")
         return False
@@ -230,16 +233,10 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
     return True
 
 
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def to_json(decisions: list[Decision]) -> str:
     from ..output import json_text
 
     return json_text([asdict(d) for d in decisions])
-
-
-def _dur(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds // 60}min"
-    return f"{seconds}s"

@@ -31,8 +31,8 @@ def _table(slurm, job_id: str):
 def live_summary(slurm, config, table, i: int):
     """A running job's summary from the sampler's accumulators on every node of the job whose usage directory
     is readable from here (this node, or all of them through a `%n` usage dir); None when none is."""
-    from ..slurm import expand_hostlist
-    from .config import usage_dirs
+    from ..hostlist import expand_hostlist
+    from ..usage.config import usage_dirs
 
     try:
         job = slurm.job(int(table.job_id_raw[i]))

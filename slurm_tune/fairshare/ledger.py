@@ -66,27 +66,17 @@ class Ledger:
             raise LedgerError(f"{path}: cannot write the ledger: {exc.strerror}") from None
 
 
-class LedgerLock:
+class LedgerLock(safeio.LockFile):
     """An exclusive flock next to the ledger: a second accountant fails fast instead of double-charging."""
 
     def __init__(self, path: str):
-        self.path = path + ".lock"
-        self.fd = None
+        super().__init__(path + ".lock", blocking=False, holder="stune-fairshare")
 
-    def __enter__(self):
-        import fcntl
-
+    def __enter__(self) -> "LedgerLock":
         try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise LedgerError(f"{self.path}: another stune-fairshare is running") from None
+            super().__enter__()
+        except safeio.LockBusy as exc:
+            raise LedgerError(str(exc)) from None
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot lock: {exc.strerror}") from None
         return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            os.close(self.fd)

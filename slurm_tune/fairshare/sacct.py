@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import StuneError
-from ..slurm import tres_value
+from ..slurm.tres import tres_value
 from ..usage.summary import PREFIX as SUMMARY_PREFIX
 from ..usage.summary import parse_head
 

@@ -191,7 +191,9 @@ def run_hook(mode: str, options: dict | None = None, prog: str = "stune-health")
 def _say_and_log(prog: str, cfg, line: str) -> None:
     import sys
 
-    print(f"{prog}: {line}", file=sys.stderr)
+    from ..streams import say
+
+    say(sys.stderr, f"{prog}: {line}")
     if cfg is not None:
         S.log(cfg.state_dir, line)
 

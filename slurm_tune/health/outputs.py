@@ -1,6 +1,6 @@
 """The verdict for machines: a Prometheus textfile (node_exporter's textfile collector) and JSON.
 
-Both are written atomically (a temp file renamed into place), as node_exporter requires. The text format
+Both are written atomically (safeio.write_atomic: a temp file renamed into place), as node_exporter requires. The text format
 is written directly: prometheus_client would cost more to import than the prolog's whole budget.
 """
 from __future__ import annotations
@@ -61,19 +61,18 @@ def prometheus(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Through safeio's exclusive random temporary and a rename: node_exporter never reads half a file, and a
-    name planted beside the target is never written through."""
-    from ..safeio import write_atomic as write
+def _write(path: str, text: str) -> None:
+    """safeio.write_atomic (an exclusive random temporary and a rename: node_exporter never reads half a
+    file, and a name planted beside the target is never written through), its directory made first."""
+    from ..safeio import write_atomic
 
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    write(path, text, mode=0o644)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, text, mode=0o644)
 
 
 def write_json(path: str, doc: dict) -> None:
-    write_atomic(path, fastjson.dumps(doc) + "\n")
+    _write(path, fastjson.dumps(doc) + "\n")
 
 
 def write_prometheus(path: str, doc: dict) -> None:
-    write_atomic(path, prometheus(doc))
+    _write(path, prometheus(doc))

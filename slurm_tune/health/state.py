@@ -26,6 +26,7 @@ import time
 
 from .. import fastjson
 from ..errors import StuneError
+from ..safeio import LockFile, open_append
 from ..thisnode import expand
 from .outputs import write_json
 
@@ -76,33 +77,28 @@ def read(directory: str) -> tuple[dict, str | None]:
     return data, None
 
 
-class Locked:
-    """`with Locked(dir) as st:` reads the state under an exclusive flock; `st.save()` writes it back."""
+class Locked(LockFile):
+    """`with Locked(dir) as st:` reads the state under an exclusive flock on `<dir>/lock` (waited for);
+    `st.save()` writes it back."""
 
     def __init__(self, directory: str):
+        super().__init__(os.path.join(directory, "lock"), holder="stune-health")
         self.directory = directory
-        self.fd = -1
         self.state: dict = {}
         self.problem: str | None = None
 
     def __enter__(self) -> "Locked":
-        import fcntl
-
         require_trusted_dir(self.directory)
-        os.makedirs(self.directory, mode=0o755, exist_ok=True)
-        self.fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        self.state, self.problem = read(self.directory)
+        super().__enter__()
+        try:
+            self.state, self.problem = read(self.directory)
+        except BaseException:
+            super().__exit__()
+            raise
         return self
 
     def save(self) -> None:
         write_json(os.path.join(self.directory, STATE_FILE), self.state)  # atomic, like the node's other outputs
-
-    def __exit__(self, *exc) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing releases the flock
-            self.fd = -1
 
 
 def policy_digest(profile) -> str:
@@ -127,7 +123,7 @@ def log(directory: str, line: str, now: float | None = None) -> None:
                 os.replace(path, path + ".1")
         except FileNotFoundError:
             pass
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = open_append(path, create_mode=0o644)
         try:
             os.write(fd, f"{stamp} {line}\n".encode("utf-8", "replace"))
         finally:

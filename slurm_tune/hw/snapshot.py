@@ -18,6 +18,7 @@ from ..thisnode import node_name
 from .sysfs import FORMAT, Sysfs
 
 BOOT_ID = "proc/sys/kernel/random/boot_id"
+KMSG_TEXT_MAX = 4 << 20
 
 
 class SnapshotError(StuneError):
@@ -79,15 +80,17 @@ def capture_kernel(root: str, timeout_s: float) -> dict:
 def read_xid_events(root: str) -> list[dict]:
     """NVRM Xid records from `<root>/dev/kmsg`: a live /dev/kmsg (one record per read), or a text file of
     kmsg records (fixtures, copies). Each: seq, usec, pci, xid, text."""
+    from .. import safeio
+
     path = os.path.join(root, "dev/kmsg")
     try:
-        st = os.stat(path)
+        fd = os.open(path, safeio.O_FILE)  # no symlink at the last component, no hang on a planted FIFO
     except OSError:
         return []
     lines: list[str] = []
-    if stat.S_ISCHR(st.st_mode):
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        try:
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISCHR(mode):
             while True:
                 try:
                     record = os.read(fd, 8192)
@@ -98,11 +101,12 @@ def read_xid_events(root: str) -> list[dict]:
                 if not record:
                     break
                 lines.append(record.decode("utf-8", "replace"))
-        finally:
-            os.close(fd)
-    else:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read(4 << 20).splitlines()
+        elif stat.S_ISREG(mode):
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as fh:  # a copy: its first 4 MiB
+                lines = fh.read(KMSG_TEXT_MAX).decode("utf-8", "replace").splitlines()
+    finally:
+        os.close(fd)
     return [ev for ev in (parse_xid_record(line) for line in lines) if ev is not None]
 
 

@@ -97,7 +97,7 @@ def rendezvous(job, interfaces: list[str], address_of=None) -> dict[str, str]:
     out: dict[str, str] = {}
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
     if "MASTER_ADDR" not in environ and nodelist:
-        from ..slurm import expand_hostlist
+        from ..hostlist import expand_hostlist
 
         first = (expand_hostlist(nodelist) or [""])[0]
         address = None

@@ -3,6 +3,7 @@
 - `options`: sbatch's own option table (probed from Slurm 22.05's sbatch) and a getopt_long-compatible
   reader for the command line and `#SBATCH` directives;
 - `plan`: what stune adds for a job, each setting with the profile key or rule it came from;
+- `export`: sbatch's --export/--export-file rules: the job's environment, and whose value wins;
 - `history`: the per-user record of submissions, `history` and `history diff`;
 - `submit`: the orchestration behind the command.
 

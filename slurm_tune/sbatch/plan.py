@@ -8,41 +8,20 @@ degraded nodes of a multi-node job's partition) goes through the `degraded_nodes
 """
 from __future__ import annotations
 
+from ..frozen import Record
 from ..text import is_digits
+from .export import export_with, parse_export, read_export_file, user_value
 from .options import Effective, node_range
 
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
-from ..nodeenv.managed import (MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, SUMMARY_VAR, format_managed,
-                               parse_managed)
+from ..nodeenv.managed import MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, SUMMARY_VAR, format_managed
 
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 
 
-class _Record:
-    """A small read-only record built from positional values (cheaper to define than a namedtuple)."""
-
-    __slots__ = ()
-
-    def __init__(self, *values):
-        for name, value in zip(self.__slots__, values):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"{type(self).__name__} is read-only")
-
-    def _replace(self, **changes):
-        return type(self)(*(changes.get(n, getattr(self, n)) for n in self.__slots__))
-
-    def __eq__(self, other):
-        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-    def __repr__(self):
-        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
-
-
-class Setting(_Record):
+class Setting(Record):
     """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
     the TaskProlog / stune-env), note (advice only), warning (printed at submission too). `source`: the profile key and file:line, or the rule.
     `applied`: False when the user's own value wins; `note` then says so."""
@@ -50,14 +29,7 @@ class Setting(_Record):
     __slots__ = ("kind", "name", "value", "source", "applied", "note")
 
 
-class ExportSpec(_Record):
-    """sbatch's --export in effect. mode: all (the default), list (only the named ones) or none.
-    `names`: listed without a value (their value comes from the environment); `assigned`: NAME=value."""
-
-    __slots__ = ("mode", "names", "assigned", "raw", "where")
-
-
-class Plan(_Record):
+class Plan(Record):
     """`options`: the sbatch words stune adds; `env`: the variables stune sets in sbatch's environment;
     `export_option`: a rewritten --export (the user's list plus stune's names), or None; `unset`: names to
     drop from sbatch's environment (a parent stune job's per-node values, which each node detects anew)."""
@@ -72,65 +44,6 @@ class Plan(_Record):
     @property
     def managed(self) -> list[str]:
         return [s.name for s in self.settings if s.kind == ENV and s.applied]
-
-
-def parse_export(opt) -> ExportSpec:
-    """sbatch splits --export on commas: `ALL`, `NONE`, `NAME` (value from the environment), `NAME=value`."""
-    if opt is None or opt.value is None:
-        return ExportSpec("all", (), {}, None, None)
-    names, assigned, mode = [], {}, "list"
-    for item in opt.value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if item.upper() == "ALL":
-            mode = "all"
-        elif item.upper() == "NONE":
-            mode = "none" if mode != "all" else mode
-        elif "=" in item:
-            name, _, value = item.partition("=")
-            assigned[name] = value
-        else:
-            names.append(item)
-    if mode == "none" and (names or assigned):
-        mode = "list"
-    return ExportSpec(mode, tuple(names), assigned, opt.value, opt.where)
-
-
-def user_value(name: str, export: ExportSpec, environ, export_file: dict[str, str]) -> tuple[str, str] | None:
-    """(value, where) when the job gets the user's own value of `name`; None when stune may set it."""
-    if name in export.assigned:
-        return export.assigned[name], f"--export {export.where}"
-    if name in export_file:
-        return export_file[name], "--export-file"
-    inherited = export.mode == "all" or name in export.names
-    if inherited and name in environ and name not in _managed_by_stune(environ):
-        return environ[name], "your environment"
-    return None
-
-
-def _managed_by_stune(environ) -> frozenset[str]:
-    """Variables a parent stune job set (a submission from inside a job): not the user's choice."""
-    managed = parse_managed(environ.get(MANAGED_VAR))
-    return frozenset(n for n, v in managed.items() if v is None or environ.get(n) == v)
-
-
-def read_export_file(path: str | None) -> dict[str, str]:
-    """NAME=value entries of an --export-file (NUL- or newline-separated). Unreadable: sbatch says so."""
-    if not path or path.isdigit():
-        return {}
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(1 << 20).decode("utf-8", "replace")
-    except OSError:
-        return {}
-    sep = "\0" if "\0" in data else "\n"
-    out = {}
-    for entry in data.split(sep):
-        name, eq, value = entry.partition("=")
-        if eq and name.strip():
-            out[name.strip()] = value
-    return out
 
 
 def multi_node(eff: Effective) -> tuple[bool, str]:
@@ -336,34 +249,16 @@ def signal_seconds(value: str | None) -> int | None:
 
 
 def time_limit_seconds(text: str | None) -> int | None:
-    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; None for INFINITE or garbage."""
+    """A --time value by Slurm's rules (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; durations.parse_slurm); None for
+    no limit (0, INFINITE, UNLIMITED) or garbage (sbatch itself says what is wrong with it)."""
+    from ..durations import DurationError, parse_slurm
+
     if not text:
         return None
-    text = text.strip()
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        if not is_digits(d):
-            return None
-        days = int(d)
-        parts = text.split(":")
-        if not all(is_digits(p) for p in parts) or len(parts) > 3:
-            return None
-        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
-        return days * 86400 + h * 3600 + m * 60 + s
-    parts = text.split(":")
-    if not all(is_digits(p) for p in parts) or len(parts) > 3:
+    try:
+        return parse_slurm(text) or None  # sbatch: "a time limit of zero requests that no time limit be imposed"
+    except DurationError:
         return None
-    nums = [int(p) for p in parts]
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    return nums[0] * 3600 + nums[1] * 60 + nums[2]
-
-
-def hms(seconds: int) -> str:
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
@@ -377,7 +272,9 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
                                "single-node job: nodes marked degraded may run it"))
         return out
     if place.switches:
-        value = f"{place.switches}@{hms(place.switches_max_wait)}"
+        from ..durations import clock
+
+        value = f"{place.switches}@{clock(place.switches_max_wait)}"
         mine = eff.get("switches")
         out.append(Setting(OPTION, "--switches", value,
                            _origin(profile, "placement.switches", "placement.switches_max_wait"), mine is None,
@@ -410,7 +307,7 @@ def _node_names(opt) -> frozenset[str]:
     """Plain names of a --nodelist (bracket ranges expanded)."""
     if opt is None or not opt.value:
         return frozenset()
-    from ..slurm import expand_hostlist
+    from ..hostlist import expand_hostlist
 
     return frozenset(expand_hostlist(opt.value))
 
@@ -525,26 +422,13 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     for s in final:
         if s.kind == OPTION and s.applied:
             options.append(s.name if s.value is None else f"{s.name}={s.value}")
-    export_option = None
-    if env and export.mode in ("list", "none"):
-        kept = [] if export.mode == "none" else [export.raw]
-        export_option = "--export=" + ",".join(kept + sorted(env))
+    export_option = export_with(export, env)
+    if export_option:
         options.append(export_option)
     # Per-node values a parent stune job detected (a submission from inside a job): not this job's.
     unset = tuple(s.name for s in final if s.kind == NODE and s.applied and s.name in environ)
     return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason,
                 unset)
-
-
-def job_environment(plan_env: dict[str, str], export: ExportSpec, environ) -> dict[str, str]:
-    """The environment the job starts with, as far as the submission decides it (for the history)."""
-    if export.mode == "all":
-        env = dict(environ)
-    else:
-        env = {k: v for k, v in environ.items() if k in export.names or k.startswith("SLURM_")}
-    env.update(export.assigned)
-    env.update(plan_env)
-    return env
 
 
 def unprofiled_stage(stage_args: list[str], eff: Effective, cwd: str) -> tuple[dict[str, str], list[str], list[str]]:
@@ -556,8 +440,5 @@ def unprofiled_stage(stage_args: list[str], eff: Effective, cwd: str) -> tuple[d
     env = {r.variable: r.source for r in requests}
     warnings = [f"no cache tier for this partition: nothing is staged; {r.variable}={r.source} (the source)"
                 + ("" if os.path.exists(r.source) else ", which does not exist on this host") for r in requests]
-    options = []
-    export = parse_export(eff.get("export"))
-    if env and export.mode in ("list", "none"):
-        options.append("--export=" + ",".join(([] if export.mode == "none" else [export.raw]) + sorted(env)))
-    return env, options, warnings
+    export_option = export_with(parse_export(eff.get("export")), env)
+    return env, [export_option] if export_option else [], warnings

@@ -36,7 +36,9 @@ stune-sbatch options (everything else is sbatch's, passed through untouched):
 
 
 def warn(text: str) -> None:
-    sys.stderr.write(f"{PROG}: {text}\n")
+    from ..streams import say
+
+    say(sys.stderr, f"{PROG}: {text}")
 
 
 def read_script(argv: list[str], parsed, environ, stdin) -> tuple[str | None, bytes | None, str]:
@@ -266,7 +268,7 @@ def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str 
     import time
 
     from . import history
-    from .plan import job_environment, parse_export
+    from .export import job_environment, parse_export
 
     return {
         "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,

@@ -1,6 +1,6 @@
 """Tier maintenance for admins and the epilog: list, status, release a job's holds, garbage-collect, init.
 
-Run as root these see every user's namespace (always through O_NOFOLLOW descriptors, see tier.py); run as
+Run as root these see every user's namespace (always through O_NOFOLLOW descriptors, see dirfd.py); run as
 a user they see that user's own.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ from ..errors import StuneError
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
 from ..safeio import lstat_at, rmtree_at
-from .tier import (LEDGER, LOCKS, QUARANTINE, TMP, Namespace, Tier, TierConfig, generation, new_gen,
-                   parse_entry_name)
+from .layout import LEDGER, LOCKS, QUARANTINE, TMP, generation, new_gen, parse_entry_name
+from .namespace import Namespace
+from .tier import Tier, TierConfig
 
 # squeue states in which a job may still be using its node's cache.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",

@@ -87,12 +87,9 @@ class Progress:
         self.printed = True
 
     def emit(self, line: str) -> None:
-        if self.stream is None:
-            return
-        try:
-            self.stream.write(f"stune-stage: {line}\n")
-            self.stream.flush()
-        except (OSError, ValueError):
+        from ..streams import say
+
+        if self.stream is not None and not say(self.stream, f"stune-stage: {line}"):
             self.stream = None  # a closed job log must not fail the copy
 
     def done(self, done_bytes: int, done_files: int | None = None) -> None:

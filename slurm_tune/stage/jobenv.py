@@ -24,6 +24,7 @@ import os
 from collections import namedtuple
 
 from ..errors import StuneError
+from ..streams import say
 from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
 from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
 
@@ -87,7 +88,7 @@ def stage_requests(requests, required: bool, config, job_id: str | None, progres
         exports[req.variable] = path
         if message:
             messages.append(message)
-            _write(progress, message)
+            say(progress, message)
     return exports, messages
 
 
@@ -131,16 +132,6 @@ def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
                         f"{req.variable} points at the source {req.source}")
 
 
-def _write(stream, line: str) -> None:
-    if stream is None:
-        return
-    try:
-        stream.write(line + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass
-
-
 class JobLog:
     """A text stream onto the job's stderr file, opened at the first write (a cache hit writes nothing,
     so it costs nothing). The path is $STUNE_STAGE_LOG when set (stune-sbatch may pass it), else the
@@ -163,14 +154,14 @@ class JobLog:
         job_id = self.environ.get("SLURM_JOB_ID", "")
         if not job_id.isdigit():
             return None
-        from ..slurm import Slurm, parse_records
+        from ..slurm import Slurm
 
         slurm = self.slurm or Slurm.from_env(timeout=10)
         try:
-            records = parse_records(slurm.run(["scontrol", "show", "job", "-o", job_id]))
+            record = slurm.job_record(job_id)
         except StuneError:
             return None
-        path = (records[0].get("StdErr") or records[0].get("StdOut")) if records else None
+        path = record.get("StdErr") or record.get("StdOut")
         if path and "%N" in path:  # Slurm's %N is the host name, not the NodeName (seen on 22.05)
             path = path.replace("%N", os.uname().nodename.split(".")[0])
         return path if path and "%" not in path else None

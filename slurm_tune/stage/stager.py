@@ -1,6 +1,6 @@
 """Stage one source into this node's tier: hit, or copy and publish atomically; hold it for the job.
 
-The protocol, per user namespace and source key (tier.py has the layout):
+The protocol, per user namespace and source key (layout.py has the layout):
 
 1. Fast path, no lock: the job already settled this key on this node (a hold or a fallback note): done.
 2. flock locks/<key>. Concurrent stagers of the same source (tasks of one job, or other jobs) queue here;
@@ -26,8 +26,9 @@ from .errors import SourceError, TierUnavailable
 from .fresh import boot_id, manifest as fresh_manifest
 from .spec import StageRequest
 from ..safeio import rmtree_at
-from .tier import (DATA, ENTRIES, TMP, Namespace, Tier, TierConfig, check_job_id, new_gen, source_key,
-                   write_stamp)
+from .layout import DATA, ENTRIES, TMP, check_job_id, new_gen, source_key, write_stamp
+from .namespace import Namespace
+from .tier import Tier, TierConfig
 
 STAMP_FORMAT = "1"
 
@@ -377,12 +378,9 @@ def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key:
 
 
 def _say(stream, line: str) -> None:
-    if stream is not None:
-        try:
-            stream.write(f"stune-stage: {line}\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    from ..streams import say
+
+    say(stream, f"stune-stage: {line}")
 
 
 def _h(n: int) -> str:

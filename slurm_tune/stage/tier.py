@@ -1,47 +1,26 @@
-"""One node's cache tier: layout, per-user namespaces, locks, holds, the usage ledger and eviction.
+"""One node's cache tier: its root, the usage ledger of every entry, and the users' namespaces in it.
 
-Layout under the tier root (see docs/stage.md):
+The layout and the formats are in layout.py; one user's namespace (entries, locks, holds) in namespace.py.
+Root reaches everything here through directory descriptors (dirfd.py, slurm_tune.safeio's rules).
 
-    ROOT/                     root-owned, mode 1777 (sticky, like /tmp): `stune-stage init` makes it
-    ROOT/.ledger/             root-owned, 1777: one file per entry, "<uid>.<entry>", owned by the entry's
-                              user; content "<bytes> ready|pending <pid>" (a claim: see Tier.ledger); its
-                              mtime is the entry's last use
-    ROOT/.quarantine/         root-only: bad namespaces `init` moved aside (Tier.repair_namespace)
-    ROOT/<user>/              the user's namespace, mode 0700, owned by the user
-        entries/<key>.<gen>/  a published entry: `stamp` (what was copied, and from which source state) and
-                              `data/` (the copy, read-only); <key> identifies the source path, <gen> the copy
-        tmp/                  copies in progress and entries being deleted (same filesystem: rename)
-        locks/<key>           flock(2) files, one per source; the kernel drops a dead stager's lock
-        holds/<jobid>/<entry> a running job uses <entry>: never evicted while the file exists
-
-Root (the epilog, `gc`, `init`) works here only through slurm_tune.safeio's rules: directories opened with
-O_NOFOLLOW|O_DIRECTORY relative to their parent's descriptor, files with O_NOFOLLOW|O_NONBLOCK and checked
-(type, owner, link count) on the descriptor, new files made with O_EXCL. Root never writes, truncates or
-chowns a file it did not just create, and trusts no size a user wrote without checking it on disk.
-
-This module is on the TaskProlog and epilog paths: it imports only os, stat, fcntl and pwd up front.
+This module is on the TaskProlog and epilog paths: it imports only os, stat and collections up front (pwd when
+it needs a user name).
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import stat
 from collections import namedtuple
 
 from .. import safeio
-from ..safeio import UnsafePathError, lstat_at, rmtree_at
+from ..safeio import UnsafePathError, lstat_at
 from ..thisnode import expand, uses_node
+from .dirfd import open_dir, read_text, unsafe_shared_dir
 from .errors import TierUnavailable
+from .layout import LEDGER, QUARANTINE, LedgerRow, new_gen, parse_entry_name, parse_row
+from .namespace import Namespace
 
-LEDGER = ".ledger"
-QUARANTINE = ".quarantine"      # bad namespaces moved aside by root (root-only, for the admin to inspect)
-ENTRIES, TMP, LOCKS, HOLDS = "entries", "tmp", "locks", "holds"
-STAMP, DATA = "stamp", "data"
 RESERVE_MAX = 64 << 20      # free space kept on the tier's filesystem (see reserve_bytes)
-ROW_MAX_DIGITS = 19         # a ledger size has at most this many digits (below 2**63)
-NS_SUBDIRS = (ENTRIES, TMP, LOCKS, HOLDS)
-_HEX = frozenset("0123456789abcdef")
 
 
 class TierConfig(namedtuple("TierConfig", "root quota high low freshness")):
@@ -67,107 +46,11 @@ def expand_path(path: str, node: str | None) -> str:
     return os.path.normpath(expand(path, node or ""))
 
 
-Entry = namedtuple("Entry", "name key gen")
-LedgerRow = namedtuple("LedgerRow", "uid entry bytes state last_use")
-
-
-def parse_row(text: str, limit: int) -> tuple[int, str] | None:
-    """(bytes, state) of a ledger row "<bytes> ready|pending <pid>", or None for garbage: a size that is
-    not plain digits, has more than ROW_MAX_DIGITS of them, or exceeds `limit` (the tier's filesystem)."""
-    fields = text.split()
-    if not fields or not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > ROW_MAX_DIGITS:
-        return None
-    nbytes = int(fields[0])
-    if nbytes > limit:
-        return None
-    state = " ".join(fields[1:3]) if len(fields) > 1 else "ready"
-    if state != "ready" and not state.startswith("pending"):
-        return None
-    return nbytes, state
-
-
-def parse_entry_name(name: str) -> Entry | None:
-    key, dot, gen = name.partition(".")
-    if not dot or len(key) != 32 or not set(key) <= _HEX or not gen or not set(gen) <= _HEX:
-        return None
-    return Entry(name, key, gen)
-
-
-def generation(entry: Entry) -> tuple[int, str]:
-    """Sort key of an entry's generation: gens are time_ns in hex (new_gen), so a longer one is newer."""
-    return len(entry.gen), entry.gen
-
-
-def source_key(source: str) -> str:
-    """32 hex digits naming a source path within a namespace (blake2b: builtin, cheap to import)."""
-    try:
-        from _blake2 import blake2b
-    except ImportError:  # pragma: no cover - CPython always has it
-        from hashlib import blake2b
-    return blake2b(source.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
-
-
-def check_job_id(job_id: str) -> str:
-    """Job ids name directories under holds/: digits only (SLURM_JOB_ID is the array task's own id)."""
-    if not isinstance(job_id, str) or not job_id.isdigit() or not job_id.isascii():
-        raise ValueError(f"not a Slurm job id: {job_id!r}")
-    return job_id
-
-
-def new_gen() -> str:
-    import time
-
-    return f"{time.time_ns():x}"
-
-
-# ---- descriptor-relative helpers (root's safe-open rules live in slurm_tune.safeio) ------------------------
-
-def open_dir(name: str, dir_fd: int | None = None, owner: int | None = None) -> int:
-    """safeio.open_dir, raising OSError like os.open does (callers here treat a planted symlink or file where
-    a directory belongs as "not usable", the same as missing)."""
-    try:
-        return safeio.open_dir(name, dir_fd, owner=owner)
-    except UnsafePathError as exc:
-        raise NotADirectoryError(errno.ENOTDIR, exc.problem, exc.path) from None
-
-
-def read_text(name: str, dir_fd: int, limit: int = 65536, owner: int | None = None) -> str | None:
-    """safeio.read_small, decoded: None when missing, not a regular file (symlink, FIFO...), not `owner`'s,
-    or longer than `limit`."""
-    data = safeio.read_small(name, dir_fd, limit, owner=owner)
-    return None if data is None else data.decode("utf-8", "replace")
-
-
-def write_stamp(entry_fd: int, stamp: dict[str, str]) -> None:
-    """An entry's stamp as key=value lines (Namespace.read_stamp reads it back), flushed to disk."""
-    safeio.write_atomic(STAMP, "".join(f"{k}={v}\n" for k, v in stamp.items()), mode=0o600, dir_fd=entry_fd,
-                        sync=True)
-
-
-def allocated_bytes(name: str, dir_fd: int) -> int:
-    """Bytes a file or tree under dir_fd really takes on disk (st_blocks), walked through descriptors
-    without following a symlink: how root checks a size a user's ledger row claims."""
-    st = lstat_at(name, dir_fd)
-    if st is None:
-        return 0
-    total = st.st_blocks * 512
-    if not stat.S_ISDIR(st.st_mode):
-        return total
-    for _root, dirs, files, fd in os.fwalk(name, dir_fd=dir_fd, follow_symlinks=False):
-        for child in dirs + files:
-            cst = lstat_at(child, fd)
-            if cst is not None:
-                total += cst.st_blocks * 512
-    return total
-
-
 def reserve_bytes(fs_size: int) -> int:
     """Free space the tier always leaves on its filesystem: 64 MiB, or 1/16 of a filesystem smaller than
     1 GiB (so a small test tier is not all reserve). Admission and the copy's guard both use this rule."""
     return min(RESERVE_MAX, fs_size // 16)
 
-
-# ---- the tier ---------------------------------------------------------------------------------------------
 
 class Tier:
     """The tier root on this node. Opening it checks that it exists and is safe to share."""
@@ -504,6 +387,7 @@ class Tier:
         return fd
 
 
+
 BadNamespace = namedtuple("BadNamespace", "name uid problem")
 
 
@@ -515,269 +399,3 @@ def namespace_problem(st: os.stat_result, uid: int) -> str | None:
     if mode != 0o700:
         return f"mode {mode:04o} (owner uid {st.st_uid})"
     return None
-
-
-def unsafe_shared_dir(st: os.stat_result) -> str | None:
-    """A directory others may write into must be sticky, or they could rename or delete what is not theirs."""
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        return f"is writable by others without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o})"
-    if st.st_uid not in (0, os.geteuid()):
-        return f"is owned by uid {st.st_uid}, neither root nor this user"
-    return None
-
-
-class Namespace:
-    """One user's corner of the tier, reached through a directory descriptor."""
-
-    def __init__(self, tier: Tier, user: str, uid: int, fd: int):
-        self.tier, self.user, self.uid, self.fd = tier, user, uid, fd
-        self.path = os.path.join(tier.root, user)
-        self._sub: dict[str, int] = {}
-
-    def __repr__(self):
-        return f"Namespace({self.path!r})"
-
-    def close(self) -> None:
-        for fd in self._sub.values():
-            os.close(fd)
-        self._sub.clear()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def sub(self, name: str) -> int:
-        """Descriptor of entries/, tmp/, locks/ or holds/, created 0700 when missing. It must be a real
-        directory owned by the namespace's user (root made it on the user's behalf, or the user did)."""
-        fd = self._sub.get(name)
-        if fd is None:
-            try:
-                try:
-                    fd = open_dir(name, self.fd, owner=self.uid)
-                except FileNotFoundError:
-                    try:
-                        os.mkdir(name, 0o700, dir_fd=self.fd)
-                        created = True
-                    except FileExistsError:
-                        created = False
-                    if created and os.geteuid() == 0 and self.uid != 0:
-                        fd = open_dir(name, self.fd, owner=0)
-                        os.fchown(fd, self.uid, -1)  # root just made it (in a 0700 directory of the user's)
-                    else:
-                        fd = open_dir(name, self.fd, owner=self.uid)
-            except FileNotFoundError:
-                raise
-            except (OSError, UnsafePathError) as exc:
-                raise TierUnavailable("unsafe", f"{self.path}/{name} is not a directory of {self.user}'s "
-                                                f"(a symlink?): {getattr(exc, 'strerror', None) or exc}") from None
-            self._sub[name] = fd
-        return fd
-
-    def sub_path(self, *parts: str) -> str:
-        return os.path.join(self.path, *parts)
-
-    # ---- entries -----------------------------------------------------------------------------------------
-    def entries(self) -> list[Entry]:
-        """Published entries (real directories only; a symlink or file in entries/ is ignored)."""
-        out = []
-        with os.scandir(self.sub(ENTRIES)) as it:
-            for e in it:
-                parsed = parse_entry_name(e.name)
-                if parsed and e.is_dir(follow_symlinks=False):
-                    out.append(parsed)
-        return out
-
-    def current(self, key: str) -> Entry | None:
-        """The newest published entry of a source key."""
-        mine = [e for e in self.entries() if e.key == key]
-        return max(mine, key=generation) if mine else None
-
-    def read_stamp(self, entry: str) -> dict[str, str] | None:
-        """The entry's stamp (key=value lines), or None when the entry is not a sound published entry."""
-        try:
-            efd = open_dir(entry, self.sub(ENTRIES))
-        except OSError:
-            return None
-        try:
-            text = read_text(STAMP, efd)
-            data = lstat_at(DATA, efd)
-        finally:
-            os.close(efd)
-        if text is None or data is None or not stat.S_ISDIR(data.st_mode):
-            return None
-        out = {}
-        for line in text.splitlines():
-            k, sep, v = line.partition("=")
-            if sep:
-                out[k] = v
-        return out if out.get("complete") == "1" else None
-
-    def entry_path(self, entry: str, export: str = DATA) -> str:
-        return self.sub_path(ENTRIES, entry, export)
-
-    def remove_entry(self, entry: str) -> bool:
-        """Move an entry out of entries/ (atomic: it stops being visible at once), then delete it."""
-        doomed = f"{entry}.evicted.{os.getpid()}"
-        try:
-            os.rename(entry, doomed, src_dir_fd=self.sub(ENTRIES), dst_dir_fd=self.sub(TMP))
-        except FileNotFoundError:
-            return False
-        rmtree_at(doomed, self.sub(TMP))
-        return True
-
-    def measure(self, row) -> int | None:
-        """What a ledger row's entry really takes on disk, for checking the row's claim: the published
-        entry (a ready row), or the copy in progress in tmp/ (a pending row: a reservation counts only as
-        far as it has been filled, so a forged one counts nothing). None when a ready row has no entry."""
-        if parse_entry_name(row.entry) is None:
-            return None
-        if row.state == "ready":
-            if lstat_at(row.entry, self.sub(ENTRIES)) is None:
-                return None
-            return allocated_bytes(row.entry, self.sub(ENTRIES))
-        tmp = self.sub(TMP)
-        with os.scandir(tmp) as it:
-            names = [e.name for e in it if e.name.startswith(row.entry + ".")]
-        return sum(allocated_bytes(name, tmp) for name in names)
-
-    # ---- locks -------------------------------------------------------------------------------------------
-    def lock(self, key: str, blocking: bool = True) -> int | None:
-        """flock the source key; returns the descriptor (close it to unlock), or None if busy and not
-        blocking. The kernel releases the lock when its holder dies, so a killed stager never wedges it.
-        The lock file is opened only if it is the user's own single-linked regular file (no FIFO, no hard
-        link, no symlink: TierUnavailable), or created with O_EXCL; root never chowns one it did not create."""
-        locks = self.sub(LOCKS)
-        while True:
-            try:
-                fd = safeio.open_or_create(key, locks, owner=self.uid)
-            except UnsafePathError as exc:
-                raise TierUnavailable("unsafe", f"lock file {exc.path} {exc.problem}: remove it "
-                                                "(`stune-stage gc` does)") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                os.close(fd)
-                return None
-            except BaseException:
-                os.close(fd)
-                raise
-            # gc may have unlinked the file while we waited on it: then lock the file that is there now.
-            now = lstat_at(key, locks)
-            if now is not None and now.st_ino == os.fstat(fd).st_ino:
-                return fd
-            os.close(fd)
-
-    def bad_locks(self) -> list[str]:
-        """Names in locks/ that are not usable lock files (a planted FIFO, hard link, symlink, directory,
-        or someone else's file): each makes its source unstageable until removed."""
-        locks = self.sub(LOCKS)
-        with os.scandir(locks) as it:
-            names = [e.name for e in it]
-        bad = []
-        for name in names:
-            st = lstat_at(name, locks)
-            if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != self.uid):
-                bad.append(name)
-        return bad
-
-    def lock_busy(self, key: str) -> bool:
-        fd = self.lock(key, blocking=False)
-        if fd is None:
-            return True
-        os.close(fd)
-        return False
-
-    # ---- holds -------------------------------------------------------------------------------------------
-    def _job_dir(self, job_id: str) -> int:
-        """A descriptor of the job's directory under holds/ (the user's own), made if missing."""
-        check_job_id(job_id)
-        holds = self.sub(HOLDS)
-        try:
-            os.mkdir(job_id, 0o700, dir_fd=holds)
-        except FileExistsError:
-            pass
-        try:
-            return open_dir(job_id, holds, owner=self.uid)
-        except (OSError, UnsafePathError) as exc:
-            raise TierUnavailable("unsafe", f"{self.path}/{HOLDS}/{job_id} is not a directory: {exc}") from None
-
-    def add_hold(self, job_id: str, entry: str) -> None:
-        """The hold is an empty file made with O_EXCL; one already there must be a regular file (a FIFO
-        planted there is never opened, so it cannot hang the stager)."""
-        jfd = self._job_dir(job_id)
-        try:
-            try:
-                os.close(safeio.create_exclusive(entry, jfd, 0o600, flags=os.O_RDONLY))
-            except FileExistsError:
-                st = lstat_at(entry, jfd)
-                if st is None or not stat.S_ISREG(st.st_mode):
-                    raise TierUnavailable("unsafe", f"{self.path}/{HOLDS}/{job_id}/{entry} is not a regular "
-                                                    "file") from None
-        finally:
-            os.close(jfd)
-
-    def job_record(self, job_id: str, key: str) -> tuple[str, str] | None:
-        """What this job already settled for a source key on this node: ("entry", name) for a hold, or
-        ("fallback", reason) when the first task could not stage it. Lock-free: the fast path for every
-        task after the first."""
-        check_job_id(job_id)
-        try:
-            jfd = open_dir(job_id, self.sub(HOLDS))
-        except OSError:
-            return None
-        try:
-            with os.scandir(jfd) as it:  # regular files only: a FIFO or link planted here is no record
-                names = sorted(e.name for e in it if e.name.startswith(key + ".") and e.is_file(follow_symlinks=False))
-            for name in names:
-                if name == f"{key}.fallback":
-                    reason = read_text(name, jfd, 4096)
-                    if reason is not None:
-                        return "fallback", reason.strip()
-                elif parse_entry_name(name) is not None:
-                    return "entry", name
-        finally:
-            os.close(jfd)
-        return None
-
-    def record_fallback(self, job_id: str, key: str, reason: str) -> None:
-        jfd = self._job_dir(job_id)
-        try:
-            safeio.write_atomic(f"{key}.fallback", reason.replace("\n", " ") + "\n", mode=0o600, dir_fd=jfd)
-        finally:
-            os.close(jfd)
-
-    def holds(self) -> dict[str, list[str]]:
-        """job id -> the entries it holds."""
-        out: dict[str, list[str]] = {}
-        holds = self.sub(HOLDS)
-        with os.scandir(holds) as it:
-            jobs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
-        for job in jobs:
-            try:
-                jfd = open_dir(job, holds)
-            except OSError:
-                continue
-            try:
-                with os.scandir(jfd) as it:
-                    out[job] = [e.name for e in it if parse_entry_name(e.name) is not None
-                                and e.is_file(follow_symlinks=False)]
-            finally:
-                os.close(jfd)
-        return out
-
-    def held_entries(self) -> set[str]:
-        return {entry for entries in self.holds().values() for entry in entries}
-
-    def release(self, job_id: str) -> bool:
-        """Drop every hold (and fallback note) of a job. True if it had any."""
-        check_job_id(job_id)
-        holds = self.sub(HOLDS)
-        if lstat_at(job_id, holds) is None:
-            return False
-        rmtree_at(job_id, holds)
-        return True

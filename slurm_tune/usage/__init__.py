@@ -11,4 +11,7 @@ The path of one job's numbers:
 4. `epilog/stune-usage-slurmctld` (EpilogSlurmctld, on the controller) waits for every node's file, merges
    them (`summary`) and writes the job summary into AdminComment with `sacctmgr` (users cannot write it).
    `stune-fairshare collect` sweeps whatever a slow node delivered late.
+
+The config file these steps and the accountant share (fairshare.yaml: its `usage` section names the
+directories above, the others the accountant's settings) is `config`: the one place either reads it from.
 """

@@ -13,7 +13,8 @@ import os
 import time
 
 from ..errors import SlurmError
-from ..slurm import expand_hostlist, tres_value
+from ..hostlist import expand_hostlist
+from ..slurm.tres import tres_count
 from . import spool, summary
 
 
@@ -21,10 +22,7 @@ def job_gpus(slurm, job_id: str) -> float:
     rows = slurm.sacct(["JobIDRaw", "AllocTRES"], job_ids=[job_id])
     for row in rows:
         if row["JobIDRaw"] == str(job_id):
-            try:
-                return float(tres_value(row["AllocTRES"], "gres/gpu") or 0)
-            except ValueError:
-                return 0.0
+            return tres_count(row["AllocTRES"], "gres/gpu")
     return -1.0  # not in the database (yet)
 
 

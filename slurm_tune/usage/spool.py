@@ -6,7 +6,7 @@ Node-local (`usage.local_dir`, default /var/lib/stune/usage):
 
 Shared (`usage.spool_dir`, default /var/spool/stune/usage; NFS or any filesystem the nodes and the
 controller share; owned root:<SlurmUser's group>, mode 2775 so users cannot forge summaries):
-    <jobid>/<node>.json   one node's summary, written atomically (temp name + rename)
+    <jobid>/<node>.json   one node's summary, written atomically (safeio.write_atomic: temp name + rename)
     <jobid>/stored        what the controller last stored (nodes, time), when it stored a partial job
 
 Why a shared spool: Slurm asks node prologs/epilogs not to call Slurm commands (thousands of nodes ending
@@ -21,12 +21,14 @@ import json
 import os
 import time
 
+from .. import safeio
 from . import accum
 from .summary import ACC_FIELDS
 
 NODE_SUFFIX = ".json"
 STORED_MARKER = "stored"
 SPOOL_DIR_MODE = 0o2775
+RECORD_MAX_BYTES = 16 << 20  # a node summary with its utilization series is a few KiB
 
 
 def job_file(local_dir: str, job_id: str) -> str:
@@ -63,12 +65,13 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
     record = job_file(local_dir, job_id)
     gpu_ids: list[int] = []
     start = None
-    try:
-        with open(record, encoding="ascii", errors="replace") as fh:
-            gpu_ids = parse_gpu_ids(fh.read())
-        start = os.stat(record).st_mtime
-    except (OSError, ValueError):
-        pass
+    data = safeio.read_small(record, limit=4096)
+    if data is not None:
+        try:
+            gpu_ids = parse_gpu_ids(data.decode("ascii", "replace"))
+            start = os.stat(record).st_mtime
+        except (OSError, ValueError):
+            pass
     if not gpu_ids and env_gpus:
         try:
             gpu_ids = parse_gpu_ids(env_gpus)
@@ -105,11 +108,7 @@ def write_node_summary(spool_dir: str, summary: dict) -> str:
         pass
     name = _safe_name(summary["node"], "node name") + NODE_SUFFIX
     final = os.path.join(job_dir, name)
-    tmp = os.path.join(job_dir, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, separators=(",", ":"))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, final)
+    safeio.write_atomic(final, json.dumps(summary, separators=(",", ":")), mode=0o644)
     return final
 
 
@@ -142,27 +141,26 @@ def read_job_dir(job_dir: str) -> tuple[list[dict], dict | None]:
     for name in sorted(names):
         path = os.path.join(job_dir, name)
         if name.endswith(NODE_SUFFIX) and not name.startswith("."):
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    doc = json.load(fh)
-                if isinstance(doc, dict) and isinstance(doc.get("gpus"), list) and doc.get("node"):
-                    summaries.append(doc)
-            except (OSError, ValueError):
-                continue
+            doc = _read_json(path)
+            if isinstance(doc, dict) and isinstance(doc.get("gpus"), list) and doc.get("node"):
+                summaries.append(doc)
         elif name == STORED_MARKER:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    marker = json.load(fh)
-            except (OSError, ValueError):
-                marker = None
+            marker = _read_json(path)
     return summaries, marker
 
 
+def _read_json(path: str):
+    """A spooled record, or None when it is missing, not a regular file (never a FIFO's hang, never through
+    a symlink), larger than any summary stune writes, or not JSON."""
+    data = safeio.read_small(path, limit=RECORD_MAX_BYTES)
+    try:
+        return None if data is None else json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
 def write_marker(job_dir: str, marker: dict) -> None:
-    tmp = os.path.join(job_dir, f".{STORED_MARKER}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(marker, fh)
-    os.replace(tmp, os.path.join(job_dir, STORED_MARKER))
+    safeio.write_atomic(os.path.join(job_dir, STORED_MARKER), json.dumps(marker), mode=0o644)
 
 
 def remove_job_dir(job_dir: str) -> None:

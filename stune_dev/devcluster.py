@@ -1,7 +1,8 @@
 """A real, local Slurm cluster for the demo and the tests: munge, MariaDB, slurmdbd, slurmctld and slurmd n1..n3.
 
 Everything binds to loopback and keeps its state under one directory (STUNE_CLUSTER_DIR, default
-/var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing.
+/var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing, by
+`scripts/setup.sh --packages`: stune-devcluster is a developer's tool, run from a checkout.
 
 Two Slurm series: 22.05 (Debian 12's packages, the default) and 24.11 (Debian 13's source, built by
 scripts/build-slurm.sh into /var/cache/stune/slurm-24.11.5, or STUNE_SLURM_PREFIX). Choose with
@@ -24,13 +25,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import options
-from .errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, ClusterError, SlurmError, StuneError
-from .output import print_json, table
-from .slurm import Slurm
+from slurm_tune.cli import options
+from slurm_tune.errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, ClusterError, SlurmError, StuneError
+from slurm_tune.output import print_json, table
+from slurm_tune.slurm import Slurm
 
-DEBIAN_PACKAGES = ["munge", "mariadb-server", "mariadb-client", "slurmctld", "slurmd", "slurmdbd",
-                   "slurm-client"]
 NODES = ("n1", "n2", "n3")
 GPUS_PER_NODE = 4
 CPUS_PER_NODE = 8
@@ -145,27 +144,18 @@ def log(msg: str) -> None:
 
 
 def ensure_packages() -> None:
-    missing = [p for p in DEBIAN_PACKAGES
-               if subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True,
-                                 text=True).stdout.strip() != "install ok installed"]
-    if not missing:
-        return
-    log(f"installing Debian packages: {' '.join(missing)}")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    # policy-rc.d keeps the packages from starting system-wide daemons we do not use.
-    policy = Path("/usr/sbin/policy-rc.d")
-    added_policy = not policy.exists()
-    if added_policy:
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-    try:
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise ClusterError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    finally:
-        if added_policy:
-            policy.unlink(missing_ok=True)
+    """The Debian packages the cluster runs on (munge, MariaDB, Slurm's daemons), installed when missing by
+    scripts/setup.sh, their one list: `setup.sh --packages` does only that step."""
+    script = REPO / "scripts" / "setup.sh"
+    if not script.is_file():
+        raise ClusterError(f"{script} is missing: stune-devcluster runs from a checkout of stune")
+    proc = subprocess.run(["bash", str(script), "--packages"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    for line in proc.stdout.splitlines():
+        log(line)
+    if proc.returncode != 0:
+        raise ClusterError(f"{script} --packages failed (exit {proc.returncode}): "
+                           f"{(proc.stdout.strip().splitlines() or ['no message'])[-1]}")
 
 
 def ensure_unix_users() -> None:
@@ -273,7 +263,7 @@ class DevCluster:
     # ---- configuration -------------------------------------------------------------------------------
     def partitions(self) -> list[tuple[str, bool]]:
         """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3."""
-        from .profiles import load_profiles
+        from slurm_tune.profiles import load_profiles
 
         names = sorted(load_profiles(self.profiles_dir))
         default = os.environ.get("STUNE_DEFAULT_PARTITION") or (names[0] if names else None)
@@ -649,10 +639,9 @@ class DevCluster:
         if script is None:
             path.unlink(missing_ok=True)
         else:
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(script)
-            tmp.chmod(0o755)
-            tmp.replace(path)
+            from slurm_tune.safeio import write_atomic
+
+            write_atomic(str(path), script, mode=0o755)
         return path
 
     def reconfigure(self) -> None:

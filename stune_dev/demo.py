@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import StuneError
-from .slurm import Slurm
+from slurm_tune.errors import StuneError
+from slurm_tune.slurm import Slurm
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = REPO / "tests" / "fixtures" / "snapshots" / "dgx-a100-ib.json"
@@ -67,9 +67,9 @@ def utilization_copy(snapshot: Path, path: Path, sm: float, watts: float) -> str
         dev["power_w"] = watts
         dev["processes"] = [{"pid": 4242}]
     snap["gpus"]["devices"] = snap["gpus"]["devices"][:4]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(snap))
-    tmp.replace(path)
+    from slurm_tune.safeio import write_atomic
+
+    write_atomic(str(path), json.dumps(snap))
     return str(path)
 
 

@@ -1,4 +1,5 @@
-"""The accountant's and the usage pipeline's config: one YAML file, validated with file:line errors.
+"""The usage pipeline's and the accountant's config: one YAML file (fairshare.yaml), validated with
+file:line errors. Here, below both, so the sampler, the epilogs and `stune-fairshare` take it from one place.
 
 Looked up as --config, else $STUNE_FAIRSHARE_CONFIG, else /etc/stune/fairshare.yaml. A missing default file
 means "all defaults"; a file named explicitly must exist.

@@ -1,0 +1,37 @@
+"""The one Slurm adapter: every other part of stune talks to Slurm through `Slurm` (adapter.py).
+
+One file per job (docs/slurm-versions.md has the releases):
+- adapter.py: `Slurm`, a handle on one cluster: builds each command, runs it with a timeout, reads the answer;
+- spawn.py: starting a client command and collecting its output (os.posix_spawn, not subprocess);
+- records.py: the typed records (Node, Job, ...) and the parsers of each release's JSON records;
+- scontrol.py: scontrol's text output (`show ... -o` records, `show config`);
+- associations.py: the one reader of `sacctmgr show assoc` (live and exported);
+- tres.py: TRES strings (`cpu=2,gres/gpu=4`);
+- version.py: the Slurm release, and the releases where output changes shape.
+Host lists (`n[1-3]`) are slurm_tune/hostlist.py: readers that need no adapter take them from there.
+
+`from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path. The record types
+load on first use (__getattr__ below): stune-sbatch imports Slurm and reads no records, and their
+namedtuples would cost it `collections`.
+"""
+from ..errors import SlurmError
+from .adapter import DEFAULT_TIMEOUT_S, Slurm
+
+__all__ = ["DEFAULT_TIMEOUT_S", "INFINITE", "Association", "Job", "Node", "Partition", "PrioRow", "ShareRow",
+           "Slurm", "SlurmError", "SlurmVersion"]
+
+
+def __getattr__(name: str):
+    if name in ("INFINITE", "Job", "Node", "Partition", "PrioRow", "ShareRow"):
+        from . import records as home
+    elif name == "Association":
+        from . import associations as home
+    elif name == "SlurmVersion":
+        from . import version as home
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(home, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

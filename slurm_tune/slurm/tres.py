@@ -1,0 +1,21 @@
+"""Slurm's TRES strings: `billing=2,cpu=2,gres/gpu=4,node=2` (sacct AllocTRES, squeue tres_alloc_str)."""
+from __future__ import annotations
+
+
+def tres_value(tres: str, key: str) -> str | None:
+    """The value of `key` in a TRES string ('billing=2,cpu=2,gres/gpu=4,node=2' -> '4' for 'gres/gpu'), or
+    None. Only the exact key counts: a typed entry (gres/gpu:a100=4) counts the same GPUs again."""
+    for item in tres.split(","):
+        name, sep, value = item.partition("=")
+        if sep and name == key:
+            return value
+    return None
+
+
+def tres_count(tres: str, key: str) -> float:
+    """The count of `key` in a TRES string as a number ('gres/gpu=4' -> 4.0); 0.0 when absent or unreadable.
+    A unit suffix (K, M, G, T, P: sacct without --noconvert) is dropped, not scaled: counts carry none."""
+    try:
+        return float((tres_value(tres, key) or "").rstrip("KMGTP") or 0)
+    except ValueError:
+        return 0.0
