@@ -64,6 +64,15 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line("no cluster test ran (no Slurm release used)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that needs the cluster must say so: `-m "not cluster"` must never boot Slurm."""
+    unmarked = [item.nodeid for item in items
+                if "cluster" in getattr(item, "fixturenames", ()) and item.get_closest_marker("cluster") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use the cluster fixture but are not marked `cluster`: "
+                                + ", ".join(unmarked))
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """The local 3-node cluster (n1..n3, 4 GPUs each). Started if needed; stopped at the end only if this

@@ -314,7 +314,8 @@ def test_with_eta_1_everywhere_stunes_factors_equal_sshare(world, slurm, shared_
     accountant on the same jobs with every eta = 1 (AdminComment dropped from the dump)."""
     slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
     t0 = int(time.time())
-    time.sleep(1)
+    # sacct's times are whole seconds: the jobs must start in a later second than the reset
+    wait_until("the clock to pass the reset's second", lambda: int(time.time()) > t0, timeout=5, interval=0.05)
     jobs = [submit_as(slurm, "stune-alice", "physics", ["-c", "4", f"--chdir={shared_tmp}"], "sleep 6"),
             submit_as(slurm, "stune-bob", "biology", ["-c", "1", "--gres=gpu:1", f"--chdir={shared_tmp}"],
                       "sleep 6")]
@@ -405,7 +406,7 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
             assert bio["top_idle_jobs"][0]["job_id"] == str(jobs[1])
             text = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
                                   capture_output=True, text=True, env=as_bob, timeout=120)
-            assert f"priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
+            assert "priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
             # "was my job idle?": one command, as the owner; another user is refused
             mine = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
                                    str(jobs[1]), "--json"], capture_output=True, text=True, env=as_bob, timeout=60)
@@ -452,7 +453,6 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
                                    env=world.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until("jobs running", lambda: len([j for j in slurm.jobs(states=["RUNNING"])]) == 3, timeout=60)
-        started = time.time()
         inter_id = next(j.job_id for j in slurm.jobs(states=["RUNNING"]) if j.job_id not in (idle, busy))
         env = {**world.env(), "STUNE_USAGE_DIR": f"{cluster.layout.root}/nodes/%n/usage"}
         log = world.root / "idle-policy.log"
@@ -463,9 +463,14 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
             assert proc.returncode == 0, proc.stderr
             return proc.stdout
 
-        time.sleep(max(0.0, started + 14 - time.time()))
-        dry = policy("--dry-run", "--node", "n3")
-        assert f"job {idle} (stune-bob/biology, vpc): would warn: GPU utilization 0.0% < 5%" in dry, dry
+        # warn_after is 12s: wait until the sampled window says so, not for a guessed time
+        def dry_run_once(says: str):
+            out = policy("--dry-run", "--node", "n3")
+            return out if says in out else None
+
+        dry = wait_until("12s of idle samples on n3",
+                         lambda: dry_run_once(f"job {idle} (stune-bob/biology, vpc): would warn: "
+                                              "GPU utilization 0.0% < 5%"), timeout=90, interval=1)
         assert f"job {inter_id} (stune-bob/biology, vpc): skip: interactive job (exempt)" in dry, dry
         assert "stune" not in slurm.job(idle).comment and "stune" not in err.read_text()
 
@@ -488,7 +493,8 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
         assert doc["state"] == "RUNNING" and doc["source"] == "stune (live)" and doc["eta"] == pytest.approx(0, abs=0.01)
         assert [g["node"] for g in doc["per_gpu"]] == ["n3"] and doc["timeline"] and max(doc["timeline"]) == 0
 
-        time.sleep(max(0.0, started + 27 - time.time()))
+        wait_until("24s of idle samples on n3",
+                   lambda: dry_run_once(f"job {idle} (stune-bob/biology, vpc): would cancel: "), timeout=90, interval=1)
         out = policy("--node", "n3")
         assert f"job {idle} (stune-bob/biology, vpc): cancelled: GPU utilization 0.0% < 5% over the last 24s" in out
         assert wait_for_state(slurm, idle, ("CANCELLED",), timeout=60) == "CANCELLED"

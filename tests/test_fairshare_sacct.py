@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from slurm_tune.fairshare.sacct import FIELDS, SacctFormatError, parse, read_file
 
@@ -166,3 +168,242 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
     t = parse(text)
     assert t.gpuutil[0] == pytest.approx(90.0) and t.gpuutil[1] == pytest.approx(90.0)
     assert np.isnan(t.gpuutil[2])  # not trusted
+
+
+# ---- the byte-level fast path reads exactly what the general parser reads ----------------------------------
+# sacct.parse/read_file take sacct_fast's numpy path for plain ASCII dumps and fall back to the general parser
+# (sacct._parse_text) for anything it cannot prove it reads the same way. These dumps mix clean rows with every
+# kind of damage the general parser copes with; the two paths must agree on every column.
+
+import random  # noqa: E402
+
+from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
+from slurm_tune.fairshare import sacct_fast  # noqa: E402
+
+_SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
+            "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
+
+
+def _number(rng, clean: bool) -> str:
+    if clean or rng.random() < 0.8:
+        return f"{rng.choice((0, 1, 7, 250, 86400, 1382400, 38707200)) * rng.random():.1f}"
+    return rng.choice(["1", "1.", ".5", "1.2.3", "-1.0", "nan", "inf", "1e5", "", "x", "12345678901234567.0",
+                       "0.0 ", "1,5", "٣.0" if rng.random() < 0.1 else "3.0x"])
+
+
+def _comment(rng, clean: bool) -> str:
+    roll = rng.random()
+    if roll < 0.35:
+        return ""
+    held = _number(rng, clean)
+    fields = dict(h=held, u=_number(rng, clean), c=_number(rng, clean), b=_number(rng, clean),
+                  w=rng.choice(["-", _number(rng, clean)]), g=rng.choice((1, 2, 8)))
+    text = _SUMMARY.format(**fields)
+    if clean or roll < 0.85:
+        return text
+    return rng.choice([
+        text.replace("used=", "usex="), text.replace(" cov=", "  cov="), text.replace("held=", "held= "),
+        text.replace(" gpus=", " gpu="), text[:rng.randrange(7, 40)], "stune1 ", "stune1 held=broken",
+        "stune1 used=2.0 held=4.0 cov=4.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu=",
+        text.replace("busy_w=", "busy_w=-"), "a note | with pipes", "stune1x held=1.0", text + "|x|y",
+        text.replace("held=", "held=1e"), "stune1 held=1.0 used=1.0 cov=1.0 busy=0.0 busy_w=-5 gpus=1"])
+
+
+def _time(rng, base: int, clean: bool) -> str:
+    if clean or rng.random() < 0.85:
+        return str(base)
+    return rng.choice(["Unknown", "None", "N/A", "", "unknown", "+5", "0", "0000001795982612",
+                       str(1 << 41), "1795982612 ", "2026-11-30T12:00:00", "2026-13-45T99:00:00", "1.5", "-1"])
+
+
+def _row(rng, job: int, clean: bool) -> str:
+    start = 1_795_000_000 + rng.randrange(10**6)
+    elapsed = rng.randrange(0, 10**5)
+    running = rng.random() < 0.05
+    user = rng.choice(["stune-alice", "stune-bob", "root", "u" * 33, "x"])
+    account = rng.choice(["physics", "biology", "root", "a"])
+    tres = rng.choice(["billing=4,cpu=4,gres/gpu=4,node=1", "billing=1,cpu=1,node=1", "",
+                       "billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1",
+                       "billing=2K,cpu=2,gres/gpu=abc", "billing=" + "9" * 40])
+    state = rng.choice(["COMPLETED", "RUNNING", "CANCELLED by 0", "FAILED", "PENDING", "NODE_FAIL"])
+    job_id = str(job) if clean or rng.random() < 0.9 else rng.choice(["", "x", "007", str(job - 1), f"{job}_3"])
+    elapsed_text = str(elapsed) if clean or rng.random() < 0.9 else rng.choice(["", "x", "9" * 14, "+3", "00"])
+    end = "Unknown" if running else _time(rng, start + elapsed, clean)
+    return "|".join([job_id, f"{job}_{rng.randrange(3)}" if rng.random() < 0.1 else str(job), user, account,
+                     rng.choice(["hdr", "vpc", "gpu,cpu"]), rng.choice(["normal", "debug"]), state,
+                     _time(rng, start, clean), end, elapsed_text, tres, _comment(rng, clean)])
+
+
+def _dump(seed: int, rows: int, garbage: float) -> str:
+    rng = random.Random(seed)
+    lines = ["|".join(FIELDS)]
+    for job in range(1, rows + 1):
+        lines.append(_row(rng, job, rng.random() >= garbage))
+        if rng.random() < 0.02:  # the same run again (overlapping exports)
+            lines.append(lines[-1])
+    return "\n".join(lines) + ("\n" if seed % 3 else "")
+
+
+def _columns_of(table) -> dict:
+    out = {}
+    for name, value in vars(table).items():
+        if isinstance(value, np.ndarray):
+            out[name] = (str(value.dtype), value.tolist())
+        elif isinstance(value, (list, sacct_fast.Texts, sacct_fast.Coded)):
+            out[name] = list(value)
+        else:
+            out[name] = value
+    out["state"], out["keys"] = table.state, table.keys()
+    return out
+
+
+def _same(fast, general) -> None:
+    a, b = _columns_of(fast), _columns_of(general)
+    assert a.keys() == b.keys()
+    for name in a:
+        if name in ("held_s", "used_s", "covered_s", "busy_s", "busy_w", "gpuutil"):
+            np.testing.assert_array_equal(np.array(a[name][1]), np.array(b[name][1]), err_msg=name)
+            assert a[name][0] == b[name][0], name
+        else:
+            assert a[name] == b[name], name
+
+
+def _fast(text: str):
+    if not text.isascii():
+        return None  # (parse() sends it to the general parser)
+    data = text.encode("ascii")
+    buf = bytearray(data) + bytearray(sacct_fast.PAD)
+    return sacct_fast.parse_bytes(buf, len(data), "sacct")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_fast_path_reads_clean_dumps_like_the_general_parser(seed):
+    text = _dump(seed, 400, garbage=0.0)
+    fast = _fast(text)
+    assert fast is not None, "a clean dump must take the fast path"
+    _same(fast, sacct_mod._parse_text(text))
+    _same(sacct_mod.parse(text), sacct_mod._parse_text(text))
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_garbage_rows_read_the_same_on_either_path(seed):
+    text = _dump(100 + seed, 300, garbage=0.15 if seed < 40 else 0.01)
+    general = sacct_mod._parse_text(text)
+    _same(sacct_mod.parse(text), general)
+    fast = _fast(text)
+    if fast is not None:
+        _same(fast, general)
+
+
+def test_most_garbage_stays_on_the_fast_path_column_by_column():
+    """Damage in one column (an ISO time, an odd number) sends that column, not the dump, to the general
+    helpers: across the garbage dumps most still return from the fast path."""
+    taken = sum(_fast(_dump(100 + seed, 300, garbage=0.15)) is not None for seed in range(40))
+    assert taken >= 10, taken
+
+
+@pytest.mark.parametrize("change", ["ragged", "blank", "crlf", "steps", "non-ascii", "pipes", "short"])
+def test_what_the_fast_path_declines_is_still_read_right(tmp_path, change):
+    text = _dump(7, 200, garbage=0.05)
+    lines = text.split("\n")
+    if change == "ragged":
+        lines[5] = "1|2|3"
+    elif change == "blank":
+        lines.insert(9, "")
+    elif change == "steps":
+        lines.insert(3, "2.batch|2.batch|||||COMPLETED|1795000000|1795000100|100|cpu=1||")
+    elif change == "non-ascii":
+        lines[4] = lines[4].replace("stune-", "stüne-")
+    elif change == "pipes":
+        lines[6] += "|with|pipes"
+    elif change == "short":
+        lines = lines[:2]
+    text = "\n".join(lines)
+    if change == "crlf":
+        text = text.replace("\n", "\r\n")
+    path = tmp_path / "dump.txt"
+    path.write_bytes(text.encode("utf-8"))
+    with open(path, encoding="utf-8", errors="replace") as fh:  # what read_file always did: text mode
+        general = sacct_mod._parse_text(fh.read(), str(path))
+    _same(sacct_mod.read_file(str(path)), general)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_read_file_with_damaged_bytes_matches_a_text_mode_read(tmp_path, seed):
+    rng = random.Random(seed)
+    data = bytearray(_dump(200 + seed, 200, garbage=0.1).encode())
+    for _ in range(20):  # flip bytes anywhere: invalid UTF-8, NULs, stray '|' and newlines
+        data[rng.randrange(len(data))] = rng.choice([0, 0xff, 0xc3, ord("|"), ord("\n"), ord("\r"), ord("7")])
+    path = tmp_path / "dump.txt"
+    path.write_bytes(bytes(data))
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    try:
+        general = sacct_mod._parse_text(text, str(path))
+    except SacctFormatError as exc:
+        with pytest.raises(SacctFormatError) as got:
+            sacct_mod.read_file(str(path))
+        assert str(got.value) == str(exc)
+        return
+    _same(sacct_mod.read_file(str(path)), general)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
+    """The fast path reads a big dump in pieces of ROWS rows; small pieces here make every join show."""
+    monkeypatch.setattr(sacct_fast, "ROWS", 37)
+    text = _dump(300 + seed, 400, garbage=0.0 if seed < 4 else 0.02)
+    general = sacct_mod._parse_text(text)
+    fast = _fast(text)
+    if seed < 4:
+        assert fast is not None
+    if fast is not None:
+        _same(fast, general)
+    _same(sacct_mod.parse(text), general)
+
+
+_BASE_DUMP = _dump(9, 60, garbage=0.0)
+_ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0, 9, 127])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_BASE_DUMP) - 1), _ASCII_BYTES, st.sampled_from(["set", "insert",
+                                                                                                "delete"])),
+                min_size=1, max_size=8))
+def test_byte_level_damage_reads_the_same_on_either_path(edits):
+    """Near-valid ASCII dumps (a digit, a '|', a newline, a space... set, inserted or deleted anywhere): the fast
+    path must refuse or read exactly what the general parser reads, including its errors."""
+    data = bytearray(_BASE_DUMP.encode())
+    for at, byte, how in edits:
+        at = min(at, len(data) - 1)
+        if how == "set":
+            data[at] = byte
+        elif how == "insert":
+            data.insert(at, byte)
+        else:
+            del data[at]
+    text = data.decode("ascii")
+    try:
+        general = sacct_mod._parse_text(text)
+    except SacctFormatError as exc:
+        with pytest.raises(SacctFormatError) as got:
+            sacct_mod.parse(text)
+        assert str(got.value) == str(exc)
+        return
+    _same(sacct_mod.parse(text), general)
+    fast = _fast(text)
+    if fast is not None:
+        _same(fast, general)
+
+
+_CAPTURES = sorted((Path(__file__).parent / "fixtures" / "slurm").glob("*/sacct_dump_*.txt"))
+
+
+@pytest.mark.parametrize("path", _CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_sacct_captures_read_the_same_on_either_path(path):
+    """Dumps real Slurm releases printed: `-X` allocation dumps take the fast path, step dumps the general one."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    general = sacct_mod._parse_text(text, str(path))
+    _same(sacct_mod.read_file(str(path)), general)
+    assert (_fast(text) is not None) == path.name.endswith("_X.txt")

@@ -163,4 +163,20 @@ def test_parsing_never_raises_and_indices_are_consistent(argv):
 
 @pytest.mark.parametrize("script", ["", "\n\n", "#!/bin/sh\n#SBATCH", "#SBATCH '\n", "#SBATCH \\"])
 def test_odd_scripts_do_not_break_the_reader(script):
-    parse_directives(script)
+    """Empty scripts, a bare magic word, a lone quote or backslash: no options, not a het job, nothing for
+    sbatch to refuse (it reads no word there either)."""
+    problems: list[str] = []
+    assert parse_directives(script, problems) == ([], False)
+    assert problems == []
+
+
+@pytest.mark.parametrize("script, want, het", [
+    ("#!/bin/sh\n#SBATCH -N 2\n\n#SBATCH -p vpc\n", [("nodes", "2", 2), ("partition", "vpc", 4)], False),
+    ("#!/bin/sh\necho hi\n#SBATCH -p late\n", [], False),           # after the first command: ignored
+    ("#SBATCH -p a\n#SBATCH hetjob\n#SBATCH -p b\n", [("partition", "a", 1)], True),  # first component
+    ("#SBATCH -J 'two words' # a comment\n", [("job-name", "two words", 1)], False),
+])
+def test_directives_around_the_odd_ones_are_still_read(script, want, het):
+    options, is_het = parse_directives(script)
+    assert [(o.key, o.value, int(o.where.rsplit(" ", 1)[1])) for o in options] == want
+    assert is_het is het

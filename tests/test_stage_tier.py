@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import wait_until
 from slurm_tune.stage import admin
 from slurm_tune.stage.errors import SourceError, StageRequiredError, TierUnavailable
 from slurm_tune.stage.spec import StageRequest, encode_requests
@@ -371,11 +372,14 @@ def test_kill_9_mid_copy_leaves_nothing_complete_and_the_next_stager_restages(ti
         pytest.fail("the stager never started copying")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(0.3)
     assert entries_of(tier) == [], "a killed stager must publish nothing"
-    orphans = subprocess.run(["pgrep", "-f", f"cp -P --preserve=mode --parents -t {tmp}"],
-                             capture_output=True, text=True).stdout.split()
-    assert not orphans, "copy workers must die with their stager"
+
+    def orphans():
+        return subprocess.run(["pgrep", "-f", f"cp -P --preserve=mode --parents -t {tmp}"],
+                              capture_output=True, text=True).stdout.split()
+
+    # the workers get their parent-death signal as the stager dies; give the kernel a moment to deliver it
+    wait_until("the copy workers to die with their stager", lambda: not orphans(), timeout=10, interval=0.05)
     with Tier(tier) as t:
         assert any(r.state != "ready" for r in t.ledger()), "the dead stager's reservation is still there"
     result = stage(req(dataset), tier, job_id="56")
@@ -403,7 +407,7 @@ def test_lru_eviction_between_watermarks_never_touches_held_entries(shared_tmp):
     config = TierConfig(str(root), int(one * 3.2), 0.9, 0.4, "fast")  # room for 3, evicts above 2.88 down to 1.28
     stage(req(sets[0]), config, job_id="1")            # held by a running job
     stage(req(sets[1]), config)                        # unheld, used earlier
-    time.sleep(0.05)
+    _wait_for_the_clock_past(config, sets[1])          # (LRU times are the ledger rows' mtimes)
     stage(req(sets[2]), config)                        # unheld, used later
     result = stage(req(sets[3]), config)               # 4th: must evict, down to the low watermark
     assert result.status == "copied"
@@ -411,6 +415,23 @@ def test_lru_eviction_between_watermarks_never_touches_held_entries(shared_tmp):
     assert remaining == {"set0", "set3"}, "LRU set1 and then set2 go; held set0 stays"
     with Tier(config) as t:
         assert t.usage() <= 0.4 * config.quota + one + 4096
+
+
+def _wait_for_the_clock_past(config, source) -> None:
+    """Until the tier's filesystem stamps a new file later than `source`'s last use, so the next use is
+    strictly later (file times are as coarse as the filesystem's clock tick)."""
+    with Tier(config) as t:
+        last_use = max(r.last_use for r in t.ledger() if r.entry.startswith(source_key(str(source))))
+    probe = Path(config.root) / ".clock-probe"
+
+    def later() -> bool:
+        probe.touch()
+        return probe.stat().st_mtime > last_use
+
+    try:
+        wait_until("the filesystem clock to tick", later, timeout=5, interval=0.001)
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _cached(config, source) -> bool:

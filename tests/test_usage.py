@@ -82,7 +82,7 @@ def test_accumulators_survive_a_reopen(tmp_path):
     acc.add(1, 1001.0, 1.0, 100, 10, None, 90.0, 95.0, 3)
     acc.close()
     again = accum.JobAccumulator(path, [2, 3], created=5555.0)  # a restarted sampler
-    assert again.created == 1000.0 and again.last_ts(0) == 1001.0
+    assert again.created == 1000.0 and again.records[0][accum.F["last_ts"]] == 1001.0
     again.add(0, 1002.0, 1.0, 40, None, 1024.0, None, 95.0, 2)
     created, gpus = accum.read(path)
     assert created == 1000.0

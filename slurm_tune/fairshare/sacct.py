@@ -10,12 +10,18 @@ Columns may come in any order; AdminComment (free text, may hold '|') must be la
 seconds (SLURM_TIME_FORMAT=%s) or sacct's ISO local time. Step rows (JobIDRaw with a '.') are used only for
 their TRESUsageInAve gres/gpuutil, which Slurm >= 23.02 records when built with NVML.
 
-Cost is kept linear and mostly in C: one split per line, a transpose, dictionary factorizing for repeated
-strings (users, accounts, AllocTRES), and per-row Python only for the stune summaries themselves.
+Two paths, one result. A plain ASCII dump (what sacct prints for real clusters) is read at the byte level by
+sacct_fast.py: numpy over whole columns, no Python object per row. Everything else (encoding damage, CR line
+ends, cut lines, step rows, summaries or times in unusual forms) goes through the general parser below, which
+is also the reference the fast path is tested against (tests/test_fairshare_sacct.py). The general parser is
+linear and mostly in C too: one split per line, a transpose, dictionary factorizing for repeated strings
+(users, accounts, AllocTRES), and per-row Python only for the stune summaries themselves.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -94,6 +100,8 @@ class JobTable:
         for name, value in self.__dict__.items():
             if isinstance(value, np.ndarray):
                 out[name] = value[keep]
+            elif isinstance(value, (_fast.Texts, _fast.Coded)):
+                out[name] = value.take(keep)
             elif isinstance(value, list) and len(value) == self.n and name not in ("assoc_keys", "qos_names", "skip_reasons"):
                 out[name] = [value[i] for i in at]
             else:
@@ -107,6 +115,8 @@ class JobTable:
 
 def _factorize(values) -> tuple[np.ndarray, list]:
     """(codes, distinct values in first-seen order), with the per-row work in C (dict.fromkeys, map)."""
+    if isinstance(values, _fast.Coded):
+        return values.factorize()
     values = values if isinstance(values, list) else list(values)
     uniques = list(dict.fromkeys(values))
     table = {v: i for i, v in enumerate(uniques)}
@@ -258,6 +268,11 @@ def _summary_heads(comments: list, n: int):
                 has[i] = True
             else:
                 bad[i] = True
+    return distrust_insane(has, bad, held, used, covered, busy, busy_w)
+
+
+def distrust_insane(has, bad, held, used, covered, busy, busy_w):
+    """Summaries whose numbers are not finite or out of range become unmeasured (has False, bad True)."""
     with np.errstate(invalid="ignore", over="ignore"):
         sane = np.isfinite(held) & np.isfinite(used) & np.isfinite(covered) & np.isfinite(busy) \
             & (held >= 0) & (used >= 0) & (covered >= 0) & (busy >= 0) \
@@ -290,12 +305,32 @@ def _gpuutil(tres_usage: str) -> float:
 
 def parse(text: str, source: str = "sacct") -> JobTable:
     """Parse `sacct -P` output with its header line into a JobTable."""
-    # A million rows are a few million new lists and tuples: the cyclic GC would rescan them over and over
+    with _gc_paused():
+        table = None
+        if text.isascii() and "\r" not in text:
+            data = text.encode("ascii")
+            buf = bytearray(len(data) + _fast.PAD)
+            buf[:len(data)] = data
+            del data
+            table = _fast.parse_bytes(buf, len(buf) - _fast.PAD, source)
+        return table if table is not None else _parse(text, source)
+
+
+def _parse_text(text: str, source: str = "sacct") -> JobTable:
+    """The general parser over text (any encoding damage, CR line ends, ragged lines, step rows): the
+    reference the fast path must agree with."""
+    with _gc_paused():
+        return _parse(text, source)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    # A million rows are a few million new objects: the cyclic GC would rescan them over and over
     # (3-4x the parse time). Nothing here makes cycles, so it is paused while parsing.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse(text, source)
+        yield
     finally:
         if was_enabled:
             gc.enable()
@@ -324,7 +359,7 @@ def _columns(text: str, source: str) -> tuple[list, dict, int, list]:
     # per-line path, which names the bad line.
     if "\r" not in header_line:
         flat = text.replace("\n", "|").split("|")
-        if flat[-1] == "":
+        if text.endswith("\n"):  # the '|' the last newline became; without it, a last empty field is real
             flat.pop()
         if len(flat) % width == 0 and flat[:width] == header:
             columns = {name: flat[width + i::width] for i, name in enumerate(header)}
@@ -409,14 +444,15 @@ def _parse(text: str, source: str) -> JobTable:
     return out
 
 
-def _duplicate_runs(ids: list, start: np.ndarray, end: np.ndarray, elapsed: np.ndarray):
+def _duplicate_runs(ids, start: np.ndarray, end: np.ndarray, elapsed: np.ndarray, numeric=None):
     """Rows that repeat an earlier row's job run (same JobIDRaw and Start), as two overlapping sacct exports
     concatenated give: of each run the most finished row is kept (ended, then longest). None when every run
     appears once; sacct prints jobs in id order, so the common case is one O(n) check in C."""
     n = len(ids)
     if n < 2:
         return None
-    numeric = _fast_ints(ids)
+    if numeric is None:  # (the fast path passes the ids it has read already)
+        numeric = _fast_ints(ids)
     if numeric is not None and (np.diff(numeric) > 0).all():
         return None
     if numeric is None:
@@ -473,9 +509,38 @@ def _join_gpuutil(job_ids, job_elapsed, step_ids, step_elapsed, step_usage, out_
 
 
 def read_file(path: str) -> JobTable:
+    """A dump file: read as bytes into a padded buffer (no copy) for the fast path; anything it declines
+    (non-ASCII, CR line ends, ragged lines...) is decoded as UTF-8 with replacement and universal newlines,
+    as a text-mode read gives, and takes the general path."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            buf = bytearray(size + 1 + _fast.PAD)
+            view = memoryview(buf)
+            got = 0
+            while got < size + 1:
+                chunk = fh.readinto(view[got:size + 1])
+                if not chunk:
+                    break
+                got += chunk
+            view.release()
+            if got > size:  # a pipe, or a file that grew: read the rest too
+                rest = fh.read()
+                buf = bytearray(bytes(buf[:got]) + rest + bytes(_fast.PAD))
+                got += len(rest)
     except OSError as exc:
         raise SacctFormatError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse(text, source=path)
+    with _gc_paused():
+        table = None
+        if buf.isascii() and buf.find(b"\r", 0, got) < 0:  # (the zero padding is ASCII too)
+            table = _fast.parse_bytes(buf, got, path)
+        if table is not None:
+            return table
+        text = bytes(buf[:got]).decode("utf-8", errors="replace")
+        del buf
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        return _parse(text, path)
+
+
+from . import sacct_fast as _fast  # noqa: E402  (it builds on the helpers above)

@@ -92,9 +92,6 @@ class Verdict(_Record):
     def __init__(self, status: str, results: list, reason: str):
         self.status, self.results, self.reason = status, results, reason
 
-    def of(self, status: str) -> list:
-        return [r for r in self.results if r.status == status]
-
 
 REASON_MAX = 120  # Slurm keeps long reasons, but sinfo/squeue columns and pagers do not
 

@@ -345,9 +345,6 @@ class Effective:
                 return found
         return None
 
-    def all(self, key: str) -> list[Opt]:
-        return [o for o in self.directives + self.command_line if o.key == key]
-
 
 def node_range(text: str | None) -> tuple[int, int] | None:
     """`-N` value `min[-max]` -> (min, max); max 0 means open. None when unreadable."""

@@ -147,9 +147,6 @@ class JobAccumulator:
                 r[11] += watts * dt
         RECORD.pack_into(self.map, _record_offset(slot), *r)
 
-    def last_ts(self, slot: int) -> float:
-        return self.records[slot][1]
-
     def close(self) -> None:
         try:
             self.map.close()

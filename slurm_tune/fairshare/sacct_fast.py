@@ -1,0 +1,485 @@
+"""The byte-level fast path of the sacct reader (a million rows in about 2 us each, a third of the general
+parser's time; bench/bench_fairshare.py).
+
+It works on the raw ASCII bytes of a `sacct -P` dump, with numpy over whole columns and no Python object per
+row: the delimiters are found in C, field boundaries are index arithmetic, numbers are read digit by digit
+over all rows at once, and the repeated strings (user, account, partition, QOS, state, AllocTRES) are grouped
+by a hash of their bytes (verified against a representative row, so a collision can only slow it down).
+Columns read whole by nobody (job ids, admin comments) stay as byte spans, decoded when a row is looked at.
+
+It handles only what it can prove it reads exactly like the general parser (sacct.py), and returns None for
+anything else: ragged or blank lines, step rows, fields too wide for its windows, unusual summaries. Per
+column, values outside the plain forms (ISO times, garbage numbers) send just that column through the
+general helpers. tests/test_fairshare_sacct.py holds both paths to the same results on generated dumps.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import sacct as S
+
+PAD = 24             # zero bytes after the text: every window below may read past a field's end
+WINDOW = 16          # bytes read at once for numbers and short fields
+_CHUNK = 1 << 22     # delimiter search in cache-sized pieces (one huge temporary costs page faults)
+_MAX_WORDS = 24      # 8-byte words hashed per row for the grouped columns (wider: the general path)
+ROWS = 1 << 14       # rows per piece: all columns of a piece are read while its bytes and temporaries are cached
+
+_WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+_UNKNOWN_BYTES = [word.encode() for word in S.UNKNOWN_WORDS]
+
+
+class Texts(Sequence):
+    """A column of strings kept as byte spans of the dump; decoded when read (ASCII only)."""
+
+    __slots__ = ("_buf", "_start", "_end")
+
+    def __init__(self, buf, start: np.ndarray, end: np.ndarray):
+        self._buf, self._start, self._end = buf, start, end
+
+    def __len__(self) -> int:
+        return len(self._start)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.tolist()[i]
+        return self._buf[int(self._start[i]):int(self._end[i])].decode("ascii")
+
+    def tolist(self) -> list:
+        buf = self._buf
+        return [buf[a:b].decode("ascii") for a, b in zip(self._start.tolist(), self._end.tolist())]
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __eq__(self, other):
+        return isinstance(other, (list, tuple, Sequence)) and self.tolist() == list(other)
+
+    def __repr__(self) -> str:
+        return f"Texts({self.tolist()!r})"
+
+    def take(self, keep) -> "Texts":
+        return Texts(self._buf, self._start[keep], self._end[keep])
+
+
+class Coded(Sequence):
+    """A column of few distinct strings: a code per row into `names`."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, codes: np.ndarray, names: list):
+        self.codes, self.names = codes, names
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.tolist()[i]
+        return self.names[self.codes[i]]
+
+    def tolist(self) -> list:
+        if not len(self.codes):
+            return []
+        return np.array(self.names, dtype=object)[self.codes].tolist()
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __eq__(self, other):
+        return isinstance(other, (list, tuple, Sequence)) and self.tolist() == list(other)
+
+    def __repr__(self) -> str:
+        return f"Coded({self.tolist()!r})"
+
+    def take(self, keep) -> "Coded":
+        return Coded(self.codes[keep], self.names)
+
+    def factorize(self) -> tuple[np.ndarray, list]:
+        """(codes, names) with names in first-seen order, as sacct._factorize gives for the plain list."""
+        if not len(self.codes):
+            return np.zeros(0, dtype=np.int32), []
+        present, first = np.unique(self.codes, return_index=True)
+        order = present[np.argsort(first, kind="stable")]
+        remap = np.zeros(len(self.names), dtype=np.int32)
+        remap[order] = np.arange(len(order), dtype=np.int32)
+        return remap[self.codes], [self.names[c] for c in order.tolist()]
+
+
+def _in_pieces(fn, n: int) -> tuple:
+    """fn(lo, hi) over pieces of ROWS rows, each giving a tuple of arrays; the tuples' arrays joined. All the
+    columns of a piece are read while its bytes are in cache (one pass over the dump, not one per column)."""
+    first = fn(0, min(n, ROWS))
+    if n <= ROWS:
+        return first
+    out = tuple(np.empty(n, dtype=a.dtype) for a in first)
+    for column, part in zip(out, first):
+        column[:ROWS] = part
+    for lo in range(ROWS, n, ROWS):
+        hi = min(n, lo + ROWS)
+        for column, part in zip(out, fn(lo, hi)):
+            column[lo:hi] = part
+    return out
+
+
+def _delimiters(arr: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Positions of every '|' and '\\n' in arr[start:stop], found in pieces."""
+    dtype = np.int32 if stop < (1 << 31) else np.int64
+    parts = []
+    for at in range(start, stop, _CHUNK):
+        piece = arr[at:min(stop, at + _CHUNK)]
+        found = np.flatnonzero((piece == 124) | (piece == 10))
+        parts.append(found.astype(dtype) + dtype(at))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _gather(buf, size: int, width: int):
+    """An array over buf whose element p is the `width` bytes from p on (unaligned, overlapping): indexing it
+    with row positions copies each row's bytes in one C loop. The padding makes every p <= size safe."""
+    if width == 8:
+        return np.ndarray((size + 1,), dtype="<u8", buffer=buf, strides=(1,))
+    return np.ndarray((size + 1,), dtype=np.dtype((np.void, width)), buffer=buf, strides=(1,))
+
+
+def _rows(view, at: np.ndarray, width: int) -> np.ndarray:
+    """view[at] as an (n, width) uint8 matrix."""
+    return view[at].view(np.uint8).reshape(len(at), width)
+
+
+def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
+    """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers. The window ends at
+    each field's end, so digits line up by place value and one matrix product reads them all."""
+    n = len(start)
+    width = end - start
+    values = np.zeros(n, dtype=np.int64)
+    plain = (width >= 1) & (width <= 13)
+    if not n or not plain.any():
+        return values, plain
+    wide = int(width[plain].max())
+    at = end.astype(np.int64) - wide
+    if at.min() < 0:
+        return values, np.zeros(n, dtype=bool)
+    digits = _rows(_gather(buf, size, wide), at, wide) - np.uint8(48)
+    inside = np.arange(wide) >= (wide - width)[:, None]
+    plain &= ~((digits > 9) & inside).any(axis=1)
+    digits[~inside] = 0
+    # a float product is exact here (13 digits < 2**53) and runs in BLAS
+    values = (digits.astype(np.float64) @ (10.0 ** np.arange(wide - 1, -1, -1))).astype(np.int64)
+    values[~plain] = 0
+    return values, plain
+
+
+def _is_word(buf, size, start: np.ndarray, width: np.ndarray, word: bytes) -> np.ndarray:
+    match = width == len(word)
+    if word and match.any():
+        key = int.from_bytes(word, "little")
+        match &= (_gather(buf, size, 8)[start] & _WORD_MASKS[len(word)]) == np.uint64(key)
+    return match
+
+
+def _times(buf, size, start, end):
+    """Start/End: (epoch seconds or -1 for sacct's Unknown words, ok). A row not ok (an ISO time, garbage)
+    sends the column to the general parser's helper."""
+    values, plain = _plain_numbers(buf, size, start, end)
+    width = end - start
+    unknown = width == 0
+    for word in _UNKNOWN_BYTES:
+        unknown |= _is_word(buf, size, start, width, word)
+    ok = (plain & (values < S._MAX_EPOCH)) | unknown
+    values[unknown] = -1
+    return values, ok
+
+
+def _ints(buf, size, start, end):
+    values, plain = _plain_numbers(buf, size, start, end)
+    return values, plain & (values < S._MAX_EPOCH)
+
+
+def _words(buf, size: int, start: np.ndarray, end: np.ndarray, count: int) -> list:
+    """The span [start, end) of every row as `count` 8-byte little-endian words, zero past the end."""
+    words = _gather(buf, size, 8)
+    width = end - start
+    out = []
+    for k in range(count):
+        left = np.clip(width - 8 * k, 0, 8)
+        out.append(words[np.minimum(start + 8 * k, size)] & _WORD_MASKS[left])
+    return out
+
+
+def _hash(parts: list, n: int) -> np.ndarray:
+    h = np.full(n, 1469598103934665603, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for part in parts:
+            h = (h ^ part.astype(np.uint64, copy=False)) * np.uint64(1099511628211)
+            h ^= h >> np.uint64(29)
+    return h
+
+
+def _group(h: np.ndarray, parts: list, n: int):
+    """(group of each row, first row of each group) with groups in first-seen order, for rows with equal
+    hashes; None when two rows of one group differ in a part (a hash collision: the general path).
+
+    Hashes are placed in a table by their low bits (no sort of a million values); the few hashes that land in
+    a slot another hash took are grouped apart."""
+    slots = 1 << max(10, min(20, (n * 2).bit_length()))
+    slot = (h & np.uint64(slots - 1)).astype(np.intp)
+    owner = np.zeros(slots, dtype=np.uint64)
+    owner[slot] = h
+    other = np.flatnonzero(owner[slot] != h)
+    key = slot
+    if len(other):
+        extra, extra_key = np.unique(h[other], return_inverse=True)
+        key = slot.copy()
+        key[other] = slots + extra_key.ravel()
+        slots += len(extra)
+    first = np.full(slots, n, dtype=np.intp)
+    np.minimum.at(first, key, np.arange(n))
+    used = np.flatnonzero(first < n)
+    reps = first[used]
+    order = np.argsort(reps, kind="stable")
+    rank = np.empty(slots, dtype=np.intp)
+    rank[used[order]] = np.arange(len(used))
+    group, reps = rank[key], reps[order]
+    rep_of_row = reps[group]
+    for part in parts:
+        if not (part == part[rep_of_row]).all():
+            return None
+    return group, reps
+
+
+_KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after each of the five numbers
+_TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
+_COLS = np.arange(_TOKEN)
+
+
+def _decimals(block: np.ndarray, length: np.ndarray):
+    """The numbers that start each row of block and run `length` bytes, when every one is digits with at most
+    one '.' (else None). numpy reads them in one call, exactly as the general parser's numpy call does."""
+    inside = _COLS < length[:, None]
+    digit = ((block - np.uint8(48)) <= 9) & inside
+    dot = (block == 46) & inside
+    if (inside & ~(digit | dot)).any() or (dot.sum(axis=1) > 1).any() or not digit.any(axis=1).all():
+        return None
+    text = np.where(inside, block, np.uint8(32)).tobytes().decode("ascii")
+    values = S._numbers(text)
+    return values if values is not None and values.size == len(block) else None
+
+
+def _summaries(buf, size, start, end, n):
+    """sacct._summary_heads over byte spans, for heads exactly in encode()'s form
+    ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None for anything
+    else, which the general parser then reads. Walks the head number by number: each runs to its space, holds
+    only digits and one '.', and is followed by its key."""
+    held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
+    has = np.zeros(n, dtype=bool)
+    bad = np.zeros(n, dtype=bool)
+    words = _gather(buf, size, 8)
+    lead = S.SUMMARY_PREFIX.encode()
+    cand = np.flatnonzero(end - start >= len(lead))
+    if len(cand):
+        cand = cand[(words[start[cand]] & _WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
+    if not len(cand):
+        return has, bad, held, used, covered, busy, busy_w
+    at = start[cand].astype(np.int64) + len(lead)
+    stop = end[cand].astype(np.int64)
+    if (stop - at < 5).any() or ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
+        return None
+    at += 5
+    tokens = _gather(buf, size, _TOKEN)
+    values = []
+    for k, key in enumerate(_KEYS):
+        block = _rows(tokens, at, _TOKEN)
+        space = block == 32
+        length = space.argmax(axis=1)
+        if not space.any(axis=1).all():
+            return None
+        dash = None
+        if k == 4:  # busy_w: "-" when no sample was busy
+            dash = (length == 1) & (block[:, 0] == ord("-"))
+            block[dash, 0] = ord("0")
+        value = _decimals(block, length)
+        if value is None:
+            return None
+        if dash is not None:
+            value[dash] = np.nan
+        after = at + length + 1
+        if (after + len(key) > stop).any() \
+                or ((words[after] & _WORD_MASKS[len(key)]) != np.uint64(int.from_bytes(key, "little"))).any():
+            return None
+        values.append(value)
+        at = after + len(key)
+    held[cand], used[cand], covered[cand], busy[cand], busy_w[cand] = values
+    has[cand] = True
+    return has, bad, held, used, covered, busy, busy_w
+
+
+def parse_bytes(buf, size: int, source: str):
+    """A JobTable from the ASCII `sacct -P` text in buf[:size] (zero padded by PAD bytes), or None when the
+    text needs the general parser."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    if len(arr) < size + PAD:
+        return None
+    at = 0
+    while at < size and arr[at] == 10:
+        at += 1
+    head_end = buf.find(b"\n", at, size)
+    if head_end < 0 or head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
+        return None
+    header = bytes(buf[at:head_end]).decode("ascii").split("|")
+    width = len(header)
+    if width < 2 or len(set(header)) != width or any(f not in header for f in S.REQUIRED) \
+            or ("AdminComment" in header and header[-1] != "AdminComment"):
+        return None
+    body = head_end + 1
+    delims = _delimiters(arr, body, size)
+    newline = arr[delims] == 10
+    if arr[size - 1] != 10:  # the last line without its '\n'
+        delims = np.append(delims, delims.dtype.type(size))
+        newline = np.append(newline, True)
+    ends_at = np.flatnonzero(newline)
+    n = len(ends_at)
+    pipes = np.diff(ends_at, prepend=-1) - 1
+    if not n or pipes.min() < width - 1:
+        return None  # a cut line: the general parser names it
+    if pipes.max() == width - 1:
+        bounds = delims.reshape(n, width)
+    else:  # some free-text last fields hold '|': take each line's first width-1 pipes
+        first = np.concatenate(([0], ends_at[:-1] + 1))
+        bounds = np.empty((n, width), dtype=delims.dtype)
+        bounds[:, :width - 1] = delims[first[:, None] + np.arange(width - 1)]
+        bounds[:, width - 1] = delims[ends_at]
+    line_start = np.empty(n, dtype=delims.dtype)
+    line_start[0] = body
+    line_start[1:] = bounds[:-1, width - 1] + 1
+    col = {name: k for k, name in enumerate(header)}
+
+    def span(name):
+        k = col[name]
+        return (line_start if k == 0 else bounds[:, k - 1] + 1), bounds[:, k]
+
+    id_start, id_end = span("JobIDRaw")
+    if int((id_end - id_start).max()) > WINDOW:
+        return None
+    ids = Texts(buf, id_start, id_end)
+
+    # the repeated strings (user, account, ...) are grouped by a hash of their bytes; consecutive columns
+    # are hashed as one span (no field but the last holds a '|', so equal spans mean equal fields)
+    grouped = [name for name in ("User", "Account", "Partition", "QOS", "State", "AllocTRES") if name in col]
+    runs: list[list[int]] = []
+    for k in sorted(col[name] for name in grouped):
+        if runs and runs[-1][-1] == k - 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    run_spans, counts = [], []
+    for run in runs:
+        a = line_start if run[0] == 0 else bounds[:, run[0] - 1] + 1
+        b = bounds[:, run[-1]]
+        run_spans.append((a, b))
+        counts.append((int((b - a).max()) + 7) // 8)
+    if sum(counts) > _MAX_WORDS:
+        return None
+    number_spans = [span(name) for name in ("JobIDRaw", "Start", "End", "ElapsedRaw")]
+    comment_span = span("AdminComment") if "AdminComment" in col else None
+    dot_column = np.arange(WINDOW)
+    id_window = _gather(buf, size, WINDOW)
+
+    def piece(lo, hi):
+        a, b = id_start[lo:hi], id_end[lo:hi]
+        step = ((_rows(id_window, a, WINDOW) == 46) & (dot_column < (b - a)[:, None])).any(axis=1)
+        parts = []
+        for (a, b), count in zip(run_spans, counts):
+            a, b = a[lo:hi], b[lo:hi]
+            parts += [b - a, *_words(buf, size, a, b, count)]
+        out = [step, _hash(parts, hi - lo), *parts]
+        for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
+            out += read(buf, size, a[lo:hi], b[lo:hi])
+        if comment_span is not None:
+            heads = _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo)
+            ok = np.full(hi - lo, heads is not None)
+            out += [*(heads or (np.zeros(hi - lo, dtype=bool),) * 2 + (np.zeros(hi - lo),) * 5), ok]
+        return tuple(out)
+
+    columns = list(_in_pieces(piece, n))
+    step, h = columns[0], columns[1]
+    if step.any():
+        return None  # step rows: the general parser joins them to their jobs
+    parts = columns[2:2 + len(counts) + sum(counts)]
+    (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
+     *heads) = columns[2 + len(parts):]
+    grouping = _group(h, parts, n)
+    if grouping is None:
+        return None
+    group, reps = grouping
+    del parts, h, columns
+    names_of: dict[str, tuple[np.ndarray, list]] = {}
+    for name in grouped:
+        a, b = span(name)
+        a, b = a[reps].tolist(), b[reps].tolist()
+        texts = [bytes(buf[x:y]).decode("ascii") for x, y in zip(a, b)]
+        codes, names = S._factorize(texts)  # groups in first-seen order: names are too
+        names_of[name] = (codes[group], names, codes)
+
+    def coded(name):
+        if name in names_of:
+            return Coded(names_of[name][0], names_of[name][1])
+        return Coded(np.zeros(n, dtype=np.int32), [""])
+
+    # (account, user) pairs: sacct._factorize_pairs over the groups
+    acc_codes, acc_names = names_of["Account"][2], names_of["Account"][1]
+    usr_codes, usr_names = names_of["User"][2], names_of["User"][1]
+    combined = acc_codes.astype(np.int64) * len(usr_names) + usr_codes
+    distinct, pair_of_group = np.unique(combined, return_inverse=True)
+    assoc = pair_of_group.ravel().astype(np.int32)[group]
+    assoc_keys = [(acc_names[c // len(usr_names)], usr_names[c % len(usr_names)]) for c in distinct.tolist()]
+    qos = coded("QOS")
+    tres_names = names_of["AllocTRES"][1]
+    tres_codes = names_of["AllocTRES"][0]
+    billing = np.array([S._tres_value(t, "billing") for t in tres_names] or [0.0])[tres_codes]
+    gpus = np.array([S._tres_value(t, "gres/gpu") for t in tres_names] or [0.0])[tres_codes]
+
+    # a column with any value in another form is read by the general parser's helper, whole
+    if not start_ok.all():
+        start = S._times(Texts(buf, *span("Start")).tolist(), source)
+    if not end_ok.all():
+        end = S._times(Texts(buf, *span("End")).tolist(), source)
+    if not elapsed_ok.all():
+        elapsed = S._ints(Texts(buf, *span("ElapsedRaw")).tolist())
+    if comment_span is not None:
+        comments = Texts(buf, *comment_span)
+        heads, heads_ok = tuple(heads[:7]), heads[7]
+        if not heads_ok.all():
+            heads = S._summary_heads(comments.tolist(), n)
+        else:
+            heads = S.distrust_insane(*heads)
+    else:
+        comments = Coded(np.zeros(n, dtype=np.int32), [""])
+        heads = S._summary_heads([], n)
+    has_summary, bad_summary, held, used, covered, busy, busy_w = heads
+    if "JobID" in col:
+        job_id = Texts(buf, *span("JobID"))
+    else:
+        job_id = ids
+    table = S.JobTable(
+        job_id_raw=ids, job_id=job_id, assoc=assoc, assoc_keys=assoc_keys, partition=coded("Partition"),
+        qos=qos.codes, qos_names=qos.names, state_raw=coded("State"), start=start, end=end,
+        elapsed=elapsed, billing=billing, gpus=gpus, has_summary=has_summary, held_s=held, used_s=used,
+        covered_s=covered, busy_s=busy, busy_w=busy_w, admin_comment=comments,
+        gpuutil=np.full(n, np.nan), gpuutil_cover=np.zeros(n), bad_summary=bad_summary)
+    keep = (start != S.BAD_TIME) & (end != S.BAD_TIME)
+    bad_rows = np.flatnonzero(~keep)[:5].tolist()
+    starts, ends = Texts(buf, *span("Start")), Texts(buf, *span("End"))
+    table.skip_reasons = [f"{source}: job {ids[i]}: unreadable Start/End ({starts[i]!r}, {ends[i]!r})"
+                          for i in bad_rows]
+    skipped = table.n - int(keep.sum())
+    table.skipped = skipped
+    duplicate = S._duplicate_runs(ids, start, end, elapsed, numeric=id_numeric if id_plain.all() else None)
+    if duplicate is not None:
+        keep &= ~duplicate
+    if keep.all():
+        return table
+    out = table.subset(keep)
+    out.skipped, out.skip_reasons = skipped, table.skip_reasons
+    out.duplicates = 0 if duplicate is None else int((duplicate & (start != S.BAD_TIME) & (end != S.BAD_TIME)).sum())
+    return out
