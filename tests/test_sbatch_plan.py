@@ -12,7 +12,8 @@ from slurm_tune.profiles import load_profile
 from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
 from slurm_tune.sbatch.export import export_with, parse_export, user_value
 from slurm_tune.sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
-from slurm_tune.sbatch.submit import explain, sbatch_words
+from slurm_tune.sbatch.dryrun import explain
+from slurm_tune.sbatch.submit import sbatch_words
 
 
 def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partition=None, stage=(), required=False,

@@ -5,7 +5,8 @@
 - `plan`: what stune adds for a job, each setting with the profile key or rule it came from;
 - `export`: sbatch's --export/--export-file rules: the job's environment, and whose value wins;
 - `history`: the per-user record of submissions, `history` and `history diff`;
-- `submit`: the orchestration behind the command.
+- `submit`: the orchestration behind the command;
+- `dryrun`: `--dry-run`'s explanation of a plan (text or JSON), imported by a dry run only.
 
 Everything here is on the submission path: the hot-path import rule applies (docs/speed.md).
 """

@@ -46,7 +46,24 @@ def history_path(environ=None) -> str:
 
 def is_secret(name: str) -> bool:
     upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+    for word in SECRET_WORDS:
+        if word in upper:
+            return True
+    return False
+
+
+def sha256(data: bytes):
+    """hashlib.sha256 without hashlib's OpenSSL load (2-7 ms on the submission path, paid by every user whose
+    environment holds a token): the interpreter's built-in module where it has one (3.11: _sha256, 3.12+:
+    _sha2)."""
+    for name in ("_sha256", "_sha2"):
+        try:
+            return __import__(name).sha256(data)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def recorded_env(env: dict[str, str]) -> dict[str, str]:
@@ -56,9 +73,7 @@ def recorded_env(env: dict[str, str]) -> dict[str, str]:
             continue
         value = env[name]
         if is_secret(name):
-            import hashlib
-
-            value = "<secret sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:12] + ">"
+            value = "<secret sha256:" + sha256(value.encode("utf-8", "replace")).hexdigest()[:12] + ">"
         out[name] = value
     return out
 

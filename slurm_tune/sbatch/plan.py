@@ -262,8 +262,6 @@ def time_limit_seconds(text: str | None) -> int | None:
 
 
 def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
-    from ..nodestate import DEGRADED_FEATURE
-
     place = profile.placement
     out = []
     if not multi:
@@ -281,6 +279,8 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
                            f"kept your --switches={mine.value} ({mine.where})" if mine else
                            "keep the job under one leaf switch, waiting at most that long for it"))
     if place.exclude_degraded:
+        from ..nodestate import DEGRADED_FEATURE
+
         marked = degraded_nodes()
         requested = _node_names(eff.get("nodelist"))
         wanted = [n for n in marked if n in requested]

@@ -82,7 +82,9 @@ def job_id_from(stdout: str) -> tuple[str | None, str | None]:
 
 
 def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
-    environ = os.environ if environ is None else environ
+    # One copy of os.environ: each later dict() of it (the job's environment, the history's) is then a plain
+    # dict's copy, not one more decoding of every variable.
+    environ = dict(os.environ) if environ is None else environ
     parsed = parse_args(argv)
     dry_run = any(o.key == "stune:dry-run" for o in parsed.stune)
     as_json = dry_run and any(o.key == "stune:json" for o in parsed.stune)
@@ -131,7 +133,9 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
             return 0
         if dry_run:
             print(f"{PROG} --dry-run: {exc}; the job would be submitted without stune settings:")
-            print("  " + _command_text(["sbatch", *words]))
+            from .dryrun import command_text
+
+            print("  " + command_text(["sbatch", *words]))
             for name, value in stage_env.items():
                 print(f"  {name}={value}")
             for text_ in stage_warnings:
@@ -156,6 +160,8 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
     words = sbatch_words(argv, parsed, plan.options)
     if dry_run:
+        from .dryrun import explain, explain_doc
+
         if as_json:
             from ..output import print_json
 
@@ -274,23 +280,10 @@ def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str 
         "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,
         "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": os.getcwd(), "script": script_label,
         "profile": plan.profile.source, "digest": plan.profile.digest,
-        "script_sha256": (_sha256(script_text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        "script_sha256": (history.sha256(script_text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
                           if script_text is not None else None),
         "env": history.recorded_env(job_environment(plan.env, parse_export(eff.get("export")), environ)),
     }
-
-
-def _sha256(data: bytes):
-    """hashlib.sha256 without hashlib's OpenSSL load (2-7 ms on the submission path): the interpreter's
-    built-in module where it has one (3.11: _sha256, 3.12+: _sha2)."""
-    for name in ("_sha256", "_sha2"):
-        try:
-            return __import__(name).sha256(data)
-        except (ImportError, AttributeError):
-            continue
-    import hashlib
-
-    return hashlib.sha256(data)
 
 
 def _record(entry: dict, stdout: str, environ) -> None:
@@ -304,67 +297,3 @@ def _record(entry: dict, stdout: str, environ) -> None:
         history.record(entry, environ)
     except OSError as exc:  # the job is submitted; a history that cannot be written must not hide that
         warn(f"warning: job submitted, but the history was not written: {exc.strerror or exc}")
-
-
-# ---- --dry-run -------------------------------------------------------------------------------------------------
-
-def _command_text(words: list[str]) -> str:
-    import shlex
-
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def explain_doc(plan, words: list[str], script_label: str) -> dict:
-    """`--dry-run --json`: what explain() says, as data. `settings`: every setting stune considered, with its
-    kind (env, option, node, note, warning), whether it was applied, and where it comes from."""
-    from .plan import MANAGED_VAR
-
-    p = plan.profile
-    return {"submitted": False, "partition": plan.partition, "partition_source": plan.partition_source,
-            "profile": {"source": p.source, "digest": p.digest, "fabric": p.fabric.type},
-            "multi_node": bool(plan.multi_node), "node_reason": plan.node_reason, "script": script_label,
-            "sbatch": ["sbatch", *words], "env": dict(plan.env), "managed_var": MANAGED_VAR,
-            "export_option": plan.export_option, "warnings": plan.warnings,
-            "settings": [{"kind": s.kind, "name": s.name, "value": s.value, "source": s.source,
-                          "applied": bool(s.applied), "note": s.note} for s in plan.settings]}
-
-
-def explain(plan, words: list[str], script_label: str) -> str:
-    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION, WARNING
-
-    p = plan.profile
-    lines = [f"{PROG} --dry-run: nothing was submitted",
-             f"partition   {plan.partition}  ({plan.partition_source})",
-             f"profile     {p.source}  (digest {p.digest}, fabric {p.fabric.type})",
-             f"nodes       {'multi-node' if plan.multi_node else 'single node'}: {plan.node_reason}",
-             f"script      {script_label}",
-             "", "sbatch command:", "  " + _command_text(["sbatch", *words])]
-
-    def table(title: str, rows: list[tuple[str, str]]) -> None:
-        if not rows:
-            return
-        lines.extend(["", title])
-        width = min(max(len(r[0]) for r in rows), 44)
-        for left, right in rows:
-            pad = " " * max(width - len(left), 0)
-            lines.append(f"  {left}{pad}  <- {right}")
-
-    s_env = [s for s in plan.settings if s.kind == ENV and s.applied]
-    table("environment stune sets for the job:",
-          [(f"{s.name}={s.value}", s.source + (f"; {s.note}" if s.note else "")) for s in s_env]
-          + ([(f"{MANAGED_VAR}={plan.env[MANAGED_VAR]}", "rule: the names stune set, so the TaskProlog "
-               "may refine them and never touches yours")] if MANAGED_VAR in plan.env else []))
-    table("detected on each node (stune-task-prolog, or eval \"$(stune-env)\" in the script):",
-          [(s.name, s.source + f"; {s.note}") for s in plan.settings if s.kind == NODE and s.applied])
-    table("sbatch options stune adds:",
-          [(s.name if s.value is None else f"{s.name}={s.value}", s.source + (f"; {s.note}" if s.note else ""))
-           for s in plan.settings if s.kind == OPTION and s.applied]
-          + ([(plan.export_option, "rule: your --export names only some variables: stune's are added to "
-               "the list")] if plan.export_option else []))
-    table("kept as you set them (stune does not override):",
-          [(s.name, f"{s.note}  [{s.source}]") for s in plan.settings if not s.applied and s.kind != NOTE])
-    notes = [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == NOTE]
-    table("notes:", notes)
-    table("warnings (also printed at submission):",
-          [(s.name, s.note + f"  [{s.source}]") for s in plan.settings if s.kind == WARNING])
-    return "\n".join(lines) + "\n"
