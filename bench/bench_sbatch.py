@@ -8,7 +8,8 @@ PYTHONDONTWRITEBYTECODE=1, so only bytecode the install left is used. Every subm
 so nothing runs; they are cancelled afterwards) and recorded in a throw-away history, as a user's would be.
 
 Extra rows show the paths that cost one more Slurm call: no -p (Slurm's default partition is asked for) and
-a multi-node job (the partition's degraded nodes are asked for); where the time goes in the wheel install:
+a multi-node job (the partition's degraded nodes are asked for); a submission from an environment that holds
+tokens (the history records their digests: no hashlib import); where the time goes in the wheel install:
 the interpreter with `site` (what the launcher starts), the same plus importing what a submission imports,
 and pip 23's own console-script launcher (it imports re) in place of ours. The same table again in CPU time
 (user + system of the child, sbatch's included), which other load distorts less. Then the TaskProlog
@@ -67,11 +68,15 @@ def main() -> int:
         "stune-sbatch (default partition)": [str(bins["editable"] / "stune-sbatch"), *job],
         "stune-sbatch -p hdr -N 2": [str(bins["editable"] / "stune-sbatch"), "-p", "hdr", "-N", "2", *job],
         "stune-sbatch, pip's launcher (wheel)": [str(pip_launcher), "-p", "roce", *job],
+        "stune-sbatch -p roce, a token in the env (wheel)": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
         "python -c pass (wheel)": [wheel_py, "-c", "pass"],
         "python -c 'import ...' (wheel)": [wheel_py, "-c", imports],
     }
     envs["sbatch"] = env
-    kind_of = {key: ("wheel" if "wheel" in key else "editable" if "stune" in key else "sbatch") for key in argvs}
+    # An ML user's environment often holds a token (HF_TOKEN, WANDB_API_KEY): the history records its digest.
+    envs["secret"] = dict(envs["wheel"], HF_TOKEN="hf_" + "x" * 34, WANDB_API_KEY="0" * 40)
+    kind_of = {key: ("secret" if "token" in key else "wheel" if "wheel" in key else "editable" if "stune" in key
+                     else "sbatch") for key in argvs}
     try:
         results = [compare(name, {key: (lambda a=argv, k=kind_of[key]: measure(a, env=envs[k], cwd=str(tmp)))
                                   for key, argv in argvs.items()}, rounds=rounds)
