@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..slurm.tres import tres_count
 from . import sacct as S
 
 PAD = 24             # zero bytes after the text: every window below may read past a field's end
@@ -250,27 +251,43 @@ def _group(h: np.ndarray, parts: list, n: int):
 
 _KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after each of the five numbers
 _TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
+_HEAD = 128                      # the five numbers of a head end within this many bytes (wider: general path)
 _COLS = np.arange(_TOKEN)
+_PLACE = 10.0 ** np.arange(_TOKEN - 1, -1, -1)          # place value of each column of a right-aligned token
+_POW10 = 10 ** np.arange(_TOKEN + 1, dtype=np.int64)
+_POW10F = 10.0 ** np.arange(_TOKEN + 1)
 
 
 def _decimals(block: np.ndarray, length: np.ndarray):
-    """The numbers that start each row of block and run `length` bytes, when every one is digits with at most
-    one '.' (else None). numpy reads them in one call, exactly as the general parser's numpy call does."""
-    inside = _COLS < length[:, None]
-    digit = ((block - np.uint8(48)) <= 9) & inside
+    """The numbers that end each row of block (right-aligned) and run `length` bytes, when every one is 1-15
+    digits with at most one '.' (else None), read by digit arithmetic exactly as strtod (numpy, the general
+    parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is D / 10**f (f digits
+    after the dot), one correctly rounded division of two exact doubles."""
+    inside = _COLS >= (_TOKEN - length)[:, None]
+    digits = block - np.uint8(48)
+    digit = digits <= 9
     dot = (block == 46) & inside
-    if (inside & ~(digit | dot)).any() or (dot.sum(axis=1) > 1).any() or not digit.any(axis=1).all():
+    if (inside & ~(digit | dot)).any():
         return None
-    text = np.where(inside, block, np.uint8(32)).tobytes().decode("ascii")
-    values = S._numbers(text)
-    return values if values is not None and values.size == len(block) else None
+    dots = dot.sum(axis=1)
+    if (dots > 1).any() or (length - dots < 1).any():
+        return None
+    digits[~(inside & digit)] = 0
+    # the float product is exact: integers below 10**15 (and 2**53), summed in BLAS
+    whole = (digits.astype(np.float64) @ _PLACE).astype(np.int64)
+    # a dot at column d: digits left of it got one place too many; D = (whole // 10**(f+1)) * 10**f + rest
+    f = np.where(dots > 0, _TOKEN - 1 - dot.argmax(axis=1), 0)
+    has_dot = dots > 0
+    scale = _POW10[f + 1]
+    joined = np.where(has_dot, (whole // scale) * _POW10[f] + whole % scale, whole)
+    return joined.astype(np.float64) / _POW10F[f]
 
 
 def _summaries(buf, size, start, end, n):
     """sacct._summary_heads over byte spans, for heads exactly in encode()'s form
     ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None for anything
-    else, which the general parser then reads. Walks the head number by number: each runs to its space, holds
-    only digits and one '.', and is followed by its key."""
+    else, which the general parser then reads. The five spaces that end the numbers are found at once in a
+    window over each head; each number must hold only digits and one '.', and be followed by its key."""
     held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
     has = np.zeros(n, dtype=bool)
     bad = np.zeros(n, dtype=bool)
@@ -281,29 +298,42 @@ def _summaries(buf, size, start, end, n):
         cand = cand[(words[start[cand]] & _WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
     if not len(cand):
         return has, bad, held, used, covered, busy, busy_w
+    m = len(cand)
     at = start[cand].astype(np.int64) + len(lead)
     stop = end[cand].astype(np.int64)
     if (stop - at < 5).any() or ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
         return None
     at += 5
+    # the first five spaces after each head's first number: one window per head, searched in one call
+    last = len(buf) - _HEAD
+    base = np.minimum(at, last)
+    if base.min() < 0:
+        return None
+    window = _rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
+                   base, _HEAD)
+    found = np.flatnonzero(window == 32)
+    row_at = np.arange(m, dtype=np.int64) * _HEAD
+    first = np.searchsorted(found, row_at + (at - base))
+    if (first + 4 >= len(found)).any() or (found[np.minimum(first + 4, len(found) - 1)] >= row_at + _HEAD).any():
+        return None
     tokens = _gather(buf, size, _TOKEN)
     values = []
     for k, key in enumerate(_KEYS):
-        block = _rows(tokens, at, _TOKEN)
-        space = block == 32
-        length = space.argmax(axis=1)
-        if not space.any(axis=1).all():
+        space = found[first + k] - row_at + base  # the space's position in buf
+        length = space - at
+        if (length < 1).any() or (length >= _TOKEN).any() or (space - _TOKEN < 0).any():
             return None
+        block = _rows(tokens, space - _TOKEN, _TOKEN)
         dash = None
         if k == 4:  # busy_w: "-" when no sample was busy
-            dash = (length == 1) & (block[:, 0] == ord("-"))
-            block[dash, 0] = ord("0")
+            dash = (length == 1) & (block[:, -1] == ord("-"))
+            block[dash, -1] = ord("0")
         value = _decimals(block, length)
         if value is None:
             return None
         if dash is not None:
             value[dash] = np.nan
-        after = at + length + 1
+        after = space + 1
         if (after + len(key) > stop).any() \
                 or ((words[after] & _WORD_MASKS[len(key)]) != np.uint64(int.from_bytes(key, "little"))).any():
             return None
@@ -436,8 +466,8 @@ def parse_bytes(buf, size: int, source: str):
     qos = coded("QOS")
     tres_names = names_of["AllocTRES"][1]
     tres_codes = names_of["AllocTRES"][0]
-    billing = np.array([S._tres_value(t, "billing") for t in tres_names] or [0.0])[tres_codes]
-    gpus = np.array([S._tres_value(t, "gres/gpu") for t in tres_names] or [0.0])[tres_codes]
+    billing = np.array([tres_count(t, "billing") for t in tres_names] or [0.0])[tres_codes]
+    gpus = np.array([tres_count(t, "gres/gpu") for t in tres_names] or [0.0])[tres_codes]
 
     # a column with any value in another form is read by the general parser's helper, whole
     if not start_ok.all():
