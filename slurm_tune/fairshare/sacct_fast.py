@@ -195,14 +195,19 @@ def _is_word(buf, size, start: np.ndarray, width: np.ndarray, word: bytes) -> np
 
 def _times(buf, size, start, end):
     """Start/End: (epoch seconds or -1 for sacct's Unknown words, ok). A row not ok (an ISO time, garbage)
-    sends the column to the general parser's helper."""
+    sends the column to the general parser's helper. Only the rows that are not plain numbers are matched
+    against the Unknown words."""
     values, plain = _plain_numbers(buf, size, start, end)
-    width = end - start
-    unknown = width == 0
-    for word in _UNKNOWN_BYTES:
-        unknown |= _is_word(buf, size, start, width, word)
-    ok = (plain & (values < S._MAX_EPOCH)) | unknown
-    values[unknown] = -1
+    ok = plain & (values < S._MAX_EPOCH)
+    rest = np.flatnonzero(~plain)
+    if len(rest):
+        a = start[rest]
+        width = end[rest] - a
+        unknown = width == 0
+        for word in _UNKNOWN_BYTES:
+            unknown |= _is_word(buf, size, a, width, word)
+        values[rest[unknown]] = -1
+        ok[rest[unknown]] = True
     return values, ok
 
 
@@ -433,17 +438,13 @@ def parse_bytes(buf, size: int, source: str):
         return None
     number_spans = [span(name) for name in ("JobIDRaw", "Start", "End", "ElapsedRaw")]
     comment_span = span("AdminComment") if "AdminComment" in col else None
-    dot_column = np.arange(WINDOW)
-    id_window = _gather(buf, size, WINDOW)
 
     def piece(lo, hi):
-        a, b = id_start[lo:hi], id_end[lo:hi]
-        step = ((_rows(id_window, a, WINDOW) == 46) & (dot_column < (b - a)[:, None])).any(axis=1)
         parts = []
         for (a, b), count in zip(run_spans, counts):
             a, b = a[lo:hi], b[lo:hi]
             parts += [b - a, *_words(buf, size, a, b, count)]
-        out = [step, _hash(parts, hi - lo), *parts]
+        out = [_hash(parts, hi - lo), *parts]
         for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
             out += read(buf, size, a[lo:hi], b[lo:hi])
         if comment_span is not None:
@@ -453,12 +454,15 @@ def parse_bytes(buf, size: int, source: str):
         return tuple(out)
 
     columns = list(_in_pieces(piece, n))
-    step, h = columns[0], columns[1]
-    if step.any():
-        return None  # step rows: the general parser joins them to their jobs
-    parts = columns[2:2 + len(counts) + sum(counts)]
+    h = columns[0]
+    parts = columns[1:1 + len(counts) + sum(counts)]
     (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
-     *heads) = columns[2 + len(parts):]
+     *heads) = columns[1 + len(parts):]
+    if not id_plain.all():  # an id with a '.' is a step row: the general parser joins steps to their jobs
+        odd = np.flatnonzero(~id_plain)
+        a, b = id_start[odd], id_end[odd]
+        if ((_rows(_gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
+            return None
     grouping = _group(h, parts, n)
     if grouping is None:
         return None
