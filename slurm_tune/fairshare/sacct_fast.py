@@ -163,6 +163,16 @@ def _rows_count(mask: np.ndarray) -> np.ndarray:
         return ((words[:, 0] * ones) >> np.uint64(56)) + ((words[:, 1] * ones) >> np.uint64(56))
 
 
+def _place_values(digits: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """digits @ place as int64, exact for integers below 2**53 (products and sums of integers in doubles), in
+    BLAS; in pieces of ROWS rows, because a bigger product makes BLAS start threads that cost more CPU time
+    than they save."""
+    if len(digits) <= ROWS:
+        return (digits.astype(np.float64) @ place).astype(np.int64)
+    return np.concatenate([(digits[at:at + ROWS].astype(np.float64) @ place).astype(np.int64)
+                           for at in range(0, len(digits), ROWS)])
+
+
 def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
     """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers. The window ends at
     each field's end, so digits line up by place value and one matrix product reads them all."""
@@ -180,7 +190,7 @@ def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
     np.multiply(digits, np.arange(wide) >= (wide - width)[:, None], out=digits)  # zero outside the field
     plain &= ~_rows_any(digits > 9)
     # a float product is exact here (13 digits < 2**53) and runs in BLAS
-    values = (digits.astype(np.float64) @ (10.0 ** np.arange(wide - 1, -1, -1))).astype(np.int64)
+    values = _place_values(digits, 10.0 ** np.arange(wide - 1, -1, -1))
     values[~plain] = 0
     return values, plain
 
@@ -280,6 +290,9 @@ _KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after eac
 _TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
 _HEAD = 128                      # the five numbers of a head end within this many bytes (wider: general path)
 _COLS = np.arange(_TOKEN)
+_KEY_LENGTHS = np.array([len(key) for key in _KEYS])
+_KEY_MASKS = _WORD_MASKS[_KEY_LENGTHS]
+_KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np.uint64)
 _PLACE = 10.0 ** np.arange(_TOKEN - 1, -1, -1)          # place value of each column of a right-aligned token
 _POW10 = 10 ** np.arange(_TOKEN + 1, dtype=np.int64)
 _POW10F = 10.0 ** np.arange(_TOKEN + 1)
@@ -300,7 +313,7 @@ def _decimals(block: np.ndarray, length: np.ndarray):
         return None
     np.multiply(digits, ~dot, out=digits)
     # the float product is exact: integers below 10**15 (and 2**53), summed in BLAS
-    whole = (digits.astype(np.float64) @ _PLACE).astype(np.int64)
+    whole = _place_values(digits, _PLACE)
     # a dot at column d: digits left of it got one place too many; D = (whole // 10**(f+1)) * 10**f + rest
     f = np.where(dots > 0, _TOKEN - 1 - dot.argmax(axis=1), 0)
     has_dot = dots > 0
@@ -342,29 +355,25 @@ def _summaries(buf, size, start, end, n):
     first = np.searchsorted(found, row_at + (at - base))
     if (first + 4 >= len(found)).any() or (found[np.minimum(first + 4, len(found) - 1)] >= row_at + _HEAD).any():
         return None
-    tokens = _gather(buf, size, _TOKEN)
-    values = []
-    for k, key in enumerate(_KEYS):
-        space = found[first + k] - row_at + base  # the space's position in buf
-        length = space - at
-        if (length < 1).any() or (length >= _TOKEN).any() or (space - _TOKEN < 0).any():
-            return None
-        block = _rows(tokens, space - _TOKEN, _TOKEN)
-        dash = None
-        if k == 4:  # busy_w: "-" when no sample was busy
-            dash = (length == 1) & (block[:, -1] == ord("-"))
-            block[dash, -1] = ord("0")
-        value = _decimals(block, length)
-        if value is None:
-            return None
-        if dash is not None:
-            value[dash] = np.nan
-        after = space + 1
-        if (after + len(key) > stop).any() \
-                or ((words[after] & _WORD_MASKS[len(key)]) != np.uint64(int.from_bytes(key, "little"))).any():
-            return None
-        values.append(value)
-        at = after + len(key)
+    # the five numbers of every head at once: each ends at its space and starts after the previous key
+    space = found[first[:, None] + np.arange(5)] - (row_at - base)[:, None]  # positions in buf, (m, 5)
+    begin = np.empty_like(space)
+    begin[:, 0] = at
+    begin[:, 1:] = space[:, :4] + 1 + _KEY_LENGTHS[:4]
+    length = space - begin
+    if (length < 1).any() or (length >= _TOKEN).any() or (space.min() < _TOKEN) \
+            or (space + 1 + _KEY_LENGTHS > stop[:, None]).any() \
+            or ((words[space + 1] & _KEY_MASKS) != _KEY_WORDS).any():
+        return None
+    block = _rows(_gather(buf, size, _TOKEN), space.ravel() - _TOKEN, _TOKEN)
+    dash = (length[:, 4] == 1) & (block[4::5, -1] == ord("-"))  # busy_w: "-" when no sample was busy
+    block[np.flatnonzero(dash) * 5 + 4, -1] = ord("0")
+    value = _decimals(block, length.ravel())
+    if value is None:
+        return None
+    value = value.reshape(m, 5)
+    value[dash, 4] = np.nan
+    values = value.T
     held[cand], used[cand], covered[cand], busy[cand], busy_w[cand] = values
     has[cand] = True
     return has, bad, held, used, covered, busy, busy_w
