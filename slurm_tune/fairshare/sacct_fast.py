@@ -24,7 +24,7 @@ from . import sacct as S
 
 PAD = 24             # zero bytes after the text: every window below may read past a field's end
 WINDOW = 16          # bytes read at once for numbers and short fields
-_CHUNK = 1 << 22     # delimiter search in cache-sized pieces (one huge temporary costs page faults)
+_CHUNK = 1 << 18     # delimiter search in cache-sized pieces (bench: 4 MiB pieces are ~20 % slower)
 _MAX_WORDS = 24      # 8-byte words hashed per row for the grouped columns (wider: the general path)
 ROWS = 1 << 14       # rows per piece: all columns of a piece are read while its bytes and temporaries are cached
 
@@ -126,13 +126,20 @@ def _in_pieces(fn, n: int) -> tuple:
 
 
 def _delimiters(arr: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """Positions of every '|' and '\\n' in arr[start:stop], found in pieces."""
+    """Positions of every '|' and '\\n' in arr[start:stop], found in cache-sized pieces with the same two
+    masks reused (a fresh temporary per piece costs page faults)."""
     dtype = np.int32 if stop < (1 << 31) else np.int64
+    pipe, newline = np.empty(_CHUNK, dtype=bool), np.empty(_CHUNK, dtype=bool)
     parts = []
     for at in range(start, stop, _CHUNK):
         piece = arr[at:min(stop, at + _CHUNK)]
-        found = np.flatnonzero((piece == 124) | (piece == 10))
-        parts.append(found.astype(dtype) + dtype(at))
+        k = len(piece)
+        np.equal(piece, 124, out=pipe[:k])
+        np.equal(piece, 10, out=newline[:k])
+        np.logical_or(pipe[:k], newline[:k], out=pipe[:k])
+        found = np.flatnonzero(pipe[:k]).astype(dtype)
+        found += dtype(at)
+        parts.append(found)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
