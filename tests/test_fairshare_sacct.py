@@ -400,8 +400,10 @@ def test_read_file_with_damaged_bytes_matches_a_text_mode_read(tmp_path, seed):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
-    """The fast path reads a big dump in pieces of ROWS rows; small pieces here make every join show."""
+    """The fast path reads a big dump in pieces of ROWS rows (and finds delimiters in pieces of _CHUNK bytes,
+    and multiplies digits in pieces of ROWS rows); small pieces here make every join show."""
     monkeypatch.setattr(sacct_fast, "ROWS", 37)
+    monkeypatch.setattr(sacct_fast, "_CHUNK", 61)
     text = _dump(300 + seed, 400, garbage=0.0 if seed < 4 else 0.02)
     general = sacct_mod._parse_text(text)
     fast = _fast(text)
