@@ -302,6 +302,56 @@ def test_most_garbage_stays_on_the_fast_path_column_by_column():
     assert taken >= 10, taken
 
 
+def _decimal_text(rng) -> str:
+    """A plain decimal of 1-15 characters in the forms a summary (or a hand-edited one) may hold."""
+    digits = rng.randrange(1, 15)
+    text = "".join(rng.choice("0123456789") for _ in range(digits))
+    roll = rng.random()
+    if roll < 0.6:
+        at = rng.randrange(0, digits + 1)  # ".5", "5.", "00.000123", "12345678901.234"
+        text = text[:at] + "." + text[at:]
+    elif roll < 0.8:
+        text = repr(rng.random() * 10 ** rng.randrange(0, 8))[:15].rstrip("e-+")
+    return text
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_summary_numbers_in_every_plain_form_read_exactly_on_the_fast_path(seed):
+    """The fast path reads a head's numbers by digit arithmetic: it must give the very doubles the general
+    parser's strtod gives, for any 1-15 character decimal (many fraction digits, leading zeros, a bare dot at
+    either end), and take the general path for 16 characters or more."""
+    rng = random.Random(900 + seed)
+    lines = ["|".join(FIELDS)]
+    for job in range(1, 301):
+        held = _decimal_text(rng)
+        used, busy, cov = sorted((_decimal_text(rng) for _ in range(3)), key=float)  # sane: cov the largest
+        busy_w = "-" if rng.random() < 0.3 else _decimal_text(rng)
+        comment = _SUMMARY.format(h=held, u=used, c=cov, b=busy, w=busy_w, g=1)
+        lines.append(f"{job}|{job}|u|a|p|normal|COMPLETED|1795000000|1795000100|100|billing=1,gres/gpu=1|{comment}")
+    text = "\n".join(lines) + "\n"
+    fast = _fast(text)
+    assert fast is not None, "plain decimals must stay on the fast path"
+    general = sacct_mod._parse_text(text)
+    _same(fast, general)
+    assert fast.has_summary.all() and np.isfinite(fast.held_s).all()  # every head read, none distrusted
+    wide = text.replace("held=", "held=1234567890123456", 1)  # 16+ characters: the general helper reads them
+    assert sacct_fast._summaries(*_comment_spans(wide)) is None
+    _same(_fast(wide), sacct_mod._parse_text(wide))
+
+
+def _comment_spans(text: str):
+    """(buf, size, start, end, n) of the AdminComment fields (the last) of a one-line-per-row dump."""
+    data = text.encode("ascii")
+    buf = bytearray(data) + bytearray(sacct_fast.PAD)
+    starts, ends, at = [], [], data.index(b"\n") + 1
+    while at < len(data):
+        stop = data.index(b"\n", at)
+        starts.append(data.rindex(b"|", at, stop) + 1)
+        ends.append(stop)
+        at = stop + 1
+    return buf, len(data), np.array(starts), np.array(ends), len(starts)
+
+
 @pytest.mark.parametrize("change", ["ragged", "blank", "crlf", "steps", "non-ascii", "pipes", "short"])
 def test_what_the_fast_path_declines_is_still_read_right(tmp_path, change):
     text = _dump(7, 200, garbage=0.05)
@@ -350,8 +400,10 @@ def test_read_file_with_damaged_bytes_matches_a_text_mode_read(tmp_path, seed):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
-    """The fast path reads a big dump in pieces of ROWS rows; small pieces here make every join show."""
+    """The fast path reads a big dump in pieces of ROWS rows (and finds delimiters in pieces of _CHUNK bytes,
+    and multiplies digits in pieces of ROWS rows); small pieces here make every join show."""
     monkeypatch.setattr(sacct_fast, "ROWS", 37)
+    monkeypatch.setattr(sacct_fast, "_CHUNK", 61)
     text = _dump(300 + seed, 400, garbage=0.0 if seed < 4 else 0.02)
     general = sacct_mod._parse_text(text)
     fast = _fast(text)

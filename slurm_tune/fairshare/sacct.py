@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import StuneError
-from ..slurm.tres import tres_value
+from ..slurm.tres import tres_count, tres_value
 from ..usage.summary import PREFIX as SUMMARY_PREFIX
 from ..usage.summary import parse_head
 
@@ -287,14 +287,6 @@ def distrust_insane(has, bad, held, used, covered, busy, busy_w):
     return has, bad, held, used, covered, busy, busy_w
 
 
-def _tres_value(tres: str, key: str) -> float:
-    """A count from a TRES string (slurm.tres_value): 'gres/gpu=4' -> 4.0; 0.0 when absent or unreadable."""
-    try:
-        return float((tres_value(tres, key) or "").rstrip("KMGTP") or 0)
-    except ValueError:
-        return 0.0
-
-
 def _gpuutil(tres_usage: str) -> float:
     value = tres_value(tres_usage, "gres/gpuutil")
     try:
@@ -406,8 +398,8 @@ def _parse(text: str, source: str) -> JobTable:
     assoc, assoc_keys = _factorize_pairs(accounts, users)
     qos, qos_names = _factorize(pick("QOS"))
     tres_codes, tres_strings = _factorize(pick("AllocTRES"))
-    billing = np.array([_tres_value(t, "billing") for t in tres_strings] or [0.0])[tres_codes]
-    gpus = np.array([_tres_value(t, "gres/gpu") for t in tres_strings] or [0.0])[tres_codes]
+    billing = np.array([tres_count(t, "billing") for t in tres_strings] or [0.0])[tres_codes]
+    gpus = np.array([tres_count(t, "gres/gpu") for t in tres_strings] or [0.0])[tres_codes]
     comments = pick("AdminComment")
     has_summary, bad_summary, held, used, covered, busy, busy_w = _summary_heads(comments, len(ids))
     start, end = _times(pick("Start"), source), _times(pick("End"), source)
@@ -494,7 +486,7 @@ def _join_gpuutil(job_ids, job_elapsed, step_ids, step_elapsed, step_usage, out_
         util = _gpuutil(usage)
         if util != util or util < 0:
             continue
-        gpus = _tres_value(step_tres[k], "gres/gpu") if step_tres is not None else 0.0
+        gpus = tres_count(step_tres[k], "gres/gpu") if step_tres is not None else 0.0
         tasks = _plain_int(step_ntasks[k], 0) if step_ntasks is not None else 0
         if gpus > 0 and tasks > 0:
             util = util * tasks / gpus

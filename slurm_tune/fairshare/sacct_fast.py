@@ -1,10 +1,11 @@
-"""The byte-level fast path of the sacct reader (a million rows in about 2 us each, a third of the general
-parser's time; bench/bench_fairshare.py).
+"""The byte-level fast path of the sacct reader (a million rows in about 1.6 us each, under a third of the
+general parser's time; bench/bench_fairshare.py).
 
 It works on the raw ASCII bytes of a `sacct -P` dump, with numpy over whole columns and no Python object per
-row: the delimiters are found in C, field boundaries are index arithmetic, numbers are read digit by digit
-over all rows at once, and the repeated strings (user, account, partition, QOS, state, AllocTRES) are grouped
-by a hash of their bytes (verified against a representative row, so a collision can only slow it down).
+row: the delimiters are found in C, field boundaries are index arithmetic, numbers (the summaries' decimals
+too) are read digit by digit over all rows at once, and the repeated strings (user, account, partition, QOS,
+state, AllocTRES) are grouped by a hash of their bytes (verified against a representative row, so a
+collision can only slow it down).
 Columns read whole by nobody (job ids, admin comments) stay as byte spans, decoded when a row is looked at.
 
 It handles only what it can prove it reads exactly like the general parser (sacct.py), and returns None for
@@ -18,11 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..slurm.tres import tres_count
 from . import sacct as S
 
 PAD = 24             # zero bytes after the text: every window below may read past a field's end
 WINDOW = 16          # bytes read at once for numbers and short fields
-_CHUNK = 1 << 22     # delimiter search in cache-sized pieces (one huge temporary costs page faults)
+_CHUNK = 1 << 18     # delimiter search in cache-sized pieces (bench: 4 MiB pieces are ~20 % slower)
 _MAX_WORDS = 24      # 8-byte words hashed per row for the grouped columns (wider: the general path)
 ROWS = 1 << 14       # rows per piece: all columns of a piece are read while its bytes and temporaries are cached
 
@@ -124,13 +126,20 @@ def _in_pieces(fn, n: int) -> tuple:
 
 
 def _delimiters(arr: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """Positions of every '|' and '\\n' in arr[start:stop], found in pieces."""
+    """Positions of every '|' and '\\n' in arr[start:stop], found in cache-sized pieces with the same two
+    masks reused (a fresh temporary per piece costs page faults)."""
     dtype = np.int32 if stop < (1 << 31) else np.int64
+    pipe, newline = np.empty(_CHUNK, dtype=bool), np.empty(_CHUNK, dtype=bool)
     parts = []
     for at in range(start, stop, _CHUNK):
         piece = arr[at:min(stop, at + _CHUNK)]
-        found = np.flatnonzero((piece == 124) | (piece == 10))
-        parts.append(found.astype(dtype) + dtype(at))
+        k = len(piece)
+        np.equal(piece, 124, out=pipe[:k])
+        np.equal(piece, 10, out=newline[:k])
+        np.logical_or(pipe[:k], newline[:k], out=pipe[:k])
+        found = np.flatnonzero(pipe[:k]).astype(dtype)
+        found += dtype(at)
+        parts.append(found)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
@@ -147,6 +156,31 @@ def _rows(view, at: np.ndarray, width: int) -> np.ndarray:
     return view[at].view(np.uint8).reshape(len(at), width)
 
 
+def _rows_any(mask: np.ndarray) -> np.ndarray:
+    """mask.any(axis=1) for a C-contiguous (n, 8 or 16) bool matrix, read as 8-byte words (several times faster
+    than numpy's reduction over short rows)."""
+    words = mask.view(np.uint64)
+    return words[:, 0] != 0 if words.shape[1] == 1 else (words[:, 0] | words[:, 1]) != 0
+
+
+def _rows_count(mask: np.ndarray) -> np.ndarray:
+    """mask.sum(axis=1) for a C-contiguous (n, 16) bool matrix: each word's bytes summed by one multiply."""
+    words = mask.view(np.uint64)
+    with np.errstate(over="ignore"):
+        ones = np.uint64(0x0101010101010101)
+        return ((words[:, 0] * ones) >> np.uint64(56)) + ((words[:, 1] * ones) >> np.uint64(56))
+
+
+def _place_values(digits: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """digits @ place as int64, exact for integers below 2**53 (products and sums of integers in doubles), in
+    BLAS; in pieces of ROWS rows, because a bigger product makes BLAS start threads that cost more CPU time
+    than they save."""
+    if len(digits) <= ROWS:
+        return (digits.astype(np.float64) @ place).astype(np.int64)
+    return np.concatenate([(digits[at:at + ROWS].astype(np.float64) @ place).astype(np.int64)
+                           for at in range(0, len(digits), ROWS)])
+
+
 def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
     """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers. The window ends at
     each field's end, so digits line up by place value and one matrix product reads them all."""
@@ -156,16 +190,15 @@ def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
     plain = (width >= 1) & (width <= 13)
     if not n or not plain.any():
         return values, plain
-    wide = int(width[plain].max())
+    wide = 8 if int(width[plain].max()) <= 8 else 16  # whole words: the checks below read them as such
     at = end.astype(np.int64) - wide
     if at.min() < 0:
         return values, np.zeros(n, dtype=bool)
     digits = _rows(_gather(buf, size, wide), at, wide) - np.uint8(48)
-    inside = np.arange(wide) >= (wide - width)[:, None]
-    plain &= ~((digits > 9) & inside).any(axis=1)
-    digits[~inside] = 0
+    np.multiply(digits, np.arange(wide) >= (wide - width)[:, None], out=digits)  # zero outside the field
+    plain &= ~_rows_any(digits > 9)
     # a float product is exact here (13 digits < 2**53) and runs in BLAS
-    values = (digits.astype(np.float64) @ (10.0 ** np.arange(wide - 1, -1, -1))).astype(np.int64)
+    values = _place_values(digits, 10.0 ** np.arange(wide - 1, -1, -1))
     values[~plain] = 0
     return values, plain
 
@@ -180,14 +213,19 @@ def _is_word(buf, size, start: np.ndarray, width: np.ndarray, word: bytes) -> np
 
 def _times(buf, size, start, end):
     """Start/End: (epoch seconds or -1 for sacct's Unknown words, ok). A row not ok (an ISO time, garbage)
-    sends the column to the general parser's helper."""
+    sends the column to the general parser's helper. Only the rows that are not plain numbers are matched
+    against the Unknown words."""
     values, plain = _plain_numbers(buf, size, start, end)
-    width = end - start
-    unknown = width == 0
-    for word in _UNKNOWN_BYTES:
-        unknown |= _is_word(buf, size, start, width, word)
-    ok = (plain & (values < S._MAX_EPOCH)) | unknown
-    values[unknown] = -1
+    ok = plain & (values < S._MAX_EPOCH)
+    rest = np.flatnonzero(~plain)
+    if len(rest):
+        a = start[rest]
+        width = end[rest] - a
+        unknown = width == 0
+        for word in _UNKNOWN_BYTES:
+            unknown |= _is_word(buf, size, a, width, word)
+        values[rest[unknown]] = -1
+        ok[rest[unknown]] = True
     return values, ok
 
 
@@ -197,9 +235,17 @@ def _ints(buf, size, start, end):
 
 
 def _words(buf, size: int, start: np.ndarray, end: np.ndarray, count: int) -> list:
-    """The span [start, end) of every row as `count` 8-byte little-endian words, zero past the end."""
-    words = _gather(buf, size, 8)
+    """The span [start, end) of every row as `count` 8-byte little-endian words, zero past the end: one gather
+    of 8*count bytes per row, masked word by word."""
     width = end - start
+    room = len(buf) - 8 * count  # the last row's window may not fit in the padding: read it word by word
+    if len(start) and int(start.max()) <= room:
+        view = np.ndarray((room + 1,), dtype=np.dtype((np.void, 8 * count)), buffer=buf, strides=(1,))
+        matrix = view[start].view(np.uint64).reshape(len(start), count)
+        left = np.clip(width[:, None] - 8 * np.arange(count), 0, 8)
+        matrix &= _WORD_MASKS[left]
+        return [matrix[:, k] for k in range(count)]
+    words = _gather(buf, size, 8)
     out = []
     for k in range(count):
         left = np.clip(width - 8 * k, 0, 8)
@@ -250,27 +296,45 @@ def _group(h: np.ndarray, parts: list, n: int):
 
 _KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after each of the five numbers
 _TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
+_HEAD = 128                      # the five numbers of a head end within this many bytes (wider: general path)
 _COLS = np.arange(_TOKEN)
+_KEY_LENGTHS = np.array([len(key) for key in _KEYS])
+_KEY_MASKS = _WORD_MASKS[_KEY_LENGTHS]
+_KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np.uint64)
+_PLACE = 10.0 ** np.arange(_TOKEN - 1, -1, -1)          # place value of each column of a right-aligned token
+_POW10 = 10 ** np.arange(_TOKEN + 1, dtype=np.int64)
+_POW10F = 10.0 ** np.arange(_TOKEN + 1)
 
 
 def _decimals(block: np.ndarray, length: np.ndarray):
-    """The numbers that start each row of block and run `length` bytes, when every one is digits with at most
-    one '.' (else None). numpy reads them in one call, exactly as the general parser's numpy call does."""
-    inside = _COLS < length[:, None]
-    digit = ((block - np.uint8(48)) <= 9) & inside
-    dot = (block == 46) & inside
-    if (inside & ~(digit | dot)).any() or (dot.sum(axis=1) > 1).any() or not digit.any(axis=1).all():
+    """The numbers that end each row of block (right-aligned) and run `length` bytes, when every one is 1-15
+    digits with at most one '.' (else None), read by digit arithmetic exactly as strtod (numpy, the general
+    parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is D / 10**f (f digits
+    after the dot), one correctly rounded division of two exact doubles."""
+    digits = block - np.uint8(48)
+    np.multiply(digits, _COLS >= (_TOKEN - length)[:, None], out=digits)  # zero outside the number
+    dot = digits == np.uint8(46 - 48 + 256)
+    if _rows_any((digits > 9) ^ dot).any():  # (a dot is above 9 too)
         return None
-    text = np.where(inside, block, np.uint8(32)).tobytes().decode("ascii")
-    values = S._numbers(text)
-    return values if values is not None and values.size == len(block) else None
+    dots = _rows_count(dot).astype(np.int64)
+    if (dots > 1).any() or (length - dots < 1).any():
+        return None
+    np.multiply(digits, ~dot, out=digits)
+    # the float product is exact: integers below 10**15 (and 2**53), summed in BLAS
+    whole = _place_values(digits, _PLACE)
+    # a dot at column d: digits left of it got one place too many; D = (whole // 10**(f+1)) * 10**f + rest
+    f = np.where(dots > 0, _TOKEN - 1 - dot.argmax(axis=1), 0)
+    has_dot = dots > 0
+    scale = _POW10[f + 1]
+    joined = np.where(has_dot, (whole // scale) * _POW10[f] + whole % scale, whole)
+    return joined.astype(np.float64) / _POW10F[f]
 
 
 def _summaries(buf, size, start, end, n):
     """sacct._summary_heads over byte spans, for heads exactly in encode()'s form
     ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None for anything
-    else, which the general parser then reads. Walks the head number by number: each runs to its space, holds
-    only digits and one '.', and is followed by its key."""
+    else, which the general parser then reads. The five spaces that end the numbers are found at once in a
+    window over each head; each number must hold only digits and one '.', and be followed by its key."""
     held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
     has = np.zeros(n, dtype=bool)
     bad = np.zeros(n, dtype=bool)
@@ -281,34 +345,43 @@ def _summaries(buf, size, start, end, n):
         cand = cand[(words[start[cand]] & _WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
     if not len(cand):
         return has, bad, held, used, covered, busy, busy_w
+    m = len(cand)
     at = start[cand].astype(np.int64) + len(lead)
     stop = end[cand].astype(np.int64)
     if (stop - at < 5).any() or ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
         return None
     at += 5
-    tokens = _gather(buf, size, _TOKEN)
-    values = []
-    for k, key in enumerate(_KEYS):
-        block = _rows(tokens, at, _TOKEN)
-        space = block == 32
-        length = space.argmax(axis=1)
-        if not space.any(axis=1).all():
-            return None
-        dash = None
-        if k == 4:  # busy_w: "-" when no sample was busy
-            dash = (length == 1) & (block[:, 0] == ord("-"))
-            block[dash, 0] = ord("0")
-        value = _decimals(block, length)
-        if value is None:
-            return None
-        if dash is not None:
-            value[dash] = np.nan
-        after = at + length + 1
-        if (after + len(key) > stop).any() \
-                or ((words[after] & _WORD_MASKS[len(key)]) != np.uint64(int.from_bytes(key, "little"))).any():
-            return None
-        values.append(value)
-        at = after + len(key)
+    # the first five spaces after each head's first number: one window per head, searched in one call
+    last = len(buf) - _HEAD
+    base = np.minimum(at, last)
+    if base.min() < 0:
+        return None
+    window = _rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
+                   base, _HEAD)
+    found = np.flatnonzero(window == 32)
+    row_at = np.arange(m, dtype=np.int64) * _HEAD
+    first = np.searchsorted(found, row_at + (at - base))
+    if (first + 4 >= len(found)).any() or (found[np.minimum(first + 4, len(found) - 1)] >= row_at + _HEAD).any():
+        return None
+    # the five numbers of every head at once: each ends at its space and starts after the previous key
+    space = found[first[:, None] + np.arange(5)] - (row_at - base)[:, None]  # positions in buf, (m, 5)
+    begin = np.empty_like(space)
+    begin[:, 0] = at
+    begin[:, 1:] = space[:, :4] + 1 + _KEY_LENGTHS[:4]
+    length = space - begin
+    if (length < 1).any() or (length >= _TOKEN).any() or (space.min() < _TOKEN) \
+            or (space + 1 + _KEY_LENGTHS > stop[:, None]).any() \
+            or ((words[space + 1] & _KEY_MASKS) != _KEY_WORDS).any():
+        return None
+    block = _rows(_gather(buf, size, _TOKEN), space.ravel() - _TOKEN, _TOKEN)
+    dash = (length[:, 4] == 1) & (block[4::5, -1] == ord("-"))  # busy_w: "-" when no sample was busy
+    block[np.flatnonzero(dash) * 5 + 4, -1] = ord("0")
+    value = _decimals(block, length.ravel())
+    if value is None:
+        return None
+    value = value.reshape(m, 5)
+    value[dash, 4] = np.nan
+    values = value.T
     held[cand], used[cand], covered[cand], busy[cand], busy_w[cand] = values
     has[cand] = True
     return has, bad, held, used, covered, busy, busy_w
@@ -382,17 +455,13 @@ def parse_bytes(buf, size: int, source: str):
         return None
     number_spans = [span(name) for name in ("JobIDRaw", "Start", "End", "ElapsedRaw")]
     comment_span = span("AdminComment") if "AdminComment" in col else None
-    dot_column = np.arange(WINDOW)
-    id_window = _gather(buf, size, WINDOW)
 
     def piece(lo, hi):
-        a, b = id_start[lo:hi], id_end[lo:hi]
-        step = ((_rows(id_window, a, WINDOW) == 46) & (dot_column < (b - a)[:, None])).any(axis=1)
         parts = []
         for (a, b), count in zip(run_spans, counts):
             a, b = a[lo:hi], b[lo:hi]
             parts += [b - a, *_words(buf, size, a, b, count)]
-        out = [step, _hash(parts, hi - lo), *parts]
+        out = [_hash(parts, hi - lo), *parts]
         for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
             out += read(buf, size, a[lo:hi], b[lo:hi])
         if comment_span is not None:
@@ -402,12 +471,15 @@ def parse_bytes(buf, size: int, source: str):
         return tuple(out)
 
     columns = list(_in_pieces(piece, n))
-    step, h = columns[0], columns[1]
-    if step.any():
-        return None  # step rows: the general parser joins them to their jobs
-    parts = columns[2:2 + len(counts) + sum(counts)]
+    h = columns[0]
+    parts = columns[1:1 + len(counts) + sum(counts)]
     (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
-     *heads) = columns[2 + len(parts):]
+     *heads) = columns[1 + len(parts):]
+    if not id_plain.all():  # an id with a '.' is a step row: the general parser joins steps to their jobs
+        odd = np.flatnonzero(~id_plain)
+        a, b = id_start[odd], id_end[odd]
+        if ((_rows(_gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
+            return None
     grouping = _group(h, parts, n)
     if grouping is None:
         return None
@@ -436,8 +508,8 @@ def parse_bytes(buf, size: int, source: str):
     qos = coded("QOS")
     tres_names = names_of["AllocTRES"][1]
     tres_codes = names_of["AllocTRES"][0]
-    billing = np.array([S._tres_value(t, "billing") for t in tres_names] or [0.0])[tres_codes]
-    gpus = np.array([S._tres_value(t, "gres/gpu") for t in tres_names] or [0.0])[tres_codes]
+    billing = np.array([tres_count(t, "billing") for t in tres_names] or [0.0])[tres_codes]
+    gpus = np.array([tres_count(t, "gres/gpu") for t in tres_names] or [0.0])[tres_codes]
 
     # a column with any value in another form is read by the general parser's helper, whole
     if not start_ok.all():
