@@ -83,10 +83,12 @@ def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: i
     return fd
 
 
-def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None) -> int:
-    """Open a directory without following a symlink at its last component; check its owner when given."""
+def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None,
+             follow_symlinks: bool = False) -> int:
+    """Open a directory without following a symlink at its last component; check its owner when given.
+    follow_symlinks=True only for a root an admin configured (a mount point's alias may be a symlink)."""
     try:
-        fd = os.open(name, O_DIR, dir_fd=dir_fd)
+        fd = os.open(name, O_DIR & ~os.O_NOFOLLOW if follow_symlinks else O_DIR, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             raise UnsafePathError(_where(name, dir_fd), "is not a directory (or is a symbolic link)") from None
