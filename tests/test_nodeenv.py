@@ -395,3 +395,14 @@ def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_p
     assert "slurm_tune.nodeenv.taskenv" in quiet and not any(m.startswith("slurm_tune.stage") for m in quiet)
     staging = loaded_by(code, dict(env, STUNE_STAGE="v1;optional;DS=/nonexistent/ds"))
     assert "slurm_tune.stage.jobenv" in staging
+
+
+def test_the_task_summary_lists_datasets_but_not_the_stage_log():
+    """STUNE_STAGE_LOG shares the STUNE_STAGE_ prefix but names the log file (stage.spec.LOG_VAR), not a dataset."""
+    from slurm_tune.cli.taskprolog import summary_line
+    from slurm_tune.stage.spec import LOG_VAR
+
+    job = job_context({"SLURMD_NODENAME": "n2", LOG_VAR: "/x/log", "STUNE_STAGE_DATA": "/cache/d"})
+    line = summary_line(job, {})
+    assert line.startswith("stune: n2 step batch: ") and "STUNE_STAGE_DATA=/cache/d" in line
+    assert LOG_VAR not in line
