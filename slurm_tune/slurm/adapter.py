@@ -350,12 +350,6 @@ class Slurm:
         ids = [job_ids] if isinstance(job_ids, int) else job_ids
         self.run(["scancel", *([f"--signal={signal}"] if signal else []), *[str(j) for j in ids]])
 
-    def reconfigure(self) -> None:
-        self.run(["scontrol", "reconfigure"])
-
-    def sacctmgr(self, args: list[str]) -> str:
-        return self.run(["sacctmgr", "-i", *args])
-
     # ---- active checks: node addresses and maintenance reservations ---------------------------------
     def node_addresses(self) -> dict[str, str]:
         """NodeName -> NodeAddr (scontrol's one-line records; sinfo --json has no address in 22.05)."""
