@@ -12,7 +12,7 @@ Two situations, two sets of rules:
   could write is refused with one line naming it (`UnsafePathError`). Run as another user, stune loads
   what that user could have written anyway, so the check applies to euid 0 only.
 
-This module is on the prolog path: it imports only errno, os and stat.
+Hot path: see docs/speed.md.
 """
 from __future__ import annotations
 
@@ -340,7 +340,7 @@ def lock_fd(fd: int, *, blocking: bool = True) -> bool:
     """flock(LOCK_EX) on an open descriptor: the one place stune takes a lock. False when `blocking` is off
     and another process holds it. Closing the descriptor releases it; so does the holder's death, so a
     killed process never wedges a lock."""
-    import fcntl  # not on the prolog's path unless a lock is taken
+    import fcntl  # hot path: see docs/speed.md
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

@@ -10,9 +10,8 @@ This module builds each command and reads its answer; the rest of the package do
 runs the process, records.py and scontrol.py parse records, associations.py reads `sacctmgr show assoc`,
 version.py knows the release and where output changes shape with it.
 
-On the stune-sbatch path: processes start through os.posix_spawn (spawn.py), not subprocess; json, the
-records (namedtuples: `collections`), associations.py and version.py are imported by the methods that
-read them, so a submission loads none of them (but for the partition list, when no partition is named).
+Hot path (stune-sbatch): see docs/speed.md. Processes start through spawn.py; json, the records,
+associations.py and version.py are imported by the methods that read them.
 """
 from __future__ import annotations
 
