@@ -59,3 +59,15 @@ def test_the_health_records_are_frozen_records():
     assert s._replace(partition="vpc").partition == "vpc" and s.partition is None
     with pytest.raises(TypeError):
         Settings("n1", None, "/")
+
+
+def test_a_probe_result_is_a_frozen_record():
+    from slurm_tune.hw.deadline import OK, ProbeResult, run_probe
+
+    result = run_probe("answer", lambda partial: 42, 5.0)
+    name, status, value, _elapsed, message = result
+    assert (name, status, value, message) == ("answer", OK, 42, "") and result.answered
+    assert result == ProbeResult("answer", OK, 42, result.elapsed_s, "")
+    assert repr(result).startswith("ProbeResult(name='answer', status='ok', value=42, elapsed_s=")
+    with pytest.raises(AttributeError):
+        result.status = "error"
