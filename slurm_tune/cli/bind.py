@@ -6,9 +6,6 @@ The CPUs are the GPU's local CPUs within the cpuset Slurm gave the task; memory 
 --membind when numactl is installed, else with set_mempolicy(2). When the topology is unknown (numa_node -1,
 as in VMs) or there is no GPU, CMD runs unbound and one note on stderr says why. Options: -v prints what was
 bound; --show prints it and runs nothing; --node and --sysfs-root as in every stune command.
-
-The option parser is hand-made: stune-bind runs once per rank at job start, and argparse measured +10 ms
-there (x1.6 -> x3.0 of `python3 -I -S -c pass`); README, "Command-line conventions".
 """
 from __future__ import annotations
 
@@ -24,6 +21,8 @@ def _note(text: str) -> None:
     sys.stderr.write(f"{PROG}: note: {text}\n")
 
 
+# Hand-parsed: stune-bind runs once per rank at job start, and argparse measured +10 ms there (x1.6 -> x3.0 of
+# `python3 -I -S -c pass`; README, "Command-line conventions").
 USAGE = f"usage: {PROG} [-v] [--show] [--node NAME] [--sysfs-root DIR] [--] CMD [ARGS...]"
 OWN = {"-v": "verbose", "--verbose": "verbose", "--show": "show"}
 
