@@ -1,8 +1,8 @@
 """Loading validated partition profiles: the marshal cache, root's trust rules, and the read-only view.
 
-Split from profiles.py (the schema and the validation) because this is the part on the hot paths: a prolog
-or stune-sbatch that finds the cache neither imports yaml nor builds the schema. A cache miss validates the
-YAML through profiles.py. Every name here is also importable from slurm_tune.profiles.
+Split from profiles.py (the schema and the validation) because this is the part on the hot paths (see
+docs/speed.md): a cache hit neither imports yaml nor builds the schema; a miss validates the YAML through
+profiles.py. Every name here is also importable from slurm_tune.profiles.
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def _load_raw(directory: str) -> dict[str, dict]:
     profiles, usable = _read_cache(cache, fingerprint)
     if profiles is not None:
         return profiles
-    from .profiles import _validate_all  # a miss: validate the YAML (imports yaml and the schema)
+    from .profiles import _validate_all  # a miss; hot path: see docs/speed.md
 
     profiles = _validate_all(directory)
     if usable:

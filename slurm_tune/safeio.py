@@ -12,7 +12,7 @@ Two situations, two sets of rules:
   could write is refused with one line naming it (`UnsafePathError`). Run as another user, stune loads
   what that user could have written anyway, so the check applies to euid 0 only.
 
-This module is on the prolog path: it imports only errno, os and stat.
+Hot path: see docs/speed.md.
 """
 from __future__ import annotations
 
@@ -83,10 +83,12 @@ def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: i
     return fd
 
 
-def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None) -> int:
-    """Open a directory without following a symlink at its last component; check its owner when given."""
+def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None,
+             follow_symlinks: bool = False) -> int:
+    """Open a directory without following a symlink at its last component; check its owner when given.
+    follow_symlinks=True only for a root an admin configured (a mount point's alias may be a symlink)."""
     try:
-        fd = os.open(name, O_DIR, dir_fd=dir_fd)
+        fd = os.open(name, O_DIR & ~os.O_NOFOLLOW if follow_symlinks else O_DIR, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             raise UnsafePathError(_where(name, dir_fd), "is not a directory (or is a symbolic link)") from None
@@ -338,7 +340,7 @@ def lock_fd(fd: int, *, blocking: bool = True) -> bool:
     """flock(LOCK_EX) on an open descriptor: the one place stune takes a lock. False when `blocking` is off
     and another process holds it. Closing the descriptor releases it; so does the holder's death, so a
     killed process never wedges a lock."""
-    import fcntl  # not on the prolog's path unless a lock is taken
+    import fcntl  # hot path: see docs/speed.md
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

@@ -2,7 +2,7 @@
 
 ReFrame-style: validate at load time and point at the bad key with file:line. The loaded value is plain data
 (dicts, lists, scalars) so it can be cached with `marshal`; `Frozen` gives read-only attribute access.
-This module is on the prolog and stune-sbatch paths, so it imports nothing heavy (no re, no dataclasses).
+Hot path: see docs/speed.md.
 """
 from __future__ import annotations
 
@@ -265,8 +265,8 @@ def deep_merge(base: dict, override: dict) -> dict:
 # ---- YAML with line numbers -------------------------------------------------------------------------------
 
 def _import_yaml():
-    """PyYAML. The prolog starts Python without `site` (-I -S: ~5 ms less), so on a profile cache miss the
-    installation's site-packages may not be on the path yet: add it then, once."""
+    """PyYAML. The prolog starts Python without `site` (-I -S; hot path: see docs/speed.md), so on a profile
+    cache miss the installation's site-packages may not be on the path yet: add it then, once."""
     try:
         import yaml
     except ImportError:
@@ -283,7 +283,7 @@ def _import_yaml():
 
 def load_yaml(path: str, text: str | None = None) -> tuple[object, Where]:
     """Parse YAML into plain data, recording each key path's line. Syntax errors become ConfigError."""
-    yaml = _import_yaml()  # only on a cache miss
+    yaml = _import_yaml()  # a cache miss only; hot path: see docs/speed.md
 
     where = Where(path)
     try:

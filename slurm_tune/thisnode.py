@@ -22,10 +22,15 @@ JOB_ID_VAR = "SLURM_JOB_ID"
 STAGE_VAR = "STUNE_STAGE"
 
 
+def host_name() -> str:
+    """The short host name: what slurmd expands %N to in a job's file names (not always the NodeName)."""
+    return os.uname().nodename.split(".")[0]
+
+
 def node_name(environ=None) -> str:
     """Slurm's name for this node ($SLURMD_NODENAME in hooks and jobs), else the short host name."""
     environ = os.environ if environ is None else environ
-    return environ.get(NODE_VAR) or os.uname().nodename.split(".")[0]
+    return environ.get(NODE_VAR) or host_name()
 
 
 def job_partition(environ=None) -> str:

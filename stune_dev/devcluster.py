@@ -30,6 +30,8 @@ from slurm_tune.errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, ClusterError,
 from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
+RECONFIGURE = ["scontrol", "reconfigure"]  # the dev cluster's own; production stune never reconfigures
+
 NODES = ("n1", "n2", "n3")
 GPUS_PER_NODE = 4
 CPUS_PER_NODE = 8
@@ -493,10 +495,10 @@ class DevCluster:
         have = {tuple(line.split("|")) for line in existing.splitlines()}
         for account, users in TEST_ACCOUNTS.items():
             if (account, "") not in have:
-                self.slurm.sacctmgr(["add", "account", account, f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
+                self._sacctmgr(["add", "account", account, f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
             for user in users:
                 if (account, user) not in have:
-                    self.slurm.sacctmgr(["add", "user", user, f"Account={account}", f"Cluster={CLUSTER_NAME}"])
+                    self._sacctmgr(["add", "user", user, f"Account={account}", f"Cluster={CLUSTER_NAME}"])
 
     def wait_nodes_ready(self) -> None:
         def ready() -> bool:
@@ -545,7 +547,7 @@ class DevCluster:
         wait_for("cluster registration", self._cluster_registered, logfile=self.layout.log / "slurmctld.log")
         self.start_slurmd()
         if changed and was_running:  # running daemons take a new slurm.conf (e.g. after a stune upgrade)
-            self.slurm.reconfigure()
+            self.slurm.run(RECONFIGURE)
         self.ensure_associations()
         self.wait_nodes_ready()
         log(f"up: {len(NODES)} nodes, Slurm {self.slurm.version()}, state in {self.layout.root}")
@@ -556,7 +558,7 @@ class DevCluster:
         wait_for("slurmdbd answering", self._dbd_answers, logfile=self.layout.log / "slurmdbd.log")
         out = self.slurm.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"])
         if CLUSTER_NAME not in out.split():
-            self.slurm.sacctmgr(["add", "cluster", CLUSTER_NAME])
+            self._sacctmgr(["add", "cluster", CLUSTER_NAME])
 
     def _dbd_answers(self) -> bool:
         try:
@@ -645,8 +647,13 @@ class DevCluster:
         return path
 
     def reconfigure(self) -> None:
-        self.slurm.reconfigure()
+        self.slurm.run(RECONFIGURE)
         self.wait_nodes_ready()
+
+    def _sacctmgr(self, args: list[str]) -> str:
+        """An accounting change, without sacctmgr's confirmation prompt (-i). Only the dev cluster changes
+        accounting; production stune reads it through the adapter."""
+        return self.slurm.run(["sacctmgr", "-i", *args])
 
     def pidfiles(self) -> dict[str, Path]:
         """Each daemon's pidfile, in start order (down() stops them in the reverse order)."""

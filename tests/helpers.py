@@ -65,3 +65,13 @@ def slurm_path(path: str) -> str:
 
     bin_dir = os.environ.get("STUNE_SLURM_BIN")
     return f"{bin_dir}:{path}" if bin_dir else path
+
+
+def reconfigure(slurm) -> None:
+    """`scontrol reconfigure` through the adapter's runner (only the dev cluster and tests reconfigure Slurm)."""
+    slurm.run(["scontrol", "reconfigure"])
+
+
+def sacctmgr(slurm, args: list[str]) -> str:
+    """An accounting change without sacctmgr's prompt (-i): the dev cluster's and tests' only, not the adapter's."""
+    return slurm.run(["sacctmgr", "-i", *args])

@@ -143,3 +143,33 @@ def test_set_membind_reports_failure_instead_of_raising():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and "set_mempolicy(MPOL_BIND, node 63)" in out.stdout
     assert ctypes  # the binding module uses ctypes only when it binds
+
+
+def test_stune_binds_options_are_the_shared_spellings():
+    """Hand-parsed (it runs once per rank; argparse measured +10 ms), but --node/--sysfs-root are spelled
+    as cli/options.py says; the first word that is not an option starts the command, `--` ends the options."""
+    from slurm_tune.cli import bind, options
+
+    assert bind.parse(["--node", "n3", "--sysfs-root=/s", "-v", "python", "-v", "--show"]) == \
+        ({"node": "n3", "sysfs_root": "/s", "verbose": True}, ["python", "-v", "--show"])
+    assert bind.parse(["--show", "--", "-odd", "x"]) == ({"show": True}, ["-odd", "x"])
+    for name in ("node", "sysfs_root"):
+        for flag in options.flags(name):
+            assert bind.parse([flag, "v", "cmd"])[0] == {name: "v"}
+    for bad in (["--nod", "x", "cmd"], ["--node"], ["-p", "x", "cmd"]):
+        with pytest.raises(bind.UsageError):
+            bind.parse(bad)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0),
+                    reason="needs CPUs 0 and 1")
+def test_stune_bind_reads_the_sysfs_root_and_node_it_is_given(tmp_path):
+    """--sysfs-root (with %n from --node) wins over $STUNE_SYSFS_ROOT, as in every stune command."""
+    two_numa_node(tmp_path / "n3")
+    env = dict(os.environ, STUNE_SYSFS_ROOT=str(tmp_path / "nowhere"), CUDA_VISIBLE_DEVICES="0,1,2,3",
+               SLURM_LOCALID="2", SLURMD_NODENAME="n1")
+    out = run_bind(["--node", "n3", "--sysfs-root", str(tmp_path / "%n"), "--show"], env)
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    assert "stune-bind: GPU 2 (0000:47:00.0) on NUMA node 1: CPUs 1 (Slurm gave " in out.stderr
+    bad = run_bind(["--bogus", "true"], env)
+    assert bad.returncode == 2 and bad.stderr.startswith("stune-bind: unknown option '--bogus'\nusage:")

@@ -130,3 +130,31 @@ def test_ensure_packages_reports_a_failed_install(monkeypatch, tmp_path):
 def test_setup_sh_refuses_an_unknown_argument():
     proc = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), "--bogus"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr
+
+
+def test_only_the_dev_tools_reconfigure_slurm_or_change_accounting(tmp_path):
+    """`scontrol reconfigure` and `sacctmgr -i add ...` are the dev cluster's (and tests'), not the adapter's:
+    production stune never builds them; the dev cluster runs them through the adapter's runner."""
+    import ast
+
+    from slurm_tune.slurm import Slurm
+
+    assert not hasattr(Slurm, "reconfigure") and not hasattr(Slurm, "sacctmgr")
+    words = {node.value for path in (REPO / "slurm_tune").rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)}
+    assert "reconfigure" not in words
+
+    class Runner:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, argv):
+            self.calls.append(argv)
+            return ""
+
+    cluster = DevCluster.__new__(DevCluster)
+    cluster.slurm = Runner()
+    cluster.wait_nodes_ready = lambda: None
+    cluster.reconfigure()
+    cluster._sacctmgr(["add", "cluster", "stune"])
+    assert cluster.slurm.calls == [["scontrol", "reconfigure"], ["sacctmgr", "-i", "add", "cluster", "stune"]]

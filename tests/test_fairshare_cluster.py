@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import slurm_exports, slurm_path, wait_for_state, wait_until
+from helpers import sacctmgr, slurm_exports, slurm_path, wait_for_state, wait_until
 from stune_dev.devcluster import NODES
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
@@ -352,8 +352,8 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
     nobody gained."""
     from stune_dev.devcluster import CLUSTER_NAME
 
-    slurm.sacctmgr(["add", "account", "chemistry", f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
-    slurm.sacctmgr(["add", "user", "stune-alice", "Account=chemistry", f"Cluster={CLUSTER_NAME}"])
+    sacctmgr(slurm, ["add", "account", "chemistry", f"Cluster={CLUSTER_NAME}", "Fairshare=1"])
+    sacctmgr(slurm, ["add", "user", "stune-alice", "Account=chemistry", f"Cluster={CLUSTER_NAME}"])
     try:
         slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
         t0 = int(time.time())

@@ -221,6 +221,22 @@ def test_stune_env_prints_shell_exports_and_says_what_it_could_not_find(tmp_path
     assert nopart.returncode == 2 and "no partition" in nopart.stderr
 
 
+def test_stune_env_takes_the_shared_options(tmp_path):
+    """argparse with cli/options.py's spellings: --node names the node (its messages, %n in --sysfs-root),
+    winning over $SLURMD_NODENAME; --partition=P and -p P alike; a bad option is a usage error (2)."""
+    roce_tree(tmp_path / "n7", issue_table, mlx5_2={"state": "1: DOWN"})
+    env = dict(os.environ, SLURMD_NODENAME="n1")
+    env.pop("SLURM_JOB_PARTITION", None)
+    out = run(["stune-env", "--partition=roce", "--node", "n7", "--sysfs-root", str(tmp_path / "%n")], env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "stune-env: n7: NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN\n"
+    assert "export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1,mlx5_3:1" in out.stdout
+    bad = run(["stune-env", "--bogus"], env)
+    assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
+    helped = run(["stune-env", "--help"], env)
+    assert helped.returncode == 0 and "--sysfs-root DIR" in helped.stdout and "-p PARTITION" in helped.stdout
+
+
 def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path):
     sysfs = roce_tree(tmp_path, issue_table)
     env = dict(os.environ, SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", STUNE_SYSFS_ROOT=sysfs.root)
@@ -379,3 +395,14 @@ def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_p
     assert "slurm_tune.nodeenv.taskenv" in quiet and not any(m.startswith("slurm_tune.stage") for m in quiet)
     staging = loaded_by(code, dict(env, STUNE_STAGE="v1;optional;DS=/nonexistent/ds"))
     assert "slurm_tune.stage.jobenv" in staging
+
+
+def test_the_task_summary_lists_datasets_but_not_the_stage_log():
+    """STUNE_STAGE_LOG shares the STUNE_STAGE_ prefix but names the log file (stage.spec.LOG_VAR), not a dataset."""
+    from slurm_tune.cli.taskprolog import summary_line
+    from slurm_tune.stage.spec import LOG_VAR
+
+    job = job_context({"SLURMD_NODENAME": "n2", LOG_VAR: "/x/log", "STUNE_STAGE_DATA": "/cache/d"})
+    line = summary_line(job, {})
+    assert line.startswith("stune: n2 step batch: ") and "STUNE_STAGE_DATA=/cache/d" in line
+    assert LOG_VAR not in line

@@ -34,3 +34,40 @@ def test_the_replaced_records_keep_their_behaviour():
     req = StageRequest("/data/imagenet", "IMAGENET")
     assert req.variable == "STUNE_STAGE_IMAGENET" and str(req) == "/data/imagenet:IMAGENET"
     assert json_text({"req": req}) == '{\n "req": {\n  "name": "IMAGENET",\n  "source": "/data/imagenet"\n }\n}\n'
+
+
+def test_the_health_records_are_frozen_records():
+    """Result, Verdict and node.Settings share frozen.Record (no second record base in health/)."""
+    from slurm_tune.health import result as R
+    from slurm_tune.health.node import Settings
+
+    r = R.Result("ib.state", "mlx5_0/1", R.FAIL, "state DOWN", reason="mlx5_0/1 state DOWN")
+    assert R.Result("ib.state", "mlx5_0/1", R.OK, "up").reason == ""
+    check, subject, status, _message, reason = r
+    assert (check, subject, status, reason) == ("ib.state", "mlx5_0/1", R.FAIL, "mlx5_0/1 state DOWN")
+    assert {r, R.fail("ib.state", "mlx5_0/1", "state DOWN", "mlx5_0/1 state DOWN")} == {r}
+    assert r.as_dict() == r._asdict() == {"check": "ib.state", "subject": "mlx5_0/1", "status": R.FAIL,
+                                          "message": "state DOWN", "reason": "mlx5_0/1 state DOWN"}
+    assert repr(r).startswith("Result(check='ib.state', subject='mlx5_0/1'")
+    with pytest.raises(AttributeError):
+        r.status = R.OK
+    v = R.make_verdict([r, R.ok("gpu.ecc", "gpu0", "no errors")])
+    assert v == R.Verdict(status=R.FAIL, results=v.results, reason="mlx5_0/1 state DOWN")
+    assert json_text(v).count('"check"') == 2
+    s = Settings(node="n1", partition=None, root="/", state_dir="/s", gpu_snapshot=None, prom_path=None,
+                 json_path=None)
+    assert s._replace(partition="vpc").partition == "vpc" and s.partition is None
+    with pytest.raises(TypeError):
+        Settings("n1", None, "/")
+
+
+def test_a_probe_result_is_a_frozen_record():
+    from slurm_tune.hw.deadline import OK, ProbeResult, run_probe
+
+    result = run_probe("answer", lambda partial: 42, 5.0)
+    name, status, value, _elapsed, message = result
+    assert (name, status, value, message) == ("answer", OK, 42, "") and result.answered
+    assert result == ProbeResult("answer", OK, 42, result.elapsed_s, "")
+    assert repr(result).startswith("ProbeResult(name='answer', status='ok', value=42, elapsed_s=")
+    with pytest.raises(AttributeError):
+        result.status = "error"

@@ -182,10 +182,8 @@ def test_kmsg_is_read_without_following_or_hanging(tmp_path):
 # through slurm_tune/safeio.py.
 RAW_FLAG_EXCEPTIONS = {
     "stage/jobenv.py": "JobLog reads the job's own stderr file as the job's user (the TaskProlog)",
-    "stage/stager.py": "two descriptor-relative directory opens; to move to the tier toolkit's open_dir",
-    "stage/admin.py": "the tier ledger directory open; to move to the tier toolkit's open_dir",
 }
-RAW_FLOCK_EXCEPTIONS = {"stage/tier.py": "Namespace.lock; to move to safeio.lock_fd"}
+RAW_FLOCK_EXCEPTIONS: dict[str, str] = {}
 
 
 def _raw_uses(names: set[str], module: str) -> dict[str, list[int]]:
@@ -216,3 +214,69 @@ def test_the_safe_open_discipline_lives_in_safeio():
     locks = _raw_uses({"flock", "lockf"}, "fcntl")
     unexpected = {f: lines for f, lines in locks.items() if f not in RAW_FLOCK_EXCEPTIONS}
     assert not unexpected, f"lock through safeio.LockFile / safeio.lock_fd instead: {unexpected}"
+
+
+def test_open_dir_follows_a_symlink_only_when_asked(tmp_path):
+    """The tier root is an admin's path (a mount point's alias may be a symlink); everything below it is not."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(safeio.UnsafePathError, match="symbolic link"):
+        safeio.open_dir(str(tmp_path / "alias"))
+    fd = safeio.open_dir(str(tmp_path / "alias"), follow_symlinks=True)
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "real"))
+    finally:
+        os.close(fd)
+    for follow in (False, True):
+        with pytest.raises(safeio.UnsafePathError, match="not a directory"):
+            safeio.open_dir(str(tmp_path / "file"), follow_symlinks=follow)
+
+
+def test_the_tier_root_opens_through_safeio(tmp_path):
+    """A symlinked tier root still works; a file or a missing path is TierUnavailable, as before."""
+    from slurm_tune.stage.errors import TierUnavailable
+    from slurm_tune.stage.tier import Tier, TierConfig
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "cache")
+    (tmp_path / "file").write_text("x")
+    with Tier(TierConfig(str(tmp_path / "alias"), None, 0.9, 0.5, "fast")) as tier:
+        assert os.path.samestat(os.fstat(tier.fd), os.stat(tmp_path / "cache"))
+    for name, words in (("file", "is not a directory"), ("missing", "does not exist")):
+        with Tier(TierConfig(str(tmp_path / name), None, 0.9, 0.5, "fast")) as tier:
+            with pytest.raises(TierUnavailable, match=words):
+                tier.fd
+
+
+def test_the_stager_never_stamps_through_a_planted_symlink(tmp_path):
+    """_publish and _verified open the staged directory with the tier toolkit: a symlink in its place
+    (a user racing the stager) is refused, and nothing is written where it points."""
+    from slurm_tune.stage import stager
+    from slurm_tune.stage.layout import ENTRIES, TMP
+
+    for sub in (TMP, ENTRIES):
+        (tmp_path / sub).mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    fds = {sub: os.open(tmp_path / sub, os.O_RDONLY | os.O_DIRECTORY) for sub in (TMP, ENTRIES)}
+
+    class FakeNamespace:
+        def sub(self, name):
+            return fds[name]
+
+        def entry_path(self, entry):
+            return str(tmp_path / ENTRIES / entry)
+
+    try:
+        (tmp_path / TMP / "k.1.staging").symlink_to(victim)
+        with pytest.raises(NotADirectoryError):
+            stager._publish(FakeNamespace(), "k.1.staging", "k.1", {"boot": "b"})
+        (tmp_path / ENTRIES / "k.2").symlink_to(victim)
+        tree = stager.fresh_manifest(FakeNamespace().entry_path("k.2"))[2]
+        with pytest.raises(NotADirectoryError):
+            stager._verified(FakeNamespace(), "k.2", {"boot": "another boot", "tree": tree})
+        assert list(victim.iterdir()) == []
+    finally:
+        for fd in fds.values():
+            os.close(fd)

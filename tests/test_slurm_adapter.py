@@ -141,13 +141,17 @@ def test_parse_config_reads_key_value_lines_under_the_header():
 def test_the_job_log_finds_the_jobs_stderr_through_the_adapter(tmp_path):
     from slurm_tune.stage.jobenv import JobLog
 
-    log_file = tmp_path / f"slurm-{os.uname().nodename.split('.')[0]}.err"
+    from slurm_tune.thisnode import host_name
+
+    log_file = tmp_path / f"slurm-{host_name()}.err"
     log_file.write_text("")
     fake_tool(tmp_path, "scontrol", '[ "$4" = 42 ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; '
                                     'exit 1; }\n'
                                     f'echo "JobId=42 JobName=x StdErr={tmp_path}/slurm-%N.err StdOut=/dev/null"\n')
     slurm = Slurm(bin_dir=str(tmp_path))
-    log = JobLog({"SLURM_JOB_ID": "42"}, slurm=slurm)
+    # slurmd expands %N to its short host name, not the NodeName (src/slurmd/common/fname.c: conf->hostname),
+    # so a NodeName that differs (several slurmd on one host, NodeHostname=) must not name the file
+    log = JobLog({"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "not-this-host"}, slurm=slurm)
     log.write("stune: staged\n")
     log.close()
     assert slurm.calls == [["scontrol", "show", "job", "-o", "42"]]  # Slurm.job_record, one call
@@ -165,7 +169,10 @@ def test_the_job_log_needs_only_the_adapters_job_record():
 
     assert JobLog({"SLURM_JOB_ID": "7"}, slurm=OnlyJobRecord()).path() == "/scratch/job-7.out"
     assert JobLog({"SLURM_JOB_ID": "8"}, slurm=OnlyJobRecord()).path() is None
-    assert JobLog({"SLURM_JOB_ID": "7", "STUNE_STAGE_LOG": "/x/log"}, slurm=OnlyJobRecord()).path() == "/x/log"
+    from slurm_tune.stage.spec import LOG_VAR
+
+    assert JobLog({"SLURM_JOB_ID": "7", LOG_VAR: "/x/log"}, slurm=OnlyJobRecord()).path() == "/x/log"
+    assert LOG_VAR == "STUNE_STAGE_LOG"  # the name users and docs/stage.md know
 
 
 @pytest.mark.parametrize("tres, key, value, count", [

@@ -18,6 +18,8 @@ import pytest
 from slurm_tune.errors import SlurmError
 from slurm_tune.slurm import INFINITE, Association, Job, Node, Slurm, SlurmVersion
 
+from helpers import reconfigure
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "commands.json").exists())
 COMMANDS = ["sinfo", "squeue", "scontrol", "sacct", "sacctmgr", "sshare", "sprio", "sbatch", "scancel"]
@@ -283,7 +285,7 @@ def test_writes(replay):
     slurm.resume("n3")
     slurm.update_node("n2", features=["stune_degraded"], comment="stune: degraded: gpu3 PCIe x8")
     slurm.set_site_factor(replay.job_ids["bob_pending_resources_3node"], -100)
-    slurm.reconfigure()
+    reconfigure(slurm)
     argv = replay.captured("write_sacctmgr_modify_job_admincomment.txt")
     slurm.set_admin_comment(argv[5].split("=")[1], argv[7].split("=", 1)[1])
     sbatch = replay.captured("write_sbatch_parsable.txt")

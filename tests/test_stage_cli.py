@@ -83,6 +83,16 @@ def test_the_epilog_never_fails(shared_tmp):
     assert proc.returncode == 0 and "epilog: job 12" in proc.stderr
 
 
+def test_the_epilog_takes_the_jobs_partition_from_the_job_context(tmp_path):
+    """Slurm may give a list in $SLURM_JOB_PARTITION (a job submitted to several): the epilog uses the one
+    the job runs in (the first, thisnode.job_partition), as every other entry point does."""
+    (tmp_path / "profiles").mkdir()
+    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root",
+           "SLURM_JOB_PARTITION": "nosuch,gpu", "STUNE_PARTITIONS": str(tmp_path / "profiles")}
+    proc = run("epilog", env=env, check=False)
+    assert proc.returncode == 0 and "no profile for partition 'nosuch' " in proc.stderr, proc.stderr
+
+
 def test_the_epilog_hook_exports_the_whole_hook_environment_file(shared_tmp):
     """Like every stune hook, it reads /etc/default/stune with `set -a`: STUNE_CACHE_DIR reaches stune-stage."""
     cache = shared_tmp.parent / f"{shared_tmp.name}-profile-cache"  # root's cache: not in the job-writable tmp

@@ -317,6 +317,23 @@ def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
     assert proc.returncode == 0 and "epilog:" in proc.stderr
 
 
+def test_sampler_epilogs_explicit_options_win_over_the_environment(tmp_path):
+    """--node (and --job) given on the command line beat $SLURMD_NODENAME ($SLURM_JOB_ID), as everywhere."""
+    local, shared = tmp_path / "usage", tmp_path / "spool"
+    shared.mkdir()
+    prolog(local, "93", "1")
+    env = hermetic_env(tmp_path, SLURM_JOB_ID="94", SLURMD_NODENAME="n3", SLURM_JOB_GPUS="1",
+                       STUNE_USAGE_DIR=str(local), STUNE_USAGE_SPOOL=str(shared))
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "epilog", "--node", "n9", "--job", "93", "-v"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and "job 93 on n9: wrote" in proc.stderr, proc.stderr
+    assert (shared / "93" / "n9.json").exists() and not (shared / "93" / "n3.json").exists()
+    assert not (shared / "94").exists()
+    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "epilog", "-v"], capture_output=True, text=True,
+                          env=dict(env, SLURM_JOB_ID="93"), timeout=60)
+    assert proc.returncode == 0 and "job 93 on n3:" in proc.stderr, proc.stderr
+
+
 def test_sampler_cli_runs_and_reports_status(tmp_path):
     local = tmp_path / "usage"
     prolog(local, "5", "0,1")

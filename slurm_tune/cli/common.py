@@ -32,9 +32,8 @@ def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_I
 def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL) -> int:
     """guarded() for a hot-path console script (stune-sbatch, stune-task-prolog). Called from Python with an
     argv (tests), it returns like any function. As the console script (argv None) it exits without the
-    interpreter's teardown: these commands sit on a user's critical path, the collector would only run passes
-    over freshly imported modules (there is nothing to free), and the teardown (~2 ms) frees memory the exit
-    frees anyway. Output is flushed first."""
+    collector's passes and the interpreter's teardown, which free nothing the exit does not (hot path: see
+    docs/speed.md). Output is flushed first."""
     if argv is not None:
         return guarded(prog, func, argv, internal_exit)
     import gc

@@ -13,32 +13,26 @@ import sys
 from .common import EXIT_OK, EXIT_USAGE, guarded
 
 PROG = "stune-env"
-USAGE = f"usage: {PROG} [-p PARTITION] [--sysfs-root DIR]"
+
+
+def _parser():
+    import argparse
+
+    from .options import add
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add(parser, "partition", help="the partition whose profile to use (default: the job's $SLURM_JOB_PARTITION)")
+    add(parser, "node")
+    add(parser, "sysfs_root")
+    return parser
 
 
 def _main(argv: list[str]) -> int:
-    partition = sysfs_root = None
-    args = list(argv)
-    while args:
-        arg = args.pop(0)
-        if arg in ("-h", "--help"):
-            print(__doc__.split(":", 1)[1].strip())
-            print(USAGE)
-            return EXIT_OK
-        if arg in ("-p", "--partition") and args:
-            partition = args.pop(0)
-        elif arg.startswith("--partition="):
-            partition = arg.split("=", 1)[1]
-        elif arg == "--sysfs-root" and args:
-            sysfs_root = args.pop(0)
-        elif arg.startswith("--sysfs-root="):
-            sysfs_root = arg.split("=", 1)[1]
-        else:
-            print(f"{PROG}: unknown argument {arg!r}\n{USAGE}", file=sys.stderr)
-            return EXIT_USAGE
+    args = _parser().parse_args(argv)
     from ..thisnode import job_context
 
-    job = job_context(os.environ, partition=partition or None)  # -p wins over the job's partition
+    job = job_context(os.environ, partition=args.partition or None, node=args.node or None)  # options win
     if not job.partition:
         print(f"{PROG}: no partition: run it inside a job, or give -p PARTITION", file=sys.stderr)
         return EXIT_USAGE
@@ -49,7 +43,7 @@ def _main(argv: list[str]) -> int:
     job = job.with_profile(load_profile)
     if job.profile is None:
         raise job.profile_error
-    sysfs = Sysfs(resolve_root(sysfs_root, job.environ, job.node))
+    sysfs = Sysfs(resolve_root(args.sysfs_root, job.environ, job.node))
     exports, messages = task_environment(job, progress=sys.stderr, sysfs=sysfs)
     for message in messages:
         print(f"{PROG}: {job.node}: {message}", file=sys.stderr)

@@ -19,9 +19,9 @@ hook must never drain the fleet by mistake. (10, not 1, so that a Python that ca
 told apart by the hook scripts.) run: 0, 1 when Slurm or the profile failed, 7 when the circuit breaker held
 back a drain.
 
-The option parser is hand-made: argparse costs ~5 ms, a third of the prolog's whole budget (and `check` is
-measured too). The shared options (-p/--partition, --node, --sysfs-root, --json, --dry-run) take their
-spellings from cli/options.py, loaded only when a command line has options (the hooks have none).
+The option parser is hand-made (hot path: see docs/speed.md). The shared options (-p/--partition, --node,
+--sysfs-root, --json, --dry-run) take their spellings from cli/options.py, loaded only when a command line has
+options (the hooks have none).
 """
 from __future__ import annotations
 
@@ -264,7 +264,7 @@ def _main(argv: list[str]) -> int:
         command, options = parse(argv)
     except Usage as exc:
         if exc.help_for:
-            from .health_help import command_help  # the help text stays off the prolog's import path
+            from .health_help import command_help  # hot path: see docs/speed.md
 
             print(command_help(exc.help_for))
             return EXIT_OK

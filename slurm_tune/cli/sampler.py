@@ -63,11 +63,12 @@ def _epilog(args) -> int:
     """Never fails the epilog: a problem is one line on stderr and exit 0 (a non-zero epilog drains the node)."""
     try:
         from ..usage.config import usage_dirs
-        from ..thisnode import node_name
+        from ..thisnode import job_context
         from ..usage.spool import node_epilog
 
-        job = os.environ.get("SLURM_JOB_ID") or args.job
-        node = os.environ.get("SLURMD_NODENAME") or args.node or node_name()
+        context = job_context(os.environ, node=args.node)  # an explicit --node wins over $SLURMD_NODENAME
+        job = args.job or context.job_id
+        node = context.node
         if not job:
             print(f"{PROG}: epilog: no SLURM_JOB_ID", file=sys.stderr)
             return EXIT_OK

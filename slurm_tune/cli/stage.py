@@ -116,7 +116,7 @@ def cmd_fetch(args) -> int:
     from ..profiles import load_profile
     from ..stage import jobenv
     from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
-    from ..thisnode import job_context
+    from ..thisnode import job_context, job_partition
 
     env = dict(os.environ)
     if args.job is not None:
@@ -128,7 +128,7 @@ def cmd_fetch(args) -> int:
     elif not env.get(ENV_VAR):
         raise StuneError(f"nothing to stage: give SRC[:NAME], or run inside a job with {ENV_VAR} set")
     partition = args.partition or None
-    if not partition and not env.get("SLURM_JOB_PARTITION") and not args.path:
+    if not partition and not job_partition(env) and not args.path:
         from ..slurm import Slurm
 
         partition = Slurm.from_env().default_partition() or ""
@@ -263,7 +263,10 @@ def cmd_release(args) -> int:
     from ..stage.admin import evict_above_high, release_job
     from ..stage.tier import Tier
 
-    job = getattr(args, "job", None) or os.environ.get("SLURM_JOB_ID", "")
+    from ..thisnode import job_context
+
+    context = job_context(os.environ, node=_node(args))
+    job = getattr(args, "job", None) or context.job_id or ""
     if not job.isdigit():
         raise StuneError("release needs a job id (--job, or $SLURM_JOB_ID)")
     uid = user = None
@@ -273,7 +276,7 @@ def cmd_release(args) -> int:
         if not (uid or "").isdigit():
             print(f"{PROG}: epilog: SLURM_JOB_UID is not set; nothing released", file=sys.stderr)
             return EXIT_OK
-    partition = os.environ.get("SLURM_JOB_PARTITION") if args.epilog and not args.partition else None
+    partition = context.partition if args.epilog and not args.partition else None
     try:
         tiers = _tiers(args, partition)
     except StuneError as exc:

@@ -19,6 +19,7 @@ import time
 
 from ..errors import ConfigError
 from ..errors import EXIT_BREAKER, EXIT_HOOK_FAIL
+from ..frozen import Record
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand, job_partition, node_name
 from . import judge, outputs
@@ -28,14 +29,10 @@ from . import state as S
 HOOK_MODES = ("prolog", "epilog")
 
 
-class Settings(R._Record):
+class Settings(Record):
     """Where one evaluation reads and writes. partition may be None until resolved."""
 
     __slots__ = ("node", "partition", "root", "state_dir", "gpu_snapshot", "prom_path", "json_path")
-
-    def __init__(self, node, partition, root, state_dir, gpu_snapshot, prom_path, json_path):
-        self.node, self.partition, self.root, self.state_dir = node, partition, root, state_dir
-        self.gpu_snapshot, self.prom_path, self.json_path = gpu_snapshot, prom_path, json_path
 
 
 def settings(options: dict, environ=None) -> Settings:

@@ -1,6 +1,8 @@
-"""What a check returns. Plain slotted classes, not namedtuples or dataclasses: this module is on the
+"""What a check returns: frozen.Record subclasses, not namedtuples or dataclasses: this module is on the
 prolog path (the hot-path rule, docs/speed.md)."""
 from __future__ import annotations
+
+from ..frozen import Record
 
 OK, WARNING, UNKNOWN, DEGRADED, FAIL = "ok", "warning", "unknown", "degraded", "fail"
 # Worst first when sorting; a verdict is its worst result. Unknown ranks below degraded: a check that could
@@ -10,26 +12,7 @@ RANK = {OK: 0, WARNING: 0, UNKNOWN: 1, DEGRADED: 2, FAIL: 3}
 STATUSES = (OK, WARNING, UNKNOWN, DEGRADED, FAIL)
 
 
-class _Record:
-    """Immutable-by-convention record: equality, repr and tuple form over its __slots__."""
-
-    __slots__ = ()
-
-    def astuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __eq__(self, other):
-        return type(other) is type(self) and other.astuple() == self.astuple()
-
-    def __hash__(self):
-        return hash(self.astuple())
-
-    def __repr__(self):
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"{type(self).__name__}({fields})"
-
-
-class Result(_Record):
+class Result(Record):
     """One finding.
 
     check:   the check's name, family first (`ib.state`, `gpu.ecc`, `versions.hca_firmware`).
@@ -43,14 +26,13 @@ class Result(_Record):
     __slots__ = ("check", "subject", "status", "message", "reason")
 
     def __init__(self, check: str, subject: str, status: str, message: str, reason: str = ""):
-        self.check, self.subject, self.status, self.message, self.reason = check, subject, status, message, reason
+        Record.__init__(self, check, subject, status, message, reason)
 
     def line(self) -> str:
         return f"{self.status:8s} {self.check:22s} {self.subject}: {self.message}"
 
     def as_dict(self) -> dict:
-        return {"check": self.check, "subject": self.subject, "status": self.status, "message": self.message,
-                "reason": self.reason}
+        return self._asdict()
 
 
 def ok(check: str, subject: str, message: str) -> Result:
@@ -83,14 +65,11 @@ def worst(results) -> str:
     return status
 
 
-class Verdict(_Record):
+class Verdict(Record):
     """All results of one evaluation. `reason` summarises the worst results for Slurm, e.g.
     `mlx5_2/1 state DOWN` or `mlx5_2/1 state DOWN (+2 more)`."""
 
     __slots__ = ("status", "results", "reason")
-
-    def __init__(self, status: str, results: list, reason: str):
-        self.status, self.results, self.reason = status, results, reason
 
 
 REASON_MAX = 120  # Slurm keeps long reasons, but sinfo/squeue columns and pagers do not

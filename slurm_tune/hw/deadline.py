@@ -5,39 +5,27 @@ the kernel. Neither can be interrupted, so the probe runs in its own thread and 
 the deadline: the result says "did not answer" and the hook goes on. The stuck thread is abandoned; the
 process still exits, as with a daemon thread: threads started through `_thread` are never joined at exit.
 
-`_thread` rather than `threading`: this module is on the prolog path, and `threading` (with the functools
-and collections it imports) costs 3-6 ms there, a third of the prolog's budget.
+`_thread` rather than `threading`: hot path, see docs/speed.md.
 """
 from __future__ import annotations
 
 import _thread
 import time
 
+from ..frozen import Record
+
 OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 
 
-class ProbeResult:
+class ProbeResult(Record):
     """status: ok (value is the result), timeout (did not answer within the deadline; value is whatever the
     probe published before it stalled, or None), error (the probe raised; message says what)."""
 
     __slots__ = ("name", "status", "value", "elapsed_s", "message")
 
-    def __init__(self, name: str, status: str, value, elapsed_s: float, message: str):
-        self.name, self.status, self.value, self.elapsed_s, self.message = name, status, value, elapsed_s, message
-
     @property
     def answered(self) -> bool:
         return self.status == OK
-
-    def __iter__(self):
-        return iter((self.name, self.status, self.value, self.elapsed_s, self.message))
-
-    def __eq__(self, other):
-        return isinstance(other, ProbeResult) and tuple(self) == tuple(other)
-
-    def __repr__(self):
-        return (f"ProbeResult(name={self.name!r}, status={self.status!r}, value={self.value!r}, "
-                f"elapsed_s={self.elapsed_s!r}, message={self.message!r})")
 
 
 class Partial:

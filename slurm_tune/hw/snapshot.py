@@ -26,7 +26,7 @@ class SnapshotError(StuneError):
 
 
 def _section(result, key: str) -> dict:
-    from .deadline import OK  # deadline (threading) only for a capture: loading a snapshot needs neither
+    from .deadline import OK  # hot path: see docs/speed.md
 
     value = result.value if isinstance(result.value, dict) else {}
     section = {"answered": result.status == OK, key: value}
@@ -147,7 +147,7 @@ def _read_gpus(timeout_s: float, nvml_module) -> dict:
 def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_module=None,
             gids: bool = True, node: str | None = None, no_nvml: str = "not captured (--no-nvml)") -> dict:
     """The whole node. Never raises on hardware trouble: every section records whether it answered. NVML
-    (and pynvml, whose import alone costs ~30 ms) only when `nvml`."""
+    (and pynvml: hot path, see docs/speed.md) only when `nvml`."""
     sysfs = Sysfs(root)
     snap = {
         "format": FORMAT,
@@ -174,7 +174,7 @@ def save(snapshot: dict, path: str) -> None:
 
 
 def load(path: str) -> dict:
-    """A snapshot from a file, through the fast JSON path (`stune-health check` runs in ~15 ms). Unreadable,
+    """A snapshot from a file, through the fast JSON path (hot path: see docs/speed.md). Unreadable,
     non-JSON or non-snapshot input is a SnapshotError naming the file (and line, for JSON syntax errors)."""
     from ..fastjson import load_file
 

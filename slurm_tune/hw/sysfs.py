@@ -2,8 +2,8 @@
 detection run the same against a live node, a fixture tree, or a copy taken from a broken node.
 
 Reads return the raw text Linux gives (`4: ACTIVE`, `200 Gb/sec (4X HDR)`); the parse_* functions turn it into
-values and return None for anything they do not recognise, so garbage never raises. This module is on the
-prolog path: no heavy imports.
+values and return None for anything they do not recognise, so garbage never raises. Hot path: see
+docs/speed.md.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 from ..text import is_digits
 from ..thisnode import expand
 
-FORMAT = "stune-snapshot/1"  # a node snapshot's format tag (hw/snapshot.py; here so the prolog need not import it)
+FORMAT = "stune-snapshot/1"  # a node snapshot's format tag (hw/snapshot.py); here: hot path: see docs/speed.md
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -30,7 +30,7 @@ MISSING = "missing"
 
 
 def _isdir(mode: int) -> bool:
-    return mode & 0o170000 == 0o040000  # stat.S_ISDIR without importing stat on the prolog path
+    return mode & 0o170000 == 0o040000  # stat.S_ISDIR; hot path: see docs/speed.md
 
 
 def resolve_root(text: str | None, environ=None, node: str | None = None) -> str:

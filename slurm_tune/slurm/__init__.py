@@ -11,8 +11,7 @@ One file per job (docs/slurm-versions.md has the releases):
 Host lists (`n[1-3]`) are slurm_tune/hostlist.py: readers that need no adapter take them from there.
 
 `from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path. The record types
-load on first use (__getattr__ below): stune-sbatch imports Slurm and reads no records, and their
-namedtuples would cost it `collections`.
+load on first use (__getattr__ below; hot path: see docs/speed.md).
 """
 from ..errors import SlurmError
 from .adapter import DEFAULT_TIMEOUT_S, Slurm

@@ -10,9 +10,8 @@ This module builds each command and reads its answer; the rest of the package do
 runs the process, records.py and scontrol.py parse records, associations.py reads `sacctmgr show assoc`,
 version.py knows the release and where output changes shape with it.
 
-On the stune-sbatch path: processes start through os.posix_spawn (spawn.py), not subprocess; json, the
-records (namedtuples: `collections`), associations.py and version.py are imported by the methods that
-read them, so a submission loads none of them (but for the partition list, when no partition is named).
+Hot path (stune-sbatch): see docs/speed.md. Processes start through spawn.py; json, the records,
+associations.py and version.py are imported by the methods that read them.
 """
 from __future__ import annotations
 
@@ -349,12 +348,6 @@ class Slurm:
     def cancel(self, job_ids: list[int] | int, signal: str | None = None) -> None:
         ids = [job_ids] if isinstance(job_ids, int) else job_ids
         self.run(["scancel", *([f"--signal={signal}"] if signal else []), *[str(j) for j in ids]])
-
-    def reconfigure(self) -> None:
-        self.run(["scontrol", "reconfigure"])
-
-    def sacctmgr(self, args: list[str]) -> str:
-        return self.run(["sacctmgr", "-i", *args])
 
     # ---- active checks: node addresses and maintenance reservations ---------------------------------
     def node_addresses(self) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Starting a Slurm client command and collecting what it says: the adapter's process spawning.
 
-Built on os.posix_spawn and select.poll rather than subprocess: importing subprocess costs more than a whole
-call's own work on the stune-sbatch path. Both functions raise OSError when the program cannot start.
+Built on os.posix_spawn and select.poll rather than subprocess (hot path: see docs/speed.md). Both functions
+raise OSError when the program cannot start.
 """
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ import os
 
 def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float,
                   executable: str | None = None) -> tuple[int, str, str]:
-    """Run argv, feed `input`, collect stdout/stderr, kill it after `timeout` s. Raises TimeoutError/OSError.
-
-    Built on os.posix_spawn and select.poll: importing subprocess costs more than this whole call's
-    own work on the stune-sbatch path."""
+    """Run argv, feed `input`, collect stdout/stderr, kill it after `timeout` s. Raises TimeoutError/OSError."""
     import select
     import signal as _signal
     import time

@@ -11,6 +11,7 @@ import time
 from collections import namedtuple
 
 from ..errors import StuneError
+from .dirfd import open_dir
 from .errors import TierUnavailable
 from .stager import evict_lru, ledger_from_stamp
 from ..safeio import lstat_at, rmtree_at
@@ -386,7 +387,7 @@ def init(config: TierConfig) -> list[str]:
         os.chown(config.root, 0, 0)
         os.chmod(config.root, 0o1777)
         done.append(f"{config.root}: owner root, mode 1777")
-    fd = os.open(config.root, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_dir(config.root, follow_symlinks=True)
     try:
         ledger = lstat_at(LEDGER, fd)
         if ledger is not None and (not stat.S_ISDIR(ledger.st_mode) or ledger.st_uid != 0):
@@ -405,7 +406,7 @@ def init(config: TierConfig) -> list[str]:
         if ledger is None:
             os.mkdir(LEDGER, 0o755, dir_fd=fd)
             done.append(f"created {config.root}/{LEDGER}")
-        lfd = os.open(LEDGER, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        lfd = open_dir(LEDGER, fd)
         try:
             st = os.fstat(lfd)
             if st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o1777:

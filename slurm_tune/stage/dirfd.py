@@ -15,11 +15,12 @@ from .. import safeio
 from ..safeio import UnsafePathError, lstat_at
 
 
-def open_dir(name: str, dir_fd: int | None = None, owner: int | None = None) -> int:
+def open_dir(name: str, dir_fd: int | None = None, owner: int | None = None, *,
+             follow_symlinks: bool = False) -> int:
     """safeio.open_dir, raising OSError like os.open does (callers here treat a planted symlink or file where
-    a directory belongs as "not usable", the same as missing)."""
+    a directory belongs as "not usable", the same as missing). follow_symlinks: the tier root only."""
     try:
-        return safeio.open_dir(name, dir_fd, owner=owner)
+        return safeio.open_dir(name, dir_fd, owner=owner, follow_symlinks=follow_symlinks)
     except UnsafePathError as exc:
         raise NotADirectoryError(errno.ENOTDIR, exc.problem, exc.path) from None
 

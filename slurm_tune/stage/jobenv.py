@@ -26,7 +26,7 @@ from ..errors import StuneError
 from ..frozen import Record
 from ..streams import say
 from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
-from .spec import ENV_VAR, decode_requests, merge_requests, parse_profile_stage
+from .spec import ENV_VAR, LOG_VAR, decode_requests, merge_requests, parse_profile_stage
 
 
 def prepare_for_task(job, progress=None) -> tuple[dict[str, str], list[str]]:
@@ -134,7 +134,7 @@ def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
 
 class JobLog:
     """A text stream onto the job's stderr file, opened at the first write (a cache hit writes nothing,
-    so it costs nothing). The path is $STUNE_STAGE_LOG when set (stune-sbatch may pass it), else the
+    so it costs nothing). The path is $STUNE_STAGE_LOG (spec.LOG_VAR) when set (stune-sbatch may pass it), else the
     job's StdErr from `scontrol show job` with %N expanded. Unresolvable: writes are dropped."""
 
     def __init__(self, environ, slurm=None):
@@ -148,7 +148,7 @@ class JobLog:
         return self._path
 
     def _resolve(self) -> str | None:
-        explicit = self.environ.get("STUNE_STAGE_LOG")
+        explicit = self.environ.get(LOG_VAR)
         if explicit:
             return explicit
         job_id = self.environ.get("SLURM_JOB_ID", "")
@@ -162,8 +162,10 @@ class JobLog:
         except StuneError:
             return None
         path = record.get("StdErr") or record.get("StdOut")
-        if path and "%N" in path:  # Slurm's %N is the host name, not the NodeName (seen on 22.05)
-            path = path.replace("%N", os.uname().nodename.split(".")[0])
+        if path and "%N" in path:  # slurmd's %N is its short host name, not the NodeName (fname.c: conf->hostname)
+            from ..thisnode import host_name
+
+            path = path.replace("%N", host_name())
         return path if path and "%" not in path else None
 
     def write(self, text: str) -> int:

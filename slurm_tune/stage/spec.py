@@ -20,6 +20,7 @@ from ..thisnode import STAGE_VAR as ENV_VAR
 from .errors import StageRequestError
 
 EXPORT_PREFIX = "STUNE_STAGE_"
+LOG_VAR = "STUNE_STAGE_LOG"  # the job's stderr file for stage messages (stage.jobenv.JobLog); not a dataset
 FORMAT = "v1"
 MAX_NAME = 64
 _NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")

@@ -22,6 +22,7 @@ import os
 import time
 from collections import namedtuple
 
+from .dirfd import open_dir
 from .errors import SourceError, TierUnavailable
 from .fresh import boot_id, manifest as fresh_manifest
 from .spec import StageRequest
@@ -253,7 +254,7 @@ def _publish(ns: Namespace, tmp_name: str, entry: str, stamp: dict[str, str]) ->
     it also waits for every other job's dirty pages on that disk. Instead the stamp records the boot and a
     manifest of the copy, and an entry from an earlier boot is checked against its manifest before it is
     trusted again (a crash leaves unflushed files empty or short): see _verified()."""
-    tfd = os.open(tmp_name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=ns.sub(TMP))
+    tfd = open_dir(tmp_name, ns.sub(TMP))
     try:
         write_stamp(tfd, stamp)
         os.fsync(tfd)
@@ -291,7 +292,7 @@ def _verified(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
         return False
     if tree != stored.get("tree"):
         return False
-    efd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=ns.sub(ENTRIES))
+    efd = open_dir(entry, ns.sub(ENTRIES))
     try:
         write_stamp(efd, dict(stored, boot=now))
     finally:

@@ -80,7 +80,7 @@ class Tier:
     def _open_root(self) -> int:
         # The root itself is the admin's configured path, so a symlink there (a mount point's alias) is fine.
         try:
-            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = open_dir(self.root, follow_symlinks=True)
         except FileNotFoundError:
             raise TierUnavailable("missing", f"cache tier {self.root} does not exist (is the local disk "
                                              "mounted? `stune-stage init` creates it)") from None
