@@ -413,15 +413,11 @@ def parse_bytes(buf, size: int, source: str):
     ends_at = np.flatnonzero(newline)
     n = len(ends_at)
     pipes = np.diff(ends_at, prepend=-1) - 1
-    if not n or pipes.min() < width - 1:
-        return None  # a cut line: the general parser names it
-    if pipes.max() == width - 1:
-        bounds = delims.reshape(n, width)
-    else:  # some free-text last fields hold '|': take each line's first width-1 pipes
-        first = np.concatenate(([0], ends_at[:-1] + 1))
-        bounds = np.empty((n, width), dtype=delims.dtype)
-        bounds[:, :width - 1] = delims[first[:, None] + np.arange(width - 1)]
-        bounds[:, width - 1] = delims[ends_at]
+    if not n or pipes.min() != width - 1 or pipes.max() != width - 1:
+        # a cut line, or a '|' inside a free-text field (or in place of a newline): which row a field belongs
+        # to is then the general parser's call, so it reads the whole dump
+        return None
+    bounds = delims.reshape(n, width)
     line_start = np.empty(n, dtype=delims.dtype)
     line_start[0] = body
     line_start[1:] = bounds[:-1, width - 1] + 1
