@@ -251,7 +251,7 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     # The report: per account held vs used, the chart, the metrics.
     png, prom = world.root / "report.png", world.root / "fairshare.prom"
     rep = world.stune("report", "--format", "json", "--png", str(png), "--prom", str(prom),
-                      "--since", f"@{world.started}")
+                      "--since", f"@{t0}")  # this test's jobs: not the previous test's cancelled one
     doc = json.loads(rep.stdout)
     accounts = {a["account"]: a for a in doc["accounts"]}
     assert accounts["physics"]["efficiency"] == pytest.approx(0.9, abs=0.02)
