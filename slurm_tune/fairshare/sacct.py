@@ -423,9 +423,14 @@ def _parse(text: str, source: str) -> JobTable:
     table.skip_reasons = ragged + [f"{source}: job {ids[i]}: unreadable Start/End "
                                    f"({pick('Start')[i]!r}, {pick('End')[i]!r})"
                                    for i in np.flatnonzero(~keep)[:5].tolist()]
-    skipped = len(ragged) + table.n - int(keep.sum())
+    return _without_unusable_rows(table, keep, len(ragged) + table.n - int(keep.sum()), ids, start, end, elapsed)
+
+
+def _without_unusable_rows(table, keep, skipped: int, ids, start, end, elapsed, numeric=None):
+    """The table without the rows `keep` leaves out (unreadable times) and without repeated runs; both parsers
+    end here, so the two count skips and duplicates alike."""
     table.skipped = skipped
-    duplicate = _duplicate_runs(ids, start, end, elapsed)
+    duplicate = _duplicate_runs(ids, start, end, elapsed, numeric=numeric)
     if duplicate is not None:
         keep &= ~duplicate
     if keep.all():

@@ -540,14 +540,5 @@ def parse_bytes(buf, size: int, source: str):
     starts, ends = Texts(buf, *span("Start")), Texts(buf, *span("End"))
     table.skip_reasons = [f"{source}: job {ids[i]}: unreadable Start/End ({starts[i]!r}, {ends[i]!r})"
                           for i in bad_rows]
-    skipped = table.n - int(keep.sum())
-    table.skipped = skipped
-    duplicate = S._duplicate_runs(ids, start, end, elapsed, numeric=id_numeric if id_plain.all() else None)
-    if duplicate is not None:
-        keep &= ~duplicate
-    if keep.all():
-        return table
-    out = table.subset(keep)
-    out.skipped, out.skip_reasons = skipped, table.skip_reasons
-    out.duplicates = 0 if duplicate is None else int((duplicate & (start != S.BAD_TIME) & (end != S.BAD_TIME)).sum())
-    return out
+    return S._without_unusable_rows(table, keep, table.n - int(keep.sum()), ids, start, end, elapsed,
+                                    numeric=id_numeric if id_plain.all() else None)
