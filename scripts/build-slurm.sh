@@ -39,15 +39,10 @@ fi
 DEPS="build-essential dpkg-dev pkg-config libmunge-dev libmariadb-dev libjson-c-dev libyaml-dev libdbus-1-dev libhwloc-dev
       libpam0g-dev libreadline-dev liblz4-dev zlib1g-dev libcurl4-openssl-dev libhttp-parser-dev libjwt-dev
       libssl-dev python3"
-missing=""
-for p in $DEPS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  say "installing build dependencies:$missing"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-fi
+# shellcheck source=scripts/apt-missing.sh
+. "$(dirname "$0")/apt-missing.sh"
+# shellcheck disable=SC2086  # one word per package
+install_missing_packages "build-slurm.sh: installing build dependencies" $DEPS
 
 tarball=$WORK/slurm-wlm_$VERSION.orig.tar.gz
 if [ ! -s "$tarball" ]; then

@@ -21,22 +21,11 @@ fi
 
 PKGS="python3 python3-venv python3-dev munge mariadb-server mariadb-client slurmctld slurmd slurmdbd slurm-client
       hwloc util-linux procps fio iperf3"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "setup.sh: installing Debian packages:$missing"
-  # policy-rc.d keeps the packages from starting system-wide daemons; stune runs its own under one directory.
-  added_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && added_policy=1
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT  # removed even when apt-get fails
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-  if [ "$added_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
-fi
+# policy-rc.d keeps the packages from starting system-wide daemons; stune runs its own under one directory.
+# shellcheck source=scripts/apt-missing.sh
+. scripts/apt-missing.sh
+# shellcheck disable=SC2086  # one word per package
+STUNE_APT_NO_DAEMONS=1 install_missing_packages "setup.sh: installing Debian packages" $PKGS
 [ "$only_packages" = 1 ] && exit 0
 
 # Debian's interpreter, not a per-user one: jobs run as other users and must be able to run stune.
