@@ -32,7 +32,28 @@ _WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1],
 _UNKNOWN_BYTES = [word.encode() for word in S.UNKNOWN_WORDS]
 
 
-class Texts(Sequence):
+class _Column(Sequence):
+    """A column that materializes as a list of strings only when read whole (tolist); subclasses give one
+    row (_item) and the whole list."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.tolist()[i]
+        return self._item(i)
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __eq__(self, other):
+        return isinstance(other, (list, tuple, Sequence)) and self.tolist() == list(other)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.tolist()!r})"
+
+
+class Texts(_Column):
     """A column of strings kept as byte spans of the dump; decoded when read (ASCII only)."""
 
     __slots__ = ("_buf", "_start", "_end")
@@ -43,29 +64,19 @@ class Texts(Sequence):
     def __len__(self) -> int:
         return len(self._start)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return self.tolist()[i]
+    def _item(self, i):
         return self._buf[int(self._start[i]):int(self._end[i])].decode("ascii")
 
     def tolist(self) -> list:
         buf = self._buf
         return [buf[a:b].decode("ascii") for a, b in zip(self._start.tolist(), self._end.tolist())]
 
-    def __iter__(self):
-        return iter(self.tolist())
-
-    def __eq__(self, other):
-        return isinstance(other, (list, tuple, Sequence)) and self.tolist() == list(other)
-
-    def __repr__(self) -> str:
-        return f"Texts({self.tolist()!r})"
 
     def take(self, keep) -> "Texts":
         return Texts(self._buf, self._start[keep], self._end[keep])
 
 
-class Coded(Sequence):
+class Coded(_Column):
     """A column of few distinct strings: a code per row into `names`."""
 
     __slots__ = ("codes", "names")
@@ -76,9 +87,7 @@ class Coded(Sequence):
     def __len__(self) -> int:
         return len(self.codes)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return self.tolist()[i]
+    def _item(self, i):
         return self.names[self.codes[i]]
 
     def tolist(self) -> list:
@@ -86,14 +95,6 @@ class Coded(Sequence):
             return []
         return np.array(self.names, dtype=object)[self.codes].tolist()
 
-    def __iter__(self):
-        return iter(self.tolist())
-
-    def __eq__(self, other):
-        return isinstance(other, (list, tuple, Sequence)) and self.tolist() == list(other)
-
-    def __repr__(self) -> str:
-        return f"Coded({self.tolist()!r})"
 
     def take(self, keep) -> "Coded":
         return Coded(self.codes[keep], self.names)
