@@ -1,0 +1,201 @@
+"""One file holding the compiled code of the modules a hot command imports (docs/speed.md).
+
+A fresh interpreter imports each module through the path search: find the source among sys.path, stat it,
+open and read its .pyc. A submission imports two dozen modules that way. A hot launcher (bin/) installs a
+`CodeCache` first: each module whose code is in the file, compiled from its source as the source is now
+(path, mtime and size, as a .pyc is checked; the same interpreter's magic number), is then imported from
+that one file. Anything else (a module not in it, a changed or removed source, another Python, a damaged
+file) takes the normal import, and the command writes a fresh file at its end (run_console).
+
+What is cached: stune's own modules and the standard library's pure-Python ones (`__future__`) that the
+command imported after the launcher installed the cache. The file lives in stune's cache directory (the
+profile cache's, `slurm_tune.cache_dir()`), one per command and installed package, written by the user who runs the
+command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc files beside the sources and does not apply.
+A file of code is trusted like a .pyc: only a regular file of the running user with one link that nobody
+else can write is loaded, and root loads and writes it only where root alone could have written it
+(trust.py, the rule safeio.require_trusted applies to every file root loads).
+
+No `from __future__` import and no stune import but trust.py: this module runs before the cache can help.
+"""
+import marshal
+import os
+import sys
+
+from . import cache_dir, trust
+
+FORMAT = 1
+MAX_BYTES = 16 << 20  # far above the code of every module stune has; a bigger file is not ours
+PACKAGE = __name__.rpartition(".")[0]
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# CPython's import system: the magic number of its bytecode and its module spec type (None elsewhere: no cache)
+MAGIC = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None)
+_ModuleSpec = getattr(sys.modules.get("_frozen_importlib"), "ModuleSpec", None)
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def cache_path(command: str, environ=None) -> str:
+    """The file for `command` of the package installed here, on this interpreter's cache tag."""
+    tag = PACKAGE_DIR.replace("/", "_")
+    return os.path.join(cache_dir(environ), f"code-{command}{tag}.{sys.implementation.cache_tag}.marshal")
+
+
+class CodeCache:
+    """A meta path finder and loader serving modules from one file. Entries: module name -> (source path,
+    is a package, the source's mtime_ns and size when compiled, the marshalled code object)."""
+
+    def __init__(self, path: str, table: dict, usable: bool = True):
+        self.path, self.table, self.usable = path, table, usable
+        self.preloaded = frozenset(sys.modules)  # imported before the cache could serve them: never its
+        self.stale = False
+
+    @classmethod
+    def install(cls, command: str) -> "CodeCache":
+        """Read the command's file and put the cache first on sys.meta_path."""
+        path = cache_path(command)
+        table, usable = read(path)
+        cache = cls(path, table, usable)
+        sys.meta_path.insert(0, cache)
+        _INSTALLED.append(cache)
+        return cache
+
+    # ---- importlib's finder and loader protocol ----------------------------------------------------------
+    def find_spec(self, name, path=None, target=None):
+        entry = self.table.get(name)
+        if entry is None:
+            return None
+        if not _current(entry):
+            self.stale = True
+            return None
+        spec = _ModuleSpec(name, self, origin=entry[0], is_package=entry[1])
+        spec.has_location = True  # __file__ is the source, as with the path loader
+        if entry[1]:
+            spec.submodule_search_locations = [os.path.dirname(entry[0])]
+        return spec
+
+    def create_module(self, spec):
+        return None  # the default module object
+
+    def exec_module(self, module) -> None:
+        origin = module.__spec__.origin
+        try:
+            code = marshal.loads(self.table[module.__spec__.name][4])
+        except (EOFError, ValueError, TypeError):  # a damaged entry: the source's code, and a new file
+            self.stale = True
+            code = _compile(origin)
+        exec(code, module.__dict__)
+
+    def get_source(self, name: str):
+        """The source text, for tracebacks and inspect (as the path loader gives it)."""
+        with open(self.table[name][0], encoding="utf-8") as fh:
+            return fh.read()
+
+    # ---- writing -----------------------------------------------------------------------------------------
+    def save(self) -> bool:
+        """Rewrite the file unless this process imported exactly its modules, all from it: then with the
+        code of every module this process imported after install(), compiled anew where the entry missed
+        (not in the file, changed, damaged). So the file follows what the command imports now, and a module
+        only a first run needed (a profile cache miss's yaml path) leaves it. True when written. Raises
+        OSError."""
+        if not self.usable or MAGIC is None:
+            return False
+        imported = {}
+        missed = self.stale
+        for name, module in list(sys.modules.items()):
+            spec = getattr(module, "__spec__", None)
+            if name in self.preloaded or spec is None or not _cacheable(name, spec.origin):
+                continue
+            imported[name] = (spec.origin, spec.submodule_search_locations is not None)
+            missed = missed or spec.loader is not self
+        if not missed and imported.keys() == self.table.keys():
+            return False
+        table = {}
+        for name, (origin, is_package) in imported.items():
+            try:
+                table[name] = self._entry(name, origin, is_package)
+            except (OSError, SyntaxError, ValueError):
+                continue
+        from .safeio import write_atomic
+
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        write_atomic(self.path, marshal.dumps((FORMAT, MAGIC, PACKAGE_DIR, table)), mode=0o600)
+        return True
+
+    def _entry(self, name: str, origin: str, is_package: bool) -> tuple:
+        old = self.table.get(name)
+        if old is not None and old[0] == origin and _current(old):
+            return old
+        st = os.stat(origin)  # before reading: a source changed after this is newer than the entry
+        return (origin, is_package, st.st_mtime_ns, st.st_size, marshal.dumps(_compile(origin)))
+
+
+_INSTALLED = []
+
+
+def save_installed() -> None:
+    """save() each cache this process installed; cli.common.run_console calls it at a command's end."""
+    for cache in _INSTALLED:
+        try:
+            cache.save()
+        except Exception:  # a cache only saves time, never changes a command's outcome
+            pass
+
+
+def read(path: str) -> tuple:
+    """(table, usable): the entries of the file at `path` that are well formed. usable is False when the
+    file must be neither loaded nor written (not ours, linked, someone else can write it); anything else
+    wrong (missing, damaged, another interpreter or install) gives an empty table, and every import misses."""
+    if MAGIC is None or _ModuleSpec is None:
+        return {}, False
+    euid = os.geteuid()
+    if euid == 0 and trust.untrusted_reason(trust.nearest_existing(path), uid=0):
+        return {}, False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}, True
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o170000 != 0o100000 or st.st_nlink != 1 or trust.untrusted_stat(st, euid) \
+                or st.st_uid != euid:
+            return {}, False
+        data = os.read(fd, MAX_BYTES + 1)
+    except OSError:
+        return {}, True
+    finally:
+        os.close(fd)
+    try:
+        form, magic, package_dir, table = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return {}, True
+    if form != FORMAT or magic != MAGIC or package_dir != PACKAGE_DIR or not isinstance(table, dict):
+        return {}, True
+    return {name: entry for name, entry in table.items() if isinstance(name, str) and _well_formed(entry)}, True
+
+
+def _cacheable(name: str, origin) -> bool:
+    """stune's modules and the standard library's, loaded from a .py source (no extension, no builtin)."""
+    if not isinstance(origin, str) or not origin.endswith(".py"):
+        return False
+    if name == PACKAGE or name.startswith(PACKAGE + "."):
+        return origin.startswith(PACKAGE_DIR + os.sep)
+    return name.partition(".")[0] in _STDLIB
+
+
+def _current(entry: tuple) -> bool:
+    """The entry was compiled from its source as the source is now."""
+    try:
+        st = os.stat(entry[0])
+    except OSError:
+        return False
+    return st.st_mtime_ns == entry[2] and st.st_size == entry[3]
+
+
+def _compile(origin: str):
+    with open(origin, "rb") as fh:
+        return compile(fh.read(), origin, "exec", dont_inherit=True)
+
+
+def _well_formed(entry) -> bool:
+    return (isinstance(entry, tuple) and len(entry) == 5 and isinstance(entry[0], str)
+            and isinstance(entry[1], bool) and isinstance(entry[2], int) and isinstance(entry[3], int)
+            and isinstance(entry[4], bytes))
