@@ -15,13 +15,15 @@ A file of code is trusted like a .pyc: only a regular file of the running user w
 else can write is loaded, and root loads and writes it only where root alone could have written it
 (trust.py, the rule safeio.require_trusted applies to every file root loads).
 
-No `from __future__` import and no stune import but trust.py: this module runs before the cache can help.
+No `from __future__` import, and no stune import but trust.py (for root): this module runs before the cache
+can help.
 """
+import gc
 import marshal
 import os
 import sys
 
-from . import cache_dir, trust
+from . import cache_dir
 
 FORMAT = 1
 MAX_BYTES = 16 << 20  # far above the code of every module stune has; a bigger file is not ours
@@ -51,6 +53,9 @@ class CodeCache:
     @classmethod
     def install(cls, command: str) -> "CodeCache":
         """Read the command's file and put the cache first on sys.meta_path."""
+        # A hot command never needs the collector (run_console exits without teardown); off from here, the
+        # imports' allocations start no collection passes.
+        gc.disable()
         path = cache_path(command)
         table, usable = read(path)
         cache = cls(path, table, usable)
@@ -76,12 +81,15 @@ class CodeCache:
         return None  # the default module object
 
     def exec_module(self, module) -> None:
-        origin = module.__spec__.origin
+        name, origin = module.__spec__.name, module.__spec__.origin
+        entry = self.table[name]
         try:
-            code = marshal.loads(self.table[module.__spec__.name][4])
+            code = marshal.loads(entry[4])
         except (EOFError, ValueError, TypeError):  # a damaged entry: the source's code, and a new file
             self.stale = True
             code = _compile(origin)
+        else:  # the marshalled copy's memory goes back to the allocator for what the module creates
+            self.table[name] = entry[:4] + (None,)
         exec(code, module.__dict__)
 
     def get_source(self, name: str):
@@ -108,24 +116,26 @@ class CodeCache:
             missed = missed or spec.loader is not self
         if not missed and imported.keys() == self.table.keys():
             return False
+        previous = read(self.path)[0]  # the code of the modules served (dropped from memory once loaded)
         table = {}
         for name, (origin, is_package) in imported.items():
             try:
-                table[name] = self._entry(name, origin, is_package)
+                table[name] = _entry(previous.get(name), origin, is_package)
             except (OSError, SyntaxError, ValueError):
                 continue
         from .safeio import write_atomic
 
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        write_atomic(self.path, marshal.dumps((FORMAT, MAGIC, PACKAGE_DIR, table)), mode=0o600)
+        write_atomic(self.path, pack(FORMAT, MAGIC, PACKAGE_DIR, table), mode=0o600)
         return True
 
-    def _entry(self, name: str, origin: str, is_package: bool) -> tuple:
-        old = self.table.get(name)
-        if old is not None and old[0] == origin and _current(old):
-            return old
-        st = os.stat(origin)  # before reading: a source changed after this is newer than the entry
-        return (origin, is_package, st.st_mtime_ns, st.st_size, marshal.dumps(_compile(origin)))
+
+def _entry(old, origin: str, is_package: bool) -> tuple:
+    """The file's entry for a module: the previous one while it is current, else compiled anew."""
+    if old is not None and old[0] == origin and old[1] == is_package and _current(old) and _loads(old[4]):
+        return old
+    st = os.stat(origin)  # before reading: a source changed after this is newer than the entry
+    return (origin, is_package, st.st_mtime_ns, st.st_size, marshal.dumps(_compile(origin)))
 
 
 _INSTALLED = []
@@ -147,29 +157,68 @@ def read(path: str) -> tuple:
     if MAGIC is None or _ModuleSpec is None:
         return {}, False
     euid = os.geteuid()
-    if euid == 0 and trust.untrusted_reason(trust.nearest_existing(path), uid=0):
-        return {}, False
+    if euid == 0:
+        from . import trust
+
+        if trust.untrusted_reason(trust.nearest_existing(path), uid=0):
+            return {}, False
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return {}, True
     try:
         st = os.fstat(fd)
-        if st.st_mode & 0o170000 != 0o100000 or st.st_nlink != 1 or trust.untrusted_stat(st, euid) \
-                or st.st_uid != euid:
+        # a regular file of this user (root's for root) with one link, that nobody else can write
+        if st.st_mode & 0o170000 != 0o100000 or st.st_nlink != 1 or st.st_uid != euid or st.st_mode & 0o022:
             return {}, False
-        data = os.read(fd, MAX_BYTES + 1)
+        data = os.read(fd, min(st.st_size, MAX_BYTES) + 1)  # its size: no oversized buffer to shrink
     except OSError:
         return {}, True
     finally:
         os.close(fd)
+    unpacked = unpack(data) if len(data) <= MAX_BYTES else None
+    if unpacked is None:
+        return {}, True
+    form, magic, package_dir, table = unpacked
+    if form != FORMAT or magic != MAGIC or package_dir != PACKAGE_DIR:
+        return {}, True
+    return table, True
+
+
+# The file: the header's length (4 bytes, little-endian), the header (marshal: format, magic number,
+# package directory, and per module its source path, is a package, mtime_ns, size, and where its code
+# lies in the rest), then each module's marshalled code. An entry's code is a slice of the one buffer read,
+# not a copy of its own.
+
+def pack(form, magic, package_dir, table: dict) -> bytes:
+    index, blobs, offset = {}, [], 0
+    for name, (origin, is_package, mtime_ns, size, code) in table.items():
+        index[name] = (origin, is_package, mtime_ns, size, offset, len(code))
+        blobs.append(code)
+        offset += len(code)
+    header = marshal.dumps((form, magic, package_dir, index))
+    return b"".join([len(header).to_bytes(4, "little"), header, *blobs])
+
+
+def unpack(data: bytes):
+    """(format, magic, package directory, table) of a file's bytes, or None when they do not read as one.
+    Entries that are not well formed are left out."""
+    view = memoryview(data)
+    length = int.from_bytes(view[:4], "little")
     try:
-        form, magic, package_dir, table = marshal.loads(data)
+        form, magic, package_dir, index = marshal.loads(view[4:4 + length])
     except (EOFError, ValueError, TypeError):
-        return {}, True
-    if form != FORMAT or magic != MAGIC or package_dir != PACKAGE_DIR or not isinstance(table, dict):
-        return {}, True
-    return {name: entry for name, entry in table.items() if isinstance(name, str) and _well_formed(entry)}, True
+        return None
+    if not isinstance(index, dict):
+        return None
+    body = view[4 + length:]
+    table = {}
+    for name, entry in index.items():
+        if (isinstance(name, str) and isinstance(entry, tuple) and len(entry) == 6
+                and isinstance(entry[0], str) and isinstance(entry[1], bool)
+                and all(isinstance(n, int) and n >= 0 for n in entry[2:]) and entry[4] + entry[5] <= len(body)):
+            table[name] = entry[:4] + (body[entry[4]:entry[4] + entry[5]],)
+    return form, magic, package_dir, table
 
 
 def _cacheable(name: str, origin) -> bool:
@@ -190,12 +239,14 @@ def _current(entry: tuple) -> bool:
     return st.st_mtime_ns == entry[2] and st.st_size == entry[3]
 
 
+def _loads(data) -> bool:
+    try:
+        marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return False
+    return True
+
+
 def _compile(origin: str):
     with open(origin, "rb") as fh:
         return compile(fh.read(), origin, "exec", dont_inherit=True)
-
-
-def _well_formed(entry) -> bool:
-    return (isinstance(entry, tuple) and len(entry) == 5 and isinstance(entry[0], str)
-            and isinstance(entry[1], bool) and isinstance(entry[2], int) and isinstance(entry[3], int)
-            and isinstance(entry[4], bytes))

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_tune import codecache
+
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ["slurm_tune.sbatch.options", "slurm_tune.sbatch.history", "slurm_tune.slurm"]
 DRIVER = """
@@ -68,7 +70,7 @@ def served(result: dict) -> set[str]:
 def test_the_second_run_imports_from_the_cache_and_rewrites_nothing(pkg):
     assert served(run(pkg)) == set()
     path = cache_file(pkg)
-    form, magic, package_dir, table = marshal.loads(path.read_bytes())
+    form, magic, package_dir, table = codecache.unpack(path.read_bytes())
     assert package_dir == str(pkg["root"] / "slurm_tune") and set(MODULES) <= set(table)
     assert "__future__" in table  # the standard library's pure-Python modules too
     assert oct(path.stat().st_mode & 0o777) == "0o600"
@@ -81,7 +83,7 @@ def test_the_second_run_imports_from_the_cache_and_rewrites_nothing(pkg):
 def test_the_file_follows_what_the_command_imports(pkg):
     run(pkg, MODULES + ["slurm_tune.sbatch.dryrun"])
     run(pkg)  # a run without the dry run's module
-    _, _, _, table = marshal.loads(cache_file(pkg).read_bytes())
+    _, _, _, table = codecache.unpack(cache_file(pkg).read_bytes())
     assert "slurm_tune.sbatch.dryrun" not in table and set(MODULES) <= set(table)
     assert served(run(pkg)) == set(MODULES)
 
@@ -109,18 +111,19 @@ def test_an_edited_source_runs_fresh_and_the_cache_follows(pkg, edit):
 
 
 def _rewrite(path: Path, change) -> None:
-    form, magic, package_dir, table = marshal.loads(path.read_bytes())
-    path.write_bytes(marshal.dumps(change(form, magic, package_dir, table)))
+    path.write_bytes(codecache.pack(*change(*codecache.unpack(path.read_bytes()))))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "other python", "other format",
+@pytest.mark.parametrize("damage", ["truncated", "truncated header", "garbage", "empty", "other python", "other format",
                                     "other install", "not a table", "damaged entry", "malformed entry"])
 def test_a_damaged_or_foreign_file_falls_back_to_the_normal_import(pkg, damage):
     run(pkg)
     path = cache_file(pkg)
     data = path.read_bytes()
-    if damage == "truncated":
+    if damage == "truncated":  # the entries that lie beyond the end are left out
         path.write_bytes(data[: len(data) // 2])
+    elif damage == "truncated header":
+        path.write_bytes(data[:40])
     elif damage == "garbage":
         path.write_bytes(b"\xff\x00garbage" * 100)
     elif damage == "empty":
@@ -132,13 +135,15 @@ def test_a_damaged_or_foreign_file_falls_back_to_the_normal_import(pkg, damage):
     elif damage == "other install":
         _rewrite(path, lambda f, m, p, t: (f, m, "/elsewhere/slurm_tune", t))
     elif damage == "not a table":
-        _rewrite(path, lambda f, m, p, t: (f, m, p, [1, 2]))
+        path.write_bytes(len(marshal.dumps((1, 2, 3, [1, 2]))).to_bytes(4, "little") + marshal.dumps((1, 2, 3, [1, 2])))
     elif damage == "damaged entry":  # the file reads, one module's code does not: compiled from its source
         _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{MODULES[0]: t[MODULES[0]][:4] + (b"\xff\x01",)})))
     elif damage == "malformed entry":
-        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{MODULES[0]: ("x", 1)})))
+        header = marshal.dumps((1, codecache.MAGIC, str(pkg["root"] / "slurm_tune"), {MODULES[0]: ("x", 1)}))
+        path.write_bytes(len(header).to_bytes(4, "little") + header)
     result = run(pkg)
-    assert MODULES[0] not in served(result) or damage == "damaged entry"
+    if damage not in ("damaged entry", "truncated"):
+        assert served(result) == set()
     assert served(run(pkg)) == set(MODULES), "the damaged file was not replaced"
 
 
@@ -244,7 +249,7 @@ def test_the_stune_sbatch_launcher_uses_and_keeps_the_cache(tmp_path):
         assert proc.returncode == 0 and proc.stdout.strip() == "4242", proc.stderr
         (path,) = cache.glob("code-stune-sbatch*.marshal")
         stamps.append(path.stat().st_mtime_ns)
-    _, _, package_dir, table = marshal.loads(path.read_bytes())
+    _, _, package_dir, table = codecache.unpack(path.read_bytes())
     assert package_dir == str(REPO / "slurm_tune")
     assert {"slurm_tune.sbatch.submit", "slurm_tune.sbatch.plan", "slurm_tune.sbatch.history"} <= set(table)
     assert "slurm_tune.profiles" not in table  # only the first run's profile cache miss imported it
