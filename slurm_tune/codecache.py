@@ -7,13 +7,14 @@ open and read its .pyc. A submission imports two dozen modules that way. A hot l
 that one file. Anything else (a module not in it, a changed or removed source, another Python, a damaged
 file) takes the normal import, and the command writes a fresh file at its end (run_console).
 
-What is cached: stune's own modules and the standard library's pure-Python ones (`__future__`) that the
-command imported after the launcher installed the cache. The file lives in stune's cache directory (the
-profile cache's, `slurm_tune.cache_dir()`), one per command and installed package, written by the user who runs the
-command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc files beside the sources and does not apply.
-A file of code is trusted like a .pyc: only a regular file of the running user with one link that nobody
-else can write is loaded, and root loads and writes it only where root alone could have written it
-(trust.py, the rule safeio.require_trusted applies to every file root loads).
+What is cached: stune's own modules (and `__future__`) that the command imported after the launcher
+installed the cache; entries stay while current, so runs that take different paths share one file. It lives
+in stune's cache directory (the profile cache's, `slurm_tune.cache_dir()`), one per command and installed
+package, written by the user who runs the command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc
+files beside the sources and does not apply. A file of code is trusted like a .pyc: only a regular file of
+the running user with one link that nobody else can write is loaded, and root loads and writes it only
+where root alone could have written it (trust.py: the rule safeio.require_trusted applies to every file
+root loads).
 
 No `from __future__` import, and no stune import but trust.py (for root): this module runs before the cache
 can help.
@@ -32,7 +33,6 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # CPython's import system: the magic number of its bytecode and its module spec type (None elsewhere: no cache)
 MAGIC = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None)
 _ModuleSpec = getattr(sys.modules.get("_frozen_importlib"), "ModuleSpec", None)
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
 def cache_path(command: str, environ=None) -> str:
@@ -99,11 +99,10 @@ class CodeCache:
 
     # ---- writing -----------------------------------------------------------------------------------------
     def save(self) -> bool:
-        """Rewrite the file unless this process imported exactly its modules, all from it: then with the
-        code of every module this process imported after install(), compiled anew where the entry missed
-        (not in the file, changed, damaged). So the file follows what the command imports now, and a module
-        only a first run needed (a profile cache miss's yaml path) leaves it. True when written. Raises
-        OSError."""
+        """Rewrite the file when a module this process imported did not come from it (not in it, changed,
+        damaged): with the code of every module this process imported after install(), and the entries
+        other runs of the command use (another partition's path, a dry run's) while they are current, so
+        runs that take different paths do not rewrite it in turn. True when written. Raises OSError."""
         if not self.usable or MAGIC is None:
             return False
         imported = {}
@@ -114,7 +113,7 @@ class CodeCache:
                 continue
             imported[name] = (spec.origin, spec.submodule_search_locations is not None)
             missed = missed or spec.loader is not self
-        if not missed and imported.keys() == self.table.keys():
+        if not missed:
             return False
         previous = read(self.path)[0]  # the code of the modules served (dropped from memory once loaded)
         table = {}
@@ -123,6 +122,9 @@ class CodeCache:
                 table[name] = _entry(previous.get(name), origin, is_package)
             except (OSError, SyntaxError, ValueError):
                 continue
+        for name, entry in previous.items():
+            if name not in table and _current(entry) and _loads(entry[4]):
+                table[name] = entry
         from .safeio import write_atomic
 
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
@@ -222,12 +224,14 @@ def unpack(data: bytes):
 
 
 def _cacheable(name: str, origin) -> bool:
-    """stune's modules and the standard library's, loaded from a .py source (no extension, no builtin)."""
+    """stune's modules, and `__future__` (each of them imports it first), loaded from a .py source. Not the
+    rest of the standard library: what a first run's profile cache miss imports (yaml's re, enum, ...)
+    would stay in the file and cost every later run its reading."""
     if not isinstance(origin, str) or not origin.endswith(".py"):
         return False
     if name == PACKAGE or name.startswith(PACKAGE + "."):
         return origin.startswith(PACKAGE_DIR + os.sep)
-    return name.partition(".")[0] in _STDLIB
+    return name == "__future__"
 
 
 def _current(entry: tuple) -> bool:

@@ -72,7 +72,6 @@ def test_the_second_run_imports_from_the_cache_and_rewrites_nothing(pkg):
     path = cache_file(pkg)
     form, magic, package_dir, table = codecache.unpack(path.read_bytes())
     assert package_dir == str(pkg["root"] / "slurm_tune") and set(MODULES) <= set(table)
-    assert "__future__" in table  # the standard library's pure-Python modules too
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     stamp = path.stat().st_mtime_ns
     assert served(run(pkg)) == set(MODULES)
@@ -80,12 +79,21 @@ def test_the_second_run_imports_from_the_cache_and_rewrites_nothing(pkg):
     assert path.stat().st_mtime_ns == stamp, "a run that found everything rewrote the cache"
 
 
-def test_the_file_follows_what_the_command_imports(pkg):
+def test_runs_that_take_different_paths_share_the_file(pkg):
     run(pkg, MODULES + ["slurm_tune.sbatch.dryrun"])
-    run(pkg)  # a run without the dry run's module
+    stamp = cache_file(pkg).stat().st_mtime_ns
+    assert served(run(pkg)) == set(MODULES)  # a run without the dry run's module
+    assert served(run(pkg, MODULES + ["slurm_tune.sbatch.dryrun"])) == set(MODULES) | {"slurm_tune.sbatch.dryrun"}
+    assert cache_file(pkg).stat().st_mtime_ns == stamp, "the runs rewrote the file in turn"
+    run(pkg, MODULES + ["slurm_tune.nodestate"])  # one more path: added, the others kept
     _, _, _, table = codecache.unpack(cache_file(pkg).read_bytes())
-    assert "slurm_tune.sbatch.dryrun" not in table and set(MODULES) <= set(table)
-    assert served(run(pkg)) == set(MODULES)
+    assert {"slurm_tune.sbatch.dryrun", "slurm_tune.nodestate"} <= set(table)
+
+
+def test_only_stune_and_future_are_cached(pkg):
+    run(pkg, MODULES + ["json"])
+    _, _, _, table = codecache.unpack(cache_file(pkg).read_bytes())
+    assert "__future__" in table and not {"json", "json.decoder", "re"} & set(table)
 
 
 @pytest.mark.parametrize("edit", ["longer", "same size, newer"])
@@ -252,6 +260,5 @@ def test_the_stune_sbatch_launcher_uses_and_keeps_the_cache(tmp_path):
     _, _, package_dir, table = codecache.unpack(path.read_bytes())
     assert package_dir == str(REPO / "slurm_tune")
     assert {"slurm_tune.sbatch.submit", "slurm_tune.sbatch.plan", "slurm_tune.sbatch.history"} <= set(table)
-    assert "slurm_tune.profiles" not in table  # only the first run's profile cache miss imported it
     assert stamps[1] == stamps[2], "the third run found a module missing from the second run's file"
     assert len(json.loads((tmp_path / "history.jsonl").read_text().splitlines()[-1])["sbatch"]) > 0
