@@ -268,12 +268,17 @@ def _same(fast, general) -> None:
             assert a[name] == b[name], name
 
 
+def _padded(data: bytes):
+    buf = sacct_fast.padded(len(data))
+    buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return buf
+
+
 def _fast(text: str):
     if not text.isascii():
         return None  # (parse() sends it to the general parser)
     data = text.encode("ascii")
-    buf = bytearray(data) + bytearray(sacct_fast.PAD)
-    return sacct_fast.parse_bytes(buf, len(data), "sacct")
+    return sacct_fast.parse_bytes(_padded(data), len(data), "sacct")
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -339,10 +344,61 @@ def test_summary_numbers_in_every_plain_form_read_exactly_on_the_fast_path(seed)
     _same(_fast(wide), sacct_mod._parse_text(wide))
 
 
+_FIELD_CHARS = st.sampled_from("0123456789" * 3 + ".:-/ aZ\x00\x7f")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(_FIELD_CHARS, max_size=17), min_size=1, max_size=40))
+def test_plain_numbers_read_eight_digits_at_a_time_as_python_reads_them(fields):
+    """The fast path reads integer fields inside 64-bit words (eight digits per step): a field is plain when it
+    is 1-13 ASCII digits, and then its value is exactly int()'s, whatever the bytes around it."""
+    data = ("JobIDRaw|JobID|Start|" + "|".join(fields) + "|").encode("ascii")  # (a header comes first)
+    buf = _padded(data)
+    bars = [i for i, byte in enumerate(data) if byte == ord("|")][2:]
+    start, end = np.array(bars[:-1]) + 1, np.array(bars[1:])
+    values, plain = sacct_fast._plain_numbers(buf, len(data), start, end)
+    for field, value, is_plain in zip(fields, values.tolist(), plain.tolist()):
+        expected = 1 <= len(field) <= 13 and all(c in "0123456789" for c in field)
+        assert is_plain == expected, field
+        assert value == (int(field) if expected else 0), field
+
+
+@st.composite
+def _decimal_tokens(draw):
+    """1-15 character numbers: digits with a '.' anywhere or none (a bare '.' too, which is not a number)."""
+    digits = draw(st.text(st.sampled_from("0123456789"), max_size=15))
+    if draw(st.booleans()) or not digits:
+        digits = digits[:14]
+        at = draw(st.integers(0, len(digits)))
+        digits = digits[:at] + "." + digits[at:]
+    return digits
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_decimal_tokens(), min_size=1, max_size=30), st.data())
+def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
+    """A summary's numbers are read two words at a time: digits with at most one '.' (anywhere, and a digit
+    besides it) give the very double float() gives; any other token declines the whole batch (None)."""
+    if data.draw(st.booleans()):  # damage one token: a second dot, or a byte that is no digit
+        k = data.draw(st.integers(0, len(tokens) - 1))
+        at = data.draw(st.integers(0, len(tokens[k]) - 1))
+        tokens[k] = tokens[k][:at] + data.draw(st.sampled_from(".x-:/")) + tokens[k][at + 1:]
+    text = ("x" * 16 + " " + " ".join(tokens) + " ").encode("ascii")
+    buf = _padded(text)
+    ends = np.array([i for i, byte in enumerate(text) if byte == ord(" ")][1:], dtype=np.int64)
+    words = sacct_fast._gather(buf, len(text), 8)
+    got = sacct_fast._decimals(words[ends - 16], words[ends - 8], np.array([len(t) for t in tokens]))
+    valid = all(set(t) <= set("0123456789.") and t.count(".") <= 1 and t != "." for t in tokens)
+    if not valid:
+        assert got is None
+    else:
+        assert got is not None and got.tolist() == [float(t) for t in tokens]
+
+
 def _comment_spans(text: str):
     """(buf, size, start, end, n) of the AdminComment fields (the last) of a one-line-per-row dump."""
     data = text.encode("ascii")
-    buf = bytearray(data) + bytearray(sacct_fast.PAD)
+    buf = _padded(data)
     starts, ends, at = [], [], data.index(b"\n") + 1
     while at < len(data):
         stop = data.index(b"\n", at)

@@ -59,17 +59,18 @@ class Texts(_Column):
     __slots__ = ("_buf", "_start", "_end")
 
     def __init__(self, buf, start: np.ndarray, end: np.ndarray):
-        self._buf, self._start, self._end = buf, start, end
+        self._buf = buf if isinstance(buf, memoryview) else memoryview(buf)
+        self._start, self._end = start, end
 
     def __len__(self) -> int:
         return len(self._start)
 
     def _item(self, i):
-        return self._buf[int(self._start[i]):int(self._end[i])].decode("ascii")
+        return str(self._buf[int(self._start[i]):int(self._end[i])], "ascii")
 
     def tolist(self) -> list:
         buf = self._buf
-        return [buf[a:b].decode("ascii") for a, b in zip(self._start.tolist(), self._end.tolist())]
+        return [str(buf[a:b], "ascii") for a, b in zip(self._start.tolist(), self._end.tolist())]
 
 
     def take(self, keep) -> "Texts":
@@ -126,15 +127,18 @@ def _in_pieces(fn, n: int) -> tuple:
     return out
 
 
-def _delimiters(arr: np.ndarray, start: int, stop: int) -> np.ndarray:
+def _delimiters(arr: np.ndarray, start: int, stop: int):
     """Positions of every '|' and '\\n' in arr[start:stop], found in cache-sized pieces with the same two
-    masks reused (a fresh temporary per piece costs page faults)."""
+    masks reused (a fresh temporary per piece costs page faults); None when the text has a byte outside
+    ASCII or a CR (the general parser decodes and normalizes those)."""
     dtype = np.int32 if stop < (1 << 31) else np.int64
     pipe, newline = np.empty(_CHUNK, dtype=bool), np.empty(_CHUNK, dtype=bool)
     parts = []
     for at in range(start, stop, _CHUNK):
         piece = arr[at:min(stop, at + _CHUNK)]
         k = len(piece)
+        if piece.max() > 127 or np.equal(piece, 13, out=pipe[:k]).any():
+            return None
         np.equal(piece, 124, out=pipe[:k])
         np.equal(piece, 10, out=newline[:k])
         np.logical_or(pipe[:k], newline[:k], out=pipe[:k])
@@ -164,42 +168,64 @@ def _rows_any(mask: np.ndarray) -> np.ndarray:
     return words[:, 0] != 0 if words.shape[1] == 1 else (words[:, 0] | words[:, 1]) != 0
 
 
-def _rows_count(mask: np.ndarray) -> np.ndarray:
-    """mask.sum(axis=1) for a C-contiguous (n, 16) bool matrix: each word's bytes summed by one multiply."""
-    words = mask.view(np.uint64)
-    with np.errstate(over="ignore"):
-        ones = np.uint64(0x0101010101010101)
-        return ((words[:, 0] * ones) >> np.uint64(56)) + ((words[:, 1] * ones) >> np.uint64(56))
+# Numbers are read eight ASCII digits at a time inside 64-bit words (SWAR), over all rows at once: a word holds
+# the bytes of a text left to right in its bytes from low to high (little-endian), so its first byte is the
+# most significant digit. Every byte of the dump is ASCII (< 0x80), which keeps the byte sums below from
+# carrying into a neighbour.
+_HIGH_BITS = 0x8080808080808080
+_ZERO_CHARS = 0x3030303030303030         # '0' in every byte: XOR turns the digits '0'-'9' into 0-9
+_DOT_XOR_ZERO = 0x1E1E1E1E1E1E1E1E       # '.' ^ '0' in every byte
+_OVER_NINE = 0x7676767676767676          # added to a byte 0-0x7F: its high bit is set when it was > 9
+_LOW_SEVEN = 0x7F7F7F7F7F7F7F7F
+_BYTE_RANK = 0x0102030405060708          # (a one in byte j) * this: byte j + 1 in the top byte
+# _TAIL[k]: the last k bytes of a word's text (its k high bytes)
+_TAIL = np.array([((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(9)], dtype=np.uint64)
 
 
-def _place_values(digits: np.ndarray, place: np.ndarray) -> np.ndarray:
-    """digits @ place as int64, exact for integers below 2**53 (products and sums of integers in doubles), in
-    BLAS; in pieces of ROWS rows, because a bigger product makes BLAS start threads that cost more CPU time
-    than they save."""
-    if len(digits) <= ROWS:
-        return (digits.astype(np.float64) @ place).astype(np.int64)
-    return np.concatenate([(digits[at:at + ROWS].astype(np.float64) @ place).astype(np.int64)
-                           for at in range(0, len(digits), ROWS)])
+def _eight_digits(t: np.ndarray) -> np.ndarray:
+    """The integer of words holding eight digit values 0-9 (first byte most significant): pairs, then
+    quads, then all eight are combined by one multiply-add each."""
+    t = (t * 10 + (t >> 8)) & 0x00FF00FF00FF00FF
+    t = (t * 100 + (t >> 16)) & 0x0000FFFF0000FFFF
+    return (t * 10000 + (t >> 32)) & 0xFFFFFFFF
+
+
+def _digit_words(words: np.ndarray, width: np.ndarray):
+    """(digit values, not-a-digit bytes) of the last `width` (0-8) bytes of each word; the other bytes read
+    as 0. A byte of the second result has its high bit set where the text's byte is not '0'-'9'."""
+    keep = _TAIL[width]
+    t = (words ^ _ZERO_CHARS) & keep
+    return t, (t + _OVER_NINE) & _HIGH_BITS
+
+
+def _zero_bytes(x: np.ndarray) -> np.ndarray:
+    """The high bit of each byte of x that is 0 (exact: no borrow crosses bytes)."""
+    return ~(((x & _LOW_SEVEN) + _LOW_SEVEN) | x) & _HIGH_BITS
 
 
 def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
-    """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers. The window ends at
-    each field's end, so digits line up by place value and one matrix product reads them all."""
+    """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers, from the one or
+    two 8-byte words that end at each field's end."""
     n = len(start)
     width = end - start
     values = np.zeros(n, dtype=np.int64)
     plain = (width >= 1) & (width <= 13)
     if not n or not plain.any():
         return values, plain
-    wide = 8 if int(width[plain].max()) <= 8 else 16  # whole words: the checks below read them as such
-    at = end.astype(np.int64) - wide
+    two_words = int(width[plain].max()) > 8
+    at = end.astype(np.int64) - (16 if two_words else 8)
     if at.min() < 0:
         return values, np.zeros(n, dtype=bool)
-    digits = _rows(_gather(buf, size, wide), at, wide) - np.uint8(48)
-    np.multiply(digits, np.arange(wide) >= (wide - width)[:, None], out=digits)  # zero outside the field
-    plain &= ~_rows_any(digits > 9)
-    # a float product is exact here (13 digits < 2**53) and runs in BLAS
-    values = _place_values(digits, 10.0 ** np.arange(wide - 1, -1, -1))
+    width = np.minimum(width, 16)
+    words = _gather(buf, size, 8)
+    t, bad = _digit_words(words[at + 8] if two_words else words[at], np.minimum(width, 8))
+    number = _eight_digits(t)
+    if two_words:
+        t, bad_high = _digit_words(words[at], np.clip(width - 8, 0, 8))
+        bad |= bad_high
+        number += _eight_digits(t) * 100_000_000
+    plain &= bad == 0
+    values = number.astype(np.int64)
     values[~plain] = 0
     return values, plain
 
@@ -298,34 +324,38 @@ def _group(h: np.ndarray, parts: list, n: int):
 _KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after each of the five numbers
 _TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
 _HEAD = 128                      # the five numbers of a head end within this many bytes (wider: general path)
-_COLS = np.arange(_TOKEN)
 _KEY_LENGTHS = np.array([len(key) for key in _KEYS])
 _KEY_MASKS = _WORD_MASKS[_KEY_LENGTHS]
 _KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np.uint64)
-_PLACE = 10.0 ** np.arange(_TOKEN - 1, -1, -1)          # place value of each column of a right-aligned token
 _POW10 = 10 ** np.arange(_TOKEN + 1, dtype=np.int64)
 _POW10F = 10.0 ** np.arange(_TOKEN + 1)
 
 
-def _decimals(block: np.ndarray, length: np.ndarray):
-    """The numbers that end each row of block (right-aligned) and run `length` bytes, when every one is 1-15
-    digits with at most one '.' (else None), read by digit arithmetic exactly as strtod (numpy, the general
-    parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is D / 10**f (f digits
-    after the dot), one correctly rounded division of two exact doubles."""
-    digits = block - np.uint8(48)
-    np.multiply(digits, _COLS >= (_TOKEN - length)[:, None], out=digits)  # zero outside the number
-    dot = digits == np.uint8(46 - 48 + 256)
-    if _rows_any((digits > 9) ^ dot).any():  # (a dot is above 9 too)
+def _decimals(high: np.ndarray, low: np.ndarray, length: np.ndarray):
+    """The numbers that end 16-byte windows (`high`, `low`: their two words) and run `length` (1-15) bytes,
+    when every one is digits with at most one '.' (else None), read by digit arithmetic exactly as strtod
+    (numpy, the general parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is
+    D / 10**f (f digits after the dot), one correctly rounded division of two exact doubles."""
+    keep_low, keep_high = np.minimum(length, 8), length - np.minimum(length, 8)
+    low, bad = _digit_words(low, keep_low)
+    high, bad_high = _digit_words(high, keep_high)
+    dot_low = _zero_bytes(low ^ _DOT_XOR_ZERO) & _TAIL[keep_low]
+    dot_high = _zero_bytes(high ^ _DOT_XOR_ZERO) & _TAIL[keep_high]
+    if ((bad ^ dot_low) | (bad_high ^ dot_high)).any():  # (a dot is not a digit either)
         return None
-    dots = _rows_count(dot).astype(np.int64)
-    if (dots > 1).any() or (length - dots < 1).any():
+    has_dot = (dot_low | dot_high) != 0
+    # at most one dot, and a digit besides it
+    if ((dot_low & (dot_low - 1)) | (dot_high & (dot_high - 1))).any() \
+            or ((dot_low != 0) & (dot_high != 0)).any() or (length - has_dot < 1).any():
         return None
-    np.multiply(digits, ~dot, out=digits)
-    # the float product is exact: integers below 10**15 (and 2**53), summed in BLAS
-    whole = _place_values(digits, _PLACE)
-    # a dot at column d: digits left of it got one place too many; D = (whole // 10**(f+1)) * 10**f + rest
-    f = np.where(dots > 0, _TOKEN - 1 - dot.argmax(axis=1), 0)
-    has_dot = dots > 0
+    low &= ~((dot_low >> 7) * 0xFF)  # the dot reads as a 0 digit
+    high &= ~((dot_high >> 7) * 0xFF)
+    whole = (_eight_digits(high) * 100_000_000 + _eight_digits(low)).astype(np.int64)
+    # digits after the dot: the dot's byte j in the low word leaves 7 - j, in the high word 15 - j
+    rank_low = (((dot_low >> 7) * _BYTE_RANK) >> 56).astype(np.int64)
+    rank_high = (((dot_high >> 7) * _BYTE_RANK) >> 56).astype(np.int64)
+    f = np.where(rank_low > 0, 8 - rank_low, np.where(rank_high > 0, 16 - rank_high, 0))
+    # the digits left of the dot got one place too many: D = (whole // 10**(f+1)) * 10**f + rest
     scale = _POW10[f + 1]
     joined = np.where(has_dot, (whole // scale) * _POW10[f] + whole % scale, whole)
     return joined.astype(np.float64) / _POW10F[f]
@@ -374,10 +404,12 @@ def _summaries(buf, size, start, end, n):
             or (space + 1 + _KEY_LENGTHS > stop[:, None]).any() \
             or ((words[space + 1] & _KEY_MASKS) != _KEY_WORDS).any():
         return None
-    block = _rows(_gather(buf, size, _TOKEN), space.ravel() - _TOKEN, _TOKEN)
-    dash = (length[:, 4] == 1) & (block[4::5, -1] == ord("-"))  # busy_w: "-" when no sample was busy
-    block[np.flatnonzero(dash) * 5 + 4, -1] = ord("0")
-    value = _decimals(block, length.ravel())
+    ends = space.ravel()
+    high, low = words[ends - 16], words[ends - 8]
+    last = low >> 56
+    dash = (length[:, 4] == 1) & (last[4::5] == ord("-"))  # busy_w: "-" when no sample was busy
+    low[np.flatnonzero(dash) * 5 + 4] ^= (ord("-") ^ ord("0")) << 56
+    value = _decimals(high, low, length.ravel())
     if value is None:
         return None
     value = value.reshape(m, 5)
@@ -388,25 +420,45 @@ def _summaries(buf, size, start, end, n):
     return has, bad, held, used, covered, busy, busy_w
 
 
-def parse_bytes(buf, size: int, source: str):
-    """A JobTable from the ASCII `sacct -P` text in buf[:size] (zero padded by PAD bytes), or None when the
-    text needs the general parser."""
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    if len(arr) < size + PAD:
+def padded(size: int) -> np.ndarray:
+    """A buffer for `size` bytes of text and the PAD zero bytes after them. Uninitialized (numpy's large
+    allocations use huge pages): filling a zeroed bytearray instead costs about twice as much."""
+    buf = np.empty(size + PAD, dtype=np.uint8)
+    buf[size:] = 0
+    return buf
+
+
+_HEADER_MAX = 1 << 16  # a header line longer than this is not sacct's
+
+
+def parse_bytes(buf: np.ndarray, size: int, source: str):
+    """A JobTable from the `sacct -P` text in buf[:size] (a uint8 array zero padded by PAD bytes, see
+    padded()), or None when the text needs the general parser (anything but ASCII with LF line ends, ...)."""
+    arr = buf
+    if len(arr) < size + PAD or arr.dtype != np.uint8 or arr.ndim != 1:
         return None
-    at = 0
-    while at < size and arr[at] == 10:
-        at += 1
-    head_end = buf.find(b"\n", at, size)
-    if head_end < 0 or head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
+    lead = arr[:min(size, _HEADER_MAX)] != 10  # blank lines before the header are skipped, as the general parser does
+    if not lead.any():
         return None
-    header = bytes(buf[at:head_end]).decode("ascii").split("|")
+    at = int(lead.argmax())
+    head_end = bytes(arr[at:min(size, at + _HEADER_MAX)]).find(b"\n")
+    if head_end < 0:
+        return None
+    head_end += at
+    if head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
+        return None
+    header = bytes(arr[at:head_end])
+    if not header.isascii():
+        return None
+    header = header.decode("ascii").split("|")
     width = len(header)
     if width < 2 or len(set(header)) != width or any(f not in header for f in S.REQUIRED) \
             or ("AdminComment" in header and header[-1] != "AdminComment"):
         return None
     body = head_end + 1
     delims = _delimiters(arr, body, size)
+    if delims is None:
+        return None
     newline = arr[delims] == 10
     if arr[size - 1] != 10:  # the last line without its '\n'
         delims = np.append(delims, delims.dtype.type(size))
