@@ -128,12 +128,12 @@ def _in_pieces(fn, n: int) -> tuple:
 
 
 def _delimiters(arr: np.ndarray, start: int, stop: int):
-    """Positions of every '|' and '\\n' in arr[start:stop], found in cache-sized pieces with the same two
-    masks reused (a fresh temporary per piece costs page faults); None when the text has a byte outside
-    ASCII or a CR (the general parser decodes and normalizes those)."""
+    """(positions of every '|' and '\\n' in arr[start:stop], which of them are '\\n'), found in cache-sized
+    pieces with the same masks reused (a fresh temporary per piece costs page faults); None when the text
+    has a byte outside ASCII or a CR (the general parser decodes and normalizes those)."""
     dtype = np.int32 if stop < (1 << 31) else np.int64
     pipe, newline = np.empty(_CHUNK, dtype=bool), np.empty(_CHUNK, dtype=bool)
-    parts = []
+    parts, kinds = [], []
     for at in range(start, stop, _CHUNK):
         piece = arr[at:min(stop, at + _CHUNK)]
         k = len(piece)
@@ -142,10 +142,14 @@ def _delimiters(arr: np.ndarray, start: int, stop: int):
         np.equal(piece, 124, out=pipe[:k])
         np.equal(piece, 10, out=newline[:k])
         np.logical_or(pipe[:k], newline[:k], out=pipe[:k])
-        found = np.flatnonzero(pipe[:k]).astype(dtype)
+        found = np.flatnonzero(pipe[:k])
+        kinds.append(newline[found])  # (while the piece's mask is still in cache)
+        found = found.astype(dtype)
         found += dtype(at)
         parts.append(found)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    if not parts:
+        return np.zeros(0, dtype=dtype), np.zeros(0, dtype=bool)
+    return np.concatenate(parts), np.concatenate(kinds)
 
 
 def _gather(buf, size: int, width: int):
@@ -456,10 +460,10 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
             or ("AdminComment" in header and header[-1] != "AdminComment"):
         return None
     body = head_end + 1
-    delims = _delimiters(arr, body, size)
-    if delims is None:
+    found = _delimiters(arr, body, size)
+    if found is None:
         return None
-    newline = arr[delims] == 10
+    delims, newline = found
     if arr[size - 1] != 10:  # the last line without its '\n'
         delims = np.append(delims, delims.dtype.type(size))
         newline = np.append(newline, True)
@@ -534,12 +538,16 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
         return None
     group, reps = grouping
     del parts, h, columns
+    # each group's strings: its representative row's runs decoded once and split at the pipes
+    view = memoryview(buf)
+    fields_of: dict[int, list] = {}
+    for run, (a, b) in zip(runs, run_spans):
+        texts = [str(view[x:y], "ascii").split("|") for x, y in zip(a[reps].tolist(), b[reps].tolist())]
+        for at, k in enumerate(run):
+            fields_of[k] = [fields[at] for fields in texts]
     names_of: dict[str, tuple[np.ndarray, list]] = {}
     for name in grouped:
-        a, b = span(name)
-        a, b = a[reps].tolist(), b[reps].tolist()
-        texts = [bytes(buf[x:y]).decode("ascii") for x, y in zip(a, b)]
-        codes, names = S._factorize(texts)  # groups in first-seen order: names are too
+        codes, names = S._factorize(fields_of[col[name]])  # groups in first-seen order: names are too
         names_of[name] = (codes[group], names, codes)
 
     def coded(name):
