@@ -165,6 +165,12 @@ def _rows(view, at: np.ndarray, width: int) -> np.ndarray:
     return view[at].view(np.uint8).reshape(len(at), width)
 
 
+def _word_rows(buf, size: int, at: np.ndarray, count: int) -> np.ndarray:
+    """The `count` 8-byte little-endian words from each position in `at` on, as an (n, count) matrix: one
+    gather for all of them (a gather per word costs a pass over the rows' memory each)."""
+    return _gather(buf, size, 8 * count)[at].view(np.uint64).reshape(len(at), count)
+
+
 def _rows_any(mask: np.ndarray) -> np.ndarray:
     """mask.any(axis=1) for a C-contiguous (n, 8 or 16) bool matrix, read as 8-byte words (several times faster
     than numpy's reduction over short rows)."""
@@ -221,11 +227,15 @@ def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
     if at.min() < 0:
         return values, np.zeros(n, dtype=bool)
     width = np.minimum(width, 16)
-    words = _gather(buf, size, 8)
-    t, bad = _digit_words(words[at + 8] if two_words else words[at], np.minimum(width, 8))
+    if two_words:
+        words = _word_rows(buf, size, at, 2)
+        high, low = words[:, 0], words[:, 1]
+    else:
+        low = _gather(buf, size, 8)[at]
+    t, bad = _digit_words(low, np.minimum(width, 8))
     number = _eight_digits(t)
     if two_words:
-        t, bad_high = _digit_words(words[at], np.clip(width - 8, 0, 8))
+        t, bad_high = _digit_words(high, np.clip(width - 8, 0, 8))
         bad |= bad_high
         number += _eight_digits(t) * 100_000_000
     plain &= bad == 0
@@ -405,11 +415,13 @@ def _summaries(buf, size, start, end, n):
     begin[:, 1:] = space[:, :4] + 1 + _KEY_LENGTHS[:4]
     length = space - begin
     if (length < 1).any() or (length >= _TOKEN).any() or (space.min() < _TOKEN) \
-            or (space + 1 + _KEY_LENGTHS > stop[:, None]).any() \
-            or ((words[space + 1] & _KEY_MASKS) != _KEY_WORDS).any():
+            or (space + 1 + _KEY_LENGTHS > stop[:, None]).any():
         return None
-    ends = space.ravel()
-    high, low = words[ends - 16], words[ends - 8]
+    # each number's 16-byte window (right-aligned at its space) and the 8 bytes from the space on, at once
+    around = _word_rows(buf, size, space.ravel() - _TOKEN, 3)
+    high, low, after = around[:, 0], around[:, 1], around[:, 2]
+    if ((after.reshape(m, 5) >> 8) & _KEY_MASKS != _KEY_WORDS).any():  # each followed by its key
+        return None
     last = low >> 56
     dash = (length[:, 4] == 1) & (last[4::5] == ord("-"))  # busy_w: "-" when no sample was busy
     low[np.flatnonzero(dash) * 5 + 4] ^= (ord("-") ^ ord("0")) << 56
