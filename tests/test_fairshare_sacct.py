@@ -470,6 +470,18 @@ def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
     _same(sacct_mod.parse(text), general)
 
 
+def test_a_hash_collision_between_groups_is_caught_not_merged(monkeypatch):
+    """The repeated strings (user, account, ..., AllocTRES) are grouped by a 64-bit hash of their bytes and
+    every row is checked against its group's first row: with every hash forced equal, different rows must
+    not be merged; the dump goes to the general parser and reads the same."""
+    text = _dump(77, 200, garbage=0.0)
+    assert _fast(text) is not None
+    monkeypatch.setattr(sacct_fast, "ROWS", 37)  # the check runs in pieces too
+    monkeypatch.setattr(sacct_fast, "_hash", lambda keys: np.zeros(len(keys), dtype=np.uint64))
+    assert _fast(text) is None
+    _same(sacct_mod.parse(text), sacct_mod._parse_text(text))
+
+
 _BASE_DUMP = _dump(9, 60, garbage=0.0)
 _ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0, 9, 127])
 

@@ -117,7 +117,7 @@ def _in_pieces(fn, n: int) -> tuple:
     first = fn(0, min(n, ROWS))
     if n <= ROWS:
         return first
-    out = tuple(np.empty(n, dtype=a.dtype) for a in first)
+    out = tuple(np.empty((n, *a.shape[1:]), dtype=a.dtype) for a in first)
     for column, part in zip(out, first):
         column[:ROWS] = part
     for lo in range(ROWS, n, ROWS):
@@ -275,37 +275,48 @@ def _ints(buf, size, start, end):
     return values, plain & (values < S._MAX_EPOCH)
 
 
-def _words(buf, size: int, start: np.ndarray, end: np.ndarray, count: int) -> list:
-    """The span [start, end) of every row as `count` 8-byte little-endian words, zero past the end: one gather
-    of 8*count bytes per row, masked word by word."""
+_SPAN_MASKS: dict = {}
+
+
+def _span_masks(count: int) -> np.ndarray:
+    """Row w: the masks of `count` words that keep the first w bytes of a span (w = 0 .. 8*count)."""
+    if count not in _SPAN_MASKS:
+        left = np.clip(np.arange(8 * count + 1)[:, None] - 8 * np.arange(count), 0, 8)
+        _SPAN_MASKS[count] = _WORD_MASKS[left]
+    return _SPAN_MASKS[count]
+
+
+def _words(buf, size: int, start: np.ndarray, end: np.ndarray, out: np.ndarray) -> None:
+    """The span [start, end) of every row as 8-byte little-endian words, zero past the end, into the rows of
+    `out` (n, count): one gather of 8*count bytes per row, masked word by word."""
+    count = out.shape[1]
     width = end - start
     room = len(buf) - 8 * count  # the last row's window may not fit in the padding: read it word by word
     if len(start) and int(start.max()) <= room:
         view = np.ndarray((room + 1,), dtype=np.dtype((np.void, 8 * count)), buffer=buf, strides=(1,))
-        matrix = view[start].view(np.uint64).reshape(len(start), count)
-        left = np.clip(width[:, None] - 8 * np.arange(count), 0, 8)
-        matrix &= _WORD_MASKS[left]
-        return [matrix[:, k] for k in range(count)]
+        np.bitwise_and(view[start].view(np.uint64).reshape(len(start), count), _span_masks(count)[width],
+                       out=out)
+        return
     words = _gather(buf, size, 8)
-    out = []
     for k in range(count):
         left = np.clip(width - 8 * k, 0, 8)
-        out.append(words[np.minimum(start + 8 * k, size)] & _WORD_MASKS[left])
-    return out
+        out[:, k] = words[np.minimum(start + 8 * k, size)] & _WORD_MASKS[left]
 
 
-def _hash(parts: list, n: int) -> np.ndarray:
-    h = np.full(n, 1469598103934665603, dtype=np.uint64)
+def _hash(keys: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row of the (n, k) key matrix."""
+    h = np.full(len(keys), 1469598103934665603, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for part in parts:
-            h = (h ^ part.astype(np.uint64, copy=False)) * np.uint64(1099511628211)
+        for k in range(keys.shape[1]):
+            h ^= keys[:, k]
+            h *= np.uint64(1099511628211)
             h ^= h >> np.uint64(29)
     return h
 
 
-def _group(h: np.ndarray, parts: list, n: int):
+def _group(h: np.ndarray, keys: np.ndarray, n: int):
     """(group of each row, first row of each group) with groups in first-seen order, for rows with equal
-    hashes; None when two rows of one group differ in a part (a hash collision: the general path).
+    hashes; None when two rows of one group differ in their keys (a hash collision: the general path).
 
     Hashes are placed in a table by their low bits (no sort of a million values); the few hashes that land in
     a slot another hash took are grouped apart."""
@@ -329,8 +340,8 @@ def _group(h: np.ndarray, parts: list, n: int):
     rank[used[order]] = np.arange(len(used))
     group, reps = rank[key], reps[order]
     rep_of_row = reps[group]
-    for part in parts:
-        if not (part == part[rep_of_row]).all():
+    for lo in range(0, n, ROWS):  # (in pieces: a gather of all rows' keys at once would be n x k words)
+        if not (keys[lo:lo + ROWS] == keys[rep_of_row[lo:lo + ROWS]]).all():
             return None
     return group, reps
 
@@ -522,11 +533,15 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
     comment_span = span("AdminComment") if "AdminComment" in col else None
 
     def piece(lo, hi):
-        parts = []
+        # each row's key: per run of grouped columns, its width and its bytes as words
+        keys = np.empty((hi - lo, len(counts) + sum(counts)), dtype=np.uint64)
+        k = 0
         for (a, b), count in zip(run_spans, counts):
             a, b = a[lo:hi], b[lo:hi]
-            parts += [b - a, *_words(buf, size, a, b, count)]
-        out = [_hash(parts, hi - lo), *parts]
+            keys[:, k] = b - a
+            _words(buf, size, a, b, keys[:, k + 1:k + 1 + count])
+            k += 1 + count
+        out = [_hash(keys), keys]
         for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
             out += read(buf, size, a[lo:hi], b[lo:hi])
         if comment_span is not None:
@@ -537,19 +552,19 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
 
     columns = list(_in_pieces(piece, n))
     h = columns[0]
-    parts = columns[1:1 + len(counts) + sum(counts)]
+    keys = columns[1]
     (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
-     *heads) = columns[1 + len(parts):]
+     *heads) = columns[2:]
     if not id_plain.all():  # an id with a '.' is a step row: the general parser joins steps to their jobs
         odd = np.flatnonzero(~id_plain)
         a, b = id_start[odd], id_end[odd]
         if ((_rows(_gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
             return None
-    grouping = _group(h, parts, n)
+    grouping = _group(h, keys, n)
     if grouping is None:
         return None
     group, reps = grouping
-    del parts, h, columns
+    del keys, h, columns
     # each group's strings: its representative row's runs decoded once and split at the pipes
     view = memoryview(buf)
     fields_of: dict[int, list] = {}
