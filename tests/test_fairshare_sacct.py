@@ -539,3 +539,28 @@ def test_a_newline_turned_pipe_reads_as_the_general_parser_reads_it():
     assert list(general.job_id_raw)[:2] == [lines[1].split("|")[0], lines[2].split("|")[0]]
     assert _fast(text) is None
     _same(sacct_mod.parse(text), general)
+
+
+def test_stune_fairshare_keeps_freed_memory_in_its_own_process_only(monkeypatch, capsys):
+    """Reading a month of sacct frees and reallocates big arrays many times; the command's process sets
+    glibc's malloc to reuse that memory instead of faulting it in again (fairshare/heap.py). It takes effect
+    here (glibc), and only where stune-fairshare is the process, not where a caller runs its main()."""
+    import platform
+    import subprocess
+    import sys
+
+    from slurm_tune.cli import fairshare as fairshare_cli
+    from slurm_tune.fairshare import heap
+
+    done = subprocess.run([sys.executable, "-c", "from slurm_tune.fairshare.heap import keep_freed_memory; "
+                           "print(keep_freed_memory())"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(platform.libc_ver()[0] == "glibc")
+    calls = []
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr(sys, "argv", ["stune-fairshare", "--help"])
+    with pytest.raises(SystemExit):
+        fairshare_cli.main()
+    assert calls == [True]
+    with pytest.raises(SystemExit):
+        fairshare_cli.main(["--help"])
+    assert calls == [True]
