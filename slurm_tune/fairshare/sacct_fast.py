@@ -188,6 +188,8 @@ _DOT_XOR_ZERO = 0x1E1E1E1E1E1E1E1E       # '.' ^ '0' in every byte
 _OVER_NINE = 0x7676767676767676          # added to a byte 0-0x7F: its high bit is set when it was > 9
 _LOW_SEVEN = 0x7F7F7F7F7F7F7F7F
 _BYTE_RANK = 0x0102030405060708          # (a one in byte j) * this: byte j + 1 in the top byte
+_DOT_SECOND_TO_LAST = 0x80 << 48         # the not-a-digit bit of a word's byte 6 (its text's 7th of 8)
+_ZERO_POINT_ZERO = int.from_bytes(b"\0\0\0\0\0" + b"0.0", "little")  # "0.0" at a word's end
 # _TAIL[k]: the last k bytes of a word's text (its k high bytes)
 _TAIL = np.array([((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(9)], dtype=np.uint64)
 
@@ -361,9 +363,16 @@ def _decimals(high: np.ndarray, low: np.ndarray, length: np.ndarray):
     when every one is digits with at most one '.' (else None), read by digit arithmetic exactly as strtod
     (numpy, the general parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is
     D / 10**f (f digits after the dot), one correctly rounded division of two exact doubles."""
-    keep_low, keep_high = np.minimum(length, 8), length - np.minimum(length, 8)
+    keep_low = np.minimum(length, 8)
+    keep_high = length - keep_low
     low, bad = _digit_words(low, keep_low)
     high, bad_high = _digit_words(high, keep_high)
+    # the encoder's own form first ("%.1f": the dot is the second-to-last byte, every other byte a digit)
+    if not bad_high.any() and ((bad == _DOT_SECOND_TO_LAST) & ((low >> 48) & 0xFF == 0x1E)).all():
+        # the dot taken out: the digits before it move one byte toward the end, across the two words
+        low = ((low & 0x0000FFFFFFFFFFFF) << 8) | (low & 0xFF00000000000000) | (high >> 56)
+        high = high << 8
+        return (_eight_digits(high) * 100_000_000 + _eight_digits(low)).astype(np.float64) / 10.0
     dot_low = _zero_bytes(low ^ _DOT_XOR_ZERO) & _TAIL[keep_low]
     dot_high = _zero_bytes(high ^ _DOT_XOR_ZERO) & _TAIL[keep_high]
     if ((bad ^ dot_low) | (bad_high ^ dot_high)).any():  # (a dot is not a digit either)
@@ -433,10 +442,13 @@ def _summaries(buf, size, start, end, n):
     high, low, after = around[:, 0], around[:, 1], around[:, 2]
     if ((after.reshape(m, 5) >> 8) & _KEY_MASKS != _KEY_WORDS).any():  # each followed by its key
         return None
-    last = low >> 56
-    dash = (length[:, 4] == 1) & (last[4::5] == ord("-"))  # busy_w: "-" when no sample was busy
-    low[np.flatnonzero(dash) * 5 + 4] ^= (ord("-") ^ ord("0")) << 56
-    value = _decimals(high, low, length.ravel())
+    dash = (length[:, 4] == 1) & ((low[4::5] >> 56) == ord("-"))  # busy_w: "-" when no sample was busy
+    # read as "0.0" (the encoder's form, so a batch with dashes stays on the fast form), then set to NaN
+    dashed = np.flatnonzero(dash) * 5 + 4
+    low[dashed] = _ZERO_POINT_ZERO
+    length = length.ravel()
+    length[dashed] = 3
+    value = _decimals(high, low, length)
     if value is None:
         return None
     value = value.reshape(m, 5)
@@ -564,14 +576,27 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
     if grouping is None:
         return None
     group, reps = grouping
-    del keys, h, columns
-    # each group's strings: its representative row's runs decoded once and split at the pipes
+    del h, columns
+    # each group's strings: the distinct values of each run of columns among the groups (far fewer: users x
+    # states, a handful of AllocTRES shapes) decoded once from a row holding them and split at the pipes
     view = memoryview(buf)
+    rep_keys = keys[reps]
+    del keys
     fields_of: dict[int, list] = {}
-    for run, (a, b) in zip(runs, run_spans):
-        texts = [str(view[x:y], "ascii").split("|") for x, y in zip(a[reps].tolist(), b[reps].tolist())]
-        for at, k in enumerate(run):
-            fields_of[k] = [fields[at] for fields in texts]
+    k = 0
+    for run, (a, b), count in zip(runs, run_spans, counts):
+        run_keys = rep_keys[:, k:k + 1 + count]
+        k += 1 + count
+        _, first, inverse = np.unique(_hash(run_keys), return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        if not (run_keys[first][inverse] == run_keys).all():  # two values with one hash: decode every group's
+            first, inverse = np.arange(len(reps)), np.arange(len(reps))
+        rows = reps[first]
+        texts = [str(view[x:y], "ascii").split("|") for x, y in zip(a[rows].tolist(), b[rows].tolist())]
+        inverse = inverse.tolist()
+        for at, column in enumerate(run):
+            values = [fields[at] for fields in texts]
+            fields_of[column] = [values[i] for i in inverse]
     names_of: dict[str, tuple[np.ndarray, list]] = {}
     for name in grouped:
         codes, names = S._factorize(fields_of[col[name]])  # groups in first-seen order: names are too
