@@ -650,8 +650,10 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
         gpuutil=np.full(n, np.nan), gpuutil_cover=np.zeros(n), bad_summary=bad_summary)
     keep = (start != S.BAD_TIME) & (end != S.BAD_TIME)
     bad_rows = np.flatnonzero(~keep)[:5].tolist()
-    starts, ends = Texts(buf, *span("Start")), Texts(buf, *span("End"))
-    table.skip_reasons = [f"{source}: job {ids[i]}: unreadable Start/End ({starts[i]!r}, {ends[i]!r})"
-                          for i in bad_rows]
+    table.skip_reasons = []
+    if bad_rows:
+        starts, ends = Texts(buf, *span("Start")), Texts(buf, *span("End"))
+        table.skip_reasons = [f"{source}: job {ids[i]}: unreadable Start/End ({starts[i]!r}, {ends[i]!r})"
+                              for i in bad_rows]
     return S._without_unusable_rows(table, keep, table.n - int(keep.sum()), ids, start, end, elapsed,
                                     numeric=id_numeric if id_plain.all() else None)
