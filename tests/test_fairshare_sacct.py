@@ -178,7 +178,7 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
 import random  # noqa: E402
 
 from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
-from slurm_tune.fairshare import sacct_fast  # noqa: E402
+from slurm_tune.fairshare import sacct_fast, words  # noqa: E402
 
 _SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
             "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
@@ -356,7 +356,7 @@ def test_plain_numbers_read_eight_digits_at_a_time_as_python_reads_them(fields):
     buf = _padded(data)
     bars = [i for i, byte in enumerate(data) if byte == ord("|")][2:]
     start, end = np.array(bars[:-1]) + 1, np.array(bars[1:])
-    values, plain = sacct_fast._plain_numbers(buf, len(data), start, end)
+    values, plain = words.plain_numbers(buf, len(data), start, end)
     for field, value, is_plain in zip(fields, values.tolist(), plain.tolist()):
         expected = 1 <= len(field) <= 13 and all(c in "0123456789" for c in field)
         assert is_plain == expected, field
@@ -391,8 +391,8 @@ def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
     text = ("x" * 16 + " " + " ".join(tokens) + " ").encode("ascii")
     buf = _padded(text)
     ends = np.array([i for i, byte in enumerate(text) if byte == ord(" ")][1:], dtype=np.int64)
-    words = sacct_fast._gather(buf, len(text), 8)
-    got = sacct_fast._decimals(words[ends - 16], words[ends - 8], np.array([len(t) for t in tokens]))
+    word_at = words.gather(buf, len(text), 8)
+    got = words.decimals(word_at[ends - 16], word_at[ends - 8], np.array([len(t) for t in tokens]))
     valid = all(set(t) <= set("0123456789.") and t.count(".") <= 1 and t != "." for t in tokens)
     if not valid:
         assert got is None
@@ -482,7 +482,7 @@ def test_a_hash_collision_between_groups_is_caught_not_merged(monkeypatch):
     text = _dump(77, 200, garbage=0.0)
     assert _fast(text) is not None
     monkeypatch.setattr(sacct_fast, "ROWS", 37)  # the check runs in pieces too
-    monkeypatch.setattr(sacct_fast, "_hash", lambda keys: np.zeros(len(keys), dtype=np.uint64))
+    monkeypatch.setattr(words, "hash_rows", lambda keys: np.zeros(len(keys), dtype=np.uint64))
     assert _fast(text) is None
     _same(sacct_mod.parse(text), sacct_mod._parse_text(text))
 
@@ -492,9 +492,9 @@ def test_groups_sharing_a_value_are_decoded_right_even_when_values_collide(monke
     its words); when two values share a hash, every group's own row is decoded instead."""
     text = _dump(78, 300, garbage=0.0)
     rows = text.count("\n") - 1
-    real_hash = sacct_fast._hash
+    real_hash = words.hash_rows
     # the dump's rows keep their real hashes (one piece of `rows` rows); the groups' values all collide
-    monkeypatch.setattr(sacct_fast, "_hash", lambda keys: real_hash(keys) if len(keys) >= rows
+    monkeypatch.setattr(words, "hash_rows", lambda keys: real_hash(keys) if len(keys) >= rows
                         else np.zeros(len(keys), dtype=np.uint64))
     fast = _fast(text)
     assert fast is not None

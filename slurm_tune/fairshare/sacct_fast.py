@@ -1,17 +1,18 @@
-"""The byte-level fast path of the sacct reader (a million rows in about 1.6 us each, under a third of the
-general parser's time; bench/bench_fairshare.py).
+"""The byte-level fast path of the sacct reader (a million rows in about 1.1 us each, under the time of a
+plain Python str.split aggregation of the same rows and a third of the general parser's; bench/bench_fairshare.py).
 
 It works on the raw ASCII bytes of a `sacct -P` dump, with numpy over whole columns and no Python object per
 row: the delimiters are found in C, field boundaries are index arithmetic, numbers (the summaries' decimals
-too) are read digit by digit over all rows at once, and the repeated strings (user, account, partition, QOS,
-state, AllocTRES) are grouped by a hash of their bytes (verified against a representative row, so a
-collision can only slow it down).
+too) are read eight digits at a time inside 64-bit words over all rows at once, and the repeated strings
+(user, account, partition, QOS, state, AllocTRES) are grouped by a hash of their bytes (verified against a
+representative row, so a collision can only slow it down).
 Columns read whole by nobody (job ids, admin comments) stay as byte spans, decoded when a row is looked at.
 
 It handles only what it can prove it reads exactly like the general parser (sacct.py), and returns None for
-anything else: ragged or blank lines, step rows, fields too wide for its windows, unusual summaries. Per
-column, values outside the plain forms (ISO times, garbage numbers) send just that column through the
-general helpers. tests/test_fairshare_sacct.py holds both paths to the same results on generated dumps.
+anything else: bytes outside ASCII, CRs, ragged or blank lines, step rows, fields too wide for its windows,
+unusual summaries. Per column, values outside the plain forms (ISO times, garbage numbers) send just that
+column through the general helpers. tests/test_fairshare_sacct.py holds both paths to the same results on
+generated dumps, and each word reader to int()/float() on generated fields.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from ..slurm.tres import tres_count
 from . import sacct as S
+from . import words as W
 
 PAD = 24             # zero bytes after the text: every window below may read past a field's end
 WINDOW = 16          # bytes read at once for numbers and short fields
@@ -28,7 +30,6 @@ _CHUNK = 1 << 18     # delimiter search in cache-sized pieces (bench: 4 MiB piec
 _MAX_WORDS = 24      # 8-byte words hashed per row for the grouped columns (wider: the general path)
 ROWS = 1 << 14       # rows per piece: all columns of a piece are read while its bytes and temporaries are cached
 
-_WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 _UNKNOWN_BYTES = [word.encode() for word in S.UNKNOWN_WORDS]
 
 
@@ -152,113 +153,11 @@ def _delimiters(arr: np.ndarray, start: int, stop: int):
     return np.concatenate(parts), np.concatenate(kinds)
 
 
-def _gather(buf, size: int, width: int):
-    """An array over buf whose element p is the `width` bytes from p on (unaligned, overlapping): indexing it
-    with row positions copies each row's bytes in one C loop. The padding makes every p <= size safe."""
-    if width == 8:
-        return np.ndarray((size + 1,), dtype="<u8", buffer=buf, strides=(1,))
-    return np.ndarray((size + 1,), dtype=np.dtype((np.void, width)), buffer=buf, strides=(1,))
-
-
-def _rows(view, at: np.ndarray, width: int) -> np.ndarray:
-    """view[at] as an (n, width) uint8 matrix."""
-    return view[at].view(np.uint8).reshape(len(at), width)
-
-
-def _word_rows(buf, size: int, at: np.ndarray, count: int) -> np.ndarray:
-    """The `count` 8-byte little-endian words from each position in `at` on, as an (n, count) matrix: one
-    gather for all of them (a gather per word costs a pass over the rows' memory each)."""
-    return _gather(buf, size, 8 * count)[at].view(np.uint64).reshape(len(at), count)
-
-
-def _rows_any(mask: np.ndarray) -> np.ndarray:
-    """mask.any(axis=1) for a C-contiguous (n, 8 or 16) bool matrix, read as 8-byte words (several times faster
-    than numpy's reduction over short rows)."""
-    words = mask.view(np.uint64)
-    return words[:, 0] != 0 if words.shape[1] == 1 else (words[:, 0] | words[:, 1]) != 0
-
-
-# Numbers are read eight ASCII digits at a time inside 64-bit words (SWAR), over all rows at once: a word holds
-# the bytes of a text left to right in its bytes from low to high (little-endian), so its first byte is the
-# most significant digit. Every byte of the dump is ASCII (< 0x80), which keeps the byte sums below from
-# carrying into a neighbour.
-_HIGH_BITS = 0x8080808080808080
-_ZERO_CHARS = 0x3030303030303030         # '0' in every byte: XOR turns the digits '0'-'9' into 0-9
-_DOT_XOR_ZERO = 0x1E1E1E1E1E1E1E1E       # '.' ^ '0' in every byte
-_OVER_NINE = 0x7676767676767676          # added to a byte 0-0x7F: its high bit is set when it was > 9
-_LOW_SEVEN = 0x7F7F7F7F7F7F7F7F
-_BYTE_RANK = 0x0102030405060708          # (a one in byte j) * this: byte j + 1 in the top byte
-_DOT_SECOND_TO_LAST = 0x80 << 48         # the not-a-digit bit of a word's byte 6 (its text's 7th of 8)
-_ZERO_POINT_ZERO = int.from_bytes(b"\0\0\0\0\0" + b"0.0", "little")  # "0.0" at a word's end
-# _TAIL[k]: the last k bytes of a word's text (its k high bytes)
-_TAIL = np.array([((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(9)], dtype=np.uint64)
-
-
-def _eight_digits(t: np.ndarray) -> np.ndarray:
-    """The integer of words holding eight digit values 0-9 (first byte most significant): pairs, then
-    quads, then all eight are combined by one multiply-add each."""
-    t = (t * 10 + (t >> 8)) & 0x00FF00FF00FF00FF
-    t = (t * 100 + (t >> 16)) & 0x0000FFFF0000FFFF
-    return (t * 10000 + (t >> 32)) & 0xFFFFFFFF
-
-
-def _digit_words(words: np.ndarray, width: np.ndarray):
-    """(digit values, not-a-digit bytes) of the last `width` (0-8) bytes of each word; the other bytes read
-    as 0. A byte of the second result has its high bit set where the text's byte is not '0'-'9'."""
-    keep = _TAIL[width]
-    t = (words ^ _ZERO_CHARS) & keep
-    return t, (t + _OVER_NINE) & _HIGH_BITS
-
-
-def _zero_bytes(x: np.ndarray) -> np.ndarray:
-    """The high bit of each byte of x that is 0 (exact: no borrow crosses bytes)."""
-    return ~(((x & _LOW_SEVEN) + _LOW_SEVEN) | x) & _HIGH_BITS
-
-
-def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
-    """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers, from the one or
-    two 8-byte words that end at each field's end."""
-    n = len(start)
-    width = end - start
-    values = np.zeros(n, dtype=np.int64)
-    plain = (width >= 1) & (width <= 13)
-    if not n or not plain.any():
-        return values, plain
-    two_words = int(width[plain].max()) > 8
-    at = end.astype(np.int64) - (16 if two_words else 8)
-    if at.min() < 0:
-        return values, np.zeros(n, dtype=bool)
-    width = np.minimum(width, 16)
-    if two_words:
-        words = _word_rows(buf, size, at, 2)
-        high, low = words[:, 0], words[:, 1]
-    else:
-        low = _gather(buf, size, 8)[at]
-    t, bad = _digit_words(low, np.minimum(width, 8))
-    number = _eight_digits(t)
-    if two_words:
-        t, bad_high = _digit_words(high, np.clip(width - 8, 0, 8))
-        bad |= bad_high
-        number += _eight_digits(t) * 100_000_000
-    plain &= bad == 0
-    values = number.astype(np.int64)
-    values[~plain] = 0
-    return values, plain
-
-
-def _is_word(buf, size, start: np.ndarray, width: np.ndarray, word: bytes) -> np.ndarray:
-    match = width == len(word)
-    if word and match.any():
-        key = int.from_bytes(word, "little")
-        match &= (_gather(buf, size, 8)[start] & _WORD_MASKS[len(word)]) == np.uint64(key)
-    return match
-
-
 def _times(buf, size, start, end):
     """Start/End: (epoch seconds or -1 for sacct's Unknown words, ok). A row not ok (an ISO time, garbage)
     sends the column to the general parser's helper. Only the rows that are not plain numbers are matched
     against the Unknown words."""
-    values, plain = _plain_numbers(buf, size, start, end)
+    values, plain = W.plain_numbers(buf, size, start, end)
     ok = plain & (values < S._MAX_EPOCH)
     rest = np.flatnonzero(~plain)
     if len(rest):
@@ -266,54 +165,15 @@ def _times(buf, size, start, end):
         width = end[rest] - a
         unknown = width == 0
         for word in _UNKNOWN_BYTES:
-            unknown |= _is_word(buf, size, a, width, word)
+            unknown |= W.is_word(buf, size, a, width, word)
         values[rest[unknown]] = -1
         ok[rest[unknown]] = True
     return values, ok
 
 
 def _ints(buf, size, start, end):
-    values, plain = _plain_numbers(buf, size, start, end)
+    values, plain = W.plain_numbers(buf, size, start, end)
     return values, plain & (values < S._MAX_EPOCH)
-
-
-_SPAN_MASKS: dict = {}
-
-
-def _span_masks(count: int) -> np.ndarray:
-    """Row w: the masks of `count` words that keep the first w bytes of a span (w = 0 .. 8*count)."""
-    if count not in _SPAN_MASKS:
-        left = np.clip(np.arange(8 * count + 1)[:, None] - 8 * np.arange(count), 0, 8)
-        _SPAN_MASKS[count] = _WORD_MASKS[left]
-    return _SPAN_MASKS[count]
-
-
-def _words(buf, size: int, start: np.ndarray, end: np.ndarray, out: np.ndarray) -> None:
-    """The span [start, end) of every row as 8-byte little-endian words, zero past the end, into the rows of
-    `out` (n, count): one gather of 8*count bytes per row, masked word by word."""
-    count = out.shape[1]
-    width = end - start
-    room = len(buf) - 8 * count  # the last row's window may not fit in the padding: read it word by word
-    if len(start) and int(start.max()) <= room:
-        view = np.ndarray((room + 1,), dtype=np.dtype((np.void, 8 * count)), buffer=buf, strides=(1,))
-        np.bitwise_and(view[start].view(np.uint64).reshape(len(start), count), _span_masks(count)[width],
-                       out=out)
-        return
-    words = _gather(buf, size, 8)
-    for k in range(count):
-        left = np.clip(width - 8 * k, 0, 8)
-        out[:, k] = words[np.minimum(start + 8 * k, size)] & _WORD_MASKS[left]
-
-
-def _hash(keys: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row of the (n, k) key matrix."""
-    h = np.full(len(keys), 1469598103934665603, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for k in range(keys.shape[1]):
-            h ^= keys[:, k]
-            h *= np.uint64(1099511628211)
-            h ^= h >> np.uint64(29)
-    return h
 
 
 def _group(h: np.ndarray, keys: np.ndarray, n: int):
@@ -352,47 +212,10 @@ _KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after eac
 _TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
 _HEAD = 128                      # the five numbers of a head end within this many bytes (wider: general path)
 _KEY_LENGTHS = np.array([len(key) for key in _KEYS])
-_KEY_MASKS = _WORD_MASKS[_KEY_LENGTHS]
+_ZERO_POINT_ZERO = int.from_bytes(b"\0\0\0\0\0" + b"0.0", "little")  # "0.0" at a word's end
+_KEY_MASKS = W.WORD_MASKS[_KEY_LENGTHS]
 _KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np.uint64)
-_POW10 = 10 ** np.arange(_TOKEN + 1, dtype=np.int64)
-_POW10F = 10.0 ** np.arange(_TOKEN + 1)
 
-
-def _decimals(high: np.ndarray, low: np.ndarray, length: np.ndarray):
-    """The numbers that end 16-byte windows (`high`, `low`: their two words) and run `length` (1-15) bytes,
-    when every one is digits with at most one '.' (else None), read by digit arithmetic exactly as strtod
-    (numpy, the general parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is
-    D / 10**f (f digits after the dot), one correctly rounded division of two exact doubles."""
-    keep_low = np.minimum(length, 8)
-    keep_high = length - keep_low
-    low, bad = _digit_words(low, keep_low)
-    high, bad_high = _digit_words(high, keep_high)
-    # the encoder's own form first ("%.1f": the dot is the second-to-last byte, every other byte a digit)
-    if not bad_high.any() and ((bad == _DOT_SECOND_TO_LAST) & ((low >> 48) & 0xFF == 0x1E)).all():
-        # the dot taken out: the digits before it move one byte toward the end, across the two words
-        low = ((low & 0x0000FFFFFFFFFFFF) << 8) | (low & 0xFF00000000000000) | (high >> 56)
-        high = high << 8
-        return (_eight_digits(high) * 100_000_000 + _eight_digits(low)).astype(np.float64) / 10.0
-    dot_low = _zero_bytes(low ^ _DOT_XOR_ZERO) & _TAIL[keep_low]
-    dot_high = _zero_bytes(high ^ _DOT_XOR_ZERO) & _TAIL[keep_high]
-    if ((bad ^ dot_low) | (bad_high ^ dot_high)).any():  # (a dot is not a digit either)
-        return None
-    has_dot = (dot_low | dot_high) != 0
-    # at most one dot, and a digit besides it
-    if ((dot_low & (dot_low - 1)) | (dot_high & (dot_high - 1))).any() \
-            or ((dot_low != 0) & (dot_high != 0)).any() or (length - has_dot < 1).any():
-        return None
-    low &= ~((dot_low >> 7) * 0xFF)  # the dot reads as a 0 digit
-    high &= ~((dot_high >> 7) * 0xFF)
-    whole = (_eight_digits(high) * 100_000_000 + _eight_digits(low)).astype(np.int64)
-    # digits after the dot: the dot's byte j in the low word leaves 7 - j, in the high word 15 - j
-    rank_low = (((dot_low >> 7) * _BYTE_RANK) >> 56).astype(np.int64)
-    rank_high = (((dot_high >> 7) * _BYTE_RANK) >> 56).astype(np.int64)
-    f = np.where(rank_low > 0, 8 - rank_low, np.where(rank_high > 0, 16 - rank_high, 0))
-    # the digits left of the dot got one place too many: D = (whole // 10**(f+1)) * 10**f + rest
-    scale = _POW10[f + 1]
-    joined = np.where(has_dot, (whole // scale) * _POW10[f] + whole % scale, whole)
-    return joined.astype(np.float64) / _POW10F[f]
 
 
 def _summaries(buf, size, start, end, n):
@@ -403,17 +226,17 @@ def _summaries(buf, size, start, end, n):
     held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
     has = np.zeros(n, dtype=bool)
     bad = np.zeros(n, dtype=bool)
-    words = _gather(buf, size, 8)
+    words = W.gather(buf, size, 8)
     lead = S.SUMMARY_PREFIX.encode()
     cand = np.flatnonzero(end - start >= len(lead))
     if len(cand):
-        cand = cand[(words[start[cand]] & _WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
+        cand = cand[(words[start[cand]] & W.WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
     if not len(cand):
         return has, bad, held, used, covered, busy, busy_w
     m = len(cand)
     at = start[cand].astype(np.int64) + len(lead)
     stop = end[cand].astype(np.int64)
-    if (stop - at < 5).any() or ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
+    if (stop - at < 5).any() or ((words[at] & W.WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
         return None
     at += 5
     # the first five spaces after each head's first number: one window per head, searched in one call
@@ -421,7 +244,7 @@ def _summaries(buf, size, start, end, n):
     base = np.minimum(at, last)
     if base.min() < 0:
         return None
-    window = _rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
+    window = W.byte_rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
                    base, _HEAD)
     found = np.flatnonzero(window == 32)
     row_at = np.arange(m, dtype=np.int64) * _HEAD
@@ -438,7 +261,7 @@ def _summaries(buf, size, start, end, n):
             or (space + 1 + _KEY_LENGTHS > stop[:, None]).any():
         return None
     # each number's 16-byte window (right-aligned at its space) and the 8 bytes from the space on, at once
-    around = _word_rows(buf, size, space.ravel() - _TOKEN, 3)
+    around = W.word_rows(buf, size, space.ravel() - _TOKEN, 3)
     high, low, after = around[:, 0], around[:, 1], around[:, 2]
     if ((after.reshape(m, 5) >> 8) & _KEY_MASKS != _KEY_WORDS).any():  # each followed by its key
         return None
@@ -448,7 +271,7 @@ def _summaries(buf, size, start, end, n):
     low[dashed] = _ZERO_POINT_ZERO
     length = length.ravel()
     length[dashed] = 3
-    value = _decimals(high, low, length)
+    value = W.decimals(high, low, length)
     if value is None:
         return None
     value = value.reshape(m, 5)
@@ -551,10 +374,10 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
         for (a, b), count in zip(run_spans, counts):
             a, b = a[lo:hi], b[lo:hi]
             keys[:, k] = b - a
-            _words(buf, size, a, b, keys[:, k + 1:k + 1 + count])
+            W.span_words(buf, size, a, b, keys[:, k + 1:k + 1 + count])
             k += 1 + count
-        out = [_hash(keys), keys]
-        for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
+        out = [W.hash_rows(keys), keys]
+        for (a, b), read in zip(number_spans, (W.plain_numbers, _times, _times, _ints)):
             out += read(buf, size, a[lo:hi], b[lo:hi])
         if comment_span is not None:
             heads = _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo)
@@ -570,7 +393,7 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
     if not id_plain.all():  # an id with a '.' is a step row: the general parser joins steps to their jobs
         odd = np.flatnonzero(~id_plain)
         a, b = id_start[odd], id_end[odd]
-        if ((_rows(_gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
+        if ((W.byte_rows(W.gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
             return None
     grouping = _group(h, keys, n)
     if grouping is None:
@@ -587,7 +410,7 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
     for run, (a, b), count in zip(runs, run_spans, counts):
         run_keys = rep_keys[:, k:k + 1 + count]
         k += 1 + count
-        _, first, inverse = np.unique(_hash(run_keys), return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(W.hash_rows(run_keys), return_index=True, return_inverse=True)
         inverse = inverse.ravel()
         if not (run_keys[first][inverse] == run_keys).all():  # two values with one hash: decode every group's
             first, inverse = np.arange(len(reps)), np.arange(len(reps))
