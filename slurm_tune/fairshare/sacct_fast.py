@@ -218,14 +218,18 @@ _KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np
 
 
 
-def _summaries(buf, size, start, end, n):
+def _head_columns(n: int) -> tuple:
+    """(has, bad, held, used, covered, busy, busy_w) for n rows without a summary."""
+    return (np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), *(np.full(n, np.nan) for _ in range(5)))
+
+
+def _summaries(buf, size, start, end, n, out: tuple | None = None):
     """sacct._summary_heads over byte spans, for heads exactly in encode()'s form
-    ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None for anything
-    else, which the general parser then reads. The five spaces that end the numbers are found at once in a
-    window over each head; each number must hold only digits and one '.', and be followed by its key."""
-    held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
-    has = np.zeros(n, dtype=bool)
-    bad = np.zeros(n, dtype=bool)
+    ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers), into `out` (from
+    _head_columns(n), or new); None for anything else, which the general parser then reads. The five spaces
+    that end the numbers are found at once in a window over each head; each number must hold only digits and
+    one '.', and be followed by its key."""
+    has, bad, held, used, covered, busy, busy_w = _head_columns(n) if out is None else out
     words = W.gather(buf, size, 8)
     lead = S.SUMMARY_PREFIX.encode()
     cand = np.flatnonzero(end - start >= len(lead))
@@ -367,29 +371,30 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
     number_spans = [span(name) for name in ("JobIDRaw", "Start", "End", "ElapsedRaw")]
     comment_span = span("AdminComment") if "AdminComment" in col else None
 
+    # each row's key: per run of grouped columns, its width and its bytes as words (written in place)
+    keys = np.empty((n, len(counts) + sum(counts)), dtype=np.uint64)
+
     def piece(lo, hi):
-        # each row's key: per run of grouped columns, its width and its bytes as words
-        keys = np.empty((hi - lo, len(counts) + sum(counts)), dtype=np.uint64)
+        piece_keys = keys[lo:hi]
         k = 0
         for (a, b), count in zip(run_spans, counts):
             a, b = a[lo:hi], b[lo:hi]
-            keys[:, k] = b - a
-            W.span_words(buf, size, a, b, keys[:, k + 1:k + 1 + count])
+            piece_keys[:, k] = b - a
+            W.span_words(buf, size, a, b, piece_keys[:, k + 1:k + 1 + count])
             k += 1 + count
-        out = [W.hash_rows(keys), keys]
+        out = [W.hash_rows(piece_keys)]
         for (a, b), read in zip(number_spans, (W.plain_numbers, _times, _times, _ints)):
             out += read(buf, size, a[lo:hi], b[lo:hi])
-        if comment_span is not None:
-            heads = _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo)
-            ok = np.full(hi - lo, heads is not None)
-            out += [*(heads or (np.zeros(hi - lo, dtype=bool),) * 2 + (np.zeros(hi - lo),) * 5), ok]
+        if comment_span is not None:  # written in place
+            if _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo,
+                          tuple(column[lo:hi] for column in head_columns)) is None:
+                heads_ok[0] = False
         return tuple(out)
 
+    head_columns, heads_ok = _head_columns(n), [True]
     columns = list(_in_pieces(piece, n))
     h = columns[0]
-    keys = columns[1]
-    (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
-     *heads) = columns[2:]
+    id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok = columns[1:]
     if not id_plain.all():  # an id with a '.' is a step row: the general parser joins steps to their jobs
         odd = np.flatnonzero(~id_plain)
         a, b = id_start[odd], id_end[odd]
@@ -452,11 +457,10 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
         elapsed = S._ints(Texts(buf, *span("ElapsedRaw")).tolist())
     if comment_span is not None:
         comments = Texts(buf, *comment_span)
-        heads, heads_ok = tuple(heads[:7]), heads[7]
-        if not heads_ok.all():
+        if not heads_ok[0]:
             heads = S._summary_heads(comments.tolist(), n)
         else:
-            heads = S.distrust_insane(*heads)
+            heads = S.distrust_insane(*head_columns)
     else:
         comments = Coded(np.zeros(n, dtype=np.int32), [""])
         heads = S._summary_heads([], n)
