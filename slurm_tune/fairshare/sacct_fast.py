@@ -217,7 +217,6 @@ _KEY_MASKS = W.WORD_MASKS[_KEY_LENGTHS]
 _KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np.uint64)
 
 
-
 def _head_columns(n: int) -> tuple:
     """(has, bad, held, used, covered, busy, busy_w) for n rows without a summary."""
     return (np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), *(np.full(n, np.nan) for _ in range(5)))
@@ -249,7 +248,7 @@ def _summaries(buf, size, start, end, n, out: tuple | None = None):
     if base.min() < 0:
         return None
     window = W.byte_rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
-                   base, _HEAD)
+                         base, _HEAD)
     found = np.flatnonzero(window == 32)
     row_at = np.arange(m, dtype=np.int64) * _HEAD
     first = np.searchsorted(found, row_at + (at - base))
@@ -300,20 +299,19 @@ _HEADER_MAX = 1 << 16  # a header line longer than this is not sacct's
 def parse_bytes(buf: np.ndarray, size: int, source: str):
     """A JobTable from the `sacct -P` text in buf[:size] (a uint8 array zero padded by PAD bytes, see
     padded()), or None when the text needs the general parser (anything but ASCII with LF line ends, ...)."""
-    arr = buf
-    if len(arr) < size + PAD or arr.dtype != np.uint8 or arr.ndim != 1:
+    if len(buf) < size + PAD or buf.dtype != np.uint8 or buf.ndim != 1:
         return None
-    lead = arr[:min(size, _HEADER_MAX)] != 10  # blank lines before the header are skipped, as the general parser does
+    lead = buf[:min(size, _HEADER_MAX)] != 10  # blank lines before the header: skipped, as the general parser does
     if not lead.any():
         return None
     at = int(lead.argmax())
-    head_end = bytes(arr[at:min(size, at + _HEADER_MAX)]).find(b"\n")
+    head_end = bytes(buf[at:min(size, at + _HEADER_MAX)]).find(b"\n")
     if head_end < 0:
         return None
     head_end += at
     if head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
         return None
-    header = bytes(arr[at:head_end])
+    header = bytes(buf[at:head_end])
     if not header.isascii():
         return None
     header = header.decode("ascii").split("|")
@@ -322,11 +320,11 @@ def parse_bytes(buf: np.ndarray, size: int, source: str):
             or ("AdminComment" in header and header[-1] != "AdminComment"):
         return None
     body = head_end + 1
-    found = _delimiters(arr, body, size)
+    found = _delimiters(buf, body, size)
     if found is None:
         return None
     delims, newline = found
-    if arr[size - 1] != 10:  # the last line without its '\n'
+    if buf[size - 1] != 10:  # the last line without its '\n'
         delims = np.append(delims, delims.dtype.type(size))
         newline = np.append(newline, True)
     ends_at = np.flatnonzero(newline)
