@@ -44,6 +44,7 @@ from slurm_tune.fairshare.accountant import PrioritySettings  # noqa: E402
 from slurm_tune.fairshare import sacct  # noqa: E402
 from slurm_tune.usage.config import load_config  # noqa: E402
 from slurm_tune.fairshare.sacct import FIELDS  # noqa: E402
+from slurm_tune.fairshare.heap import keep_freed_memory  # noqa: E402
 
 BASELINE = "str.split aggregation (baseline)"
 PARSER = "sacct parser"
@@ -87,6 +88,8 @@ def synth_dump(path: str, rows: int, seed: int = 6) -> None:
 
 
 def main() -> int:
+    # this process's malloc set as stune-fairshare sets its own (fairshare/heap.py); the baseline runs in it too
+    keep_freed_memory()
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sizes", default="100000,300000,1000000")

@@ -178,7 +178,7 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
 import random  # noqa: E402
 
 from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
-from slurm_tune.fairshare import sacct_fast  # noqa: E402
+from slurm_tune.fairshare import sacct_fast, words  # noqa: E402
 
 _SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
             "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
@@ -268,12 +268,17 @@ def _same(fast, general) -> None:
             assert a[name] == b[name], name
 
 
+def _padded(data: bytes):
+    buf = sacct_fast.padded(len(data))
+    buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return buf
+
+
 def _fast(text: str):
     if not text.isascii():
         return None  # (parse() sends it to the general parser)
     data = text.encode("ascii")
-    buf = bytearray(data) + bytearray(sacct_fast.PAD)
-    return sacct_fast.parse_bytes(buf, len(data), "sacct")
+    return sacct_fast.parse_bytes(_padded(data), len(data), "sacct")
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -339,10 +344,66 @@ def test_summary_numbers_in_every_plain_form_read_exactly_on_the_fast_path(seed)
     _same(_fast(wide), sacct_mod._parse_text(wide))
 
 
+_FIELD_CHARS = st.sampled_from("0123456789" * 3 + ".:-/ aZ\x00\x7f")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(_FIELD_CHARS, max_size=17), min_size=1, max_size=40))
+def test_plain_numbers_read_eight_digits_at_a_time_as_python_reads_them(fields):
+    """The fast path reads integer fields inside 64-bit words (eight digits per step): a field is plain when it
+    is 1-13 ASCII digits, and then its value is exactly int()'s, whatever the bytes around it."""
+    data = ("JobIDRaw|JobID|Start|" + "|".join(fields) + "|").encode("ascii")  # (a header comes first)
+    buf = _padded(data)
+    bars = [i for i, byte in enumerate(data) if byte == ord("|")][2:]
+    start, end = np.array(bars[:-1]) + 1, np.array(bars[1:])
+    values, plain = words.plain_numbers(buf, len(data), start, end)
+    for field, value, is_plain in zip(fields, values.tolist(), plain.tolist()):
+        expected = 1 <= len(field) <= 13 and all(c in "0123456789" for c in field)
+        assert is_plain == expected, field
+        assert value == (int(field) if expected else 0), field
+
+
+@st.composite
+def _decimal_tokens(draw):
+    """1-15 character numbers: digits with a '.' anywhere or none (a bare '.' too, which is not a number)."""
+    digits = draw(st.text(st.sampled_from("0123456789"), max_size=15))
+    if draw(st.booleans()) or not digits:
+        digits = digits[:14]
+        at = draw(st.integers(0, len(digits)))
+        digits = digits[:at] + "." + digits[at:]
+    return digits
+
+
+_ENCODER_TOKENS = st.floats(0, 1e13, allow_nan=False).map(lambda v: f"{v:.1f}")  # usage/summary.encode's form
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.lists(_decimal_tokens(), min_size=1, max_size=30),
+                 st.lists(_ENCODER_TOKENS, min_size=1, max_size=30)), st.data())
+def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
+    """A summary's numbers are read two words at a time: digits with at most one '.' (anywhere, and a digit
+    besides it) give the very double float() gives; any other token declines the whole batch (None). A
+    batch all in the encoder's own form ("%.1f") takes a shorter way, to the same doubles."""
+    if data.draw(st.booleans()):  # damage one token: a second dot, or a byte that is no digit
+        k = data.draw(st.integers(0, len(tokens) - 1))
+        at = data.draw(st.integers(0, len(tokens[k]) - 1))
+        tokens[k] = tokens[k][:at] + data.draw(st.sampled_from(".x-:/")) + tokens[k][at + 1:]
+    text = ("x" * 16 + " " + " ".join(tokens) + " ").encode("ascii")
+    buf = _padded(text)
+    ends = np.array([i for i, byte in enumerate(text) if byte == ord(" ")][1:], dtype=np.int64)
+    word_at = words.gather(buf, len(text), 8)
+    got = words.decimals(word_at[ends - 16], word_at[ends - 8], np.array([len(t) for t in tokens]))
+    valid = all(set(t) <= set("0123456789.") and t.count(".") <= 1 and t != "." for t in tokens)
+    if not valid:
+        assert got is None
+    else:
+        assert got is not None and got.tolist() == [float(t) for t in tokens]
+
+
 def _comment_spans(text: str):
     """(buf, size, start, end, n) of the AdminComment fields (the last) of a one-line-per-row dump."""
     data = text.encode("ascii")
-    buf = bytearray(data) + bytearray(sacct_fast.PAD)
+    buf = _padded(data)
     starts, ends, at = [], [], data.index(b"\n") + 1
     while at < len(data):
         stop = data.index(b"\n", at)
@@ -414,6 +475,32 @@ def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
     _same(sacct_mod.parse(text), general)
 
 
+def test_a_hash_collision_between_groups_is_caught_not_merged(monkeypatch):
+    """The repeated strings (user, account, ..., AllocTRES) are grouped by a 64-bit hash of their bytes and
+    every row is checked against its group's first row: with every hash forced equal, different rows must
+    not be merged; the dump goes to the general parser and reads the same."""
+    text = _dump(77, 200, garbage=0.0)
+    assert _fast(text) is not None
+    monkeypatch.setattr(sacct_fast, "ROWS", 37)  # the check runs in pieces too
+    monkeypatch.setattr(words, "hash_rows", lambda keys: np.zeros(len(keys), dtype=np.uint64))
+    assert _fast(text) is None
+    _same(sacct_mod.parse(text), sacct_mod._parse_text(text))
+
+
+def test_groups_sharing_a_value_are_decoded_right_even_when_values_collide(monkeypatch):
+    """Each run of grouped columns is decoded once per distinct value among the groups (found by a hash of
+    its words); when two values share a hash, every group's own row is decoded instead."""
+    text = _dump(78, 300, garbage=0.0)
+    rows = text.count("\n") - 1
+    real_hash = words.hash_rows
+    # the dump's rows keep their real hashes (one piece of `rows` rows); the groups' values all collide
+    monkeypatch.setattr(words, "hash_rows", lambda keys: real_hash(keys) if len(keys) >= rows
+                        else np.zeros(len(keys), dtype=np.uint64))
+    fast = _fast(text)
+    assert fast is not None
+    _same(fast, sacct_mod._parse_text(text))
+
+
 _BASE_DUMP = _dump(9, 60, garbage=0.0)
 _ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0, 9, 127])
 
@@ -471,3 +558,28 @@ def test_a_newline_turned_pipe_reads_as_the_general_parser_reads_it():
     assert list(general.job_id_raw)[:2] == [lines[1].split("|")[0], lines[2].split("|")[0]]
     assert _fast(text) is None
     _same(sacct_mod.parse(text), general)
+
+
+def test_stune_fairshare_keeps_freed_memory_in_its_own_process_only(monkeypatch, capsys):
+    """Reading a month of sacct frees and reallocates big arrays many times; the command's process sets
+    glibc's malloc to reuse that memory instead of faulting it in again (fairshare/heap.py). It takes effect
+    here (glibc), and only where stune-fairshare is the process, not where a caller runs its main()."""
+    import platform
+    import subprocess
+    import sys
+
+    from slurm_tune.cli import fairshare as fairshare_cli
+    from slurm_tune.fairshare import heap
+
+    done = subprocess.run([sys.executable, "-c", "from slurm_tune.fairshare.heap import keep_freed_memory; "
+                           "print(keep_freed_memory())"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(platform.libc_ver()[0] == "glibc")
+    calls = []
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr(sys, "argv", ["stune-fairshare", "--help"])
+    with pytest.raises(SystemExit):
+        fairshare_cli.main()
+    assert calls == [True]
+    with pytest.raises(SystemExit):
+        fairshare_cli.main(["--help"])
+    assert calls == [True]

@@ -301,8 +301,8 @@ def parse(text: str, source: str = "sacct") -> JobTable:
         table = None
         if text.isascii() and "\r" not in text:
             data = text.encode("ascii")
-            buf = bytearray(len(data) + _fast.PAD)
-            buf[:len(data)] = data
+            buf = _fast.padded(len(data))
+            buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
             del data
             table = _fast.parse_bytes(buf, len(buf) - _fast.PAD, source)
         return table if table is not None else _parse(text, source)
@@ -512,7 +512,7 @@ def read_file(path: str) -> JobTable:
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            buf = bytearray(size + 1 + _fast.PAD)
+            buf = _fast.padded(size + 1)
             view = memoryview(buf)
             got = 0
             while got < size + 1:
@@ -522,18 +522,20 @@ def read_file(path: str) -> JobTable:
                 got += chunk
             view.release()
             if got > size:  # a pipe, or a file that grew: read the rest too
-                rest = fh.read()
-                buf = bytearray(bytes(buf[:got]) + rest + bytes(_fast.PAD))
-                got += len(rest)
+                rest = buf[:got].tobytes() + fh.read()
+                got = len(rest)
+                buf = _fast.padded(got)
+                buf[:got] = np.frombuffer(rest, dtype=np.uint8)
+                del rest
+            else:
+                buf[got:] = 0
     except OSError as exc:
         raise SacctFormatError(f"{path}: cannot read: {exc.strerror}") from None
     with _gc_paused():
-        table = None
-        if buf.isascii() and buf.find(b"\r", 0, got) < 0:  # (the zero padding is ASCII too)
-            table = _fast.parse_bytes(buf, got, path)
+        table = _fast.parse_bytes(buf, got, path)
         if table is not None:
             return table
-        text = bytes(buf[:got]).decode("utf-8", errors="replace")
+        text = buf[:got].tobytes().decode("utf-8", errors="replace")
         del buf
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")

@@ -1,17 +1,18 @@
-"""The byte-level fast path of the sacct reader (a million rows in about 1.6 us each, under a third of the
-general parser's time; bench/bench_fairshare.py).
+"""The byte-level fast path of the sacct reader (a million rows in about 1.1 us each, under the time of a
+plain Python str.split aggregation of the same rows and a third of the general parser's; bench/bench_fairshare.py).
 
 It works on the raw ASCII bytes of a `sacct -P` dump, with numpy over whole columns and no Python object per
 row: the delimiters are found in C, field boundaries are index arithmetic, numbers (the summaries' decimals
-too) are read digit by digit over all rows at once, and the repeated strings (user, account, partition, QOS,
-state, AllocTRES) are grouped by a hash of their bytes (verified against a representative row, so a
-collision can only slow it down).
+too) are read eight digits at a time inside 64-bit words over all rows at once, and the repeated strings
+(user, account, partition, QOS, state, AllocTRES) are grouped by a hash of their bytes (verified against a
+representative row, so a collision can only slow it down).
 Columns read whole by nobody (job ids, admin comments) stay as byte spans, decoded when a row is looked at.
 
 It handles only what it can prove it reads exactly like the general parser (sacct.py), and returns None for
-anything else: ragged or blank lines, step rows, fields too wide for its windows, unusual summaries. Per
-column, values outside the plain forms (ISO times, garbage numbers) send just that column through the
-general helpers. tests/test_fairshare_sacct.py holds both paths to the same results on generated dumps.
+anything else: bytes outside ASCII, CRs, ragged or blank lines, step rows, fields too wide for its windows,
+unusual summaries. Per column, values outside the plain forms (ISO times, garbage numbers) send just that
+column through the general helpers. tests/test_fairshare_sacct.py holds both paths to the same results on
+generated dumps, and each word reader to int()/float() on generated fields.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from ..slurm.tres import tres_count
 from . import sacct as S
+from . import words as W
 
 PAD = 24             # zero bytes after the text: every window below may read past a field's end
 WINDOW = 16          # bytes read at once for numbers and short fields
@@ -28,7 +30,6 @@ _CHUNK = 1 << 18     # delimiter search in cache-sized pieces (bench: 4 MiB piec
 _MAX_WORDS = 24      # 8-byte words hashed per row for the grouped columns (wider: the general path)
 ROWS = 1 << 14       # rows per piece: all columns of a piece are read while its bytes and temporaries are cached
 
-_WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 _UNKNOWN_BYTES = [word.encode() for word in S.UNKNOWN_WORDS]
 
 
@@ -59,17 +60,18 @@ class Texts(_Column):
     __slots__ = ("_buf", "_start", "_end")
 
     def __init__(self, buf, start: np.ndarray, end: np.ndarray):
-        self._buf, self._start, self._end = buf, start, end
+        self._buf = buf if isinstance(buf, memoryview) else memoryview(buf)
+        self._start, self._end = start, end
 
     def __len__(self) -> int:
         return len(self._start)
 
     def _item(self, i):
-        return self._buf[int(self._start[i]):int(self._end[i])].decode("ascii")
+        return str(self._buf[int(self._start[i]):int(self._end[i])], "ascii")
 
     def tolist(self) -> list:
         buf = self._buf
-        return [buf[a:b].decode("ascii") for a, b in zip(self._start.tolist(), self._end.tolist())]
+        return [str(buf[a:b], "ascii") for a, b in zip(self._start.tolist(), self._end.tolist())]
 
 
     def take(self, keep) -> "Texts":
@@ -116,7 +118,7 @@ def _in_pieces(fn, n: int) -> tuple:
     first = fn(0, min(n, ROWS))
     if n <= ROWS:
         return first
-    out = tuple(np.empty(n, dtype=a.dtype) for a in first)
+    out = tuple(np.empty((n, *a.shape[1:]), dtype=a.dtype) for a in first)
     for column, part in zip(out, first):
         column[:ROWS] = part
     for lo in range(ROWS, n, ROWS):
@@ -126,97 +128,36 @@ def _in_pieces(fn, n: int) -> tuple:
     return out
 
 
-def _delimiters(arr: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """Positions of every '|' and '\\n' in arr[start:stop], found in cache-sized pieces with the same two
-    masks reused (a fresh temporary per piece costs page faults)."""
+def _delimiters(arr: np.ndarray, start: int, stop: int):
+    """(positions of every '|' and '\\n' in arr[start:stop], which of them are '\\n'), found in cache-sized
+    pieces with the same masks reused (a fresh temporary per piece costs page faults); None when the text
+    has a byte outside ASCII or a CR (the general parser decodes and normalizes those)."""
     dtype = np.int32 if stop < (1 << 31) else np.int64
     pipe, newline = np.empty(_CHUNK, dtype=bool), np.empty(_CHUNK, dtype=bool)
-    parts = []
+    parts, kinds = [], []
     for at in range(start, stop, _CHUNK):
         piece = arr[at:min(stop, at + _CHUNK)]
         k = len(piece)
+        if piece.max() > 127 or np.equal(piece, 13, out=pipe[:k]).any():
+            return None
         np.equal(piece, 124, out=pipe[:k])
         np.equal(piece, 10, out=newline[:k])
         np.logical_or(pipe[:k], newline[:k], out=pipe[:k])
-        found = np.flatnonzero(pipe[:k]).astype(dtype)
+        found = np.flatnonzero(pipe[:k])
+        kinds.append(newline[found])  # (while the piece's mask is still in cache)
+        found = found.astype(dtype)
         found += dtype(at)
         parts.append(found)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-
-
-def _gather(buf, size: int, width: int):
-    """An array over buf whose element p is the `width` bytes from p on (unaligned, overlapping): indexing it
-    with row positions copies each row's bytes in one C loop. The padding makes every p <= size safe."""
-    if width == 8:
-        return np.ndarray((size + 1,), dtype="<u8", buffer=buf, strides=(1,))
-    return np.ndarray((size + 1,), dtype=np.dtype((np.void, width)), buffer=buf, strides=(1,))
-
-
-def _rows(view, at: np.ndarray, width: int) -> np.ndarray:
-    """view[at] as an (n, width) uint8 matrix."""
-    return view[at].view(np.uint8).reshape(len(at), width)
-
-
-def _rows_any(mask: np.ndarray) -> np.ndarray:
-    """mask.any(axis=1) for a C-contiguous (n, 8 or 16) bool matrix, read as 8-byte words (several times faster
-    than numpy's reduction over short rows)."""
-    words = mask.view(np.uint64)
-    return words[:, 0] != 0 if words.shape[1] == 1 else (words[:, 0] | words[:, 1]) != 0
-
-
-def _rows_count(mask: np.ndarray) -> np.ndarray:
-    """mask.sum(axis=1) for a C-contiguous (n, 16) bool matrix: each word's bytes summed by one multiply."""
-    words = mask.view(np.uint64)
-    with np.errstate(over="ignore"):
-        ones = np.uint64(0x0101010101010101)
-        return ((words[:, 0] * ones) >> np.uint64(56)) + ((words[:, 1] * ones) >> np.uint64(56))
-
-
-def _place_values(digits: np.ndarray, place: np.ndarray) -> np.ndarray:
-    """digits @ place as int64, exact for integers below 2**53 (products and sums of integers in doubles), in
-    BLAS; in pieces of ROWS rows, because a bigger product makes BLAS start threads that cost more CPU time
-    than they save."""
-    if len(digits) <= ROWS:
-        return (digits.astype(np.float64) @ place).astype(np.int64)
-    return np.concatenate([(digits[at:at + ROWS].astype(np.float64) @ place).astype(np.int64)
-                           for at in range(0, len(digits), ROWS)])
-
-
-def _plain_numbers(buf, size: int, start: np.ndarray, end: np.ndarray):
-    """(values, plain): the fields that are 1-13 ASCII digits (plain True) read as integers. The window ends at
-    each field's end, so digits line up by place value and one matrix product reads them all."""
-    n = len(start)
-    width = end - start
-    values = np.zeros(n, dtype=np.int64)
-    plain = (width >= 1) & (width <= 13)
-    if not n or not plain.any():
-        return values, plain
-    wide = 8 if int(width[plain].max()) <= 8 else 16  # whole words: the checks below read them as such
-    at = end.astype(np.int64) - wide
-    if at.min() < 0:
-        return values, np.zeros(n, dtype=bool)
-    digits = _rows(_gather(buf, size, wide), at, wide) - np.uint8(48)
-    np.multiply(digits, np.arange(wide) >= (wide - width)[:, None], out=digits)  # zero outside the field
-    plain &= ~_rows_any(digits > 9)
-    # a float product is exact here (13 digits < 2**53) and runs in BLAS
-    values = _place_values(digits, 10.0 ** np.arange(wide - 1, -1, -1))
-    values[~plain] = 0
-    return values, plain
-
-
-def _is_word(buf, size, start: np.ndarray, width: np.ndarray, word: bytes) -> np.ndarray:
-    match = width == len(word)
-    if word and match.any():
-        key = int.from_bytes(word, "little")
-        match &= (_gather(buf, size, 8)[start] & _WORD_MASKS[len(word)]) == np.uint64(key)
-    return match
+    if not parts:
+        return np.zeros(0, dtype=dtype), np.zeros(0, dtype=bool)
+    return np.concatenate(parts), np.concatenate(kinds)
 
 
 def _times(buf, size, start, end):
     """Start/End: (epoch seconds or -1 for sacct's Unknown words, ok). A row not ok (an ISO time, garbage)
     sends the column to the general parser's helper. Only the rows that are not plain numbers are matched
     against the Unknown words."""
-    values, plain = _plain_numbers(buf, size, start, end)
+    values, plain = W.plain_numbers(buf, size, start, end)
     ok = plain & (values < S._MAX_EPOCH)
     rest = np.flatnonzero(~plain)
     if len(rest):
@@ -224,48 +165,20 @@ def _times(buf, size, start, end):
         width = end[rest] - a
         unknown = width == 0
         for word in _UNKNOWN_BYTES:
-            unknown |= _is_word(buf, size, a, width, word)
+            unknown |= W.is_word(buf, size, a, width, word)
         values[rest[unknown]] = -1
         ok[rest[unknown]] = True
     return values, ok
 
 
 def _ints(buf, size, start, end):
-    values, plain = _plain_numbers(buf, size, start, end)
+    values, plain = W.plain_numbers(buf, size, start, end)
     return values, plain & (values < S._MAX_EPOCH)
 
 
-def _words(buf, size: int, start: np.ndarray, end: np.ndarray, count: int) -> list:
-    """The span [start, end) of every row as `count` 8-byte little-endian words, zero past the end: one gather
-    of 8*count bytes per row, masked word by word."""
-    width = end - start
-    room = len(buf) - 8 * count  # the last row's window may not fit in the padding: read it word by word
-    if len(start) and int(start.max()) <= room:
-        view = np.ndarray((room + 1,), dtype=np.dtype((np.void, 8 * count)), buffer=buf, strides=(1,))
-        matrix = view[start].view(np.uint64).reshape(len(start), count)
-        left = np.clip(width[:, None] - 8 * np.arange(count), 0, 8)
-        matrix &= _WORD_MASKS[left]
-        return [matrix[:, k] for k in range(count)]
-    words = _gather(buf, size, 8)
-    out = []
-    for k in range(count):
-        left = np.clip(width - 8 * k, 0, 8)
-        out.append(words[np.minimum(start + 8 * k, size)] & _WORD_MASKS[left])
-    return out
-
-
-def _hash(parts: list, n: int) -> np.ndarray:
-    h = np.full(n, 1469598103934665603, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for part in parts:
-            h = (h ^ part.astype(np.uint64, copy=False)) * np.uint64(1099511628211)
-            h ^= h >> np.uint64(29)
-    return h
-
-
-def _group(h: np.ndarray, parts: list, n: int):
+def _group(h: np.ndarray, keys: np.ndarray, n: int):
     """(group of each row, first row of each group) with groups in first-seen order, for rows with equal
-    hashes; None when two rows of one group differ in a part (a hash collision: the general path).
+    hashes; None when two rows of one group differ in their keys (a hash collision: the general path).
 
     Hashes are placed in a table by their low bits (no sort of a million values); the few hashes that land in
     a slot another hash took are grouped apart."""
@@ -289,8 +202,8 @@ def _group(h: np.ndarray, parts: list, n: int):
     rank[used[order]] = np.arange(len(used))
     group, reps = rank[key], reps[order]
     rep_of_row = reps[group]
-    for part in parts:
-        if not (part == part[rep_of_row]).all():
+    for lo in range(0, n, ROWS):  # (in pieces: a gather of all rows' keys at once would be n x k words)
+        if not (keys[lo:lo + ROWS] == keys[rep_of_row[lo:lo + ROWS]]).all():
             return None
     return group, reps
 
@@ -298,58 +211,35 @@ def _group(h: np.ndarray, parts: list, n: int):
 _KEYS = (b"used=", b"cov=", b"busy=", b"busy_w=", b"gpus=")  # the key after each of the five numbers
 _TOKEN = 16                      # a number and its space fit in this many bytes (longer: the general path)
 _HEAD = 128                      # the five numbers of a head end within this many bytes (wider: general path)
-_COLS = np.arange(_TOKEN)
 _KEY_LENGTHS = np.array([len(key) for key in _KEYS])
-_KEY_MASKS = _WORD_MASKS[_KEY_LENGTHS]
+_ZERO_POINT_ZERO = int.from_bytes(b"\0\0\0\0\0" + b"0.0", "little")  # "0.0" at a word's end
+_KEY_MASKS = W.WORD_MASKS[_KEY_LENGTHS]
 _KEY_WORDS = np.array([int.from_bytes(key, "little") for key in _KEYS], dtype=np.uint64)
-_PLACE = 10.0 ** np.arange(_TOKEN - 1, -1, -1)          # place value of each column of a right-aligned token
-_POW10 = 10 ** np.arange(_TOKEN + 1, dtype=np.int64)
-_POW10F = 10.0 ** np.arange(_TOKEN + 1)
 
 
-def _decimals(block: np.ndarray, length: np.ndarray):
-    """The numbers that end each row of block (right-aligned) and run `length` bytes, when every one is 1-15
-    digits with at most one '.' (else None), read by digit arithmetic exactly as strtod (numpy, the general
-    parser) reads them: the digits form an integer D < 10**15 < 2**53 and the value is D / 10**f (f digits
-    after the dot), one correctly rounded division of two exact doubles."""
-    digits = block - np.uint8(48)
-    np.multiply(digits, _COLS >= (_TOKEN - length)[:, None], out=digits)  # zero outside the number
-    dot = digits == np.uint8(46 - 48 + 256)
-    if _rows_any((digits > 9) ^ dot).any():  # (a dot is above 9 too)
-        return None
-    dots = _rows_count(dot).astype(np.int64)
-    if (dots > 1).any() or (length - dots < 1).any():
-        return None
-    np.multiply(digits, ~dot, out=digits)
-    # the float product is exact: integers below 10**15 (and 2**53), summed in BLAS
-    whole = _place_values(digits, _PLACE)
-    # a dot at column d: digits left of it got one place too many; D = (whole // 10**(f+1)) * 10**f + rest
-    f = np.where(dots > 0, _TOKEN - 1 - dot.argmax(axis=1), 0)
-    has_dot = dots > 0
-    scale = _POW10[f + 1]
-    joined = np.where(has_dot, (whole // scale) * _POW10[f] + whole % scale, whole)
-    return joined.astype(np.float64) / _POW10F[f]
+def _head_columns(n: int) -> tuple:
+    """(has, bad, held, used, covered, busy, busy_w) for n rows without a summary."""
+    return (np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), *(np.full(n, np.nan) for _ in range(5)))
 
 
-def _summaries(buf, size, start, end, n):
+def _summaries(buf, size, start, end, n, out: tuple | None = None):
     """sacct._summary_heads over byte spans, for heads exactly in encode()'s form
-    ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers); None for anything
-    else, which the general parser then reads. The five spaces that end the numbers are found at once in a
-    window over each head; each number must hold only digits and one '.', and be followed by its key."""
-    held, used, covered, busy, busy_w = (np.full(n, np.nan) for _ in range(5))
-    has = np.zeros(n, dtype=bool)
-    bad = np.zeros(n, dtype=bool)
-    words = _gather(buf, size, 8)
+    ("stune1 held=H used=U cov=C busy=B busy_w=W|- gpus=..." with plain decimal numbers), into `out` (from
+    _head_columns(n), or new); None for anything else, which the general parser then reads. The five spaces
+    that end the numbers are found at once in a window over each head; each number must hold only digits and
+    one '.', and be followed by its key."""
+    has, bad, held, used, covered, busy, busy_w = _head_columns(n) if out is None else out
+    words = W.gather(buf, size, 8)
     lead = S.SUMMARY_PREFIX.encode()
     cand = np.flatnonzero(end - start >= len(lead))
     if len(cand):
-        cand = cand[(words[start[cand]] & _WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
+        cand = cand[(words[start[cand]] & W.WORD_MASKS[len(lead)]) == np.uint64(int.from_bytes(lead, "little"))]
     if not len(cand):
         return has, bad, held, used, covered, busy, busy_w
     m = len(cand)
     at = start[cand].astype(np.int64) + len(lead)
     stop = end[cand].astype(np.int64)
-    if (stop - at < 5).any() or ((words[at] & _WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
+    if (stop - at < 5).any() or ((words[at] & W.WORD_MASKS[5]) != np.uint64(int.from_bytes(b"held=", "little"))).any():
         return None
     at += 5
     # the first five spaces after each head's first number: one window per head, searched in one call
@@ -357,8 +247,8 @@ def _summaries(buf, size, start, end, n):
     base = np.minimum(at, last)
     if base.min() < 0:
         return None
-    window = _rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
-                   base, _HEAD)
+    window = W.byte_rows(np.ndarray((last + 1,), dtype=np.dtype((np.void, _HEAD)), buffer=buf, strides=(1,)),
+                         base, _HEAD)
     found = np.flatnonzero(window == 32)
     row_at = np.arange(m, dtype=np.int64) * _HEAD
     first = np.searchsorted(found, row_at + (at - base))
@@ -371,13 +261,20 @@ def _summaries(buf, size, start, end, n):
     begin[:, 1:] = space[:, :4] + 1 + _KEY_LENGTHS[:4]
     length = space - begin
     if (length < 1).any() or (length >= _TOKEN).any() or (space.min() < _TOKEN) \
-            or (space + 1 + _KEY_LENGTHS > stop[:, None]).any() \
-            or ((words[space + 1] & _KEY_MASKS) != _KEY_WORDS).any():
+            or (space + 1 + _KEY_LENGTHS > stop[:, None]).any():
         return None
-    block = _rows(_gather(buf, size, _TOKEN), space.ravel() - _TOKEN, _TOKEN)
-    dash = (length[:, 4] == 1) & (block[4::5, -1] == ord("-"))  # busy_w: "-" when no sample was busy
-    block[np.flatnonzero(dash) * 5 + 4, -1] = ord("0")
-    value = _decimals(block, length.ravel())
+    # each number's 16-byte window (right-aligned at its space) and the 8 bytes from the space on, at once
+    around = W.word_rows(buf, size, space.ravel() - _TOKEN, 3)
+    high, low, after = around[:, 0], around[:, 1], around[:, 2]
+    if ((after.reshape(m, 5) >> 8) & _KEY_MASKS != _KEY_WORDS).any():  # each followed by its key
+        return None
+    dash = (length[:, 4] == 1) & ((low[4::5] >> 56) == ord("-"))  # busy_w: "-" when no sample was busy
+    # read as "0.0" (the encoder's form, so a batch with dashes stays on the fast form), then set to NaN
+    dashed = np.flatnonzero(dash) * 5 + 4
+    low[dashed] = _ZERO_POINT_ZERO
+    length = length.ravel()
+    length[dashed] = 3
+    value = W.decimals(high, low, length)
     if value is None:
         return None
     value = value.reshape(m, 5)
@@ -388,27 +285,46 @@ def _summaries(buf, size, start, end, n):
     return has, bad, held, used, covered, busy, busy_w
 
 
-def parse_bytes(buf, size: int, source: str):
-    """A JobTable from the ASCII `sacct -P` text in buf[:size] (zero padded by PAD bytes), or None when the
-    text needs the general parser."""
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    if len(arr) < size + PAD:
+def padded(size: int) -> np.ndarray:
+    """A buffer for `size` bytes of text and the PAD zero bytes after them. Uninitialized (numpy's large
+    allocations use huge pages): filling a zeroed bytearray instead costs about twice as much."""
+    buf = np.empty(size + PAD, dtype=np.uint8)
+    buf[size:] = 0
+    return buf
+
+
+_HEADER_MAX = 1 << 16  # a header line longer than this is not sacct's
+
+
+def parse_bytes(buf: np.ndarray, size: int, source: str):
+    """A JobTable from the `sacct -P` text in buf[:size] (a uint8 array zero padded by PAD bytes, see
+    padded()), or None when the text needs the general parser (anything but ASCII with LF line ends, ...)."""
+    if len(buf) < size + PAD or buf.dtype != np.uint8 or buf.ndim != 1:
         return None
-    at = 0
-    while at < size and arr[at] == 10:
-        at += 1
-    head_end = buf.find(b"\n", at, size)
-    if head_end < 0 or head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
+    lead = buf[:min(size, _HEADER_MAX)] != 10  # blank lines before the header: skipped, as the general parser does
+    if not lead.any():
         return None
-    header = bytes(buf[at:head_end]).decode("ascii").split("|")
+    at = int(lead.argmax())
+    head_end = bytes(buf[at:min(size, at + _HEADER_MAX)]).find(b"\n")
+    if head_end < 0:
+        return None
+    head_end += at
+    if head_end + 1 >= size:  # (a blank line has no '|': the pipe count below sends it back)
+        return None
+    header = bytes(buf[at:head_end])
+    if not header.isascii():
+        return None
+    header = header.decode("ascii").split("|")
     width = len(header)
     if width < 2 or len(set(header)) != width or any(f not in header for f in S.REQUIRED) \
             or ("AdminComment" in header and header[-1] != "AdminComment"):
         return None
     body = head_end + 1
-    delims = _delimiters(arr, body, size)
-    newline = arr[delims] == 10
-    if arr[size - 1] != 10:  # the last line without its '\n'
+    found = _delimiters(buf, body, size)
+    if found is None:
+        return None
+    delims, newline = found
+    if buf[size - 1] != 10:  # the last line without its '\n'
         delims = np.append(delims, delims.dtype.type(size))
         newline = np.append(newline, True)
     ends_at = np.flatnonzero(newline)
@@ -453,41 +369,63 @@ def parse_bytes(buf, size: int, source: str):
     number_spans = [span(name) for name in ("JobIDRaw", "Start", "End", "ElapsedRaw")]
     comment_span = span("AdminComment") if "AdminComment" in col else None
 
+    # each row's key: per run of grouped columns, its width and its bytes as words (written in place)
+    keys = np.empty((n, len(counts) + sum(counts)), dtype=np.uint64)
+
     def piece(lo, hi):
-        parts = []
+        piece_keys = keys[lo:hi]
+        k = 0
         for (a, b), count in zip(run_spans, counts):
             a, b = a[lo:hi], b[lo:hi]
-            parts += [b - a, *_words(buf, size, a, b, count)]
-        out = [_hash(parts, hi - lo), *parts]
-        for (a, b), read in zip(number_spans, (_plain_numbers, _times, _times, _ints)):
+            piece_keys[:, k] = b - a
+            W.span_words(buf, size, a, b, piece_keys[:, k + 1:k + 1 + count])
+            k += 1 + count
+        out = [W.hash_rows(piece_keys)]
+        for (a, b), read in zip(number_spans, (W.plain_numbers, _times, _times, _ints)):
             out += read(buf, size, a[lo:hi], b[lo:hi])
-        if comment_span is not None:
-            heads = _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo)
-            ok = np.full(hi - lo, heads is not None)
-            out += [*(heads or (np.zeros(hi - lo, dtype=bool),) * 2 + (np.zeros(hi - lo),) * 5), ok]
+        if comment_span is not None:  # written in place
+            if _summaries(buf, size, comment_span[0][lo:hi], comment_span[1][lo:hi], hi - lo,
+                          tuple(column[lo:hi] for column in head_columns)) is None:
+                heads_ok[0] = False
         return tuple(out)
 
+    head_columns, heads_ok = _head_columns(n), [True]
     columns = list(_in_pieces(piece, n))
     h = columns[0]
-    parts = columns[1:1 + len(counts) + sum(counts)]
-    (id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok,
-     *heads) = columns[1 + len(parts):]
+    id_numeric, id_plain, start, start_ok, end, end_ok, elapsed, elapsed_ok = columns[1:]
     if not id_plain.all():  # an id with a '.' is a step row: the general parser joins steps to their jobs
         odd = np.flatnonzero(~id_plain)
         a, b = id_start[odd], id_end[odd]
-        if ((_rows(_gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
+        if ((W.byte_rows(W.gather(buf, size, WINDOW), a, WINDOW) == 46) & (np.arange(WINDOW) < (b - a)[:, None])).any():
             return None
-    grouping = _group(h, parts, n)
+    grouping = _group(h, keys, n)
     if grouping is None:
         return None
     group, reps = grouping
-    del parts, h, columns
+    del h, columns
+    # each group's strings: the distinct values of each run of columns among the groups (far fewer: users x
+    # states, a handful of AllocTRES shapes) decoded once from a row holding them and split at the pipes
+    view = memoryview(buf)
+    rep_keys = keys[reps]
+    del keys
+    fields_of: dict[int, list] = {}
+    k = 0
+    for run, (a, b), count in zip(runs, run_spans, counts):
+        run_keys = rep_keys[:, k:k + 1 + count]
+        k += 1 + count
+        _, first, inverse = np.unique(W.hash_rows(run_keys), return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        if not (run_keys[first][inverse] == run_keys).all():  # two values with one hash: decode every group's
+            first, inverse = np.arange(len(reps)), np.arange(len(reps))
+        rows = reps[first]
+        texts = [str(view[x:y], "ascii").split("|") for x, y in zip(a[rows].tolist(), b[rows].tolist())]
+        inverse = inverse.tolist()
+        for at, column in enumerate(run):
+            values = [fields[at] for fields in texts]
+            fields_of[column] = [values[i] for i in inverse]
     names_of: dict[str, tuple[np.ndarray, list]] = {}
     for name in grouped:
-        a, b = span(name)
-        a, b = a[reps].tolist(), b[reps].tolist()
-        texts = [bytes(buf[x:y]).decode("ascii") for x, y in zip(a, b)]
-        codes, names = S._factorize(texts)  # groups in first-seen order: names are too
+        codes, names = S._factorize(fields_of[col[name]])  # groups in first-seen order: names are too
         names_of[name] = (codes[group], names, codes)
 
     def coded(name):
@@ -517,11 +455,10 @@ def parse_bytes(buf, size: int, source: str):
         elapsed = S._ints(Texts(buf, *span("ElapsedRaw")).tolist())
     if comment_span is not None:
         comments = Texts(buf, *comment_span)
-        heads, heads_ok = tuple(heads[:7]), heads[7]
-        if not heads_ok.all():
+        if not heads_ok[0]:
             heads = S._summary_heads(comments.tolist(), n)
         else:
-            heads = S.distrust_insane(*heads)
+            heads = S.distrust_insane(*head_columns)
     else:
         comments = Coded(np.zeros(n, dtype=np.int32), [""])
         heads = S._summary_heads([], n)
@@ -538,8 +475,10 @@ def parse_bytes(buf, size: int, source: str):
         gpuutil=np.full(n, np.nan), gpuutil_cover=np.zeros(n), bad_summary=bad_summary)
     keep = (start != S.BAD_TIME) & (end != S.BAD_TIME)
     bad_rows = np.flatnonzero(~keep)[:5].tolist()
-    starts, ends = Texts(buf, *span("Start")), Texts(buf, *span("End"))
-    table.skip_reasons = [f"{source}: job {ids[i]}: unreadable Start/End ({starts[i]!r}, {ends[i]!r})"
-                          for i in bad_rows]
+    table.skip_reasons = []
+    if bad_rows:
+        starts, ends = Texts(buf, *span("Start")), Texts(buf, *span("End"))
+        table.skip_reasons = [f"{source}: job {ids[i]}: unreadable Start/End ({starts[i]!r}, {ends[i]!r})"
+                              for i in bad_rows]
     return S._without_unusable_rows(table, keep, table.n - int(keep.sum()), ids, start, end, elapsed,
                                     numeric=id_numeric if id_plain.all() else None)
