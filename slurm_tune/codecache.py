@@ -13,11 +13,10 @@ in stune's cache directory (the profile cache's, `slurm_tune.cache_dir()`), one 
 package, written by the user who runs the command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc
 files beside the sources and does not apply. A file of code is trusted like a .pyc: only a regular file of
 the running user with one link that nobody else can write is loaded, and root loads and writes it only
-where root alone could have written it (trust.py: the rule safeio.require_trusted applies to every file
-root loads).
+where root alone could have written it (safeio.require_trusted, the rule for every file root loads).
 
-No `from __future__` import, and no stune import but trust.py (for root): this module runs before the cache
-can help.
+No `from __future__` import and no stune import (but safeio for root, which has to judge the file): this
+module runs before the cache can help.
 """
 import gc
 import marshal
@@ -159,10 +158,13 @@ def read(path: str) -> tuple:
     if MAGIC is None or _ModuleSpec is None:
         return {}, False
     euid = os.geteuid()
-    if euid == 0:
-        from . import trust
+    if euid == 0:  # root's rule for what it loads; paid by root alone (safeio by the path search)
+        from .errors import StuneError
+        from .safeio import require_trusted
 
-        if trust.untrusted_reason(trust.nearest_existing(path), uid=0):
+        try:
+            require_trusted(path, missing_ok=True)
+        except StuneError:
             return {}, False
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

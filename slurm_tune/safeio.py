@@ -8,9 +8,9 @@ Two situations, two sets of rules:
   O_EXCL, and read no more than a bound. Root never writes, truncates or chowns a file it did not just
   create itself.
 * Root LOADING configuration or state (the env file, profiles, the profile cache, node state): like sshd's
-  StrictModes, the file and every directory above it must be writable by root alone (judged in trust.py).
-  A path someone else could write is refused with one line naming it (`UnsafePathError`). Run as another
-  user, stune loads what that user could have written anyway, so the check applies to euid 0 only.
+  StrictModes, the file and every directory above it must be writable by root alone. A path someone else
+  could write is refused with one line naming it (`UnsafePathError`). Run as another user, stune loads
+  what that user could have written anyway, so the check applies to euid 0 only.
 
 Hot path: see docs/speed.md.
 """
@@ -21,7 +21,6 @@ import os
 import stat
 
 from .errors import StuneError
-from .trust import nearest_existing, untrusted_reason, untrusted_stat  # noqa: F401 (the judging lives there)
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never hangs us
@@ -255,6 +254,52 @@ def _open_up_dirs(name: str, dir_fd: int) -> None:
         os.close(fd)
 
 
+def untrusted_reason(path: str, *, uid: int | None = None) -> str | None:
+    """Why `path` (file or directory) may not be trusted by `uid` (default: this process's euid), or None.
+
+    Trusted: the path itself and every directory above it (symlinks resolved) is owned by root or `uid`
+    and is not writable by group or others. A world-writable directory with the sticky bit (/tmp) is
+    allowed as an ancestor, since nobody else can rename or remove what root keeps inside it."""
+    uid = os.geteuid() if uid is None else uid
+    owners = {0, uid}
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"cannot be checked: {exc.strerror}"
+    problem = untrusted_stat(st, uid)
+    if problem:
+        return problem
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            pst = os.stat(parent)
+        except OSError as exc:
+            return f"cannot be checked: {parent}: {exc.strerror}"
+        if pst.st_uid not in owners:
+            return f"lies in {parent}, owned by uid {pst.st_uid}, not root"
+        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
+            return (f"lies in {parent}, which is writable by {_writers(pst.st_mode)} "
+                    f"(mode {stat.S_IMODE(pst.st_mode):04o})")
+        if parent == "/":
+            return None
+        parent = os.path.dirname(parent)
+
+
+def untrusted_stat(st: os.stat_result, uid: int = 0) -> str | None:
+    """Why a file with this stat may not be trusted by `uid` (its owner or its mode), or None. For callers
+    that have stat'ed a file already (e.g. each profile, for the cache fingerprint): no second stat."""
+    if st.st_uid not in (0, uid):
+        return f"is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"is writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _writers(mode: int) -> str:
+    return " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
+
+
 def require_trusted(path: str, *, missing_ok: bool = False) -> None:
     """Refuse (UnsafePathError) to let root load `path` when someone other than root could have written
     it. A no-op for other users: they can only load what they could write themselves. `missing_ok`: a path
@@ -262,7 +307,13 @@ def require_trusted(path: str, *, missing_ok: bool = False) -> None:
     ancestor, which is where root would create it."""
     if os.geteuid() != 0:
         return
-    checked = nearest_existing(path) if missing_ok else path
+    checked = path
+    if missing_ok:
+        while not os.path.lexists(checked):
+            parent = os.path.dirname(os.path.abspath(checked))
+            if parent == checked:
+                break
+            checked = parent
     problem = untrusted_reason(checked, uid=0)
     if problem:
         where = path if checked == path else f"{path}: its parent {checked}"

@@ -3,13 +3,13 @@ the TaskProlog wrapper, and the wheel (built, installed into a fresh venv outsid
 from __future__ import annotations
 
 import json
-import marshal
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from slurm_tune import codecache
 from slurm_tune.admin import shipped
 from slurm_tune.admin.slurmconf import SlurmConf, diff_against, requirements
 from slurm_tune.cli.admin import main
@@ -184,7 +184,7 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
         assert submitted.returncode == 0 and submitted.stdout.strip() == "4242", submitted.stderr
         (code_cache,) = (tmp_path / "cache").glob("code-stune-sbatch*.marshal")
         stamps.append(code_cache.stat().st_mtime_ns)
-    _, _, package_dir, table = marshal.loads(code_cache.read_bytes())
+    _, _, package_dir, table = codecache.unpack(code_cache.read_bytes())
     assert package_dir == str(site / "slurm_tune") and "slurm_tune.sbatch.submit" in table
     assert stamps[1] == stamps[2], "the installed stune-sbatch rewrote its code cache on a run that found all"
     root = tmp_path / "root"
