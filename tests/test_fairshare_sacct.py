@@ -178,7 +178,7 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
 import random  # noqa: E402
 
 from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
-from slurm_tune.fairshare import sacct_fast, words  # noqa: E402
+from slurm_tune.fairshare import columns, sacct_fast, words  # noqa: E402
 
 _SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
             "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
@@ -249,7 +249,7 @@ def _columns_of(table) -> dict:
     for name, value in vars(table).items():
         if isinstance(value, np.ndarray):
             out[name] = (str(value.dtype), value.tolist())
-        elif isinstance(value, (list, sacct_fast.Texts, sacct_fast.Coded)):
+        elif isinstance(value, (list, columns.Texts, columns.Coded)):
             out[name] = list(value)
         else:
             out[name] = value
