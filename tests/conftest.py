@@ -1,6 +1,7 @@
 """Shared fixtures. The local Slurm cluster is started once per test session and shared by every test."""
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -48,7 +49,10 @@ def pytest_configure(config):
     directories mid-run ("Could not open stdout file ... Permission denied")."""
     if config.option.basetemp is None and os.geteuid() == 0:
         name = os.path.basename(os.environ.get("STUNE_CLUSTER_DIR", "/var/tmp/stune-cluster").rstrip("/"))
-        config.option.basetemp = os.path.join(tempfile.gettempdir(), f"stune-pytest-{name}")
+        # one base per checkout too: pytest empties its base at start, so a run in another worktree (even one
+        # without the cluster) would delete this run's files under it
+        checkout = hashlib.sha256(str(config.rootpath).encode()).hexdigest()[:8]
+        config.option.basetemp = os.path.join(tempfile.gettempdir(), f"stune-pytest-{name}-{checkout}")
 
 
 def pytest_report_header(config):

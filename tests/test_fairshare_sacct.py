@@ -178,7 +178,7 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
 import random  # noqa: E402
 
 from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
-from slurm_tune.fairshare import sacct_fast, words  # noqa: E402
+from slurm_tune.fairshare import columns, sacct_fast, words  # noqa: E402
 
 _SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
             "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
@@ -249,7 +249,7 @@ def _columns_of(table) -> dict:
     for name, value in vars(table).items():
         if isinstance(value, np.ndarray):
             out[name] = (str(value.dtype), value.tolist())
-        elif isinstance(value, (list, sacct_fast.Texts, sacct_fast.Coded)):
+        elif isinstance(value, (list, columns.Texts, columns.Coded)):
             out[name] = list(value)
         else:
             out[name] = value
@@ -347,7 +347,7 @@ def test_summary_numbers_in_every_plain_form_read_exactly_on_the_fast_path(seed)
 _FIELD_CHARS = st.sampled_from("0123456789" * 3 + ".:-/ aZ\x00\x7f")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(st.lists(st.text(_FIELD_CHARS, max_size=17), min_size=1, max_size=40))
 def test_plain_numbers_read_eight_digits_at_a_time_as_python_reads_them(fields):
     """The fast path reads integer fields inside 64-bit words (eight digits per step): a field is plain when it
@@ -377,7 +377,7 @@ def _decimal_tokens(draw):
 _ENCODER_TOKENS = st.floats(0, 1e13, allow_nan=False).map(lambda v: f"{v:.1f}")  # usage/summary.encode's form
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(st.one_of(st.lists(_decimal_tokens(), min_size=1, max_size=30),
                  st.lists(_ENCODER_TOKENS, min_size=1, max_size=30)), st.data())
 def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
@@ -505,7 +505,7 @@ _BASE_DUMP = _dump(9, 60, garbage=0.0)
 _ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0, 9, 127])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(_BASE_DUMP) - 1), _ASCII_BYTES, st.sampled_from(["set", "insert",
                                                                                                 "delete"])),
                 min_size=1, max_size=8))

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import StuneError
 from ..slurm.tres import tres_count, tres_value
+from .columns import Coded, Texts
 from ..usage.summary import PREFIX as SUMMARY_PREFIX
 from ..usage.summary import parse_head
 
@@ -100,7 +101,7 @@ class JobTable:
         for name, value in self.__dict__.items():
             if isinstance(value, np.ndarray):
                 out[name] = value[keep]
-            elif isinstance(value, (_fast.Texts, _fast.Coded)):
+            elif isinstance(value, (Texts, Coded)):
                 out[name] = value.take(keep)
             elif isinstance(value, list) and len(value) == self.n and name not in ("assoc_keys", "qos_names", "skip_reasons"):
                 out[name] = [value[i] for i in at]
@@ -115,7 +116,7 @@ class JobTable:
 
 def _factorize(values) -> tuple[np.ndarray, list]:
     """(codes, distinct values in first-seen order), with the per-row work in C (dict.fromkeys, map)."""
-    if isinstance(values, _fast.Coded):
+    if isinstance(values, Coded):
         return values.factorize()
     values = values if isinstance(values, list) else list(values)
     uniques = list(dict.fromkeys(values))
