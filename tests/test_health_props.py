@@ -181,10 +181,11 @@ def test_a_plain_record_is_encoded_without_loading_the_c_module():
     import sys
 
     code = ("import sys\nfrom slurm_tune import fastjson\n"
-            "text = fastjson.dumps({'argv': ['-p', 'roce'], 'env': {'PATH': '/usr/bin'}, 'job_id': None, 'v': 1})\n"
-            "assert text == '{\"argv\":[\"-p\",\"roce\"],\"env\":{\"PATH\":\"/usr/bin\"},\"job_id\":null,\"v\":1}', text\n"
+            "value = {'argv': ['-p', 'roce'], 'env': {'PATH': '/usr/bin', 'X': ''}, 'job_id': None, 'v': 1}\n"
+            "text = fastjson.dumps(value)\n"
             "assert '_json' not in sys.modules and 'json' not in sys.modules\n"
-            "assert fastjson.dumps(['\\u00e9\\n']) == '[\"\\\\u00e9\\\\n\"]' and '_json' in sys.modules\n")
+            "import json\n"
+            "assert text == json.dumps(value, sort_keys=True, separators=(',', ':')), text\n")
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{code}"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
