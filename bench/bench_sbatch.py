@@ -4,16 +4,18 @@ Goal (issues 4 and 14): stune-sbatch minus sbatch <= 1.5x the bare `python3 -I -
 interpreter (no site import: the strictest start-up baseline), timed in the same run against the local
 cluster, for both installs side by side: this checkout's editable install (.venv, compiled first) and the
 wheel built from it, installed by a plain `pip install` into a fresh venv. Every process runs with
-PYTHONDONTWRITEBYTECODE=1, so only bytecode the install left is used. Every submission is real (held with -H,
-so nothing runs; they are cancelled afterwards) and recorded in a throw-away history, as a user's would be.
+PYTHONDONTWRITEBYTECODE=1, so only bytecode the install left is used, and stune-sbatch's code cache
+(docs/speed.md), which the warm-up rounds write into each install's cache directory, as a user's first
+submission does. Every submission is real (held with -H, so nothing runs; they are cancelled afterwards) and
+recorded in a throw-away history, as a user's would be.
 
 Extra rows show the paths that cost one more Slurm call: no -p (Slurm's default partition is asked for) and
 a multi-node job (the partition's degraded nodes are asked for); a submission from an environment that holds
 tokens (the history records their digests: no hashlib import); where the time goes in the wheel install:
 the interpreter with `site` (what the launcher starts), the same plus importing what a submission imports,
-and pip 23's own console-script launcher (it imports re) in place of ours. The same table again in CPU time
-(user + system of the child, sbatch's included), which other load distorts less. Then the TaskProlog
-(goal <= 2x), both installs.
+pip 23's own console-script launcher (it imports re) in place of ours, and ours without the code cache. The
+same table again in CPU time (user + system of the child, sbatch's included), which other load distorts
+less. Then the TaskProlog (goal <= 2x), both installs.
 
     .venv/bin/python bench/bench_sbatch.py [--rounds N]
 """
@@ -58,6 +60,10 @@ def main() -> int:
                             "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
                             "    sys.exit(main())\n")
     pip_launcher.chmod(0o755)
+    # our launcher without the code cache (codecache.py), as it was before: what the cache saves
+    no_cache = bins["wheel"] / "stune-sbatch-no-code-cache"
+    no_cache.write_text(f"#!{wheel_py}\nimport sys\nfrom slurm_tune.cli.sbatch import main\nsys.exit(main())\n")
+    no_cache.chmod(0o755)
     imports = ("from slurm_tune.cli import sbatch; from slurm_tune.sbatch import submit, plan, history; "
                "from slurm_tune import slurm, profilestore, stage")
     argvs = {
@@ -68,6 +74,7 @@ def main() -> int:
         "stune-sbatch (default partition)": [str(bins["editable"] / "stune-sbatch"), *job],
         "stune-sbatch -p hdr -N 2": [str(bins["editable"] / "stune-sbatch"), "-p", "hdr", "-N", "2", *job],
         "stune-sbatch, pip's launcher (wheel)": [str(pip_launcher), "-p", "roce", *job],
+        "stune-sbatch -p roce, no code cache (wheel)": [str(no_cache), "-p", "roce", *job],
         "stune-sbatch -p roce, a token in the env (wheel)": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
         "python -c pass (wheel)": [wheel_py, "-c", "pass"],
         "python -c 'import ...' (wheel)": [wheel_py, "-c", imports],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import cache_dir
 from .errors import ConfigError
 from .frozen import Frozen
 
@@ -58,13 +59,9 @@ def _yaml_files(directory: str) -> list[str]:
     return names
 
 
-def _cache_path(directory: str) -> str | None:
-    base = os.environ.get("STUNE_CACHE_DIR")
-    if not base:
-        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(home, "stune")
+def _cache_path(directory: str) -> str:
     tag = os.path.abspath(directory).replace("/", "_")
-    return os.path.join(base, f"profiles{tag}.{sys.implementation.cache_tag}.marshal")
+    return os.path.join(cache_dir(), f"profiles{tag}.{sys.implementation.cache_tag}.marshal")
 
 
 def _fingerprint(directory: str) -> tuple:

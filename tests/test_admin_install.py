@@ -9,6 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from slurm_tune import codecache
 from slurm_tune.admin import shipped
 from slurm_tune.admin.slurmconf import SlurmConf, diff_against, requirements
 from slurm_tune.cli.admin import main
@@ -168,6 +169,24 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
         assert launcher.startswith(f"#!{venv}/bin/python") and "import re" not in launcher, launcher
     site = next(venv.glob("lib/python3*/site-packages"))
     assert list((site / "slurm_tune/cli/__pycache__").glob("sbatch.*.pyc"))
+    # stune-sbatch's launcher writes and keeps its code cache in a plain pip install (codecache.py)
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 4242\n")
+    (fake / "sbatch").chmod(0o755)
+    submit_env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path), "STUNE_CACHE_DIR": str(tmp_path / "cache"),
+                  "STUNE_PARTITIONS": str(REPO / "partitions"), "STUNE_HISTORY": str(tmp_path / "history.jsonl"),
+                  "PYTHONDONTWRITEBYTECODE": "1"}
+    stamps = []
+    for _ in range(3):
+        submitted = subprocess.run([str(venv / "bin/stune-sbatch"), "-p", "roce", "--parsable", "-H", "--wrap", "true"],
+                                   capture_output=True, text=True, env=submit_env, cwd=tmp_path, timeout=120)
+        assert submitted.returncode == 0 and submitted.stdout.strip() == "4242", submitted.stderr
+        (code_cache,) = (tmp_path / "cache").glob("code-stune-sbatch*.marshal")
+        stamps.append(code_cache.stat().st_mtime_ns)
+    _, _, package_dir, table = codecache.unpack(code_cache.read_bytes())
+    assert package_dir == str(site / "slurm_tune") and "slurm_tune.sbatch.submit" in table
+    assert stamps[1] == stamps[2], "the installed stune-sbatch rewrote its code cache on a run that found all"
     root = tmp_path / "root"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     admin = str(venv / "bin/stune-admin")

@@ -17,6 +17,8 @@ from slurm_tune.health.result import FAIL, OK
 from slurm_tune.hw import sysfs as S
 from slurm_tune.profiles import version_key
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def _version_garbage(text: str) -> bool:
     return not version_key(text)
@@ -158,6 +160,35 @@ def test_fastjson_round_trips_like_json(value):
     assert text == json.dumps(value, sort_keys=True, separators=(",", ":"))
     assert fastjson.loads(text) == json.loads(text)
     assert fastjson.loads(f" \n{json.dumps(value, indent=2)}\n ") == json.loads(json.dumps(value))
+
+
+ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
+# what a history record holds: mostly plain strings (joined without _json), now and then one that is not
+PLAIN = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), ASCII, st.text(max_size=3)),
+                     lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
+                                             st.dictionaries(ASCII, inner, max_size=4)),
+                     max_leaves=30)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(PLAIN)
+def test_fastjson_encodes_plain_values_as_json_does(value):
+    assert fastjson.dumps(value) == json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def test_a_plain_record_is_encoded_without_loading_the_c_module():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom slurm_tune import fastjson\n"
+            "value = {'argv': ['-p', 'roce'], 'env': {'PATH': '/usr/bin', 'X': ''}, 'job_id': None, 'v': 1}\n"
+            "text = fastjson.dumps(value)\n"
+            "assert '_json' not in sys.modules and 'json' not in sys.modules\n"
+            "import json\n"
+            "assert text == json.dumps(value, sort_keys=True, separators=(',', ':')), text\n")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{code}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 @settings(max_examples=300, deadline=None)

@@ -117,7 +117,11 @@ def test_each_hot_command_ships_as_a_launcher_pip_points_at_its_interpreter():
         # `#!python` exactly: setuptools and pip replace it with the installing interpreter (and drop any flags)
         assert lines[0] == "#!python"
         code = [line for line in lines[1:] if line and not line.startswith("#")]
-        module = code[1].split()[1]
-        assert code == ["import sys", f"from {module} import main", "sys.exit(main())"], f"{script}: not the template"
+        module = code[-2].split()[1]
+        # the template, optionally with the code cache installed first (codecache.py: stune-sbatch)
+        cache = ["from slurm_tune.codecache import CodeCache", f'CodeCache.install("{name}")']
+        assert code in (["import sys", f"from {module} import main", "sys.exit(main())"],
+                        ["import sys", *cache, f"from {module} import main", "sys.exit(main())"]), \
+            f"{script}: not the template"
         assert name in tested, f"{name}: a hot command without an entry in ENTRY_POINTS"
         assert callable(importlib.import_module(module).main)

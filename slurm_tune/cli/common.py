@@ -33,7 +33,7 @@ def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EX
     """guarded() for a hot-path console script (stune-sbatch, stune-task-prolog). Called from Python with an
     argv (tests), it returns like any function. As the console script (argv None) it exits without the
     collector's passes and the interpreter's teardown, which free nothing the exit does not (hot path: see
-    docs/speed.md). Output is flushed first."""
+    docs/speed.md). Output is flushed first, then the launcher's code cache (codecache.py), if any, is saved."""
     if argv is not None:
         return guarded(prog, func, argv, internal_exit)
     import gc
@@ -45,4 +45,7 @@ def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EX
         sys.stderr.flush()
     except (OSError, ValueError):  # stdout closed under us (a pipe reader gone): nothing left to say
         pass
+    codecache = sys.modules.get(f"{__package__.rpartition('.')[0]}.codecache")
+    if codecache is not None:  # the launcher installed it: rewritten when a module missed it
+        codecache.save_installed()
     os._exit(rc if isinstance(rc, int) else EXIT_ERROR)

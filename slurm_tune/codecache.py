@@ -1,0 +1,258 @@
+"""One file holding the compiled code of the modules a hot command imports (docs/speed.md).
+
+A fresh interpreter imports each module through the path search: find the source among sys.path, stat it,
+open and read its .pyc. A submission imports two dozen modules that way. A hot launcher (bin/) installs a
+`CodeCache` first: each module whose code is in the file, compiled from its source as the source is now
+(path, mtime and size, as a .pyc is checked; the same interpreter's magic number), is then imported from
+that one file. Anything else (a module not in it, a changed or removed source, another Python, a damaged
+file) takes the normal import, and the command writes a fresh file at its end (run_console).
+
+What is cached: stune's own modules (and `__future__`) that the command imported after the launcher
+installed the cache; entries stay while current, so runs that take different paths share one file. It lives
+in stune's cache directory (the profile cache's, `slurm_tune.cache_dir()`), one per command and installed
+package, written by the user who runs the command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc
+files beside the sources and does not apply. A file of code is trusted like a .pyc: only a regular file of
+the running user with one link that nobody else can write is loaded, and root loads and writes it only
+where root alone could have written it (safeio.require_trusted, the rule for every file root loads).
+
+No `from __future__` import and no stune import (but safeio for root, which has to judge the file): this
+module runs before the cache can help.
+"""
+import gc
+import marshal
+import os
+import sys
+
+from . import cache_dir
+
+FORMAT = 1
+MAX_BYTES = 16 << 20  # far above the code of every module stune has; a bigger file is not ours
+PACKAGE = __name__.rpartition(".")[0]
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# CPython's import system: the magic number of its bytecode and its module spec type (None elsewhere: no cache)
+MAGIC = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None)
+_ModuleSpec = getattr(sys.modules.get("_frozen_importlib"), "ModuleSpec", None)
+
+
+def cache_path(command: str, environ=None) -> str:
+    """The file for `command` of the package installed here, on this interpreter's cache tag."""
+    tag = PACKAGE_DIR.replace("/", "_")
+    return os.path.join(cache_dir(environ), f"code-{command}{tag}.{sys.implementation.cache_tag}.marshal")
+
+
+class CodeCache:
+    """A meta path finder and loader serving modules from one file. Entries: module name -> (source path,
+    is a package, the source's mtime_ns and size when compiled, the marshalled code object)."""
+
+    def __init__(self, path: str, table: dict, usable: bool = True):
+        self.path, self.table, self.usable = path, table, usable
+        self.preloaded = frozenset(sys.modules)  # imported before the cache could serve them: never its
+        self.stale = False
+
+    @classmethod
+    def install(cls, command: str) -> "CodeCache":
+        """Read the command's file and put the cache first on sys.meta_path."""
+        # A hot command never needs the collector (run_console exits without teardown); off from here, the
+        # imports' allocations start no collection passes.
+        gc.disable()
+        path = cache_path(command)
+        table, usable = read(path)
+        cache = cls(path, table, usable)
+        sys.meta_path.insert(0, cache)
+        _INSTALLED.append(cache)
+        return cache
+
+    # ---- importlib's finder and loader protocol ----------------------------------------------------------
+    def find_spec(self, name, path=None, target=None):
+        entry = self.table.get(name)
+        if entry is None:
+            return None
+        if not _current(entry):
+            self.stale = True
+            return None
+        spec = _ModuleSpec(name, self, origin=entry[0], is_package=entry[1])
+        spec.has_location = True  # __file__ is the source, as with the path loader
+        if entry[1]:
+            spec.submodule_search_locations = [os.path.dirname(entry[0])]
+        return spec
+
+    def create_module(self, spec):
+        return None  # the default module object
+
+    def exec_module(self, module) -> None:
+        name, origin = module.__spec__.name, module.__spec__.origin
+        entry = self.table[name]
+        try:
+            code = marshal.loads(entry[4])
+        except (EOFError, ValueError, TypeError):  # a damaged entry: the source's code, and a new file
+            self.stale = True
+            code = _compile(origin)
+        else:  # the marshalled copy's memory goes back to the allocator for what the module creates
+            self.table[name] = entry[:4] + (None,)
+        exec(code, module.__dict__)
+
+    def get_source(self, name: str):
+        """The source text, for tracebacks and inspect (as the path loader gives it)."""
+        with open(self.table[name][0], encoding="utf-8") as fh:
+            return fh.read()
+
+    # ---- writing -----------------------------------------------------------------------------------------
+    def save(self) -> bool:
+        """Rewrite the file when a module this process imported did not come from it (not in it, changed,
+        damaged): with the code of every module this process imported after install(), and the entries
+        other runs of the command use (another partition's path, a dry run's) while they are current, so
+        runs that take different paths do not rewrite it in turn. True when written. Raises OSError."""
+        if not self.usable or MAGIC is None:
+            return False
+        imported = {}
+        missed = self.stale
+        for name, module in list(sys.modules.items()):
+            spec = getattr(module, "__spec__", None)
+            if name in self.preloaded or spec is None or not _cacheable(name, spec.origin):
+                continue
+            imported[name] = (spec.origin, spec.submodule_search_locations is not None)
+            missed = missed or spec.loader is not self
+        if not missed:
+            return False
+        previous = read(self.path)[0]  # the code of the modules served (dropped from memory once loaded)
+        table = {}
+        for name, (origin, is_package) in imported.items():
+            try:
+                table[name] = _entry(previous.get(name), origin, is_package)
+            except (OSError, SyntaxError, ValueError):
+                continue
+        for name, entry in previous.items():
+            if name not in table and _current(entry) and _loads(entry[4]):
+                table[name] = entry
+        from .safeio import write_atomic
+
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        write_atomic(self.path, pack(FORMAT, MAGIC, PACKAGE_DIR, table), mode=0o600)
+        return True
+
+
+def _entry(old, origin: str, is_package: bool) -> tuple:
+    """The file's entry for a module: the previous one while it is current, else compiled anew."""
+    if old is not None and old[0] == origin and old[1] == is_package and _current(old) and _loads(old[4]):
+        return old
+    st = os.stat(origin)  # before reading: a source changed after this is newer than the entry
+    return (origin, is_package, st.st_mtime_ns, st.st_size, marshal.dumps(_compile(origin)))
+
+
+_INSTALLED = []
+
+
+def save_installed() -> None:
+    """save() each cache this process installed; cli.common.run_console calls it at a command's end."""
+    for cache in _INSTALLED:
+        try:
+            cache.save()
+        except Exception:  # a cache only saves time, never changes a command's outcome
+            pass
+
+
+def read(path: str) -> tuple:
+    """(table, usable): the entries of the file at `path` that are well formed. usable is False when the
+    file must be neither loaded nor written (not ours, linked, someone else can write it); anything else
+    wrong (missing, damaged, another interpreter or install) gives an empty table, and every import misses."""
+    if MAGIC is None or _ModuleSpec is None:
+        return {}, False
+    euid = os.geteuid()
+    if euid == 0:  # root's rule for what it loads; paid by root alone (safeio by the path search)
+        from .errors import StuneError
+        from .safeio import require_trusted
+
+        try:
+            require_trusted(path, missing_ok=True)
+        except StuneError:
+            return {}, False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}, True
+    try:
+        st = os.fstat(fd)
+        # a regular file of this user (root's for root) with one link, that nobody else can write
+        if st.st_mode & 0o170000 != 0o100000 or st.st_nlink != 1 or st.st_uid != euid or st.st_mode & 0o022:
+            return {}, False
+        data = os.read(fd, min(st.st_size, MAX_BYTES) + 1)  # its size: no oversized buffer to shrink
+    except OSError:
+        return {}, True
+    finally:
+        os.close(fd)
+    unpacked = unpack(data) if len(data) <= MAX_BYTES else None
+    if unpacked is None:
+        return {}, True
+    form, magic, package_dir, table = unpacked
+    if form != FORMAT or magic != MAGIC or package_dir != PACKAGE_DIR:
+        return {}, True
+    return table, True
+
+
+# The file: the header's length (4 bytes, little-endian), the header (marshal: format, magic number,
+# package directory, and per module its source path, is a package, mtime_ns, size, and where its code
+# lies in the rest), then each module's marshalled code. An entry's code is a slice of the one buffer read,
+# not a copy of its own.
+
+def pack(form, magic, package_dir, table: dict) -> bytes:
+    index, blobs, offset = {}, [], 0
+    for name, (origin, is_package, mtime_ns, size, code) in table.items():
+        index[name] = (origin, is_package, mtime_ns, size, offset, len(code))
+        blobs.append(code)
+        offset += len(code)
+    header = marshal.dumps((form, magic, package_dir, index))
+    return b"".join([len(header).to_bytes(4, "little"), header, *blobs])
+
+
+def unpack(data: bytes):
+    """(format, magic, package directory, table) of a file's bytes, or None when they do not read as one.
+    Entries that are not well formed are left out."""
+    view = memoryview(data)
+    length = int.from_bytes(view[:4], "little")
+    try:
+        form, magic, package_dir, index = marshal.loads(view[4:4 + length])
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(index, dict):
+        return None
+    body = view[4 + length:]
+    table = {}
+    for name, entry in index.items():
+        if (isinstance(name, str) and isinstance(entry, tuple) and len(entry) == 6
+                and isinstance(entry[0], str) and isinstance(entry[1], bool)
+                and all(isinstance(n, int) and n >= 0 for n in entry[2:]) and entry[4] + entry[5] <= len(body)):
+            table[name] = entry[:4] + (body[entry[4]:entry[4] + entry[5]],)
+    return form, magic, package_dir, table
+
+
+def _cacheable(name: str, origin) -> bool:
+    """stune's modules, and `__future__` (each of them imports it first), loaded from a .py source. Not the
+    rest of the standard library: what a first run's profile cache miss imports (yaml's re, enum, ...)
+    would stay in the file and cost every later run its reading."""
+    if not isinstance(origin, str) or not origin.endswith(".py"):
+        return False
+    if name == PACKAGE or name.startswith(PACKAGE + "."):
+        return origin.startswith(PACKAGE_DIR + os.sep)
+    return name == "__future__"
+
+
+def _current(entry: tuple) -> bool:
+    """The entry was compiled from its source as the source is now."""
+    try:
+        st = os.stat(entry[0])
+    except OSError:
+        return False
+    return st.st_mtime_ns == entry[2] and st.st_size == entry[3]
+
+
+def _loads(data) -> bool:
+    try:
+        marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _compile(origin: str):
+    with open(origin, "rb") as fh:
+        return compile(fh.read(), origin, "exec", dont_inherit=True)

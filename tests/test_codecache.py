@@ -1,0 +1,267 @@
+"""The hot launchers' code cache (slurm_tune/codecache.py): served only while current, rewritten when not,
+never a traceback for a bad file, and never loaded by root from a file someone else could have written.
+
+Each test runs a fresh interpreter against a copy of the package (so a test can edit a source) with its own
+cache directory.
+"""
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_tune import codecache
+
+REPO = Path(__file__).resolve().parent.parent
+MODULES = ["slurm_tune.sbatch.options", "slurm_tune.sbatch.history", "slurm_tune.slurm"]
+DRIVER = """
+import json, sys
+sys.path.insert(0, {root!r})
+from slurm_tune.codecache import CodeCache, save_installed
+CodeCache.install("test")
+import {modules}
+mods = {mods!r}
+print(json.dumps({{"loaders": {{m: type(sys.modules[m].__loader__).__name__ for m in mods}},
+                  "mark": getattr(sys.modules[mods[0]], "MARK", None)}}))
+save_installed()
+"""
+
+
+@pytest.fixture
+def pkg(tmp_path):
+    root = tmp_path / "pkg"
+    shutil.copytree(REPO / "slurm_tune", root / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+    return {"root": root, "cache": cache, "env": _env(cache)}
+
+
+def _env(cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STUNE_", "PYTHON"))}
+    return dict(env, STUNE_CACHE_DIR=str(cache), PYTHONDONTWRITEBYTECODE="1")
+
+
+def run(pkg, modules=MODULES, user: str | None = None) -> dict:
+    code = DRIVER.format(root=str(pkg["root"]), modules=", ".join(modules), mods=modules)
+    argv = [sys.executable, "-I", "-S", "-c", code]
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=pkg["env"], timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def cache_file(pkg) -> Path:
+    files = list(pkg["cache"].glob("code-test*.marshal"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def served(result: dict) -> set[str]:
+    return {m for m, loader in result["loaders"].items() if loader == "CodeCache"}
+
+
+def test_the_second_run_imports_from_the_cache_and_rewrites_nothing(pkg):
+    assert served(run(pkg)) == set()
+    path = cache_file(pkg)
+    form, magic, package_dir, table = codecache.unpack(path.read_bytes())
+    assert package_dir == str(pkg["root"] / "slurm_tune") and set(MODULES) <= set(table)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    stamp = path.stat().st_mtime_ns
+    assert served(run(pkg)) == set(MODULES)
+    assert served(run(pkg)) == set(MODULES)
+    assert path.stat().st_mtime_ns == stamp, "a run that found everything rewrote the cache"
+
+
+def test_runs_that_take_different_paths_share_the_file(pkg):
+    run(pkg, MODULES + ["slurm_tune.sbatch.dryrun"])
+    stamp = cache_file(pkg).stat().st_mtime_ns
+    assert served(run(pkg)) == set(MODULES)  # a run without the dry run's module
+    assert served(run(pkg, MODULES + ["slurm_tune.sbatch.dryrun"])) == set(MODULES) | {"slurm_tune.sbatch.dryrun"}
+    assert cache_file(pkg).stat().st_mtime_ns == stamp, "the runs rewrote the file in turn"
+    run(pkg, MODULES + ["slurm_tune.nodestate"])  # one more path: added, the others kept
+    _, _, _, table = codecache.unpack(cache_file(pkg).read_bytes())
+    assert {"slurm_tune.sbatch.dryrun", "slurm_tune.nodestate"} <= set(table)
+
+
+def test_only_stune_and_future_are_cached(pkg):
+    run(pkg, MODULES + ["json"])
+    _, _, _, table = codecache.unpack(cache_file(pkg).read_bytes())
+    assert not {"json", "json.decoder", "re"} & set(table)
+    # root imports safeio (and with it __future__) by the path search, to judge the file before using it
+    assert ("__future__" in table) == (os.geteuid() != 0)
+    assert ("slurm_tune.safeio" in table) == (os.geteuid() != 0)
+
+
+@pytest.mark.parametrize("edit", ["longer", "same size, newer"])
+def test_an_edited_source_runs_fresh_and_the_cache_follows(pkg, edit):
+    run(pkg)
+    source = pkg["root"] / "slurm_tune/sbatch/options.py"
+    text = source.read_text()
+    if edit == "longer":
+        source.write_text(text + "\nMARK = 'edited'\n")
+    else:  # the same length: a top-level comment line becomes the assignment; only the mtime tells
+        lines = text.splitlines(keepends=True)
+        at = next(i for i, line in enumerate(lines) if line.startswith("#") and len(line) > 20)
+        head = "MARK = 'edited'  #"
+        lines[at] = head + lines[at][len(head):]
+        source.write_text("".join(lines))
+        assert source.stat().st_size == len(text.encode())
+        stat = source.stat()
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    first = run(pkg)
+    assert first["mark"] == "edited" and "slurm_tune.sbatch.options" not in served(first)
+    second = run(pkg)  # the file was rewritten with the fresh code
+    assert second["mark"] == "edited" and served(second) == set(MODULES)
+
+
+def _rewrite(path: Path, change) -> None:
+    path.write_bytes(codecache.pack(*change(*codecache.unpack(path.read_bytes()))))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "truncated header", "garbage", "empty", "other python", "other format",
+                                    "other install", "not a table", "damaged entry", "malformed entry"])
+def test_a_damaged_or_foreign_file_falls_back_to_the_normal_import(pkg, damage):
+    run(pkg)
+    path = cache_file(pkg)
+    data = path.read_bytes()
+    if damage == "truncated":  # the entries that lie beyond the end are left out
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "truncated header":
+        path.write_bytes(data[:40])
+    elif damage == "garbage":
+        path.write_bytes(b"\xff\x00garbage" * 100)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "other python":
+        _rewrite(path, lambda f, m, p, t: (f, b"\x00\x00\r\n", p, t))
+    elif damage == "other format":
+        _rewrite(path, lambda f, m, p, t: (f + 1, m, p, t))
+    elif damage == "other install":
+        _rewrite(path, lambda f, m, p, t: (f, m, "/elsewhere/slurm_tune", t))
+    elif damage == "not a table":
+        path.write_bytes(len(marshal.dumps((1, 2, 3, [1, 2]))).to_bytes(4, "little") + marshal.dumps((1, 2, 3, [1, 2])))
+    elif damage == "damaged entry":  # the file reads, one module's code does not: compiled from its source
+        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{MODULES[0]: t[MODULES[0]][:4] + (b"\xff\x01",)})))
+    elif damage == "malformed entry":
+        header = marshal.dumps((1, codecache.MAGIC, str(pkg["root"] / "slurm_tune"), {MODULES[0]: ("x", 1)}))
+        path.write_bytes(len(header).to_bytes(4, "little") + header)
+    result = run(pkg)
+    if damage not in ("damaged entry", "truncated"):
+        assert served(result) == set()
+    assert served(run(pkg)) == set(MODULES), "the damaged file was not replaced"
+
+
+def test_a_removed_source_falls_back(pkg):
+    run(pkg)
+    (pkg["root"] / "slurm_tune/sbatch/history.py").unlink()
+    code = DRIVER.format(root=str(pkg["root"]), modules="slurm_tune.sbatch.history", mods=["x"])
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
+                          env=pkg["env"], timeout=60)
+    assert "ModuleNotFoundError" in proc.stderr  # the normal import's answer, not stale code
+
+
+def test_tracebacks_show_the_source(pkg):
+    run(pkg)
+    code = (f"import sys\nsys.path.insert(0, {str(pkg['root'])!r})\nfrom slurm_tune.codecache import CodeCache\n"
+            "CodeCache.install('test')\nimport slurm_tune.sbatch.options as o, traceback\n"
+            "assert type(o.__loader__).__name__ == 'CodeCache'\n"
+            "try:\n    o.parse_args(None)\nexcept TypeError:\n    traceback.print_exc()\n")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
+                          env=pkg["env"], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "sbatch/options.py" in proc.stderr and "def parse_args" not in proc.stderr
+    assert any(line.startswith("    ") for line in proc.stderr.splitlines()[1:]), proc.stderr  # source lines
+
+
+# ---- trust ---------------------------------------------------------------------------------------------------
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="root's rules (and a second user) need root")
+
+
+def _uid(name: str) -> int:
+    return pwd.getpwnam(name).pw_uid
+
+
+@root_only
+@pytest.mark.parametrize("plant", ["writable by others", "writable by group", "owned by a user",
+                                   "directory owned by a user", "hard link", "symbolic link"])
+def test_root_neither_loads_nor_writes_a_cache_someone_else_could_write(pkg, plant, tmp_path):
+    run(pkg)
+    path = cache_file(pkg)
+    if plant == "writable by others":
+        path.chmod(0o606)
+    elif plant == "writable by group":
+        path.chmod(0o660)
+    elif plant == "owned by a user":
+        os.chown(path, _uid("stune-alice"), -1)
+    elif plant == "directory owned by a user":
+        os.chown(pkg["cache"], _uid("stune-alice"), -1)
+    elif plant == "hard link":
+        os.link(path, tmp_path / "elsewhere")
+    elif plant == "symbolic link":
+        real = tmp_path / "real.marshal"
+        shutil.move(path, real)
+        path.symlink_to(real)
+        target = (real.stat().st_mtime_ns, real.read_bytes())
+    before = path.lstat()
+    assert served(run(pkg)) == set()
+    if plant == "symbolic link":  # not followed: replaced by a file of root's own, the target untouched
+        assert (real.stat().st_mtime_ns, real.read_bytes()) == target
+        assert not path.is_symlink() and served(run(pkg)) == set(MODULES)
+        return
+    after = path.lstat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "root wrote it"
+
+
+@root_only
+def test_a_user_loads_only_their_own_cache():
+    import tempfile
+
+    alice = _uid("stune-alice")
+    shared = Path(tempfile.mkdtemp(prefix="stune-codecache-"))  # pytest's tmp_path is root's alone
+    try:
+        shared.chmod(0o755)
+        shutil.copytree(REPO / "slurm_tune", shared / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
+        cache = shared / "cache"
+        pkg = {"root": shared, "cache": cache, "env": _env(cache)}
+        run(pkg)  # root's file
+        os.chown(cache, alice, -1)
+        assert served(run(pkg, user="stune-alice")) == set()  # not alice's: not loaded
+        cache_file(pkg).unlink()
+        run(pkg, user="stune-alice")
+        assert cache_file(pkg).stat().st_uid == alice
+        assert served(run(pkg, user="stune-alice")) == set(MODULES)
+    finally:
+        shutil.rmtree(shared)
+
+
+# ---- the launcher ----------------------------------------------------------------------------------------------
+
+def test_the_stune_sbatch_launcher_uses_and_keeps_the_cache(tmp_path):
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\ncat >/dev/null\necho 4242\n")
+    (fake / "sbatch").chmod(0o755)
+    cache = tmp_path / "cache"
+    env = dict(_env(cache), PATH=f"{fake}:{os.environ.get('PATH', '/usr/bin:/bin')}", PYTHONPATH=str(REPO),
+               STUNE_PARTITIONS=str(REPO / "partitions"), STUNE_HISTORY=str(tmp_path / "history.jsonl"),
+               STUNE_ENV_FILE="/dev/null")
+    argv = [sys.executable, str(REPO / "bin/stune-sbatch"), "-p", "roce", "--parsable", "-H", "--wrap", "true"]
+    stamps = []
+    for _ in range(3):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.strip() == "4242", proc.stderr
+        (path,) = cache.glob("code-stune-sbatch*.marshal")
+        stamps.append(path.stat().st_mtime_ns)
+    _, _, package_dir, table = codecache.unpack(path.read_bytes())
+    assert package_dir == str(REPO / "slurm_tune")
+    assert {"slurm_tune.sbatch.submit", "slurm_tune.sbatch.plan", "slurm_tune.sbatch.history"} <= set(table)
+    assert stamps[1] == stamps[2], "the third run found a module missing from the second run's file"
+    assert len(json.loads((tmp_path / "history.jsonl").read_text().splitlines()[-1])["sbatch"]) > 0
