@@ -268,17 +268,11 @@ def _same(fast, general) -> None:
             assert a[name] == b[name], name
 
 
-def _padded(data: bytes):
-    buf = sacct_fast.padded(len(data))
-    buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
-    return buf
-
-
 def _fast(text: str):
     if not text.isascii():
         return None  # (parse() sends it to the general parser)
     data = text.encode("ascii")
-    return sacct_fast.parse_bytes(_padded(data), len(data), "sacct")
+    return sacct_fast.parse_bytes(sacct_fast.padded(len(data), data), len(data), "sacct")
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -353,7 +347,7 @@ def test_plain_numbers_read_eight_digits_at_a_time_as_python_reads_them(fields):
     """The fast path reads integer fields inside 64-bit words (eight digits per step): a field is plain when it
     is 1-13 ASCII digits, and then its value is exactly int()'s, whatever the bytes around it."""
     data = ("JobIDRaw|JobID|Start|" + "|".join(fields) + "|").encode("ascii")  # (a header comes first)
-    buf = _padded(data)
+    buf = sacct_fast.padded(len(data), data)
     bars = [i for i, byte in enumerate(data) if byte == ord("|")][2:]
     start, end = np.array(bars[:-1]) + 1, np.array(bars[1:])
     values, plain = words.plain_numbers(buf, len(data), start, end)
@@ -389,7 +383,7 @@ def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
         at = data.draw(st.integers(0, len(tokens[k]) - 1))
         tokens[k] = tokens[k][:at] + data.draw(st.sampled_from(".x-:/")) + tokens[k][at + 1:]
     text = ("x" * 16 + " " + " ".join(tokens) + " ").encode("ascii")
-    buf = _padded(text)
+    buf = sacct_fast.padded(len(text), text)
     ends = np.array([i for i, byte in enumerate(text) if byte == ord(" ")][1:], dtype=np.int64)
     word_at = words.gather(buf, len(text), 8)
     got = words.decimals(word_at[ends - 16], word_at[ends - 8], np.array([len(t) for t in tokens]))
@@ -403,7 +397,7 @@ def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
 def _comment_spans(text: str):
     """(buf, size, start, end, n) of the AdminComment fields (the last) of a one-line-per-row dump."""
     data = text.encode("ascii")
-    buf = _padded(data)
+    buf = sacct_fast.padded(len(data), data)
     starts, ends, at = [], [], data.index(b"\n") + 1
     while at < len(data):
         stop = data.index(b"\n", at)

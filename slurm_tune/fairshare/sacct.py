@@ -302,8 +302,7 @@ def parse(text: str, source: str = "sacct") -> JobTable:
         table = None
         if text.isascii() and "\r" not in text:
             data = text.encode("ascii")
-            buf = _fast.padded(len(data))
-            buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+            buf = _fast.padded(len(data), data)
             del data
             table = _fast.parse_bytes(buf, len(buf) - _fast.PAD, source)
         return table if table is not None else _parse(text, source)
@@ -525,8 +524,7 @@ def read_file(path: str) -> JobTable:
             if got > size:  # a pipe, or a file that grew: read the rest too
                 rest = buf[:got].tobytes() + fh.read()
                 got = len(rest)
-                buf = _fast.padded(got)
-                buf[:got] = np.frombuffer(rest, dtype=np.uint8)
+                buf = _fast.padded(got, rest)
                 del rest
             else:
                 buf[got:] = 0

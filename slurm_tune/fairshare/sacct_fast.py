@@ -205,10 +205,13 @@ def _summaries(buf, size, start, end, n, out: tuple | None = None):
     return has, bad, held, used, covered, busy, busy_w
 
 
-def padded(size: int) -> np.ndarray:
-    """A buffer for `size` bytes of text and the PAD zero bytes after them. Uninitialized (numpy's large
-    allocations use huge pages): filling a zeroed bytearray instead costs about twice as much."""
+def padded(size: int, data: bytes | None = None) -> np.ndarray:
+    """A buffer for `size` bytes of text (a copy of `data` when given) and the PAD zero bytes after them.
+    Uninitialized otherwise (numpy's large allocations use huge pages): filling a zeroed bytearray instead
+    costs about twice as much."""
     buf = np.empty(size + PAD, dtype=np.uint8)
+    if data is not None:
+        buf[:size] = np.frombuffer(data, dtype=np.uint8, count=size)
     buf[size:] = 0
     return buf
 
