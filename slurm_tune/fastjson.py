@@ -116,16 +116,21 @@ def _make_encoder():
     return encode
 
 
+def _encoder():
+    global _encode
+    if _encode is _UNBUILT:
+        _encode = _make_encoder()
+    return _encode
+
+
 def dumps(obj) -> str:
     """Compact, key-sorted JSON, like json.dumps(obj, sort_keys=True, separators=(",", ":"))."""
     parts: list[str] = []
     if _plain(obj, parts):
         return "".join(parts)
-    global _encode
-    if _encode is _UNBUILT:
-        _encode = _make_encoder()
-    if _encode is not None:
-        return "".join(_encode(obj, 0))
+    encode = _encoder()
+    if encode is not None:
+        return "".join(encode(obj, 0))
     import json
 
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))

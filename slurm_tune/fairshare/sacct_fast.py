@@ -38,7 +38,7 @@ def _in_pieces(fn, n: int) -> tuple:
     first = fn(0, min(n, ROWS))
     if n <= ROWS:
         return first
-    out = tuple(np.empty((n, *a.shape[1:]), dtype=a.dtype) for a in first)
+    out = tuple(np.empty(n, dtype=a.dtype) for a in first)
     for column, part in zip(out, first):
         column[:ROWS] = part
     for lo in range(ROWS, n, ROWS):

@@ -129,10 +129,9 @@ def span_words(buf, size: int, start: np.ndarray, end: np.ndarray, out: np.ndarr
         np.bitwise_and(view[start].view(np.uint64).reshape(len(start), count), span_masks(count)[width],
                        out=out)
         return
-    words = gather(buf, size, 8)
+    words, masks = gather(buf, size, 8), span_masks(count)[width]
     for k in range(count):
-        left = np.clip(width - 8 * k, 0, 8)
-        out[:, k] = words[np.minimum(start + 8 * k, size)] & WORD_MASKS[left]
+        out[:, k] = words[np.minimum(start + 8 * k, size)] & masks[:, k]
 
 
 def hash_rows(keys: np.ndarray) -> np.ndarray:
