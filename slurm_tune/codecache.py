@@ -13,10 +13,9 @@ in stune's cache directory (the profile cache's, `slurm_tune.cache_dir()`), one 
 package, written by the user who runs the command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc
 files beside the sources and does not apply. A file of code is trusted like a .pyc: only a regular file of
 the running user with one link that nobody else can write is loaded, and root loads and writes it only
-where root alone could have written it (safeio.require_trusted, the rule for every file root loads).
+where root alone could have written it (trust.py's rules, which safeio enforces for every file root loads).
 
-No `from __future__` import and no stune import (but safeio for root, which has to judge the file): this
-module runs before the cache can help.
+No `from __future__` import and no stune import but trust.py: this module runs before the cache can help.
 """
 import gc
 import marshal
@@ -24,6 +23,7 @@ import os
 import sys
 
 from . import cache_dir
+from .trust import S_IFREG, load_problem, opened_problem, untrusted_stat
 
 FORMAT = 1
 MAX_BYTES = 16 << 20  # far above the code of every module stune has; a bigger file is not ours
@@ -158,14 +158,8 @@ def read(path: str) -> tuple:
     if MAGIC is None or _ModuleSpec is None:
         return {}, False
     euid = os.geteuid()
-    if euid == 0:  # root's rule for what it loads; paid by root alone (safeio by the path search)
-        from .errors import StuneError
-        from .safeio import require_trusted
-
-        try:
-            require_trusted(path, missing_ok=True)
-        except StuneError:
-            return {}, False
+    if euid == 0 and load_problem(path, missing_ok=True):  # root's rule for what it loads
+        return {}, False
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -173,7 +167,7 @@ def read(path: str) -> tuple:
     try:
         st = os.fstat(fd)
         # a regular file of this user (root's for root) with one link, that nobody else can write
-        if st.st_mode & 0o170000 != 0o100000 or st.st_nlink != 1 or st.st_uid != euid or st.st_mode & 0o022:
+        if opened_problem(st, S_IFREG, euid) or untrusted_stat(st, euid):
             return {}, False
         data = os.read(fd, min(st.st_size, MAX_BYTES) + 1)  # its size: no oversized buffer to shrink
     except OSError:
