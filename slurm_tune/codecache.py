@@ -23,7 +23,7 @@ import os
 import sys
 
 from . import cache_dir
-from .trust import S_IFREG, load_problem, opened_problem, untrusted_stat
+from .trust import load_problem, open_regular, untrusted_stat
 
 FORMAT = 2
 MAX_BYTES = 16 << 20  # far above the code of every module stune has; a bigger file is not ours
@@ -130,14 +130,14 @@ def read(path: str) -> tuple:
     euid = os.geteuid()
     if euid == 0 and load_problem(path, missing_ok=True):  # root's rule for what it loads
         return {}, False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # a regular file of this user (root's for root) with one link, that nobody else can write
+        fd, st = open_regular(path, owner=euid)
     except OSError:
         return {}, True
+    if fd is None:
+        return {}, False
     try:
-        st = os.fstat(fd)
-        # a regular file of this user (root's for root) with one link, that nobody else can write
-        if opened_problem(st, S_IFREG, euid) or untrusted_stat(st, euid):
+        if untrusted_stat(st, euid):
             return {}, False
         data = os.read(fd, min(st.st_size, MAX_BYTES) + 1)  # its size: no oversized buffer to shrink
     except OSError:

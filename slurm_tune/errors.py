@@ -18,6 +18,15 @@ class ConfigError(StuneError):
         super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
 
 
+class UnsafePathError(StuneError):
+    """A path root was asked to use is not safe: wrong type, owner, link count or permissions (trust.py's
+    rules, enforced by safeio)."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
 class SlurmError(StuneError):
     """A Slurm command failed or timed out. Carries the command, its exit code and Slurm's own message."""
 

@@ -10,8 +10,9 @@ import os
 import sys
 
 from . import cache_dir
-from .errors import ConfigError
+from .errors import ConfigError, UnsafePathError
 from .frozen import Frozen
+from .trust import load_problem, open_regular, read_bounded, stat_load_problem
 
 SITE_FILE = "site.yaml"
 DEFAULT_DIR = "/etc/stune/partitions"
@@ -67,8 +68,6 @@ def _cache_path(directory: str) -> str:
 def _fingerprint(directory: str) -> tuple:
     """What the cache is keyed by: every profile file's (name, size, mtime, inode). Run as root, each file
     must be root's and writable by root alone (the directory is checked by the caller)."""
-    from .safeio import trusted_stat_or_raise
-
     stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(_PROFILES_PY)]
     for name in _yaml_files(directory):
         path = os.path.join(directory, name)
@@ -76,7 +75,9 @@ def _fingerprint(directory: str) -> tuple:
             st = os.stat(path)
         except OSError:
             continue
-        trusted_stat_or_raise(path, st)
+        refused = stat_load_problem(path, st)
+        if refused:
+            raise UnsafePathError(*refused)
         stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(stamp)
 
@@ -91,11 +92,13 @@ def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
     and a forged profile set would be root's policy)."""
     import marshal
 
-    from .safeio import UnsafePathError, open_file, read_bounded, require_trusted
-
     try:
-        require_trusted(cache, missing_ok=True)
-        fd = open_file(cache)  # no symlink, no FIFO, a regular file with one link
+        refused = load_problem(cache, missing_ok=True)
+        if not refused:
+            fd, st_or_problem = open_regular(cache)  # no symlink (ELOOP: a miss), no FIFO, one link
+            refused = (cache, st_or_problem) if fd is None else None
+        if refused:
+            raise UnsafePathError(*refused)
         try:
             data = read_bounded(fd, CACHE_MAX_BYTES)
         finally:
@@ -132,10 +135,11 @@ def _write_cache(cache: str, fingerprint: tuple, profiles: dict) -> None:
 def _load_raw(directory: str) -> dict[str, dict | bytes]:
     """Every profile's data, validated: from the cache still marshalled (`_unpacked` reads one), else as
     validated now. Run as root, the profile directory (and every directory above it), each profile and the
-    cache must be writable by root alone: root refuses with one line naming the path (safeio.require_trusted)."""
-    from .safeio import require_trusted
-
-    require_trusted(directory)
+    cache must be writable by root alone: root refuses with one line naming the path (trust.py's rules; the
+    hit path needs no more of safeio)."""
+    refused = load_problem(directory)
+    if refused:
+        raise UnsafePathError(*refused)
     fingerprint = _fingerprint(directory)
     cache = _cache_path(directory)
     profiles, usable = _read_cache(cache, fingerprint)

@@ -20,20 +20,16 @@ from __future__ import annotations
 import os
 import stat
 
-from .errors import StuneError
-from .trust import load_problem, opened_problem, untrusted_stat
+from .errors import StuneError, UnsafePathError
+from .trust import O_READ, load_problem, open_regular, opened_problem, read_bounded, stat_load_problem
+
+__all__ = ["O_APPEND_FILE", "O_CREATE", "O_DIR", "O_FILE", "LockBusy", "LockFile", "UnsafePathError",
+           "create_exclusive", "lock_fd", "lstat_at", "open_append", "open_dir", "open_file", "open_or_create",
+           "read_bounded", "read_small", "require_trusted", "rmtree_at", "trusted_stat_or_raise", "write_atomic"]
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never hangs us
+O_FILE = O_READ
 O_CREATE = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class UnsafePathError(StuneError):
-    """A path root was asked to use is not safe: wrong type, owner, link count or permissions."""
-
-    def __init__(self, path: str, problem: str):
-        self.path, self.problem = str(path), problem
-        super().__init__(f"{path}: {problem}")
 
 
 def _where(name: str, dir_fd: int | None) -> str:
@@ -64,21 +60,17 @@ def open_file(name: str, dir_fd: int | None = None, *, owner: int | None = None,
 
 def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: int | None,
                   single_link: bool) -> int:
-    """os.open with `flags` (which hold O_NOFOLLOW and O_NONBLOCK), checked on the descriptor, then blocking."""
+    """trust.open_regular, a problem (a symbolic link included) raised as UnsafePathError."""
     try:
-        fd = os.open(name, flags, mode, dir_fd=dir_fd)
+        fd, st_or_problem = open_regular(name, flags, mode, dir_fd, owner, single_link)
     except OSError as exc:
         import errno
 
         if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
         raise
-    try:
-        _check_opened(fd, name, dir_fd, stat.S_IFREG, owner, single_link)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
+    if fd is None:
+        raise UnsafePathError(_where(name, dir_fd), st_or_problem)
     return fd
 
 
@@ -119,18 +111,6 @@ def create_exclusive(name: str, dir_fd: int | None = None, mode: int = 0o600, fl
     """Create a new file that nobody else can have prepared: O_CREAT|O_EXCL|O_NOFOLLOW. FileExistsError
     when the name is taken (by anything, a symlink included)."""
     return os.open(name, O_CREATE | flags, mode, dir_fd=dir_fd)
-
-
-def read_bounded(fd: int, limit: int) -> bytes | None:
-    """At most `limit` bytes from fd; None when the file holds more (a size nobody should be trusted for)."""
-    chunks, total = [], 0
-    while total <= limit:
-        data = os.read(fd, min(65536, limit + 1 - total))
-        if not data:
-            return b"".join(chunks)
-        chunks.append(data)
-        total += len(data)
-    return None
 
 
 def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int | None = None,
@@ -266,10 +246,9 @@ def require_trusted(path: str, *, missing_ok: bool = False) -> None:
 
 def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:
     """require_trusted for one file already stat'ed, its directory checked separately (root only)."""
-    if os.geteuid() == 0:
-        problem = untrusted_stat(st, 0)
-        if problem:
-            raise UnsafePathError(path, f"{problem}; root does not load it (fix the owner/mode)")
+    problem = stat_load_problem(path, st)
+    if problem:
+        raise UnsafePathError(*problem)
 
 
 class LockBusy(StuneError):

@@ -6,13 +6,46 @@
   root alone, with every directory above it, like sshd's StrictModes (`untrusted_reason`, `load_problem`).
 
 Each function returns the problem as a phrase, or None; safeio turns a problem into `UnsafePathError`.
-No `from __future__` and no other stune import: the code cache (codecache.py) judges its file with this
-module before any other stune module is loaded.
+Opening a file to read it by these rules lives here too (`open_regular`, `read_bounded`): the code cache
+(codecache.py) reads its file with them before any other stune module is loaded, and a hot path reads a
+cache without importing the rest of safeio. No `from __future__` and no other stune import.
 """
 import os
 import stat
 
 S_IFREG, S_IFDIR = stat.S_IFREG, stat.S_IFDIR
+O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never hangs us
+ROOT_REFUSES = "root does not load it (fix the owner/mode)"
+
+
+def open_regular(name: str, flags: int = O_READ, mode: int = 0, dir_fd=None, owner=None, single_link=True):
+    """os.open with `flags` (which hold O_NOFOLLOW and O_NONBLOCK), judged on the descriptor, then made
+    blocking: (fd, its stat), or (None, the problem) for what must not be used: not a regular file, a linked
+    file, another owner. OSError for a missing name, ELOOP for a symbolic link, and any other failure."""
+    fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        problem = opened_problem(st, S_IFREG, owner, single_link)
+        if problem:
+            os.close(fd)
+            return None, problem
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bounded(fd: int, limit: int):
+    """At most `limit` bytes from fd; None when the file holds more (a size nobody should be trusted for)."""
+    chunks, total = [], 0
+    while total <= limit:
+        data = os.read(fd, min(65536, limit + 1 - total))
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+        total += len(data)
+    return None
 
 
 def opened_problem(st: os.stat_result, want: int, owner=None, single_link: bool = True):
@@ -86,7 +119,16 @@ def load_problem(path: str, *, missing_ok: bool = False):
     if not problem:
         return None
     where = path if checked == path else f"{path}: its parent {checked}"
-    return where, f"{problem}; root does not load it (fix the owner/mode)"
+    return where, f"{problem}; {ROOT_REFUSES}"
+
+
+def stat_load_problem(path: str, st: os.stat_result):
+    """load_problem for one file already stat'ed, its directory judged separately: (path, problem) when
+    root may not load it, else None (and None for every other user)."""
+    if os.geteuid() != 0:
+        return None
+    problem = untrusted_stat(st, 0)
+    return (path, f"{problem}; {ROOT_REFUSES}") if problem else None
 
 
 def _writers(mode: int) -> str:
