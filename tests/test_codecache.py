@@ -270,7 +270,7 @@ def test_the_stune_sbatch_launcher_uses_and_keeps_the_cache(tmp_path):
 # ---- stune-health's launcher: the verdict never depends on the cache -----------------------------------------
 
 SNAPSHOT = REPO / "tests/fixtures/snapshots/dgx-a100-ib.json"
-HEALTH_MODULES = {"slurm_tune.cli.health", "slurm_tune.health.node", "slurm_tune.health.judge",
+HEALTH_MODULES = {"slurm_tune.cli.health", "slurm_tune.health.offline", "slurm_tune.health.judge",
                   "slurm_tune.health.ib", "slurm_tune.health.gpu", "slurm_tune.hw.snapshot"}
 
 

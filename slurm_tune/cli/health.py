@@ -151,7 +151,7 @@ def _rank(status: str) -> int:
 
 
 def _check(options: dict) -> int:
-    from ..health import node, outputs
+    from ..health import offline, outputs
     from ..health.state import policy_digest
     from ..hw.snapshot import load
 
@@ -159,8 +159,8 @@ def _check(options: dict) -> int:
         raise Usage("check: --snapshot FILE is required")
     snap = load(options["snapshot"])
     previous = load(options["previous"]) if options.get("previous") else None
-    profile = node.offline_profile(options.get("partition"))
-    verdict, _ = node.check(snap, profile, previous)
+    profile = offline.choose_profile(options.get("partition"))
+    verdict, _ = offline.check(snap, profile, previous)
     name = snap.get("node") if isinstance(snap.get("node"), str) else "?"
     at = snap.get("captured_at") if type(snap.get("captured_at")) in (int, float) else 0.0
     doc = outputs.report(name, profile.partition, policy_digest(profile), "check", at, verdict,
