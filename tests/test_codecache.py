@@ -282,13 +282,15 @@ def failing_snapshot(tmp_path: Path) -> Path:
     return path
 
 
-def health(pkg, *args: str, verbose_imports: bool = False) -> tuple[int, str, dict]:
+def health(pkg, *args: str, verbose_imports: bool = False, user: str | None = None) -> tuple[int, str, dict]:
     """(exit status, stdout, {stune module: its loader's class}) of the stune-health launcher over pkg's copy of
     the package; the loaders are read off the interpreter's own import log (-v)."""
     env = dict(pkg["env"], PYTHONPATH=str(pkg["root"]), STUNE_PARTITIONS=str(REPO / "partitions"),
                STUNE_ENV_FILE="/dev/null", **({"PYTHONVERBOSE": "1"} if verbose_imports else {}))
-    proc = subprocess.run([sys.executable, str(REPO / "bin/stune-health"), *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+    argv = [sys.executable, str(REPO / "bin/stune-health"), *args]
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert "Traceback" not in proc.stderr, proc.stderr
     loaders = {}
     for line in proc.stderr.splitlines():  # import 'slurm_tune.health.ib' # <slurm_tune.codecache.CodeCache ...>
@@ -369,3 +371,26 @@ def test_stune_health_judges_alike_whatever_its_cache_file_holds(pkg, tmp_path, 
         assert (after.st_ino, after.st_mtime_ns) != (before.st_ino, before.st_mtime_ns), "not replaced"
         rc, again, loaders = health(pkg, *check, verbose_imports=True)
         assert (rc, again) == (6, out) and loaders["slurm_tune.health.ib"] == "CodeCache"
+
+
+@root_only
+def test_a_user_judging_a_snapshot_keeps_a_cache_of_their_own_and_never_loads_roots():
+    import tempfile
+
+    alice = _uid("stune-alice")
+    shared = Path(tempfile.mkdtemp(prefix="stune-codecache-"))  # pytest's tmp_path is root's alone
+    try:
+        shared.chmod(0o755)
+        shutil.copytree(REPO / "slurm_tune", shared / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
+        cache = shared / "cache"
+        pkg = {"root": shared, "cache": cache, "env": _env(cache)}
+        check = ("check", "--snapshot", str(SNAPSHOT), "--partition", "hdr")
+        reference = health(pkg, *check)  # root's file, in a directory then handed to alice
+        os.chown(cache, alice, -1)
+        rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
+        assert (rc, out) == reference[:2] and "CodeCache" not in loaders.values()  # root's: not loaded
+        assert health_cache(pkg).stat().st_uid == alice  # replaced by her own, in her directory
+        rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
+        assert (rc, out) == reference[:2] and loaders["slurm_tune.health.judge"] == "CodeCache"
+    finally:
+        shutil.rmtree(shared)
