@@ -13,10 +13,10 @@ in stune's cache directory (the profile cache's, `slurm_tune.cache_dir()`), one 
 package, written by the user who runs the command, for that user. PYTHONDONTWRITEBYTECODE is about .pyc
 files beside the sources and does not apply. A file of code is trusted like a .pyc: only a regular file of
 the running user with one link that nobody else can write is loaded, and root loads and writes it only
-where root alone could have written it (safeio.require_trusted, the rule for every file root loads).
+where root alone could have written it (trust.py's rules, which safeio enforces for every file root loads).
 
-No `from __future__` import and no stune import (but safeio for root, which has to judge the file): this
-module runs before the cache can help.
+No `from __future__` import and no stune import but trust.py: this module runs before the cache can help.
+Writing the file is codecache_writer.py's, imported only when a run missed.
 """
 import gc
 import marshal
@@ -24,14 +24,16 @@ import os
 import sys
 
 from . import cache_dir
+from .trust import S_IFREG, load_problem, opened_problem, untrusted_stat
 
-FORMAT = 1
+FORMAT = 2
 MAX_BYTES = 16 << 20  # far above the code of every module stune has; a bigger file is not ours
 PACKAGE = __name__.rpartition(".")[0]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # CPython's import system: the magic number of its bytecode and its module spec type (None elsewhere: no cache)
 MAGIC = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None)
 _ModuleSpec = getattr(sys.modules.get("_frozen_importlib"), "ModuleSpec", None)
+_cache_from_source = getattr(sys.modules.get("_frozen_importlib_external"), "cache_from_source", None)
 
 
 def cache_path(command: str, environ=None) -> str:
@@ -42,12 +44,14 @@ def cache_path(command: str, environ=None) -> str:
 
 class CodeCache:
     """A meta path finder and loader serving modules from one file. Entries: module name -> (source path,
-    is a package, the source's mtime_ns and size when compiled, the marshalled code object)."""
+    is a package, the source's mtime_ns and size when compiled, the marshalled code object, the module's
+    __cached__: its .pyc path, as the path loader sets it, computed when the file was written)."""
 
     def __init__(self, path: str, table: dict, usable: bool = True):
         self.path, self.table, self.usable = path, table, usable
         self.preloaded = frozenset(sys.modules)  # imported before the cache could serve them: never its
-        self.stale = False
+        self.stale = False  # an entry was out of date or damaged
+        self.unserved = False  # a stune module (or __future__) was asked for that the file did not serve
 
     @classmethod
     def install(cls, command: str) -> "CodeCache":
@@ -66,12 +70,15 @@ class CodeCache:
     def find_spec(self, name, path=None, target=None):
         entry = self.table.get(name)
         if entry is None:
+            if name == PACKAGE or name.startswith(PACKAGE + ".") or name == "__future__":
+                self.unserved = True
             return None
         if not _current(entry):
             self.stale = True
             return None
         spec = _ModuleSpec(name, self, origin=entry[0], is_package=entry[1])
         spec.has_location = True  # __file__ is the source, as with the path loader
+        spec.cached = entry[5]  # else the import system derives it from the source path at every import
         if entry[1]:
             spec.submodule_search_locations = [os.path.dirname(entry[0])]
         return spec
@@ -88,7 +95,7 @@ class CodeCache:
             self.stale = True
             code = _compile(origin)
         else:  # the marshalled copy's memory goes back to the allocator for what the module creates
-            self.table[name] = entry[:4] + (None,)
+            self.table[name] = entry[:4] + (None,) + entry[5:]
         exec(code, module.__dict__)
 
     def get_source(self, name: str):
@@ -96,47 +103,14 @@ class CodeCache:
         with open(self.table[name][0], encoding="utf-8") as fh:
             return fh.read()
 
-    # ---- writing -----------------------------------------------------------------------------------------
     def save(self) -> bool:
-        """Rewrite the file when a module this process imported did not come from it (not in it, changed,
-        damaged): with the code of every module this process imported after install(), and the entries
-        other runs of the command use (another partition's path, a dry run's) while they are current, so
-        runs that take different paths do not rewrite it in turn. True when written. Raises OSError."""
-        if not self.usable or MAGIC is None:
-            return False
-        imported = {}
-        missed = self.stale
-        for name, module in list(sys.modules.items()):
-            spec = getattr(module, "__spec__", None)
-            if name in self.preloaded or spec is None or not _cacheable(name, spec.origin):
-                continue
-            imported[name] = (spec.origin, spec.submodule_search_locations is not None)
-            missed = missed or spec.loader is not self
-        if not missed:
-            return False
-        previous = read(self.path)[0]  # the code of the modules served (dropped from memory once loaded)
-        table = {}
-        for name, (origin, is_package) in imported.items():
-            try:
-                table[name] = _entry(previous.get(name), origin, is_package)
-            except (OSError, SyntaxError, ValueError):
-                continue
-        for name, entry in previous.items():
-            if name not in table and _current(entry) and _loads(entry[4]):
-                table[name] = entry
-        from .safeio import write_atomic
+        """Rewrite the file when a module this process imported did not come from it (codecache_writer.write).
+        True when written. Raises OSError."""
+        if not self.usable or MAGIC is None or not (self.stale or self.unserved):
+            return False  # every stune module imported since install() came from the file, as it is now
+        from .codecache_writer import write  # a miss: rare (an install, an edit, a new path)
 
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        write_atomic(self.path, pack(FORMAT, MAGIC, PACKAGE_DIR, table), mode=0o600)
-        return True
-
-
-def _entry(old, origin: str, is_package: bool) -> tuple:
-    """The file's entry for a module: the previous one while it is current, else compiled anew."""
-    if old is not None and old[0] == origin and old[1] == is_package and _current(old) and _loads(old[4]):
-        return old
-    st = os.stat(origin)  # before reading: a source changed after this is newer than the entry
-    return (origin, is_package, st.st_mtime_ns, st.st_size, marshal.dumps(_compile(origin)))
+        return write(self)
 
 
 _INSTALLED = []
@@ -155,17 +129,11 @@ def read(path: str) -> tuple:
     """(table, usable): the entries of the file at `path` that are well formed. usable is False when the
     file must be neither loaded nor written (not ours, linked, someone else can write it); anything else
     wrong (missing, damaged, another interpreter or install) gives an empty table, and every import misses."""
-    if MAGIC is None or _ModuleSpec is None:
+    if MAGIC is None or _ModuleSpec is None or _cache_from_source is None:
         return {}, False
     euid = os.geteuid()
-    if euid == 0:  # root's rule for what it loads; paid by root alone (safeio by the path search)
-        from .errors import StuneError
-        from .safeio import require_trusted
-
-        try:
-            require_trusted(path, missing_ok=True)
-        except StuneError:
-            return {}, False
+    if euid == 0 and load_problem(path, missing_ok=True):  # root's rule for what it loads
+        return {}, False
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -173,7 +141,7 @@ def read(path: str) -> tuple:
     try:
         st = os.fstat(fd)
         # a regular file of this user (root's for root) with one link, that nobody else can write
-        if st.st_mode & 0o170000 != 0o100000 or st.st_nlink != 1 or st.st_uid != euid or st.st_mode & 0o022:
+        if opened_problem(st, S_IFREG, euid) or untrusted_stat(st, euid):
             return {}, False
         data = os.read(fd, min(st.st_size, MAX_BYTES) + 1)  # its size: no oversized buffer to shrink
     except OSError:
@@ -190,19 +158,9 @@ def read(path: str) -> tuple:
 
 
 # The file: the header's length (4 bytes, little-endian), the header (marshal: format, magic number,
-# package directory, and per module its source path, is a package, mtime_ns, size, and where its code
-# lies in the rest), then each module's marshalled code. An entry's code is a slice of the one buffer read,
-# not a copy of its own.
-
-def pack(form, magic, package_dir, table: dict) -> bytes:
-    index, blobs, offset = {}, [], 0
-    for name, (origin, is_package, mtime_ns, size, code) in table.items():
-        index[name] = (origin, is_package, mtime_ns, size, offset, len(code))
-        blobs.append(code)
-        offset += len(code)
-    header = marshal.dumps((form, magic, package_dir, index))
-    return b"".join([len(header).to_bytes(4, "little"), header, *blobs])
-
+# package directory, and per module its source path, is a package, mtime_ns, size, where its code lies in
+# the rest, and its __cached__), then each module's marshalled code (codecache_writer.pack writes it). An
+# entry's code is a slice of the one buffer read, not a copy of its own.
 
 def unpack(data: bytes):
     """(format, magic, package directory, table) of a file's bytes, or None when they do not read as one.
@@ -216,24 +174,16 @@ def unpack(data: bytes):
     if not isinstance(index, dict):
         return None
     body = view[4 + length:]
+    size = len(body)
     table = {}
     for name, entry in index.items():
-        if (isinstance(name, str) and isinstance(entry, tuple) and len(entry) == 6
-                and isinstance(entry[0], str) and isinstance(entry[1], bool)
-                and all(isinstance(n, int) and n >= 0 for n in entry[2:]) and entry[4] + entry[5] <= len(body)):
-            table[name] = entry[:4] + (body[entry[4]:entry[4] + entry[5]],)
+        if type(name) is str and type(entry) is tuple and len(entry) == 7:
+            origin, is_package, mtime_ns, source_size, offset, count, cached = entry
+            if (type(origin) is str and type(is_package) is bool and type(mtime_ns) is int and mtime_ns >= 0
+                    and type(source_size) is int and source_size >= 0 and type(offset) is int and offset >= 0
+                    and type(count) is int and count >= 0 and offset + count <= size and type(cached) is str):
+                table[name] = (origin, is_package, mtime_ns, source_size, body[offset:offset + count], cached)
     return form, magic, package_dir, table
-
-
-def _cacheable(name: str, origin) -> bool:
-    """stune's modules, and `__future__` (each of them imports it first), loaded from a .py source. Not the
-    rest of the standard library: what a first run's profile cache miss imports (yaml's re, enum, ...)
-    would stay in the file and cost every later run its reading."""
-    if not isinstance(origin, str) or not origin.endswith(".py"):
-        return False
-    if name == PACKAGE or name.startswith(PACKAGE + "."):
-        return origin.startswith(PACKAGE_DIR + os.sep)
-    return name == "__future__"
 
 
 def _current(entry: tuple) -> bool:
@@ -243,14 +193,6 @@ def _current(entry: tuple) -> bool:
     except OSError:
         return False
     return st.st_mtime_ns == entry[2] and st.st_size == entry[3]
-
-
-def _loads(data) -> bool:
-    try:
-        marshal.loads(data)
-    except (EOFError, ValueError, TypeError):
-        return False
-    return True
 
 
 def _compile(origin: str):

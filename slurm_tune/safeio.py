@@ -1,4 +1,5 @@
-"""Safe file access for code that runs as root: the one home of stune's open/create/trust rules.
+"""Safe file access for code that runs as root: how stune opens, creates and loads files by the rules of
+trust.py (which file may be trusted), raising `UnsafePathError` with the problem it names.
 
 Two situations, two sets of rules:
 
@@ -21,6 +22,7 @@ import os
 import stat
 
 from .errors import StuneError
+from .trust import load_problem, opened_problem, untrusted_stat
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never hangs us
@@ -47,13 +49,9 @@ def _where(name: str, dir_fd: int | None) -> str:
 def _check_opened(fd: int, name: str, dir_fd: int | None, want: int, owner: int | None,
                   single_link: bool) -> os.stat_result:
     st = os.fstat(fd)
-    if stat.S_IFMT(st.st_mode) != want:
-        kind = "a directory" if want == stat.S_IFDIR else "a regular file"
-        raise UnsafePathError(_where(name, dir_fd), f"not {kind}")
-    if single_link and want == stat.S_IFREG and st.st_nlink != 1:
-        raise UnsafePathError(_where(name, dir_fd), f"has {st.st_nlink} hard links; refusing a linked file")
-    if owner is not None and st.st_uid != owner:
-        raise UnsafePathError(_where(name, dir_fd), f"owned by uid {st.st_uid}, expected uid {owner}")
+    problem = opened_problem(st, want, owner, single_link)
+    if problem:
+        raise UnsafePathError(_where(name, dir_fd), problem)
     return st
 
 
@@ -254,70 +252,13 @@ def _open_up_dirs(name: str, dir_fd: int) -> None:
         os.close(fd)
 
 
-def untrusted_reason(path: str, *, uid: int | None = None) -> str | None:
-    """Why `path` (file or directory) may not be trusted by `uid` (default: this process's euid), or None.
-
-    Trusted: the path itself and every directory above it (symlinks resolved) is owned by root or `uid`
-    and is not writable by group or others. A world-writable directory with the sticky bit (/tmp) is
-    allowed as an ancestor, since nobody else can rename or remove what root keeps inside it."""
-    uid = os.geteuid() if uid is None else uid
-    owners = {0, uid}
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        return f"cannot be checked: {exc.strerror}"
-    problem = untrusted_stat(st, uid)
-    if problem:
-        return problem
-    parent = os.path.dirname(real)
-    while True:
-        try:
-            pst = os.stat(parent)
-        except OSError as exc:
-            return f"cannot be checked: {parent}: {exc.strerror}"
-        if pst.st_uid not in owners:
-            return f"lies in {parent}, owned by uid {pst.st_uid}, not root"
-        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
-            return (f"lies in {parent}, which is writable by {_writers(pst.st_mode)} "
-                    f"(mode {stat.S_IMODE(pst.st_mode):04o})")
-        if parent == "/":
-            return None
-        parent = os.path.dirname(parent)
-
-
-def untrusted_stat(st: os.stat_result, uid: int = 0) -> str | None:
-    """Why a file with this stat may not be trusted by `uid` (its owner or its mode), or None. For callers
-    that have stat'ed a file already (e.g. each profile, for the cache fingerprint): no second stat."""
-    if st.st_uid not in (0, uid):
-        return f"is owned by uid {st.st_uid}, not root"
-    if st.st_mode & 0o022:
-        return f"is writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def _writers(mode: int) -> str:
-    return " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
-
-
 def require_trusted(path: str, *, missing_ok: bool = False) -> None:
     """Refuse (UnsafePathError) to let root load `path` when someone other than root could have written
-    it. A no-op for other users: they can only load what they could write themselves. `missing_ok`: a path
-    that does not exist yet (a state directory root will create) is judged by its nearest existing
-    ancestor, which is where root would create it."""
-    if os.geteuid() != 0:
-        return
-    checked = path
-    if missing_ok:
-        while not os.path.lexists(checked):
-            parent = os.path.dirname(os.path.abspath(checked))
-            if parent == checked:
-                break
-            checked = parent
-    problem = untrusted_reason(checked, uid=0)
+    it (trust.load_problem). A no-op for other users: they can only load what they could write themselves.
+    `missing_ok`: a path that does not exist yet is judged by its nearest existing ancestor."""
+    problem = load_problem(path, missing_ok=missing_ok)
     if problem:
-        where = path if checked == path else f"{path}: its parent {checked}"
-        raise UnsafePathError(where, f"{problem}; root does not load it (fix the owner/mode)")
+        raise UnsafePathError(*problem)
 
 
 def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:

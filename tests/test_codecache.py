@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_tune import codecache
+from slurm_tune import codecache, codecache_writer
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ["slurm_tune.sbatch.options", "slurm_tune.sbatch.history", "slurm_tune.slurm"]
@@ -29,6 +29,7 @@ CodeCache.install("test")
 import {modules}
 mods = {mods!r}
 print(json.dumps({{"loaders": {{m: type(sys.modules[m].__loader__).__name__ for m in mods}},
+                  "files": {{m: [sys.modules[m].__file__, sys.modules[m].__cached__] for m in mods}},
                   "mark": getattr(sys.modules[mods[0]], "MARK", None)}}))
 save_installed()
 """
@@ -79,6 +80,26 @@ def test_the_second_run_imports_from_the_cache_and_rewrites_nothing(pkg):
     assert path.stat().st_mtime_ns == stamp, "a run that found everything rewrote the cache"
 
 
+def test_served_modules_have_the_path_loaders_file_and_cached(pkg):
+    first = run(pkg)
+    second = run(pkg)
+    assert served(second) == set(MODULES) and second["files"] == first["files"]
+    assert second["files"]["slurm_tune.slurm"][1].endswith(f"/__pycache__/__init__.{sys.implementation.cache_tag}.pyc")
+
+
+def test_asking_for_a_stune_module_that_does_not_exist_rewrites_nothing(pkg):
+    """A miss of a name no source has: the file is checked against what was imported, and stays as it was."""
+    modules = MODULES + ["slurm_tune.sbatch.dryrun"]
+    run(pkg, modules)
+    stamp = cache_file(pkg).stat().st_mtime_ns
+    code = DRIVER.format(root=str(pkg["root"]), modules=", ".join(modules), mods=modules).replace(
+        "save_installed()", "try:\n    import slurm_tune.no_such_module\nexcept ImportError:\n    pass\nsave_installed()")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, env=pkg["env"])
+    assert proc.returncode == 0, proc.stderr
+    assert served(json.loads(proc.stdout)) == set(modules)
+    assert cache_file(pkg).stat().st_mtime_ns == stamp
+
+
 def test_runs_that_take_different_paths_share_the_file(pkg):
     run(pkg, MODULES + ["slurm_tune.sbatch.dryrun"])
     stamp = cache_file(pkg).stat().st_mtime_ns
@@ -91,12 +112,13 @@ def test_runs_that_take_different_paths_share_the_file(pkg):
 
 
 def test_only_stune_and_future_are_cached(pkg):
-    run(pkg, MODULES + ["json"])
+    run(pkg, MODULES + ["json", "slurm_tune.safeio"])
     _, _, _, table = codecache.unpack(cache_file(pkg).read_bytes())
     assert not {"json", "json.decoder", "re"} & set(table)
-    # root imports safeio (and with it __future__) by the path search, to judge the file before using it
-    assert ("__future__" in table) == (os.geteuid() != 0)
-    assert ("slurm_tune.safeio" in table) == (os.geteuid() != 0)
+    assert "__future__" in table and "slurm_tune.safeio" in table
+    # the launcher imports trust.py by the path search (root judges the file with it): never served; the
+    # writer is no command's module
+    assert "slurm_tune.trust" not in table and "slurm_tune.codecache_writer" not in table
 
 
 @pytest.mark.parametrize("edit", ["longer", "same size, newer"])
@@ -122,7 +144,7 @@ def test_an_edited_source_runs_fresh_and_the_cache_follows(pkg, edit):
 
 
 def _rewrite(path: Path, change) -> None:
-    path.write_bytes(codecache.pack(*change(*codecache.unpack(path.read_bytes()))))
+    path.write_bytes(codecache_writer.pack(*change(*codecache.unpack(path.read_bytes()))))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "truncated header", "garbage", "empty", "other python", "other format",
@@ -148,9 +170,10 @@ def test_a_damaged_or_foreign_file_falls_back_to_the_normal_import(pkg, damage):
     elif damage == "not a table":
         path.write_bytes(len(marshal.dumps((1, 2, 3, [1, 2]))).to_bytes(4, "little") + marshal.dumps((1, 2, 3, [1, 2])))
     elif damage == "damaged entry":  # the file reads, one module's code does not: compiled from its source
-        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{MODULES[0]: t[MODULES[0]][:4] + (b"\xff\x01",)})))
+        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{MODULES[0]: t[MODULES[0]][:4] + (b"\xff\x01",) + t[MODULES[0]][5:]})))
     elif damage == "malformed entry":
-        header = marshal.dumps((1, codecache.MAGIC, str(pkg["root"] / "slurm_tune"), {MODULES[0]: ("x", 1)}))
+        header = marshal.dumps((codecache.FORMAT, codecache.MAGIC, str(pkg["root"] / "slurm_tune"),
+                                {MODULES[0]: ("x", 1), MODULES[1]: ("x", True, 1, 1, 0, 1, None)}))
         path.write_bytes(len(header).to_bytes(4, "little") + header)
     result = run(pkg)
     if damage not in ("damaged entry", "truncated"):

@@ -203,6 +203,9 @@ class FakeSlurm:
     def default_partition(self):
         return "roce"
 
+    def queries(self):  # SlurmCommands.queries: the adapter's queries on the same handle
+        return self
+
     def degraded_nodes(self):
         return []
 
@@ -318,7 +321,7 @@ def test_the_hand_built_tables_are_gone():
         text = path.read_text()
         assert ".ljust(" not in text and ".rjust(" not in text, f"{path}: a hand-built table (use output.table)"
     from slurm_tune.active import report
-    from slurm_tune.sbatch import history
+    from slurm_tune.sbatch import historyview as history
 
     assert report.table([{"check": "nccl", "value": 1.5}, {"check": "fio", "value": None}], ("check", "value")) == \
         "CHECK  VALUE\nnccl   1.5\nfio\n"

@@ -6,7 +6,7 @@ import pwd
 
 import pytest
 
-from slurm_tune import safeio
+from slurm_tune import safeio, trust
 from slurm_tune.safeio import UnsafePathError
 
 ALICE = "stune-alice"
@@ -104,21 +104,21 @@ def test_untrusted_reason_as_root(tmp_path):
     f = good / "stune"
     f.write_text("X=1\n")
     f.chmod(0o644)
-    assert safeio.untrusted_reason(str(f), uid=0) is None
+    assert trust.untrusted_reason(str(f), uid=0) is None
     f.chmod(0o646)
-    assert "writable by others" in safeio.untrusted_reason(str(f), uid=0)
+    assert "writable by others" in trust.untrusted_reason(str(f), uid=0)
     f.chmod(0o644)
     os.chown(f, alice, -1)
-    assert "owned by uid" in safeio.untrusted_reason(str(f), uid=0)
+    assert "owned by uid" in trust.untrusted_reason(str(f), uid=0)
     os.chown(f, 0, -1)
     good.chmod(0o775)
-    assert "writable by group" in safeio.untrusted_reason(str(f), uid=0)
+    assert "writable by group" in trust.untrusted_reason(str(f), uid=0)
     good.chmod(0o1777)  # sticky and world-writable: fine as an ancestor (like /tmp)...
-    assert safeio.untrusted_reason(str(f), uid=0) is None
-    assert "writable" in safeio.untrusted_reason(str(good), uid=0)  # ...not as the thing loaded
+    assert trust.untrusted_reason(str(f), uid=0) is None
+    assert "writable" in trust.untrusted_reason(str(good), uid=0)  # ...not as the thing loaded
     good.chmod(0o755)
     os.chown(good, alice, -1)
-    assert "owned by uid" in safeio.untrusted_reason(str(f), uid=0)
+    assert "owned by uid" in trust.untrusted_reason(str(f), uid=0)
     os.chown(good, 0, -1)
     # a symlink is judged by where it leads
     evil = tmp_path / "evil"
@@ -126,7 +126,7 @@ def test_untrusted_reason_as_root(tmp_path):
     os.chown(evil, alice, -1)
     (evil / "stune").write_text("X=2\n")
     (good / "link").symlink_to(evil / "stune")
-    assert "uid" in safeio.untrusted_reason(str(good / "link"), uid=0)
+    assert "uid" in trust.untrusted_reason(str(good / "link"), uid=0)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root's rule")

@@ -12,7 +12,8 @@ from hypothesis import given, strategies as st
 
 from slurm_tune.fastjson import dumps
 from slurm_tune.sbatch import history
-from slurm_tune.sbatch.history import HistoryError, diff, find, format_list, load, record, recorded_env
+from slurm_tune.sbatch.history import record, recorded_env
+from slurm_tune.sbatch.historyview import HistoryError, diff, find, format_list, load
 
 
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),

@@ -254,6 +254,9 @@ class FakeSlurm:
     def default_partition(self):
         return "roce"
 
+    def queries(self):  # SlurmCommands.queries: the adapter's queries on the same handle
+        return self
+
 
 def test_a_bug_while_planning_submits_unchanged_with_a_warning(monkeypatch, capsys, tmp_path):
     from slurm_tune.sbatch import submit

@@ -44,6 +44,9 @@ class FakeSlurm:
     def default_partition(self):
         return "roce"
 
+    def queries(self):  # SlurmCommands.queries: the adapter's queries on the same handle
+        return self
+
 
 def test_plugin_options_are_read_from_sbatch_help():
     found = parse_plugin_help(HELP)
@@ -183,7 +186,7 @@ def test_help_prints_stunes_section_whatever_sbatch_does(tmp_path, capsys):
 
 
 def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_path):
-    from slurm_tune.sbatch import history
+    from slurm_tune.sbatch import historyview as history
 
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\n#SBATCH -p roce\nsrun python train.py --lr 0.1\n")

@@ -183,8 +183,8 @@ def test_kmsg_is_read_without_following_or_hanging(tmp_path):
 RAW_FLAG_EXCEPTIONS = {
     "stage/jobenv.py": "JobLog reads the job's own stderr file as the job's user (the TaskProlog)",
     "codecache.py": "reads its file before stune's other modules are imported (through safeio that would be "
-                    "one more slow import per start); the checks are open_file's: no symlink, no FIFO, then "
-                    "regular, one link, the owner, on the descriptor",
+                    "one more slow import per start): it opens with open_file's flags and judges the descriptor "
+                    "with trust.py's rules, as safeio does",
 }
 RAW_FLOCK_EXCEPTIONS: dict[str, str] = {}
 

@@ -188,19 +188,25 @@ def test_tres_value_and_count(tres, key, value, count):
 
 
 def test_importing_the_adapter_loads_no_records_or_collections():
-    """stune-sbatch imports Slurm and reads no records: the namedtuples (collections), associations and
-    version load on first use. The public names still import from the package."""
+    """The adapter reads no records when imported: the namedtuples (collections), associations and version
+    load on first use, and the commands alone (a submission's) load neither the queries nor their parsers.
+    The public names still import from the package."""
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = ("import sys; sys.path.insert(0, %r)\nfrom slurm_tune.slurm import Slurm\n"
-            "loaded = sorted(m for m in sys.modules if m.startswith('slurm_tune.slurm.') or m == 'collections')\n"
-            "print(' '.join(loaded))\nfrom slurm_tune.slurm import Association, Job, Node, SlurmVersion, INFINITE\n"
+    code = ("import sys; sys.path.insert(0, %r)\nfrom slurm_tune.slurm import SlurmCommands\n"
+            "def loaded(): return ' '.join(sorted(m for m in sys.modules if m.startswith('slurm_tune.slurm.') "
+            "or m == 'collections'))\n"
+            "print(loaded())\nfrom slurm_tune.slurm import Slurm\nprint(loaded())\n"
+            "assert isinstance(SlurmCommands().queries(), Slurm)\n"
+            "from slurm_tune.slurm import Association, Job, Node, SlurmVersion, INFINITE\n"
             "print(Node.__module__, Association.__module__, SlurmVersion.__module__)" % root)
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True).stdout
-    first, second = out.splitlines()
-    assert first.split() == ["slurm_tune.slurm.adapter", "slurm_tune.slurm.scontrol", "slurm_tune.slurm.spawn"]
+    commands, first, second = out.splitlines()
+    assert commands.split() == ["slurm_tune.slurm.commands", "slurm_tune.slurm.spawn"]
+    assert first.split() == ["slurm_tune.slurm.adapter", "slurm_tune.slurm.commands", "slurm_tune.slurm.scontrol",
+                             "slurm_tune.slurm.spawn"]
     assert second.split() == ["slurm_tune.slurm.records", "slurm_tune.slurm.associations", "slurm_tune.slurm.version"]
 
 

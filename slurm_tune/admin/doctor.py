@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from .. import safeio
+from .. import trust
 from ..errors import StuneError
 from ..thisnode import expand, uses_node
 from . import shipped
@@ -73,7 +73,7 @@ class Doctor:
         if not os.path.lexists(path):
             self.add(ERROR, what, f"{path} is missing", "run `stune-admin install`")
             return False
-        problem = safeio.untrusted_reason(path, uid=0)
+        problem = trust.untrusted_reason(path, uid=0)
         if problem:
             self.add(ERROR, what, f"{path} {problem}; root will not trust it",
                      f"chown root:root {path} && chmod go-w {path}")

@@ -40,7 +40,7 @@ def _count(text: str) -> int:
 
 def _history(argv: list[str]) -> int:
     from ..output import print_json
-    from ..sbatch import history
+    from ..sbatch import historyview
 
     parser = _history_parser()
     # `-1`/`-2` name runs, not options: everything after `diff` is positional
@@ -52,22 +52,22 @@ def _history(argv: list[str]) -> int:
     if args.words[:1] == ["diff"]:
         if len(args.words) != 3 or args.last is not None:
             parser.error("usage: history diff A B (job ids, or -1 for the latest run)")
-        entries = history.load()
-        a, b = history.find(entries, args.words[1]), history.find(entries, args.words[2])
-        lines = history.diff(a, b)
+        entries = historyview.load()
+        a, b = historyview.find(entries, args.words[1]), historyview.find(entries, args.words[2])
+        lines = historyview.diff(a, b)
         if args.json:
             print_json({"a": a, "b": b, "differences": lines})
             return EXIT_OK
-        print(f"history diff {a.get('job_id')} ({history.when(a)}) -> {b.get('job_id')} ({history.when(b)})")
+        print(f"history diff {a.get('job_id')} ({historyview.when(a)}) -> {b.get('job_id')} ({historyview.when(b)})")
         print("\n".join(lines) if lines else "no difference in partition, profile, command or environment")
         return EXIT_OK
     if args.words:
         parser.error(f"unknown words {' '.join(args.words)!r} (history [-n N] [--json] | history diff A B)")
-    entries = history.load()
+    entries = historyview.load()
     if args.json:
         print_json(entries[-args.last:] if args.last else entries)
         return EXIT_OK
-    sys.stdout.write(history.format_list(entries, args.last))
+    sys.stdout.write(historyview.format_list(entries, args.last))
     return EXIT_OK
 
 

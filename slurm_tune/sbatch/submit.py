@@ -90,10 +90,10 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     as_json = dry_run and any(o.key == "stune:json" for o in parsed.stune)
     if not dry_run and any(o.key == "stune:json" for o in parsed.stune):
         parsed = parse_args(argv, stune_json=False)  # only a dry run's: a submission gives --json to sbatch
-    if slurm is None:
-        from ..slurm import Slurm
+    if slurm is None:  # the commands alone: a plain submission asks Slurm nothing (queries() when it must)
+        from ..slurm.commands import SlurmCommands
 
-        slurm = Slurm.from_env()
+        slurm = SlurmCommands.from_env()
     learned = False
     if unrecognized(parsed.problems) and not any(o.key in INFO_KEYS for o in parsed.options):
         learned = learn_plugin_options(slurm, environ)  # a SPANK option (--container-image ...)?
@@ -227,7 +227,7 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
         partition, source = opt.value, ("command line" if opt.where == "command line" else opt.where)
     else:
         try:
-            partition, source = slurm.default_partition(), "Slurm's default partition"
+            partition, source = slurm.queries().default_partition(), "Slurm's default partition"
         except StuneError:
             raise _NoProfile("cannot ask Slurm for its default partition", None) from None
         if not partition:
@@ -247,7 +247,8 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
     def degraded_nodes() -> list[str]:
         from ..nodestate import DEGRADED_FEATURE
 
-        return sorted(n for n, feats in slurm.node_features(partition).items() if DEGRADED_FEATURE in feats)
+        features = slurm.queries().node_features(partition)
+        return sorted(n for n, feats in features.items() if DEGRADED_FEATURE in feats)
 
     wrap = eff.get("wrap")
     return build_plan(partition=partition, partition_source=source, profile=profile, eff=eff, environ=environ,

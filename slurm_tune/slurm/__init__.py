@@ -1,7 +1,9 @@
 """The one Slurm adapter: every other part of stune talks to Slurm through `Slurm` (adapter.py).
 
 One file per job (docs/slurm-versions.md has the releases):
-- adapter.py: `Slurm`, a handle on one cluster: builds each command, runs it with a timeout, reads the answer;
+- adapter.py: `Slurm`, a handle on one cluster: builds each query and update and reads the answer;
+- commands.py: `SlurmCommands`, Slurm's base: where the client commands are, slurm.conf, the timeout, running
+  them (all a plain submission needs);
 - spawn.py: starting a client command and collecting its output (os.posix_spawn, not subprocess);
 - records.py: the typed records (Node, Job, ...) and the parsers of each release's JSON records;
 - scontrol.py: scontrol's text output (`show ... -o` records, `show config`);
@@ -10,18 +12,21 @@ One file per job (docs/slurm-versions.md has the releases):
 - version.py: the Slurm release, and the releases where output changes shape.
 Host lists (`n[1-3]`) are slurm_tune/hostlist.py: readers that need no adapter take them from there.
 
-`from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path. The record types
-load on first use (__getattr__ below; hot path: see docs/speed.md).
+`from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path. Each name loads its
+module on first use (__getattr__ below; hot path: see docs/speed.md).
 """
 from ..errors import SlurmError
-from .adapter import DEFAULT_TIMEOUT_S, Slurm
 
 __all__ = ["DEFAULT_TIMEOUT_S", "INFINITE", "Association", "Job", "Node", "Partition", "PrioRow", "ShareRow",
-           "Slurm", "SlurmError", "SlurmVersion"]
+           "Slurm", "SlurmCommands", "SlurmError", "SlurmVersion"]
 
 
 def __getattr__(name: str):
-    if name in ("INFINITE", "Job", "Node", "Partition", "PrioRow", "ShareRow"):
+    if name == "Slurm":
+        from . import adapter as home
+    elif name in ("SlurmCommands", "DEFAULT_TIMEOUT_S"):
+        from . import commands as home
+    elif name in ("INFINITE", "Job", "Node", "Partition", "PrioRow", "ShareRow"):
         from . import records as home
     elif name == "Association":
         from . import associations as home

@@ -20,12 +20,9 @@ import os
 from ..errors import SlurmError
 from ..text import is_digits
 from .scontrol import parse_config, parse_records
-from .spawn import spawn_capture, spawn_relay
+from .commands import SlurmCommands
+from .spawn import spawn_capture
 
-DEFAULT_TIMEOUT_S = 30.0
-SLURM_COMMANDS = frozenset({"sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
-                            "scrontab", "sdiag", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare", "sstat",
-                            "strigger"})
 # sacct fields whose text is free (may hold '|'); at most one is allowed, and it is always asked for last.
 FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
     "AdminComment", "Comment", "SystemComment", "JobName", "Constraints", "Reason", "WorkDir", "SubmitLine",
@@ -34,57 +31,9 @@ FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
 _VERSIONS: dict[tuple[str, str], SlurmVersion] = {}
 
 
-class Slurm:
-    """A handle on one cluster. `conf` is the slurm.conf path (SLURM_CONF); None means Slurm's default.
-    `calls` records every command run, so tests can count RPCs."""
-
-    def __init__(self, conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, bin_dir: str | None = None):
-        self.conf, self.timeout, self.bin_dir = conf, timeout, bin_dir
-        self.calls: list[list[str]] = []
-
-    @classmethod
-    def from_env(cls, timeout: float = DEFAULT_TIMEOUT_S) -> "Slurm":
-        return cls(conf=os.environ.get("SLURM_CONF") or None, timeout=timeout,
-                   bin_dir=os.environ.get("STUNE_SLURM_BIN") or None)
-
-    def __repr__(self):
-        return f"Slurm(conf={self.conf!r})"
-
-    # ---- running commands ------------------------------------------------------------------------------
-    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.conf:
-            env["SLURM_CONF"] = self.conf
-        env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds: no locale or timezone parsing
-        if extra:
-            env.update(extra)
-        return env
-
-    def executable(self, name: str) -> str:
-        """A Slurm client command from bin_dir when one is set; anything else (runuser...) from PATH."""
-        return os.path.join(self.bin_dir, name) if self.bin_dir and name in SLURM_COMMANDS else name
-
-    def run(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
-            env: dict[str, str] | None = None, check: bool = True) -> str:
-        """Run one Slurm command and return its stdout. Raises SlurmError on failure or timeout."""
-        rc, out, err = self.run_full(argv, input=input, timeout=timeout, env=env)
-        if check and rc != 0:
-            raise SlurmError(argv, rc, err or out)
-        return out
-
-    def run_full(self, argv: list[str], *, input: str | None = None, timeout: float | None = None,
-                 env: dict[str, str] | None = None) -> tuple[int, str, str]:
-        """(exit code, stdout, stderr); raises SlurmError only when the command cannot run or times out."""
-        argv = [str(a) for a in argv]
-        self.calls.append(argv)
-        limit = self.timeout if timeout is None else timeout
-        try:
-            rc, out, err = spawn_capture(argv, input, self.env(env), limit, self.executable(argv[0]))
-        except TimeoutError:
-            raise SlurmError(argv, None, f"no answer within {limit:g}s") from None
-        except OSError as exc:
-            raise SlurmError(argv, 127, f"cannot run {argv[0]}: {exc.strerror}") from None
-        return rc, out, err
+class Slurm(SlurmCommands):
+    """A handle on one cluster: its client commands (SlurmCommands: where they are, slurm.conf, the timeout,
+    running them, `calls`), and every query and update stune makes."""
 
     # ---- the Slurm release ------------------------------------------------------------------------------
     def version(self) -> "SlurmVersion":
@@ -440,22 +389,6 @@ class Slurm:
                 features = {f for f in rest.replace("|", ",").split(",") if f and f != "(null)"}
                 nodes[name] = nodes.get(name, frozenset()) | features
         return nodes
-
-    def sbatch_passthrough(self, args: list[str], script: bytes | None, env: dict[str, str],
-                           while_waiting=None) -> tuple[int, str]:
-        """Run `sbatch ARGS` as the user would: its stderr is ours, its stdout is relayed to ours as it
-        comes (and returned, for the job id), `script` (when given) is its stdin, and its exit status is
-        returned (128+N for a signal). No timeout: sbatch has its own, and --wait lasts as long as the job.
-        `while_waiting()` runs once sbatch has started (work that overlaps its round trip to slurmctld)."""
-        argv = ["sbatch", *args]
-        self.calls.append(argv)
-        if self.conf and "SLURM_CONF" not in env:
-            env = dict(env, SLURM_CONF=self.conf)
-        try:
-            rc, out = spawn_relay(["sbatch", *args], script, env, while_waiting, self.executable("sbatch"))
-        except OSError as exc:
-            raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
-        return rc, out
 
 
 def _is_unknown_node_error(message: str) -> bool:

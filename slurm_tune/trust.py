@@ -1,0 +1,93 @@
+"""Which files stune may trust: the one home of the owner, mode and link rules that safeio enforces.
+
+* A file opened inside a directory others can write (the cache tier, a spool) is judged on its descriptor:
+  its type, link count and owner (`opened_problem`).
+* What root loads (the env file, profiles, the caches of profiles and code, node state) must be writable by
+  root alone, with every directory above it, like sshd's StrictModes (`untrusted_reason`, `load_problem`).
+
+Each function returns the problem as a phrase, or None; safeio turns a problem into `UnsafePathError`.
+No `from __future__` and no other stune import: the code cache (codecache.py) judges its file with this
+module before any other stune module is loaded.
+"""
+import os
+import stat
+
+S_IFREG, S_IFDIR = stat.S_IFREG, stat.S_IFDIR
+
+
+def opened_problem(st: os.stat_result, want: int, owner=None, single_link: bool = True):
+    """What is wrong with an opened file (its fstat) that should be of type `want` (S_IFREG or S_IFDIR),
+    have one link (regular files, when `single_link`) and belong to `owner` (when given), or None."""
+    if stat.S_IFMT(st.st_mode) != want:
+        return "not a directory" if want == S_IFDIR else "not a regular file"
+    if single_link and want == S_IFREG and st.st_nlink != 1:
+        return f"has {st.st_nlink} hard links; refusing a linked file"
+    if owner is not None and st.st_uid != owner:
+        return f"owned by uid {st.st_uid}, expected uid {owner}"
+    return None
+
+
+def untrusted_stat(st: os.stat_result, uid: int = 0):
+    """Why a file with this stat may not be trusted by `uid` (its owner or its mode), or None. For callers
+    that have stat'ed a file already (e.g. each profile, for the cache fingerprint): no second stat."""
+    if st.st_uid not in (0, uid):
+        return f"is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"is writable by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def untrusted_reason(path: str, *, uid=None):
+    """Why `path` (file or directory) may not be trusted by `uid` (default: this process's euid), or None.
+
+    Trusted: the path itself and every directory above it (symlinks resolved) is owned by root or `uid`
+    and is not writable by group or others. A world-writable directory with the sticky bit (/tmp) is
+    allowed as an ancestor, since nobody else can rename or remove what root keeps inside it."""
+    uid = os.geteuid() if uid is None else uid
+    owners = {0, uid}
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"cannot be checked: {exc.strerror}"
+    problem = untrusted_stat(st, uid)
+    if problem:
+        return problem
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            pst = os.stat(parent)
+        except OSError as exc:
+            return f"cannot be checked: {parent}: {exc.strerror}"
+        if pst.st_uid not in owners:
+            return f"lies in {parent}, owned by uid {pst.st_uid}, not root"
+        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
+            return (f"lies in {parent}, which is writable by {_writers(pst.st_mode)} "
+                    f"(mode {stat.S_IMODE(pst.st_mode):04o})")
+        if parent == "/":
+            return None
+        parent = os.path.dirname(parent)
+
+
+def load_problem(path: str, *, missing_ok: bool = False):
+    """(where, problem) when root may not load `path` because someone other than root could have written it,
+    else None; None for every other user (they load only what they could write themselves). `missing_ok`:
+    a path that does not exist yet is judged by its nearest existing ancestor, where root would create it."""
+    if os.geteuid() != 0:
+        return None
+    checked = path
+    if missing_ok:
+        while not os.path.lexists(checked):
+            parent = os.path.dirname(os.path.abspath(checked))
+            if parent == checked:
+                break
+            checked = parent
+    problem = untrusted_reason(checked, uid=0)
+    if not problem:
+        return None
+    where = path if checked == path else f"{path}: its parent {checked}"
+    return where, f"{problem}; root does not load it (fix the owner/mode)"
+
+
+def _writers(mode: int) -> str:
+    return " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
