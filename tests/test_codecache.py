@@ -374,8 +374,8 @@ def test_stune_health_judges_alike_whatever_its_cache_file_holds(pkg, tmp_path, 
         source = pkg["root"] / "slurm_tune/health/result.py"
         source.write_text(source.read_text().replace('f"{self.status:8s} ', 'f"[{self.status}] '))
     elif damage == "poisoned entry":  # the file reads, one judging module's code does not
-        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{"slurm_tune.health.ib": t["slurm_tune.health.ib"][:4]
-                                                               + (b"\xe3garbage",)})))
+        ib = "slurm_tune.health.ib"
+        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{ib: t[ib][:4] + (b"\xe3garbage",) + t[ib][5:]})))
     elif damage == "writable by others":
         path.chmod(0o606)
     before = path.stat()
