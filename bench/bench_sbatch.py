@@ -2,8 +2,9 @@
 
 Goal (issues 4 and 14): stune-sbatch minus sbatch <= 1.5x the bare `python3 -I -S -c pass` of the same
 interpreter (no site import: the strictest start-up baseline), timed in the same run against the local
-cluster, for both installs side by side: this checkout's editable install (.venv, compiled first) and the
-wheel built from it, installed by a plain `pip install` into a fresh venv. Every process runs with
+cluster, for the installs side by side: this checkout's editable install (.venv, compiled first) and the
+wheel built from it, installed by a plain `pip install` into a fresh venv as README installs it (setuptools
+removed), and into one that keeps setuptools (a Python 3.11 venv's default). Every process runs with
 PYTHONDONTWRITEBYTECODE=1, so only bytecode the install left is used, and stune-sbatch's code cache
 (docs/speed.md), which the warm-up rounds write into each install's cache directory, as a user's first
 submission does. Every submission is real (held with -H, so nothing runs; they are cancelled afterwards) and
@@ -15,7 +16,7 @@ tokens (the history records their digests: no hashlib import); where the time go
 the interpreter with `site` (what the launcher starts), the same plus importing what a submission imports,
 pip 23's own console-script launcher (it imports re) in place of ours, and ours without the code cache. The
 same table again in CPU time (user + system of the child, sbatch's included), which other load distorts
-less. Then the TaskProlog (goal <= 2x), both installs.
+less. Then the TaskProlog (goal <= 2x), each install.
 
     .venv/bin/python bench/bench_sbatch.py [--rounds N]
 """
@@ -44,7 +45,8 @@ def main() -> int:
     # An editable checkout has bytecode only where something compiled it (PYTHONDONTWRITEBYTECODE below).
     compileall.compile_dir(str(REPO / "slurm_tune"), quiet=1)
     tmp = Path(tempfile.mkdtemp(prefix="bench-sbatch-"))
-    bins = {"editable": Path(sys.executable).parent, "wheel": wheel_install(tmp)}
+    bins = {"editable": Path(sys.executable).parent, "wheel": wheel_install(tmp),
+            "wheel, setuptools": wheel_install(tmp, keep_setuptools=True)}
     env = dict(os.environ, SLURM_CONF=str(cluster.layout.slurm_conf), PYTHONDONTWRITEBYTECODE="1",
                STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")))
     # One history and profile cache per install: the cache is keyed by the validating code's path.
@@ -71,19 +73,22 @@ def main() -> int:
         "sbatch -p roce": ["sbatch", "-p", "roce", *job],
         "stune-sbatch -p roce (editable)": [str(bins["editable"] / "stune-sbatch"), "-p", "roce", *job],
         "stune-sbatch -p roce (wheel)": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
+        "stune-sbatch -p roce (wheel, setuptools)": [str(bins["wheel, setuptools"] / "stune-sbatch"), "-p", "roce",
+                                                     *job],
         "stune-sbatch (default partition)": [str(bins["editable"] / "stune-sbatch"), *job],
         "stune-sbatch -p hdr -N 2": [str(bins["editable"] / "stune-sbatch"), "-p", "hdr", "-N", "2", *job],
         "stune-sbatch, pip's launcher (wheel)": [str(pip_launcher), "-p", "roce", *job],
         "stune-sbatch -p roce, no code cache (wheel)": [str(no_cache), "-p", "roce", *job],
         "stune-sbatch -p roce, a token in the env (wheel)": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
         "python -c pass (wheel)": [wheel_py, "-c", "pass"],
+        "python -c pass (wheel, setuptools)": [str(bins["wheel, setuptools"] / "python"), "-c", "pass"],
         "python -c 'import ...' (wheel)": [wheel_py, "-c", imports],
     }
     envs["sbatch"] = env
     # An ML user's environment often holds a token (HF_TOKEN, WANDB_API_KEY): the history records its digest.
     envs["secret"] = dict(envs["wheel"], HF_TOKEN="hf_" + "x" * 34, WANDB_API_KEY="0" * 40)
-    kind_of = {key: ("secret" if "token" in key else "wheel" if "wheel" in key else "editable" if "stune" in key
-                     else "sbatch") for key in argvs}
+    kind_of = {key: ("secret" if "token" in key else "wheel, setuptools" if "setuptools" in key
+                     else "wheel" if "wheel" in key else "editable" if "stune" in key else "sbatch") for key in argvs}
     try:
         results = [compare(name, {key: (lambda a=argv, k=kind_of[key]: measure(a, env=envs[k], cwd=str(tmp)))
                                   for key, argv in argvs.items()}, rounds=rounds)
@@ -93,7 +98,7 @@ def main() -> int:
     for result in results:
         print(f"\n{result['name']}: own cost (minus plain sbatch), as a multiple of the bare start")
         for key in [k for k in argvs if k.startswith("stune-sbatch")]:
-            print(f"  {key:38s} {own_cost(result, key, 'sbatch -p roce'):4.2f}x")
+            print(f"  {key:48s} {own_cost(result, key, 'sbatch -p roce'):4.2f}x")
         for kind in bins:
             extra = own_cost(result, f"stune-sbatch -p roce ({kind})", "sbatch -p roce")
             print(f"  goal ({kind}): stune-sbatch - sbatch <= 1.5x: {'meets' if extra <= 1.5 else 'MISSES'} "

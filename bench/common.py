@@ -3,7 +3,8 @@
 Every start-up figure is a ratio to BARE, the bare interpreter `python3 -I -S -c pass` (no `site`), timed in
 the same run: `bare_start()` gives that command, so no bench picks another reference by accident.
 `wheel_install()` builds this checkout's wheel and installs it with a plain `pip install` into a fresh
-virtualenv, so a bench can time the installed commands beside the editable ones (docs/speed.md).
+virtualenv as README installs it (without setuptools, or with it), so a bench can time the installed commands
+beside the editable ones (docs/speed.md).
 """
 from __future__ import annotations
 
@@ -96,18 +97,24 @@ def own_cost(result: dict, subject: str, wrapped: str) -> float:
     return (med[subject] - med[wrapped]) / med[result["baseline"]]
 
 
-def wheel_install(workdir: Path) -> Path:
-    """This checkout as a user gets it from `pip install slurm-tune`: the wheel built from the tree, installed
-    by the pip of a fresh `python3 -m venv` (the distribution's pip, as an admin would use it), dependencies
-    from the configured index. Returns the venv's bin directory. Checks that pip left bytecode for the
-    package, so a PYTHONDONTWRITEBYTECODE environment does not recompile it at every start."""
-    dist, venv = workdir / "dist", workdir / "venv"
+def wheel_install(workdir: Path, keep_setuptools: bool = False) -> Path:
+    """This checkout as a site installs it (README's "Installing on a real cluster"): the wheel built from the
+    tree, installed by the pip of a fresh `python3 -m venv` (the distribution's pip, as an admin would use
+    it), dependencies from the configured index, then setuptools removed (stune needs none; its .pth runs at
+    every start). `keep_setuptools`: leave it, as a venv of Python 3.11 and older has it by default. Returns the
+    venv's bin directory. Checks that pip left bytecode for the package, so a PYTHONDONTWRITEBYTECODE
+    environment does not recompile it at every start."""
+    dist, venv = workdir / "dist", workdir / ("venv-setuptools" if keep_setuptools else "venv")
     run = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(REPO)], cwd=str(workdir), **run)
-    wheel = next(dist.glob("slurm_tune-*.whl"))
+    wheels = list(dist.glob("slurm_tune-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(dist), str(REPO)], cwd=str(workdir), **run)
+        wheels = list(dist.glob("slurm_tune-*.whl"))
     subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], **run)
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(wheel)], **run)
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(wheels[0])], **run)
+    if not keep_setuptools:
+        subprocess.run([str(venv / "bin/python"), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], **run)
     site = next(venv.glob("lib/python3*/site-packages"))
     missing = [str(p) for p in (site / "slurm_tune").rglob("*.py")
                if not (p.parent / "__pycache__" / f"{p.stem}.{sys.implementation.cache_tag}.pyc").exists()]

@@ -18,7 +18,6 @@ where root alone could have written it (trust.py's rules, which safeio enforces 
 No `from __future__` import and no stune import but trust.py: this module runs before the cache can help.
 Writing the file is codecache_writer.py's, imported only when a run missed.
 """
-import gc
 import marshal
 import os
 import sys
@@ -56,9 +55,6 @@ class CodeCache:
     @classmethod
     def install(cls, command: str) -> "CodeCache":
         """Read the command's file and put the cache first on sys.meta_path."""
-        # A hot command never needs the collector (run_console exits without teardown); off from here, the
-        # imports' allocations start no collection passes.
-        gc.disable()
         path = cache_path(command)
         table, usable = read(path)
         cache = cls(path, table, usable)

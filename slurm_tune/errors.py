@@ -29,10 +29,6 @@ class SlurmError(StuneError):
         super().__init__(f"{self.command[0] if self.command else 'slurm'} {code}: {first}")
 
 
-class ClusterError(StuneError):
-    """The local development cluster could not be brought up or down."""
-
-
 # ---- exit statuses ------------------------------------------------------------------------------------------
 
 EXIT_OK = 0

@@ -19,18 +19,6 @@ from __future__ import annotations
 _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
 
 
-class _DecoderContext:
-    """The attributes the C scanner reads from a json.JSONDecoder, with JSONDecoder's defaults."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = _CONSTANTS.__getitem__
-    memo: dict = {}
-
-
 _WHITESPACE = " \t\n\r"
 # A value that exercises every kind the hooks write and read, and its exact json.dumps(sort_keys, compact).
 _PROBE = {"b": [1, -2.5, None, True, False, "\u00e9\n\"x"], "a": {"k": 1e100}}
@@ -61,8 +49,19 @@ def _make_scanner():
     _json = _c_json()
     if _json is None:
         return None
+    class DecoderContext:  # defined here, when first needed: a class costs a hot path's import ~10 µs
+        """The attributes the C scanner reads from a json.JSONDecoder, with JSONDecoder's defaults."""
+
+        strict = True
+        object_hook = None
+        object_pairs_hook = None
+        parse_float = float
+        parse_int = int
+        parse_constant = _CONSTANTS.__getitem__
+        memo: dict = {}
+
     try:
-        scan = _json.make_scanner(_DecoderContext())
+        scan = _json.make_scanner(DecoderContext())
         if scan(_PROBE_TEXT, 0) != (_PROBE, len(_PROBE_TEXT)):
             return None
     except Exception:

@@ -15,7 +15,7 @@ from .frozen import Frozen
 
 SITE_FILE = "site.yaml"
 DEFAULT_DIR = "/etc/stune/partitions"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 # The cache is keyed by the validating code too: an upgrade of stune invalidates it.
 _PROFILES_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles.py")
 
@@ -85,9 +85,10 @@ CACHE_MAX_BYTES = 16 << 20  # far above any real profile set; a bigger file is n
 
 
 def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
-    """(profiles, usable): the cached profiles when the cache matches `fingerprint`; usable is False when
-    root must neither load nor write the cache (someone else can write it: marshal is not safe against
-    crafted data, and a forged profile set would be root's policy)."""
+    """(profiles, usable): the cached profiles when the cache matches `fingerprint`, each still marshalled
+    (`_unpacked` reads one: a hot path needs one profile, not the set); usable is False when root must
+    neither load nor write the cache (someone else can write it: marshal is not safe against crafted data,
+    and a forged profile set would be root's policy)."""
     import marshal
 
     from .safeio import UnsafePathError, open_file, read_bounded, require_trusted
@@ -100,7 +101,8 @@ def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
         finally:
             os.close(fd)
         stored_fingerprint, profiles = marshal.loads(data or b"")
-        if stored_fingerprint == fingerprint and isinstance(profiles, dict):
+        if stored_fingerprint == fingerprint and isinstance(profiles, dict) and \
+                all(isinstance(packed, bytes) for packed in profiles.values()):
             return profiles, True
     except UnsafePathError as exc:
         from .streams import say
@@ -121,14 +123,16 @@ def _write_cache(cache: str, fingerprint: tuple, profiles: dict) -> None:
 
     try:
         os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-        write_atomic(cache, marshal.dumps((fingerprint, profiles)), mode=0o600)
+        packed = {name: marshal.dumps(data) for name, data in profiles.items()}
+        write_atomic(cache, marshal.dumps((fingerprint, packed)), mode=0o600)
     except (OSError, ValueError):
         pass
 
 
-def _load_raw(directory: str) -> dict[str, dict]:
-    """Run as root, the profile directory (and every directory above it), each profile and the cache must
-    be writable by root alone: root refuses with one line naming the path (safeio.require_trusted)."""
+def _load_raw(directory: str) -> dict[str, dict | bytes]:
+    """Every profile's data, validated: from the cache still marshalled (`_unpacked` reads one), else as
+    validated now. Run as root, the profile directory (and every directory above it), each profile and the
+    cache must be writable by root alone: root refuses with one line naming the path (safeio.require_trusted)."""
     from .safeio import require_trusted
 
     require_trusted(directory)
@@ -145,10 +149,30 @@ def _load_raw(directory: str) -> dict[str, dict]:
     return profiles
 
 
+def _unpacked(directory: str, raw: dict, name: str) -> dict:
+    """The data of profile `name` from _load_raw's answer. A cached profile that does not read back is
+    validated again from the YAML (as on a miss)."""
+    value = raw[name]
+    if not isinstance(value, bytes):
+        return value
+    import marshal
+
+    try:
+        data = marshal.loads(value)
+    except (EOFError, ValueError, TypeError):
+        data = None
+    if isinstance(data, dict):
+        return data
+    from .profiles import _validate_all
+
+    return _validate_all(directory)[name]
+
+
 def load_profiles(directory: str | os.PathLike | None = None) -> dict[str, Profile]:
     """Every partition profile in `directory`, validated. Raises ConfigError on the first mistake."""
-    raw = _load_raw(os.fspath(directory) if directory else profile_dir())
-    return {name: Profile(data) for name, data in raw.items()}
+    directory = os.fspath(directory) if directory else profile_dir()
+    raw = _load_raw(directory)
+    return {name: Profile(_unpacked(directory, raw, name)) for name in raw}
 
 
 def load_profile(partition: str, directory: str | os.PathLike | None = None) -> Profile:
@@ -157,6 +181,6 @@ def load_profile(partition: str, directory: str | os.PathLike | None = None) -> 
     if partition not in profiles:
         known = ", ".join(sorted(profiles)) or "none"
         raise ConfigError(directory, None, "", f"no profile for partition {partition!r} (profiles: {known})")
-    return Profile(profiles[partition])
+    return Profile(_unpacked(directory, profiles, partition))
 
 

@@ -17,7 +17,6 @@ Hot path: see docs/speed.md.
 """
 from __future__ import annotations
 
-import errno
 import os
 import stat
 
@@ -69,6 +68,8 @@ def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: i
     try:
         fd = os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
+        import errno
+
         if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise UnsafePathError(_where(name, dir_fd), "is a symbolic link") from None
         raise
@@ -88,6 +89,8 @@ def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None,
     try:
         fd = os.open(name, O_DIR & ~os.O_NOFOLLOW if follow_symlinks else O_DIR, dir_fd=dir_fd)
     except OSError as exc:
+        import errno
+
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             raise UnsafePathError(_where(name, dir_fd), "is not a directory (or is a symbolic link)") from None
         raise

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_tune.cli import options
-from slurm_tune.errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, ClusterError, SlurmError, StuneError
+from slurm_tune.errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, SlurmError, StuneError
 from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
@@ -45,6 +45,10 @@ START_TIMEOUT_S = 60.0
 DEFAULT_SERIES = "22.05"
 BUILT_SERIES = {"24.11": "24.11.5"}  # series -> the release scripts/build-slurm.sh builds
 SERIES_FILE = "slurm-series"
+
+
+class ClusterError(StuneError):
+    """The local development cluster could not be brought up or down."""
 
 
 @dataclass(frozen=True)

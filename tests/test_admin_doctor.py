@@ -46,6 +46,20 @@ def test_facts_name_the_node_whose_driver_and_firmware_differ(tmp_path):
     assert "g3" in table and "550.54.14" in table and "?" in table  # NCCL/kernel: not recorded, said so
 
 
+def test_a_setuptools_pth_in_stunes_environment_is_a_warning_with_its_fix(tmp_path):
+    clean, with_setuptools = tmp_path / "clean", tmp_path / "site-packages"
+    clean.mkdir()
+    with_setuptools.mkdir()
+    (with_setuptools / "distutils-precedence.pth").write_text("import os; var = 'SETUPTOOLS_USE_DISTUTILS'\n")
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None)
+    doc.check_python_start([str(clean)])
+    doc.check_python_start([str(clean), str(with_setuptools)])
+    ok, warned = doc.findings
+    assert (ok.severity, ok.subject) == ("ok", "python start")
+    assert warned.severity == "warning" and str(with_setuptools / "distutils-precedence.pth") in warned.message
+    assert "-m pip uninstall setuptools" in warned.fix
+
+
 def test_a_slurm_that_does_not_answer_is_one_finding(tmp_path):
     doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None,
                         Slurm(conf=str(tmp_path / "missing.conf"), timeout=5))

@@ -193,7 +193,7 @@ class FakeSlurm:
     def __init__(self):
         self.ran = []
 
-    def sbatch_passthrough(self, words, script, env, while_waiting=None):
+    def sbatch_passthrough(self, words, script, env):
         self.ran.append(words)
         return 0, "Submitted batch job 7\n"
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from stune_dev import devcluster
-from stune_dev.devcluster import DevCluster, Layout, SlurmInstall, _exports, main
-from slurm_tune.errors import ClusterError
+from stune_dev.devcluster import ClusterError, DevCluster, Layout, SlurmInstall, _exports, main
 
 
 def test_the_default_is_debians_22_05(monkeypatch):

@@ -75,10 +75,10 @@ def test_root_refuses_profiles_someone_else_can_write(node, spoil, what):
 def test_a_forged_cache_in_a_shared_cache_dir_is_never_loaded(node):
     assert health("prolog").returncode == 0  # writes the cache
     (cache,) = node["cache"].glob("profiles*.marshal")  # beside the launcher's code cache
-    fingerprint, real = marshal.loads(cache.read_bytes())
-    forged = json.loads(json.dumps(real))
-    forged["hdr"]["fabric"]["hcas"] = [{"device": "mlx5_9", "port": 1, "netdev": None}]  # would fail the node
-    cache.write_bytes(marshal.dumps((fingerprint, forged)))
+    fingerprint, real = marshal.loads(cache.read_bytes())  # each profile marshalled on its own
+    forged = marshal.loads(real["hdr"])
+    forged["fabric"]["hcas"] = [{"device": "mlx5_9", "port": 1, "netdev": None}]  # would fail the node
+    cache.write_bytes(marshal.dumps((fingerprint, dict(real, hdr=marshal.dumps(forged)))))
     assert P.load_profile("hdr", node["profiles"]).fabric.hcas[0].device == "mlx5_9"  # trusted: it is root's
     node["cache"].chmod(0o777)  # an admin "shares" the cache directory
     os.chown(cache, alice(), 0)

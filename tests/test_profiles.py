@@ -125,6 +125,22 @@ def test_cache_is_used_and_invalidated_by_an_edit(profiles):
     assert load_profile("hdr", profiles).digest != first.digest
 
 
+def test_a_cached_profile_is_read_alone_and_a_damaged_one_is_validated_again(profiles):
+    import marshal
+
+    from slurm_tune import profilestore
+
+    first = load_profile("hdr", profiles)
+    cache = Path(profilestore._cache_path(str(profiles)))
+    fingerprint, packed = marshal.loads(cache.read_bytes())
+    assert set(packed) == {"hdr", "roce", "vpc"} and all(isinstance(v, bytes) for v in packed.values())
+    assert load_profile("hdr", profiles).to_dict() == first.to_dict()  # from the cache
+    packed["hdr"] = b"\xff\x00"
+    cache.write_bytes(marshal.dumps((fingerprint, packed)))
+    assert load_profile("hdr", profiles).to_dict() == first.to_dict()
+    assert {name: p.to_dict() for name, p in load_profiles(profiles).items()}["hdr"] == first.to_dict()
+
+
 def test_a_bad_edit_is_caught_even_after_a_good_load_was_cached(profiles):
     load_profiles(profiles)
     hdr = profiles / "hdr.yaml"

@@ -79,6 +79,16 @@ def test_default_location_follows_xdg_state_home(tmp_path):
     assert history.history_path({"XDG_STATE_HOME": str(tmp_path)}) == str(tmp_path / "stune" / "sbatch-history.jsonl")
 
 
+def test_the_first_record_makes_its_private_directory(tmp_path):
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    path = record(entry("1", {}), environ)
+    assert path == str(tmp_path / "state" / "stune" / "sbatch-history.jsonl")
+    assert oct((tmp_path / "state" / "stune").stat().st_mode & 0o777) == "0o700"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    record(entry("2", {}), environ)
+    assert [e["job_id"] for e in load(environ)] == ["1", "2"]
+
+
 def test_diff_of_two_runs_differing_in_one_variable_shows_exactly_that_variable():
     a = entry("10", {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_TIMEOUT": "22", "HOME": "/home/u"})
     b = entry("11", {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_TIMEOUT": "18", "HOME": "/home/u"})

@@ -247,7 +247,7 @@ class FakeSlurm:
     def __init__(self):
         self.ran = []
 
-    def sbatch_passthrough(self, words, script, env, while_waiting=None):
+    def sbatch_passthrough(self, words, script, env):
         self.ran.append((words, dict(env)))
         return 0, "Submitted batch job 7\n"
 

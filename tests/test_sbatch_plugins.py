@@ -2,6 +2,7 @@
 a partition without a profile, and --help without a Slurm config. No cluster: a fake Slurm answers."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,8 @@ class FakeSlurm:
         self.asked_help += 1
         return self.help_rc, self.help_text, ""
 
-    def sbatch_passthrough(self, words, script, env, while_waiting=None):
+    def sbatch_passthrough(self, words, script, env):
         self.ran.append((words, dict(env)))
-        if while_waiting:
-            while_waiting()
         return self.sbatch_rc, "Submitted batch job 7\n" if self.sbatch_rc == 0 else ""
 
     def default_partition(self):
@@ -170,14 +169,14 @@ def test_a_stage_source_that_does_not_exist_is_warned_at_submit(tmp_path, capsys
 
 def test_help_prints_stunes_section_whatever_sbatch_does(tmp_path, capsys):
     class NoConfig(FakeSlurm):
-        def sbatch_passthrough(self, words, script, env, while_waiting=None):
+        def sbatch_passthrough(self, words, script, env):
             return 1, ""  # sbatch: fatal: Unable to process configuration file
 
     assert submit(["--help"], tmp_path, NoConfig()) == 1
     assert "stune-sbatch options (everything else is sbatch's" in capsys.readouterr().out
 
     class NoSbatch(FakeSlurm):
-        def sbatch_passthrough(self, words, script, env, while_waiting=None):
+        def sbatch_passthrough(self, words, script, env):
             raise SlurmError(["sbatch"], 127, "cannot run sbatch: No such file or directory")
 
     with pytest.raises(SlurmError):
@@ -202,6 +201,32 @@ def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_pat
     assert history.diff(entries[1], entries[2]) == [
         f"script content changed: sha256 {entries[1]['script_sha256']} -> {entries[2]['script_sha256']} "
         f"({script})"]
+
+
+def test_the_history_keeps_the_submission_time_and_directory_of_a_waiting_sbatch(tmp_path, monkeypatch):
+    """The entry is written after sbatch returns, which with --wait is when the job ends: its time and
+    directory are still the submission's."""
+    import time
+
+    from slurm_tune.sbatch import historyview as history
+
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    workdir, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    workdir.mkdir()
+    elsewhere.mkdir()
+
+    class Waiting(FakeSlurm):
+        def sbatch_passthrough(self, words, script, env):
+            clock[0] += 3600  # the job ran for an hour
+            os.chdir(elsewhere)
+            return 0, "Submitted batch job 7\n"
+
+    env = {"STUNE_HISTORY": str(tmp_path / "h.jsonl")}
+    monkeypatch.chdir(workdir)
+    submit(["-p", "roce", "--wait", "--wrap", "true"], tmp_path, Waiting(), environ=env)
+    (entry,) = history.load(env)
+    assert entry["time"] == 1_800_000_000 and entry["cwd"] == str(workdir) and entry["job_id"] == "7"
 
 
 def test_the_dev_cluster_node_names_resolve_through_a_hosts_line(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -105,6 +106,22 @@ class Doctor:
         else:
             if self.trusted(os.path.join(bin_dir, "stune-health"), "STUNE_BIN"):  # root runs it from every hook
                 self.add(OK, "STUNE_BIN", bin_dir)
+
+    def check_python_start(self, site_dirs: list[str] | None = None) -> None:
+        """What every start of a stune command pays before stune runs: a `.pth` file in its environment runs
+        at each start. setuptools' distutils-precedence.pth imports _distutils_hack, ~0.3 ms (~0.05x of a bare
+        interpreter start) on every submission and TaskProlog; stune needs no setuptools to run."""
+        if site_dirs is None:  # the environment this stune runs from (the venv of STUNE_BIN, normally)
+            site_dirs = [d for d in sys.path if d.endswith(("site-packages", "dist-packages"))]
+        for directory in site_dirs:
+            pth = os.path.join(directory, "distutils-precedence.pth")
+            if os.path.exists(pth):
+                self.add(WARNING, "python start", f"{pth} (setuptools) runs at every start of every stune "
+                         "command, ~0.05x of an interpreter start (docs/speed.md)",
+                         f"{sys.executable} -m pip uninstall setuptools, unless something else in this "
+                         "environment needs it (stune does not)")
+                return
+        self.add(OK, "python start", "no setuptools .pth in stune's environment")
 
     def check_spool(self) -> None:
         """The shared usage spool: nodes write job summaries, the EpilogSlurmctld merges them as root. Users
@@ -406,6 +423,7 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
     """`conf_given`: layout.slurm_conf is the file to judge; otherwise the env file's SLURM_CONF is."""
     doc = Doctor(env_file, layout, facts_dir, slurm)
     doc.check_env_file()
+    doc.check_python_start()
     doc.check_hooks(roles)
     if doc.env:
         doc.check_spool()

@@ -76,11 +76,13 @@ def recorded_env(env: dict[str, str]) -> dict[str, str]:
 def record(entry: dict, environ=None) -> str:
     """Append one submission to the user's history; returns the file. Raises OSError."""
     path = history_path(environ)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
     line = (fastjson.dumps(dict(entry, v=FORMAT)) + "\n").encode()  # ASCII: odd bytes become \udcXX escapes
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:  # the first submission: its directory is made then, not checked at every one
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash: end it, keep ours whole

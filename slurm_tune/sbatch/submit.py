@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from ..errors import ConfigError, StuneError
 from .options import INFO_KEYS, Effective, parse_args, parse_directives, unrecognized
@@ -176,19 +177,12 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         env.pop(name, None)
     env.update(plan.env)
     sys.stdout.flush()
-    entry: dict = {}
-
-    def prepare_record() -> None:  # runs while sbatch talks to slurmctld
-        try:
-            entry.update(_entry(argv, words, plan, eff, environ, script_label, text))
-        except Exception as exc:  # the history must never cost the user their submission
-            entry["_error"] = f"{type(exc).__name__}: {exc}"
-
-    rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env, while_waiting=prepare_record)
+    submitted = {"time": int(time.time()), "cwd": os.getcwd()}  # now: with --wait, sbatch returns at the job's end
+    rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env)
     # A job id in the output means a submission, whatever the exit status (--wait returns the job's);
     # rc 0 without one is a --quiet submission. --test-only submits nothing.
     if (rc == 0 or job_id_from(stdout)[0]) and eff.get("test-only") is None:
-        _record(entry, stdout, environ)
+        _record(submitted, argv, words, plan, eff, environ, script_label, text, stdout)
     return rc
 
 
@@ -270,16 +264,15 @@ def _sbatch(slurm, words: list[str], stdin_bytes: bytes | None, environ) -> int:
     return rc
 
 
-def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str | None = None) -> dict:
-    """The history record of this submission, all but the job id (known once sbatch answers)."""
-    import time
-
+def _entry(submitted: dict, argv, words, plan, eff, environ, script_label: str,
+           script_text: str | None = None) -> dict:
+    """The history record of this submission (`submitted`: its time and directory), all but the job id."""
     from . import history
     from .export import job_environment, parse_export
 
     return {
-        "time": int(time.time()), "job_id": None, "cluster": None, "partition": plan.partition,
-        "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": os.getcwd(), "script": script_label,
+        "time": submitted["time"], "job_id": None, "cluster": None, "partition": plan.partition,
+        "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": submitted["cwd"], "script": script_label,
         "profile": plan.profile.source, "digest": plan.profile.digest,
         "script_sha256": (history.sha256(script_text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
                           if script_text is not None else None),
@@ -287,11 +280,15 @@ def _entry(argv, words, plan, eff, environ, script_label: str, script_text: str 
     }
 
 
-def _record(entry: dict, stdout: str, environ) -> None:
+def _record(submitted: dict, argv, words, plan, eff, environ, script_label, text, stdout: str) -> None:
+    """The submission's entry in the user's history. After sbatch, not while it runs: overlapped, the two
+    processes slowed each other more than the overlap saved (docs/speed.md)."""
     from . import history
 
-    if "_error" in entry:
-        warn(f"warning: job submitted, but the history was not written: {entry['_error']}")
+    try:
+        entry = _entry(submitted, argv, words, plan, eff, environ, script_label, text)
+    except Exception as exc:  # the history must never cost the user their submission
+        warn(f"warning: job submitted, but the history was not written: {type(exc).__name__}: {exc}")
         return
     entry["job_id"], entry["cluster"] = job_id_from(stdout)
     try:

@@ -68,18 +68,16 @@ class SlurmCommands:
             raise SlurmError(argv, 127, f"cannot run {argv[0]}: {exc.strerror}") from None
         return rc, out, err
 
-    def sbatch_passthrough(self, args: list[str], script: bytes | None, env: dict[str, str],
-                           while_waiting=None) -> tuple[int, str]:
+    def sbatch_passthrough(self, args: list[str], script: bytes | None, env: dict[str, str]) -> tuple[int, str]:
         """Run `sbatch ARGS` as the user would: its stderr is ours, its stdout is relayed to ours as it
         comes (and returned, for the job id), `script` (when given) is its stdin, and its exit status is
-        returned (128+N for a signal). No timeout: sbatch has its own, and --wait lasts as long as the job.
-        `while_waiting()` runs once sbatch has started (work that overlaps its round trip to slurmctld)."""
+        returned (128+N for a signal). No timeout: sbatch has its own, and --wait lasts as long as the job."""
         argv = ["sbatch", *args]
         self.calls.append(argv)
         if self.conf and "SLURM_CONF" not in env:
             env = dict(env, SLURM_CONF=self.conf)
         try:
-            rc, out = spawn_relay(["sbatch", *args], script, env, while_waiting, self.executable("sbatch"))
+            rc, out = spawn_relay(["sbatch", *args], script, env, self.executable("sbatch"))
         except OSError as exc:
             raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
         return rc, out

@@ -84,11 +84,10 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
             b"".join(chunks[err_r]).decode("utf-8", "replace"))
 
 
-def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], while_waiting=None,
+def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str],
                 executable: str | None = None) -> tuple[int, str]:
     """Run argv with our stderr, `stdin_data` (or our stdin) as its stdin, and its stdout copied to ours
-    as it arrives. `while_waiting()` runs after the start (its exceptions propagate once the child has been
-    waited for). Returns (exit status, stdout text). Raises OSError when it cannot start."""
+    as it arrives. Returns (exit status, stdout text). Raises OSError when it cannot start."""
     out_r, out_w = os.pipe()
     in_r, in_w = os.pipe() if stdin_data is not None else (-1, -1)
     actions = [(os.POSIX_SPAWN_DUP2, out_w, 1)] + ([(os.POSIX_SPAWN_DUP2, in_r, 0)] if in_r >= 0 else [])
@@ -111,12 +110,6 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], 
         finally:
             os.close(in_w)
     chunks = []
-    pending_error = None
-    if while_waiting is not None:
-        try:
-            while_waiting()
-        except Exception as exc:  # raised after the child is reaped: never leave it behind
-            pending_error = exc
     try:
         while True:
             data = os.read(out_r, 65536)
@@ -132,7 +125,5 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str], 
     finally:
         os.close(out_r)
     _, status = os.waitpid(pid, 0)
-    if pending_error is not None:
-        raise pending_error
     code = os.waitstatus_to_exitcode(status)
     return (128 - code if code < 0 else code), b"".join(chunks).decode("utf-8", "replace")
