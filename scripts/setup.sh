@@ -34,7 +34,9 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
   /usr/bin/python3 -m venv .venv
 fi
 stamp=.venv/.stune-installed
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# bin/: the hot commands' launchers are copied into .venv/bin at install time, so a changed one needs a reinstall
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
+    || [ -n "$(find bin -newer "$stamp")" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # compat mode: a plain path entry. The default finder imports pathlib and re at every interpreter start,
   # which would double the start-up cost of the prolog and stune-sbatch.

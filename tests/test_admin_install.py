@@ -187,6 +187,19 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     _, _, package_dir, table = codecache.unpack(code_cache.read_bytes())
     assert package_dir == str(site / "slurm_tune") and "slurm_tune.sbatch.submit" in table
     assert stamps[1] == stamps[2], "the installed stune-sbatch rewrote its code cache on a run that found all"
+    # and stune-health's, for judging a snapshot (exit status and output the same on every run)
+    outputs, stamps = set(), []
+    for _ in range(3):
+        judged = subprocess.run([str(venv / "bin/stune-health"), "check", "--snapshot",
+                                 str(REPO / "tests/fixtures/snapshots/dgx-a100-ib.json"), "--partition", "hdr"],
+                                capture_output=True, text=True, env=submit_env, cwd=tmp_path, timeout=120)
+        assert judged.returncode == 0 and judged.stdout.startswith("gpu-a017 (hdr, policy "), judged.stderr
+        outputs.add(judged.stdout)
+        (code_cache,) = (tmp_path / "cache").glob("code-stune-health*.marshal")
+        stamps.append(code_cache.stat().st_mtime_ns)
+    _, _, package_dir, table = codecache.unpack(code_cache.read_bytes())
+    assert package_dir == str(site / "slurm_tune") and "slurm_tune.health.judge" in table and len(outputs) == 1
+    assert stamps[1] == stamps[2], "the installed stune-health rewrote its code cache on a run that found all"
     root = tmp_path / "root"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     admin = str(venv / "bin/stune-admin")

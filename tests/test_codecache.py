@@ -288,3 +288,132 @@ def test_the_stune_sbatch_launcher_uses_and_keeps_the_cache(tmp_path):
     assert {"slurm_tune.sbatch.submit", "slurm_tune.sbatch.plan", "slurm_tune.sbatch.history"} <= set(table)
     assert stamps[1] == stamps[2], "the third run found a module missing from the second run's file"
     assert len(json.loads((tmp_path / "history.jsonl").read_text().splitlines()[-1])["sbatch"]) > 0
+
+
+# ---- stune-health's launcher: the verdict never depends on the cache -----------------------------------------
+
+SNAPSHOT = REPO / "tests/fixtures/snapshots/dgx-a100-ib.json"
+HEALTH_MODULES = {"slurm_tune.cli.health", "slurm_tune.health.offline", "slurm_tune.health.judge",
+                  "slurm_tune.health.ib", "slurm_tune.health.gpu", "slurm_tune.hw.snapshot"}
+
+
+def failing_snapshot(tmp_path: Path) -> Path:
+    doc = json.loads(SNAPSHOT.read_text())
+    doc["ib"]["devices"]["mlx5_0"]["ports"]["1"]["state"] = "1: DOWN"
+    path = tmp_path / "down.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def health(pkg, *args: str, verbose_imports: bool = False, user: str | None = None) -> tuple[int, str, dict]:
+    """(exit status, stdout, {stune module: its loader's class}) of the stune-health launcher over pkg's copy of
+    the package; the loaders are read off the interpreter's own import log (-v)."""
+    env = dict(pkg["env"], PYTHONPATH=str(pkg["root"]), STUNE_PARTITIONS=str(REPO / "partitions"),
+               STUNE_ENV_FILE="/dev/null", **({"PYTHONVERBOSE": "1"} if verbose_imports else {}))
+    argv = [sys.executable, str(REPO / "bin/stune-health"), *args]
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    loaders = {}
+    for line in proc.stderr.splitlines():  # import 'slurm_tune.health.ib' # <slurm_tune.codecache.CodeCache ...>
+        if line.startswith("import 'slurm_tune"):
+            name, _, loader = line[len("import '"):].partition("' # <")
+            loaders[name] = loader.split()[0].rpartition(".")[2]
+    return proc.returncode, proc.stdout, loaders
+
+
+def health_cache(pkg) -> Path:
+    (path,) = pkg["cache"].glob("code-stune-health*.marshal")
+    return path
+
+
+def test_the_stune_health_launcher_uses_and_keeps_the_cache(pkg, tmp_path):
+    check = ("check", "--snapshot", str(SNAPSHOT), "--partition", "hdr", "-v")
+    first = health(pkg, *check)
+    assert first[0] == 0 and "OK" in first[1].splitlines()[0]
+    stamps = [health_cache(pkg).stat().st_mtime_ns]
+    rc, out, loaders = health(pkg, *check, verbose_imports=True)
+    assert (rc, out) == first[:2]
+    assert {m for m, loader in loaders.items() if loader == "CodeCache"} >= HEALTH_MODULES, loaders
+    stamps.append(health_cache(pkg).stat().st_mtime_ns)
+    assert stamps[0] == stamps[1], "a run that found every module rewrote the file"
+    _, _, package_dir, table = codecache.unpack(health_cache(pkg).read_bytes())
+    assert package_dir == str(pkg["root"] / "slurm_tune") and HEALTH_MODULES <= set(table)
+    # a judged failure keeps its exit status through the launcher's exit (run_console)
+    rc, out, _ = health(pkg, "check", "--snapshot", str(failing_snapshot(tmp_path)), "--partition", "hdr")
+    assert rc == 6 and out.startswith("gpu-a017 (hdr, policy ") and ": FAIL - " in out.splitlines()[0]
+
+
+def test_the_stune_health_hooks_save_the_cache_and_keep_their_exit_rule(pkg, tmp_path):
+    """A hook's error (here no profile at all) exits 0 through the launcher, and its modules are cached."""
+    pkg["env"].update(STUNE_STATE_DIR=str(tmp_path / "state"), STUNE_SYSFS_ROOT=str(tmp_path / "nothing"),
+                      STUNE_HEALTH_PARTITION="no-such-partition", SLURMD_NODENAME="n1")
+    for _ in range(2):
+        rc, _, _ = health(pkg, "prolog")
+        assert rc == 0
+    _, _, _, table = codecache.unpack(health_cache(pkg).read_bytes())
+    assert {"slurm_tune.cli.health", "slurm_tune.health.node"} <= set(table)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "stale source", "poisoned entry", "writable by others"])
+def test_stune_health_judges_alike_whatever_its_cache_file_holds(pkg, tmp_path, damage):
+    """A damaged, stale or foreign cache file falls back to the normal import, silently: same verdict, same
+    output, same exit status; the file is replaced unless someone else could have written it."""
+    failing = str(failing_snapshot(tmp_path))
+    check = ("check", "--snapshot", failing, "--partition", "hdr", "-v")
+    reference = health(pkg, *check)
+    assert reference[0] == 6
+    path = health_cache(pkg)
+    data = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"\x00\xff" * 5000)
+    elif damage == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    elif damage == "stale source":  # the judging code changed after the file was written: the source's verdict
+        source = pkg["root"] / "slurm_tune/health/result.py"
+        source.write_text(source.read_text().replace('f"{self.status:8s} ', 'f"[{self.status}] '))
+    elif damage == "poisoned entry":  # the file reads, one judging module's code does not
+        ib = "slurm_tune.health.ib"
+        _rewrite(path, lambda f, m, p, t: (f, m, p, dict(t, **{ib: t[ib][:4] + (b"\xe3garbage",) + t[ib][5:]})))
+    elif damage == "writable by others":
+        path.chmod(0o606)
+    before = path.stat()
+    rc, out, loaders = health(pkg, *check, verbose_imports=True)
+    assert "Traceback" not in out and rc == 6
+    if damage == "stale source":
+        assert out == reference[1].replace("fail     ", "[fail] ").replace("ok       ", "[ok] ")
+        assert loaders["slurm_tune.health.result"] != "CodeCache"
+    else:
+        assert out == reference[1]
+    after = path.stat()
+    if damage == "writable by others":  # neither loaded nor replaced
+        assert "CodeCache" not in loaders.values()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    else:
+        assert (after.st_ino, after.st_mtime_ns) != (before.st_ino, before.st_mtime_ns), "not replaced"
+        rc, again, loaders = health(pkg, *check, verbose_imports=True)
+        assert (rc, again) == (6, out) and loaders["slurm_tune.health.ib"] == "CodeCache"
+
+
+@root_only
+def test_a_user_judging_a_snapshot_keeps_a_cache_of_their_own_and_never_loads_roots():
+    import tempfile
+
+    alice = _uid("stune-alice")
+    shared = Path(tempfile.mkdtemp(prefix="stune-codecache-"))  # pytest's tmp_path is root's alone
+    try:
+        shared.chmod(0o755)
+        shutil.copytree(REPO / "slurm_tune", shared / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
+        cache = shared / "cache"
+        pkg = {"root": shared, "cache": cache, "env": _env(cache)}
+        check = ("check", "--snapshot", str(SNAPSHOT), "--partition", "hdr")
+        reference = health(pkg, *check)  # root's file, in a directory then handed to alice
+        os.chown(cache, alice, -1)
+        rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
+        assert (rc, out) == reference[:2] and "CodeCache" not in loaders.values()  # root's: not loaded
+        assert health_cache(pkg).stat().st_uid == alice  # replaced by her own, in her directory
+        rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
+        assert (rc, out) == reference[:2] and loaders["slurm_tune.health.judge"] == "CodeCache"
+    finally:
+        shutil.rmtree(shared)

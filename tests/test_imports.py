@@ -95,6 +95,13 @@ def test_the_prolog_makes_no_slurm_call_nor_nvml_and_the_hook_skips_the_cli_laye
     assert not (hook | cli) & {"slurm_tune.slurm", "slurm_tune.hw.nvml"}
 
 
+def test_judging_a_snapshot_loads_no_hook_no_slurm_and_no_nvml_code(world):
+    check = loaded_by(ENTRY_POINTS["stune-health check"][0], world["env"])
+    assert {"slurm_tune.health.offline", "slurm_tune.health.judge"} <= check
+    assert not check & {"slurm_tune.health.node", "slurm_tune.health.prologhook", "slurm_tune.health.collect",
+                        "slurm_tune.slurm", "slurm_tune.hw.nvml"}
+
+
 def _setup_cfg():
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")

@@ -29,17 +29,21 @@ def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_I
         return internal_exit
 
 
-def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL) -> int:
-    """guarded() for a hot-path console script (stune-sbatch, stune-task-prolog). Called from Python with an
+def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL, outcome=None) -> int:
+    """guarded() for a hot-path console script (stune-sbatch, stune-task-prolog, stune-health), then
+    `outcome(status)` when given (a hook's rule for which statuses may leave it). Called from Python with an
     argv (tests), it returns like any function. As the console script (argv None) it exits without the
     collector's passes and the interpreter's teardown, which free nothing the exit does not (hot path: see
     docs/speed.md). Output is flushed first, then the launcher's code cache (codecache.py), if any, is saved."""
     if argv is not None:
-        return guarded(prog, func, argv, internal_exit)
+        rc = guarded(prog, func, argv, internal_exit)
+        return outcome(rc) if outcome else rc
     import gc
 
     gc.disable()
     rc = guarded(prog, func, None, internal_exit=internal_exit)
+    if outcome:
+        rc = outcome(rc)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import EXIT_BY_STATUS, EXIT_HOOK_FAIL, EXIT_OK
-from .common import EXIT_INTERNAL, EXIT_USAGE, guarded
+from .common import EXIT_USAGE, run_console
 
 PROG = "stune-health"
 # Options of every command: the shared ones by name (cli/options.py spells them), then stune-health's own
@@ -151,7 +151,7 @@ def _rank(status: str) -> int:
 
 
 def _check(options: dict) -> int:
-    from ..health import node, outputs
+    from ..health import offline, outputs
     from ..health.state import policy_digest
     from ..hw.snapshot import load
 
@@ -159,8 +159,8 @@ def _check(options: dict) -> int:
         raise Usage("check: --snapshot FILE is required")
     snap = load(options["snapshot"])
     previous = load(options["previous"]) if options.get("previous") else None
-    profile = node.offline_profile(options.get("partition"))
-    verdict, _ = node.check(snap, profile, previous)
+    profile = offline.choose_profile(options.get("partition"))
+    verdict, _ = offline.check(snap, profile, previous)
     name = snap.get("node") if isinstance(snap.get("node"), str) else "?"
     at = snap.get("captured_at") if type(snap.get("captured_at")) in (int, float) else 0.0
     doc = outputs.report(name, profile.partition, policy_digest(profile), "check", at, verdict,
@@ -286,21 +286,11 @@ def _main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     # A prolog or epilog must exit 0 on an internal error: only a judged failure may drain a node.
     args = sys.argv[1:] if argv is None else argv
-    hook = bool(args) and args[0] in ("prolog", "epilog")
-    if hook and argv is None:
-        import gc
+    if args and args[0] in ("prolog", "epilog"):
+        return run_console(PROG, _main, argv, internal_exit=EXIT_OK, outcome=_hook_status)
+    return run_console(PROG, _main, argv)
 
-        gc.disable()  # a short-lived hook: collector passes over freshly imported modules only cost time
-    code = guarded(PROG, _main, args, internal_exit=EXIT_OK if hook else EXIT_INTERNAL)
-    if hook:
-        code = EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else EXIT_OK
-        if argv is None:  # the console script: skip the interpreter's teardown (~2 ms), as run_console does
-            import os
 
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-            os._exit(code)
-    return code
+def _hook_status(code: int) -> int:
+    """A hook's exit status: 10 only for the failure it enforced on purpose, 0 for anything else."""
+    return EXIT_HOOK_FAIL if code == EXIT_HOOK_FAIL and _ENFORCED and _ENFORCED[-1] else EXIT_OK

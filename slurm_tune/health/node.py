@@ -5,7 +5,7 @@
     epilog  the full checks after every job (NVML, Xids); same exit rule.
     run     the HealthCheckProgram: full checks, then drain / resume / mark through the Slurm adapter, only
             when the wanted state changed, with the circuit breaker.
-    check   judge a snapshot file offline.
+    check   judge a snapshot file offline: health/offline.py (no hook or Slurm code on its path).
 
 Which profile applies to a node: $STUNE_HEALTH_PARTITION (per node, from /etc/default/stune) or
 --partition; else the one this node used before (kept in its state); else, for a hook, the job's partition
@@ -266,29 +266,3 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     if held_back:
         return EXIT_BREAKER, doc
     return (1 if error else 0), doc
-
-
-def offline_profile(partition: str | None, environ=None):
-    """--partition, else $STUNE_HEALTH_PARTITION, else the only profile there is."""
-    from ..profilestore import load_profile, profile_dir
-
-    environ = os.environ if environ is None else environ
-    partition = partition or environ.get("STUNE_HEALTH_PARTITION")
-    if partition:
-        return load_profile(partition)
-    profiles = _profiles()
-    if len(profiles) == 1:
-        return next(iter(profiles.values()))
-    raise ConfigError(profile_dir(), None, "", "several profiles (" + ", ".join(sorted(profiles)) +
-                      "): say which with --partition")
-
-
-def check(snapshot: dict, profile, previous_snapshot: dict | None = None) -> tuple[R.Verdict, dict]:
-    """Judge a snapshot offline. With a previous snapshot, counters are judged as increases since it and
-    only Xids after it count; without one, this is a first sight (baselines only)."""
-    previous = S.empty()
-    if previous_snapshot is not None:
-        _, updates = judge.judge(previous_snapshot, profile, previous)
-        judge.merge_state(previous, updates, rebaseline=True)
-        previous["xid_sticky"] = []
-    return judge.judge(snapshot, profile, previous)[0], previous
