@@ -65,8 +65,8 @@ def _cacheable(name: str, origin) -> bool:
     would stay in the file and cost every later run its reading."""
     if not isinstance(origin, str) or not origin.endswith(".py") or name == __name__:
         return False  # (this module is no command's: only a run that missed imports it)
-    if name == PACKAGE or name.startswith(PACKAGE + "."):
-        return origin.startswith(PACKAGE_DIR + os.sep)
+    if name == PACKAGE or name.startswith(PACKAGE + "."):  # (a sys.path entry may hold `..`)
+        return os.path.abspath(origin).startswith(PACKAGE_DIR + os.sep)
     return name == "__future__"
 
 

@@ -417,3 +417,40 @@ def test_a_user_judging_a_snapshot_keeps_a_cache_of_their_own_and_never_loads_ro
         assert (rc, out) == reference[:2] and loaders["slurm_tune.health.judge"] == "CodeCache"
     finally:
         shutil.rmtree(shared)
+
+
+# ---- the prolog hook as Slurm runs it: stune found through STUNE_BIN/../lib, its modules from the cache -------
+
+def test_the_prolog_hook_serves_its_modules_from_the_cache_of_an_installed_stune(tmp_path):
+    """A wheel's layout (bin/ beside lib/pythonX.Y/site-packages): the hook reaches stune through
+    `STUNE_BIN/../lib`, installs the code cache in the env file's STUNE_CACHE_DIR, and a second job's hook
+    imports its modules from it, with the same exit status and message."""
+    venv = tmp_path / "venv"
+    site = venv / f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
+    shutil.copytree(REPO / "slurm_tune", site / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
+    (venv / "bin").mkdir()
+    cache = tmp_path / "cache"
+    env_file = tmp_path / "stune.env"
+    env_file.write_text(f"STUNE_BIN={venv / 'bin'}\nSTUNE_CACHE_DIR={cache}\nSTUNE_PARTITIONS={REPO / 'partitions'}\n"
+                        f"STUNE_STATE_DIR={tmp_path / 'state'}\nSTUNE_SYSFS_ROOT={tmp_path / 'nothing'}\n"
+                        "STUNE_HEALTH_PARTITION=no-such-partition\n")
+    hook_env = {"STUNE_ENV_FILE": str(env_file), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "1",
+                "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def hook():
+        proc = subprocess.run(["/usr/bin/python3", "-v", "-I", "-S", str(REPO / "prolog/10-stune-health")],
+                              capture_output=True, text=True, env=hook_env, timeout=60)
+        lines = proc.stderr.splitlines()
+        loaders = {line.split("'")[1]: line.rpartition(" # <")[2].split()[0].rpartition(".")[2]
+                   for line in lines if line.startswith("import 'slurm_tune")}
+        return proc.returncode, [line for line in lines if line.startswith(("10-stune-health", "stune-health"))], loaders
+
+    first = hook()
+    assert first[0] == 0 and any("no-such-partition" in line for line in first[1]), first[1]
+    (path,) = cache.glob("code-prolog-hook*.marshal")
+    stamp = path.stat().st_mtime_ns
+    rc, messages, loaders = hook()
+    assert (rc, messages) == first[:2]
+    assert loaders["slurm_tune.health.node"] == loaders["slurm_tune.health.prologhook"] == "CodeCache", loaders
+    assert loaders["slurm_tune.codecache"] != "CodeCache"  # the launcher's own, by the path search
+    assert path.stat().st_mtime_ns == stamp, "a hook that found every module rewrote the file"
