@@ -4,7 +4,8 @@ Goal (issues 4 and 14): stune-sbatch minus sbatch <= 1.5x the bare `python3 -I -
 interpreter (no site import: the strictest start-up baseline), timed in the same run against the local
 cluster, for the installs side by side: this checkout's editable install (.venv, compiled first) and the
 wheel built from it, installed by a plain `pip install` into a fresh venv as README installs it (setuptools
-removed), and into one that keeps setuptools (a Python 3.11 venv's default). Every process runs with
+removed), and into one that keeps setuptools (a Python 3.11 venv's default); the wheel also as a test user
+submits (the bench runs as root, who alone pays the trust checks of what it loads). Every process runs with
 PYTHONDONTWRITEBYTECODE=1, so only bytecode the install left is used, and stune-sbatch's code cache
 (docs/speed.md), which the warm-up rounds write into each install's cache directory, as a user's first
 submission does. Every submission is real (held with -H, so nothing runs; they are cancelled afterwards) and
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import pwd
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from common import BARE, compare, cpu_once, own_cost, time_once, wheel_install  # noqa: E402
 
 from stune_dev.devcluster import DevCluster  # noqa: E402
+
+USER = "stune-alice"  # a test user of the dev cluster (its accounting knows her)
 
 
 def main() -> int:
@@ -52,6 +56,14 @@ def main() -> int:
     # One history and profile cache per install: the cache is keyed by the validating code's path.
     envs = {kind: dict(env, STUNE_HISTORY=f"{tmp}/history-{kind}.jsonl", STUNE_CACHE_DIR=f"{tmp}/cache-{kind}")
             for kind in bins}
+    # Users submit, not root: the same wheel run by a test user (root's trust checks of the files it loads are
+    # root's alone), beside plain sbatch run by the same user. Its history and caches are the user's own.
+    user_dir = tmp / "user"
+    user_dir.mkdir()
+    tmp.chmod(0o755)
+    os.chown(user_dir, pwd.getpwnam(USER).pw_uid, -1)
+    envs["user"] = dict(env, HOME=str(user_dir), STUNE_HISTORY=f"{user_dir}/history.jsonl",
+                        STUNE_CACHE_DIR=f"{user_dir}/cache")
     job = ["--parsable", "-H", "-o", "/dev/null", "-J", "bench", "--wrap", "true"]
 
     wheel_py = str(bins["wheel"] / "python")
@@ -75,6 +87,8 @@ def main() -> int:
         "stune-sbatch -p roce (wheel)": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
         "stune-sbatch -p roce (wheel, setuptools)": [str(bins["wheel, setuptools"] / "stune-sbatch"), "-p", "roce",
                                                      *job],
+        f"sbatch -p roce ({USER})": ["sbatch", "-p", "roce", *job],
+        f"stune-sbatch -p roce (wheel, {USER})": [str(bins["wheel"] / "stune-sbatch"), "-p", "roce", *job],
         "stune-sbatch (default partition)": [str(bins["editable"] / "stune-sbatch"), *job],
         "stune-sbatch -p hdr -N 2": [str(bins["editable"] / "stune-sbatch"), "-p", "hdr", "-N", "2", *job],
         "stune-sbatch, pip's launcher (wheel)": [str(pip_launcher), "-p", "roce", *job],
@@ -87,10 +101,12 @@ def main() -> int:
     envs["sbatch"] = env
     # An ML user's environment often holds a token (HF_TOKEN, WANDB_API_KEY): the history records its digest.
     envs["secret"] = dict(envs["wheel"], HF_TOKEN="hf_" + "x" * 34, WANDB_API_KEY="0" * 40)
-    kind_of = {key: ("secret" if "token" in key else "wheel, setuptools" if "setuptools" in key
-                     else "wheel" if "wheel" in key else "editable" if "stune" in key else "sbatch") for key in argvs}
+    kind_of = {key: ("secret" if "token" in key else "user" if USER in key else "wheel, setuptools"
+                     if "setuptools" in key else "wheel" if "wheel" in key else "editable" if "stune" in key
+                     else "sbatch") for key in argvs}
     try:
-        results = [compare(name, {key: (lambda a=argv, k=kind_of[key]: measure(a, env=envs[k], cwd=str(tmp)))
+        results = [compare(name, {key: (lambda a=argv, k=kind_of[key]: measure(
+                       a, env=envs[k], cwd=str(user_dir if k == "user" else tmp), user=USER if k == "user" else None))
                                   for key, argv in argvs.items()}, rounds=rounds)
                    for name, measure in (("sbatch", time_once), ("sbatch_cpu", cpu_once))]
     finally:
@@ -98,9 +114,11 @@ def main() -> int:
     for result in results:
         print(f"\n{result['name']}: own cost (minus plain sbatch), as a multiple of the bare start")
         for key in [k for k in argvs if k.startswith("stune-sbatch")]:
-            print(f"  {key:48s} {own_cost(result, key, 'sbatch -p roce'):4.2f}x")
-        for kind in bins:
-            extra = own_cost(result, f"stune-sbatch -p roce ({kind})", "sbatch -p roce")
+            plain = f"sbatch -p roce ({USER})" if USER in key else "sbatch -p roce"
+            print(f"  {key:48s} {own_cost(result, key, plain):4.2f}x")
+        for kind in [*bins, f"wheel, {USER}"]:
+            plain = f"sbatch -p roce ({USER})" if USER in kind else "sbatch -p roce"
+            extra = own_cost(result, f"stune-sbatch -p roce ({kind})", plain)
             print(f"  goal ({kind}): stune-sbatch - sbatch <= 1.5x: {'meets' if extra <= 1.5 else 'MISSES'} "
                   f"({extra:.2f}x)")
     taskprolog(env, tmp, bins, rounds)

@@ -22,19 +22,22 @@ REPO = Path(__file__).resolve().parent.parent
 BARE = "python3 -I -S -c pass"
 
 
-def time_once(argv: list[str], env: dict | None = None, stdin: bytes | None = None, cwd: str | None = None) -> float:
+def time_once(argv: list[str], env: dict | None = None, stdin: bytes | None = None, cwd: str | None = None,
+              user: str | None = None) -> float:
+    """The command's wall time; `user`: run as that user (the bench runs as root), as a user's command runs."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    proc = subprocess.run(argv, env=env, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
+                          user=user)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
     return elapsed
 
 
-def cpu_once(argv: list[str], env: dict | None = None, cwd: str | None = None) -> float:
+def cpu_once(argv: list[str], env: dict | None = None, cwd: str | None = None, user: str | None = None) -> float:
     """The child's CPU seconds (user + system): less distorted than wall time by other load on the machine."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, user=user)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
