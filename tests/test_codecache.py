@@ -243,26 +243,31 @@ def test_root_neither_loads_nor_writes_a_cache_someone_else_could_write(pkg, pla
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "root wrote it"
 
 
-@root_only
-def test_a_user_loads_only_their_own_cache():
+@pytest.fixture
+def shared_pkg():
+    """pkg, in a directory a second user can read (pytest's tmp_path is root's alone)."""
     import tempfile
 
-    alice = _uid("stune-alice")
-    shared = Path(tempfile.mkdtemp(prefix="stune-codecache-"))  # pytest's tmp_path is root's alone
+    shared = Path(tempfile.mkdtemp(prefix="stune-codecache-"))
     try:
         shared.chmod(0o755)
         shutil.copytree(REPO / "slurm_tune", shared / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
         cache = shared / "cache"
-        pkg = {"root": shared, "cache": cache, "env": _env(cache)}
-        run(pkg)  # root's file
-        os.chown(cache, alice, -1)
-        assert served(run(pkg, user="stune-alice")) == set()  # not alice's: not loaded
-        cache_file(pkg).unlink()
-        run(pkg, user="stune-alice")
-        assert cache_file(pkg).stat().st_uid == alice
-        assert served(run(pkg, user="stune-alice")) == set(MODULES)
+        yield {"root": shared, "cache": cache, "env": _env(cache)}
     finally:
         shutil.rmtree(shared)
+
+
+@root_only
+def test_a_user_loads_only_their_own_cache(shared_pkg):
+    pkg, alice = shared_pkg, _uid("stune-alice")
+    run(pkg)  # root's file
+    os.chown(pkg["cache"], alice, -1)
+    assert served(run(pkg, user="stune-alice")) == set()  # not alice's: not loaded
+    cache_file(pkg).unlink()
+    run(pkg, user="stune-alice")
+    assert cache_file(pkg).stat().st_uid == alice
+    assert served(run(pkg, user="stune-alice")) == set(MODULES)
 
 
 # ---- the launcher ----------------------------------------------------------------------------------------------
@@ -397,26 +402,16 @@ def test_stune_health_judges_alike_whatever_its_cache_file_holds(pkg, tmp_path, 
 
 
 @root_only
-def test_a_user_judging_a_snapshot_keeps_a_cache_of_their_own_and_never_loads_roots():
-    import tempfile
-
-    alice = _uid("stune-alice")
-    shared = Path(tempfile.mkdtemp(prefix="stune-codecache-"))  # pytest's tmp_path is root's alone
-    try:
-        shared.chmod(0o755)
-        shutil.copytree(REPO / "slurm_tune", shared / "slurm_tune", ignore=shutil.ignore_patterns("__pycache__"))
-        cache = shared / "cache"
-        pkg = {"root": shared, "cache": cache, "env": _env(cache)}
-        check = ("check", "--snapshot", str(SNAPSHOT), "--partition", "hdr")
-        reference = health(pkg, *check)  # root's file, in a directory then handed to alice
-        os.chown(cache, alice, -1)
-        rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
-        assert (rc, out) == reference[:2] and "CodeCache" not in loaders.values()  # root's: not loaded
-        assert health_cache(pkg).stat().st_uid == alice  # replaced by her own, in her directory
-        rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
-        assert (rc, out) == reference[:2] and loaders["slurm_tune.health.judge"] == "CodeCache"
-    finally:
-        shutil.rmtree(shared)
+def test_a_user_judging_a_snapshot_keeps_a_cache_of_their_own_and_never_loads_roots(shared_pkg):
+    pkg, alice = shared_pkg, _uid("stune-alice")
+    check = ("check", "--snapshot", str(SNAPSHOT), "--partition", "hdr")
+    reference = health(pkg, *check)  # root's file, in a directory then handed to alice
+    os.chown(pkg["cache"], alice, -1)
+    rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
+    assert (rc, out) == reference[:2] and "CodeCache" not in loaders.values()  # root's: not loaded
+    assert health_cache(pkg).stat().st_uid == alice  # replaced by her own, in her directory
+    rc, out, loaders = health(pkg, *check, verbose_imports=True, user="stune-alice")
+    assert (rc, out) == reference[:2] and loaders["slurm_tune.health.judge"] == "CodeCache"
 
 
 # ---- the prolog hook as Slurm runs it: stune found through STUNE_BIN/../lib, its modules from the cache -------
