@@ -12,7 +12,7 @@ import sys
 from . import cache_dir
 from .errors import ConfigError, UnsafePathError
 from .frozen import Frozen
-from .trust import load_problem, open_regular, read_bounded, stat_load_problem
+from .trust import open_regular, read_bounded, require_trusted, trusted_stat_or_raise
 
 SITE_FILE = "site.yaml"
 DEFAULT_DIR = "/etc/stune/partitions"
@@ -75,9 +75,7 @@ def _fingerprint(directory: str) -> tuple:
             st = os.stat(path)
         except OSError:
             continue
-        refused = stat_load_problem(path, st)
-        if refused:
-            raise UnsafePathError(*refused)
+        trusted_stat_or_raise(path, st)
         stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(stamp)
 
@@ -93,12 +91,10 @@ def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
     import marshal
 
     try:
-        refused = load_problem(cache, missing_ok=True)
-        if not refused:
-            fd, st_or_problem = open_regular(cache)  # no symlink (ELOOP: a miss), no FIFO, one link
-            refused = (cache, st_or_problem) if fd is None else None
-        if refused:
-            raise UnsafePathError(*refused)
+        require_trusted(cache, missing_ok=True)
+        fd, st_or_problem = open_regular(cache)  # no symlink (ELOOP: a miss), no FIFO, one link
+        if fd is None:
+            raise UnsafePathError(cache, st_or_problem)
         try:
             data = read_bounded(fd, CACHE_MAX_BYTES)
         finally:
@@ -137,9 +133,7 @@ def _load_raw(directory: str) -> dict[str, dict | bytes]:
     validated now. Run as root, the profile directory (and every directory above it), each profile and the
     cache must be writable by root alone: root refuses with one line naming the path (trust.py's rules; the
     hit path needs no more of safeio)."""
-    refused = load_problem(directory)
-    if refused:
-        raise UnsafePathError(*refused)
+    require_trusted(directory)
     fingerprint = _fingerprint(directory)
     cache = _cache_path(directory)
     profiles, usable = _read_cache(cache, fingerprint)

@@ -21,8 +21,9 @@ import os
 import stat
 
 from .errors import StuneError, UnsafePathError  # UnsafePathError: safeio's callers catch it from here too
-from .trust import O_READ, load_problem, open_regular, opened_problem, stat_load_problem
-from .trust import read_bounded  # noqa: F401 (safeio.read_bounded: what open_file's callers read with)
+from .trust import O_READ, open_regular, opened_problem
+# safeio's readers and loaders: the rules' own functions, one home in trust.py
+from .trust import read_bounded, require_trusted, trusted_stat_or_raise  # noqa: F401
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = O_READ
@@ -230,22 +231,6 @@ def _open_up_dirs(name: str, dir_fd: int) -> None:
             _open_up_dirs(sub, fd)
     finally:
         os.close(fd)
-
-
-def require_trusted(path: str, *, missing_ok: bool = False) -> None:
-    """Refuse (UnsafePathError) to let root load `path` when someone other than root could have written
-    it (trust.load_problem). A no-op for other users: they can only load what they could write themselves.
-    `missing_ok`: a path that does not exist yet is judged by its nearest existing ancestor."""
-    problem = load_problem(path, missing_ok=missing_ok)
-    if problem:
-        raise UnsafePathError(*problem)
-
-
-def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:
-    """require_trusted for one file already stat'ed, its directory checked separately (root only)."""
-    problem = stat_load_problem(path, st)
-    if problem:
-        raise UnsafePathError(*problem)
 
 
 class LockBusy(StuneError):

@@ -131,5 +131,26 @@ def stat_load_problem(path: str, st: os.stat_result):
     return (path, f"{problem}; {ROOT_REFUSES}") if problem else None
 
 
+def require_trusted(path: str, *, missing_ok: bool = False) -> None:
+    """Refuse (UnsafePathError) to let root load `path` when someone other than root could have written
+    it (load_problem). A no-op for other users: they can only load what they could write themselves."""
+    refused = load_problem(path, missing_ok=missing_ok)
+    if refused:
+        _refuse(refused)
+
+
+def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:
+    """require_trusted for one file already stat'ed, its directory checked separately (root only)."""
+    refused = stat_load_problem(path, st)
+    if refused:
+        _refuse(refused)
+
+
+def _refuse(refused: tuple):
+    from .errors import UnsafePathError  # on a refusal only: the code cache imports this module before any other
+
+    raise UnsafePathError(*refused)
+
+
 def _writers(mode: int) -> str:
     return " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
