@@ -60,9 +60,8 @@ def pack(form, magic, package_dir, table: dict) -> bytes:
 
 def _cacheable(name: str, origin) -> bool:
     """stune's modules but this one, and `__future__` (each of them imports it first), loaded from a .py
-    source. Not the
-    rest of the standard library: what a first run's profile cache miss imports (yaml's re, enum, ...)
-    would stay in the file and cost every later run its reading."""
+    source. Not the rest of the standard library: what a first run's profile cache miss imports (yaml's re,
+    enum, ...) would stay in the file and cost every later run its reading."""
     if not isinstance(origin, str) or not origin.endswith(".py") or name == __name__:
         return False  # (this module is no command's: only a run that missed imports it)
     if name == PACKAGE or name.startswith(PACKAGE + "."):  # (a sys.path entry may hold `..`)
