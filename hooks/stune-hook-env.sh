@@ -27,3 +27,24 @@ if [ "$STUNE_ENV_FILE" != /dev/null ] && [ -r "$STUNE_ENV_FILE" ]; then
     set +a
 fi
 STUNE_BIN=${STUNE_BIN:-/opt/stune/bin}
+# `stune_node_path PATH` sets $stune_path to PATH with %n as this node's Slurm name ($SLURMD_NODENAME, else the
+# short host name) and %% as a literal %: the one %n rule (slurm_tune/thisnode.py's expand()) in sh, so a
+# hook finds the directory the Python side (the sampler, stune-health) reads.
+stune_node_path() {
+    stune_rest=$1 stune_path=
+    while :; do
+        case $stune_rest in
+            *%*) ;;
+            *) stune_path=$stune_path$stune_rest; return 0 ;;
+        esac
+        stune_path=$stune_path${stune_rest%%\%*}
+        stune_rest=${stune_rest#*%}
+        case $stune_rest in
+            n*) stune_node=$SLURMD_NODENAME
+                [ -n "$stune_node" ] || { stune_node=$(uname -n); stune_node=${stune_node%%.*}; }
+                stune_path=$stune_path$stune_node; stune_rest=${stune_rest#n} ;;
+            %*) stune_path=$stune_path%; stune_rest=${stune_rest#%} ;;
+            *) stune_path=$stune_path% ;;
+        esac
+    done
+}
