@@ -96,10 +96,8 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
     config.chmod(0o644)
     usage = f"{cluster.layout.root}/nodes/%n/usage"
     os.environ.update(STUNE_FAIRSHARE_CONFIG=str(config), STUNE_USAGE_SPOOL=str(spool), STUNE_USAGE_DIR=usage)
-    env_line = (f"export STUNE_USAGE_DIR={cluster.layout.root}/nodes/$SLURMD_NODENAME/usage "
-                f"STUNE_USAGE_SPOOL={spool} STUNE_BIN={bin_dir} STUNE_FAIRSHARE_CONFIG={config}")
-    cluster.install_hook("prolog", "20-stune-jobgpus", f"#!/bin/sh\n{env_line}\nexec {REPO}/prolog/20-stune-jobgpus\n")
-    cluster.install_hook("epilog", "20-stune-usage", f"#!/bin/sh\n{env_line}\nexec {REPO}/epilog/20-stune-usage\n")
+    # the hooks as `stune-admin install` placed them, with the demo's spool and config in the env file
+    cluster.install_stune(STUNE_USAGE_SPOOL=str(spool), STUNE_FAIRSHARE_CONFIG=str(config))
     ctld = root / "epilog-slurmctld"
     slurm_env = " ".join(f"{k}={v}" for k, v in cluster.slurm_env().items())  # SLURM_CONF, a built Slurm's bin
     ctld.write_text(f"#!/bin/sh\nexport PATH={bin_dir}:/usr/bin:/bin {slurm_env} "
@@ -175,8 +173,7 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
         slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"], check=False)
         for state in ("PENDING", "RUNNING"):
             slurm.run(["scancel", "--full", f"--state={state}"], check=False)
-        cluster.install_hook("prolog", "20-stune-jobgpus", None)
-        cluster.install_hook("epilog", "20-stune-usage", None)
+        cluster.install_stune()  # the site's own env file back
         cluster.set_fragment("stune-demo-fairshare", None, reconfigure=False)
         cluster.restart_controller()
 

@@ -625,13 +625,16 @@ class DevCluster:
                 # a built Slurm's commands: the hooks' PATH has only Debian's (/usr/bin)
                 **({"STUNE_SLURM_BIN": self.install.bin_dir} if self.install.bin_dir else {})}
 
-    def install_stune(self) -> None:
+    def install_stune(self, **settings: str) -> None:
         """`stune-admin install --prefix <root>/site`, exactly as a site runs it: the hooks land in the
         directories slurm.conf's Prolog/Epilog globs name (prolog.d, epilog.d), everything else under site/.
-        Idempotent; tests may replace a hook through install_hook() and run this again to restore it."""
+        `settings`: more env file lines (`--set`), e.g. a test's STUNE_FAIRSHARE_CONFIG; run it again without
+        them to restore the site. Idempotent; tests may replace a hook through install_hook() and run this
+        again to restore it."""
         admin = Path(sys.executable).parent / "stune-admin"
         argv = [str(admin), "install", "--prefix", str(self.site_root), "--slurm-conf", str(self.layout.slurm_conf),
-                "--role", "all", "--force", *(f"--set={k}={v}" for k, v in self.site_settings().items())]
+                "--role", "all", "--force",
+                *(f"--set={k}={v}" for k, v in {**self.site_settings(), **settings}.items())]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise ClusterError(f"stune-admin install failed (exit {proc.returncode}): "

@@ -1,7 +1,7 @@
 """Fair-share by GPU utilization on the live local cluster, as a new user would try it.
 
-The module installs the real hooks (prolog 20-stune-jobgpus, epilog 20-stune-usage, EpilogSlurmctld
-stune-usage-slurmctld) and runs one `stune-gpu-sampler` per node, each driven by a snapshot GPU source.
+The module uses the real hooks as `stune-admin install` placed them (prolog 20-stune-jobgpus, epilog
+20-stune-usage, with this module's spool and config in the env file; EpilogSlurmctld stune-usage-slurmctld) and runs one `stune-gpu-sampler` per node, each driven by a snapshot GPU source.
 slurm.conf gets `PrologFlags=Alloc` (the prolog runs on every node at allocation, so the sampler knows all
 of a job's GPUs) and `EpilogSlurmctld=` (read only when slurmctld starts, so the controller is restarted,
 once at the start and once at the end). The devcluster's `AccountingStorageEnforce=associations,limits` matters
@@ -72,11 +72,10 @@ def world(cluster, tmp_path_factory):
     w.write_config()
     for node in NODES:
         write_snapshot(w.snapshots[node], 0, gpus=4, power=60.0)
-    env_line = (f"export STUNE_USAGE_DIR={cluster.layout.root}/nodes/$SLURMD_NODENAME/usage "
-                f"STUNE_USAGE_SPOOL={w.spool} STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config}")
-    cluster.install_hook("prolog", "20-stune-jobgpus",
-                         f"#!/bin/sh\n{env_line}\nexec {REPO}/prolog/20-stune-jobgpus\n")
-    cluster.install_hook("epilog", "20-stune-usage", f"#!/bin/sh\n{env_line}\nexec {REPO}/epilog/20-stune-usage\n")
+    # the hooks exactly as `stune-admin install` placed them (no wrapper): the env file's per-node
+    # STUNE_USAGE_DIR (nodes/%n/usage) is expanded by the hooks themselves, as by the samplers
+    cluster.install_stune(STUNE_USAGE_SPOOL=str(w.spool), STUNE_FAIRSHARE_CONFIG=str(w.config))
+    assert cluster.site_settings()["STUNE_USAGE_DIR"] == f"{cluster.layout.root}/nodes/%n/usage"
     ctld = root / "epilog-slurmctld"
     ctld.write_text(f"#!/bin/sh\nexport PATH={slurm_path(f'{VENV_BIN}:/usr/bin:/bin')} {slurm_exports()} "
                     f"STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config} STUNE_USAGE_SPOOL={w.spool} "
@@ -98,8 +97,7 @@ def world(cluster, tmp_path_factory):
             proc.terminate()
         for proc in w.samplers.values():
             proc.wait(timeout=30)
-        cluster.install_hook("prolog", "20-stune-jobgpus", None)
-        cluster.install_hook("epilog", "20-stune-usage", None)
+        cluster.install_stune()  # the site's own env file back
         cluster.set_fragment(FRAGMENT, None, reconfigure=False)
         cluster.restart_controller()
 
@@ -191,6 +189,7 @@ def test_ninety_versus_ten_percent(world, slurm, shared_tmp):
     assert {g.node for g in s_alice.per_gpu} == {"n1"} and {g.node for g in s_bob.per_gpu} == {"n2"}
     assert s_alice.per_gpu[0].watts == pytest.approx(310.0) and s_bob.per_gpu[0].sm == pytest.approx(10.0)
     assert "stored (1/1 nodes" in world.store_log.read_text()
+    assert not (world.cluster.layout.root / "nodes" / "%n").exists()  # the installed prolog expanded %n
     wait_calc_pass(slurm, world.cluster, [alice, bob])
 
     # Both now wait in a partition that is down: pending, listed by sprio, and, unlike jobs queued behind a
