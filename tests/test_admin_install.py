@@ -11,7 +11,7 @@ from pathlib import Path
 
 from slurm_tune import codecache
 from slurm_tune.admin import shipped
-from slurm_tune.admin.slurmconf import SlurmConf, diff_against, requirements
+from slurm_tune.admin.slurmconf import SlurmConf, diff_against, recommended_block, requirements, with_reason
 from slurm_tune.cli.admin import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def test_requirements_and_diff_against_a_live_slurm_conf(tmp_path):
     assert needs["SchedulerParameters"].line == "SchedulerParameters=bf_interval=5,nohold_on_prolog_fail"
     assert not needs["PriorityCalcPeriod"].ok and needs["PriorityCalcPeriod"].severity == "warning"
     diff = diff_against(str(conf), parsed.text, list(needs.values()))
-    assert "\n-PrologFlags=Contain\n" in diff and "\n+PrologFlags=Contain,Alloc\n" in diff
+    assert "\n-PrologFlags=Contain\n" in diff and "\n+PrologFlags=Contain,Alloc    " in diff
     assert "+Epilog=/etc/slurm/epilog.d/*" in diff
     assert parsed.partitions()["gpu"]["TRESBillingWeights"] == "CPU=1.0,GRES/gpu=4"
 
@@ -281,7 +281,8 @@ def test_the_diff_weighs_gpus_on_gpu_partitions_only(tmp_path):
     assert gpu_partitions(parsed) == ["a100", "all"]
     diff = diff_against(str(conf), parsed.text, partition_needs(parsed, gpu_partitions(parsed)))
     assert '+PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" # GPU nodes\n' in diff
-    assert '+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"\n' in diff
+    assert ('+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0" # on each GPU '
+            'partition: the GPU weight the accountant charges by\n') in diff
     assert "+PartitionName=cpu" not in diff and "-PartitionName=cpu" not in diff
 
 
@@ -289,3 +290,44 @@ def test_enable_is_refused_with_a_prefix(tmp_path, capsys):
     rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--enable")
     assert rc == 1 and "--enable starts this host's units: only without --prefix" in out
     assert list(tmp_path.iterdir()) == []
+
+
+DEFAULT_PATHS = {"prolog_dir": "/etc/slurm/prolog.d", "epilog_dir": "/etc/slurm/epilog.d",
+                 "health_run": "/etc/slurm/stune-health-run", "task_prolog": "/etc/slurm/stune-task-prolog",
+                 "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld"}
+
+
+def test_install_prints_every_slurm_line_the_features_need_with_its_reason(tmp_path, capsys):
+    """Against a slurm.conf without stune's settings: every line (PriorityCalcPeriod=1 included: Slurm's
+    default 5 minutes delays SiteFactor in sprio) is printed, each with its reason as a comment."""
+    conf = tmp_path / "etc/slurm/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("ClusterName=x\nNodeName=n1 Gres=gpu:4\nPartitionName=gpu Nodes=n1\n")
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--slurm-conf", str(conf))
+    assert rc == 0, out
+    needs = requirements(SlurmConf(str(conf)), {k: v.replace("/etc/slurm", str(tmp_path / "etc/slurm"))
+                                                 for k, v in DEFAULT_PATHS.items()}, "all")
+    keys = {n.key for n in needs}
+    assert {"PriorityCalcPeriod", "TaskPlugin", "PrologFlags", "EpilogSlurmctld"} <= keys
+    assert [n.key for n in needs if n.ok] == ["HealthCheckNodeState"]  # Slurm's default ANY suits stune
+    for need in needs:
+        assert (f"\n+{with_reason(need.line, need.why)}\n" in out) is not need.ok, need.key
+    assert "+PriorityCalcPeriod=1 " in out and "# minutes; the default 5" in out
+    assert 'TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0" # on each GPU partition' in out
+    assert "+ConstrainDevices=yes" in out and "# a job opens only the GPUs" in out
+    # a 1-minute period (any spelling) is not asked for again; the default 5 is
+    for value, ok in (("1", True), ("00:01:00", True), ("5", False)):
+        parsed = SlurmConf(str(conf), text=f"PriorityCalcPeriod={value}\n")
+        assert {n.key: n.ok for n in requirements(parsed, DEFAULT_PATHS)}["PriorityCalcPeriod"] is ok, value
+    assert not {n.key: n.ok for n in requirements(SlurmConf(str(conf), text=""), DEFAULT_PATHS)}["PriorityCalcPeriod"]
+
+
+def test_readmes_slurm_conf_block_is_what_install_prints():
+    """README's slurm.conf block and install's lines have one home (slurmconf.requirements): the block is
+    recommended_block() for the default paths, line for line."""
+    readme = (REPO / "README.md").read_text()
+    head = "install. Then add to slurm.conf:\n\n```\n"
+    start = readme.index(head) + len(head)
+    block = readme[start:readme.index("```\n", start)]
+    assert block == recommended_block(DEFAULT_PATHS)
+    assert "PriorityCalcPeriod=1 " in block and "TaskPlugin=task/cgroup" in block

@@ -169,9 +169,6 @@ class Doctor:
                      "a job can open GPUs it was not given", "ConstrainDevices=yes in cgroup.conf")
         else:
             self.add(OK, "cgroup.conf ConstrainDevices", "yes")
-        if "task/cgroup" not in conf.get("TaskPlugin"):
-            self.add(WARNING, "TaskPlugin", f"{conf.get('TaskPlugin') or '(not set)'}: without task/cgroup, "
-                     "cgroup.conf's ConstrainDevices is not applied", "TaskPlugin=task/cgroup,task/affinity")
 
     def check_other_scripts(self, conf: SlurmConf) -> None:
         """Every other script slurm.conf makes root run beside stune's (a site prolog in the same glob): one

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from .. import safeio
 from ..errors import StuneError
 from . import shipped
-from .slurmconf import SlurmConf, diff_against, gpu_partitions, partition_needs, requirements
+from .slurmconf import SlurmConf, diff_against, gpu_partitions, partition_needs, requirements, with_reason
 
 MANIFEST_FORMAT = "stune-install/1"
+CONSTRAIN_WHY = "a job opens only the GPUs Slurm gave it (with TaskPlugin=task/cgroup)"
+GRES_WHY = "Slurm finds each node's GPUs (or name them: Name=gpu File=/dev/nvidia[0-3])"
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -297,7 +299,7 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
     if conf.found:
         out.append(diff_against(conf.path, conf.text, needs))
     else:
-        missing = [n.line for n in needs if not n.ok]
+        missing = [with_reason(n.line, n.why) for n in needs if not n.ok]
         if missing:
             out.append(f"# {conf.path} not found; stune needs these lines in slurm.conf:\n" + "\n".join(missing) + "\n")
     etc = os.path.dirname(conf.path)
@@ -305,15 +307,17 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
     values = read_key_values(cgroup)
     if (values or {}).get("constraindevices", "").lower() != "yes":
         text = (_read(cgroup) or b"").decode(errors="replace")
-        new = re.sub(r"(?im)^\s*ConstrainDevices\s*=.*$", "ConstrainDevices=yes", text) \
+        line = with_reason("ConstrainDevices=yes", CONSTRAIN_WHY)
+        new = re.sub(r"(?im)^\s*ConstrainDevices\s*=.*$", line, text) \
             if re.search(r"(?im)^\s*ConstrainDevices\s*=", text) else text + ("" if text.endswith("\n") or not text
-                                                                               else "\n") + "ConstrainDevices=yes\n"
+                                                                               else "\n") + line + "\n"
         out.append("".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), cgroup,
                                                 cgroup + " (with stune)")))
     gres = os.path.join(etc, "gres.conf")
     text = (_read(gres) or b"").decode(errors="replace")
     if not re.search(r"(?im)^\s*(AutoDetect\s*=\s*nvml|.*Name\s*=\s*gpu)", text):
-        out.append("".join(difflib.unified_diff(text.splitlines(True), (text + "AutoDetect=nvml\n").splitlines(True),
+        line = with_reason("AutoDetect=nvml", GRES_WHY)
+        out.append("".join(difflib.unified_diff(text.splitlines(True), (text + line + "\n").splitlines(True),
                                                 gres, gres + " (with stune)")))
     return "".join(s for s in out if s)
 

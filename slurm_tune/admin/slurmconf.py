@@ -31,7 +31,8 @@ class Setting:
 class SlurmConf:
     """Parameters (last one wins, as in Slurm) and records (NodeName=..., PartitionName=...)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, text: str | None = None):
+        """`text`: judge this text as the file at `path` (nothing is read)."""
         self.path = path
         self.params: dict[str, Setting] = {}
         self.every: dict[str, list[Setting]] = {}   # keys given more than once (SlurmctldHost for backups)
@@ -39,6 +40,10 @@ class SlurmConf:
         self.problems: list[str] = []
         self.text = ""
         self.found = False
+        if text is not None:
+            self.text, self.found = text, True
+            self._parse(path, text, depth=0)
+            return
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
                 self.text = fh.read()
@@ -164,13 +169,13 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
     flags = [f.strip().lower() for f in get("PrologFlags").split(",")]
     add("PrologFlags", "alloc" in flags,
         "PrologFlags=" + ",".join([f for f in get("PrologFlags").split(",") if f.strip()] + ["Alloc"]),
-        "the prolog runs on every node at allocation, before any step")
+        "the prolog runs on every node of a job at allocation, before any step")
     for key, kind in (("Prolog", "prolog_dir"), ("Epilog", "epilog_dir")):
         directory = paths[kind]
         hooks = [os.path.join(directory, n) for n in (("10-stune-health", "20-stune-jobgpus") if key == "Prolog"
                                                        else ("10-stune-health", "20-stune-usage", "30-stune-stage"))]
         value = get(key)
-        why = f"the glob must reach stune's hooks in {directory}"
+        why = f"the glob reaches stune's {key.lower()} hooks in {directory}"
         if value and not value.endswith("*"):
             why += f"; move your current {key} script {value} into {directory} (e.g. as 00-site) so it still runs"
         add(key, bool(value) and all(glob_reaches(value, h) for h in hooks), f"{key}={directory}/*", why)
@@ -178,42 +183,45 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
     add("SchedulerParameters", "nohold_on_prolog_fail" in sched,
         "SchedulerParameters=" + ",".join([p for p in get("SchedulerParameters").split(",") if p.strip()]
                                           + ["nohold_on_prolog_fail"]),
-        "a job a failed prolog requeued runs elsewhere instead of being held")
+        "add to your list: a job a failed prolog requeued runs elsewhere, not held")
     add("HealthCheckProgram", get("HealthCheckProgram") == paths["health_run"],
-        f"HealthCheckProgram={paths['health_run']}", "the periodic full check that drains, marks and resumes")
+        f"HealthCheckProgram={paths['health_run']}", "the periodic full check: drains, marks, resumes")
     interval = seconds(get("HealthCheckInterval"), 1) or 0
-    add("HealthCheckInterval", interval > 0, "HealthCheckInterval=300", "0 never runs the health check")
+    add("HealthCheckInterval", interval > 0, "HealthCheckInterval=300", "seconds; 0 never runs the health check")
     state = get("HealthCheckNodeState").upper()
     add("HealthCheckNodeState", "ANY" in state or "MIXED" in state and "ALLOC" in state,
-        "HealthCheckNodeState=ANY,CYCLE", "busy nodes must be checked too (CYCLE spreads the runs)", "warning")
+        "HealthCheckNodeState=ANY,CYCLE", "busy nodes are checked too; CYCLE spreads the runs", "warning")
     if role in ("node", "all"):
         add("TaskProlog", get("TaskProlog") == paths["task_prolog"], f"TaskProlog={paths['task_prolog']}",
             "per-node NCCL settings and staged datasets for every task")
+        plugins = [p.strip() for p in get("TaskPlugin").split(",") if p.strip()]
+        add("TaskPlugin", "task/cgroup" in plugins,
+            "TaskPlugin=" + ",".join([p for p in plugins if p != "task/none"] + ["task/cgroup"]
+                                     + ([] if any(p == "task/affinity" for p in plugins) else ["task/affinity"])),
+            "applies cgroup.conf's ConstrainDevices: a job opens only its own GPUs", "warning")
     if role in ("controller", "all"):
         add("EpilogSlurmctld", get("EpilogSlurmctld") == paths["epilog_slurmctld"],
             f"EpilogSlurmctld={paths['epilog_slurmctld']}",
-            "stores each job's GPU usage in AdminComment (read only when slurmctld starts: restart it)")
+            "each job's GPU usage into AdminComment; read only when slurmctld starts: restart it")
     add("PriorityType", get("PriorityType") == "priority/multifactor", "PriorityType=priority/multifactor",
-        "the accountant feeds priority through SiteFactor")
+        "the accountant's SiteFactor and fair share weigh in priority")
     try:
         weight = float(get("PriorityWeightFairshare") or 0)
     except ValueError:
         weight = 0
-    add("PriorityWeightFairshare", weight > 0, "PriorityWeightFairshare=10000", "fair share must weigh in priority")
+    add("PriorityWeightFairshare", weight > 0, "PriorityWeightFairshare=10000", "any weight > 0: fair share counts")
     tres = [t.strip().lower() for t in get("AccountingStorageTRES").split(",")]
     add("AccountingStorageTRES", "gres/gpu" in tres,
         "AccountingStorageTRES=" + ",".join([t for t in get("AccountingStorageTRES").split(",") if t.strip()]
                                             + ["gres/gpu"]),
-        "GPUs must be accounted (gres/gpu in AllocTRES)")
+        "add to your list: GPUs are accounted (gres/gpu in AllocTRES)")
     enforce = [e.strip().lower() for e in get("AccountingStorageEnforce").split(",")]
     add("AccountingStorageEnforce", "associations" in enforce and "limits" in enforce,
         "AccountingStorageEnforce=" + ",".join(dict.fromkeys([e for e in enforce if e] + ["associations", "limits"])),
-        "jobs need an association to be charged; `limits` charges a finished job's last partial PriorityCalcPeriod",
-        "warning")
+        "jobs need an association to be charged; limits: a job's last partial period is charged too", "warning")
     period = seconds(get("PriorityCalcPeriod"), 60)
-    add("PriorityCalcPeriod", period is not None and period <= 300, "PriorityCalcPeriod=1",
-        f"priorities are recomputed every {get('PriorityCalcPeriod')} (minutes): users see SiteFactor changes "
-        "that late", "warning")
+    add("PriorityCalcPeriod", period is not None and period <= 60, "PriorityCalcPeriod=1",
+        "minutes; the default 5 delays what users see in sprio by up to 5 min", "warning")
     return needs
 
 
@@ -239,14 +247,31 @@ def partition_needs(conf: SlurmConf, gpu_partitions: list[str]) -> list[Need]:
     parts = conf.partitions()
     for name in gpu_partitions:
         rec = parts.get(name)
-        if rec is None:
-            continue
-        weights = rec.get("TRESBillingWeights", "")
-        ok = "gres/gpu" in weights.lower()
-        out.append(Need(f"PartitionName={name} TRESBillingWeights", ok, weights or "(not set)",
-                        f'TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"',
-                        "without a GPU weight the accountant has nothing to weigh", "error"))
+        if rec is not None:
+            out.append(gpu_weight_need(name, rec.get("TRESBillingWeights", "")))
     return out
+
+
+def gpu_weight_need(partition: str, weights: str) -> Need:
+    return Need(f"PartitionName={partition} TRESBillingWeights", "gres/gpu" in weights.lower(),
+                weights or "(not set)", 'TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"',
+                "on each GPU partition: the GPU weight the accountant charges by", "error")
+
+
+def with_reason(line: str, why: str) -> str:
+    """A settings line as install prints it and README shows it: the line, then `# why` (Slurm's parsers
+    take `#` to the end of a line as a comment, in slurm.conf, cgroup.conf and gres.conf alike)."""
+    return f"{line:<46} # {why}"
+
+
+def recommended_block(paths: dict[str, str]) -> str:
+    """Every slurm.conf line stune's features need, each with its reason: what install prints against an
+    empty slurm.conf (both roles, a GPU partition). README's slurm.conf block is this text (a test compares)."""
+    needs = requirements(SlurmConf("slurm.conf", text=""), paths, "all")
+    lines = [with_reason(n.line, n.why) for n in needs]
+    weight = gpu_weight_need("...", "")
+    lines.append(with_reason(f"PartitionName=... {weight.line}", weight.why))
+    return "\n".join(lines) + "\n"
 
 
 def diff_against(path: str, text: str, needs: list[Need]) -> str:
@@ -266,21 +291,24 @@ def diff_against(path: str, text: str, needs: list[Need]) -> str:
         pattern = re.compile(rf"^\s*{re.escape(need.key)}\s*=", re.I)
         idx = next((i for i, l in enumerate(new) if pattern.match(l)), None)
         if idx is None:
-            appended.append(need.line + "\n")
+            appended.append(with_reason(need.line, need.why) + "\n")
         else:
-            new[idx] = need.line + "\n"
+            new[idx] = with_reason(need.line, need.why) + "\n"
     if appended:
         new += ["# stune (stune-admin install)\n"] + appended
     return "".join(difflib.unified_diff(lines, new, path, path + " (with stune)"))
 
 
 def _weigh_gpus(lines: list[str], partition: str) -> None:
-    """Add GRES/gpu to the partition line's TRESBillingWeights (or the whole attribute) in place."""
+    """Add GRES/gpu to the partition line's TRESBillingWeights (or the whole attribute) in place, with the
+    reason as the line's comment unless it has one."""
     pattern = re.compile(rf"^\s*PartitionName={re.escape(partition)}(\s|$)", re.I)
     for i, line in enumerate(lines):
         if not pattern.match(line):
             continue
         body, hash_, comment = line.rstrip("\n").partition("#")
+        if not hash_:
+            hash_, comment = "#", " " + gpu_weight_need(partition, "").why
         m = re.search(r'TRESBillingWeights=("?)([^"\s]*)\1', body, re.I)
         if m:
             weights = m.group(2) + ("," if m.group(2) else "") + "GRES/gpu=8.0"
