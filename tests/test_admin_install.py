@@ -331,3 +331,18 @@ def test_readmes_slurm_conf_block_is_what_install_prints():
     block = readme[start:readme.index("```\n", start)]
     assert block == recommended_block(DEFAULT_PATHS)
     assert "PriorityCalcPeriod=1 " in block and "TaskPlugin=task/cgroup" in block
+
+
+def test_dry_run_says_exactly_what_the_real_run_does(tmp_path, capsys):
+    """One line per folder, with the mode the real run gives it (the spool's parents 0755, not the spool's
+    2775), and the same files."""
+    rc, dry = run_admin(capsys, "install", "--prefix", str(tmp_path), "--dry-run", "--role", "all")
+    assert rc == 0
+    rc, real = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all")
+    assert rc == 0
+    would = [line.replace("would create: ", "", 1) for line in dry.splitlines() if line.startswith("would create: ")]
+    created = [line.replace("created: ", "", 1) for line in real.splitlines() if line.startswith("created: ")]
+    assert len(would) == len(set(would)) and sorted(would) == sorted(created)
+    assert f"{tmp_path}/var/spool/stune/ (0755)" in would
+    placed = sorted(line.split(": ", 1)[1] for line in real.splitlines() if line.startswith("placed: "))
+    assert sorted(line.split(": ", 1)[1] for line in dry.splitlines() if line.startswith("would be placed: ")) == placed

@@ -155,6 +155,7 @@ class Report:
     checked: int = 0
     out: list[str] = field(default_factory=list)
     manifest_dirty: bool = False   # the manifest learned something (a file already as stune would place it)
+    planned: set[str] = field(default_factory=set)  # directories a dry run would have created by now
 
     def say(self, line: str) -> None:
         self.out.append(line)
@@ -234,20 +235,21 @@ def make_dirs(report: Report, manifest: dict, path: str, mode: int, group: int |
     """Create `path` (and missing parents) root-owned with `mode`; remember what was created."""
     missing = []
     probe = path
-    while probe and not os.path.isdir(probe):
+    while probe and not os.path.isdir(probe) and probe not in report.planned:
         missing.append(probe)
         probe = os.path.dirname(probe)
     for d in reversed(missing):
         report.changed.append(d)
-        if report.dry_run:
-            report.say(f"would create: {d}/ ({mode:04o})")
+        final_mode = mode if d == path else 0o755  # parents: 0755 and root's group, as the real run makes them
+        if report.dry_run:  # the same line as the real run, once per directory
+            report.planned.add(d)
+            report.say(f"would create: {d}/ ({final_mode:04o})")
             continue
         os.mkdir(d, 0o755)
-        final = d == path
-        os.chown(d, 0 if os.geteuid() == 0 else -1, group if final and group is not None else -1)
-        os.chmod(d, mode if final else 0o755)
+        os.chown(d, 0 if os.geteuid() == 0 else -1, group if d == path and group is not None else -1)
+        os.chmod(d, final_mode)
         manifest["dirs"].append(d)
-        report.say(f"created: {d}/ ({(mode if final else 0o755):04o})")
+        report.say(f"created: {d}/ ({final_mode:04o})")
 
 
 def spool_group() -> tuple[int | None, int, str]:
