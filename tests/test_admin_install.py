@@ -346,3 +346,51 @@ def test_dry_run_says_exactly_what_the_real_run_does(tmp_path, capsys):
     assert f"{tmp_path}/var/spool/stune/ (0755)" in would
     placed = sorted(line.split(": ", 1)[1] for line in real.splitlines() if line.startswith("placed: "))
     assert sorted(line.split(": ", 1)[1] for line in dry.splitlines() if line.startswith("would be placed: ")) == placed
+
+
+def test_prefix_moves_the_accountants_ledger(tmp_path, capsys, monkeypatch):
+    """docs/admin.md: --prefix relocates every path, the accountant's ledger included (the env file says
+    where; its units read it). Without --prefix fairshare.yaml's accountant.state_dir is left to rule."""
+    from slurm_tune.admin.doctor import read_env_file
+    from slurm_tune.fairshare.accountant import ledger_path
+    from slurm_tune.usage.config import load_config
+
+    monkeypatch.delenv("STUNE_FAIRSHARE_STATE_DIR", raising=False)
+    monkeypatch.setenv("STUNE_FAIRSHARE_CONFIG", str(tmp_path / "fairshare.yaml"))
+    (tmp_path / "fairshare.yaml").write_text("accountant:\n  alpha: 1.0\n")
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path / "root"), "--role", "controller")
+    assert rc == 0, out
+    env = read_env_file(str(tmp_path / "root/etc/default/stune"))
+    assert env["STUNE_FAIRSHARE_STATE_DIR"] == f"{tmp_path}/root/var/lib/stune/fairshare"
+    assert (tmp_path / "root/var/lib/stune/fairshare").is_dir()
+    config = load_config()
+    assert ledger_path(config, env).startswith(f"{tmp_path}/root/var/lib/stune/fairshare/")
+    assert ledger_path(config, {}).startswith("/var/lib/stune/fairshare/")
+    from slurm_tune.admin.install import Layout, env_settings
+    assert "STUNE_FAIRSHARE_STATE_DIR" not in env_settings(Layout(), {})
+
+
+def test_slurm_conf_alone_puts_the_hooks_beside_it(tmp_path, capsys):
+    """--slurm-conf (Debian's /etc/slurm-llnl, say) without Prolog/Epilog globs: the preamble, the non-glob
+    hooks and prolog.d/epilog.d go beside it, and the printed lines name them there."""
+    from slurm_tune.admin.install import Layout
+
+    layout = Layout(prefix="/", slurm_conf="/etc/slurm-llnl/slurm.conf")
+    assert layout.slurm_etc == "/etc/slurm-llnl" and layout.prolog_dir == "/etc/slurm-llnl/prolog.d"
+    assert layout.hook_paths()["health_run"] == "/etc/slurm-llnl/stune-health-run"
+    assert Layout().slurm_etc == "/etc/slurm"
+    conf = tmp_path / "etc/slurm-llnl/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("ClusterName=x\n")
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--slurm-conf", str(conf), "--role", "all")
+    assert rc == 0, out
+    etc = conf.parent
+    for name in ("stune-hook-env.sh", "stune-health-run", "stune-task-prolog", "stune-usage-slurmctld",
+                 "prolog.d/20-stune-jobgpus", "epilog.d/20-stune-usage"):
+        assert (etc / name).is_file(), name
+    assert not (tmp_path / "etc/slurm").exists()
+    assert f'hook_env="{etc}/stune-hook-env.sh"' in (etc / "prolog.d/20-stune-jobgpus").read_text()
+    assert f"+HealthCheckProgram={etc}/stune-health-run " in out and f"+Prolog={etc}/prolog.d/* " in out
+    # a slurm.conf outside --prefix (the local cluster's) leaves everything under the prefix
+    other = Layout(prefix=str(tmp_path / "site"), slurm_conf=str(conf))
+    assert other.slurm_etc == f"{tmp_path}/site/etc/slurm"

@@ -310,7 +310,7 @@ class Doctor:
         except StuneError as exc:
             self.add(ERROR, "accountant", str(exc))
             return
-        path = ledger_path(config)
+        path = ledger_path(config, self.env)  # the env file's, as the accountant's unit reads it
         try:
             age = time.time() - os.stat(path).st_mtime
         except OSError:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import safeio
 from ..errors import StuneError
+from ..thisnode import uses_node
 from . import shipped
 from .slurmconf import SlurmConf, diff_against, gpu_partitions, partition_needs, requirements, with_reason
 
@@ -45,15 +46,20 @@ class Layout:
         return os.path.join(self.prefix, path.lstrip("/"))
 
     def __post_init__(self):
-        self.slurm_etc = self.p("etc/slurm")
-        self.slurm_conf = self.slurm_conf or self.p("etc/slurm/slurm.conf")
-        self.prolog_dir = self.prolog_dir or self.p("etc/slurm/prolog.d")
-        self.epilog_dir = self.epilog_dir or self.p("etc/slurm/epilog.d")
+        # Slurm's configuration directory: the hook preamble, the non-glob hooks and the default prolog.d and
+        # epilog.d go beside slurm.conf; a slurm.conf outside --prefix (the local cluster's) keeps them under it
+        conf = self.slurm_conf
+        inside = bool(conf) and os.path.commonpath([self.prefix, os.path.abspath(conf)]) == os.path.abspath(self.prefix)
+        self.slurm_etc = os.path.dirname(os.path.abspath(conf)) if inside else self.p("etc/slurm")
+        self.slurm_conf = conf or os.path.join(self.slurm_etc, "slurm.conf")
+        self.prolog_dir = self.prolog_dir or os.path.join(self.slurm_etc, "prolog.d")
+        self.epilog_dir = self.epilog_dir or os.path.join(self.slurm_etc, "epilog.d")
         self.unit_dir = self.p("etc/systemd/system")
         self.env_file = self.p("etc/default/stune")
         self.profiles = self.p("etc/stune/partitions")
         self.examples = self.p("etc/stune/examples")
         self.state_dir = self.p("var/lib/stune/health")
+        self.fairshare_dir = self.p("var/lib/stune/fairshare")  # the accountant's ledger
         self.usage_dir = self.p("var/lib/stune/usage")
         self.spool_dir = self.p("var/spool/stune/usage")
         self.log_dir = self.p("var/log/stune")
@@ -124,6 +130,8 @@ def env_settings(layout: Layout, extra: dict[str, str]) -> dict[str, str]:
                 "STUNE_STATE_DIR": layout.state_dir, "STUNE_USAGE_DIR": layout.usage_dir,
                 "STUNE_USAGE_SPOOL": layout.spool_dir,
                 "STUNE_USAGE_LOG": os.path.join(layout.log_dir, "usage-store.log")}
+    if layout.prefix != "/":  # the ledger moves too; without --prefix fairshare.yaml's accountant.state_dir rules
+        settings["STUNE_FAIRSHARE_STATE_DIR"] = layout.fairshare_dir
     settings.update(extra)
     return settings
 
@@ -280,8 +288,11 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
                 place_file(report, manifest, os.path.join(layout.examples, name), fh.read(), 0o644, force)
     make_dirs(report, manifest, layout.profiles, 0o755)
     # the directories the env file names (a --set moves them), except per-node ones (%n: the hooks make them)
-    for d in (settings["STUNE_STATE_DIR"], settings["STUNE_USAGE_DIR"], os.path.dirname(settings["STUNE_USAGE_LOG"])):
-        if "%n" not in d:
+    dirs = [settings["STUNE_STATE_DIR"], settings["STUNE_USAGE_DIR"], os.path.dirname(settings["STUNE_USAGE_LOG"])]
+    if shipped.CONTROLLER in roles and settings.get("STUNE_FAIRSHARE_STATE_DIR"):
+        dirs.append(settings["STUNE_FAIRSHARE_STATE_DIR"])
+    for d in dirs:
+        if not uses_node(d):
             make_dirs(report, manifest, d, 0o755)
     gid, mode, _ = spool_group()
     make_dirs(report, manifest, settings["STUNE_USAGE_SPOOL"], mode, gid)

@@ -140,8 +140,10 @@ def _sacct_time(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(epoch)))
 
 
-def ledger_path(config) -> str:
-    return os.path.join(config.accountant.state_dir, LEDGER_FILE)
+def ledger_path(config, environ=None) -> str:
+    from ..usage.config import accountant_state_dir
+
+    return os.path.join(accountant_state_dir(config, environ), LEDGER_FILE)
 
 
 def load_tree_file(path: str) -> tree_mod.AssocTree:

@@ -12,6 +12,7 @@ from ..schema import Bool, Duration, Float, Frozen, Int, Map, Nullable, Section,
 
 DEFAULT_PATH = "/etc/stune/fairshare.yaml"
 ENV_PATH = "STUNE_FAIRSHARE_CONFIG"
+ENV_STATE_DIR = "STUNE_FAIRSHARE_STATE_DIR"  # wins over accountant.state_dir (`stune-admin install --prefix` sets it)
 
 SCHEMA = Section({
     "accountant": Section({
@@ -109,3 +110,10 @@ def usage_dirs(config: FairshareConfig | None = None, node: str | None = None,
     if not expand:
         return local, spool
     return thisnode.expand(local, node), thisnode.expand(spool, node)
+
+
+def accountant_state_dir(config: FairshareConfig, environ=None) -> str:
+    """The accountant's ledger directory: $STUNE_FAIRSHARE_STATE_DIR (the env file of an install with
+    --prefix) wins over accountant.state_dir, as $STUNE_USAGE_DIR does over usage.local_dir."""
+    environ = os.environ if environ is None else environ
+    return environ.get(ENV_STATE_DIR) or config.accountant.state_dir
