@@ -114,3 +114,67 @@ def test_hardware_less_facts_come_from_per_node_snapshots_only(tmp_path):
     assert doc.node_facts("v1")["driver"] == "535.104.05"
     assert doc.node_facts("v1")["hca_fw"] == "?"     # no per-node sysfs tree: not guessed from this host
     assert doc.node_facts("v2") is None               # no snapshot for v2: said, not guessed
+
+
+class FakeCluster(FakeAccounting):
+    def __init__(self, partitions, nodes, rows=()):
+        super().__init__(list(rows))
+        self._partitions, self._nodes = partitions, nodes
+
+    def partitions(self):
+        return self._partitions
+
+    def nodes(self):
+        return self._nodes
+
+
+def test_gpu_count_0_skips_the_gres_comparison(tmp_path):
+    """The schema says `gpu.count: 0` skips GPU checks: a profile without a count on GPU nodes is not an
+    error (doctor exited 1 forever on a correct cluster); a wrong nonzero count still is."""
+    from types import SimpleNamespace
+
+    from slurm_tune.profiles import validate_directory
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "roce.yaml").write_text("partition: roce\nfabric:\n  type: tcp\n  socket_ifname: eth0\n")
+    (tmp_path / "p" / "hdr.yaml").write_text("partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\ngpu:\n  count: 8\n")
+    profiles = validate_directory(str(tmp_path / "p"))
+    assert profiles["roce"].gpu.count == 0
+    nodes = [node("r1", ["roce"], gres="gpu:4"), node("h1", ["hdr"], gres="gpu:4")]
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None,
+                        FakeCluster([SimpleNamespace(name="roce"), SimpleNamespace(name="hdr")], nodes))
+    doc.check_cluster(profiles)
+    found = {f.subject: f for f in doc.findings}
+    assert found["profile roce"].severity == "ok" and "GPU checks skipped" in found["profile roce"].message
+    assert found["profile hdr"].severity == "error" and "h1 has 4" in found["profile hdr"].message
+
+
+def unmeasured_rows(node_name: str):
+    from slurm_tune.usage import summary
+
+    text = summary.encode(summary.JobSummary(100.0, 0.0, 0.0, 0.0, None, 1, 1, 1,
+                                             (summary.GpuMeans(node_name, "0", None, None, None, None),)))
+    return [{"JobIDRaw": "12", "End": "1200", "NodeList": node_name, "AllocTRES": "gres/gpu=1",
+             "AdminComment": text}]
+
+
+def test_the_sampler_finding_names_records_in_a_directory_the_sampler_does_not_read(tmp_path):
+    """Job records in a literal %n directory (a prolog that does not expand %n): doctor names that, not
+    'enable the sampler', which was running."""
+    template = f"{tmp_path}/nodes/%n/usage"
+    (tmp_path / "nodes/%n/usage/jobs").mkdir(parents=True)
+    (tmp_path / "nodes/%n/usage/jobs/12").write_text("0\n")
+    (tmp_path / "nodes/n1/usage/jobs").mkdir(parents=True)
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(unmeasured_rows("n1")))
+    doc.env = {"STUNE_USAGE_DIR": template}
+    doc.check_sampler([node("n1", ["hdr"])])
+    (finding,) = doc.findings
+    assert finding.severity == "warning" and "not measuring on n1 (job 12)" in finding.message
+    assert f"{tmp_path}/nodes/%n/usage/jobs, a literal %n directory the sampler does not read" in finding.message
+    assert f"it reads {tmp_path}/nodes/n1/usage/jobs" in finding.message
+    assert "enable" not in finding.fix and "stune-admin install" in finding.fix
+    # nothing where the sampler of n1 reads, and no stray records: that is named too
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(unmeasured_rows("n2")))
+    doc.env = {"STUNE_USAGE_DIR": f"{tmp_path}/other/%n/usage"}
+    doc.check_sampler([node("n2", ["hdr"])])
+    assert f"{tmp_path}/other/n2/usage/jobs does not exist" in doc.findings[0].message

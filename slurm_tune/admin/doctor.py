@@ -217,10 +217,13 @@ class Doctor:
                          f"fix `partition:` in {profile.source}")
                 continue
             want = profile.gpu.count
+            if not want:  # the schema's "0 skips GPU checks": nothing to compare
+                self.add(OK, f"profile {name}", "partition exists; gpu.count 0: GPU checks skipped")
+                continue
             bad = []
             for node in (n for n in nodes if name in n.partitions):
                 have = gres_gpus(node.gres)
-                if want is not None and have != want:
+                if have != want:
                     bad.append(f"{node.name} has {have}")
             if bad:
                 self.add(ERROR, f"profile {name}", f"gpu.count is {want} but {', '.join(bad)} GPU(s) in GRES",
@@ -362,10 +365,15 @@ class Doctor:
             elif any(g.node == name and g.sm is not None for g in found.per_gpu):
                 sampled.append(name)
             else:
-                unsampled.append(f"{name} (job {row.get('JobIDRaw')})")
-        if unsampled:  # a warning: the accountant treats unmeasured GPU time by its coverage rule, no harm done
-            self.add(WARNING, "sampler", f"not sampling on {', '.join(unsampled)}: the last GPU job's usage summary "
-                     "has no measurement from there", "systemctl enable --now stune-gpu-sampler on those nodes")
+                unsampled.append((self.no_record_cause(name), f"{name} (job {row.get('JobIDRaw')})"))
+        # a warning: the accountant treats unmeasured GPU time by its coverage rule, no harm done
+        for cause, where in _group(unsampled).items():
+            if cause:
+                self.add(WARNING, "sampler", f"not measuring on {', '.join(where)}: {cause[0]}", cause[1])
+            else:
+                self.add(WARNING, "sampler", f"not sampling on {', '.join(where)}: the last GPU job's usage "
+                         "summary has no measurement from there", "systemctl is-active stune-gpu-sampler there, "
+                         f"then check that the prolog 20-stune-jobgpus records jobs in {self.usage_template()}/jobs")
         if unstored:
             self.add(WARNING, "sampler", f"no usage summary stored for the last GPU job on {', '.join(unstored)}: "
                      "cannot tell whether the sampler runs there", "check the node epilog 20-stune-usage and "
@@ -375,6 +383,36 @@ class Doctor:
                      "the sampler runs there", "systemctl is-active stune-gpu-sampler on those nodes")
         if sampled:
             self.add(OK, "sampler", f"measured the last GPU job on {', '.join(sampled)}")
+
+    def usage_template(self) -> str:
+        """STUNE_USAGE_DIR as the env file gives it to the hooks and the sampler (%n unexpanded)."""
+        from ..usage.config import SCHEMA
+
+        return self.env.get("STUNE_USAGE_DIR") or SCHEMA.complete({}, "", None)["usage"]["local_dir"]
+
+    def no_record_cause(self, node: str) -> tuple[str, str] | None:
+        """Why the sampler on `node` saw no job, where this host can see it: (cause, fix), or None. Job records
+        in a literal `%n` directory (a prolog that does not expand %n wrote them: the sampler reads the
+        expanded one); or no job directory where the sampler for `node` reads (nothing recorded a job there)."""
+        import socket
+
+        template = self.usage_template()
+        expanded = os.path.join(expand(template, node), "jobs")
+        literal = os.path.join(template, "jobs")
+        if uses_node(template) and os.path.isdir(literal):
+            records = sorted(os.listdir(literal))
+            if records:
+                return (f"job records ({len(records)}, e.g. job {records[-1]}) are in {literal}, a literal %n "
+                        f"directory the sampler does not read (it reads {expanded}): the prolog that wrote them "
+                        "does not expand %n",
+                        "rerun `stune-admin install` on the nodes (the current 20-stune-jobgpus expands %n), "
+                        f"then remove {literal}")
+        visible = uses_node(template) or node == socket.gethostname().split(".")[0]
+        if visible and not os.path.isdir(expanded):
+            return (f"{expanded} does not exist: no prolog recorded a job there and no sampler runs on it",
+                    "check PrologFlags=Alloc and that the Prolog glob reaches 20-stune-jobgpus; "
+                    "systemctl enable --now stune-gpu-sampler")
+        return None
 
     def matrix_table(self) -> str:
         if not self.matrix:
@@ -443,3 +481,11 @@ def as_json(doc: Doctor) -> str:
     return json_text({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
                       "errors": sum(f.severity == ERROR for f in doc.findings),
                       "warnings": sum(f.severity == WARNING for f in doc.findings)})
+
+
+def _group(items: list[tuple]) -> dict:
+    """[(key, name)] -> {key: [names]}, in first-seen order."""
+    out: dict = {}
+    for key, name in items:
+        out.setdefault(key, []).append(name)
+    return out
