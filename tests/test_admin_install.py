@@ -394,3 +394,28 @@ def test_slurm_conf_alone_puts_the_hooks_beside_it(tmp_path, capsys):
     # a slurm.conf outside --prefix (the local cluster's) leaves everything under the prefix
     other = Layout(prefix=str(tmp_path / "site"), slurm_conf=str(conf))
     assert other.slurm_etc == f"{tmp_path}/site/etc/slurm"
+
+
+def test_login_node_install_places_profiles_and_env_file_only(tmp_path, capsys, monkeypatch):
+    """`install --login`: what stune-sbatch needs on a submission host (the profile directory, with the
+    examples beside it, and the env file), nothing else; the profiles then read there."""
+    rc, out = run_admin(capsys, "install", "--login", "--prefix", str(tmp_path))
+    assert rc == 0, out
+    assert "login node (--login)" in out and f"into {tmp_path}/etc/stune/partitions" in out
+    assert "Slurm needs these lines" not in out and "units installed" not in out
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    examples = sorted(f"etc/stune/examples/{p.name}" for p in (REPO / "partitions").glob("*.yaml"))
+    assert files == sorted(["etc/default/stune", "var/lib/stune/install-manifest.json", *examples])
+    assert (tmp_path / "etc/stune/partitions").is_dir()
+    env = (tmp_path / "etc/default/stune").read_text()
+    assert f"STUNE_PARTITIONS={tmp_path}/etc/stune/partitions" in env and "STUNE_USAGE_SPOOL" not in env
+    shutil.copy(REPO / "partitions/hdr.yaml", tmp_path / "etc/stune/partitions/hdr.yaml")
+    monkeypatch.setenv("STUNE_PARTITIONS", str(tmp_path / "etc/stune/partitions"))
+    rc, out = run_admin(capsys, "check-profiles")
+    assert rc == 0 and "1 profile(s) OK" in out, out
+    rc, out = run_admin(capsys, "install", "--login", "--prefix", str(tmp_path))
+    assert rc == 0 and "nothing changed" in out
+    rc, out = run_admin(capsys, "install", "--login", "--enable", "--dry-run")
+    assert rc == 1 and "a login node runs no stune unit" in out
+    rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path))
+    assert rc == 0 and not (tmp_path / "etc/default/stune").exists()

@@ -31,6 +31,7 @@ MANIFEST_FORMAT = "stune-install/1"
 CONSTRAIN_WHY = "a job opens only the GPUs Slurm gave it (with TaskPlugin=task/cgroup)"
 GRES_WHY = "Slurm finds each node's GPUs (or name them: Name=gpu File=/dev/nvidia[0-3])"
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+LOGIN_SETTINGS = ("STUNE_BIN", "STUNE_PARTITIONS", "SLURM_CONF")  # a login node's env file (plus any --set)
 
 
 @dataclass
@@ -276,6 +277,9 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
     manifest = load_manifest(layout.manifest)
     root = shipped.share_root()
     settings = env_settings(layout, extra_env)
+    login = not roles & {shipped.NODE, shipped.CONTROLLER}  # a login node: profiles and env file, nothing else
+    if login:  # no hook or unit reads state, usage or spool there
+        settings = {k: v for k, v in settings.items() if k in LOGIN_SETTINGS or k in extra_env}
     for piece in shipped.PIECES:
         if not piece.needed_by(roles):
             continue
@@ -288,14 +292,16 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
                 place_file(report, manifest, os.path.join(layout.examples, name), fh.read(), 0o644, force)
     make_dirs(report, manifest, layout.profiles, 0o755)
     # the directories the env file names (a --set moves them), except per-node ones (%n: the hooks make them)
-    dirs = [settings["STUNE_STATE_DIR"], settings["STUNE_USAGE_DIR"], os.path.dirname(settings["STUNE_USAGE_LOG"])]
+    dirs = [] if login else [settings["STUNE_STATE_DIR"], settings["STUNE_USAGE_DIR"],
+                             os.path.dirname(settings["STUNE_USAGE_LOG"])]
     if shipped.CONTROLLER in roles and settings.get("STUNE_FAIRSHARE_STATE_DIR"):
         dirs.append(settings["STUNE_FAIRSHARE_STATE_DIR"])
     for d in dirs:
         if not uses_node(d):
             make_dirs(report, manifest, d, 0o755)
-    gid, mode, _ = spool_group()
-    make_dirs(report, manifest, settings["STUNE_USAGE_SPOOL"], mode, gid)
+    if not login:
+        gid, mode, _ = spool_group()
+        make_dirs(report, manifest, settings["STUNE_USAGE_SPOOL"], mode, gid)
     if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
         manifest["prefix"] = layout.prefix
         make_dirs(report, manifest, os.path.dirname(layout.manifest), 0o755)

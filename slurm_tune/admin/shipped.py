@@ -14,6 +14,7 @@ from ..errors import StuneError
 
 SHARE_NAME = "slurm-tune"
 NODE, CONTROLLER = "node", "controller"
+LOGIN = "login"       # a submission host: the profiles and the env file only (no piece below)
 EVERY_ROLE = "every"  # a piece both roles need
 HOOK_ENV = "hooks/stune-hook-env.sh"  # the shell hooks' shared preamble; they source it from ../ in the tree
 
@@ -31,7 +32,7 @@ class Piece:
     what: str
 
     def needed_by(self, roles: set[str]) -> bool:
-        return self.role == EVERY_ROLE or self.role in roles
+        return self.role in roles or (self.role == EVERY_ROLE and bool(roles & {NODE, CONTROLLER}))
 
 
 PIECES = (

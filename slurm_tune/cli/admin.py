@@ -99,7 +99,7 @@ def _roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
     """--role, else detected; when nothing is detected, install asks (a login node needs no install) and
     doctor (fallback_all) checks both parts."""
     from ..admin.install import detect_roles
-    from ..admin.shipped import CONTROLLER, NODE
+    from ..admin.shipped import CONTROLLER, LOGIN, NODE
     from ..errors import StuneError
 
     if args.role == "node":
@@ -108,12 +108,14 @@ def _roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
         return {CONTROLLER}, "controller part (--role controller)"
     if args.role == "all":
         return {NODE, CONTROLLER}, "node and controller parts (--role all)"
+    if args.role == LOGIN:
+        return {LOGIN}, "login node (--login): the profiles and the env file, nothing else"
     roles, why = detect_roles(conf)
     if roles:
         return roles, why
     if fallback_all:
         return {NODE, CONTROLLER}, f"{why}: checking both parts"
-    raise StuneError(f"{why}: pass --role node, controller or all (a login node needs only the pip install)")
+    raise StuneError(f"{why}: pass --role node, controller or all, or --login on a login node")
 
 
 def _install(args) -> int:
@@ -129,13 +131,20 @@ def _install(args) -> int:
         from ..errors import StuneError
         raise StuneError("--enable starts this host's units: only without --prefix")
     roles, why = _roles(args, conf)
+    if args.enable and args.role == "login":
+        from ..errors import StuneError
+        raise StuneError("--enable: a login node runs no stune unit")
     extra = dict(item.partition("=")[::2] for item in args.set or [])
     report = install(layout, roles, extra, args.dry_run, args.force)
     if args.verbose or report.changed or report.kept:
         print(f"{PROG} install: {why}")
     for line in report.out:
         print(line)
-    diffs = slurm_diffs(layout, conf, "all" if len(roles) > 1 else next(iter(roles)))
+    login = args.role == "login"
+    if login and (report.changed or args.verbose):
+        print(f"{PROG} install --login: put the profiles your nodes have into {layout.profiles} (the same files, "
+              "or mount one shared directory there): stune-sbatch plans each job by them")
+    diffs = "" if login else slurm_diffs(layout, conf, "all" if len(roles) > 1 else next(iter(roles)))
     if diffs and not (report.changed or report.kept or args.verbose):
         print(f"{PROG} install: Slurm's config still lacks stune's lines (`{PROG} install -v` shows them as diffs)")
     elif diffs:
@@ -147,7 +156,7 @@ def _install(args) -> int:
         print(f"{PROG} install --dry-run: nothing was written")
     if args.enable and not args.dry_run:
         _enable_units(roles)
-    elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
+    elif report.changed and not args.dry_run and not login and (layout.unit_dir.startswith("/etc/") or args.verbose):
         print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
               "stune-fairshare.timer on the accountant host (or rerun with --enable)")
     return EXIT_ATTENTION if report.kept else EXIT_OK
@@ -271,6 +280,9 @@ def _parser() -> argparse.ArgumentParser:
                                       "enabling them, and print the Slurm lines it needs as diffs. Exit 3 "
                                       "(EXIT_ATTENTION) when an edited file was kept.")
     _common(inst)
+    inst.add_argument("--login", dest="role", action="store_const", const="login",
+                      help="a login (submission) node: the profile directory, example profiles and the env "
+                           "file, nothing else (no hooks, units or state)")
     options.add(inst, "dry_run", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
     inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
