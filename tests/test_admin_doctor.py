@@ -3,6 +3,7 @@ version matrix, GRES counts, and a Slurm that does not answer."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from slurm_tune.admin import doctor
@@ -178,3 +179,48 @@ def test_the_sampler_finding_names_records_in_a_directory_the_sampler_does_not_r
     doc.env = {"STUNE_USAGE_DIR": f"{tmp_path}/other/%n/usage"}
     doc.check_sampler([node("n2", ["hdr"])])
     assert f"{tmp_path}/other/n2/usage/jobs does not exist" in doc.findings[0].message
+
+
+def test_the_cache_tier_is_checked_per_node_and_init_sets_it_up(tmp_path, monkeypatch):
+    """A profile's %n cache tier: doctor names each node where `stune-stage init` has not run; after the
+    shipped unit's command (`stune-stage init`, per node) it is set up there."""
+    import subprocess
+    import sys
+
+    from slurm_tune.profiles import validate_directory
+
+    monkeypatch.setenv("STUNE_PARTITIONS", str(tmp_path / "p"))
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "hdr.yaml").write_text(f"partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\n"
+                                             f"cache:\n  path: {tmp_path}/nodes/%n/cache\n")
+    for n in ("n1", "n2"):
+        (tmp_path / "nodes" / n).mkdir(parents=True)
+    profiles = validate_directory(str(tmp_path / "p"))
+    nodes = [node("n1", ["hdr"]), node("n2", ["hdr"])]
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None)
+    doc.check_cache_tiers(profiles, nodes)
+    (finding,) = doc.findings
+    assert finding.severity == "warning" and finding.subject == "cache tier hdr"
+    assert "not set up on n1 (" in finding.message and "n2 (" in finding.message
+    assert "stune-stage-init" in finding.fix
+    stage = [str(Path(sys.executable).parent / "stune-stage")]
+    env = {**os.environ, "SLURMD_NODENAME": "n1"}
+    assert subprocess.run(stage + ["init"], env=env, capture_output=True, timeout=120).returncode == 0
+    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None)
+    doc.check_cache_tiers(profiles, nodes)
+    lines = [f.line() for f in doc.findings]
+    assert any(l.startswith("warning cache tier hdr: not set up on n2 (") for l in lines), lines
+    assert any(l.startswith("ok      cache tier hdr: set up on n1") for l in lines), lines
+
+
+def test_stage_init_with_no_tier_configured_is_nothing_to_do(tmp_path, monkeypatch):
+    """stune-stage-init.service runs on every node at boot: no profile with cache.path is not a failure."""
+    import subprocess
+    import sys
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "hdr.yaml").write_text("partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\n")
+    env = {**os.environ, "STUNE_PARTITIONS": str(tmp_path / "p"), "SLURMD_NODENAME": "n1"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "stune-stage"), "init"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "no cache tier to set up" in proc.stdout

@@ -232,6 +232,39 @@ class Doctor:
                 self.add(OK, f"profile {name}", f"partition exists; GRES GPU count {want} on every node")
         return [by_name[n] for n in sorted(by_name)]
 
+    def check_cache_tiers(self, profiles, nodes) -> None:
+        """The cache tier's per-node set-up (`stune-stage init`, stune-stage-init.service at boot), per node of
+        each partition whose profile sets cache.path, wherever this host can see that node's tier: a %n path
+        (the nodes share this machine) or this host's own. Without it jobs read from their sources."""
+        import socket
+
+        from ..stage.errors import TierUnavailable
+        from ..stage.tier import Tier, TierConfig
+
+        here = socket.gethostname().split(".")[0]
+        for name, profile in sorted(profiles.items()):
+            if not profile.cache.path:
+                continue
+            members = [n.name for n in nodes if name in n.partitions]
+            seen = [n for n in members if uses_node(profile.cache.path) or n == here]
+            bad, good = [], []
+            for node in seen:
+                try:
+                    with Tier(TierConfig.from_profile(profile, node)) as tier:
+                        os.close(tier.ledger_fd())
+                    good.append(node)
+                except TierUnavailable as exc:
+                    bad.append(f"{node} ({exc})")
+            if bad:
+                self.add(WARNING, f"cache tier {name}", f"not set up on {', '.join(bad)}: jobs there read from "
+                         "their sources", "`stune-stage init` as root on those nodes, at every boot: systemctl "
+                         "enable --now stune-stage-init (stune-admin install --enable does it)")
+            if good:
+                self.add(OK, f"cache tier {name}", f"set up on {', '.join(good)}")
+            if len(seen) < len(members):
+                self.add(OK, f"cache tier {name}", f"node-local on {len(members) - len(seen)} other node(s), not "
+                         "visible here: stune-stage-init.service sets it up at boot; `stune-stage status` there")
+
     # ---- node facts ------------------------------------------------------------------------------------
     def node_facts(self, node: str) -> dict[str, str] | None:
         snap = None
@@ -469,6 +502,7 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
     nodes = doc.check_cluster(profiles)
     if nodes:
         doc.check_nodes(nodes)
+        doc.check_cache_tiers(profiles, nodes)
         doc.check_sampler(nodes)
     if shipped.CONTROLLER in roles:
         doc.check_accountant()

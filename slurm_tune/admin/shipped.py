@@ -54,6 +54,8 @@ PIECES = (
           "the opt-in idle-GPU policy (GPU nodes)"),
     Piece("contrib/systemd/stune-idle-policy.timer", "unit_dir", "stune-idle-policy.timer", 0o644, NODE,
           "the idle-GPU policy's 5-minute timer"),
+    Piece("contrib/systemd/stune-stage-init.service", "unit_dir", "stune-stage-init.service", 0o644, NODE,
+          "the cache tier's per-node set-up at boot (stune-stage init)"),
     Piece("epilog/stune-usage-slurmctld", "slurm_etc", "stune-usage-slurmctld", 0o755, CONTROLLER,
           "EpilogSlurmctld"),
     Piece("contrib/systemd/stune-fairshare.service", "unit_dir", "stune-fairshare.service", 0o644, CONTROLLER,

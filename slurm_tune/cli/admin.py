@@ -158,7 +158,8 @@ def _install(args) -> int:
         _enable_units(roles)
     elif report.changed and not args.dry_run and not login and (layout.unit_dir.startswith("/etc/") or args.verbose):
         print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
-              "stune-fairshare.timer on the accountant host (or rerun with --enable)")
+              "stune-stage-init on nodes with a cache tier, stune-fairshare.timer on the accountant host "
+              "(or rerun with --enable)")
     return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
@@ -174,7 +175,8 @@ def _enable_units(roles: set[str]) -> None:
     systemctl = shutil.which("systemctl")
     if systemctl is None:
         raise StuneError("--enable: systemctl not found (no systemd here); start the units your own way")
-    units = (["stune-gpu-sampler.service", "stune-idle-policy.timer"] if NODE in roles else []) + \
+    units = (["stune-gpu-sampler.service", "stune-idle-policy.timer", "stune-stage-init.service"]
+             if NODE in roles else []) + \
         (["stune-fairshare.timer"] if CONTROLLER in roles else [])
     for argv in ([systemctl, "daemon-reload"], [systemctl, "enable", "--now", *units]):
         try:
@@ -286,7 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     options.add(inst, "dry_run", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
     inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
-                                                           "(the sampler and the idle-policy timer on a node, "
+                                                           "(the sampler, the idle-policy timer and the cache "
+                                                           "tier's set-up on a node, "
                                                            "the accountant's timer on the controller); only "
                                                            "with --prefix /")
     inst.add_argument("--set", action="append", metavar="NAME=VALUE",

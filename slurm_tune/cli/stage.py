@@ -301,8 +301,12 @@ def cmd_release(args) -> int:
 
 
 def cmd_init(args) -> int:
-    from ..stage.admin import init
+    from ..stage.admin import init, tiers_for
 
+    if not (args.partition or args.path) and not tiers_for(None, _node(args)):
+        # every node runs this at boot (stune-stage-init.service): no tier configured is nothing to do
+        print(f"{PROG}: no profile sets cache.path: no cache tier to set up on this node")
+        return EXIT_OK
     for label, config in _tiers(args):
         for line in init(config) or [f"{config.root}: already set up"]:
             print(line)
