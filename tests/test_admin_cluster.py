@@ -31,6 +31,10 @@ def site(cluster, tmp_path):
     profiles = tmp_path / "partitions"
     profiles.mkdir()
     shutil.copy(REPO / "partitions/vpc.yaml", profiles / "vpc.yaml")
+    # gpu.count 0 skips GPU checks (the schema): not an error on roce's 4-GPU nodes
+    roce = (REPO / "partitions/roce.yaml").read_text()
+    assert "  count: 8\n  model: H100 80GB HBM3\n" in roce
+    (profiles / "roce.yaml").write_text(roce.replace("  count: 8\n  model: H100 80GB HBM3\n", "  count: 0\n"))
     env_text = cluster.env_file.read_text().replace(f"STUNE_PARTITIONS={cluster.profiles_dir}",
                                                     f"STUNE_PARTITIONS={profiles}")
     env_file = tmp_path / "stune.env"
@@ -89,6 +93,8 @@ def test_doctor_runs_clean_then_names_each_break(site):
     rc, findings, err = doctor(site)
     assert rc == 0 and errors(findings) == [], errors(findings) or err
     assert any(f["subject"] == "partition vpc" and f["severity"] == "ok" for f in findings)
+    assert any(f["subject"] == "profile roce" and f["severity"] == "ok" and "GPU checks skipped" in f["message"]
+               for f in findings), findings
 
     conf = site["conf"]
     good = conf.read_text()
