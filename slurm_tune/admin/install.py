@@ -117,8 +117,8 @@ def env_file_text(layout: Layout, settings: dict[str, str]) -> str:
     lines = ["# The one environment file every stune hook, the TaskProlog and the units read (Slurm gives hooks",
              "# an empty environment). Written by `stune-admin install` from what it detected; edit freely: a",
              "# later install shows the difference and keeps your edits unless --force. Keep it root-owned, 0644.",
-             "# %n in STUNE_SYSFS_ROOT, STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR is the node name (hardware-less mode:",
-             "# docs/admin.md)."]
+             "# %n in STUNE_SYSFS_ROOT, STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR, STUNE_USAGE_DIR is the node name",
+             "# (hardware-less mode: docs/admin.md)."]
     lines += [f"{k}={_quote(v)}" for k, v in settings.items()]
     if "STUNE_HEALTH_PARTITION" not in settings:
         lines.append("# STUNE_HEALTH_PARTITION=hdr   # the profile this node is judged by (default: its first partition)")
