@@ -36,7 +36,7 @@ def test_the_hook_preamble_expands_percent_n_as_thisnode_does():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.text(alphabet="%n/a. ", max_size=12), min_size=1, max_size=20))
+@given(st.lists(st.text(alphabet="%n/a. *?[\\", max_size=12), min_size=1, max_size=20))
 def test_the_hook_preamble_and_thisnode_agree_on_any_path(texts):
     assert sh_expand(texts, "n7") == [thisnode.expand(t, "n7") for t in texts]
 
