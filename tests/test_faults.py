@@ -346,3 +346,25 @@ def test_the_cache_tier_ledger_on_a_full_disk(full_disk):
     _one_line_naming(info.value, row)
     assert row.read_bytes() == before
     _no_temporaries(root / ".ledger")
+
+
+@pytest.mark.cluster
+def test_stune_sbatch_on_a_full_disk_submits_and_warns_in_one_line(full_disk, slurm):
+    """The issue's case on the real cluster: the history cannot take the record. The job is submitted (rc 0,
+    its id printed), the user is told in one line naming the file, and the history holds no torn record."""
+    path = full_disk.path / "history.jsonl"
+    env = dict(os.environ, STUNE_HISTORY=str(path))
+    job = ["--parsable", "-H", "-o", "/dev/null", "-J", "faults", "-p", "roce", "--wrap", "true"]
+    first = subprocess.run([str(BIN / "stune-sbatch"), *job], capture_output=True, text=True, env=env)
+    assert first.returncode == 0 and path.exists(), first.stderr
+    before = path.read_bytes()
+    full_disk.fill()
+    try:
+        proc = subprocess.run([str(BIN / "stune-sbatch"), *job], capture_output=True, text=True,
+                              env=dict(env, BIG_SETTING="y" * 8000))  # a record longer than the page left
+    finally:
+        slurm.run(["scancel", "-n", "faults"], check=False)
+    assert proc.returncode == 0 and proc.stdout.strip().isdigit(), proc.stderr
+    assert proc.stderr == ("stune-sbatch: warning: job submitted, but the history was not written: "
+                           f"{path}: cannot write: No space left on device\n")
+    assert path.read_bytes() == before
