@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 from .. import safeio
-from ..errors import CorruptFileError, FileWriteError, StuneError
+from ..errors import CorruptFileError, StuneError
 from ..readback import AMOUNT_MAX, EPOCH_MAX, number, optional
 
 FORMAT = "stune-fairshare-ledger/1"

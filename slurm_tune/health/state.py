@@ -83,7 +83,7 @@ def read(directory: str) -> tuple[dict, str | None]:
 
 
 COUNTER_MAX = float(1 << 64)  # an error counter is a 64-bit number
-# (section, field, low, high, integer): the numbers the state holds, each checked by readback's rule
+# the times the state holds (section, field); bad_number checks them and the counters by readback's rule
 _TIMES = (("last", "at"), ("hook_fail", "at"), ("applied", "synced_at"), ("applied", "retry_at"),
           ("breaker", "at"))
 
