@@ -18,6 +18,22 @@ class ConfigError(StuneError):
         super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
 
 
+class CorruptFileError(ConfigError):
+    """A file stune wrote and reads back (a ledger, a state file, a history) holds what stune never writes: a
+    number that is not finite or out of range, a wrong type. Names the file and the key; the file is kept."""
+
+
+class FileWriteError(StuneError, OSError):
+    """A file could not be written whole (a full disk, a quota, a read-only filesystem): one line naming the
+    file. An OSError too (errno, strerror, filename), so code that catches OSError around a write still does."""
+
+    def __init__(self, path: str, exc: OSError):
+        OSError.__init__(self, exc.errno, exc.strerror or str(exc), str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write: {self.strerror}"
+
+
 class UnsafePathError(StuneError):
     """A path root was asked to use is not safe: wrong type, owner, link count or permissions (trust.py's
     rules, enforced by safeio)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .errors import StuneError, UnsafePathError  # UnsafePathError: safeio's callers catch it from here too
+from .errors import FileWriteError, StuneError, UnsafePathError  # safeio's callers catch these from here too
 from .trust import O_READ, open_regular, opened_problem
 # safeio's readers and loaders: the rules' own functions, one home in trust.py
 from .trust import read_bounded, require_trusted, trusted_stat_or_raise  # noqa: F401
@@ -116,7 +116,9 @@ def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int
     """Write `data` to a fresh, exclusively created temporary beside `path` and rename it over `path`:
     readers see the old file or the new one, and a name planted in advance is never written through.
     With `owner` (root writing on a user's behalf), the temporary root just created is handed to that
-    uid before the rename: root never chowns a file it did not create itself."""
+    uid before the rename: root never chowns a file it did not create itself.
+    Any failure (a full disk, a quota) leaves the old file as it was, removes the temporary and raises
+    FileWriteError (an OSError too) naming `path`: one line, never a bare "No space left on device"."""
     if isinstance(data, str):
         data = data.encode()
     head, tail = os.path.split(path)
@@ -127,6 +129,8 @@ def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int
             break
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise FileWriteError(_where(path, dir_fd), exc) from None
     else:  # pragma: no cover - 100 collisions of 32 random bits
         raise FileExistsError(path)
     try:
@@ -143,12 +147,39 @@ def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int
         finally:
             os.close(fd)
         os.rename(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
+        if isinstance(exc, OSError) and not isinstance(exc, FileWriteError):
+            raise FileWriteError(_where(path, dir_fd), exc) from None
         raise
+
+
+def append_whole(fd: int, data: bytes, where: str) -> None:
+    """Append `data` (whole records, each ending in a newline) to the O_APPEND file open as `fd`: all of it or
+    none of it. Under an flock on the file, so appenders queue (one record never lands inside another, even
+    in pieces) and a short write (a full disk) is cut back off: the file ends where it ended before, and
+    FileWriteError names `where`. A last line torn by an earlier crash is ended first (when `fd` is also open
+    for reading), so ours stays whole."""
+    lock_fd(fd)
+    size = os.fstat(fd).st_size
+    try:
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+    except OSError:  # opened write-only: the tail cannot be looked at
+        pass
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]  # a short write on a full disk: the next one says ENOSPC
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            pass
+        raise FileWriteError(where, exc) from None
 
 
 def read_small(name: str, dir_fd: int | None = None, limit: int = 65536, *, owner: int | None = None,

@@ -511,3 +511,114 @@ def pwd_uid(user: str) -> int:
     import pwd
 
     return pwd.getpwnam(user).pw_uid
+
+
+# ---- faults lose nothing (#28) -------------------------------------------------------------------------------
+
+def test_a_poisoned_ledger_changes_no_site_factor(world, slurm, shared_tmp):
+    """A ledger holding NaN, inf, -1e300, 1e308 or "abc" is refused in one line naming the file and the key
+    (exit 1): the file is kept and no pending job's SiteFactor moves (sprio, as Slurm has it)."""
+    world.write_config()
+    ledger = world.state / "ledger.json"
+    slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
+    try:
+        pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
+        jobs = [submit_as(slurm, "stune-alice", "physics", pend, "true"),
+                submit_as(slurm, "stune-bob", "biology", pend, "true")]
+        wait_until("pending jobs in sprio", lambda: set(jobs) <= {r.job_id for r in slurm.sprio()})
+        world.stune("apply")  # a sound ledger to poison
+        sound = json.loads(ledger.read_text())
+        for job in jobs:  # a value no apply sets here: any SiteFactor apply wrote would show
+            slurm.run(["scontrol", "update", f"JobId={job}", "SiteFactor=77"])
+        wait_until("SiteFactor 77 in sprio", lambda: all(r.site == 77 for r in slurm.sprio() if r.job_id in jobs))
+        for bad in (float("nan"), float("inf"), -1e300, 1e308, "abc"):
+            doc = dict(sound, usage={**sound["usage"], "physics|stune-alice": [bad, 1.0]})
+            ledger.write_text(json.dumps(doc))
+            before = ledger.read_bytes()
+            proc = world.stune("apply", check=False)
+            assert proc.returncode == 1, (bad, proc.stderr)
+            assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+                f"stune-fairshare: {ledger}: usage.physics|stune-alice[0]: "), proc.stderr
+            assert ledger.read_bytes() == before
+            assert {r.job_id: r.site for r in slurm.sprio() if r.job_id in jobs} == {j: 77 for j in jobs}, bad
+    finally:
+        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
+        cancel_everything(slurm)
+        (world.state / "ledger.json").unlink(missing_ok=True)
+
+
+def _stop_slurmdbd(cluster) -> None:
+    import signal
+
+    from stune_dev.devcluster import port_open
+
+    pid = int(cluster.layout.pidfile("slurmdbd").read_text().split()[0])
+    os.kill(pid, signal.SIGTERM)
+    wait_until("slurmdbd to stop", lambda: not os.path.exists(f"/proc/{pid}")
+               and not port_open(cluster.layout.dbd_port), timeout=60)
+
+
+def _start_slurmdbd(cluster) -> None:
+    """Start it again; a second try when the first start is judged too early (its pidfile read mid-fork)."""
+    from stune_dev.devcluster import ClusterError, port_open
+
+    try:
+        cluster.start_slurmdbd()
+    except ClusterError:
+        time.sleep(2)
+        if not port_open(cluster.layout.dbd_port):
+            cluster.start_slurmdbd()
+
+
+def test_after_a_slurmdbd_outage_collect_leaves_no_spool_for_complete_jobs(world, slurm, shared_tmp, cluster):
+    """slurmdbd stops while three GPU jobs (one of them on two nodes) finish: EpilogSlurmctld cannot store
+    them, but it recorded each job's node list first. Once slurmdbd is back, `collect` stores each whole
+    (k/k nodes) and removes its spool directory at once. A 2-node job whose second node never reported, with
+    no node list recorded, is stored as partial (1/2), never as complete, and its directory is kept."""
+    for node, sm in (("n1", 80), ("n2", 40), ("n3", 20)):
+        write_snapshot(world.snapshots[node], sm, gpus=4, power=200.0)
+    args = ["--gres=gpu:1", f"--chdir={shared_tmp}"]
+    jobs = {submit_as(slurm, "stune-alice", "physics", ["-w", "n1", *args], "sleep 15"): 1,
+            submit_as(slurm, "stune-bob", "biology", ["-w", "n2", *args], "sleep 15"): 1,
+            submit_as(slurm, "stune-alice", "physics", ["-N2", "-w", "n[2-3]", *args], "sleep 15"): 2}
+    for job in jobs:
+        wait_for_state(slurm, job, ("RUNNING", "COMPLETED"), timeout=60)
+    log_start = world.store_log.stat().st_size if world.store_log.exists() else 0
+    _stop_slurmdbd(cluster)
+    try:
+        ids = {str(j) for j in jobs}  # sacct cannot answer now: slurmctld's queue says when they are done
+        wait_until("the jobs to finish", lambda: not ids & set(
+            slurm.run(["squeue", "-h", "-o", "%i"], check=False).split()), timeout=90, interval=0.5)
+
+        def failed_stores() -> int:
+            with open(world.store_log, "rb") as fh:
+                fh.seek(log_start)
+                return fh.read().decode(errors="replace").count("sacctmgr failed")
+
+        wait_until("EpilogSlurmctld's three failed stores", lambda: failed_stores() >= len(jobs), timeout=90)
+        for job, n in jobs.items():
+            marker = json.loads((world.spool / str(job) / "stored").read_text())
+            assert len(marker["expected"]) == n and marker["stored"] == []  # recorded before the failed store
+    finally:
+        _start_slurmdbd(cluster)
+    wait_until("the jobs in slurmdbd", lambda: len(slurm.sacct(["JobIDRaw"], job_ids=[str(j) for j in jobs]))
+               >= len(jobs), timeout=120, interval=1)
+    out = world.stune("collect", "--min-age", "0").stdout
+    for job, n in jobs.items():
+        assert f"job {job}: stored ({n}/{n} nodes); removed" in out, out
+        assert not (world.spool / str(job)).exists()
+        stored = wait_summary(slurm, job)
+        assert (stored.nodes_reported, stored.nodes_expected) == (n, n)
+
+    # the 2-node job again, as if n3 had never reported and no EpilogSlurmctld had run
+    two = next(job for job, n in jobs.items() if n == 2)
+    late = world.spool / str(two)
+    late.mkdir()
+    doc = {"v": 1, "job": str(two), "node": "n2", "start": 0, "end": 100, "gpus": [
+        {"id": 0, "acc": {**{k: 0.0 for k in summary.ACC_FIELDS}, "sm_dt": 100.0, "sm_sum": 50.0}}]}
+    (late / "n2.json").write_text(json.dumps(doc))
+    out = world.stune("collect", "--min-age", "0").stdout
+    assert out.strip() == f"job {two}: stored partial (1 node(s))", out
+    partial = summary.parse(admin_comment(slurm, two))
+    assert (partial.nodes_reported, partial.nodes_expected) == (1, 2)
+    assert late.exists() and json.loads((late / "stored").read_text())["expected"] == ["n2", "n3"]

@@ -12,10 +12,13 @@ import os
 import time
 
 from .. import fastjson, safeio
+from ..errors import CorruptFileError
+from ..readback import EPOCH_MAX, number, problem
 
 DEFAULT_DIR = "/var/lib/stune/active"
 MAX_FILE_BYTES = 256 << 20
 FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "hca_fw", "kernel")
+VALUE_MAX = 1e15  # a measured value (GB/s, ms, TFLOP/s): anything bigger is garbage
 
 
 def store_dir(text: str | None = None, environ=None) -> str:
@@ -36,18 +39,21 @@ def partition_dir(store: str, partition: str) -> str:
 
 
 def append(store: str, partition: str, results: list[dict]) -> None:
-    """Append results (one partition) to their month's file: O_APPEND, one write per line, so concurrent
-    sweeps interleave whole lines."""
+    """Append results (one partition) to their month's file, all of them or none (safeio.append_whole):
+    FileWriteError naming the file when the disk is full."""
     directory = partition_dir(store, partition)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     by_month: dict[str, list[str]] = {}
     for r in results:
         by_month.setdefault(_month(r["at"]), []).append(fastjson.dumps(r) + "\n")
     for month, lines in by_month.items():
-        fd = safeio.open_append(os.path.join(directory, f"{month}.jsonl"), create_mode=0o644)
+        path = os.path.join(directory, f"{month}.jsonl")
         try:
-            for line in lines:
-                os.write(fd, line.encode())
+            fd = safeio.open_append(path, create_mode=0o644)
+        except OSError as exc:
+            raise safeio.FileWriteError(path, exc) from None
+        try:  # whole lines or nothing (a full disk cuts nothing in half): concurrent sweeps never interleave
+            safeio.append_whole(fd, "".join(lines).encode(), path)
         finally:
             os.close(fd)
 
@@ -100,13 +106,14 @@ def load(store: str, partition: str, since: float = 0.0, until: float | None = N
 
 
 def valid(r) -> bool:
+    """A result stune could have written: its time and value finite and in range (readback's rule)."""
     if not isinstance(r, dict):
         return False
-    if type(r.get("at")) not in (int, float) or not isinstance(r.get("check"), str) or \
+    if problem(r.get("at"), 0, EPOCH_MAX) or not isinstance(r.get("check"), str) or \
             not isinstance(r.get("subject"), str) or r.get("status") not in ("ok", "fail", "unknown", "unavailable"):
         return False
     v = r.get("value")
-    if v is not None and (type(v) not in (int, float) or v != v or v < 0):
+    if v is not None and problem(v, 0, VALUE_MAX):
         return False
     fp = r.get("fingerprint")
     return isinstance(fp, dict) and all(isinstance(fp.get(k, ""), str) for k in FINGERPRINT_KEYS)
@@ -125,12 +132,30 @@ class SweepLock(safeio.LockFile):
                          holder="sweep of this partition")
 
 
+MARK_TIMES = ("at", "synced_at", "retry_at")
+
+
 def read_state(store: str) -> dict:
+    """The marks the sweeps made ({} when there is no state yet). A state file that is not JSON, or holds a
+    time stune never writes (NaN, inf, out of range), is refused with CorruptFileError naming the file and
+    the key, and kept: marks are what the next sweep clears or keeps, never guessed."""
+    path = os.path.join(store, "state.json")
     try:
-        data = fastjson.load_file(os.path.join(store, "state.json"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        data = fastjson.load_file(path)
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CorruptFileError(path, None, "", f"unreadable: {getattr(exc, 'strerror', None) or exc} (the file "
+                                               "is kept; move it away to start over)") from None
+    if not isinstance(data, dict):
+        raise CorruptFileError(path, None, "", "not a stune sweep state (the file is kept; move it away to "
+                                               "start over)")
+    marks = data.get("marks")
+    for node, mark in (marks.items() if isinstance(marks, dict) else ()):
+        for key in MARK_TIMES:
+            if isinstance(mark, dict) and mark.get(key) is not None:
+                number(mark[key], path, f"marks.{node}.{key}", 0, EPOCH_MAX)
+    return data
 
 
 def write_state(store: str, state: dict) -> None:

@@ -38,6 +38,14 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _history_load(historyview):
+    """The history, and one line on stderr when lines of it were skipped (torn or garbled)."""
+    entries = historyview.load()
+    if entries.warning():
+        print(f"{PROG}: warning: {entries.warning()}", file=sys.stderr)
+    return entries
+
+
 def _history(argv: list[str]) -> int:
     from ..output import print_json
     from ..sbatch import historyview
@@ -52,7 +60,7 @@ def _history(argv: list[str]) -> int:
     if args.words[:1] == ["diff"]:
         if len(args.words) != 3 or args.last is not None:
             parser.error("usage: history diff A B (job ids, or -1 for the latest run)")
-        entries = historyview.load()
+        entries = _history_load(historyview)
         a, b = historyview.find(entries, args.words[1]), historyview.find(entries, args.words[2])
         lines = historyview.diff(a, b)
         if args.json:
@@ -63,7 +71,7 @@ def _history(argv: list[str]) -> int:
         return EXIT_OK
     if args.words:
         parser.error(f"unknown words {' '.join(args.words)!r} (history [-n N] [--json] | history diff A B)")
-    entries = historyview.load()
+    entries = _history_load(historyview)
     if args.json:
         print_json(entries[-args.last:] if args.last else entries)
         return EXIT_OK

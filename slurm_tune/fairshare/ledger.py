@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass, field
 
 from .. import safeio
-from ..errors import StuneError
+from ..errors import CorruptFileError, StuneError
+from ..readback import AMOUNT_MAX, EPOCH_MAX, number, optional
 
 FORMAT = "stune-fairshare-ledger/1"
 
@@ -45,9 +46,33 @@ class Ledger:
                               f"(move it away to start over)") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise LedgerError(f"{path}: not a stune fair-share ledger (expected format {FORMAT})")
-        usage = {tuple(k.split("|", 1)): [float(v[0]), float(v[1])] for k, v in doc.get("usage", {}).items()}
-        return cls(watermark=doc.get("watermark"), as_of=doc.get("as_of"), half_life_s=doc.get("half_life_s"),
-                   usage=usage, settled={k: int(v) for k, v in doc.get("settled", {}).items()}, path=path)
+        try:
+            return cls._checked(doc, path)
+        except CorruptFileError as exc:  # acting on garbage would set wrong priorities on every pending job
+            raise LedgerError(f"{exc} (the ledger is kept and nothing was changed; move it away to start "
+                              f"over)") from None
+
+    @classmethod
+    def _checked(cls, doc: dict, path: str) -> "Ledger":
+        """Every value as save() writes it: times and usage finite and in range (readback's rule)."""
+        def mapping(key: str) -> dict:
+            value = doc.get(key, {})
+            if not isinstance(value, dict):
+                raise CorruptFileError(path, None, key, "is not a mapping")
+            return value
+
+        usage = {}
+        for k, v in mapping("usage").items():
+            if "|" not in k or not isinstance(v, list) or len(v) != 2:
+                raise CorruptFileError(path, None, f"usage.{k}", "is not an account|user: [slurm, stune] pair")
+            usage[tuple(k.split("|", 1))] = [float(number(x, path, f"usage.{k}[{i}]", 0.0, AMOUNT_MAX))
+                                             for i, x in enumerate(v)]
+        settled = {k: number(v, path, f"settled.{k}", -1, EPOCH_MAX, integer=True)
+                   for k, v in mapping("settled").items()}
+        return cls(watermark=optional(doc.get("watermark"), path, "watermark", -EPOCH_MAX, EPOCH_MAX, integer=True),
+                   as_of=optional(doc.get("as_of"), path, "as_of", 0, EPOCH_MAX, integer=True),
+                   half_life_s=optional(doc.get("half_life_s"), path, "half_life_s", 0.0, EPOCH_MAX),
+                   usage=usage, settled=settled, path=path)
 
     def save(self, path: str | None = None) -> None:
         path = path or self.path

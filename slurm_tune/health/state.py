@@ -17,7 +17,9 @@ rewritten under an flock so the prolog, the epilog and the periodic run never lo
 - `unknown_runs`: unknown findings of the periodic run and how many runs in a row each has been unknown
   (`health.unknown_degrade_after` of them mark the node degraded).
 
-A missing, unreadable or garbled state file starts over (baselines are re-taken): it never stops a hook.
+A missing, unreadable or garbled state file, or one holding a number stune never writes (NaN, inf, out of
+range: slurm_tune.readback's rule), starts over (baselines are re-taken), said in one line naming the file
+and the key; the bad file is kept as `state.json.bad`. It never stops a hook.
 """
 from __future__ import annotations
 
@@ -74,7 +76,42 @@ def read(directory: str) -> tuple[dict, str | None]:
     for key, kind in (("baselines", dict), ("xid_sticky", list), ("trusted", list)):
         if not isinstance(data.get(key), kind):
             data[key] = kind()
+    why = bad_number(data)
+    if why:  # a NaN baseline or an infinite retry time would be acted on: garbage, like a garbled file
+        return empty(), f"{path}: {why}, starting over"
     return data, None
+
+
+COUNTER_MAX = float(1 << 64)  # an error counter is a 64-bit number
+# the times the state holds (section, field); bad_number checks them and the counters by readback's rule
+_TIMES = (("last", "at"), ("hook_fail", "at"), ("applied", "synced_at"), ("applied", "retry_at"),
+          ("breaker", "at"))
+
+
+def bad_number(data: dict) -> str | None:
+    """'key: problem' for the first number in the state that stune could not have written (not finite, out
+    of range, not a number), else None."""
+    from ..readback import EPOCH_MAX, problem
+
+    for section, key in _TIMES:
+        value = data.get(section)
+        if isinstance(value, dict) and value.get(key) is not None:
+            why = problem(value[key], 0, EPOCH_MAX)
+            if why:
+                return f"{section}.{key}: {why}"
+    for port, counters in data["baselines"].items():
+        for name, value in (counters.items() if isinstance(counters, dict) else ()):
+            why = problem(value, 0, COUNTER_MAX, integer=True)
+            if why:
+                return f"baselines.{port}.{name}: {why}"
+    checks = [("xid_seq", data.get("xid_seq"), 1 << 62)] if data.get("xid_seq") is not None else []
+    runs = data.get("unknown_runs")
+    checks += [(f"unknown_runs.{k}", v, 1 << 30) for k, v in (runs.items() if isinstance(runs, dict) else ())]
+    for key, value, high in checks:
+        why = problem(value, 0, high, integer=True)
+        if why:
+            return f"{key}: {why}"
+    return None
 
 
 class Locked(LockFile):
@@ -92,10 +129,22 @@ class Locked(LockFile):
         super().__enter__()
         try:
             self.state, self.problem = read(self.directory)
+            if self.problem:
+                self.problem = self._keep_bad()
         except BaseException:
             super().__exit__()
             raise
         return self
+
+    def _keep_bad(self) -> str:
+        """A state that starts over keeps the bad file beside it (state.json.bad, the latest one) for a person
+        to look at: starting over never destroys what was there."""
+        path = os.path.join(self.directory, STATE_FILE)
+        try:
+            os.replace(path, path + ".bad")
+        except OSError:
+            return self.problem or ""
+        return f"{self.problem} (the old file is kept as {path}.bad)"
 
     def save(self) -> None:
         write_json(os.path.join(self.directory, STATE_FILE), self.state)  # atomic, like the node's other outputs

@@ -74,20 +74,26 @@ def recorded_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def record(entry: dict, environ=None) -> str:
-    """Append one submission to the user's history; returns the file. Raises OSError."""
+    """Append one submission to the user's history, whole or not at all (safeio.append_whole: a full disk
+    leaves no torn record); returns the file. Raises OSError (FileWriteError, naming the file, when the
+    record could not be written)."""
     path = history_path(environ)
     line = (fastjson.dumps(dict(entry, v=FORMAT)) + "\n").encode()  # ASCII: odd bytes become \udcXX escapes
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o600)
-    except FileNotFoundError:  # the first submission: its directory is made then, not checked at every one
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        fd = os.open(path, flags, 0o600)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # the first submission: its directory is made then, not checked at every one
+            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        from ..errors import FileWriteError
+
+        raise FileWriteError(path, exc) from None
     try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash: end it, keep ours whole
-            line = b"\n" + line
-        os.write(fd, line)  # one write on an O_APPEND file: concurrent submissions do not interleave
+        from ..safeio import append_whole
+
+        append_whole(fd, line, path)
     finally:
         os.close(fd)
     return path

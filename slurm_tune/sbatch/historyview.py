@@ -12,28 +12,54 @@ class HistoryError(StuneError):
     """The history cannot be read, or a run named in `history diff` is not in it."""
 
 
-def load(environ=None) -> list[dict]:
+class History(list):
+    """The history's records, oldest first; `skipped` holds (line, why) of each line that was not one
+    (torn by a crash or a full disk, or holding a number stune never writes), `path` the file."""
+
+    def __init__(self, path: str, entries=(), skipped=()):
+        super().__init__(entries)
+        self.path, self.skipped = path, list(skipped)
+
+    def warning(self) -> str | None:
+        """One line about the skipped lines, or None when there were none."""
+        if not self.skipped:
+            return None
+        line, why = self.skipped[0]
+        n = len(self.skipped)
+        return f"{self.path}: skipped {n} unreadable line{'s' if n != 1 else ''} (first: line {line}, {why})"
+
+
+def load(environ=None) -> History:
     import json
+
+    from ..readback import EPOCH_MAX, problem
 
     path = history_path(environ)
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             lines = fh.readlines()
     except FileNotFoundError:
-        return []
+        return History(path)
     except OSError as exc:
         raise HistoryError(f"{path}: cannot read the history: {exc.strerror}") from None
-    out = []
+    out = History(path)
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             entry = json.loads(line)
-        except ValueError:
-            continue  # a torn line from a crash: skip it, keep the rest
-        if isinstance(entry, dict):
-            entry["_line"] = lineno
-            out.append(entry)
+        except (ValueError, RecursionError):
+            out.skipped.append((lineno, "torn: not a whole record"))  # a crash or a full disk: keep the rest
+            continue
+        if not isinstance(entry, dict):
+            out.skipped.append((lineno, "not a record"))
+            continue
+        why = problem(entry["time"], 0, EPOCH_MAX) if entry.get("time") is not None else None
+        if why:
+            out.skipped.append((lineno, f"time: {why}"))
+            continue
+        entry["_line"] = lineno
+        out.append(entry)
     return out
 
 

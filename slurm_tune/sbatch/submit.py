@@ -294,4 +294,4 @@ def _record(submitted: dict, argv, words, plan, eff, environ, script_label, text
     try:
         history.record(entry, environ)
     except OSError as exc:  # the job is submitted; a history that cannot be written must not hide that
-        warn(f"warning: job submitted, but the history was not written: {exc.strerror or exc}")
+        warn(f"warning: job submitted, but the history was not written: {exc}")  # names the file

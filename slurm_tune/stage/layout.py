@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from .. import safeio
+from ..readback import parse
 
 LEDGER = ".ledger"
 QUARANTINE = ".quarantine"      # bad namespaces moved aside by root (root-only, for the admin to inspect)
@@ -31,6 +32,7 @@ NS_SUBDIRS = (ENTRIES, TMP, LOCKS, HOLDS)
 _HEX = frozenset("0123456789abcdef")
 
 
+STAMP_NUMBERS = (("bytes", True), ("files", True), ("published", False))  # (key, integer) in a stamp
 Entry = namedtuple("Entry", "name key gen")
 LedgerRow = namedtuple("LedgerRow", "uid entry bytes state last_use")
 
@@ -39,10 +41,10 @@ def parse_row(text: str, limit: int) -> tuple[int, str] | None:
     """(bytes, state) of a ledger row "<bytes> ready|pending <pid>", or None for garbage: a size that is
     not plain digits, has more than ROW_MAX_DIGITS of them, or exceeds `limit` (the tier's filesystem)."""
     fields = text.split()
-    if not fields or not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > ROW_MAX_DIGITS:
+    if not fields or len(fields[0]) > ROW_MAX_DIGITS:
         return None
-    nbytes = int(fields[0])
-    if nbytes > limit:
+    nbytes = parse(fields[0], 0, limit, integer=True)
+    if nbytes is None:
         return None
     state = " ".join(fields[1:3]) if len(fields) > 1 else "ready"
     if state != "ready" and not state.startswith("pending"):

@@ -6,10 +6,11 @@ import os
 import stat
 
 from .. import safeio
+from ..readback import COUNT_MAX, EPOCH_MAX, parse
 from ..safeio import UnsafePathError, lstat_at, rmtree_at
 from .dirfd import allocated_bytes, open_dir, read_text
 from .errors import TierUnavailable
-from .layout import DATA, ENTRIES, HOLDS, LOCKS, STAMP, TMP, Entry, check_job_id, generation, parse_entry_name
+from .layout import DATA, ENTRIES, HOLDS, LOCKS, STAMP, STAMP_NUMBERS, TMP, Entry, check_job_id, generation, parse_entry_name
 
 
 class Namespace:
@@ -101,6 +102,9 @@ class Namespace:
             k, sep, v = line.partition("=")
             if sep:
                 out[k] = v
+        for key, integer in STAMP_NUMBERS:  # a size or time stune never writes: not a sound entry
+            if key in out and parse(out[key], 0, COUNT_MAX if integer else EPOCH_MAX, integer=integer) is None:
+                return None
         return out if out.get("complete") == "1" else None
 
     def entry_path(self, entry: str, export: str = DATA) -> str:

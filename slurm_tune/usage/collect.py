@@ -6,6 +6,12 @@ A job whose spool directory never appears is asked about once in slurmdbd (sacct
 means nothing to store. Whatever is late is picked up by `sweep` (`stune-fairshare collect`, run by the
 accountant host's timer), which re-stores a job when more nodes have reported and removes finished
 directories.
+
+Partial means partial: the job's expected node list is written to its spool directory (the `stored`
+marker) before the first attempt to store it, so a store that fails (slurmdbd down) leaves `sweep` knowing
+which nodes make the job complete. A directory without that list (no EpilogSlurmctld ran) gets it from
+slurmdbd (sacct NodeList) before anything is stored: a node that never reports is never counted as the
+job's last one (`nodes=k/k`).
 """
 from __future__ import annotations
 
@@ -24,6 +30,23 @@ def job_gpus(slurm, job_id: str) -> float:
         if row["JobIDRaw"] == str(job_id):
             return tres_count(row["AllocTRES"], "gres/gpu")
     return -1.0  # not in the database (yet)
+
+
+def job_nodes(slurm, job_id: str) -> list[str] | None:
+    """The nodes a job ran on, as slurmdbd recorded them; None when it does not know the job (yet)."""
+    for row in slurm.sacct(["JobIDRaw", "NodeList"], job_ids=[job_id]):
+        if row["JobIDRaw"] == str(job_id):
+            nodes = row["NodeList"].strip()
+            return expand_hostlist(nodes) if nodes and nodes != "None assigned" else None
+    return None
+
+
+def _expected(marker) -> list[str] | None:
+    """The node list a marker recorded, when it is one (a list of names)."""
+    expected = (marker or {}).get("expected") if isinstance(marker, dict) else None
+    if isinstance(expected, list) and expected and all(isinstance(n, str) and n for n in expected):
+        return expected
+    return None
 
 
 def _store(slurm, job_id: str, summaries: list[dict], expected: list[str] | None) -> summary.JobSummary:
@@ -58,6 +81,10 @@ def store_job(slurm, spool_dir: str, job_id: str, nodes_expr: str | None, wait_s
         if os.path.isdir(job_dir) or expected:
             _remember(job_dir, [], expected)
         return f"no node summary within {wait_s:g}s; `stune-fairshare collect` will store it when it arrives"
+    if expected is not None:
+        # before the first store attempt, which fails while slurmdbd is down: `collect` then knows which nodes
+        # make the job complete, stores it whole and removes its directory at once
+        _remember(job_dir, [], expected)
     merged = _store(slurm, job_id, summaries, expected)
     if expected is not None and present >= set(expected):
         spool.remove_job_dir(job_dir)
@@ -98,7 +125,7 @@ def sweep(slurm, spool_dir: str, min_age_s: float = 60.0, max_age_s: float = 864
         if age < min_age_s:
             continue
         summaries, marker = spool.read_job_dir(job_dir)
-        expected = (marker or {}).get("expected")
+        expected = _expected(marker)
         present = sorted({s["node"] for s in summaries})
         expired = age > max_age_s
         if not summaries:
@@ -106,7 +133,19 @@ def sweep(slurm, spool_dir: str, min_age_s: float = 60.0, max_age_s: float = 864
                 spool.remove_job_dir(job_dir)
                 yield name, "expired without any node summary; removed"
             continue
-        complete = expected is not None and set(present) >= set(expected)
+        if expected is None:  # no EpilogSlurmctld said which nodes the job ran on: slurmdbd knows
+            try:
+                expected = job_nodes(slurm, name)
+            except SlurmError as exc:
+                yield name, f"not stored: its node list is unknown: {exc}"
+                continue
+            if expected is None:
+                if expired:
+                    spool.remove_job_dir(job_dir)
+                    yield name, "expired, its node list unknown to slurmdbd; removed"
+                continue
+            _remember(job_dir, (marker or {}).get("stored") or [], expected)
+        complete = set(present) >= set(expected)
         if marker is not None and marker.get("stored") == present and not complete:
             if expired:
                 spool.remove_job_dir(job_dir)
