@@ -2,6 +2,7 @@
 built from published captures for nccl-tests, perftest, nvbandwidth and dcgmi), and their garbage behaviour."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -205,17 +206,32 @@ def test_numeric_consistency_agree_differ_and_unavailable():
     assert r.status == P.FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
     assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == P.UNKNOWN
     gone = P.numeric("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python\n")
-    assert gone.status == P.UNKNOWN and "install PyTorch or CuPy" in gone.detail
+    assert gone.status == P.UNAVAILABLE and "install PyTorch or CuPy" in gone.detail  # a missing tool
+    blind = P.numeric("stune-numeric unknown: PyTorch sees no CUDA GPU\n")  # installed, no GPU: the node's
+    assert blind.status == P.UNKNOWN and "PyTorch sees no CUDA GPU" in blind.detail
 
 
-def test_numeric_agent_without_torch_is_unknown_never_fail():
+def test_numeric_agent_without_torch_or_cupy_is_not_available_never_fail(tmp_path):
+    """This Python has neither (a `python` that hides them stands in where they are installed): the run
+    is stored as `unavailable`, which the sweep summarizes as "not available", like a missing tool."""
     import json
     import os
+    import sys
 
     from slurm_tune.active import agent
 
+    python = sys.executable
+    if any(importlib.util.find_spec(m) for m in ("torch", "cupy")):
+        hide = tmp_path / "hide"
+        hide.mkdir()
+        for m in ("torch", "cupy"):
+            (hide / f"{m}.py").write_text("raise ImportError('hidden')\n")
+        python = tmp_path / "python"
+        python.write_text(f"#!/bin/sh\nPYTHONPATH={hide} exec {sys.executable} \"$@\"\n")
+        python.chmod(0o755)
     lines = []
-    agent.run_spec({"check": "numeric", "subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 60},
-                   lines.append, dict(os.environ))
+    agent.run_spec({"check": "numeric", "subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 60,
+                    "tools": {"python": str(python)}}, lines.append, dict(os.environ))
     (r,) = [json.loads(x[len(agent.MARK):]) for x in lines]
-    assert r["status"] in ("unknown", "ok") and r["value"] is None
+    assert r["status"] == "unavailable" and r["value"] is None, r
+    assert "neither PyTorch nor CuPy" in r["detail"] and "install PyTorch or CuPy" in r["detail"]

@@ -1,8 +1,8 @@
 """Parsers for the benchmark tools' real output formats. One function per tool: bytes or text in, a Reading out.
 
 A Reading is `ok` with a number, `fail` when the tool itself reports a wrong result (nccl-tests' #wrong or
-out-of-bounds count, a dcgmi diag Fail), or `unknown` with the reason: an error message, a truncated run, a
-format nobody recognises. Garbage never becomes a number: numbers are accepted only in the tool's own
+out-of-bounds count, a dcgmi diag Fail), `unavailable` when what the tool needs is not installed (as for a
+missing tool), or `unknown` with the reason: an error message, a truncated run, a format nobody recognises. Garbage never becomes a number: numbers are accepted only in the tool's own
 notation (digits, one decimal point), finite and below a sanity bound, and only from a complete output
 (its closing line seen), so a run cut by the time limit is unknown, not slow.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-OK, FAIL, UNKNOWN = "ok", "fail", "unknown"
+OK, FAIL, UNKNOWN, UNAVAILABLE = "ok", "fail", "unknown", "unavailable"
 MAX_VALUE = 1e7  # no link or disk reaches 10 PB/s; anything above is a misread
 _NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?\Z")
 _EXP_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?(?:[eE][-+]?[0-9]{1,3})?\Z")
@@ -37,6 +37,11 @@ def fail(detail: str, value=None, unit: str = "", **extra) -> Reading:
 
 def unknown(detail: str, **extra) -> Reading:
     return Reading(UNKNOWN, None, "", detail, extra)
+
+
+def unavailable(detail: str, **extra) -> Reading:
+    """The tool (or what it needs) is not installed: summarized as "not available", never marks a node."""
+    return Reading(UNAVAILABLE, None, "", detail, extra)
 
 
 def text_of(output) -> str:
@@ -419,18 +424,23 @@ def numeric(output) -> Reading:
     """Every GPU's digest of the same seeded matmul: a GPU whose digest differs from the majority fails. The
     closing `done N` line must match the device lines; fewer than two devices cannot be compared (unknown)."""
     lines = complete_lines(output)
-    devices, done, why = {}, None, None
+    devices, done, why, missing = {}, None, None, None
     for line in lines:
         fields = line.split()
         if line.startswith("stune-numeric unavailable:"):
+            missing = line.partition(":")[2].strip()[:160]
+        elif line.startswith("stune-numeric unknown:"):
             why = line.partition(":")[2].strip()[:160]
         elif len(fields) >= 5 and fields[0] == "device" and fields[1].isdigit() and fields[-2] == "sha256" and \
                 len(fields[-1]) == 64 and all(c in "0123456789abcdef" for c in fields[-1]):
             devices[int(fields[1])] = (" ".join(fields[2:-2])[:60], fields[-1])
         elif len(fields) == 3 and fields[:2] == ["stune-numeric", "done"] and fields[2].isdigit():
             done = int(fields[2])
+    if missing:
+        return unavailable(f"{missing}: install PyTorch or CuPy for the Python running stune (or set "
+                           "active.tools.python to one that has them)")
     if why:
-        return unknown(f"numeric check not run: {why} (install PyTorch or CuPy for the agent's Python)")
+        return unknown(f"numeric check not run: {why}")
     if done is None or done != len(devices):
         return unknown("truncated numeric-consistency output")
     if len(devices) < 2:
