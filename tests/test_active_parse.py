@@ -131,6 +131,44 @@ def test_dcgmi_pass_fail_and_error():
     assert err.status == P.UNKNOWN and "Host engine" in err.detail
 
 
+def test_dcgmi_keeps_the_error_row_and_joins_rows_cut_mid_word():
+    """DCGM 3.x (the published 3.1.8 capture's layout): an `Error` row under the failing test, its text cut
+    into 45-character pieces in the middle of words ("disab|led", "currently |  disabled")."""
+    r = P.dcgmi_diag(fixture("dcgmi-diag-r1-error-wrapped.txt"))
+    assert r.status == P.FAIL and r.extra["failed"] == ["Persistence Mode"]
+    assert r.detail.startswith("dcgmi diag Persistence Mode: Persistence mode for GPU 0 is currently disabled. "
+                               "The DCGM diagnostic requires peristence mode to be enabled. Enable persistence "
+                               "mode by running"), r.detail
+
+
+def _dcgm_table(test: str, label: str, message: str) -> str:
+    """A dcgmi diag table with `message` under a failing `test`, cut the way DCGM 3.x cuts it."""
+    pieces = [message[i:i + 45] for i in range(0, len(message), 45)]
+    rows = [f"| {label if i == 0 else '':<25} | {piece:<45}  |" for i, piece in enumerate(pieces)]
+    return "\n".join(["+---------------------------+------------------------------------------------+",
+                      f"| {'Diagnostic':<25} | {'Result':<46} |",
+                      "+===========================+================================================+",
+                      f"| {test:<25} | {'Fail':<46} |", *rows,
+                      f"| {'Inforom':<25} | {'Pass':<46} |",
+                      "+---------------------------+------------------------------------------------+", ""])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyzGPU0123456789.,<>-", min_size=1, max_size=14),
+                min_size=1, max_size=25), st.sampled_from(["Error", "Warning", "Info"]))
+def test_dcgmi_message_cut_anywhere_comes_back_whole(words, label):
+    message = " ".join(words)
+    r = P.dcgmi_diag(_dcgm_table("Persistence Mode", label, message))
+    assert r.status == P.FAIL and r.detail == f"dcgmi diag Persistence Mode: {message[:160]}"
+
+
+def test_dcgmi_failure_words_are_never_split():
+    message = ("Persistence mode check failed on GPU 2: the GPU did not respond; check DCGM and system logs "
+               "for errors")
+    r = P.dcgmi_diag(_dcgm_table("Persistence Mode", "Error", message))
+    assert r.detail == f"dcgmi diag Persistence Mode: {message}"
+
+
 def test_dcgmi_truncated_table_is_unknown():
     text = fixture("dcgmi-diag-r2-pass.txt").decode().rstrip().rsplit("\n", 1)[0]
     assert P.dcgmi_diag(text).status == P.UNKNOWN

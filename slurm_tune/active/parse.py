@@ -366,12 +366,30 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
 
 # ---- dcgmi diag ------------------------------------------------------------------------------------------
 _DCGM_SECTIONS = ("Metadata", "Deployment", "Integration", "Hardware", "Stress")
-_DCGM_NOTES = ("Warning", "Info")
+_DCGM_NOTES = ("Error", "Warning", "Info")
+
+
+def _dcgm_unwrap(cells: list[str]) -> str:
+    """One value DCGM spread over rows, from the raw cells (between the bars, unstripped). DCGM 3.x cuts a
+    long value into fixed pieces, 45 characters in a 48-wide cell (a space, the piece, two spaces of padding),
+    in the middle of words and keeping spaces at a piece's ends ("...disab" + "led.", "currently " +
+    " disabled"): those pieces are joined as they are. Older DCGM wrapped at words (a row ends anywhere
+    short of the padding): those rows are joined with a space."""
+    width = len(cells[0])
+    pieces = cells[:-1]
+    cut = len(cells) > 1 and all(len(c) == width and c.startswith(" ") and c.endswith("  ") and
+                                 len(c.rstrip()) >= width - 4 for c in pieces)
+    if cut:
+        text = "".join(c[1:width - 2] for c in pieces) + cells[-1][1:]
+    else:
+        text = " ".join(c.strip() for c in cells)
+    return " ".join(text.split())
 
 
 def dcgmi_diag(output) -> Reading:
     """dcgmi diag's table (DCGM 2.x to 4.x): any test whose result starts with Fail fails, with the test and
-    its warning; all Pass/Skip is ok. The table must be complete (closing border after the rows)."""
+    what DCGM said about it (its Error, Warning and Info rows, each unwrapped); all Pass/Skip is ok. The table
+    must be complete (closing border after the rows)."""
     lines = complete_lines(output)
     tests, last, closed, extra = [], None, False, {}
     for line in lines:
@@ -384,10 +402,10 @@ def dcgmi_diag(output) -> Reading:
             continue
         if stripped.startswith("|-----"):  # a section border
             continue
-        cells = [c.strip() for c in stripped[1:-1].split("|")]
-        if len(cells) != 2:
+        raw = stripped[1:-1].split("|")
+        if len(raw) != 2:
             continue
-        name, result = cells
+        name, result = raw[0].strip(), raw[1].strip()
         closed = False
         if name in ("Diagnostic",) and result == "Result":
             continue
@@ -396,14 +414,18 @@ def dcgmi_diag(output) -> Reading:
             continue
         if name in ("DCGM Version", "GPU Device IDs Detected", "Number of GPUs") or name.endswith("Detected"):
             continue
-        if not name or name in _DCGM_NOTES or name.startswith(tuple(n + ":" for n in _DCGM_NOTES)):
+        if name in _DCGM_NOTES or name.startswith(tuple(n + ":" for n in _DCGM_NOTES)):
+            if last is not None:
+                last[2].append([raw[1]])  # a note of its own: Error / Warning: GPU 3 / Info
+            continue
+        if not name:
             if last is not None and result:
-                last[2].append(result)
+                last[2][-1].append(raw[1])  # a continuation of the test's result or of its latest note
             continue
         word = result.split(" ", 1)[0].split("-", 1)[0].strip().lower()
         if word not in ("pass", "fail", "skip", "warn", "skipped"):
             continue
-        last = (name, word, [result])
+        last = (name, word, [[raw[1]]])
         tests.append(last)
     if not tests:
         error = _first_error(lines, ("Error", "error", "Unable", "not found", "Failed"))
@@ -412,8 +434,9 @@ def dcgmi_diag(output) -> Reading:
         return unknown("truncated dcgmi diag output (table not closed)", **extra)
     failed = [t for t in tests if t[1] == "fail"]
     if failed:
-        name, _, notes = failed[0]
-        why = " ".join(n for n in notes[1:] if n)[:160] or notes[0][:160]
+        name, _, parts = failed[0]
+        notes = [_dcgm_unwrap(p) for p in parts]
+        why = "; ".join(n for n in notes[1:] if n)[:160] or notes[0][:160]
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return fail(f"dcgmi diag {name}: {why}{more}", **extra, failed=[t[0] for t in failed])
     return Reading(OK, None, "", f"dcgmi diag: {len(tests)} tests pass or skip", dict(extra, tests=len(tests)))
