@@ -81,9 +81,9 @@ def test_checks_says_a_configured_tool_is_here_only_if_it_can_run(tmp_path):
     not_exec.write_text("#!/bin/sh\n")
     (tmp_path / "dir").mkdir()
     with open(profiles / "hdr.yaml", "a") as fh:
-        fh.write(f"active:\n  checks:\n    ib_write_bw: {{}}\n    iperf3: {{}}\n    dcgm_diag: {{}}\n    nvbandwidth: {{}}\n"
-                 f"  tools:\n    ib_write_bw: {runnable}\n    iperf3: {not_exec}\n    dcgmi: {tmp_path}/nosuch/dcgmi\n"
-                 f"    nvbandwidth: {tmp_path}/dir\n")
+        fh.write("active:\n  checks:\n    ib_write_bw: {}\n    iperf3: {}\n    dcgm_diag: {}\n    nvbandwidth: {}\n"
+                 f"  tools:\n    ib_write_bw: {runnable}\n    iperf3: {not_exec}\n"
+                 f"    dcgmi: {tmp_path}/nosuch/dcgmi\n    nvbandwidth: {tmp_path}/dir\n")
     out = sweep_cli("checks", "-p", "hdr", env={"STUNE_PARTITIONS": str(profiles),
                                                  "STUNE_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr

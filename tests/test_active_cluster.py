@@ -246,7 +246,8 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
     assert iperf[0]["subject"] == "n1+n2" and iperf[0]["unit"] == "Gb/s"
     assert {r["subject"] for r in disk} == {"n1", "n2"} and all(r["status"] == "ok" for r in disk), disk
     # a missing tool: said once, with what to install, and no node is marked for it
-    assert any(line.startswith("dcgm_diag: not available on 2 node(s) (n1,n2): dcgmi not found: install DCGM")
+    assert any(line.startswith("dcgm_diag: not available on 2 node(s) (n1,n2): /nonexistent/dcgmi "
+                               "(active.tools.dcgmi) is not an executable file: install DCGM")
                for line in rig.log), rig.log
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set and not slurm.node(n).drain for n in NODES)
 

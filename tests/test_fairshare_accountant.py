@@ -273,7 +273,8 @@ def test_site_factor_min_is_kept_by_choosing_the_line_within_it(monkeypatch, tmp
     instead: bob stays strictly below alice, and nobody's SiteFactor needed the clamp."""
     slurm_f = {"carol": 0.8, "stune-alice": 0.9, "stune-bob": 0.9}
     stune_f = {"carol": 1.0, "stune-alice": 0.45, "stune-bob": 0.2}
-    final = _final_priorities(monkeypatch, tmp_path, slurm_f, stune_f, "site_factor:\n  min: -6000\n  deadband: 0\n")
+    final = _final_priorities(monkeypatch, tmp_path, slurm_f, stune_f,
+                              "site_factor:\n  min: -6000\n  deadband: 0\n")
     assert final["carol"] > final["stune-alice"] > final["stune-bob"] >= 1, final
     assert all(final[u] - 10000 * slurm_f[u] >= -6000 for u in final)
     # the same factors with the default floor: the full-width line, bob far below

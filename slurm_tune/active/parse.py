@@ -2,9 +2,10 @@
 
 A Reading is `ok` with a number, `fail` when the tool itself reports a wrong result (nccl-tests' #wrong or
 out-of-bounds count, a dcgmi diag Fail), `unavailable` when what the tool needs is not installed (as for a
-missing tool), or `unknown` with the reason: an error message, a truncated run, a format nobody recognises. Garbage never becomes a number: numbers are accepted only in the tool's own
-notation (digits, one decimal point), finite and below a sanity bound, and only from a complete output
-(its closing line seen), so a run cut by the time limit is unknown, not slow.
+missing tool), or `unknown` with the reason: an error message, a truncated run, a format nobody recognises.
+Garbage never becomes a number: numbers are accepted only in the tool's own notation (digits, one decimal
+point), finite and below a sanity bound, and only from a complete output (its closing line seen), so a run cut
+by the time limit is unknown, not slow.
 
 Units: bandwidths come out in GB/s (1e9 bytes/s) for GPUs and disks, Gb/s (1e9 bits/s) for networks, as the
 tools print them.
