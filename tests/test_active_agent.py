@@ -29,6 +29,16 @@ def test_missing_tool_is_unavailable_with_what_to_install():
     assert r["status"] == "unavailable" and "datacenter-gpu-manager" in r["detail"] and r["value"] is None
 
 
+def test_a_configured_tool_that_cannot_run_is_unavailable_and_says_which_setting(tmp_path):
+    """A directory, or a file without execute permission, at active.tools.<tool>: unavailable, naming it."""
+    plain = tmp_path / "dcgmi"
+    plain.write_text("#!/bin/sh\necho hi\n")
+    for path in (plain, tmp_path):
+        (r,) = run({"check": "dcgm_diag", "tools": {"dcgmi": str(path)}})
+        assert r["status"] == "unavailable", r
+        assert r["detail"].startswith(f"{path} (active.tools.dcgmi) is not an executable file: install DCGM"), r
+
+
 def test_a_hung_tool_is_killed_at_the_run_deadline_and_is_unknown(tmp_path):
     tool = tmp_path / "all_reduce_perf"
     tool.write_text("#!/bin/sh\necho '# nccl-tests version 2.13.9 nccl-headers=21903 nccl-library=21903'\nsleep 60\n")

@@ -68,6 +68,37 @@ def test_checks_lists_the_catalogue_with_install_hints(tmp_path):
     assert "ib_write_bw" in out.stdout and "perftest (apt-get install perftest)" in out.stdout
 
 
+def test_checks_says_a_configured_tool_is_here_only_if_it_can_run(tmp_path):
+    """The agent's rule (an executable file at the configured path), not "a path is configured"."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    for f in (REPO / "partitions").glob("*.yaml"):
+        (profiles / f.name).write_text(f.read_text())
+    runnable = tmp_path / "ib_write_bw"
+    runnable.write_text("#!/bin/sh\n")
+    runnable.chmod(0o755)
+    not_exec = tmp_path / "iperf3"
+    not_exec.write_text("#!/bin/sh\n")
+    (tmp_path / "dir").mkdir()
+    with open(profiles / "hdr.yaml", "a") as fh:
+        fh.write("active:\n  checks:\n    ib_write_bw: {}\n    iperf3: {}\n    dcgm_diag: {}\n    nvbandwidth: {}\n"
+                 f"  tools:\n    ib_write_bw: {runnable}\n    iperf3: {not_exec}\n"
+                 f"    dcgmi: {tmp_path}/nosuch/dcgmi\n    nvbandwidth: {tmp_path}/dir\n")
+    out = sweep_cli("checks", "-p", "hdr", env={"STUNE_PARTITIONS": str(profiles),
+                                                 "STUNE_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    here = {}
+    for line in out.stdout.splitlines():
+        if not line.startswith(" "):
+            name = line.split()[0]
+        elif "tool here:" in line:
+            here[name] = line.split("tool here:", 1)[1].strip()
+    assert here["ib_write_bw"] == str(runnable)
+    assert here["iperf3"].startswith("not available"), here
+    assert here["dcgm_diag"].startswith("not available"), here
+    assert here["nvbandwidth"].startswith("not available"), here
+
+
 def test_history_of_one_node_and_the_sweep_lock(tmp_path):
     store = tmp_path / "store"
     history(store)

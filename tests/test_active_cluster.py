@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,8 +162,9 @@ def test_a_pair_slow_because_of_one_node_names_that_node_and_hca(slurm, shared_t
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n2"))
 
 
-def test_a_slow_two_node_nccl_ring_names_its_bad_node(rig, slurm):
-    """nccl_pair: one 2-node all_reduce_perf launched by srun across the pair (the stand-in prints on rank 0)."""
+def test_a_slow_two_node_nccl_ring_names_its_bad_node_and_gives_it_back_once_its_pairs_pass(rig, slurm):
+    """nccl_pair: one 2-node all_reduce_perf launched by srun across the pair (the stand-in prints on rank 0).
+    A partition with pair checks alone has no node check to clear the node: its passing pairs do."""
     rig.set_values({"all_reduce_perf": {"n3": 60.0, "*": 100.0}})
     out = rig.sweep(checks=["nccl_pair"])
     assert set(out["named"]) == {"n3"}, rig.log
@@ -170,6 +172,21 @@ def test_a_slow_two_node_nccl_ring_names_its_bad_node(rig, slurm):
     rec = [r for r in S.load(str(rig.store), "hdr") if r["subject"] == "n1+n2"]
     assert rec and rec[0]["value"] == 100.0 and rec[0]["fingerprint"]["nccl"] == "2.19.3"
     assert DEGRADED_FEATURE in slurm.node("n3").feature_set
+    # n3 repaired: the next pair sweep passes and gives it back, and the bisection's one-off pairs (measured
+    # once, never again) are not re-bisected into a faulty cable between two good nodes
+    rig.set_values({"all_reduce_perf": {"*": 100.0}})
+    rig.log.clear()
+    out = rig.sweep(checks=["nccl_pair"])
+    assert not out["named"] and not out["bisect"], rig.log
+    assert not any("bisection" in line or "path between" in line for line in rig.log), rig.log
+    n3 = slurm.node("n3")
+    assert DEGRADED_FEATURE not in n3.feature_set and n3.comment == "", n3
+    # passing pairs clear a pair check's mark only: a node check's mark waits for that check to pass
+    mark = "stune: degraded: active nccl_allreduce: 70 GB/s vs partition median 100 (2 of 3 runs slow)"
+    slurm.update_node("n1", features=sorted(slurm.node("n1").feature_set | {DEGRADED_FEATURE}), comment=mark)
+    W.apply_marks(slurm, rig.profile, W.node_verdicts(out["verdicts"], {}), str(rig.store), time.time())
+    n1 = slurm.node("n1")
+    assert DEGRADED_FEATURE in n1.feature_set and n1.comment == mark, n1
 
 
 def test_report_shows_node_against_baseline_and_a_new_driver_starts_a_new_baseline(rig, slurm, tmp_path):
@@ -229,7 +246,8 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
     assert iperf[0]["subject"] == "n1+n2" and iperf[0]["unit"] == "Gb/s"
     assert {r["subject"] for r in disk} == {"n1", "n2"} and all(r["status"] == "ok" for r in disk), disk
     # a missing tool: said once, with what to install, and no node is marked for it
-    assert any(line.startswith("dcgm_diag: not available on 2 node(s) (n1,n2): dcgmi not found: install DCGM")
+    assert any(line.startswith("dcgm_diag: not available on 2 node(s) (n1,n2): /nonexistent/dcgmi "
+                               "(active.tools.dcgmi) is not an executable file: install DCGM")
                for line in rig.log), rig.log
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set and not slurm.node(n).drain for n in NODES)
 

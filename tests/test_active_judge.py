@@ -163,3 +163,44 @@ def test_report_lists_checks_that_could_not_run():
     row = next(d for d in data if d["check"] == "dcgm_diag")
     assert row["status"] == "unavailable" and "install DCGM" in row["reason"]
     assert 'stune_active_outlier{partition="p",check="dcgm_diag",subject="n1"} -1' in R.prometheus("p", data)
+
+
+def test_bisection_runs_are_never_judged_as_subjects_of_their_own():
+    """Sweep s0: pair n3+n1 slow; the bisection measured n3+n2 (slow: n3 is at fault) and n1+n2 once. Sweep s1
+    (n3 repaired): every regular pair passes. The one-off n3+n2 is never measured again: judged as a subject
+    it would stay an outlier for the whole window and be re-bisected every sweep (a 'faulty cable' between two
+    good nodes); and its n1+n2 run must not count for the regular pair n1+n2."""
+    rows = fleet({"n1+n2": 190.0, "n3+n1": [60.0] * 3 + [190.0] * 3}, sweeps=2)
+    rows = [dict(r, check="nccl_pair") for r in rows]
+    at = max(r["at"] for r in rows if r["sweep"] == "s0") + 0.5
+    for subject, value in (("n3+n2", 60.0), ("n1+n2", 60.0)):
+        for run in range(3):
+            rows.append(dict(result(subject, value, "s0-bisect", at, check="nccl_pair"), bisect=True))
+            at += 0.01
+    rows.sort(key=lambda r: r["at"])
+    _, verdicts = J.judge(rows, J.Settings(k=2, n=3, mad_factor=3.0, min_drop=0.10, min_peers=2, floors={}))
+    assert {v.subject for v in verdicts} == {"n1+n2", "n3+n1"}
+    assert all(v.status == J.OK for v in verdicts), verdicts
+    assert verdict(verdicts, "n1+n2").runs == 3 and verdict(verdicts, "n1+n2").slow == 0
+    named, still_open = J.blame_pairs(verdicts)
+    assert not named and not still_open
+
+
+def test_a_node_named_through_its_pairs_is_cleared_when_its_pairs_pass():
+    from slurm_tune.active.sweep import node_verdicts
+
+    def pair(subject, status, check="iperf3"):
+        return J.Verdict(subject, check, status, "", 9.0, None, 0, 3, FP)
+
+    passing = [pair("n1+n2", J.OK), pair("n3+n1", J.OK)]
+    wants = node_verdicts(passing, {})
+    assert wants["n3"] == ("ok", "", frozenset({"iperf3"})) and wants["n1"][0] == "ok"
+    # one of its pairs still slow (and not resolved): left as it is, neither marked nor cleared
+    wants = node_verdicts([pair("n1+n2", J.OK), pair("n3+n1", J.OUTLIER)], {})
+    assert "n3" not in wants and "n1" not in wants and wants["n2"][0] == "ok"
+    # named through its pairs: degraded, whatever its other pairs say
+    wants = node_verdicts(passing, {"n3": "active iperf3: slow with 2 partners"})
+    assert wants["n3"] == ("degraded", "active iperf3: slow with 2 partners", None)
+    # a node check's verdict decides for the node (its outlier is never cleared by passing pairs)
+    node_outlier = J.Verdict("n3", "nccl_allreduce", J.OUTLIER, "active nccl_allreduce: slow", 70.0, None, 2, 3, FP)
+    assert node_verdicts(passing + [node_outlier], {})["n3"][0] == "degraded"

@@ -2,6 +2,7 @@
 built from published captures for nccl-tests, perftest, nvbandwidth and dcgmi), and their garbage behaviour."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,44 @@ def test_dcgmi_pass_fail_and_error():
     assert err.status == P.UNKNOWN and "Host engine" in err.detail
 
 
+def test_dcgmi_keeps_the_error_row_and_joins_rows_cut_mid_word():
+    """DCGM 3.x (the published 3.1.8 capture's layout): an `Error` row under the failing test, its text cut
+    into 45-character pieces in the middle of words ("disab|led", "currently |  disabled")."""
+    r = P.dcgmi_diag(fixture("dcgmi-diag-r1-error-wrapped.txt"))
+    assert r.status == P.FAIL and r.extra["failed"] == ["Persistence Mode"]
+    assert r.detail.startswith("dcgmi diag Persistence Mode: Persistence mode for GPU 0 is currently disabled. "
+                               "The DCGM diagnostic requires peristence mode to be enabled. Enable persistence "
+                               "mode by running"), r.detail
+
+
+def _dcgm_table(test: str, label: str, message: str) -> str:
+    """A dcgmi diag table with `message` under a failing `test`, cut the way DCGM 3.x cuts it."""
+    pieces = [message[i:i + 45] for i in range(0, len(message), 45)]
+    rows = [f"| {label if i == 0 else '':<25} | {piece:<45}  |" for i, piece in enumerate(pieces)]
+    return "\n".join(["+---------------------------+------------------------------------------------+",
+                      f"| {'Diagnostic':<25} | {'Result':<46} |",
+                      "+===========================+================================================+",
+                      f"| {test:<25} | {'Fail':<46} |", *rows,
+                      f"| {'Inforom':<25} | {'Pass':<46} |",
+                      "+---------------------------+------------------------------------------------+", ""])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyzGPU0123456789.,<>-", min_size=1, max_size=14),
+                min_size=1, max_size=25), st.sampled_from(["Error", "Warning", "Info"]))
+def test_dcgmi_message_cut_anywhere_comes_back_whole(words, label):
+    message = " ".join(words)
+    r = P.dcgmi_diag(_dcgm_table("Persistence Mode", label, message))
+    assert r.status == P.FAIL and r.detail == f"dcgmi diag Persistence Mode: {message[:160]}"
+
+
+def test_dcgmi_failure_words_are_never_split():
+    message = ("Persistence mode check failed on GPU 2: the GPU did not respond; check DCGM and system logs "
+               "for errors")
+    r = P.dcgmi_diag(_dcgm_table("Persistence Mode", "Error", message))
+    assert r.detail == f"dcgmi diag Persistence Mode: {message}"
+
+
 def test_dcgmi_truncated_table_is_unknown():
     text = fixture("dcgmi-diag-r2-pass.txt").decode().rstrip().rsplit("\n", 1)[0]
     assert P.dcgmi_diag(text).status == P.UNKNOWN
@@ -205,17 +244,32 @@ def test_numeric_consistency_agree_differ_and_unavailable():
     assert r.status == P.FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
     assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == P.UNKNOWN
     gone = P.numeric("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python\n")
-    assert gone.status == P.UNKNOWN and "install PyTorch or CuPy" in gone.detail
+    assert gone.status == P.UNAVAILABLE and "install PyTorch or CuPy" in gone.detail  # a missing tool
+    blind = P.numeric("stune-numeric unknown: PyTorch sees no CUDA GPU\n")  # installed, no GPU: the node's
+    assert blind.status == P.UNKNOWN and "PyTorch sees no CUDA GPU" in blind.detail
 
 
-def test_numeric_agent_without_torch_is_unknown_never_fail():
+def test_numeric_agent_without_torch_or_cupy_is_not_available_never_fail(tmp_path):
+    """This Python has neither (a `python` that hides them stands in where they are installed): the run
+    is stored as `unavailable`, which the sweep summarizes as "not available", like a missing tool."""
     import json
     import os
+    import sys
 
     from slurm_tune.active import agent
 
+    python = sys.executable
+    if any(importlib.util.find_spec(m) for m in ("torch", "cupy")):
+        hide = tmp_path / "hide"
+        hide.mkdir()
+        for m in ("torch", "cupy"):
+            (hide / f"{m}.py").write_text("raise ImportError('hidden')\n")
+        python = tmp_path / "python"
+        python.write_text(f"#!/bin/sh\nPYTHONPATH={hide} exec {sys.executable} \"$@\"\n")
+        python.chmod(0o755)
     lines = []
-    agent.run_spec({"check": "numeric", "subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 60},
-                   lines.append, dict(os.environ))
+    agent.run_spec({"check": "numeric", "subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 60,
+                    "tools": {"python": str(python)}}, lines.append, dict(os.environ))
     (r,) = [json.loads(x[len(agent.MARK):]) for x in lines]
-    assert r["status"] in ("unknown", "ok") and r["value"] is None
+    assert r["status"] == "unavailable" and r["value"] is None, r
+    assert "neither PyTorch nor CuPy" in r["detail"] and "install PyTorch or CuPy" in r["detail"]

@@ -238,14 +238,49 @@ def test_dry_run_writes_nothing(tmp_path):
     assert not os.path.exists(accountant.ledger_path(config))
 
 
-def test_site_factor_is_clamped(tmp_path):
+def test_a_site_factor_min_the_line_cannot_fit_is_refused_in_one_line(tmp_path):
+    """min -1000 on this tree: no line keeps every SiteFactor within [-1000, 0] (root's, alice's and bob's
+    Slurm points already spread wider), and a clamp after the line would tie or swap users. Refused, naming
+    the file, the line and the key, with the value that is always safe (1 - W)."""
     now = 1_800_000_000
     slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
                        row(2, "stune-alice", now - 9000, 3600, comment=summary(7200, 7200, 7200))],
                       pending=[pending_job(7, "stune-bob")], assocs=EQUAL)
     config = write_config(tmp_path, "site_factor:\n  min: -1000\n")
-    result = accountant.run_locked(config, slurm, now=now)
-    assert [c.target for c in result.changes] == [-1000]
+    with pytest.raises(ConfigError, match=r"fairshare.yaml:5: site_factor.min: -1000 is too high .* set it to "
+                                          r"-9999 \(1 - PriorityWeightFairshare\) or lower"):
+        accountant.run_locked(config, slurm, now=now)
+    assert slurm.writes == []
+
+
+def _final_priorities(monkeypatch, tmp_path, slurm_factors, stune_factors, config_text):
+    """Runs the accountant on these fair-share factors (W = 10000) with one pending job per user; returns
+    {user: Slurm's fair-share points + the SiteFactor set}."""
+    from slurm_tune.fairshare.tree import ShareResult
+
+    results = iter([ShareResult("fair_tree", [], {(USERS[u], u): f for u, f in slurm_factors.items()}),
+                    ShareResult("fair_tree", [], {(USERS[u], u): f for u, f in stune_factors.items()})])
+    monkeypatch.setattr(accountant.tree_mod, "compute", lambda *args: next(results))
+    users = sorted(slurm_factors)
+    slurm = RowsSlurm(pending=[pending_job(100 + i, u) for i, u in enumerate(users)])
+    accountant.run_locked(write_config(tmp_path, config_text), slurm, now=1_800_000_000)
+    return {u: 10000 * slurm_factors[u] + slurm.site.get(100 + i, 0) for i, u in enumerate(users)}
+
+
+def test_site_factor_min_is_kept_by_choosing_the_line_within_it(monkeypatch, tmp_path):
+    """carol gains, alice and bob lose, bob (idle) most. With min -6000 the full-width line would put bob at
+    SiteFactor -8999, and clamping him to -6000 tied him with busy alice. The line is chosen within the range
+    instead: bob stays strictly below alice, and nobody's SiteFactor needed the clamp."""
+    slurm_f = {"carol": 0.8, "stune-alice": 0.9, "stune-bob": 0.9}
+    stune_f = {"carol": 1.0, "stune-alice": 0.45, "stune-bob": 0.2}
+    final = _final_priorities(monkeypatch, tmp_path, slurm_f, stune_f,
+                              "site_factor:\n  min: -6000\n  deadband: 0\n")
+    assert final["carol"] > final["stune-alice"] > final["stune-bob"] >= 1, final
+    assert all(final[u] - 10000 * slurm_f[u] >= -6000 for u in final)
+    # the same factors with the default floor: the full-width line, bob far below
+    (tmp_path / "d").mkdir()
+    default = _final_priorities(monkeypatch, tmp_path / "d", slurm_f, stune_f, "site_factor:\n  deadband: 0\n")
+    assert default["carol"] > default["stune-alice"] > default["stune-bob"] and default["stune-bob"] < 3000
 
 
 def test_a_site_factor_plugin_is_refused(tmp_path):

@@ -17,7 +17,7 @@ import time
 from .. import fastjson, safeio
 from ..hw.sysfs import resolve_root
 from . import parse as P
-from .checks import CATALOGUE, DD_FALLBACK, DD_PREPARE
+from .checks import CATALOGUE, DD_FALLBACK, DD_PREPARE, tool_path
 
 MARK = "STUNE-ACTIVE "
 OUTPUT_LIMIT = 8 << 20
@@ -47,17 +47,6 @@ def fingerprint(environ=None) -> dict:
     fws = sorted({read(os.path.relpath(p, root)) for p in glob.glob(os.path.join(root, "sys/class/infiniband/*/fw_ver"))}
                  - {""})
     return {"driver": driver[:40], "cuda": "", "nccl": "", "hca_fw": ",".join(fws)[:120], "kernel": kernel[:80]}
-
-
-def _tool(spec: dict, name: str) -> str | None:
-    path = (spec.get("tools") or {}).get(name)
-    if path:
-        return path if os.access(path, os.X_OK) else None
-    if name == "python":  # the numeric check: this interpreter, which can import slurm_tune
-        import sys
-
-        return sys.executable
-    return shutil.which(name)
 
 
 def _run(argv: list[str], timeout: float, env: dict) -> tuple[bytes, int | None]:
@@ -93,7 +82,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
             "subject": spec["subject"], "nodes": spec["nodes"], "hca": spec.get("hca"),
             "job": environ.get("SLURM_JOB_ID", ""), "unit": check.unit}
     tool, template = check.tool, spec.get("command") or check.command
-    path = _tool(spec, tool)
+    path = tool_path(spec.get("tools") or {}, tool)
     prepare = None
     if check.name == "disk_read":
         directory = spec.get("path") or ""
@@ -115,7 +104,10 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
         values = {"gpus": str(spec.get("gpus") or 1), "server": spec.get("server_addr", ""),
                   "tcp_port": str(spec.get("tcp_port") or 18515), "size": "", "file": "", "path": ""}
     if path is None:
-        return _emit_all(emit, spec, base, fp, "unavailable", f"{tool} not found: install {check.install}")
+        configured_at = (spec.get("tools") or {}).get(tool)
+        where = f"{configured_at} (active.tools.{tool}) is not an executable file" if configured_at else \
+            f"{tool} not found"
+        return _emit_all(emit, spec, base, fp, "unavailable", f"{where}: install {check.install}")
     try:
         if prepare:
             _run(prepare, spec["run_timeout"], env)

@@ -9,6 +9,9 @@ The profile (`active.checks.<name>.command`, `active.tools.<tool>`) replaces any
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections import namedtuple
 
 from . import parse as P
@@ -65,3 +68,17 @@ def configured(profile) -> list[tuple[Check, dict]]:
     """The checks the partition's profile asks for, in catalogue order, with their settings."""
     chosen = profile.active.checks
     return [(CATALOGUE[name], chosen[name]) for name in CATALOGUE if name in chosen]
+
+
+def tool_path(tools: dict, name: str) -> str | None:
+    """Where the tool `name` is on this machine, or None: the profile's `active.tools.<name>` if that is an
+    executable file (a missing or non-executable path is not found, never a silent fall back to $PATH),
+    else $PATH; `python` (the numeric check) is this interpreter, which can import slurm_tune. One rule for
+    the agent, which runs the tool, and for `stune-sweep checks`, which says whether it is here."""
+    path = (tools or {}).get(name)
+    if path:
+        found = path if os.sep in path else shutil.which(path)
+        return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
+    if name == "python":
+        return sys.executable
+    return shutil.which(name)

@@ -7,7 +7,8 @@
 - A run is slow when it is below `median - max(mad_factor * 1.4826 * MAD, min_drop * median)` (the baseline
   needs `min_peers` subjects), or below the profile's absolute floor, or when the tool itself failed.
 - A subject is an outlier when k of its last n runs (with that fingerprint) are slow, and its latest sweep
-  did not pass. One bad run never acts; a later sweep that passes clears it.
+  did not pass. One bad run never acts; a later sweep that passes clears it. Bisection's runs (`bisect`)
+  are judged by the bisection alone, never as a subject of their own.
 """
 from __future__ import annotations
 
@@ -48,10 +49,12 @@ def median(values: list) -> float:
 
 
 def _windows(results, n):
-    """(check, subject) -> (fingerprint dict, last n judged results with the subject's latest fingerprint)."""
+    """(check, subject) -> (fingerprint dict, last n judged results with the subject's latest fingerprint).
+    Bisection's one-off pairs are not judged again: they answered their sweep's question (stored for the
+    record), are never measured again, and would otherwise stay slow, and re-bisected, for the whole window."""
     by_subject: dict = {}
     for r in results:  # oldest first
-        if r.get("status") in ("ok", "fail"):
+        if r.get("status") in ("ok", "fail") and not r.get("bisect"):
             by_subject.setdefault((r["check"], r["subject"]), []).append(r)
     out = {}
     for key, rows in by_subject.items():

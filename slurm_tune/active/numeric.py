@@ -8,6 +8,9 @@ Python that has PyTorch or CuPy. Prints its own small format (parsed by parse.nu
     device 0 NVIDIA H100 80GB HBM3 sha256 5f1c...
     stune-numeric done 8
 
+or `stune-numeric unavailable: ...` (neither installed: summarized like a missing tool) or `stune-numeric
+unknown: ...` (installed but sees no GPU).
+
 The inputs are generated on the CPU from a fixed seed and copied to each GPU, so every GPU multiplies the same
 bytes; the same kernel on the same model must give the same bytes back.
 """
@@ -57,7 +60,7 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=4096)
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     args = p.parse_args(argv)
-    why = "neither PyTorch nor CuPy is installed for this Python"
+    why = None
     for backend in (_torch, _cupy):
         try:
             lines, problem = backend(args.size, args.dtype)
@@ -69,7 +72,10 @@ def main(argv=None) -> int:
         print("\n".join(lines))
         print(f"stune-numeric done {len(lines) - 1}")
         return 0
-    print(f"stune-numeric unavailable: {why}")
+    if why is None:  # nothing to run it with: the tool is missing, not the node broken
+        print("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python")
+    else:  # installed, but it sees no GPU on a GPU node: that is the node's to explain
+        print(f"stune-numeric unknown: {why}")
     return 3
 
 

@@ -1,10 +1,11 @@
 """Parsers for the benchmark tools' real output formats. One function per tool: bytes or text in, a Reading out.
 
 A Reading is `ok` with a number, `fail` when the tool itself reports a wrong result (nccl-tests' #wrong or
-out-of-bounds count, a dcgmi diag Fail), or `unknown` with the reason: an error message, a truncated run, a
-format nobody recognises. Garbage never becomes a number: numbers are accepted only in the tool's own
-notation (digits, one decimal point), finite and below a sanity bound, and only from a complete output
-(its closing line seen), so a run cut by the time limit is unknown, not slow.
+out-of-bounds count, a dcgmi diag Fail), `unavailable` when what the tool needs is not installed (as for a
+missing tool), or `unknown` with the reason: an error message, a truncated run, a format nobody recognises.
+Garbage never becomes a number: numbers are accepted only in the tool's own notation (digits, one decimal
+point), finite and below a sanity bound, and only from a complete output (its closing line seen), so a run cut
+by the time limit is unknown, not slow.
 
 Units: bandwidths come out in GB/s (1e9 bytes/s) for GPUs and disks, Gb/s (1e9 bits/s) for networks, as the
 tools print them.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-OK, FAIL, UNKNOWN = "ok", "fail", "unknown"
+OK, FAIL, UNKNOWN, UNAVAILABLE = "ok", "fail", "unknown", "unavailable"
 MAX_VALUE = 1e7  # no link or disk reaches 10 PB/s; anything above is a misread
 _NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?\Z")
 _EXP_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?(?:[eE][-+]?[0-9]{1,3})?\Z")
@@ -37,6 +38,11 @@ def fail(detail: str, value=None, unit: str = "", **extra) -> Reading:
 
 def unknown(detail: str, **extra) -> Reading:
     return Reading(UNKNOWN, None, "", detail, extra)
+
+
+def unavailable(detail: str, **extra) -> Reading:
+    """The tool (or what it needs) is not installed: summarized as "not available", never marks a node."""
+    return Reading(UNAVAILABLE, None, "", detail, extra)
 
 
 def text_of(output) -> str:
@@ -361,12 +367,30 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
 
 # ---- dcgmi diag ------------------------------------------------------------------------------------------
 _DCGM_SECTIONS = ("Metadata", "Deployment", "Integration", "Hardware", "Stress")
-_DCGM_NOTES = ("Warning", "Info")
+_DCGM_NOTES = ("Error", "Warning", "Info")
+
+
+def _dcgm_unwrap(cells: list[str]) -> str:
+    """One value DCGM spread over rows, from the raw cells (between the bars, unstripped). DCGM 3.x cuts a
+    long value into fixed pieces, 45 characters in a 48-wide cell (a space, the piece, two spaces of padding),
+    in the middle of words and keeping spaces at a piece's ends ("...disab" + "led.", "currently " +
+    " disabled"): those pieces are joined as they are. Older DCGM wrapped at words (a row ends anywhere
+    short of the padding): those rows are joined with a space."""
+    width = len(cells[0])
+    pieces = cells[:-1]
+    cut = len(cells) > 1 and all(len(c) == width and c.startswith(" ") and c.endswith("  ") and
+                                 len(c.rstrip()) >= width - 4 for c in pieces)
+    if cut:
+        text = "".join(c[1:width - 2] for c in pieces) + cells[-1][1:]
+    else:
+        text = " ".join(c.strip() for c in cells)
+    return " ".join(text.split())
 
 
 def dcgmi_diag(output) -> Reading:
     """dcgmi diag's table (DCGM 2.x to 4.x): any test whose result starts with Fail fails, with the test and
-    its warning; all Pass/Skip is ok. The table must be complete (closing border after the rows)."""
+    what DCGM said about it (its Error, Warning and Info rows, each unwrapped); all Pass/Skip is ok. The table
+    must be complete (closing border after the rows)."""
     lines = complete_lines(output)
     tests, last, closed, extra = [], None, False, {}
     for line in lines:
@@ -379,10 +403,10 @@ def dcgmi_diag(output) -> Reading:
             continue
         if stripped.startswith("|-----"):  # a section border
             continue
-        cells = [c.strip() for c in stripped[1:-1].split("|")]
-        if len(cells) != 2:
+        raw = stripped[1:-1].split("|")
+        if len(raw) != 2:
             continue
-        name, result = cells
+        name, result = raw[0].strip(), raw[1].strip()
         closed = False
         if name in ("Diagnostic",) and result == "Result":
             continue
@@ -391,14 +415,18 @@ def dcgmi_diag(output) -> Reading:
             continue
         if name in ("DCGM Version", "GPU Device IDs Detected", "Number of GPUs") or name.endswith("Detected"):
             continue
-        if not name or name in _DCGM_NOTES or name.startswith(tuple(n + ":" for n in _DCGM_NOTES)):
+        if name in _DCGM_NOTES or name.startswith(tuple(n + ":" for n in _DCGM_NOTES)):
+            if last is not None:
+                last[2].append([raw[1]])  # a note of its own: Error / Warning: GPU 3 / Info
+            continue
+        if not name:
             if last is not None and result:
-                last[2].append(result)
+                last[2][-1].append(raw[1])  # a continuation of the test's result or of its latest note
             continue
         word = result.split(" ", 1)[0].split("-", 1)[0].strip().lower()
         if word not in ("pass", "fail", "skip", "warn", "skipped"):
             continue
-        last = (name, word, [result])
+        last = (name, word, [[raw[1]]])
         tests.append(last)
     if not tests:
         error = _first_error(lines, ("Error", "error", "Unable", "not found", "Failed"))
@@ -407,8 +435,9 @@ def dcgmi_diag(output) -> Reading:
         return unknown("truncated dcgmi diag output (table not closed)", **extra)
     failed = [t for t in tests if t[1] == "fail"]
     if failed:
-        name, _, notes = failed[0]
-        why = " ".join(n for n in notes[1:] if n)[:160] or notes[0][:160]
+        name, _, parts = failed[0]
+        notes = [_dcgm_unwrap(p) for p in parts]
+        why = "; ".join(n for n in notes[1:] if n)[:160] or notes[0][:160]
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return fail(f"dcgmi diag {name}: {why}{more}", **extra, failed=[t[0] for t in failed])
     return Reading(OK, None, "", f"dcgmi diag: {len(tests)} tests pass or skip", dict(extra, tests=len(tests)))
@@ -419,18 +448,23 @@ def numeric(output) -> Reading:
     """Every GPU's digest of the same seeded matmul: a GPU whose digest differs from the majority fails. The
     closing `done N` line must match the device lines; fewer than two devices cannot be compared (unknown)."""
     lines = complete_lines(output)
-    devices, done, why = {}, None, None
+    devices, done, why, missing = {}, None, None, None
     for line in lines:
         fields = line.split()
         if line.startswith("stune-numeric unavailable:"):
+            missing = line.partition(":")[2].strip()[:160]
+        elif line.startswith("stune-numeric unknown:"):
             why = line.partition(":")[2].strip()[:160]
         elif len(fields) >= 5 and fields[0] == "device" and fields[1].isdigit() and fields[-2] == "sha256" and \
                 len(fields[-1]) == 64 and all(c in "0123456789abcdef" for c in fields[-1]):
             devices[int(fields[1])] = (" ".join(fields[2:-2])[:60], fields[-1])
         elif len(fields) == 3 and fields[:2] == ["stune-numeric", "done"] and fields[2].isdigit():
             done = int(fields[2])
+    if missing:
+        return unavailable(f"{missing}: install PyTorch or CuPy for the Python running stune (or set "
+                           "active.tools.python to one that has them)")
     if why:
-        return unknown(f"numeric check not run: {why} (install PyTorch or CuPy for the agent's Python)")
+        return unknown(f"numeric check not run: {why}")
     if done is None or done != len(devices):
         return unknown("truncated numeric-consistency output")
     if len(devices) < 2:

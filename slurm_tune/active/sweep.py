@@ -199,20 +199,39 @@ def run_jobs(slurm, profile, opts, sweep_id, nodes, pairs=None, only=None) -> li
 
 # ---- marking ----------------------------------------------------------------------------------------------
 def node_verdicts(verdicts: list[J.Verdict], named: dict) -> dict:
-    """node -> (want: 'degraded'/'ok'/None, reason). Node checks directly; pair checks only through the
-    members they name."""
+    """node -> (want: 'degraded'/'ok'/None, reason, checks whose pass may clear the node's mark (None: any)).
+    Node checks directly. Pair checks through the members they name, and both ways: a node whose pairs all
+    pass (and that no node check or pair blame marks) is ok for those pair checks, so a node named through
+    its pairs gets back once its pairs pass (a partition with pair checks alone has no other way back)."""
     out: dict = {}
+    pairs: dict = {}  # node -> {check: [statuses of its pairs]}
     for v in verdicts:
         if "+" in v.subject:
+            for m in J.pair_members(v.subject):
+                pairs.setdefault(m, {}).setdefault(v.check, []).append(v.status)
             continue
         node = v.subject
         if v.status == J.OUTLIER:
-            out[node] = ("degraded", v.reason)
+            out[node] = ("degraded", v.reason, None)
         elif v.status == J.OK and out.get(node, (None,))[0] != "degraded":
-            out[node] = ("ok", "")
+            out[node] = ("ok", "", None)
     for node, reason in named.items():
-        out[node] = ("degraded", reason)
+        out[node] = ("degraded", reason, None)
+    for node, by_check in pairs.items():
+        if node in out:
+            continue
+        statuses = {s for ss in by_check.values() for s in ss}
+        if statuses == {J.OK}:  # every pair it is in passed; one still slow or unknown leaves it as it is
+            out[node] = ("ok", "", frozenset(by_check))
     return out
+
+
+def _marked_check(node) -> str:
+    """The check named in stune-sweep's own mark on the node (comment or drain reason), or ''."""
+    for text, prefix in ((node.comment, ACTIVE_COMMENT), (node.reason if node.drain else "", ACTIVE_DRAIN)):
+        if text.startswith(prefix):
+            return text[len(prefix):].split(":", 1)[0].strip()
+    return ""
 
 
 def apply_marks(slurm, profile, wants: dict, store: str, now: float, dry_run=False) -> list[str]:
@@ -221,7 +240,7 @@ def apply_marks(slurm, profile, wants: dict, store: str, now: float, dry_run=Fal
     nodes = {n.name: n for n in slurm.nodes()}
     state = S.read_state(store)
     marks = state.setdefault("marks", {})
-    for name, (want, reason) in sorted(wants.items()):
+    for name, (want, reason, *clears) in sorted(wants.items()):
         node = nodes.get(name)
         if node is None or want is None:
             continue
@@ -229,6 +248,8 @@ def apply_marks(slurm, profile, wants: dict, store: str, now: float, dry_run=Fal
         if want == "ok":
             if not ours:
                 continue
+            if clears and clears[0] is not None and _marked_check(node) not in clears[0]:
+                continue  # passing pairs clear a pair check's mark, not a node check's still unjudged
             w = A.Want(A.CLEAR, "")
         else:
             if node.comment.startswith(REASON_PREFIX) and not ours:

@@ -155,9 +155,7 @@ def _history(args, store) -> int:
 
 
 def _checks(args) -> int:
-    import shutil
-
-    from ..active.checks import CATALOGUE, configured
+    from ..active.checks import CATALOGUE, configured, tool_path
 
     chosen = None
     tools = {}
@@ -168,7 +166,7 @@ def _checks(args) -> int:
     for c in CATALOGUE.values():
         if chosen is not None and c.name not in chosen:
             continue
-        path = tools.get(c.tool) or shutil.which(c.tool)
+        path = tool_path(tools, c.tool)
         command = (chosen[c.name].command if chosen and chosen[c.name].command else None) or c.command or \
             f"server: {c.server}; client: {c.client}"
         print(f"{c.name:15} {c.kind:4} {c.metric} ({c.unit or 'pass/fail'})\n"

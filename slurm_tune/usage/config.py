@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from ..errors import ConfigError
 from ..schema import Bool, Duration, Float, Frozen, Int, Map, Nullable, Section, Str, load_yaml
 
 DEFAULT_PATH = "/etc/stune/fairshare.yaml"
@@ -36,8 +37,8 @@ SCHEMA = Section({
         "read_gpuutil": Bool(True, doc="also read Slurm's gres/gpuutil where AccountingStorageTRES has it"),
     }),
     "site_factor": Section({
-        "min": Nullable(Int(), doc="lowest SiteFactor; default -2 x PriorityWeightFairshare (the lowest the formula reaches, "
-                                    "so the floor never breaks the order)"),
+        "min": Nullable(Int(), doc="lowest SiteFactor; default -2 x PriorityWeightFairshare. The line is chosen "
+                                    "within it (never clamped after); a minimum no line fits is refused"),
         "max": Int(0, doc="highest SiteFactor; 0 means penalties only"),
         "deadband": Int(2, min=0, doc="a pending job's SiteFactor is left alone when within this of the target"),
     }),
@@ -68,6 +69,10 @@ class FairshareConfig(Frozen):
     def source(self) -> str:
         return self._data.get("_source") or "built-in defaults"
 
+    def error(self, key: str, problem: str) -> ConfigError:
+        """A setting that validated on its own but cannot be honoured at run time: file:line: key: problem."""
+        return ConfigError(self.source, self._data.get("_lines", {}).get(key), key, problem)
+
 
 def config_path(explicit: str | None = None) -> tuple[str, bool]:
     """(path, must_exist)."""
@@ -92,6 +97,7 @@ def load_config(explicit: str | None = None) -> FairshareConfig:
     if lo is not None and lo > hi:
         raise where.error("site_factor.min", f"{lo} is above site_factor.max ({hi})")
     data["_source"] = path
+    data["_lines"] = dict(where.lines)
     return FairshareConfig(data)
 
 
