@@ -16,10 +16,15 @@ HELP = (Path(__file__).parent / "fixtures" / "sbatch" / "help-22.05-pyxis.txt").
 
 
 @pytest.fixture(autouse=True)
-def fresh_option_table():
-    """Learned plugin options live in the module's table: each test starts from sbatch's own."""
-    saved, keys = dict(LONG), set(options.PLUGIN_KEYS)
+def fresh_option_table(tmp_path, monkeypatch):
+    """Learned options live in the module's table: each test starts from sbatch's own, with its own cache."""
+    from slurm_tune.sbatch import optable
+
+    monkeypatch.setattr(optable, "cache_path", lambda environ: str(tmp_path / "cache" / "sbatch-options.txt"))
+    saved, short, keys = dict(LONG), dict(options.SHORT), set(options.PLUGIN_KEYS)
     yield
+    options.SHORT.clear()
+    options.SHORT.update(short)
     LONG.clear()
     LONG.update(saved)
     options.PLUGIN_KEYS.clear()
@@ -110,19 +115,36 @@ def test_plugin_options_in_directives_are_learned_too(tmp_path, capsys):
     assert parse_directives(script.decode())[0][1].key == "partition"
 
 
-def test_an_option_no_plugin_knows_is_left_to_sbatch(tmp_path, capsys):
+def test_an_option_no_table_knows_warns_in_one_line_and_keeps_stunes_settings(tmp_path, capsys):
+    """Issue 22 §1: before, the words went to sbatch with every setting dropped, exit 0, no word; and the dry
+    run said "sbatch would refuse" (rc 2) for a line sbatch may accept."""
     fake = FakeSlurm(sbatch_rc=1)
     rc = submit(["--bogus", "-p", "roce", "--wrap", "true"], tmp_path, fake)
-    assert rc == 1 and fake.ran[0][0] == ["--bogus", "-p", "roce", "--wrap", "true"]
-    assert "NCCL_IB_TC" not in fake.ran[0][1]
-    assert submit(["--dry-run", "--bogus", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 2
-    assert "sbatch would refuse this command line: unrecognized option '--bogus'" in capsys.readouterr().err
+    assert rc == 1 and fake.ran[0][0][:4] == ["--bogus", "-p", "roce", "--wrap"]
+    assert fake.ran[0][1]["NCCL_IB_TC"] == "106" and "--requeue" in fake.ran[0][0]
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["stune-sbatch: warning: '--bogus' (command line) is not in this Slurm's sbatch option table "
+                   "(sbatch --help): passed to sbatch as given; stune's settings still apply"]
+    assert fake.asked_help == 1
+    submit(["--bogus", "-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 2  # the cached table did not know it: sbatch was asked afresh
+    capsys.readouterr()
+    assert submit(["--dry-run", "--bogus", "-p", "roce", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 0
+    captured = capsys.readouterr()
+    assert "'--bogus' (command line) is not in this Slurm's sbatch option table" in captured.out
+    assert "refuse" not in captured.out + captured.err
 
 
-def test_a_plain_submission_never_asks_for_the_help(tmp_path):
+def test_the_learned_table_is_cached_so_a_plain_submission_asks_once(tmp_path):
     fake = FakeSlurm()
+    for _ in range(3):
+        submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 1 and "container-image" in LONG  # learned once, then read from the cache
+    cache = tmp_path / "cache" / "sbatch-options.txt"
+    assert cache.stat().st_mode & 0o777 == 0o600 and "rp container-image" in cache.read_text()
+    cache.write_text("garbage\n")  # garbage is a miss, never an option
     submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
-    assert fake.asked_help == 0 and "container-image" not in LONG
+    assert fake.asked_help == 2
 
 
 def test_learned_options_take_part_in_abbreviation_like_sbatchs_getopt():
@@ -167,21 +189,26 @@ def test_a_stage_source_that_does_not_exist_is_warned_at_submit(tmp_path, capsys
     assert "staged on each node into the cache tier: nothing" in out
 
 
-def test_help_prints_stunes_section_whatever_sbatch_does(tmp_path, capsys):
+def test_help_answers_with_exit_0_whatever_sbatch_does(tmp_path, capsys):
+    """Issue 21 §10: without a Slurm config, --help exited 1 after four lines of sbatch errors."""
     class NoConfig(FakeSlurm):
-        def sbatch_passthrough(self, words, script, env):
-            return 1, ""  # sbatch: fatal: Unable to process configuration file
+        def run_full(self, argv, timeout=None, env=None, input=None):
+            return 1, "", "sbatch: fatal: Could not establish a configuration source\n"
 
-    assert submit(["--help"], tmp_path, NoConfig()) == 1
-    assert "stune-sbatch options (everything else is sbatch's" in capsys.readouterr().out
+    assert submit(["--help"], tmp_path, NoConfig()) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("Usage: stune-sbatch [sbatch options]") and err == ""
+    assert "stune-sbatch options (everything else is sbatch's" in out
 
     class NoSbatch(FakeSlurm):
-        def sbatch_passthrough(self, words, script, env):
+        def run_full(self, argv, timeout=None, env=None, input=None):
             raise SlurmError(["sbatch"], 127, "cannot run sbatch: No such file or directory")
 
-    with pytest.raises(SlurmError):
-        submit(["-h"], tmp_path, NoSbatch())
+    assert submit(["-p", "roce", "-h"], tmp_path, NoSbatch()) == 0
     assert "--checkpoint-signal" in capsys.readouterr().out
+    assert submit(["--help"], tmp_path, FakeSlurm()) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: sbatch [OPTIONS(0)...]") and "--checkpoint-signal" in out
 
 
 def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_path):
