@@ -276,3 +276,66 @@ def test_devcluster_env_prints_the_profile_directory(tmp_path, capsys, monkeypat
     assert devcluster.main(["env"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("export SLURM_CONF=") and out[1] == f"export STUNE_PARTITIONS={tmp_path}"
+
+
+# A newer release's help: the 22.05 capture above its plugin section, plus lines for options 24.11 and 26.05
+# add, written by hand in the layout sbatch prints (no 24.11/26.05 `sbatch --help` capture is available here;
+# the cluster corpus test, tests/test_sbatch_corpus.py, runs against whatever real sbatch the suite has).
+NEWER_HELP = HELP.split("Options provided by plugins:")[0].rstrip("\n") + """
+      --tres-per-task=list    list of tres required per task
+      --oom-kill-step[=0|1]   set the OOMKillStep behaviour for the job's steps
+      --mem-update=interval   update the job's memory limit every interval
+      --container-type=type   the container runtime to use
+"""
+
+
+@pytest.mark.parametrize("words", [
+    ["--tres-per-task=gres/gpu:1"], ["--tres-per-task", "gres/gpu:1"], ["--oom-kill-step"], ["--oom-kill-step=1"],
+    ["--mem-update=30"], ["--container-type", "oci"], ["--tres-per-t", "cpu:2"]])
+def test_options_of_a_newer_release_are_learned_not_warned(words, tmp_path, capsys):
+    """Issue 22 §1: with a newer sbatch's table, its options are options: stune's settings, no warning, and the
+    words reach sbatch as given (before the script)."""
+    fake = FakeSlurm(help_text=NEWER_HELP)
+    rc = submit(["-p", "roce", *words, "--wrap", "true"], tmp_path, fake)
+    assert rc == 0 and capsys.readouterr().err == ""
+    sent, env = fake.ran[0]
+    assert sent[:2 + len(words)] == ["-p", "roce", *words] and env["NCCL_IB_TC"] == "106"
+    assert submit(["--dry-run", "-p", "roce", *words, "--wrap", "true"], tmp_path, fake) == 0
+    captured = capsys.readouterr()
+    assert "option table" not in captured.out + captured.err and "refuse" not in captured.err
+    # the same words under the 22.05 table (another release: another sbatch binary, so another cache key):
+    # warned in one line, the settings still there
+    (tmp_path / "cache" / "sbatch-options.txt").unlink()
+    fake = FakeSlurm()
+    submit(["-p", "roce", *words, "--wrap", "true"], tmp_path / "old", fake)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is not in this Slurm's sbatch option table" in err[0]
+    assert fake.ran[0][1]["NCCL_IB_TC"] == "106"
+
+
+def test_the_cache_key_follows_the_sbatch_binary_slurm_conf_and_the_plugin_stack(tmp_path):
+    from slurm_tune.sbatch import optable
+    from slurm_tune.slurm.commands import SlurmCommands
+
+    help_file = tmp_path / "help.txt"
+    help_file.write_text(HELP)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(f"#!/bin/sh\ncat {help_file}\n")
+    (bindir / "sbatch").chmod(0o755)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text("ClusterName=x\n")
+    slurm = SlurmCommands(conf=str(etc / "slurm.conf"), bin_dir=str(bindir))
+    environ = {"SLURM_CONF": str(etc / "slurm.conf"), "PATH": os.environ["PATH"]}
+    assert optable.learn(slurm, environ) == "asked" and "container-image" in LONG
+    assert optable.learn(slurm, environ) == "cached"
+    (etc / "plugstack.conf").write_text("required /usr/lib/pyxis/spank_pyxis.so\n")  # a plugin added
+    assert optable.learn(slurm, environ) == "asked"
+    assert optable.learn(slurm, environ) == "cached"
+    (bindir / "sbatch").write_text(f"#!/bin/sh\n# an upgrade\ncat {help_file}\n")
+    assert optable.learn(slurm, environ) == "asked"
+    (etc / "slurm.conf").write_text("ClusterName=x\nPlugStackConfig=/elsewhere\n")
+    assert optable.learn(slurm, environ) == "asked"
+    help_file.write_text("sbatch: fatal: Could not establish a configuration source\n")
+    assert optable.learn(slurm, environ, fresh=True) == "built-in"  # not sbatch's help: the built-in table
