@@ -339,3 +339,15 @@ def test_the_cache_key_follows_the_sbatch_binary_slurm_conf_and_the_plugin_stack
     assert optable.learn(slurm, environ) == "asked"
     help_file.write_text("sbatch: fatal: Could not establish a configuration source\n")
     assert optable.learn(slurm, environ, fresh=True) == "built-in"  # not sbatch's help: the built-in table
+
+
+def test_an_sbatch_that_cannot_answer_is_asked_once_in_a_while_not_per_submission(tmp_path, monkeypatch):
+    from slurm_tune.sbatch import optable
+
+    fake = FakeSlurm(help_rc=1)  # no Slurm configuration reachable for `sbatch --help`
+    for _ in range(3):
+        submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 1 and fake.ran[-1][1]["NCCL_IB_TC"] == "106"  # the built-in table still reads
+    monkeypatch.setattr(optable, "UNANSWERED_TTL_S", 0)
+    submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 2

@@ -11,7 +11,7 @@ argument the help does not print). A release that adds options (24.11's --tres-p
 The table is cached in the user's cache directory (slurm_tune.cache_dir()), keyed by what changes it: the
 sbatch binary (path, size, mtime, inode), slurm.conf and the plugin stack beside it (plugstack.conf, and
 plugstack.conf.d). A hit costs a few stat calls and one small read; `sbatch --help` runs once per key. The
-cache is plain text, read only from a regular file of the user's own with one link (safeio.read_small), and
+cache is plain text, read only from a regular file of the user's own with one link (trust.open_regular), and
 written atomically (safeio.write_atomic): garbage in it is a miss, never an option.
 """
 from __future__ import annotations
@@ -21,6 +21,10 @@ import os
 from .options import NO, OPTIONAL, REQUIRED, parse_help
 
 CACHE_FORMAT = "stune-sbatch-options 1"
+# When sbatch cannot answer (no Slurm configuration here, a stand-in), the built-in table is used, and that
+# is cached for a while too: a login node without Slurm must not pay a failing `sbatch --help` per submission.
+UNANSWERED_TTL_S = 600
+UNANSWERED = "built-in"
 # The options any sbatch has: a `--help` text without them is not sbatch's (a stand-in, an error page).
 CORE = frozenset(("partition", "nodes", "ntasks", "time", "job-name", "output"))
 _ARG = {"n": NO, "r": REQUIRED, "o": OPTIONAL}
@@ -63,18 +67,28 @@ def cache_path(environ) -> str:
     return os.path.join(cache_dir(environ), "sbatch-options.txt")
 
 
-def format_cache(key: str, longs: dict[str, int], shorts: dict[str, str], plugins: set[str]) -> str:
+def format_cache(key: str, longs: dict[str, int] | None, shorts: dict[str, str], plugins: set[str],
+                 now: float = 0) -> str:
+    """The cache's text: the format, the key, then one line per option (`r- name`: required argument, not a
+    plugin's; `op name`: optional, a plugin's; `s X name`: a short option), or `built-in TIME` when sbatch
+    did not answer at TIME."""
     lines = [CACHE_FORMAT, key.replace("\n", " ")]
+    if longs is None:
+        return "\n".join(lines + [f"{UNANSWERED} {int(now)}"]) + "\n"
     lines += [f"{_ARG_CHAR[arg]}{'p' if name in plugins else '-'} {name}" for name, arg in sorted(longs.items())]
     lines += [f"s {letter} {name}" for letter, name in sorted(shorts.items())]
     return "\n".join(lines) + "\n"
 
 
-def parse_cache(text: str, key: str):
-    """(longs, shorts, plugins) when `text` is a cache for `key`, else None (garbage is a miss)."""
+def parse_cache(text: str, key: str, now: float):
+    """(longs, shorts, plugins) when `text` is a cache for `key`, UNANSWERED while a recent `built-in` entry
+    holds, else None (garbage is a miss)."""
     lines = text.split("\n")
     if len(lines) < 3 or lines[0] != CACHE_FORMAT or lines[1] != key.replace("\n", " "):
         return None
+    head, _, when = lines[2].partition(" ")
+    if head == UNANSWERED:
+        return UNANSWERED if when.isdigit() and 0 <= now - int(when) < UNANSWERED_TTL_S else None
     longs: dict[str, int] = {}
     shorts: dict[str, str] = {}
     plugins: set[str] = set()
@@ -97,25 +111,43 @@ def parse_cache(text: str, key: str):
 
 
 def read_cache(environ, key: str):
-    from ..safeio import read_small
+    """The cached table for `key`, or None. Read by trust.py's rules (a regular file of this user's, one link,
+    no symlink, no FIFO, bounded), which a hot path loads without the rest of safeio."""
+    from ..trust import open_regular, read_bounded
 
-    data = read_small(cache_path(environ), limit=1 << 18, owner=os.geteuid(), single_link=True)
+    try:
+        fd, _ = open_regular(cache_path(environ), owner=os.geteuid())
+    except OSError:
+        return None
+    if fd is None:
+        return None
+    try:
+        data = read_bounded(fd, 1 << 18)
+    except OSError:
+        data = None
+    finally:
+        os.close(fd)
     if data is None:
         return None
     try:
-        return parse_cache(data.decode("utf-8"), key)
+        import time
+
+        return parse_cache(data.decode("utf-8"), key, time.time())
     except UnicodeDecodeError:
         return None
 
 
 def write_cache(environ, key: str, longs, shorts, plugins) -> None:
-    """Best effort: a cache that cannot be written only costs one `sbatch --help` next time."""
+    """Best effort: a cache that cannot be written only costs one `sbatch --help` next time. `longs` None:
+    sbatch did not answer (remembered for UNANSWERED_TTL_S)."""
+    import time
+
     from ..safeio import write_atomic
 
     path = cache_path(environ)
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        write_atomic(path, format_cache(key, longs, shorts, plugins), mode=0o600)
+        write_atomic(path, format_cache(key, longs, shorts, plugins, time.time()), mode=0o600)
     except (OSError, ValueError):
         pass
 
@@ -134,20 +166,22 @@ def ask_sbatch(slurm, environ) -> str | None:
 def learn(slurm, environ, *, fresh: bool = False) -> str:
     """Lay the installed sbatch's option table over the built-in one (options.use_learned). From the cache when
     its key matches (unless `fresh`), else from `sbatch --help` (then cached). Returns how the table was had:
-    "cached", "asked", or "built-in" when sbatch could not say (its table is then Slurm 22.05's)."""
+    "cached", "asked", or "built-in" when sbatch could not say, now or within UNANSWERED_TTL_S (the table is
+    then Slurm 22.05's)."""
     from .options import PLUGIN_HEADER, use_learned
 
     key = fingerprint(slurm, environ)
     if not fresh:
         cached = read_cache(environ, key)
+        if cached == UNANSWERED:
+            return "built-in"
         if cached is not None:
             use_learned(*cached)
             return "cached"
     text = ask_sbatch(slurm, environ)
-    if text is None:
-        return "built-in"
-    longs, shorts = parse_help(text)
-    if not CORE <= longs.keys():
+    longs, shorts = parse_help(text or "")
+    if not CORE <= longs.keys():  # no answer, or not sbatch's help
+        write_cache(environ, key, None, {}, set())
         return "built-in"
     plugins = set(parse_help(text.partition(PLUGIN_HEADER)[2])[0]) if PLUGIN_HEADER in text else set()
     use_learned(longs, shorts, plugins)
