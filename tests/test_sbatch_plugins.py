@@ -351,3 +351,16 @@ def test_an_sbatch_that_cannot_answer_is_asked_once_in_a_while_not_per_submissio
     monkeypatch.setattr(optable, "UNANSWERED_TTL_S", 0)
     submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
     assert fake.asked_help == 2
+
+
+def test_help_without_any_slurm_config_exits_0_in_one_piece(tmp_path):
+    """Issue 21 §10, as a user meets it: the real sbatch, a slurm.conf that does not exist."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "STUNE_"))}
+    env.update(SLURM_CONF=str(tmp_path / "no-slurm.conf"), STUNE_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "stune-sbatch"), "--help"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.startswith("Usage: stune-sbatch [sbatch options]") and "--checkpoint-signal" in out.stdout
