@@ -10,42 +10,21 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from helpers import wait_for_state, wait_until
+# The torch tests' set-up: a vpc profile on this machine's default interface, the TaskProlog on real sysfs.
+from test_sbatch_torch import default_interface, real_nodes  # noqa: F401
 
 pytestmark = pytest.mark.cluster
 
 BIN = os.path.dirname(sys.executable)
 
 
-def default_interface() -> str:
-    for line in Path("/proc/net/route").read_text().splitlines()[1:]:
-        fields = line.split()
-        if len(fields) > 2 and fields[1] == "00000000":
-            return fields[0]
-    pytest.fail("this machine has no default route: no interface for the rendezvous")
-
-
-@pytest.fixture(scope="module")
-def tcp_profile(cluster, tmp_path_factory):
-    profiles = tmp_path_factory.mktemp("rendezvous-profiles")
-    profiles.chmod(0o755)
-    (profiles / "vpc.yaml").write_text(f"partition: vpc\nfabric:\n  type: tcp\n  socket_ifname: {default_interface()}\n")
-    wrapper = cluster.layout.root / "stune-task-prolog-rendezvous.sh"
-    wrapper.write_text(f"#!/bin/sh\nPATH={BIN}:/usr/bin:/bin; export PATH\n"
-                       f"STUNE_PARTITIONS={profiles}; export STUNE_PARTITIONS\nexec stune-task-prolog\n")
-    wrapper.chmod(0o755)
-    cluster.set_fragment("sbatch", f"TaskProlog={wrapper}")
-    yield profiles
-    cluster.set_fragment("sbatch", None)
-
-
 @pytest.mark.parametrize("export", ["NONE", "FOO=1"])
-def test_every_rank_gets_the_batch_steps_master_addr(export, tcp_profile, slurm, shared_tmp):
-    env = dict(os.environ, STUNE_PARTITIONS=str(tcp_profile), STUNE_HISTORY=str(shared_tmp / "h.jsonl"))
+def test_every_rank_gets_the_batch_steps_master_addr(export, real_nodes, slurm, shared_tmp):
+    env = dict(os.environ, STUNE_PARTITIONS=str(real_nodes), STUNE_HISTORY=str(shared_tmp / "h.jsonl"))
     for name in [n for n in env if n.startswith(("NCCL_", "GLOO_", "MASTER_", "SBATCH_", "STUNE_MANAGED"))]:
         del env[name]
     step = 'echo "rank $SLURM_PROCID $SLURMD_NODENAME MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"'
