@@ -90,3 +90,19 @@ def test_a_script_sbatch_cannot_open_is_refused_by_the_dry_run(tmp_path, capsys)
     assert rc == 2 and out == ""
     assert err == (f"stune-sbatch: sbatch would refuse this command line: cannot open the batch script "
                    f"'{tmp_path / 'nosuch.sh'}': No such file or directory\n")
+
+
+def test_directives_sbatch_refuses_are_refused_by_the_dry_run_and_said_at_submission(tmp_path, capsys):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -p roce\n#SBATCH --clus=x\ntrue\n")  # cluster, clusters, ...: ambiguous
+    rc, out, err = dry_run([str(script)], tmp_path, capsys)
+    assert rc == 2 and out == "" and err == ("stune-sbatch: sbatch would refuse this script's #SBATCH lines: "
+                                             "option '--clus' is ambiguous\n")
+    from slurm_tune.sbatch import submit
+
+    fake = FakeSlurm()
+    submit.run([str(script)], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    assert fake.ran[0][0] == [str(script)] and "STUNE_MANAGED" not in fake.ran[0][1]
+    assert capsys.readouterr().err == ("stune-sbatch: warning: sbatch will refuse this script's #SBATCH lines "
+                                       "(option '--clus' is ambiguous): passed to it as given, without stune's "
+                                       "settings\n")

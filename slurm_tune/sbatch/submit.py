@@ -132,6 +132,14 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         parsed = parse_args(argv, stune_json=as_json)
         unknown, problems = list(parsed.unknown), []
         directives, script_het = parse_directives(text, problems, unknown)
+    if problems:  # the script's directives hold what sbatch refuses: the same verdict as for the command line
+        if dry_run:
+            for problem in problems:
+                warn(f"sbatch would refuse this script's #SBATCH lines: {problem}")
+            return 2
+        warn(f"warning: sbatch will refuse this script's #SBATCH lines ({'; '.join(problems)}): passed to it as "
+             "given, without stune's settings")
+        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
     eff = Effective(parsed.options, directives, environ)
     try:
         plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text,
@@ -140,7 +148,6 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         from .plan import unprofiled_stage
 
         _say_unknown(unknown)
-
         stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
         stage_env, stage_options, stage_warnings = unprofiled_stage(stage_args, eff, os.getcwd())
         words = sbatch_words(argv, parsed, stage_options)
