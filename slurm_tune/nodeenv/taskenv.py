@@ -18,8 +18,8 @@ from __future__ import annotations
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
-from .managed import (BATCH_STEP_ID, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed, is_stunes,
-                      parse_managed)
+from .managed import (BATCH_STEP_ID, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed,
+                      is_stunes, parse_managed)
 
 
 def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict[str, str | None], list[str]]:

@@ -5,9 +5,11 @@ release and plugin stack) and laid over a built-in one: Slurm 22.05's sbatch, pr
 (getopt_long lists every long option when a prefix is ambiguous, `sbatch --a`, and says which take an
 argument), which keeps the options `--help` does not show. A word the table still cannot classify (an option
 of a newer release or a plugin the help does not list) is not a refusal: it is recorded in `unknown`, read by
-the rule of `_unknown_option`, and the submission warns about it in one line and keeps stune's settings. Reading follows GNU getopt_long with sbatch's `+` option string: options stop at the first
-non-option (the script), `--` ends them, long options may be abbreviated to a unique prefix, `--opt=value` and
-`--opt value` are the same, a short option's value may be glued on (`-N2`) and flags cluster (`-HQ`).
+the rule of `_unknown_option`, and the submission warns about it in one line and keeps stune's settings.
+
+Reading follows GNU getopt_long with sbatch's `+` option string: options stop at the first non-option (the
+script), `--` ends them, long options may be abbreviated to a unique prefix, `--opt=value` and `--opt value`
+are the same, a short option's value may be glued on (`-N2`) and flags cluster (`-HQ`).
 
 `#SBATCH` directives are tokenised like sbatch's `_get_argument`: lines that start (column 0) with `#SBATCH`
 or `#SLURM`, before the first line that is neither blank nor a comment; words split on white space, quotes
