@@ -44,8 +44,8 @@ def corpus(script: str) -> list[list[str]]:
 @pytest.fixture
 def shim(cluster, tmp_path):
     """A Slurm bin directory: every client command is the real one; sbatch first writes down what it got."""
-    real = os.path.dirname(subprocess.run(["sh", "-c", "command -v sbatch"], capture_output=True, text=True,
-                                          check=True).stdout.strip())
+    real = cluster.install.bin_dir or os.path.dirname(
+        subprocess.run(["sh", "-c", "command -v sbatch"], capture_output=True, text=True, check=True).stdout.strip())
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name in SLURM_COMMANDS:
