@@ -364,3 +364,17 @@ def test_help_without_any_slurm_config_exits_0_in_one_piece(tmp_path):
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout.startswith("Usage: stune-sbatch [sbatch options]") and "--checkpoint-signal" in out.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's rule: the cache must be writable by root alone")
+def test_root_neither_reads_nor_writes_a_table_cache_others_could_write(tmp_path, monkeypatch):
+    from slurm_tune.sbatch import optable
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a cache directory anyone can write: a planted table must not be read by root
+    monkeypatch.setattr(optable, "cache_path", lambda environ: str(shared / "sbatch-options.txt"))
+    fake = FakeSlurm()
+    for _ in range(2):
+        submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 2 and not (shared / "sbatch-options.txt").exists()

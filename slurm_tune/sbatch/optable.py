@@ -112,11 +112,15 @@ def parse_cache(text: str, key: str, now: float):
 
 def read_cache(environ, key: str):
     """The cached table for `key`, or None. Read by trust.py's rules (a regular file of this user's, one link,
-    no symlink, no FIFO, bounded), which a hot path loads without the rest of safeio."""
-    from ..trust import open_regular, read_bounded
+    no symlink, no FIFO, bounded; for root, nothing another user could have written, like the profile cache),
+    which a hot path loads without the rest of safeio."""
+    from ..trust import load_problem, open_regular, read_bounded
 
+    path = cache_path(environ)
+    if load_problem(path, missing_ok=True):
+        return None
     try:
-        fd, _ = open_regular(cache_path(environ), owner=os.geteuid())
+        fd, _ = open_regular(path, owner=os.geteuid())
     except OSError:
         return None
     if fd is None:
@@ -144,7 +148,11 @@ def write_cache(environ, key: str, longs, shorts, plugins) -> None:
 
     from ..safeio import write_atomic
 
+    from ..trust import load_problem
+
     path = cache_path(environ)
+    if load_problem(path, missing_ok=True):  # root would not read it back
+        return
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         write_atomic(path, format_cache(key, longs, shorts, plugins, time.time()), mode=0o600)
