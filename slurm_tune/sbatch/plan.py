@@ -122,7 +122,8 @@ def nccl_settings(profile) -> list[Setting]:
                            "names)"))
     out.append(Setting(NODE, "MASTER_ADDR", None, "rule: distributed training rendezvous", True,
                        "the job's first node: its IPv4 address on "
-                       + (f"{ifname}" if ifname else "the socket interface") + " (else its name), once per job, the same on every rank"))
+                       + (f"{ifname}" if ifname else "the socket interface")
+                       + " (else its name), once per job, the same on every rank"))
     out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
                        f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node "
                        "do not collide"))
