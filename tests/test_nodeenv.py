@@ -12,6 +12,7 @@ import pytest
 import hwtrees
 from slurm_tune.hw.sysfs import Sysfs
 from slurm_tune.nodeenv.detect import Port, active_ports, ifname_matches, roce_v2_gid_index, socket_interfaces
+from slurm_tune.nodeenv.managed import format_managed, parse_managed
 from slurm_tune.nodeenv.taskenv import as_shell, as_taskprolog, node_exports, with_managed
 from slurm_tune.profiles import load_profile
 from slurm_tune.thisnode import job_context
@@ -108,7 +109,7 @@ def test_a_missing_socket_interface_unsets_stunes_value(tmp_path):
                         "itself"]
     shell = as_shell(with_managed(exports, env))
     assert "unset NCCL_SOCKET_IFNAME\nunset GLOO_SOCKET_IFNAME\n" in shell
-    assert "STUNE_MANAGED='NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME'" in shell
+    assert "STUNE_MANAGED='=,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME'" in shell
 
 
 def test_roce_node_exports_hcas_gid_index_and_socket_interface(tmp_path):
@@ -141,7 +142,7 @@ def test_user_values_are_left_alone_and_stunes_own_are_refined(tmp_path):
     assert "NCCL_SOCKET_IFNAME" not in exports  # eth9 is not the eth0 stune set: the script changed it
     assert exports["GLOO_SOCKET_IFNAME"] == "eth0"  # absent: stune's to set
     # a name without a value (stune detects it) is stune's only while absent
-    assert node_exports(job({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "NCCL_IB_GID_INDEX"}, profile),
+    assert node_exports(job({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "=,NCCL_IB_GID_INDEX"}, profile),
                         sysfs)[0].get("NCCL_IB_GID_INDEX") is None
     out = with_managed({"NCCL_IB_HCA": "=x,y"}, {"STUNE_MANAGED": "A,B=1"})["STUNE_MANAGED"]
     assert out == "A,B=1,NCCL_IB_HCA==x%2Cy"
@@ -153,6 +154,35 @@ def test_managed_values_round_trip(value):
 
     managed = {"A": value, "B": None, "C": "plain"}
     assert parse_managed(format_managed(managed)) == managed
+
+
+def test_the_old_form_of_stune_managed_keeps_the_node_side_refinement(tmp_path):
+    """Issue 22 §3: a job an older stune-sbatch submitted (bare names: every one a variable stune set) still
+    gets its HCAs narrowed and its GID index detected after an upgrade, and the new form is written back."""
+    sysfs = roce_tree(tmp_path, issue_table, mlx5_5={"state": "1: DOWN"})
+    old = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth0",
+           "STUNE_MANAGED": "NCCL_IB_HCA,NCCL_IB_GID_INDEX,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,MASTER_ADDR"}
+    exports, _ = node_exports(job(old, load_profile("roce")), sysfs)
+    assert "mlx5_5" not in exports["NCCL_IB_HCA"] and exports["NCCL_IB_GID_INDEX"] == "3"
+    written = parse_managed(with_managed(exports, old)["STUNE_MANAGED"])
+    assert written["NCCL_IB_HCA"] == exports["NCCL_IB_HCA"] and written["MASTER_ADDR"] is None
+    assert "=" in format_managed({"MASTER_ADDR": None})  # the new form never reads as the old one
+    assert parse_managed(format_managed({"MASTER_ADDR": None, "X": None}), {"X": "1"}) == {"MASTER_ADDR": None,
+                                                                                           "X": None}
+
+
+def test_rendezvous_is_one_value_on_every_rank_of_a_step_that_did_not_inherit_it():
+    """Issue 22 §3: under --export=NONE a step's tasks do not inherit the batch step's MASTER_ADDR; every rank
+    (the first node's too) then takes the first node's name, never rank 0 an address and rank 1 a name."""
+    from slurm_tune.nodeenv.taskenv import rendezvous
+
+    env = {"SLURM_JOB_ID": "8123", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURMD_NODENAME": "gpu07",
+           "SLURM_STEP_ID": "0"}
+    values = {rendezvous(job(dict(env, SLURMD_NODENAME=node)), ["eth0"], lambda i: f"10.1.2.{node[-1]}")[
+        "MASTER_ADDR"] for node in ("gpu07", "gpu08")}
+    assert values == {"gpu07"}
+    batch = dict(env, SLURM_STEP_ID="4294967294")
+    assert rendezvous(job(batch), ["eth0"], lambda i: "10.1.2.7")["MASTER_ADDR"] == "10.1.2.7"
 
 
 def test_rendezvous_once_per_job_on_the_first_node():

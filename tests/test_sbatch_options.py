@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from slurm_tune.sbatch.options import (LONG, SHORT, Effective, Opt, lookup_long, node_range, parse_args,
+from slurm_tune.sbatch.options import (AMBIGUOUS, LONG, SHORT, Effective, Opt, lookup_long, node_range, parse_args,
                                        parse_directives, split_directive)
 from slurm_tune.sbatch.submit import job_id_from, sbatch_words
 
@@ -40,19 +40,43 @@ def test_optional_arguments_only_attach_with_equals_or_glued():
 
 def test_unique_prefixes_resolve_like_getopt_long():
     assert lookup_long("part") == LONG["partition"]
-    assert lookup_long("clus") is None  # cluster, clusters and cluster-constraint: ambiguous
-    assert lookup_long("cluste") is None
+    assert lookup_long("clus") is AMBIGUOUS  # cluster, clusters and cluster-constraint: ambiguous
+    assert lookup_long("cluste") is AMBIGUOUS
+    assert lookup_long("no-such-option") is None
     assert lookup_long("clusters") == LONG["clusters"]
     assert lookup_long("cluster") == LONG["clusters"]  # an alias of --clusters
     assert lookup_long("tasks-per") == (LONG["tasks-per-node"][0], "ntasks-per-node")
 
 
 def test_problems_sbatch_would_reject():
-    assert parse_args(["--bogus", "x"]).problems == ["unrecognized option '--bogus'"]
+    assert parse_args(["--clus=x", "job.sh"]).problems == ["option '--clus' is ambiguous"]
     assert parse_args(["-p"]).problems == ["option requires an argument -- 'p'"]
     assert parse_args(["--partition"]).problems == ["option '--partition' requires an argument"]
     assert parse_args(["--requeue=yes"]).problems == ["option '--requeue' doesn't allow an argument"]
-    assert parse_args(["-y"]).problems == ["invalid option -- 'y'"]
+
+
+def test_a_word_the_table_cannot_classify_is_unknown_not_a_refusal(tmp_path):
+    """Issue 22 §1: an option of a newer release or an unlisted plugin is read, said, and never a refusal."""
+    p = parse_args(["--tres-per-task=gres/gpu:1", "-p", "roce", "job.sh"])
+    assert not p.problems and p.insert_at is None and p.script_index == 3
+    assert p.unknown == ["'--tres-per-task=gres/gpu:1' (command line) is not in this Slurm's sbatch option table "
+                         "(sbatch --help): passed to sbatch as given"]
+    assert keys(p) == [("partition", "roce")]
+    # followed by a word and then a script: the word is its value; stune's options go before the option
+    argv = ["-N", "2", "--container-image", "img", "-p", "roce", "job.sh", "--lr", "1"]
+    p = parse_args(argv)
+    assert keys(p) == [("nodes", "2"), ("partition", "roce")] and p.script_index == 6 and p.insert_at == 2
+    assert "read 'img' as its value" in p.unknown[0]
+    assert sbatch_words(argv, p, ["--requeue"]) == ["-N", "2", "--requeue", "--container-image", "img", "-p",
+                                                    "roce", "job.sh", "--lr", "1"]
+    # followed by an existing file and nothing that could be a script: a flag, and the file the script
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n")
+    p = parse_args(["--oom-kill-step", str(script)])
+    assert p.script_index == 1 and p.insert_at is None and "read as a flag" in p.unknown[0]
+    # an unknown short option: its value may be glued on
+    p = parse_args(["-y3", "-p", "vpc", "job.sh"])
+    assert keys(p) == [("partition", "vpc")] and p.script_index == 3 and p.unknown and not p.problems
 
 
 def test_options_stop_at_the_script_and_at_double_dash():
@@ -71,7 +95,7 @@ def test_stune_options_are_exact_and_removed_from_what_sbatch_sees():
     assert sbatch_words(argv, p, []) == ["-p", "roce", "job.sh", "--dry-run"]
     # stune's additions go right before the script; the script's own arguments stay after it
     assert sbatch_words(argv, p, ["--requeue"]) == ["-p", "roce", "--requeue", "job.sh", "--dry-run"]
-    assert parse_args(["--dry"]).problems == ["unrecognized option '--dry'"]  # no abbreviation of stune's
+    assert parse_args(["--dry"]).unknown and not parse_args(["--dry"]).stune  # no abbreviation of stune's
 
 
 def test_additions_go_before_double_dash_or_at_the_end_for_wrap_and_stdin():

@@ -16,6 +16,13 @@ from slurm_tune.sbatch.dryrun import explain
 from slurm_tune.sbatch.submit import sbatch_words
 
 
+@pytest.fixture(autouse=True)
+def own_option_cache(tmp_path, monkeypatch):
+    from slurm_tune.sbatch import optable
+
+    monkeypatch.setattr(optable, "cache_path", lambda environ: str(tmp_path / "cache" / "sbatch-options.txt"))
+
+
 def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partition=None, stage=(), required=False,
              checkpoint_signal=False):
     parsed = parse_args(argv)
@@ -161,6 +168,7 @@ def test_slurm_binding_adds_gpu_bind_and_cpu_bind_default(tmp_path):
         partition: gpu
         fabric: {type: ib, hcas: [{device: mlx5_0, port: 1}]}
         numa: {bind: slurm, cpu_bind: sockets}
+        gpu: {count: 8}
         """)
     profile = load_profile("gpu", d)
     plan, _ = plan_for(["-p", "gpu"], profile=profile)
@@ -246,6 +254,9 @@ class FakeSlurm:
 
     def __init__(self):
         self.ran = []
+
+    def run_full(self, argv, timeout=None, env=None, input=None):
+        return 1, "", "sbatch: fatal: Could not establish a configuration source\n"  # the built-in table
 
     def sbatch_passthrough(self, words, script, env):
         self.ran.append((words, dict(env)))

@@ -16,10 +16,15 @@ HELP = (Path(__file__).parent / "fixtures" / "sbatch" / "help-22.05-pyxis.txt").
 
 
 @pytest.fixture(autouse=True)
-def fresh_option_table():
-    """Learned plugin options live in the module's table: each test starts from sbatch's own."""
-    saved, keys = dict(LONG), set(options.PLUGIN_KEYS)
+def fresh_option_table(tmp_path, monkeypatch):
+    """Learned options live in the module's table: each test starts from sbatch's own, with its own cache."""
+    from slurm_tune.sbatch import optable
+
+    monkeypatch.setattr(optable, "cache_path", lambda environ: str(tmp_path / "cache" / "sbatch-options.txt"))
+    saved, short, keys = dict(LONG), dict(options.SHORT), set(options.PLUGIN_KEYS)
     yield
+    options.SHORT.clear()
+    options.SHORT.update(short)
     LONG.clear()
     LONG.update(saved)
     options.PLUGIN_KEYS.clear()
@@ -110,19 +115,36 @@ def test_plugin_options_in_directives_are_learned_too(tmp_path, capsys):
     assert parse_directives(script.decode())[0][1].key == "partition"
 
 
-def test_an_option_no_plugin_knows_is_left_to_sbatch(tmp_path, capsys):
+def test_an_option_no_table_knows_warns_in_one_line_and_keeps_stunes_settings(tmp_path, capsys):
+    """Issue 22 §1: before, the words went to sbatch with every setting dropped, exit 0, no word; and the dry
+    run said "sbatch would refuse" (rc 2) for a line sbatch may accept."""
     fake = FakeSlurm(sbatch_rc=1)
     rc = submit(["--bogus", "-p", "roce", "--wrap", "true"], tmp_path, fake)
-    assert rc == 1 and fake.ran[0][0] == ["--bogus", "-p", "roce", "--wrap", "true"]
-    assert "NCCL_IB_TC" not in fake.ran[0][1]
-    assert submit(["--dry-run", "--bogus", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 2
-    assert "sbatch would refuse this command line: unrecognized option '--bogus'" in capsys.readouterr().err
+    assert rc == 1 and fake.ran[0][0][:4] == ["--bogus", "-p", "roce", "--wrap"]
+    assert fake.ran[0][1]["NCCL_IB_TC"] == "106" and "--requeue" in fake.ran[0][0]
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["stune-sbatch: warning: '--bogus' (command line) is not in this Slurm's sbatch option table "
+                   "(sbatch --help): passed to sbatch as given; stune's settings still apply"]
+    assert fake.asked_help == 1
+    submit(["--bogus", "-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 2  # the cached table did not know it: sbatch was asked afresh
+    capsys.readouterr()
+    assert submit(["--dry-run", "--bogus", "-p", "roce", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 0
+    captured = capsys.readouterr()
+    assert "'--bogus' (command line) is not in this Slurm's sbatch option table" in captured.out
+    assert "refuse" not in captured.out + captured.err
 
 
-def test_a_plain_submission_never_asks_for_the_help(tmp_path):
+def test_the_learned_table_is_cached_so_a_plain_submission_asks_once(tmp_path):
     fake = FakeSlurm()
+    for _ in range(3):
+        submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 1 and "container-image" in LONG  # learned once, then read from the cache
+    cache = tmp_path / "cache" / "sbatch-options.txt"
+    assert cache.stat().st_mode & 0o777 == 0o600 and "rp container-image" in cache.read_text()
+    cache.write_text("garbage\n")  # garbage is a miss, never an option
     submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
-    assert fake.asked_help == 0 and "container-image" not in LONG
+    assert fake.asked_help == 2
 
 
 def test_learned_options_take_part_in_abbreviation_like_sbatchs_getopt():
@@ -167,21 +189,26 @@ def test_a_stage_source_that_does_not_exist_is_warned_at_submit(tmp_path, capsys
     assert "staged on each node into the cache tier: nothing" in out
 
 
-def test_help_prints_stunes_section_whatever_sbatch_does(tmp_path, capsys):
+def test_help_answers_with_exit_0_whatever_sbatch_does(tmp_path, capsys):
+    """Issue 21 §10: without a Slurm config, --help exited 1 after four lines of sbatch errors."""
     class NoConfig(FakeSlurm):
-        def sbatch_passthrough(self, words, script, env):
-            return 1, ""  # sbatch: fatal: Unable to process configuration file
+        def run_full(self, argv, timeout=None, env=None, input=None):
+            return 1, "", "sbatch: fatal: Could not establish a configuration source\n"
 
-    assert submit(["--help"], tmp_path, NoConfig()) == 1
-    assert "stune-sbatch options (everything else is sbatch's" in capsys.readouterr().out
+    assert submit(["--help"], tmp_path, NoConfig()) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("Usage: stune-sbatch [sbatch options]") and err == ""
+    assert "stune-sbatch options (everything else is sbatch's" in out
 
     class NoSbatch(FakeSlurm):
-        def sbatch_passthrough(self, words, script, env):
+        def run_full(self, argv, timeout=None, env=None, input=None):
             raise SlurmError(["sbatch"], 127, "cannot run sbatch: No such file or directory")
 
-    with pytest.raises(SlurmError):
-        submit(["-h"], tmp_path, NoSbatch())
+    assert submit(["-p", "roce", "-h"], tmp_path, NoSbatch()) == 0
     assert "--checkpoint-signal" in capsys.readouterr().out
+    assert submit(["--help"], tmp_path, FakeSlurm()) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: sbatch [OPTIONS(0)...]") and "--checkpoint-signal" in out
 
 
 def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_path):
@@ -249,3 +276,105 @@ def test_devcluster_env_prints_the_profile_directory(tmp_path, capsys, monkeypat
     assert devcluster.main(["env"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("export SLURM_CONF=") and out[1] == f"export STUNE_PARTITIONS={tmp_path}"
+
+
+# A newer release's help: the 22.05 capture above its plugin section, plus lines for options 24.11 and 26.05
+# add, written by hand in the layout sbatch prints (no 24.11/26.05 `sbatch --help` capture is available here;
+# the cluster corpus test, tests/test_sbatch_corpus.py, runs against whatever real sbatch the suite has).
+NEWER_HELP = HELP.split("Options provided by plugins:")[0].rstrip("\n") + """
+      --tres-per-task=list    list of tres required per task
+      --oom-kill-step[=0|1]   set the OOMKillStep behaviour for the job's steps
+      --mem-update=interval   update the job's memory limit every interval
+      --container-type=type   the container runtime to use
+"""
+
+
+@pytest.mark.parametrize("words", [
+    ["--tres-per-task=gres/gpu:1"], ["--tres-per-task", "gres/gpu:1"], ["--oom-kill-step"], ["--oom-kill-step=1"],
+    ["--mem-update=30"], ["--container-type", "oci"], ["--tres-per-t", "cpu:2"]])
+def test_options_of_a_newer_release_are_learned_not_warned(words, tmp_path, capsys):
+    """Issue 22 §1: with a newer sbatch's table, its options are options: stune's settings, no warning, and the
+    words reach sbatch as given (before the script)."""
+    fake = FakeSlurm(help_text=NEWER_HELP)
+    rc = submit(["-p", "roce", *words, "--wrap", "true"], tmp_path, fake)
+    assert rc == 0 and capsys.readouterr().err == ""
+    sent, env = fake.ran[0]
+    assert sent[:2 + len(words)] == ["-p", "roce", *words] and env["NCCL_IB_TC"] == "106"
+    assert submit(["--dry-run", "-p", "roce", *words, "--wrap", "true"], tmp_path, fake) == 0
+    captured = capsys.readouterr()
+    assert "option table" not in captured.out + captured.err and "refuse" not in captured.err
+    # the same words under the 22.05 table (another release: another sbatch binary, so another cache key):
+    # warned in one line, the settings still there
+    (tmp_path / "cache" / "sbatch-options.txt").unlink()
+    fake = FakeSlurm()
+    submit(["-p", "roce", *words, "--wrap", "true"], tmp_path / "old", fake)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is not in this Slurm's sbatch option table" in err[0]
+    assert fake.ran[0][1]["NCCL_IB_TC"] == "106"
+
+
+def test_the_cache_key_follows_the_sbatch_binary_slurm_conf_and_the_plugin_stack(tmp_path):
+    from slurm_tune.sbatch import optable
+    from slurm_tune.slurm.commands import SlurmCommands
+
+    help_file = tmp_path / "help.txt"
+    help_file.write_text(HELP)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(f"#!/bin/sh\ncat {help_file}\n")
+    (bindir / "sbatch").chmod(0o755)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text("ClusterName=x\n")
+    slurm = SlurmCommands(conf=str(etc / "slurm.conf"), bin_dir=str(bindir))
+    environ = {"SLURM_CONF": str(etc / "slurm.conf"), "PATH": os.environ["PATH"]}
+    assert optable.learn(slurm, environ) == "asked" and "container-image" in LONG
+    assert optable.learn(slurm, environ) == "cached"
+    (etc / "plugstack.conf").write_text("required /usr/lib/pyxis/spank_pyxis.so\n")  # a plugin added
+    assert optable.learn(slurm, environ) == "asked"
+    assert optable.learn(slurm, environ) == "cached"
+    (bindir / "sbatch").write_text(f"#!/bin/sh\n# an upgrade\ncat {help_file}\n")
+    assert optable.learn(slurm, environ) == "asked"
+    (etc / "slurm.conf").write_text("ClusterName=x\nPlugStackConfig=/elsewhere\n")
+    assert optable.learn(slurm, environ) == "asked"
+    help_file.write_text("sbatch: fatal: Could not establish a configuration source\n")
+    assert optable.learn(slurm, environ, fresh=True) == "built-in"  # not sbatch's help: the built-in table
+
+
+def test_an_sbatch_that_cannot_answer_is_asked_once_in_a_while_not_per_submission(tmp_path, monkeypatch):
+    from slurm_tune.sbatch import optable
+
+    fake = FakeSlurm(help_rc=1)  # no Slurm configuration reachable for `sbatch --help`
+    for _ in range(3):
+        submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 1 and fake.ran[-1][1]["NCCL_IB_TC"] == "106"  # the built-in table still reads
+    monkeypatch.setattr(optable, "UNANSWERED_TTL_S", 0)
+    submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 2
+
+
+def test_help_without_any_slurm_config_exits_0_in_one_piece(tmp_path):
+    """Issue 21 §10, as a user meets it: the real sbatch, a slurm.conf that does not exist."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "STUNE_"))}
+    env.update(SLURM_CONF=str(tmp_path / "no-slurm.conf"), STUNE_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "stune-sbatch"), "--help"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.startswith("Usage: stune-sbatch [sbatch options]") and "--checkpoint-signal" in out.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's rule: the cache must be writable by root alone")
+def test_root_neither_reads_nor_writes_a_table_cache_others_could_write(tmp_path, monkeypatch):
+    from slurm_tune.sbatch import optable
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a cache directory anyone can write: a planted table must not be read by root
+    monkeypatch.setattr(optable, "cache_path", lambda environ: str(shared / "sbatch-options.txt"))
+    fake = FakeSlurm()
+    for _ in range(2):
+        submit(["-p", "roce", "--wrap", "true"], tmp_path, fake)
+    assert fake.asked_help == 2 and not (shared / "sbatch-options.txt").exists()

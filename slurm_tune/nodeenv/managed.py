@@ -8,6 +8,11 @@ passed, differs, and then it is the user's and is left alone in every step.
 Format: comma-separated items, `NAME=value` (the value stune set, `%` and `,` escaped as `%25` and `%2C`)
 or a bare `NAME` (stune detects it on each node and has not set it yet, or unset it). Imports nothing: it
 is read by stune-sbatch and before every task.
+
+The old form (stune-sbatch before values were recorded: bare names only, every one a variable stune set)
+is still read, so a job submitted before an upgrade keeps its node-side refinement: each name's value is
+taken to be stune's when it is read (`parse_managed(text, environ)`), and the TaskProlog writes the new form
+back for the job's later steps.
 """
 from __future__ import annotations
 
@@ -15,21 +20,30 @@ MANAGED_VAR = "STUNE_MANAGED"
 SUMMARY_VAR = "STUNE_NODE_SUMMARY"  # stune-sbatch --node-summary: each node says its final settings once
 # MASTER_PORT per job: BASE + job id mod SPAN (the TaskProlog sets it; stune-sbatch --dry-run explains it)
 MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
+BATCH_STEP_ID = "4294967294"  # SLURM_BATCH_SCRIPT: the step id Slurm gives the batch step
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # set once per job, the same on every rank; never refined
 
 
-def parse_managed(text: str | None) -> dict[str, str | None]:
+def parse_managed(text: str | None, environ=None) -> dict[str, str | None]:
+    """{name: the value stune set, or None}. With `environ`, the old form (no `NAME=value` item at all) reads
+    each name as set by stune to the value it has in `environ` (the rendezvous names stay bare)."""
     out: dict[str, str | None] = {}
     for item in (text or "").split(","):
         name, eq, value = item.partition("=")
         name = name.strip()
         if name:
             out[name] = value.replace("%2C", ",").replace("%25", "%") if eq else None
+    if environ is not None and out and text and "=" not in text:
+        return {name: None if name in RENDEZVOUS else environ.get(name) for name in out}
     return out
 
 
 def format_managed(managed: dict[str, str | None]) -> str:
-    return ",".join(name if value is None else f"{name}={value.replace('%', '%25').replace(',', '%2C')}"
+    """The new form always holds a `=`: when no name has a value, an empty `=` item comes first (read as
+    nothing), so it is never taken for the old form."""
+    text = ",".join(name if value is None else f"{name}={value.replace('%', '%25').replace(',', '%2C')}"
                     for name, value in managed.items())
+    return text if not text or "=" in text else "=," + text
 
 
 def is_stunes(name: str, environ, managed: dict[str, str | None]) -> bool:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
-from .managed import MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, format_managed, is_stunes, parse_managed
+from .managed import (BATCH_STEP_ID, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed,
+                      is_stunes, parse_managed)
 
 
 def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict[str, str | None], list[str]]:
@@ -27,7 +28,7 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
     job). `sysfs` defaults to $STUNE_SYSFS_ROOT (`%n`: the job's node)."""
     environ = job.environ
     sysfs = sysfs or Sysfs(resolve_root(None, environ, job.node))
-    managed = parse_managed(environ.get(MANAGED_VAR))
+    managed = parse_managed(environ.get(MANAGED_VAR), environ)
 
     def mine(name: str) -> bool:  # stune may (re)set it
         return is_stunes(name, environ, managed)
@@ -90,9 +91,12 @@ def _no_address(ifname: str) -> None:
 
 def rendezvous(job, interfaces: list[str], address_of=None) -> dict[str, str]:
     """MASTER_ADDR and MASTER_PORT for `job` (a JobContext), when absent (a later step inherits the batch
-    step's, and a value set in the script is the user's). MASTER_ADDR: on the job's first node, its IPv4
-    address on the first up socket interface, else its name; elsewhere the first node's name (a step without a
-    batch step before it)."""
+    step's, and a value set in the script is the user's). One value per job, the same on every rank:
+    MASTER_ADDR is the job's first node, as its IPv4 address on the first up socket interface when the batch
+    step sets it there (the batch step runs on the first node, and every later step inherits its value:
+    stune-sbatch names MASTER_ADDR in an --export list too); in a step that did not inherit it (`srun
+    --export=NONE`, no batch step) every rank takes the first node's name, as no rank can see the first
+    node's interfaces but the first."""
     environ = job.environ
     out: dict[str, str] = {}
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
@@ -101,7 +105,8 @@ def rendezvous(job, interfaces: list[str], address_of=None) -> dict[str, str]:
 
         first = (expand_hostlist(nodelist) or [""])[0]
         address = None
-        if first and first == job.node and interfaces:
+        batch_step = environ.get("SLURM_STEP_ID", "") in ("", BATCH_STEP_ID)
+        if first and first == job.node and interfaces and batch_step:
             address = (address_of or ipv4_address)(interfaces[0])
         if address or first:
             out["MASTER_ADDR"] = address or first
@@ -116,9 +121,9 @@ def with_managed(exports: dict[str, str | None], environ) -> dict[str, str | Non
     stune's value. The rendezvous is recorded by name only: set once per job, never refined."""
     if not exports:
         return exports
-    managed = parse_managed(environ.get(MANAGED_VAR))
+    managed = parse_managed(environ.get(MANAGED_VAR), environ)
     for name, value in exports.items():
-        if name in ("MASTER_ADDR", "MASTER_PORT"):
+        if name in RENDEZVOUS:
             managed.setdefault(name, None)
             continue
         managed[name] = value

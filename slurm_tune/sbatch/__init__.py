@@ -1,7 +1,9 @@
 """stune-sbatch: a drop-in sbatch that sets the partition's NCCL, binding, placement and recovery settings.
 
-- `options`: sbatch's own option table (probed from Slurm 22.05's sbatch) and a getopt_long-compatible
-  reader for the command line and `#SBATCH` directives;
+- `options`: sbatch's built-in option table (probed from Slurm 22.05's sbatch), the `sbatch --help` reader,
+  and a getopt_long-compatible reader for the command line and `#SBATCH` directives;
+- `optable`: the installed sbatch's option table, learned from its `--help` and cached per release and
+  plugin stack;
 - `plan`: what stune adds for a job, each setting with the profile key or rule it came from;
 - `export`: sbatch's --export/--export-file rules: the job's environment, and whose value wins;
 - `history`: the per-user record of submissions, `history` and `history diff`;

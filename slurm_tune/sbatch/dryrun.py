@@ -16,7 +16,7 @@ def command_text(words: list[str]) -> str:
 def explain_doc(plan, words: list[str], script_label: str) -> dict:
     """`--dry-run --json`: what explain() says, as data. `settings`: every setting stune considered, with its
     kind (env, option, node, note, warning), whether it was applied, and where it comes from."""
-    from .plan import MANAGED_VAR
+    from .plan import MANAGED_VAR, STAGED
 
     p = plan.profile
     return {"submitted": False, "partition": plan.partition, "partition_source": plan.partition_source,
@@ -24,12 +24,13 @@ def explain_doc(plan, words: list[str], script_label: str) -> dict:
             "multi_node": bool(plan.multi_node), "node_reason": plan.node_reason, "script": script_label,
             "sbatch": ["sbatch", *words], "env": dict(plan.env), "managed_var": MANAGED_VAR,
             "export_option": plan.export_option, "warnings": plan.warnings,
+            "staged_variables": [s.name for s in plan.settings if s.kind == STAGED],
             "settings": [{"kind": s.kind, "name": s.name, "value": s.value, "source": s.source,
                           "applied": bool(s.applied), "note": s.note} for s in plan.settings]}
 
 
 def explain(plan, words: list[str], script_label: str) -> str:
-    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION, WARNING
+    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION, STAGED, WARNING
 
     p = plan.profile
     lines = [f"{PROG} --dry-run: nothing was submitted",
@@ -54,7 +55,7 @@ def explain(plan, words: list[str], script_label: str) -> str:
           + ([(f"{MANAGED_VAR}={plan.env[MANAGED_VAR]}", "rule: the names stune set, so the TaskProlog "
                "may refine them and never touches yours")] if MANAGED_VAR in plan.env else []))
     table("detected on each node (stune-task-prolog, or eval \"$(stune-env)\" in the script):",
-          [(s.name, s.source + f"; {s.note}") for s in plan.settings if s.kind == NODE and s.applied])
+          [(s.name, s.source + f"; {s.note}") for s in plan.settings if s.kind in (NODE, STAGED) and s.applied])
     table("sbatch options stune adds:",
           [(s.name if s.value is None else f"{s.name}={s.value}", s.source + (f"; {s.note}" if s.note else ""))
            for s in plan.settings if s.kind == OPTION and s.applied]

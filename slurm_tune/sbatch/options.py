@@ -1,10 +1,15 @@
 """sbatch's options, read the way sbatch reads them.
 
-The table is Slurm 22.05's sbatch, probed from the binary itself: getopt_long lists every long option when a
-prefix is ambiguous (`sbatch --a`), and says which take an argument (`requires an argument` / `doesn't allow an
-argument`). Reading follows GNU getopt_long with sbatch's `+` option string: options stop at the first
-non-option (the script), `--` ends them, long options may be abbreviated to a unique prefix, `--opt=value` and
-`--opt value` are the same, a short option's value may be glued on (`-N2`) and flags cluster (`-HQ`).
+The table in effect is the installed sbatch's, learned from its `sbatch --help` (optable.py, cached per Slurm
+release and plugin stack) and laid over a built-in one: Slurm 22.05's sbatch, probed from the binary itself
+(getopt_long lists every long option when a prefix is ambiguous, `sbatch --a`, and says which take an
+argument), which keeps the options `--help` does not show. A word the table still cannot classify (an option
+of a newer release or a plugin the help does not list) is not a refusal: it is recorded in `unknown`, read by
+the rule of `_unknown_option`, and the submission warns about it in one line and keeps stune's settings.
+
+Reading follows GNU getopt_long with sbatch's `+` option string: options stop at the first non-option (the
+script), `--` ends them, long options may be abbreviated to a unique prefix, `--opt=value` and `--opt value`
+are the same, a short option's value may be glued on (`-N2`) and flags cluster (`-HQ`).
 
 `#SBATCH` directives are tokenised like sbatch's `_get_argument`: lines that start (column 0) with `#SBATCH`
 or `#SLURM`, before the first line that is neither blank nor a comment; words split on white space, quotes
@@ -51,6 +56,7 @@ _SHORT_KEYS = {
     "W": "wait", "x": "exclude",
 }
 SHORT: dict[str, tuple[int, str]] = {c: (LONG[k][0], k) for c, k in _SHORT_KEYS.items()}
+BUILTIN_LONG, BUILTIN_SHORT = dict(LONG), dict(SHORT)
 
 # Options after which sbatch only prints something: stune passes such a command line through untouched.
 INFO_KEYS = frozenset(("help", "usage", "version"))
@@ -96,27 +102,57 @@ class ParsedArgs:
     `script_index`: argv index of the script path (None: stdin or --wrap); `problems`: what sbatch would
     reject (stune then stays out of the way and lets sbatch say it); `het`: a `:` heterogeneous job;
     `dashdash`: argv index of a `--` that ended the options, else None; `stune_words`: argv indices that
-    hold stune's own options (removed before sbatch sees the command line)."""
+    hold stune's own options (removed before sbatch sees the command line); `unknown`: one line per word the
+    option table cannot classify (how it was read, where); `insert_at`: the argv index before which stune's
+    own sbatch options must go (an unknown option that may take the next word as its value), else None."""
 
-    __slots__ = ("options", "stune", "script_index", "problems", "het", "dashdash", "stune_words")
+    __slots__ = ("options", "stune", "script_index", "problems", "het", "dashdash", "stune_words", "unknown",
+                 "insert_at")
 
-    def __init__(self, options, stune, script_index, problems, het, dashdash, stune_words):
+    def __init__(self, options, stune, script_index, problems, het, dashdash, stune_words, unknown=(),
+                 insert_at=None):
         self.options, self.stune, self.script_index, self.problems = options, stune, script_index, problems
         self.het, self.dashdash, self.stune_words = het, dashdash, stune_words
+        self.unknown, self.insert_at = list(unknown), insert_at
 
     def __repr__(self):
         return (f"ParsedArgs(options={self.options!r}, stune={self.stune!r}, script_index={self.script_index!r}, "
                 f"problems={self.problems!r}, het={self.het!r})")
 
 
+AMBIGUOUS = (-1, "")
+
+
 def lookup_long(name: str) -> tuple[int, str] | None:
-    """getopt_long's resolution: the exact name, else the one option the prefix abbreviates. A prefix of
-    several options is ambiguous unless they are the same option (--clus: cluster and clusters)."""
+    """getopt_long's resolution: the exact name, else the one option the prefix abbreviates; AMBIGUOUS for a
+    prefix of several options, unless they are the same option (--clus: cluster and clusters); None: unknown."""
     found = LONG.get(name)
     if found is not None or not name:
         return found
     matches = {LONG[n] for n in LONG if n.startswith(name)}
-    return matches.pop() if len(matches) == 1 else None
+    if len(matches) > 1:
+        return AMBIGUOUS
+    return matches.pop() if matches else None
+
+
+def use_learned(longs: dict[str, int], shorts: dict[str, str], plugins=()) -> None:
+    """Make the installed sbatch's options (optable.learn) the table in effect, over the built-in one. An
+    option the built-in table knows keeps its argument rule: it was probed from getopt, while the help prints
+    some falsely (`--wrap[=command string]` takes a required argument, `-k, --no-kill` an optional one). A new
+    option the help prints without an argument is read as taking an optional one, the reading that refuses
+    nothing sbatch might accept."""
+    LONG.clear()
+    LONG.update(BUILTIN_LONG)
+    SHORT.clear()
+    SHORT.update(BUILTIN_SHORT)
+    for name, has_arg in longs.items():
+        if name not in BUILTIN_LONG:
+            LONG[name] = (OPTIONAL if has_arg == NO else has_arg, name)
+    for letter, name in shorts.items():
+        if letter not in SHORT and name in LONG:
+            SHORT[letter] = LONG[name]
+    PLUGIN_KEYS.clear()
+    PLUGIN_KEYS.update(n for n in plugins if n not in BUILTIN_LONG)
 
 
 def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str] | None = None,
@@ -126,14 +162,20 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
     options: list[Opt] = []
     stune: list[Opt] = []
     problems: list[str] = []
+    unknown: list[str] = []
+    insert_at: int | None = None
     het = False
     stune_words: list[int] = []
+
+    def done(script_index, dashdash=None) -> ParsedArgs:
+        return ParsedArgs(options, stune, script_index, problems, het, dashdash, stune_words, unknown, insert_at)
+
     i, n = 0, len(argv)
     while i < n:
         tok = argv[i]
         at = wheres[i] if wheres else where
         if tok == "--":
-            return ParsedArgs(options, stune, i + 1 if i + 1 < n else None, problems, het, i, stune_words)
+            return done(i + 1 if i + 1 < n else None, i)
         if tok == ":":
             het = True
             i += 1
@@ -144,9 +186,16 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
             into = stune
             if entry is None:
                 entry, into = lookup_long(name), options
-            if entry is None:
-                problems.append(f"unrecognized option '{tok}'")
+            if entry is AMBIGUOUS:
+                problems.append(f"option '--{name}' is ambiguous")
                 i += 1
+                continue
+            if entry is None:
+                took, line = _unknown_option(argv, i, tok, bool(eq), at)
+                unknown.append(line)
+                if took and insert_at is None:
+                    insert_at = i
+                i += 1 + took
                 continue
             has_arg, key = entry
             value = None
@@ -173,10 +222,14 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
             j = 1
             while j < len(tok):
                 entry = SHORT.get(tok[j])
-                if entry is None:
-                    problems.append(f"invalid option -- '{tok[j]}'")
-                    j += 1
-                    continue
+                if entry is None:  # an option letter this sbatch's table does not list: the rest may be its value
+                    glued = j + 1 < len(tok)
+                    took, line = _unknown_option(argv, i, f"-{tok[j]}", glued, at)
+                    unknown.append(line)
+                    if took and insert_at is None:
+                        insert_at = i
+                    i += took
+                    break
                 has_arg, key = entry
                 if has_arg == NO:
                     options.append(Opt(key, None, at))
@@ -193,8 +246,27 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
                 break
             i += 1
             continue
-        return ParsedArgs(options, stune, i, problems, het, None, stune_words)
-    return ParsedArgs(options, stune, None, problems, het, None, stune_words)
+        return done(i)
+    return done(None)
+
+
+def _unknown_option(argv: list[str], i: int, option: str, has_value: bool, at: str) -> tuple[int, str]:
+    """How to read an option the table does not know, at argv[i]: (how many words after it it takes, the
+    warning line). With its value in the same word (`--x=v`, `-Xv`) it takes nothing more. Followed by a word
+    that is not an option, that word is its value when the rest of the line still names a script (or --wrap),
+    or when the word is no file (the script then comes on stdin); else the word is the script and the option
+    a flag. Either way stune's options go before it (ParsedArgs.insert_at), where neither reading can move."""
+    shown = argv[i] if len(argv[i]) <= 60 else argv[i][:57] + "..."
+    head = f"{shown!r} ({at}) is not in this Slurm's sbatch option table (sbatch --help)"
+    nxt = argv[i + 1] if i + 1 < len(argv) else None
+    if has_value or nxt is None or nxt.startswith("-") or nxt == ":":
+        return 0, f"{head}: passed to sbatch as given"
+    rest = parse_args(argv[i + 2:], allow_stune=False)
+    import os
+
+    if rest.script_index is not None or any(o.key == "wrap" for o in rest.options) or not os.path.isfile(nxt):
+        return 1, f"{head}: read {nxt!r} as its value"
+    return 0, f"{head}: read as a flag, {nxt!r} as the script"
 
 
 # ---- #SBATCH directives ------------------------------------------------------------------------------------
@@ -262,9 +334,11 @@ def split_directive(text: str) -> list[str]:
         words.append("".join(chars))
 
 
-def parse_directives(script: str, problems: list[str] | None = None) -> tuple[list[Opt], bool]:
+def parse_directives(script: str, problems: list[str] | None = None,
+                     unknown: list[str] | None = None) -> tuple[list[Opt], bool]:
     """The sbatch options a script's directives set (first component), and whether it is a het job.
-    What sbatch would refuse is appended to `problems` when given."""
+    What sbatch would refuse is appended to `problems`, and the words the table cannot classify to `unknown`,
+    when given."""
     words, het = directive_tokens(script)
     if not words:
         return [], het
@@ -272,6 +346,8 @@ def parse_directives(script: str, problems: list[str] | None = None) -> tuple[li
                         allow_stune=False)
     if problems is not None:
         problems.extend(parsed.problems)
+    if unknown is not None:
+        unknown.extend(parsed.unknown)
     return parsed.options, het
 
 
@@ -281,31 +357,42 @@ PLUGIN_HEADER = "Options provided by plugins:"
 PLUGIN_KEYS: set[str] = set()  # the options learned from the site's plugins (for the explanation)
 
 
-def unrecognized(problems: list[str]) -> bool:
-    """Whether sbatch's refusal may only be a plugin option stune does not know yet."""
-    return any(p.startswith("unrecognized option '--") for p in problems)
+def parse_help(text: str) -> tuple[dict[str, int], dict[str, str]]:
+    """({long name: NO/REQUIRED/OPTIONAL}, {short letter: long name}) from `sbatch --help` output: every line
+    that starts (after at most 8 spaces) with `-X, --name` or `--name`. Slurm prints `--name=ARG` for an
+    option with an argument, `--name[=ARG]` for an optional one and `--name` for a flag (sbatch's own help
+    and spank.c's printer of plugin options alike)."""
+    longs: dict[str, int] = {}
+    shorts: dict[str, str] = {}
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        if len(line) - len(body) > 8 or not body.startswith("-"):
+            continue
+        short = ""
+        if len(body) > 4 and body[1] != "-" and body[2:4] == ", ":
+            short, body = body[1], body[4:]
+        if not body.startswith("--") or len(body) < 3:
+            continue
+        word = body[2:].split(" ", 1)[0]
+        cut = min([i for i in (word.find("="), word.find("[")) if i >= 0] or [len(word)])
+        name = word[:cut]
+        if not name or not name[0].isalnum() or not all(c.isalnum() or c in "-_" for c in name):
+            continue
+        has_arg = OPTIONAL if word[cut:cut + 2] == "[=" else REQUIRED if word[cut:cut + 1] == "=" else NO
+        if longs.get(name) == OPTIONAL:  # `--exclusive[=user]`, then `--exclusive[=mcs]`: one option
+            has_arg = OPTIONAL
+        longs[name] = has_arg
+        if short.isalnum():
+            shorts[short] = name
+    return longs, shorts
 
 
 def parse_plugin_help(text: str) -> dict[str, tuple[int, str]]:
-    """The SPANK options in `sbatch --help` output: after "Options provided by plugins:", each line that
-    starts with `--NAME`; Slurm prints `--NAME=ARGINFO` for an option with an argument and `--NAME` for a
-    flag (spank.c's option printer; a `[=ARG]` form is read as an optional argument)."""
-    found: dict[str, tuple[int, str]] = {}
+    """The SPANK options in `sbatch --help` output: the options listed after "Options provided by plugins:"."""
     _, header, section = text.partition(PLUGIN_HEADER)
     if not header:
-        return found
-    for line in section.split("\n"):
-        word = line.strip().split(" ", 1)[0] if line.startswith(" ") else ""
-        if not word.startswith("--") or len(word) < 3:
-            continue
-        body = word[2:]
-        cut = min([i for i in (body.find("="), body.find("[")) if i >= 0] or [len(body)])
-        name = body[:cut]
-        if not name or not all(c.isalnum() or c in "-_" for c in name):
-            continue
-        has_arg = OPTIONAL if body[cut:cut + 2] == "[=" else REQUIRED if body[cut:cut + 1] == "=" else NO
-        found[name] = (has_arg, name)
-    return found
+        return {}
+    return {name: (has_arg, name) for name, has_arg in parse_help(section)[0].items()}
 
 
 def add_plugin_options(found: dict[str, tuple[int, str]]) -> None:

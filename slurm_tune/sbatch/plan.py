@@ -16,14 +16,17 @@ from .options import Effective, node_range
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
-from ..nodeenv.managed import MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, SUMMARY_VAR, format_managed
+from ..nodeenv.managed import (MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, SUMMARY_VAR,
+                               format_managed)
 
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
+STAGED = "staged"  # a STUNE_STAGE_<NAME> the TaskProlog sets on each node: for the explanation only
 
 
 class Setting(Record):
     """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
-    the TaskProlog / stune-env), note (advice only), warning (printed at submission too). `source`: the profile key and file:line, or the rule.
+    the TaskProlog / stune-env), staged (a dataset's variable, set on each node by the TaskProlog), note
+    (advice only), warning (printed at submission too). `source`: the profile key and file:line, or the rule.
     `applied`: False when the user's own value wins; `note` then says so."""
 
     __slots__ = ("kind", "name", "value", "source", "applied", "note")
@@ -46,9 +49,12 @@ class Plan(Record):
         return [s.name for s in self.settings if s.kind == ENV and s.applied]
 
 
-def multi_node(eff: Effective) -> tuple[bool, str]:
-    """Whether the job may span nodes, and the reason: -N above 1, or tasks without -N (Slurm may spread
-    them); an unreadable -N counts as multi-node (excluding degraded nodes is the safe side)."""
+def multi_node(eff: Effective, het: bool = False) -> tuple[bool, str]:
+    """Whether the job may span nodes, and the reason: a heterogeneous job (each component is allocated its
+    own nodes), -N above 1, or tasks without -N (Slurm may spread them); an unreadable -N counts as multi-node
+    (excluding degraded nodes is the safe side)."""
+    if het:
+        return True, "a heterogeneous job: each component gets nodes of its own"
     nodes = eff.get("nodes")
     if nodes is not None:
         span = node_range(nodes.value)
@@ -116,7 +122,8 @@ def nccl_settings(profile) -> list[Setting]:
                            "names)"))
     out.append(Setting(NODE, "MASTER_ADDR", None, "rule: distributed training rendezvous", True,
                        "the job's first node: its IPv4 address on "
-                       + (f"{ifname}" if ifname else "the socket interface") + " (else its name), once per job"))
+                       + (f"{ifname}" if ifname else "the socket interface")
+                       + " (else its name), once per job, the same on every rank"))
     out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
                        f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node "
                        "do not collide"))
@@ -125,12 +132,29 @@ def nccl_settings(profile) -> list[Setting]:
     return out
 
 
+_GPU_KEYS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres", "tres-per-task", "tres-per-node")
+
+
+def asks_gpus(eff: Effective) -> bool:
+    """Whether the job asks for GPUs (--gpus*, or a gpu in --gres / --tres-per-*)."""
+    for key in _GPU_KEYS:
+        opt = eff.get(key)
+        if opt is not None and (key.startswith("gpus") or "gpu" in (opt.value or "")):
+            return True
+    return False
+
+
 def binding_settings(profile, eff: Effective) -> list[Setting]:
     bind = profile.numa.bind
+    gpus = bool(profile.gpu.count) or asks_gpus(eff)
     if bind == "slurm":
         out = []
         gpu_bind = eff.get("gpu-bind")
-        if gpu_bind is None:
+        if not gpus:
+            out.append(Setting(NOTE, "binding", None, _origin(profile, "numa.bind", "gpu.count"), True,
+                               "no GPU (gpu.count 0, and the job asks for none): no --gpu-bind; tasks are "
+                               "bound by SLURM_CPU_BIND"))
+        elif gpu_bind is None:
             out.append(Setting(OPTION, "--gpu-bind", "closest", _origin(profile, "numa.bind"), True, ""))
         else:
             out.append(Setting(OPTION, "--gpu-bind", "closest", _origin(profile, "numa.bind"), False,
@@ -140,6 +164,10 @@ def binding_settings(profile, eff: Effective) -> list[Setting]:
                            _origin(profile, "numa.bind", "numa.cpu_bind"), True,
                            "srun's --cpu-bind default for every step (sbatch has no --cpu-bind)"))
         return out
+    if bind == "stune" and not gpus:
+        return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind", "gpu.count"), True,
+                        "no GPU (gpu.count 0, and the job asks for none): stune-bind has no GPU to bind a "
+                        "task near; bind with srun's --cpu-bind")]
     if bind == "stune":
         return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True,
                         "run each task as `srun stune-bind CMD` to bind it to its GPU's NUMA node")]
@@ -326,6 +354,11 @@ def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effecti
     what = ", ".join(str(r) for r in present) or ("the profile's cache.stage" if not missing else "nothing")
     rule = "rule: --stage" + (" --stage-required" if required else "")
     out = [Setting(ENV, ENV_VAR, value, rule, True, f"staged on each node into the cache tier: {what}")]
+    for r in requests:  # what the job script reads: STUNE_STAGE above is the request, not a path
+        out.append(Setting(STAGED, r.variable, None, rule, True,
+                           f"your job reads ${r.variable}: on each node, the staged copy of {r.source} in the cache "
+                           "tier (the source itself when it is not staged"
+                           + (", or the job fails: --stage-required)" if required else ")")))
     for r in missing:
         then = ("the job will fail (--stage-required)" if required else
                 f"{r.variable} will point at the missing source")
@@ -373,11 +406,12 @@ def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str)
 
 def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
                stage_args: list[str], stage_required: bool, degraded_nodes, het: bool, script: str | None = None,
-               checkpoint_signal: bool = False, stage_strict: bool = False, node_summary: bool = False) -> Plan:
+               checkpoint_signal: bool = False, stage_strict: bool = False, node_summary: bool = False,
+               unknown: list[str] | tuple = ()) -> Plan:
     export = parse_export(eff.get("export"))
     export_file_opt = eff.get("export-file")
     export_file = read_export_file(export_file_opt.value if export_file_opt else None)
-    multi, node_reason = multi_node(eff)
+    multi, node_reason = multi_node(eff, het)
     settings = (nccl_settings(profile) + binding_settings(profile, eff)
                 + recovery_settings(profile, eff, script, checkpoint_signal))
     if het:
@@ -404,6 +438,9 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
         if opt.key in PLUGIN_KEYS:
             settings.append(Setting(NOTE, f"--{opt.key}", None, f"{opt.where}", True,
                                     "a site plugin's option (learned from sbatch --help): passed to sbatch"))
+    for line in unknown:  # words sbatch's table cannot classify: said, and stune's settings still apply
+        settings.append(Setting(WARNING, "option", None, "rule: sbatch's option table",
+                                True, f"{line}; stune's settings still apply"))
     final: list[Setting] = []
     for s in settings:
         if s.kind in (ENV, NODE) and s.applied:
@@ -422,7 +459,10 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     for s in final:
         if s.kind == OPTION and s.applied:
             options.append(s.name if s.value is None else f"{s.name}={s.value}")
-    export_option = export_with(export, env)
+    # Under --export=NONE or a list, srun steps do not inherit the batch step's environment: name the
+    # rendezvous in the list, so each step's tasks get the batch step's MASTER_ADDR/PORT (one value per job).
+    rendezvous = [n for n in RENDEZVOUS if n in managed and n not in env]
+    export_option = export_with(export, list(env) + rendezvous)
     if export_option:
         options.append(export_option)
     # Per-node values a parent stune job detected (a submission from inside a job): not this job's.

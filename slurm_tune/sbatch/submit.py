@@ -1,11 +1,12 @@
 """The submission: read the command line and the script, resolve the partition, plan, run sbatch, record.
 
-stune stays out of sbatch's way wherever it cannot help: a command line sbatch would reject, --help,
---usage and --version, a partition without a profile, or a profile directory that does not load all run
-plain sbatch with the user's words (a broken profile also prints one warning; --stage without a profile
-still exports STUNE_STAGE_<NAME> at the source, with a warning). An option stune does not know may be a
-site plugin's (pyxis): then the plugin options are learned from `sbatch --help` and the line read again.
-sbatch's stdout, stderr and exit status are always the user's to see, unchanged.
+stune stays out of sbatch's way wherever it cannot help: a command line sbatch would reject (said in one
+line), --usage and --version, a partition without a profile, or a profile directory that does not load all
+run plain sbatch with the user's words (a broken profile also prints one warning; --stage without a profile
+still exports STUNE_STAGE_<NAME> at the source, with a warning). `--help` prints sbatch's help when sbatch can
+give it, then stune's, and exits 0. The options are read with the installed sbatch's table (optable.py,
+cached); a word that table cannot classify gets a one-line warning, asked of `sbatch --help` afresh first,
+and stune's settings still apply. sbatch's stdout, stderr and exit status are always the user's to see.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import time
 
 from ..errors import ConfigError, StuneError
-from .options import INFO_KEYS, Effective, parse_args, parse_directives, unrecognized
+from .options import INFO_KEYS, Effective, parse_args, parse_directives
 
 PROG = "stune-sbatch"
 STUNE_HELP = """
@@ -65,6 +66,8 @@ def sbatch_words(argv: list[str], parsed, added: list[str]) -> list[str]:
         return words
     end = parsed.dashdash if parsed.dashdash is not None else parsed.script_index
     end = len(argv) if end is None else end
+    if parsed.insert_at is not None:  # an unknown option that may take the next word: before it
+        end = min(end, parsed.insert_at)
     at = end - sum(1 for i in drop if i < end)
     return words[:at] + added + words[at:]
 
@@ -86,43 +89,65 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     # One copy of os.environ: each later dict() of it (the job's environment, the history's) is then a plain
     # dict's copy, not one more decoding of every variable.
     environ = dict(os.environ) if environ is None else environ
-    parsed = parse_args(argv)
-    dry_run = any(o.key == "stune:dry-run" for o in parsed.stune)
-    as_json = dry_run and any(o.key == "stune:json" for o in parsed.stune)
-    if not dry_run and any(o.key == "stune:json" for o in parsed.stune):
-        parsed = parse_args(argv, stune_json=False)  # only a dry run's: a submission gives --json to sbatch
     if slurm is None:  # the commands alone: a plain submission asks Slurm nothing (queries() when it must)
         from ..slurm.commands import SlurmCommands
 
         slurm = SlurmCommands.from_env()
-    learned = False
-    if unrecognized(parsed.problems) and not any(o.key in INFO_KEYS for o in parsed.options):
-        learned = learn_plugin_options(slurm, environ)  # a SPANK option (--container-image ...)?
-        if learned:
-            parsed = parse_args(argv)
-    if parsed.problems or any(o.key in INFO_KEYS for o in parsed.options):
+    parsed = parse_args(argv)
+    if any(o.key == "help" for o in parsed.options):
+        return _help(slurm, environ)
+    info = any(o.key in INFO_KEYS for o in parsed.options)
+    from .optable import learn
+
+    how = "built-in" if info else learn(slurm, environ)  # the installed sbatch's table (cached)
+    parsed = parse_args(argv)
+    if parsed.unknown and how == "cached":  # the plugin stack may have changed under the same files: ask afresh
+        how = learn(slurm, environ, fresh=True)
+        parsed = parse_args(argv)
+    dry_run = any(o.key == "stune:dry-run" for o in parsed.stune)
+    as_json = dry_run and any(o.key == "stune:json" for o in parsed.stune)
+    if not dry_run and any(o.key == "stune:json" for o in parsed.stune):
+        parsed = parse_args(argv, stune_json=False)  # only a dry run's: a submission gives --json to sbatch
+    if parsed.problems or info:
         if dry_run:
             for problem in parsed.problems:
                 warn(f"sbatch would refuse this command line: {problem}")
             return 2 if parsed.problems else 0
-        try:
-            rc = _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
-        finally:  # stune's own section whatever sbatch did (no Slurm config, no sbatch at all)
-            if any(o.key == "help" for o in parsed.options):
-                sys.stdout.write(STUNE_HELP)
-        return rc
+        if parsed.problems:
+            warn(f"warning: sbatch will refuse this command line ({'; '.join(parsed.problems)}): passed to it "
+                 "as given, without stune's settings")
+        return _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
+    if dry_run and parsed.script_index is not None:
+        problem = _unreadable(argv[parsed.script_index])
+        if problem:
+            warn(f"sbatch would refuse this command line: {problem}")
+            return 2
     text, stdin_bytes, script_label = read_script(argv, parsed, environ,
                                                   stdin if stdin is not None else _stdin_buffer())
     problems: list[str] = []
-    directives, script_het = parse_directives(text, problems) if text else ([], False)
-    if unrecognized(problems) and not learned and learn_plugin_options(slurm, environ):
-        directives, script_het = parse_directives(text)
+    unknown = list(parsed.unknown)
+    directives, script_het = parse_directives(text, problems, unknown) if text else ([], False)
+    if len(unknown) > len(parsed.unknown) and how == "cached":  # a directive's: ask afresh, read both again
+        learn(slurm, environ, fresh=True)
+        parsed = parse_args(argv, stune_json=as_json)
+        unknown, problems = list(parsed.unknown), []
+        directives, script_het = parse_directives(text, problems, unknown)
+    if problems:  # the script's directives hold what sbatch refuses: the same verdict as for the command line
+        if dry_run:
+            for problem in problems:
+                warn(f"sbatch would refuse this script's #SBATCH lines: {problem}")
+            return 2
+        warn(f"warning: sbatch will refuse this script's #SBATCH lines ({'; '.join(problems)}): passed to it as "
+             "given, without stune's settings")
+        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
     eff = Effective(parsed.options, directives, environ)
     try:
-        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text)
+        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text,
+                         unknown=unknown)
     except _NoProfile as exc:
         from .plan import unprofiled_stage
 
+        _say_unknown(unknown)
         stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
         stage_env, stage_options, stage_warnings = unprofiled_stage(stage_args, eff, os.getcwd())
         words = sbatch_words(argv, parsed, stage_options)
@@ -151,11 +176,13 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     except StuneError as exc:
         if dry_run or _stage_error(exc):
             raise
+        _say_unknown(unknown)
         warn(f"warning: {exc}; submitting without stune settings")
         return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
     except Exception as exc:  # a bug in stune must not stop a submission: fail open, loudly
         if dry_run or environ.get("STUNE_DEBUG"):
             raise
+        _say_unknown(unknown)
         warn(f"warning: internal error: {type(exc).__name__}: {exc}; submitting without stune settings "
              "(set STUNE_DEBUG=1 for a traceback)")
         return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
@@ -186,18 +213,34 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     return rc
 
 
-def learn_plugin_options(slurm, environ) -> bool:
-    """Read the site's SPANK options from `sbatch --help` (asked only when a command line or script holds an
-    option stune does not know, so a plain submission costs nothing). True when any were learned."""
-    from .options import add_plugin_options, parse_plugin_help
+def _help(slurm, environ) -> int:
+    """sbatch's help when sbatch can give it (it needs a Slurm configuration), then stune's; always exit 0."""
+    from .optable import ask_sbatch
 
+    text = ask_sbatch(slurm, environ)
+    if text:
+        sys.stdout.write(text)
+    else:
+        sys.stdout.write(f"Usage: {PROG} [sbatch options] [stune-sbatch options] [script [args...]]\n"
+                         "(sbatch's own options: `sbatch --help`, which cannot answer here: no reachable Slurm "
+                         "configuration, or no sbatch)\n")
+    sys.stdout.write(STUNE_HELP)
+    return 0
+
+
+def _unreadable(path: str) -> str | None:
+    """Why sbatch could not open the batch script `path` (it refuses the submission), else None."""
     try:
-        rc, out, _ = slurm.run_full(["sbatch", "--help"], timeout=10, env=dict(environ))
-    except StuneError:
-        return False
-    found = parse_plugin_help(out) if rc == 0 else {}
-    add_plugin_options(found)
-    return bool(found)
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        return f"cannot open the batch script {path!r}: {exc.strerror}"
+    return None
+
+
+def _say_unknown(unknown: list[str]) -> None:
+    for line in unknown:
+        warn(f"warning: {line}")
 
 
 class _NoProfile(StuneError):
@@ -212,7 +255,8 @@ def _stage_error(exc: StuneError) -> bool:
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
-def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None):
+def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None,
+              unknown: list[str] | None = None):
     from ..profilestore import load_profile, profile_dir
     from .plan import build_plan
 
@@ -251,7 +295,8 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
                       script=wrap.value if wrap is not None and wrap.value else script,
                       checkpoint_signal=any(o.key == "stune:checkpoint-signal" for o in parsed.stune),
                       stage_strict=any(o.key == "stune:stage-strict" for o in parsed.stune),
-                      node_summary=any(o.key == "stune:node-summary" for o in parsed.stune))
+                      node_summary=any(o.key == "stune:node-summary" for o in parsed.stune),
+                      unknown=unknown or [])
 
 
 def _stdin_buffer():
