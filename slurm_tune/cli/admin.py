@@ -130,7 +130,7 @@ def _install(args) -> int:
         raise StuneError("--enable starts this host's units: only without --prefix")
     roles, why = _roles(args, conf)
     extra = dict(item.partition("=")[::2] for item in args.set or [])
-    report = install(layout, roles, extra, args.dry_run, args.force)
+    report = install(layout, roles, extra, args.dry_run, args.force, cli_filter=args.cli_filter)
     if args.verbose or report.changed or report.kept:
         print(f"{PROG} install: {why}")
     for line in report.out:
@@ -145,12 +145,26 @@ def _install(args) -> int:
         print(f"{PROG} install: nothing changed ({report.checked} files checked under {layout.prefix})")
     elif report.dry_run:
         print(f"{PROG} install --dry-run: nothing was written")
+    if args.cli_filter:
+        _cli_filter_line(conf)
     if args.enable and not args.dry_run:
         _enable_units(roles)
     elif report.changed and not args.dry_run and (layout.unit_dir.startswith("/etc/") or args.verbose):
         print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
               "stune-fairshare.timer on the accountant host (or rerun with --enable)")
     return EXIT_ATTENTION if report.kept else EXIT_OK
+
+
+def _cli_filter_line(conf) -> None:
+    """--cli-filter: the slurm.conf line that turns the filter on, unless slurm.conf already has it."""
+    from ..clifilter.render import SLURM_CONF_LINE
+
+    plugins = [p.strip() for p in conf.get("CliFilterPlugins").split(",") if p.strip()]
+    if "cli_filter/lua" in plugins or "lua" in plugins:
+        return
+    line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join(plugins + ['cli_filter/lua'])}"
+    print(f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
+          f"submission host and node needs the files above):\n{line}")
 
 
 def _enable_units(roles: set[str]) -> None:
@@ -277,6 +291,9 @@ def _parser() -> argparse.ArgumentParser:
                                                            "(the sampler and the idle-policy timer on a node, "
                                                            "the accountant's timer on the controller); only "
                                                            "with --prefix /")
+    inst.add_argument("--cli-filter", action="store_true",
+                      help="also place cli_filter.lua and its data (rendered from the profiles) beside slurm.conf, "
+                           "so plain sbatch/salloc/srun get the partition's settings; prints the slurm.conf line")
     inst.add_argument("--set", action="append", metavar="NAME=VALUE",
                       help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
