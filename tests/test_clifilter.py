@@ -70,6 +70,16 @@ def test_the_filter_never_starts_a_process():
         assert re.search(rf"^function {hook}\(", source, re.M), f"Slurm requires {hook}"
 
 
+def test_the_wheel_ships_the_lua_file():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    assert cfg["options.package_data"]["slurm_tune.clifilter"].split() == [render.LUA_FILE]
+    assert (REPO / "slurm_tune/clifilter" / render.LUA_FILE).is_file()
+    assert f"include slurm_tune/clifilter/{render.LUA_FILE}" in (REPO / "MANIFEST.in").read_text()
+
+
 def run_admin(capsys, *argv) -> tuple[int, str]:
     rc = main(list(argv))
     out = capsys.readouterr()

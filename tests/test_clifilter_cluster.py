@@ -199,5 +199,12 @@ def test_a_broken_data_file_never_stops_a_submission(filtered, slurm, env, share
         assert re.search(r"^stune cli_filter: warning: cannot read \S+data\.lua .*stune-admin install --cli-filter",
                          out.stderr, re.M)
         assert len(out.stderr.splitlines()) == 1
+        # readable, but not what the filter expects: an internal error, said once; the job is submitted
+        data.write_text('return {format = 1, partitions = {roce = {profile = "p", digest = "d", fabric = "ib", '
+                        'env = 5, options = {}, notes = {}}}}')
+        out = run(["sbatch", "-p", "roce", "-H", "--parsable", "--wrap", "true"], env)
+        assert out.returncode == 0 and re.fullmatch(r"\d+\n", out.stdout), out.stderr
+        assert re.fullmatch(r"stune cli_filter: warning: internal error: .*; submitting without stune settings\n",
+                            out.stderr)
     finally:
         data.write_bytes(good)
