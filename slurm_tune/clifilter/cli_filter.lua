@@ -55,7 +55,8 @@ local function load_data()
   return data
 end
 
-local function command_name()
+-- sbatch, salloc or srun: the process name, else (a renamed binary) which options Slurm says fit the command.
+local function command_name(options)
   local fh = io.open("/proc/self/comm", "r")
   if fh then
     local name = fh:read("*l")
@@ -64,7 +65,14 @@ local function command_name()
       return name
     end
   end
-  return nil
+  local ok, file = pcall(function() return options["export-file"] end)
+  local ok2, export = pcall(function() return options["export"] end)
+  if ok and file ~= "invalid-context" then
+    return "sbatch"
+  elseif ok2 and export == "invalid-context" then
+    return "salloc"
+  end
+  return "srun"
 end
 
 -- The user's --export, as sbatch splits it: mode all (default), list or none; names listed; NAME=value items.
@@ -227,10 +235,7 @@ local function pre_submit(options, offset)
   local in_job = os.getenv("SLURM_JOB_ID") ~= nil
   local managed = os.getenv(MANAGED_VAR) ~= nil
   local explain = set_on(EXPLAIN_VAR)
-  local cmd = command_name()
-  if cmd == nil then
-    return
-  end
+  local cmd = command_name(options)
   local step = cmd == "srun" and in_job  -- a step in an allocation: no new job
   if step and managed then  -- a step of a job that has stune's settings: nothing to do
     if explain then
