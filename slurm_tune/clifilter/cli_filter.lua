@@ -15,8 +15,10 @@ through stune-sbatch's own plan (slurm_tune/clifilter/render.py): nothing here n
   cost of two getenv calls. A step in an allocation without them (salloc) gets the environment as above.
 
 A value you set wins: your environment (with the default --export=ALL), your --export items and names; with
-your own --export-file (the job's whole environment) nothing is added, and a note says so. STUNE_EXPLAIN=1 prints what it adds, keeps and leaves out, on stderr. An error inside the
-filter never stops a submission: it says so in one line, and the job is submitted without stune's settings.
+your own --export-file (the job's whole environment) nothing is added, and a note says so. STUNE_EXPLAIN=1
+prints what it adds, keeps and leaves to the node, on stderr. An error inside the filter never stops a
+submission: it says so in one line, and the job is submitted as Slurm alone would submit it (less any
+setting the filter had not yet made).
 ]]
 
 local DATA_PATH = "@STUNE_CLI_FILTER_DATA@"
@@ -297,7 +299,7 @@ end
 function slurm_cli_pre_submit(options, offset)
   local ok, err = pcall(pre_submit, options, offset)
   if not ok then
-    say("warning: internal error: " .. tostring(err) .. "; submitting without stune settings")
+    say("warning: internal error: " .. tostring(err) .. "; submitting without (the rest of) stune's settings")
   end
   return slurm.SUCCESS
 end

@@ -145,4 +145,5 @@ def cli_filter_files(slurm_conf: str, profiles_dir: str) -> dict[str, bytes]:
     """render() for the slurm.conf at `slurm_conf` (its directory; its Default=YES partition)."""
     from ..admin.slurmconf import SlurmConf
 
-    return render(os.path.dirname(os.path.abspath(slurm_conf)), profiles_dir, default_partition_of(SlurmConf(slurm_conf)))
+    conf_dir = os.path.dirname(os.path.abspath(slurm_conf))
+    return render(conf_dir, profiles_dir, default_partition_of(SlurmConf(slurm_conf)))
