@@ -106,7 +106,11 @@ def test_install_cli_filter_places_the_filter_beside_slurm_conf_and_prints_the_l
     conf.write_text(conf.read_text() + "CliFilterPlugins=cli_filter/lua\n")
     rc, out = run_admin(capsys, *argv)
     assert rc == 0 and "nothing changed" in out and "CliFilterPlugins" not in out
-    # without --cli-filter nothing of it is placed; uninstall removes what install placed
+    # uninstall keeps the filter while slurm.conf enables it: without its script every command refuses to run
+    rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path), "--slurm-conf", str(conf))
+    assert rc == 1 and f"{conf}:3 enables cli_filter/lua: take that line out first" in out
+    assert (etc / "cli_filter.lua").exists() and len(out.strip().splitlines()) == 1
+    conf.write_text(conf.read_text().replace("CliFilterPlugins=cli_filter/lua\n", ""))
     rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path), "--slurm-conf", str(conf))
     assert rc == 0, out
     assert not (etc / "cli_filter.lua").exists() and not data_path.exists()

@@ -155,16 +155,38 @@ def _install(args) -> int:
     return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
+def _cli_filter_plugins(conf) -> list[str]:
+    return [p.strip() for p in conf.get("CliFilterPlugins").split(",") if p.strip()]
+
+
 def _cli_filter_line(conf) -> None:
     """--cli-filter: the slurm.conf line that turns the filter on, unless slurm.conf already has it."""
     from ..clifilter.render import SLURM_CONF_LINE
 
-    plugins = [p.strip() for p in conf.get("CliFilterPlugins").split(",") if p.strip()]
+    plugins = _cli_filter_plugins(conf)
     if "cli_filter/lua" in plugins or "lua" in plugins:
         return
     line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join(plugins + ['cli_filter/lua'])}"
     print(f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
           f"submission host and node needs the files above):\n{line}")
+
+
+def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
+    """uninstall refuses to remove the cli_filter.lua install placed while slurm.conf still enables the plugin:
+    without its script, sbatch, salloc and srun refuse to run at all."""
+    import os
+
+    from ..admin.install import load_manifest
+    from ..clifilter.render import LUA_FILE
+    from ..errors import StuneError
+
+    lua = os.path.join(os.path.dirname(os.path.abspath(layout.slurm_conf)), LUA_FILE)
+    plugins = _cli_filter_plugins(conf)
+    if force or not ("cli_filter/lua" in plugins or "lua" in plugins):
+        return
+    if lua in load_manifest(layout.manifest)["files"] and os.path.exists(lua):
+        raise StuneError(f"{conf.where('CliFilterPlugins')} enables cli_filter/lua: take that line out first "
+                         f"(without {lua}, sbatch, salloc and srun refuse to run); --force removes it anyway")
 
 
 def _enable_units(roles: set[str]) -> None:
@@ -195,7 +217,8 @@ def _enable_units(roles: set[str]) -> None:
 def _uninstall(args) -> int:
     from ..admin.install import uninstall
 
-    layout, _ = _layout(args)
+    layout, conf = _layout(args)
+    _keep_a_cli_filter_in_use(layout, conf, args.force)
     report = uninstall(layout, args.dry_run, args.force)
     for line in report.out:
         print(line)
