@@ -55,6 +55,20 @@ def test_the_options_are_stune_sbatchs_with_the_commands_that_take_them():
     assert "--gpu-bind" not in by_option  # numa.bind: stune (site.yaml)
 
 
+def test_slurm_binding_gives_gpu_bind_to_all_three_commands_and_srun_its_cpu_bind(tmp_path):
+    from slurm_tune.profilestore import load_profile
+
+    (tmp_path / "site.yaml").write_text((REPO / "partitions/site.yaml").read_text())
+    (tmp_path / "vpc.yaml").write_text((REPO / "partitions/vpc.yaml").read_text()
+                                       + "numa:\n  bind: slurm\n  cpu_bind: sockets\n")
+    entry = render.partition_entry(load_profile("vpc", str(tmp_path)))
+    gpu_bind = next(o for o in entry["options"] if o["option"] == "--gpu-bind")
+    assert (gpu_bind["value"], gpu_bind["commands"], gpu_bind["when"]) == ("closest", ["sbatch", "salloc", "srun"],
+                                                                           "always")
+    assert {"name": "SLURM_CPU_BIND", "value": "sockets"}.items() <= next(
+        e for e in entry["env"] if e["name"] == "SLURM_CPU_BIND").items()
+
+
 def test_lua_strings_escape_quotes_backslashes_and_control_bytes():
     assert render.lua_string('a"b\\c\nd\x01') == '"a\\"b\\\\c\\010d\\001"'
     assert render.lua_value({"k": [1, None, True, "x"]}) == '{["k"] = {1, nil, true, "x"}}'
