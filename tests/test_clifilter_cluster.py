@@ -134,6 +134,15 @@ def test_salloc_and_srun_jobs_get_the_same_settings(filtered, slurm, env, shared
     assert values(srun.stdout, "step") == s_step
 
 
+def test_a_step_in_a_heterogeneous_allocation_gets_its_partitions_settings(filtered, slurm, env, shared_tmp):
+    """A het allocation has no SLURM_JOB_PARTITION: the step must not take Slurm's default partition's (hdr)."""
+    out = run(["salloc", "-p", "roce", "-N1", "-w", "n1", ":", "-p", "roce", "-N1", "-w", "n2", "srun",
+               "--het-group=0", "bash", "-c", f"{REPORT_FN}; report step"], env)
+    assert out.returncode == 0, out.stderr
+    got = values(out.stdout, "step")
+    assert (got["NCCL_NET_GDR_LEVEL"], got["NCCL_IB_TC"], got["NCCL_IB_TIMEOUT"]) == ("SYS", "106", "22")
+
+
 def test_a_value_the_user_set_wins(filtered, slurm, env, shared_tmp):
     env["NCCL_IB_TIMEOUT"] = "18"
     env["STUNE_EXPLAIN"] = "1"

@@ -168,7 +168,9 @@ local function apply_env(options, cmd, entry, explain)
   local items = {}
   for _, item in ipairs(entry.env) do
     local value, where = user_value(item.name, export, managed)
-    if value ~= nil then
+    if export.assigned[item.name] == item.value then
+      -- already there: a later component of a heterogeneous job starts from the first one's options
+    elseif value ~= nil then
       if explain then
         say("  kept your " .. item.name .. "=" .. value .. " (" .. where .. "); stune would set " .. item.value
             .. "  [" .. item.source .. "]")
@@ -255,13 +257,14 @@ local function pre_submit(options, offset)
   local partition = option_value(options, "partition")
   local from = "--partition"
   if (partition == nil or partition == "") and step then
-    partition, from = os.getenv("SLURM_JOB_PARTITION"), "the job's partition"
-  end
-  if partition == nil or partition == "" then
+    -- the allocation's partition; never Slurm's default: the job runs where it runs
+    partition = os.getenv("SLURM_JOB_PARTITION") or os.getenv("SLURM_JOB_PARTITION_HET_GROUP_0") or ""
+    from = "the job's partition"
+  elseif partition == nil or partition == "" then
     partition, from = doc.default_partition, "Slurm's default partition"
   end
   if partition == nil or partition == "" then
-    if explain then say(cmd .. ": no partition named and no default partition: nothing added") end
+    if explain then say(cmd .. ": no partition named and none known: nothing added") end
     return
   end
   partition = partition:match("^%s*([^,]*)")
