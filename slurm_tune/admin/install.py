@@ -269,7 +269,8 @@ def spool_group() -> tuple[int | None, int, str]:
         return None, 0o755, "root:root 0755 (no slurm group here)"
 
 
-def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run: bool, force: bool) -> Report:
+def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run: bool, force: bool,
+            cli_filter: bool = False) -> Report:
     for key, value in extra_env.items():
         if not ENV_KEY.match(key) or "\n" in value:
             raise StuneError(f"--set {key}={value!r}: expected NAME=VALUE with NAME like STUNE_SYSFS_ROOT")
@@ -302,6 +303,11 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
     if not login:
         gid, mode, _ = spool_group()
         make_dirs(report, manifest, settings["STUNE_USAGE_SPOOL"], mode, gid)
+    if cli_filter:  # --cli-filter: cli_filter.lua and its rendered data beside slurm.conf (slurm_tune/clifilter)
+        from ..clifilter.render import cli_filter_files
+
+        for path, data in cli_filter_files(layout.slurm_conf, settings["STUNE_PARTITIONS"]).items():
+            place_file(report, manifest, path, data, 0o644, force)
     if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
         manifest["prefix"] = layout.prefix
         make_dirs(report, manifest, os.path.dirname(layout.manifest), 0o755)

@@ -135,7 +135,7 @@ def _install(args) -> int:
         from ..errors import StuneError
         raise StuneError("--enable: a login node runs no stune unit")
     extra = dict(item.partition("=")[::2] for item in args.set or [])
-    report = install(layout, roles, extra, args.dry_run, args.force)
+    report = install(layout, roles, extra, args.dry_run, args.force, cli_filter=args.cli_filter)
     if args.verbose or report.changed or report.kept:
         print(f"{PROG} install: {why}")
     for line in report.out:
@@ -154,6 +154,8 @@ def _install(args) -> int:
         print(f"{PROG} install: nothing changed ({report.checked} files checked under {layout.prefix})")
     elif report.dry_run:
         print(f"{PROG} install --dry-run: nothing was written")
+    if args.cli_filter:
+        _cli_filter_line(conf)
     if args.enable and not args.dry_run:
         _enable_units(roles)
     elif report.changed and not args.dry_run and not login and (layout.unit_dir.startswith("/etc/") or args.verbose):
@@ -161,6 +163,40 @@ def _install(args) -> int:
               "stune-stage-init on nodes with a cache tier, stune-fairshare.timer on the accountant host "
               "(or rerun with --enable)")
     return EXIT_ATTENTION if report.kept else EXIT_OK
+
+
+def _cli_filter_plugins(conf) -> list[str]:
+    return [p.strip() for p in conf.get("CliFilterPlugins").split(",") if p.strip()]
+
+
+def _cli_filter_line(conf) -> None:
+    """--cli-filter: the slurm.conf line that turns the filter on, unless slurm.conf already has it."""
+    from ..clifilter.render import SLURM_CONF_LINE
+
+    plugins = _cli_filter_plugins(conf)
+    if "cli_filter/lua" in plugins or "lua" in plugins:
+        return
+    line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join(plugins + ['cli_filter/lua'])}"
+    print(f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
+          f"submission host and node needs the files above):\n{line}")
+
+
+def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
+    """uninstall refuses to remove the cli_filter.lua install placed while slurm.conf still enables the plugin:
+    without its script, sbatch, salloc and srun refuse to run at all."""
+    import os
+
+    from ..admin.install import load_manifest
+    from ..clifilter.render import LUA_FILE
+    from ..errors import StuneError
+
+    lua = os.path.join(os.path.dirname(os.path.abspath(layout.slurm_conf)), LUA_FILE)
+    plugins = _cli_filter_plugins(conf)
+    if force or not ("cli_filter/lua" in plugins or "lua" in plugins):
+        return
+    if lua in load_manifest(layout.manifest)["files"] and os.path.exists(lua):
+        raise StuneError(f"{conf.where('CliFilterPlugins')} enables cli_filter/lua: take that line out first "
+                         f"(without {lua}, sbatch, salloc and srun refuse to run); --force removes it anyway")
 
 
 def _enable_units(roles: set[str]) -> None:
@@ -192,7 +228,8 @@ def _enable_units(roles: set[str]) -> None:
 def _uninstall(args) -> int:
     from ..admin.install import uninstall
 
-    layout, _ = _layout(args)
+    layout, conf = _layout(args)
+    _keep_a_cli_filter_in_use(layout, conf, args.force)
     report = uninstall(layout, args.dry_run, args.force)
     for line in report.out:
         print(line)
@@ -292,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
                                                            "tier's set-up on a node, "
                                                            "the accountant's timer on the controller); only "
                                                            "with --prefix /")
+    inst.add_argument("--cli-filter", action="store_true",
+                      help="also place cli_filter.lua and its data (rendered from the profiles) beside slurm.conf, "
+                           "so plain sbatch/salloc/srun get the partition's settings; prints the slurm.conf line")
     inst.add_argument("--set", action="append", metavar="NAME=VALUE",
                       help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")

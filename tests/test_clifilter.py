@@ -1,0 +1,148 @@
+"""The cli_filter's data and install, without a cluster: what it renders must be what stune-sbatch sets.
+
+The filter's behaviour inside real sbatch/salloc/srun is tests/test_clifilter_cluster.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_tune.cli.admin import main
+from slurm_tune.clifilter import render
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = os.path.dirname(sys.executable)
+PARTITIONS = str(REPO / "partitions")
+
+
+def dry_run_env(partition: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SBATCH_", "STUNE_MANAGED"))}
+    out = subprocess.run([os.path.join(BIN, "stune-sbatch"), "--dry-run", "--json", "-p", partition, "--wrap", "true"],
+                         capture_output=True, text=True, env=dict(env, STUNE_PARTITIONS=PARTITIONS))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["env"]
+
+
+@pytest.mark.parametrize("partition", ["hdr", "roce", "vpc"])
+def test_the_rendered_environment_is_stune_sbatchs(partition):
+    """Every variable stune-sbatch --dry-run --json sets for a plain submission, with its value; STUNE_MANAGED
+    is the TaskProlog's to write under the filter (an --export list cannot carry its commas)."""
+    from slurm_tune.profilestore import load_profile
+
+    entry = render.partition_entry(load_profile(partition, PARTITIONS))
+    expected = dry_run_env(partition)
+    expected.pop("STUNE_MANAGED")
+    assert {item["name"]: item["value"] for item in entry["env"]} == expected
+    node = {item["name"] for item in entry["env"] if item["node"]}
+    assert node == {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"} & set(expected)
+    assert all(" @ " in item["source"] for item in entry["env"]), "each variable names its profile key"
+
+
+def test_the_options_are_stune_sbatchs_with_the_commands_that_take_them():
+    from slurm_tune.profilestore import load_profile
+
+    entry = render.partition_entry(load_profile("roce", PARTITIONS))
+    by_option = {o["option"]: o for o in entry["options"]}
+    assert by_option["--requeue"]["when"] == "always" and by_option["--requeue"]["commands"] == ["sbatch"]
+    # the checkpoint signal only on request: bash exits on an untrapped USR1
+    assert by_option["--signal"]["when"] == "opt-in" and by_option["--signal"]["value"] == "B:USR1@300"
+    assert "--gpu-bind" not in by_option  # numa.bind: stune (site.yaml)
+
+
+def test_slurm_binding_gives_gpu_bind_to_all_three_commands_and_srun_its_cpu_bind(tmp_path):
+    from slurm_tune.profilestore import load_profile
+
+    (tmp_path / "site.yaml").write_text((REPO / "partitions/site.yaml").read_text())
+    (tmp_path / "vpc.yaml").write_text((REPO / "partitions/vpc.yaml").read_text()
+                                       + "numa:\n  bind: slurm\n  cpu_bind: sockets\n")
+    entry = render.partition_entry(load_profile("vpc", str(tmp_path)))
+    gpu_bind = next(o for o in entry["options"] if o["option"] == "--gpu-bind")
+    assert (gpu_bind["value"], gpu_bind["commands"], gpu_bind["when"]) == ("closest", ["sbatch", "salloc", "srun"],
+                                                                           "always")
+    assert {"name": "SLURM_CPU_BIND", "value": "sockets"}.items() <= next(
+        e for e in entry["env"] if e["name"] == "SLURM_CPU_BIND").items()
+
+
+def test_lua_strings_escape_quotes_backslashes_and_control_bytes():
+    assert render.lua_string('a"b\\c\nd\x01') == '"a\\"b\\\\c\\010d\\001"'
+    assert render.lua_value({"k": [1, None, True, "x"]}) == '{["k"] = {1, nil, true, "x"}}'
+
+
+def test_the_filter_never_starts_a_process():
+    """It runs inside every sbatch, salloc and srun: no io.popen, os.execute or require of a C module."""
+    source = render.lua_source()
+    for forbidden in ("io.popen", "os.execute", "require", "loadstring", "dofile"):
+        assert forbidden not in source, forbidden
+    assert render.DATA_PLACEHOLDER in source
+    for hook in ("slurm_cli_setup_defaults", "slurm_cli_pre_submit", "slurm_cli_post_submit"):
+        assert re.search(rf"^function {hook}\(", source, re.M), f"Slurm requires {hook}"
+
+
+def test_the_wheel_ships_the_lua_file():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    assert cfg["options.package_data"]["slurm_tune.clifilter"].split() == [render.LUA_FILE]
+    assert (REPO / "slurm_tune/clifilter" / render.LUA_FILE).is_file()
+    assert f"include slurm_tune/clifilter/{render.LUA_FILE}" in (REPO / "MANIFEST.in").read_text()
+
+
+def run_admin(capsys, *argv) -> tuple[int, str]:
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_install_cli_filter_places_the_filter_beside_slurm_conf_and_prints_the_line(tmp_path, capsys):
+    etc = tmp_path / "etc/slurm"
+    etc.mkdir(parents=True)
+    conf = etc / "slurm.conf"
+    conf.write_text("ClusterName=c\nPartitionName=roce Nodes=n1 Default=YES\n")
+    argv = ("install", "--prefix", str(tmp_path), "--slurm-conf", str(conf), "--role", "node",
+            f"--set=STUNE_PARTITIONS={PARTITIONS}", "--cli-filter")
+    rc, out = run_admin(capsys, *argv)
+    assert rc == 0, out
+    lua = (etc / "cli_filter.lua").read_text()
+    data_path = etc / "stune-cli-filter/data.lua"
+    assert f'local DATA_PATH = "{data_path}"' in lua and render.DATA_PLACEHOLDER not in lua
+    data = data_path.read_text()
+    assert '["default_partition"] = "roce"' in data and '["NCCL_IB_TC"]' not in data
+    assert '"NCCL_IB_TC", ["value"] = "106"' in data
+    assert "\nCliFilterPlugins=cli_filter/lua" in out
+    # idempotent; the line is not asked for once slurm.conf has it
+    conf.write_text(conf.read_text() + "CliFilterPlugins=cli_filter/lua\n")
+    rc, out = run_admin(capsys, *argv)
+    assert rc == 0 and "nothing changed" in out and "CliFilterPlugins" not in out
+    # uninstall keeps the filter while slurm.conf enables it: without its script every command refuses to run
+    rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path), "--slurm-conf", str(conf))
+    assert rc == 1 and f"{conf}:3 enables cli_filter/lua: take that line out first" in out
+    assert (etc / "cli_filter.lua").exists() and len(out.strip().splitlines()) == 1
+    conf.write_text(conf.read_text().replace("CliFilterPlugins=cli_filter/lua\n", ""))
+    rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path), "--slurm-conf", str(conf))
+    assert rc == 0, out
+    assert not (etc / "cli_filter.lua").exists() and not data_path.exists()
+
+
+def test_install_without_cli_filter_places_no_filter(tmp_path, capsys):
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node",
+                        f"--set=STUNE_PARTITIONS={PARTITIONS}")
+    assert rc == 0, out
+    assert not (tmp_path / "etc/slurm/cli_filter.lua").exists() and "CliFilterPlugins" not in out
+
+
+def test_an_invalid_profile_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "profiles"
+    bad.mkdir()
+    (bad / "x.yaml").write_text("partition: x\nfabric: {type: warp}\n")
+    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node",
+                        f"--set=STUNE_PARTITIONS={bad}", "--cli-filter")
+    assert rc != 0
+    assert "x.yaml" in out and "fabric.type" in out and "Traceback" not in out
+    assert not (tmp_path / "etc/slurm/cli_filter.lua").exists()
