@@ -16,8 +16,8 @@ import time
 import numpy as np
 
 from ..durations import clock, compact
-from ..text import counted
 from ..errors import StuneError
+from ..text import counted
 from .accountant import site_factor_target
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -128,8 +128,11 @@ def since_of(result) -> int:
     """Where the usage shown starts: the run's window, else its first job."""
     if result.window_start is not None:
         return int(result.window_start)
-    start = result.table.end - result.table.elapsed if result.table.n else np.array([result.as_of])
-    return int(start.min()) if len(start) else int(result.as_of)
+    table = result.table
+    if not table.n:
+        return int(result.as_of)
+    end = np.where(table.end >= 0, table.end, result.as_of)  # a running job has no end yet
+    return int((end - table.elapsed).min())
 
 
 def _alpha_by(alpha_by) -> dict:
