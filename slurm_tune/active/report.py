@@ -150,13 +150,21 @@ def png(path: str, partition: str, data: list[dict]) -> None:
     plt.close(fig)
 
 
+def _tool_path(tools: dict, name: str) -> str | None:
+    """Where a check's tool is here: the profile's active.tools path if it is an executable file, else PATH."""
+    import os
+    import shutil
+
+    path = tools.get(name)
+    if path:
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(name)
+
+
 def checks_listing(profile=None) -> list[dict]:
     """`stune-sweep checks`: every check stune knows, or those `profile` configures, each with the command it
     runs and whether its tool is here (a path set in active.tools must be an executable file; otherwise the
     tool is looked up on PATH), and what to install when it is not."""
-    import os
-    import shutil
-
     from .checks import CATALOGUE, configured
 
     chosen = None if profile is None else {c.name: s for c, s in configured(profile)}
@@ -168,16 +176,9 @@ def checks_listing(profile=None) -> list[dict]:
         setting = chosen[c.name] if chosen is not None else None
         command = (setting.command if setting is not None and setting.command else None) or c.command or \
             f"server: {c.server}; client: {c.client}"
-        problem = None
-        path = tools.get(c.tool)
-        if path:
-            if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-                problem = f"active.tools.{c.tool} is {path}, which is not an executable file here"
-                path = None
-        else:
-            path = shutil.which(c.tool)
-        if path is None and problem is None:
-            problem = f"{c.tool} is not on PATH here"
+        path = _tool_path(tools, c.tool)
+        problem = None if path else (f"active.tools.{c.tool} is {tools[c.tool]}, which is not an executable file "
+                                     "here" if tools.get(c.tool) else f"{c.tool} is not on PATH here")
         out.append({"name": c.name, "kind": c.kind, "tool": c.tool, "metric": c.metric, "unit": c.unit or None,
                     "command": command, "tool_path": path, "problem": problem, "install": c.install,
                     "time_limit_s": None if setting is None else setting.time_limit,
