@@ -39,3 +39,8 @@ def parse_version(text, hex_parts: bool = False) -> tuple | None:
         else:
             return None
     return tuple(out)
+
+
+def counted(count, noun: str, plural: str | None = None) -> str:
+    """`1 GPU`, `2 GPUs`, `0.5 GPUs`, `1 job`: a count and its noun, plural unless the count is exactly 1."""
+    return f"{count:g} {noun if count == 1 else (plural or noun + 's')}"

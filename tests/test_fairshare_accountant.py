@@ -523,7 +523,8 @@ def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path)
     assert bio["top_idle_jobs"][0]["charged_x"] == pytest.approx(2.0)
     assert doc["pending"][0]["job_id"] == 9
     text = explain.explain_text(doc)
-    assert f"SiteFactor {bio['site_factor']}: {-bio['site_factor']} priority points below Slurm's own" in text
+    assert f"get {-bio['site_factor']} priority points fewer than Slurm alone gives them (SiteFactor " \
+           f"{bio['site_factor']})" in text
     assert "job 2: 2 GPUs" in text and "charged x2.00" in text
     with pytest.raises(Exception, match="no fair-share association"):
         explain.explain(result, config, "nobody")

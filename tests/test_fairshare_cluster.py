@@ -266,7 +266,7 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     assert 'stune_gpu_hours_held{account="biology",user="stune-bob"}' in metrics
     assert 'stune_fairshare_factor{account="biology",kind="stune",user="stune-bob"}' in metrics
     table = world.stune("report", "--since", f"@{world.started}")
-    assert "stune-bob" in table.stdout and "Top idle jobs" in table.stdout
+    assert "stune-bob" in table.stdout and "Jobs with the most idle GPU time" in table.stdout
     slurm.cancel([bob_pending, alice_pending])
 
 
@@ -405,7 +405,7 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
             assert bio["top_idle_jobs"][0]["job_id"] == str(jobs[1])
             text = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
                                   capture_output=True, text=True, env=as_bob, timeout=120)
-            assert "priority points below Slurm's own priority" in text.stdout, text.stdout + text.stderr
+            assert "priority points fewer than Slurm alone gives them" in text.stdout, text.stdout + text.stderr
             # "was my job idle?": one command, as the owner; another user is refused
             mine = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
                                    str(jobs[1]), "--json"], capture_output=True, text=True, env=as_bob, timeout=60)

@@ -145,6 +145,21 @@ def test_old_hca_firmware_fails_against_the_minimum(tmp_path):
                         "(rule MT_0000000223)"
 
 
+def test_firmware_messages_never_print_none_for_a_missing_field():
+    from slurm_tune.health import versions as V
+
+    no_rules = V._one_hca("mlx5_0", {"mlx5_0": {}}, {})
+    assert no_rules.status == OK and "None" not in no_rules.message
+    assert no_rules.message == "fw unreadable on an unreadable board_id (hca_type unreadable): the profile has " \
+                               "no firmware rules"
+    off = V._one_hca("mlx5_0", {"mlx5_0": {"board_id": "MT_0000000223", "hca_type": "MT4123"}},
+                     {"MT_0000000223": None})
+    assert off.message == "fw unreadable on board MT_0000000223 (MT4123): rule MT_0000000223 switched off"
+    unmatched = V._one_hca("mlx5_0", {"mlx5_0": {"board_id": "MT_1", "hca_type": "MT4123", "fw_ver": " "}},
+                           {"MT_0000000223": {"min": "20.31.1014"}})
+    assert "None" not in unmatched.message and unmatched.message.startswith("fw unreadable on board MT_1 (MT4123)")
+
+
 def test_firmware_rules_by_model_and_allowed_lists(tmp_path):
     directory = kit.profile_dir(tmp_path / "p", {"roce.yaml": [
         ('MT_0000000838: {min: "28.39.1002"}', 'MT4129: {allowed: ["28.39.1002", "28.40.1000"]}')]})

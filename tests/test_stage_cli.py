@@ -104,3 +104,23 @@ def test_the_epilog_hook_exports_the_whole_hook_environment_file(shared_tmp):
     proc = subprocess.run([str(REPO / "epilog" / "30-stune-stage")], capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and proc.stderr == ""
     assert any(cache.iterdir()), "the profiles were loaded with the env file's STUNE_CACHE_DIR"
+
+
+def test_bad_input_is_one_line_and_exit_1_and_a_misspelt_option_gets_the_subcommands_usage(tmp_path):
+    for bad, why in ((["fetch", "--job", "../../x", "/data/x"], "--job '../../x': not a Slurm job id"),
+                     (["release", "--job", "12_3"], "--job '12_3': not a Slurm job id"),
+                     (["fetch", "--jobs", "0", "/data/x"],
+                      "--jobs '0': the number of copy processes must be 1 to 256")):
+        proc = run(*bad, check=False)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"stune-stage: {why}")
+    proc = run("gc", "--path", str(tmp_path), "--dryrun", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: stune-stage gc ")
+    assert "--evict-all" in proc.stderr and proc.stderr.rstrip().endswith("(did you mean --dry-run?)")
+
+
+def test_ls_of_a_missing_tier_is_an_error(tmp_path):
+    for extra in ([], ["--json"]):
+        proc = run("ls", "--path", str(tmp_path / "gone"), *extra, check=False)
+        assert proc.returncode == 1 and f"{tmp_path / 'gone'}" in proc.stderr and "does not exist" in proc.stderr
+    assert run("ls", "--path", str(tmp_path / "gone"), check=False).stdout == ""

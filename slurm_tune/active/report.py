@@ -148,3 +148,37 @@ def png(path: str, partition: str, data: list[dict]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def checks_listing(profile=None) -> list[dict]:
+    """`stune-sweep checks`: every check stune knows, or those `profile` configures, each with the command it
+    runs and whether its tool is here (a path set in active.tools must be an executable file; otherwise the
+    tool is looked up on PATH), and what to install when it is not."""
+    from .checks import CATALOGUE, configured, tool_path
+
+    chosen = None if profile is None else {c.name: s for c, s in configured(profile)}
+    tools = {} if profile is None else profile.active.tools.to_dict()
+    out = []
+    for c in CATALOGUE.values():
+        if chosen is not None and c.name not in chosen:
+            continue
+        setting = chosen[c.name] if chosen is not None else None
+        command = (setting.command if setting is not None and setting.command else None) or c.command or \
+            f"server: {c.server}; client: {c.client}"
+        path = tool_path(tools, c.tool)
+        problem = None if path else (f"active.tools.{c.tool} is {tools[c.tool]}, which is not an executable file "
+                                     "here" if tools.get(c.tool) else f"{c.tool} is not on PATH here")
+        out.append({"name": c.name, "kind": c.kind, "tool": c.tool, "metric": c.metric, "unit": c.unit or None,
+                    "command": command, "tool_path": path, "problem": problem, "install": c.install,
+                    "time_limit_s": None if setting is None else setting.time_limit,
+                    "floor": None if setting is None else setting.floor})
+    return out
+
+
+def checks_text(listing: list[dict]) -> str:
+    lines = []
+    for c in listing:
+        here = c["tool_path"] or f"not available ({c['problem']}): install {c['install']}"
+        lines += [f"{c['name']:15} {c['kind']:4} {c['metric']} ({c['unit'] or 'pass/fail'})",
+                  f"{'':20}command: {c['command']}", f"{'':20}tool here: {here}"]
+    return "".join(line + "\n" for line in lines)

@@ -1,7 +1,7 @@
 """`stune-fairshare`: charge idle GPU holding in fair-share, and report who holds GPUs without using them.
 
     stune-fairshare apply [--dry-run] [--json] [--sacct-file DUMP] [--assoc-file FILE]
-    stune-fairshare report [--json | --format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
+    stune-fairshare report [--wide | --json | --format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
     stune-fairshare explain [USER] [--json]              ("why is my priority low?")
     stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
     stune-fairshare idle-policy [--dry-run] [--node N] [--json]   (per node, from a timer: the opt-in policy)
@@ -124,9 +124,10 @@ def _report(args) -> int:
         if args.output:  # a file gets the plain table (no colour codes), as wide as it needs
             Console = report_mod._need("rich.console", "the terminal table").Console
             with open(args.output, "w", encoding="utf-8") as fh:
-                report_mod.to_table(rep, Console(file=fh, width=200, color_system=None, force_terminal=False))
+                report_mod.to_table(rep, Console(file=fh, width=200, color_system=None, force_terminal=False),
+                                    wide=args.wide)
         else:
-            report_mod.to_table(rep)
+            report_mod.to_table(rep, wide=args.wide)
     if args.png:
         report_mod.to_png(rep, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
@@ -265,6 +266,8 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--format", choices=("table", "csv", "json", "none"), default="table")
     options.add(p, "json", help="the same as --format json")
+    p.add_argument("--wide", action="store_true", help="the table with every column (sshare's live fair share, "
+                                                        "all jobs); about 110 columns")
     p.add_argument("-o", "--output", help="write the table, CSV or JSON here instead of stdout")
     p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
     p.add_argument("--prom", help="write Prometheus metrics to this textfile")
@@ -299,7 +302,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = options.parse(_parser(), argv)
     return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
             "job": _job, "idle-policy": _idle_policy}[args.cmd](args)
 

@@ -53,3 +53,28 @@ def deprecated(parser, old: str, new: str, prog: str, **keywords) -> None:
         keywords = dict(keywords, nargs=0)
         del keywords["action"]
     parser.add_argument(old, action=_Note, help=argparse.SUPPRESS, **keywords)
+
+
+def parse(parser, argv: list[str]):
+    """parser.parse_args(argv) for a command with subcommands, but an unknown option is refused with the
+    subcommand's own usage (argparse's shows the top-level one: `stune-stage gc --dryrun` then gets `gc`'s
+    options, not the list of commands) and the nearest spelling, e.g. `(did you mean --dry-run?)`."""
+    import argparse
+    import difflib
+
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    target = parser
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subcommands here and nowhere public
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            target = action.choices.get(getattr(args, action.dest, None), parser)
+    known = [flag for action in target._actions for flag in action.option_strings  # noqa: SLF001
+             if action.help is not argparse.SUPPRESS]
+    hint = ""
+    for word in extra:
+        close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1) if word.startswith("-") else []
+        if close:
+            hint = f" (did you mean {close[0]}?)"
+            break
+    target.error(f"unrecognized arguments: {' '.join(extra)}{hint}")

@@ -29,24 +29,26 @@ PROG = "stune-stage"
 
 
 def _job_id(text: str) -> str:
-    """A Slurm job id: digits (an array task's own id). `12a` or `12_3` would silently take no hold."""
-    import argparse
+    """A Slurm job id: digits (an array task's own id). `12a` or `12_3` would silently take no hold.
+    Bad input, not a usage error: one line and exit 1 (a StuneError passes through argparse to guarded())."""
+    from ..errors import StuneError
+    from ..text import is_digits
 
-    if not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"not a Slurm job id: {text!r} (digits only; for an array task use "
-                                         "its own job id, $SLURM_JOB_ID)")
+    if not is_digits(text):
+        raise StuneError(f"--job {text!r}: not a Slurm job id (digits only; for an array task use its own job "
+                         "id, $SLURM_JOB_ID)")
     return text
 
 
 def _copy_jobs(text: str) -> int:
-    import argparse
+    from ..errors import StuneError
 
     try:
         value = int(text)
     except ValueError:
         value = 0
     if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"{text!r}: the number of copy processes must be 1 to 256")
+        raise StuneError(f"--jobs {text!r}: the number of copy processes must be 1 to 256")
     return value
 
 
@@ -161,6 +163,7 @@ def cmd_ls(args) -> int:
     from ..stage.tier import Tier
 
     rows_out = []
+    unreadable = 0
     for label, config in _tiers(args):
         problems: list[str] = []
         with Tier(config) as tier:
@@ -168,6 +171,7 @@ def cmd_ls(args) -> int:
                 rows = list_entries(tier, problems)
             except (TierUnavailable, OSError) as exc:  # one broken tier must not hide the others
                 print(f"{PROG}: {config.root}: {exc}", file=sys.stderr)
+                unreadable += 1
                 continue
         for problem in problems:
             print(f"{PROG}: warning: {problem}", file=sys.stderr)
@@ -176,14 +180,16 @@ def cmd_ls(args) -> int:
         from ..output import print_json
 
         print_json([dict(r._asdict(), tier=root) for root, r in rows_out])
-        return EXIT_OK
+        return EXIT_ERROR if unreadable else EXIT_OK
     from ..output import table
 
+    if unreadable and not rows_out:  # nothing to list: the error lines said why
+        return EXIT_ERROR
     header = ("TIER", "USER", "SOURCE", "KIND", "SIZE", "FILES", "LAST USE", "HELD BY", "ENTRY")
     sys.stdout.write(table([(root, r.user, r.source, r.kind, human(r.bytes), f"{r.files:,}", age(r.last_use),
                               ",".join(r.holds) or "-", r.entry + ("" if r.current else " (old)"))
                              for root, r in rows_out], header))
-    return EXIT_OK
+    return EXIT_ERROR if unreadable else EXIT_OK  # a tier that is missing or unreadable is an error
 
 
 def cmd_status(args) -> int:
@@ -318,7 +324,7 @@ COMMANDS = {"fetch": cmd_fetch, "stage": cmd_fetch, "ls": cmd_ls, "status": cmd_
 
 
 def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = options.parse(_parser(), argv)
     return COMMANDS[args.cmd](args)
 
 

@@ -4,7 +4,7 @@
     stune-sweep judge -p PARTITION [--dry-run]          re-judge the stored history and mark/clear nodes
     stune-sweep report -p PARTITION [--json | --format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
     stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--json | --format table|csv|json]
-    stune-sweep checks [-p PARTITION]                   the catalogue: tools, commands, what to install
+    stune-sweep checks [-p PARTITION] [--json]          the catalogue: tools, commands, what to install
     stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
 
 Common: --store DIR (results and state; default $STUNE_ACTIVE_DIR or /var/lib/stune/active).
@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     options.add(hist, "json", help="the same as --format json")
     checks = sub.add_parser("checks", parents=[common], help="the catalogue of checks")
     options.add(checks, "partition", help="only the checks this partition's profile configures")
+    options.add(checks, "json", help="the catalogue as JSON")
     agent = sub.add_parser("agent")
     agent.add_argument("--spec", required=True)
     return p
@@ -70,7 +71,7 @@ def _profile(args):
 
 
 def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = options.parse(_parser(), argv)
     if args.command == "agent":
         from .. import fastjson
         from ..active.agent import run_spec
@@ -155,23 +156,18 @@ def _history(args, store) -> int:
 
 
 def _checks(args) -> int:
-    from ..active.checks import CATALOGUE, configured, tool_path
+    from ..active.report import checks_listing, checks_text
+    from ..output import json_text
 
-    chosen = None
-    tools = {}
-    if args.partition:
-        profile = _profile(args)
-        chosen = {c.name: s for c, s in configured(profile)}
-        tools = profile.active.tools.to_dict()
-    for c in CATALOGUE.values():
-        if chosen is not None and c.name not in chosen:
-            continue
-        path = tool_path(tools, c.tool)
-        command = (chosen[c.name].command if chosen and chosen[c.name].command else None) or c.command or \
-            f"server: {c.server}; client: {c.client}"
-        print(f"{c.name:15} {c.kind:4} {c.metric} ({c.unit or 'pass/fail'})\n"
-              f"{'':20}command: {command}\n"
-              f"{'':20}tool here: {path or 'not available: install ' + c.install}")
+    profile = _profile(args) if args.partition else None
+    listing = checks_listing(profile)
+    if args.json:
+        sys.stdout.write(json_text({"partition": args.partition, "checks": listing}))
+    elif profile is not None and not listing:
+        print(f"partition {args.partition} runs no active checks: its profile has no active.checks (add an "
+              "`active:` section, docs/active.md); `stune-sweep checks` lists every check stune knows")
+    else:
+        sys.stdout.write(checks_text(listing))
     return EXIT_OK
 
 

@@ -15,8 +15,9 @@ import time
 
 import numpy as np
 
-from ..durations import clock
+from ..durations import clock, compact
 from ..errors import StuneError
+from ..text import counted
 from .accountant import site_factor_target
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -74,6 +75,8 @@ def explain(result, config, user: str, pending: list | None = None) -> dict:
     idle_h = np.where(ch.trusted, held_h * (1.0 - ch.eta), 0.0)
     doc = {"user": user, "as_of": result.as_of, "algorithm": result.settings.algorithm,
            "weight_fairshare": weight, "alpha": alpha, "site_line": [round(v, 3) for v in result.site_line],
+           "half_life_s": float(result.settings.half_life_s), "window_s": int(result.as_of - since_of(result)),
+           "exempt_rules": exempt_rules(config.accountant.alpha_by),
            "associations": [], "pending": [], "warnings": list(result.warnings)}
     code = {k: i for i, k in enumerate(table.assoc_keys)}
     for account, name in keys:
@@ -92,12 +95,22 @@ def explain(result, config, user: str, pending: list | None = None) -> dict:
         entry["used_gpu_h"] = float((held_h[measured] * ch.eta[measured]).sum())
         entry["idle_gpu_h"] = float(idle_h[rows].sum())
         entry["unmeasured_gpu_h"] = float(held_h[rows[~ch.trusted[rows]]].sum())
-        top = rows[np.argsort(-idle_h[rows], kind="stable")][:5]
+        # what idle time cost: idle GPU-hours x the job's alpha. A job whose alpha is 0 (accountant.alpha_by)
+        # cost nothing, however idle: it is named apart, as exempt, never among the costly ones
+        alphas = np.array([_alpha_of(ch, i) for i in rows.tolist()], dtype=float)
+        cost = idle_h[rows] * alphas
+        charged = rows[(cost > 0)]
+        top = charged[np.argsort(-cost[cost > 0], kind="stable")][:5]
         entry["top_idle_jobs"] = [
             {"job_id": table.job_id[i], "gpus": float(table.gpus[i]), "held_gpu_h": float(held_h[i]),
              "eta": float(ch.eta[i]) if ch.trusted[i] else None, "idle_gpu_h": float(idle_h[i]),
              "charged_x": float(1 + _alpha_of(ch, i) * (1 - ch.eta[i])), "end": int(table.end[i])}
-            for i in top.tolist() if idle_h[i] > 0]
+            for i in top.tolist()]
+        exempt = rows[(alphas == 0) & (idle_h[rows] > 0)]
+        entry["exempt_idle_gpu_h"] = float(idle_h[exempt].sum())
+        entry["exempt_jobs"] = [{"job_id": table.job_id[i], "idle_gpu_h": float(idle_h[i]),
+                                 "rule": alpha_rule(config.accountant.alpha_by, table, i)}
+                                for i in exempt[np.argsort(-idle_h[exempt], kind="stable")][:5].tolist()]
         siblings = {u: (result.usage_slurm.get((a, u), 0.0), result.usage_stune.get((a, u), 0.0))
                     for a, u in result.usage_stune if a == account}
         entry["account_usage_slurm"] = sum(v[0] for v in siblings.values())
@@ -109,6 +122,42 @@ def explain(result, config, user: str, pending: list | None = None) -> dict:
             doc["pending"].append({"job_id": row.job_id, "priority": row.priority, "fairshare": row.fairshare,
                                    "site_factor": row.site, "age": row.age, "partition": row.partition})
     return doc
+
+
+def since_of(result) -> int:
+    """Where the usage shown starts: the run's window, else its first job."""
+    if result.window_start is not None:
+        return int(result.window_start)
+    table = result.table
+    if not table.n:
+        return int(result.as_of)
+    end = np.where(table.end >= 0, table.end, result.as_of)  # a running job has no end yet
+    return int((end - table.elapsed).min())
+
+
+def _alpha_by(alpha_by) -> dict:
+    return alpha_by.to_dict() if hasattr(alpha_by, "to_dict") else dict(alpha_by or {})
+
+
+def alpha_rule(alpha_by, table, i: int) -> str | None:
+    """The accountant.alpha_by entry that sets job i's idle penalty, in the order the charges apply them (QOS,
+    then partition, then account), e.g. `QOS debug, accountant.alpha_by.qos.debug = 0`; None: the default."""
+    by = _alpha_by(alpha_by)
+    qos = table.qos_names[table.qos[i]] if len(table.qos_names) else ""
+    names = (("qos", "QOS", qos), ("partition", "partition", str(table.partition[i]).split(",", 1)[0]),
+             ("account", "account", table.assoc_keys[table.assoc[i]][0]))
+    for key, label, name in names:
+        entries = by.get(key) or {}
+        if name in entries:
+            return f"{label} {name}, accountant.alpha_by.{key}.{name} = {entries[name]:g}"
+    return None
+
+
+def exempt_rules(alpha_by) -> list[str]:
+    """The QOS, partitions and accounts never charged for idle GPUs (alpha 0), e.g. ['QOS debug']."""
+    by = _alpha_by(alpha_by)
+    return [f"{label} {name}" for key, label in (("qos", "QOS"), ("partition", "partition"), ("account", "account"))
+            for name, value in sorted((by.get(key) or {}).items()) if value == 0]
 
 
 def _alpha_of(ch, i: int) -> float:
@@ -123,39 +172,66 @@ def _rank(factors: dict, key) -> int | None:
 
 
 def explain_text(doc: dict) -> str:
-    algo = "Fair Tree" if doc["algorithm"] == "fair_tree" else "classic fair-share"
-    lines = [f"{doc['user']}: fair share as of {_when(doc['as_of'])} ({algo}, PriorityWeightFairshare "
-             f"{doc['weight_fairshare']}, idle penalty alpha {doc['alpha']:g})"]
-    for a in doc["associations"]:
+    """In plain words: what you used, where Slurm and stune rank you, what that does to your pending jobs,
+    which jobs cost you the most, and what you can do about it."""
+    from .report import amount, time_unit
+
+    assocs = doc["associations"]
+    unit, scale = time_unit([a["held_gpu_h"] for a in assocs] + [j["held_gpu_h"] for a in assocs
+                                                                 for j in a["top_idle_jobs"]])
+    alpha = doc["alpha"]
+    lines = [f"{doc['user']}: why your priority is what it is (as of {_when(doc['as_of'])})"]
+    for a in assocs:
         lines.append(f"  account {a['account']}:")
-        sshare = "" if a["fairshare_sshare"] is None else f", sshare now {a['fairshare_sshare']:.3f}"
-        lines.append(f"    Slurm's fair share {_f(a['fairshare_slurm'])} (rank {a['rank_slurm']} of {a['users']}"
-                     f"{sshare}); stune's {_f(a['fairshare_stune'])} (rank {a['rank_stune']} of {a['users']})")
+        eff = "" if a["held_gpu_h"] <= a["unmeasured_gpu_h"] else \
+            f" ({100 * a['used_gpu_h'] / max(a['held_gpu_h'] - a['unmeasured_gpu_h'], 1e-12):.0f}%)"
+        lines.append(f"    your GPU time over the last {compact(doc['window_s'])}, in {unit}: held "
+                     f"{amount(a['held_gpu_h'], scale)}, used {amount(a['used_gpu_h'], scale)}{eff}, idle "
+                     f"{amount(a['idle_gpu_h'], scale)}, not measured {amount(a['unmeasured_gpu_h'], scale)}")
+        if a["fairshare_slurm"] is not None and a["fairshare_stune"] is not None:
+            lines.append(f"    Slurm alone ranks you {a['rank_slurm']} of {counted(a['users'], 'user')} (fair share "
+                         f"{_f(a['fairshare_slurm'])}, 0 to 1, higher runs sooner); with idle GPU time charged, "
+                         f"stune ranks you {a['rank_stune']} of {a['users']} ({_f(a['fairshare_stune'])})")
         site = a["site_factor"]
         if site is None:
-            lines.append("    SiteFactor: none (no fair-share factor for this association)")
+            lines.append("    no fair-share factor for this association: stune leaves your jobs' priority alone")
         elif site == 0:
-            lines.append("    SiteFactor 0: no penalty (stune's order puts you at least as high as Slurm's)")
+            lines.append("    no penalty: your pending jobs keep the priority Slurm gives them (SiteFactor 0)")
         else:
-            lines.append(f"    SiteFactor {site}: {-site} priority points below Slurm's own priority")
-        lines.append(f"    GPU-hours held {a['held_gpu_h']:.3f}, used {a['used_gpu_h']:.3f}, idle "
-                     f"{a['idle_gpu_h']:.3f}, not measured {a['unmeasured_gpu_h']:.3f}; idle GPU time is charged "
-                     f"x(1 + {doc['alpha']:g} x idle share)")
+            lines.append(f"    so your pending jobs get {-site} priority points fewer than Slurm alone gives them "
+                         f"(SiteFactor {site})")
+        lines.append(f"    a GPU held but idle is charged {1 + alpha:g}x its time, a fully used one 1x (idle "
+                     f"penalty {alpha:g}, accountant.alpha)")
         if a["top_idle_jobs"]:
-            lines.append("    jobs that cost the most idle GPU-hours:")
+            lines.append(f"    the jobs whose idle GPUs cost you the most ({unit}):")
             for j in a["top_idle_jobs"]:
-                eta = "-" if j["eta"] is None else f"{100 * j['eta']:.0f}%"
-                lines.append(f"      job {j['job_id']}: {j['gpus']:g} GPUs, {j['held_gpu_h']:.3f} GPU-h held, "
-                             f"{eta} used, {j['idle_gpu_h']:.3f} idle GPU-h, charged x{j['charged_x']:.2f}")
+                eta = "not measured" if j["eta"] is None else f"{100 * j['eta']:.0f}% used"
+                lines.append(f"      job {j['job_id']}: {counted(j['gpus'], 'GPU')}, {amount(j['held_gpu_h'], scale)} "
+                             f"held, {eta}, {amount(j['idle_gpu_h'], scale)} idle: charged x{j['charged_x']:.2f}")
+        for j in a.get("exempt_jobs", []):
+            rule = f" ({j['rule']})" if j["rule"] else ""
+            lines.append(f"    job {j['job_id']}: {amount(j['idle_gpu_h'], scale)} idle {unit}, not charged: "
+                         f"exempt from idle charges{rule}")
         if doc["algorithm"] == "fair_tree" and a["account_users"] > 1:
             share = a["usage_stune"] / a["account_usage_stune"] if a["account_usage_stune"] > 0 else 0.0
-            lines.append(f"    Fair Tree ranks account {a['account']} against its siblings first: its "
-                         f"{a['account_users']} users' usage counts for you too (yours is {100 * share:.0f}% "
-                         f"of it)")
+            lines.append(f"    Slurm's Fair Tree compares account {a['account']} with the other accounts first, so "
+                         f"the {a['account_users']} users' GPU time in it counts for you too (yours is "
+                         f"{100 * share:.0f}% of it)")
     for p in doc["pending"]:
-        lines.append(f"  pending job {p['job_id']} ({p['partition']}): priority {p['priority']} = fair-share "
+        lines.append(f"  pending job {p['job_id']} ({p['partition']}): priority {p['priority']} = fair share "
                      f"{p['fairshare']} + age {p['age']} + SiteFactor {p['site_factor']} (+ other factors)")
-    if doc["pending"] or any(a["site_factor"] for a in doc["associations"]):
+    penalized = any(a["site_factor"] for a in assocs)
+    if penalized or any(a["idle_gpu_h"] > 0 for a in assocs):
+        lines.append("  what you can do:")
+        lines.append("    - end jobs whose GPUs sit idle, and ask only for the GPUs your code uses (--gres=gpu:N)")
+        lines.append("    - see where a job's GPU time went: stune-fairshare job JOBID (utilization over time, "
+                     "with hints)")
+        if doc.get("exempt_rules"):
+            lines.append(f"    - for debugging or interactive work use {', '.join(doc['exempt_rules'])}: never "
+                         "charged for idle GPUs")
+        lines.append(f"    - the charge fades: Slurm counts usage half after {compact(doc['half_life_s'])} "
+                     "(PriorityDecayHalfLife), so well-used GPUs from now on lift you back")
+    if doc["pending"] or penalized:
         lines.append("  (Slurm recomputes fair share every PriorityCalcPeriod, so sprio can lag a few minutes)")
     for w in doc["warnings"]:
         lines.append(f"  warning: {w}")
@@ -164,15 +240,17 @@ def explain_text(doc: dict) -> str:
 
 # ---- job ------------------------------------------------------------------------------------------------
 def job_doc(table, i: int, charges_row: dict, summary, live: list | None, alpha: float,
-            timeline: list | None = None, idle_power_w: float = 100.0) -> dict:
-    """One job: GPUs, held/used GPU-hours, eta per GPU, what was charged and why."""
+            timeline: list | None = None, idle_power_w: float = 100.0, alpha_source: str | None = None) -> dict:
+    """One job: GPUs, held/used GPU-hours, eta per GPU, what was charged and why. `alpha_source`: the
+    accountant.alpha_by entry that set `alpha` (alpha_rule()), None for the default."""
     account, user = table.assoc_keys[table.assoc[i]]
     eta = charges_row["eta"]
     doc = {"job_id": table.job_id[i], "user": user, "account": account, "partition": table.partition[i],
            "state": table.state_of(i), "gpus": float(table.gpus[i]), "elapsed_s": int(table.elapsed[i]),
            "held_gpu_h": charges_row["held_gpu_s"] / 3600.0, "eta": eta, "trusted": charges_row["trusted"],
            "source": charges_row["source"], "coverage": charges_row["coverage"], "per_gpu": [],
-           "charged_x": None, "why": "", "hints": [], "timeline": timeline or []}
+           "charged_x": None, "why": "", "hints": [], "timeline": timeline or [], "alpha": alpha,
+           "alpha_source": alpha_source, "exempt": alpha == 0}
     if eta is not None:
         doc["used_gpu_h"] = doc["held_gpu_h"] * eta
         doc["idle_gpu_h"] = doc["held_gpu_h"] - doc["used_gpu_h"]
@@ -181,6 +259,10 @@ def job_doc(table, i: int, charges_row: dict, summary, live: list | None, alpha:
     doc["per_gpu"] = gpus
     if table.gpus[i] <= 0:
         doc["why"] = "no GPUs: charged as Slurm charges"
+    elif charges_row["trusted"] and alpha == 0:
+        doc["charged_x"] = 1.0
+        doc["why"] = (f"measured {100 * eta:.0f}% GPU utilization, but the job is exempt from idle charges "
+                      f"({alpha_source or 'accountant.alpha = 0'}): charged as Slurm charges, x1.00")
     elif charges_row["trusted"]:
         doc["charged_x"] = 1 + alpha * (1 - eta)
         doc["why"] = (f"measured {100 * eta:.0f}% GPU utilization over {100 * charges_row['coverage']:.0f}% of "
@@ -236,12 +318,15 @@ def usage_hints(summary, eta, idle_power_w: float) -> list[str]:
 
 def job_text(doc: dict) -> str:
     lines = [f"job {doc['job_id']} ({doc['user']}/{doc['account']}, {doc['partition']}): {doc['state']}, "
-             f"{doc['gpus']:g} GPUs for {clock(doc['elapsed_s'])}"]
+             f"{counted(doc['gpus'], 'GPU')} for {clock(doc['elapsed_s'])}"]
+    from .report import amount, time_unit
+
+    unit, scale = time_unit([doc["held_gpu_h"]])
     if doc["eta"] is not None:
-        lines.append(f"  GPU-hours held {doc['held_gpu_h']:.3f}, used {doc['used_gpu_h']:.3f} "
-                     f"({100 * doc['eta']:.0f}%), idle {doc['idle_gpu_h']:.3f}")
+        lines.append(f"  {unit} held {amount(doc['held_gpu_h'], scale)}, used {amount(doc['used_gpu_h'], scale)} "
+                     f"({100 * doc['eta']:.0f}%), idle {amount(doc['idle_gpu_h'], scale)}")
     else:
-        lines.append(f"  GPU-hours held {doc['held_gpu_h']:.3f}, utilization not measured")
+        lines.append(f"  {unit} held {amount(doc['held_gpu_h'], scale)}, utilization not measured")
     for g in doc["per_gpu"]:
         sm = "unmeasured" if g.get("sm") is None else f"{g['sm']:.0f}%"
         watts = "" if g.get("watts") is None else f", {g['watts']:.0f} W"
@@ -267,7 +352,7 @@ def timeline_png(doc: dict, path: str) -> None:
     ax.set_ylim(0, 105)
     ax.set_ylabel("GPU utilization %")
     ax.set_xlabel("time (share of the job)" if series else "no timeline recorded")
-    ax.set_title(f"job {doc['job_id']}: {doc['gpus']:g} GPUs, "
+    ax.set_title(f"job {doc['job_id']}: {counted(doc['gpus'], 'GPU')}, "
                  + ("not measured" if doc["eta"] is None else f"{100 * doc['eta']:.0f}% used"))
     ax.grid(alpha=0.3)
     fig.tight_layout()

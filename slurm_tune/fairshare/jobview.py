@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from ..errors import StuneError
+from ..text import is_digits
 from ..thisnode import expand
 from ..usage import accum, spool
 from ..usage import summary as summary_mod
@@ -16,7 +17,17 @@ from . import explain as explain_mod
 from . import sacct as sacct_mod
 
 
+def check_job_id(job_id: str) -> str:
+    """A job id as sacct takes it: `12345`, or `12345_7` for an array task. Anything else is refused here in one
+    line, before sacct (whose own message for `abc` is a fatal error about its -j option)."""
+    head, sep, task = job_id.partition("_")
+    if not (is_digits(head) and (not sep or is_digits(task))) or len(job_id) > 40:
+        raise StuneError(f"job {job_id!r}: not a Slurm job id (a number like 12345, or 12345_7 for an array task)")
+    return job_id
+
+
 def _table(slurm, job_id: str):
+    check_job_id(job_id)
     rows = slurm.sacct(list(sacct_mod.FIELDS), job_ids=[job_id])
     if not rows:
         raise StuneError(f"job {job_id}: not found in sacct (too old, or not a job id)")
@@ -77,5 +88,6 @@ def job_view(slurm, config, job_id: str) -> dict:
         summary = None
     alpha = charges_mod.alpha_per_row(table, acc.alpha, acc.alpha_by)
     alpha = float(alpha[i]) if isinstance(alpha, np.ndarray) else float(alpha)
-    doc = explain_mod.job_doc(table, i, row, summary, None, alpha, idle_power_w=config.report.idle_power_w)
+    doc = explain_mod.job_doc(table, i, row, summary, None, alpha, idle_power_w=config.report.idle_power_w,
+                              alpha_source=explain_mod.alpha_rule(acc.alpha_by, table, i))
     return doc

@@ -74,6 +74,8 @@ class JobRow:
     source: str                # stune, slurm-gpuutil, none
     busy_share: float | None
     busy_w: float | None
+    charged_x: float = 1.0     # Slurm's charge times this: 1 + alpha x idle share (1.0: not measured, or exempt)
+    exempt: bool = False       # measured, but its alpha is 0 (accountant.alpha_by): idle time is not charged
     flag: str = ""
 
 
@@ -83,6 +85,7 @@ class Report:
     window_start: int | None
     algorithm: str
     weight_fairshare: int
+    alpha: float = 1.0         # the idle penalty (accountant.alpha): idle GPU time is charged x(1 + alpha)
     accounts: list = field(default_factory=list)
     users: list = field(default_factory=list)
     top_idle: list = field(default_factory=list)
@@ -137,7 +140,8 @@ def build(result, config, since: int | None) -> Report:
                                                       result.site_line)
         return out
 
-    report = Report(result.as_of, since, result.settings.algorithm, weight, warnings=list(result.warnings))
+    report = Report(result.as_of, since, result.settings.algorithm, weight, alpha=float(config.accountant.alpha),
+                    warnings=list(result.warnings))
     bad = table.bad_summary if table.bad_summary is not None else np.zeros(table.n, dtype=bool)
     report.data_quality = {"bad_summaries": int((bad & ran).sum()), "skipped_rows": int(table.skipped),
                            "duplicate_rows": int(table.duplicates)}
@@ -161,10 +165,13 @@ def build(result, config, since: int | None) -> Report:
         eta = float(ch.eta_measured[i]) if not np.isnan(ch.eta_measured[i]) else None
         share = float(busy_share[i]) if not np.isnan(busy_share[i]) else None
         watts = float(table.busy_w[i]) if not np.isnan(table.busy_w[i]) else None
+        alpha = float(ch.alpha[i]) if isinstance(ch.alpha, np.ndarray) else float(ch.alpha)
         return JobRow(table.job_id[i], account, user, table.partition[i], table.state_of(i),
                       float(table.gpus[i]), float(held_h[i]), eta,
                       float(held_h[i] * (1 - ch.eta[i])) if measured[i] else None, float(ch.coverage[i]),
-                      SOURCES[int(ch.source[i])], share, watts)
+                      SOURCES[int(ch.source[i])], share, watts,
+                      charged_x=1.0 + alpha * (1.0 - float(ch.eta[i])) if measured[i] else 1.0,
+                      exempt=bool(measured[i]) and alpha == 0)
 
     report.top_idle = [job_row(i) for i in order[:rep.top_jobs].tolist() if idle[i] > 0]
     suspicious = jobs[(busy_share[jobs] >= BUSY_SHARE_FOR_FLAG) & (table.busy_w[jobs] < rep.idle_power_w)]
@@ -185,43 +192,117 @@ def _pct(value):
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
-def to_table(report: Report, console=None) -> None:
+def time_unit(values) -> tuple[str, float]:
+    """The unit a table of GPU time shows, and its factor from GPU-hours: GPU-hours, or, where every value is
+    below one GPU-hour (a short window, a test cluster), GPU-minutes (from half a GPU-minute) or GPU-seconds,
+    so that no cell of real use reads 0.0."""
+    top = max((v for v in values if v), default=0.0)
+    if top == 0 or top >= 1:
+        return "GPU-hours", 1.0
+    if top * 60 >= 0.5:
+        return "GPU-minutes", 60.0
+    return "GPU-seconds", 3600.0
+
+
+def amount(value, scale: float = 1.0) -> str:
+    """A quantity with three significant digits at most: 1,234 / 12.3 / 1.23 / 0.05; `<0.01` for a value that
+    is not zero but would round to it; `-` for none."""
+    if value is None:
+        return "-"
+    v = value * scale
+    if v == 0:
+        return "0"
+    if abs(v) < 0.005:
+        return "<0.01"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def legend(report: Report, unit: str, wide: bool) -> list[str]:
+    """What the table's columns mean, in words: printed under it."""
+    lines = [f"held: {unit} the jobs held (GPUs x run time); used: held x measured GPU utilization (the share in "
+             "brackets); idle: held minus used, over the measured jobs; not measured: held with no trustworthy "
+             "usage record (charged as Slurm charges).",
+             "fair share, 0 to 1 (higher runs sooner): Slurm's own factor (Slurm FS), computed as Slurm does "
+             "from the GPU time held, every GPU counted as used; then stune's (stune FS), the same with idle GPU "
+             f"time charged x(1 + {report.alpha:g} x idle share). SiteFactor: the priority points stune gives the "
+             "user's pending jobs (0 or below) so that they sort by stune FS."]
+    if wide:
+        lines.append("sshare FS: the FairShare Slurm shows now (`sshare`), which lags by up to PriorityCalcPeriod; "
+                     "it should match Slurm FS.")
+    else:
+        lines.append("--wide adds sshare's live value and each user's job counts; --json and --format csv have "
+                     "every number.")
+    return lines
+
+
+def to_table(report: Report, console=None, wide: bool = False) -> None:
+    """The terminal table: compact (about 80 columns) unless `wide`, with a legend under it."""
     rich_console = _need("rich.console", "the terminal table")
     rich_table = _need("rich.table", "the terminal table")
+    box = _need("rich.box", "the terminal table")
     if console is None:
         console = rich_console.Console()
-        if not console.is_terminal and "COLUMNS" not in os.environ:  # a pipe or a file: do not squeeze to 80
+        if wide and not console.is_terminal and "COLUMNS" not in os.environ:  # a pipe: do not squeeze it to 80
             console = rich_console.Console(width=160)
+    rows = report.accounts + report.users + report.top_idle
+    unit, scale = time_unit([r.held_gpu_h for r in rows])
     window = "all history in the dump" if report.window_start is None else \
         f"since {_when(report.window_start)}"
-    t = rich_table.Table(title=f"GPU usage by account and user ({window}; as of {_when(report.as_of)})")
-    for name, justify in (("account", "left"), ("user", "left"), ("GPU jobs", "right"), ("held GPU-h", "right"),
-                          ("used GPU-h", "right"), ("efficiency", "right"), ("idle GPU-h", "right"),
-                          ("unmeasured GPU-h", "right"), ("sshare FS", "right"), ("Slurm FS (eta=1)", "right"),
-                          ("stune FS", "right"), ("SiteFactor", "right")):
-        t.add_column(name, justify=justify, no_wrap=name in ("account", "user"))
+    t = rich_table.Table(title=f"GPU usage by account and user, in {unit} ({window}; as of {_when(report.as_of)})",
+                         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    columns = [("account / user", "left"), ("GPU\njobs", "right"), ("held", "right"), ("used", "right"),
+               ("idle", "right"), ("not\nmeasured", "right")]
+    if wide:
+        columns[1:1] = [("jobs", "right")]
+        columns += [("sshare\nFS", "right"), ("Slurm\nFS", "right"), ("stune\nFS", "right")]
+    else:
+        columns += [("fair share\nSlurm->stune", "right")]
+    columns += [("Site\nFactor", "right")]
+    for name, justify in columns:
+        t.add_column(name, justify=justify, no_wrap=True)
+
+    def cells(r) -> list[str]:
+        used = amount(r.used_gpu_h, scale) + ("" if r.efficiency is None else f" ({_pct(r.efficiency)})")
+        out = [str(r.gpu_jobs), amount(r.held_gpu_h, scale), used, amount(r.idle_gpu_h, scale),
+               amount(r.unmeasured_gpu_h, scale)]
+        if wide:
+            out.insert(0, str(r.jobs))
+        if r.level == "account":
+            return out + [""] * (4 if wide else 2)
+        if wide:
+            out += [_fmt(r.fairshare_sshare, 3), _fmt(r.fairshare_slurm, 3), _fmt(r.fairshare_stune, 3)]
+        else:
+            out.append("-" if r.fairshare_slurm is None or r.fairshare_stune is None else
+                       f"{r.fairshare_slurm:.3f}->{r.fairshare_stune:.3f}")
+        return out + ["-" if r.site_factor is None else str(r.site_factor)]
+
     by_account: dict = {}
     for u in report.users:
         by_account.setdefault(u.account, []).append(u)
     for a in report.accounts:
-        t.add_row(f"[bold]{a.account}[/bold]", "", str(a.gpu_jobs), _fmt(a.held_gpu_h), _fmt(a.used_gpu_h),
-                  _pct(a.efficiency), _fmt(a.idle_gpu_h), _fmt(a.unmeasured_gpu_h), "", "", "", "")
+        t.add_row(f"[bold]{a.account}[/bold]", *cells(a))
         for u in by_account.get(a.account, []):
-            t.add_row("", u.user, str(u.gpu_jobs), _fmt(u.held_gpu_h), _fmt(u.used_gpu_h), _pct(u.efficiency),
-                      _fmt(u.idle_gpu_h), _fmt(u.unmeasured_gpu_h), _fmt(u.fairshare_sshare, 3),
-                      _fmt(u.fairshare_slurm, 3), _fmt(u.fairshare_stune, 3),
-                      "-" if u.site_factor is None else str(u.site_factor))
+            t.add_row(f"  {u.user}", *cells(u))
     console.print(t)
+    for line in legend(report, unit, wide):
+        console.print(line, highlight=False)
     if report.top_idle:
-        j = rich_table.Table(title="Top idle jobs")
-        for name in ("job", "account", "user", "GPUs", "held GPU-h", "utilization", "idle GPU-h", "coverage"):
-            j.add_column(name, justify="left" if name in ("job", "account", "user") else "right")
+        j = rich_table.Table(title=f"Jobs with the most idle GPU time, in {unit}", box=box.SIMPLE_HEAD,
+                             show_edge=False, pad_edge=False, collapse_padding=True)
+        for name in ("job", "user", "GPUs", "held", "used", "idle", "charged"):
+            j.add_column(name, justify="left" if name in ("job", "user") else "right")
         for r in report.top_idle:
-            j.add_row(r.job_id, r.account, r.user, f"{r.gpus:g}", _fmt(r.held_gpu_h, 2), _pct(r.eta),
-                      _fmt(r.idle_gpu_h, 2), _pct(r.coverage))
+            j.add_row(r.job_id, f"{r.user} ({r.account})", f"{r.gpus:g}", amount(r.held_gpu_h, scale),
+                      _pct(r.eta), amount(r.idle_gpu_h, scale),
+                      "exempt" if r.exempt else f"x{r.charged_x:.2f}")
         console.print(j)
+        console.print("charged: Slurm's charge for the job is multiplied by this; exempt: its QOS, partition or "
+                      "account is not charged for idle GPUs (accountant.alpha_by).", highlight=False)
     if report.flagged:
-        f = rich_table.Table(title="Flagged for review: ~100% utilization at near-idle power")
+        f = rich_table.Table(title="Flagged for review: ~100% utilization at near-idle power", box=box.SIMPLE_HEAD,
+                             show_edge=False, pad_edge=False, collapse_padding=True)
         for name in ("job", "account", "user", "why"):
             f.add_column(name)
         for r in report.flagged:

@@ -105,6 +105,19 @@ def _hca_firmware(snapshot, profile) -> list:
     return out
 
 
+def _shown(value) -> str | None:
+    """A firmware field as a message shows it: the text, or None when it is missing or not text."""
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def hca_seen(fw, board, model) -> str:
+    """What was read of an HCA, for a message: `fw 20.31.1014 on board MT_0000000223 (MT4123)`; a field that
+    is missing says so (`fw unreadable on board MT_0000000223 (hca_type unreadable)`), never `None`."""
+    fw_s, board_s, model_s = _shown(fw), _shown(board), _shown(model)
+    return (f"fw {fw_s or 'unreadable'} on " + (f"board {board_s}" if board_s else "an unreadable board_id")
+            + f" ({model_s or 'hca_type unreadable'})")
+
+
 def _one_hca(name: str, devices: dict, rules):
     """The firmware finding for one HCA the profile lists (None: missing, which the link check fails)."""
     dev = devices.get(name)
@@ -113,9 +126,9 @@ def _one_hca(name: str, devices: dict, rules):
     if isinstance(dev.get("unreadable"), str):
         return R.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}")
     fw, board, model = dev.get("fw_ver"), dev.get("board_id"), dev.get("hca_type")
+    seen = hca_seen(fw, board, model)
     if not list(rules):
-        return R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): the profile has no "
-                                                   "firmware rules")
+        return R.ok("versions.hca_firmware", name, f"{seen}: the profile has no firmware rules")
     key, problem = match_rule(rules, board, model)
     if problem:
         return R.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
@@ -123,12 +136,11 @@ def _one_hca(name: str, devices: dict, rules):
                          "rule applies")
     if key is None:
         return R.warning("versions.hca_firmware", name,
-                         f"fw {fw} on board {board} ({model}): no firmware rule matches this HCA "
+                         f"{seen}: no firmware rule matches this HCA "
                          f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model")
     if rules[key] is None:
-        return R.ok("versions.hca_firmware", name, f"fw {fw} (board {board}, {model}): rule {key} switched off")
+        return R.ok("versions.hca_firmware", name, f"{seen}: rule {key} switched off")
     status, expected = judge(fw, rules[key])
-    seen = f"fw {fw} on board {board} ({model})"
     if status == R.FAIL:
         return R.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
                       f"{name} fw {fw} not validated")
