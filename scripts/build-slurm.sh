@@ -36,6 +36,7 @@ WORK=$(dirname "$PREFIX")/build
 STAMP=$PREFIX/.stune-built
 
 if [ -f "$STAMP" ] && [ -x "$PREFIX/sbin/slurmctld" ]; then
+  say "Slurm $VERSION is already installed in $PREFIX"
   echo "$PREFIX"
   exit 0
 fi
