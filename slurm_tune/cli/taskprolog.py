@@ -89,6 +89,11 @@ class _JobLogOnUse:
         self._open().say_once(text, node)
 
 
+# The batch step's SLURM_STEP_ID in a TaskProlog: 4294967294 on 22.05 and 24.11; 26.05 prints its
+# SLURM_BATCH_SCRIPT id (0xfffffffb) signed, as -5.
+BATCH_STEP_IDS = frozenset({"4294967294", "4294967291", "-5"})
+
+
 def summary_line(job, exports: dict) -> str:
     """One line: the settings this node's tasks finally get, and where each staged dataset is read from."""
     from ..stage.spec import EXPORT_PREFIX, LOG_VAR
@@ -101,7 +106,7 @@ def summary_line(job, exports: dict) -> str:
         else:
             final[name] = value
     step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
-    step = "batch" if step == "4294967294" else step
+    step = "batch" if step in BATCH_STEP_IDS else step
     words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
     for name in sorted(n for n in final if n.startswith(EXPORT_PREFIX) and n != LOG_VAR):
         source = _stage_source(environ, name[len(EXPORT_PREFIX):])
