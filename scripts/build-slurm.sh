@@ -119,7 +119,7 @@ install_binary() {
   # DT_RPATH (--force-rpath), not RUNPATH: it also serves the libraries each one loads, plugins included
   while IFS= read -r -d '' f; do
     head -c 4 "$f" | grep -q ELF || continue
-    if readelf -l "$f" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+    if patchelf --print-interpreter "$f" >/dev/null 2>&1; then  # a program, not a library
       patchelf --set-interpreter "$loader" "$f"
     fi
     [ "$f" = "$loader" ] || patchelf --force-rpath --set-rpath "$path" "$f" 2>/dev/null || true
@@ -174,5 +174,5 @@ d=$PREFIX
 while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
 "$PREFIX/sbin/slurmctld" -V >/dev/null || { say "the installed slurmctld does not run: $("$PREFIX/sbin/slurmctld" -V 2>&1 | tail -n 1)"; exit 1; }
 touch "$STAMP"
-say "Slurm $("$PREFIX/sbin/slurmctld" -V) is ready in $PREFIX"
+say "$("$PREFIX/sbin/slurmctld" -V) is ready in $PREFIX"
 echo "$PREFIX"
