@@ -183,3 +183,14 @@ def test_only_the_dev_tools_reconfigure_slurm_or_change_accounting(tmp_path):
     cluster.reconfigure()
     cluster._sacctmgr(["add", "cluster", "stune"])
     assert cluster.slurm.calls == [["scontrol", "reconfigure"], ["sacctmgr", "-i", "add", "cluster", "stune"]]
+
+
+def test_build_slurm_names_the_series_it_offers(tmp_path):
+    """25.11 is in no Debian suite: asked for it, build-slurm.sh says what it offers in one line, builds nothing."""
+    script = Path(devcluster.REPO) / "scripts" / "build-slurm.sh"
+    proc = subprocess.run(["bash", str(script), "25.11"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "STUNE_SLURM_PREFIX": str(tmp_path / "p")})
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == ("build-slurm.sh: no build for Slurm 25.11 (26.05 or 24.11; 22.05 is Debian 12's "
+                           "packages)\n")
+    assert not (tmp_path / "p").exists()
