@@ -54,6 +54,18 @@ class SlurmError(StuneError):
         super().__init__(f"{self.command[0] if self.command else 'slurm'} {code}: {first}")
 
 
+class SlurmFormatError(SlurmError):
+    """A Slurm command succeeded, but its output is in a layout stune does not know (a release that changed
+    it, or a broken install). Names the whole command and the Slurm release, and says it is the format."""
+
+    def __init__(self, command: list[str], release: str | None, problem: str):
+        self.command, self.returncode, self.release = list(command), 0, release
+        self.message = problem.strip()
+        first = self.message.splitlines()[0] if self.message else "(no detail)"
+        StuneError.__init__(self, f"output of `{' '.join(self.command)}` from Slurm {release or '(release unknown)'}"
+                                  f" is not in a format stune knows: {first}")
+
+
 # ---- exit statuses ------------------------------------------------------------------------------------------
 
 EXIT_OK = 0

@@ -4,11 +4,12 @@ Everything binds to loopback and keeps its state under one directory (STUNE_CLUS
 /var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing, by
 `scripts/setup.sh --packages`: stune-devcluster is a developer's tool, run from a checkout.
 
-Two Slurm series: 22.05 (Debian 12's packages, the default) and 24.11 (Debian 13's source, built by
-scripts/build-slurm.sh into /var/cache/stune/slurm-24.11.5, or STUNE_SLURM_PREFIX). Choose with
-`--slurm 24.11` or STUNE_SLURM=24.11. A state directory belongs to the series that made it.
+Three Slurm series: 22.05 (Debian 12's packages, the default), 26.05 (Debian sid's packages, unpacked by
+scripts/build-slurm.sh into /var/cache/stune/slurm-26.05.5) and 24.11 (Debian 13's source, compiled by
+scripts/build-slurm.sh into /var/cache/stune/slurm-24.11.5); STUNE_SLURM_PREFIX moves a built one. Choose
+with `--slurm 26.05` or STUNE_SLURM=26.05. A state directory belongs to the series that made it.
 
-    stune-devcluster [--slurm 22.05|24.11] up | down | status | env
+    stune-devcluster [--slurm 22.05|26.05|24.11] up | down | status | env
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ TEST_ACCOUNTS = {"physics": ["stune-alice"], "biology": ["stune-bob"]}
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 60.0
 DEFAULT_SERIES = "22.05"
-BUILT_SERIES = {"24.11": "24.11.5"}  # series -> the release scripts/build-slurm.sh builds
+BUILT_SERIES = {"26.05": "26.05.5", "24.11": "24.11.5"}  # series -> the release scripts/build-slurm.sh builds
 SERIES_FILE = "slurm-series"
 
 
@@ -79,6 +80,17 @@ class SlurmInstall:
         return str(self.prefix / "sbin" / name) if self.prefix else name
 
     @property
+    def plugin_dir(self) -> str | None:
+        """A built Slurm's plugins (slurm.conf's PluginDir); None: the packages' own."""
+        return str(self.prefix / "lib" / "slurm") if self.prefix else None
+
+    def slurmd_argv(self, node: str, conf: Path) -> list[str]:
+        """slurmd for one node of the cluster; a built Slurm's slurmd is told where its own slurmstepd is
+        (-d: Debian's binaries look in /usr/sbin, where Debian 12's 22.05 one is)."""
+        argv = [self.daemon("slurmd"), "-N", node, "-f", str(conf)]
+        return argv + ["-d", self.daemon("slurmstepd")] if self.prefix else argv
+
+    @property
     def built(self) -> bool:
         return self.prefix is None or (self.prefix / ".stune-built").exists()
 
@@ -90,7 +102,7 @@ class SlurmInstall:
         if not install:
             raise ClusterError(f"Slurm {self.series} is not built in {self.prefix}: run {script}")
         log(f"building Slurm {self.series} into {self.prefix} (minutes)")
-        proc = subprocess.run(["bash", str(script)], env=dict(os.environ, STUNE_SLURM_PREFIX=str(self.prefix)),
+        proc = subprocess.run(["bash", str(script), self.series], env=dict(os.environ, STUNE_SLURM_PREFIX=str(self.prefix)),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0 or not self.built:
             why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
@@ -291,10 +303,16 @@ class DevCluster:
             f"SlurmdPidFile={L.run}/slurmd-%n.pid",
             f"SlurmctldLogFile={L.log}/slurmctld.log",
             f"SlurmdLogFile={L.log}/slurmd-%n.log",
+            *([f"PluginDir={self.install.plugin_dir}"] if self.install.plugin_dir else []),
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "AuthType=auth/munge",
             "CredType=cred/munge",
+            # No daemon listens on all addresses: slurmd on its NodeAddr (loopback), slurmctld on the address
+            # this machine's host name resolves to (loopback where /etc/hosts says so, as on most machines).
+            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
+            # No mailer in a dev cluster (26.05 reports the default /bin/mail missing as an error)
+            "MailProg=/bin/true",
             f"AuthInfo=socket={L.munge_socket}",
             # No cgroup inside a container: linuxproc tracks processes, and nothing binds to CPUs that
             # the three simulated nodes do not really have.
@@ -359,8 +377,10 @@ class DevCluster:
             "DbdHost=localhost",
             "DbdAddr=127.0.0.1",
             f"DbdPort={L.dbd_port}",
+            "CommunicationParameters=NoInAddrAny",  # listen on DbdHost's address only
             "SlurmUser=root",
             "DebugLevel=info",
+            *([f"PluginDir={self.install.plugin_dir}"] if self.install.plugin_dir else []),
             f"LogFile={L.log}/slurmdbd.log",
             f"PidFile={L.pidfile('slurmdbd')}",
             "StorageType=accounting_storage/mysql",
@@ -375,7 +395,7 @@ class DevCluster:
         """Write every config file; True when slurm.conf or gres.conf changed."""
         L = self.layout
         for d in (L.etc, L.run, L.log, L.spool / "ctld", L.dev, L.run / "munge", L.fragments, L.prolog_d,
-                  L.epilog_d, *(L.node_dir(n) for n in NODES)):
+                  L.epilog_d, *(L.node_dir(n) for n in NODES), *(L.spool / f"slurmd-{n}" for n in NODES)):
             d.mkdir(parents=True, exist_ok=True)
         for d in (L.root, L.log):
             d.chmod(0o755)
@@ -490,7 +510,7 @@ class DevCluster:
     def start_slurmd(self) -> None:
         L = self.layout
         for i, node in enumerate(NODES):
-            self._daemon(f"slurmd-{node}", [self.install.daemon("slurmd"), "-N", node, "-f", str(L.slurm_conf)],
+            self._daemon(f"slurmd-{node}", self.install.slurmd_argv(node, L.slurm_conf),
                          L.pidfile(f"slurmd-{node}"), lambda i=i: port_open(L.node_port(i)),
                          L.log / f"slurmd-{node}.log")
 

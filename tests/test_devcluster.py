@@ -36,8 +36,34 @@ def test_24_11_runs_from_its_build_prefix(monkeypatch, tmp_path):
     assert SlurmInstall.choose("24.11").prefix == Path("/var/cache/stune/slurm-24.11.5")
 
 
+def test_26_05_runs_from_debians_unpacked_packages_with_their_own_plugins_and_stepd(monkeypatch, tmp_path):
+    monkeypatch.delenv("STUNE_SLURM_PREFIX", raising=False)
+    assert SlurmInstall.choose("26.05").prefix == Path("/var/cache/stune/slurm-26.05.5")
+    install = SlurmInstall("26.05", tmp_path / "p")
+    layout = Layout(root=tmp_path / "c", port_base=29900)
+    conf = DevCluster(layout, profiles_dir=tmp_path, install=install).render_slurm_conf().splitlines()
+    dbd = DevCluster(layout, profiles_dir=tmp_path, install=install).render_slurmdbd_conf().splitlines()
+    # Debian's binaries look for plugins and slurmstepd under /usr, where Debian 12's 22.05 ones are
+    assert f"PluginDir={tmp_path}/p/lib/slurm" in conf and f"PluginDir={tmp_path}/p/lib/slurm" in dbd
+    assert install.slurmd_argv("n2", layout.slurm_conf) == [
+        f"{tmp_path}/p/sbin/slurmd", "-N", "n2", "-f", str(layout.slurm_conf), "-d", f"{tmp_path}/p/sbin/slurmstepd"]
+    packaged = SlurmInstall("22.05")
+    assert packaged.slurmd_argv("n2", layout.slurm_conf) == ["slurmd", "-N", "n2", "-f", str(layout.slurm_conf)]
+    assert not any(line.startswith("PluginDir=")
+                   for line in DevCluster(layout, profiles_dir=tmp_path, install=packaged).render_slurm_conf().splitlines())
+
+
+def test_no_daemon_listens_on_every_address(tmp_path):
+    """slurmd and slurmdbd bind to their own (loopback) address, slurmctld to its host name's; MariaDB is
+    started with --bind-address=127.0.0.1."""
+    cluster = DevCluster(Layout(root=tmp_path / "c", port_base=29900), profiles_dir=tmp_path,
+                         install=SlurmInstall("22.05"))
+    assert "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny" in cluster.render_slurm_conf().splitlines()
+    assert "CommunicationParameters=NoInAddrAny" in cluster.render_slurmdbd_conf().splitlines()
+
+
 def test_an_unknown_series_is_refused():
-    with pytest.raises(ClusterError, match="Slurm 23.02 is not one the dev cluster runs; choose 22.05, 24.11"):
+    with pytest.raises(ClusterError, match="Slurm 23.02 is not one the dev cluster runs; choose 22.05, 26.05, 24.11"):
         SlurmInstall.choose("23.02")
 
 
@@ -157,3 +183,14 @@ def test_only_the_dev_tools_reconfigure_slurm_or_change_accounting(tmp_path):
     cluster.reconfigure()
     cluster._sacctmgr(["add", "cluster", "stune"])
     assert cluster.slurm.calls == [["scontrol", "reconfigure"], ["sacctmgr", "-i", "add", "cluster", "stune"]]
+
+
+def test_build_slurm_names_the_series_it_offers(tmp_path):
+    """25.11 is in no Debian suite: asked for it, build-slurm.sh says what it offers in one line, builds nothing."""
+    script = Path(devcluster.REPO) / "scripts" / "build-slurm.sh"
+    proc = subprocess.run(["bash", str(script), "25.11"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "STUNE_SLURM_PREFIX": str(tmp_path / "p")})
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == ("build-slurm.sh: no build for Slurm 25.11 (26.05 or 24.11; 22.05 is Debian 12's "
+                           "packages)\n")
+    assert not (tmp_path / "p").exists()

@@ -427,6 +427,16 @@ def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_p
     assert "slurm_tune.stage.jobenv" in staging
 
 
+@pytest.mark.parametrize("step_id, shown", [(None, "batch"), ("4294967294", "batch"), ("-5", "batch"),
+                                             ("4294967291", "batch"), ("0", "0"), ("12", "12")])
+def test_the_task_summary_names_the_batch_step_on_every_release(step_id, shown):
+    """22.05 and 24.11 give the batch step's TaskProlog SLURM_STEP_ID=4294967294, 26.05 gives -5."""
+    from slurm_tune.cli.taskprolog import summary_line
+
+    job = job_context({"SLURMD_NODENAME": "n1", **({"SLURM_STEP_ID": step_id} if step_id else {})})
+    assert summary_line(job, {}).startswith(f"stune: n1 step {shown}: ")
+
+
 def test_the_task_summary_lists_datasets_but_not_the_stage_log():
     """STUNE_STAGE_LOG shares the STUNE_STAGE_ prefix but names the log file (stage.spec.LOG_VAR), not a dataset."""
     from slurm_tune.cli.taskprolog import summary_line

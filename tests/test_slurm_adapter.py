@@ -5,12 +5,13 @@ a live controller is in test_cluster.py."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 
 import pytest
 
-from slurm_tune.errors import SlurmError
+from slurm_tune.errors import SlurmError, SlurmFormatError
 from slurm_tune.slurm import Slurm
 from slurm_tune.slurm.scontrol import parse_config, parse_records
 from slurm_tune.slurm.spawn import spawn_capture
@@ -98,7 +99,8 @@ def test_json_errors_from_slurm_are_raised(tmp_path):
 def test_garbled_json_is_a_slurm_error_not_a_traceback(tmp_path):
     fake_tool(tmp_path, "sinfo", '[ "$1" = --version ] && { echo "slurm-wlm 22.05.8"; exit 0; }\n'
                                  "echo '{\"nodes\": [ '\n")
-    with pytest.raises(SlurmError, match="unreadable JSON from sinfo"):
+    with pytest.raises(SlurmError, match=r"^output of `sinfo --json` from Slurm 22.05.8 is not in a format stune "
+                                         r"knows: unreadable JSON: Expecting value"):
         Slurm(bin_dir=str(tmp_path)).nodes()
 
 
@@ -120,6 +122,82 @@ def test_sprio_and_sshare_rows_are_typed(tmp_path):
     rows = slurm.sshare()
     assert rows[0].account == "physics" and rows[0].user == "" and rows[0].fairshare is None
     assert rows[1].user == "stune-alice" and rows[1].fairshare == 0.5 and rows[1].raw_usage == 3600.0
+
+
+SSHARE_ARGV = ("sshare -P -n -a -l --format=Account,User,RawShares,NormShares,RawUsage,NormUsage,EffectvUsage,"
+               "FairShare,LevelFS")
+
+
+@pytest.mark.parametrize("command, lines, read, argv, problem", [
+    # a release that adds a column (or drops one): every row has another width
+    ("sshare", ["physics||1|0.333333|3600|0.25|0.25||0.5|extra"], "sshare", SSHARE_ARGV,
+     r"line 1 has 10 columns, expected 9: 'physics\|\|1"),
+    # one row of the right width among rows of another: the layout is not known, not a row less
+    ("sshare", ["physics||1|0.333333|3600|0.25|0.25||0.5", "physics|stune-alice|1|1.0"], "sshare", SSHARE_ARGV,
+     r"line 2 has 4 columns, expected 9"),
+    ("sshare", ["physics|stune-alice|1|1.000000|3600|0.25|1.000000|high|1.0"], "sshare", SSHARE_ARGV,
+     r"line 1: 'high' is not a number"),
+    ("sshare", ["|stune-alice|1|1.000000|3600|0.25|1.000000|0.5|1.0"], "sshare", SSHARE_ARGV, r"line 1 has no account"),
+    ("sprio", ["JOBID|USER|PRIORITY|SITE|AGE|FAIRSHARE|FAIRSHARE_NORM|PARTITION"], "sprio",
+     r"sprio -h -o %i|%u|%Y|%S|%A|%F|%f|%r", r"line 1: job id 'JOBID' is not a number"),
+    ("sprio", ["12|stune-bob|11234|1234|0|10000|1.0|hdr|normal"], "sprio", r"sprio -h -o %i|%u|%Y|%S|%A|%F|%f|%r",
+     r"line 1 has 9 columns, expected 8"),
+    ("sprio", ["12|stune-bob|11234|1234|0|10000|1.0|hdr", "13|stune-bob|high|1234|0|10000|1.0|hdr"], "sprio",
+     r"sprio -h -o %i|%u|%Y|%S|%A|%F|%f|%r", r"line 2: invalid literal for int\(\) with base 10: 'high'"),
+    ("sacctmgr", ["normal|1.000000", "gold"], "qos", "sacctmgr -n -P show qos format=Name,UsageFactor",
+     r"line 2 has 1 columns, expected 2: 'gold'"),
+    ("sacctmgr", ["normal|1.000000", "gold|double"], "qos", "sacctmgr -n -P show qos format=Name,UsageFactor",
+     r"line 2: 'double' is not a number"),
+    ("sacct", ["1|COMPLETED", "2"], "sacct", "sacct -P --noconvert -n --allusers --format=JobID,State -X",
+     r"line 2 has 1 fields, expected 2: '2'"),
+    ("sbatch", ["Submitted batch job 12"], "submit", "sbatch --parsable --wrap=true",
+     r"no job id in 'Submitted batch job 12'"),
+])
+def test_an_unknown_layout_is_a_format_error_naming_the_whole_command_and_release(tmp_path, command, lines, read,
+                                                                                   argv, problem):
+    """A changed layout fails the read: never fewer rows, a QOS at the default factor or a traceback."""
+    fake_tool(tmp_path, "sinfo", 'echo "slurm 26.05.5"\n')
+    fake_tool(tmp_path, command, "".join(f"echo '{line}'\n" for line in lines))
+    slurm = Slurm(bin_dir=str(tmp_path))
+    call = {"sshare": slurm.sshare, "sprio": slurm.sprio, "qos": slurm.qos_usage_factors,
+            "sacct": lambda: slurm.sacct(["JobID", "State"]), "submit": lambda: slurm.submit(["--wrap=true"])}[read]
+    with pytest.raises(SlurmFormatError) as info:
+        call()
+    text = str(info.value)
+    assert text.startswith(f"output of `{argv}` from Slurm 26.05.5 is not in a format stune knows: "), text
+    assert re.search(problem, text), text
+    assert "failed (exit" not in text and "\n" not in text
+
+
+def test_what_slurm_leaves_empty_is_none_and_a_parent_share_is_no_error(tmp_path):
+    fake_tool(tmp_path, "sshare", 'echo "physics||parent|0.333333|3600|0.25|0.25||inf"\necho ""\n')
+    fake_tool(tmp_path, "sacctmgr", 'echo "normal|1.000000"\necho "free|"\n')
+    slurm = Slurm(bin_dir=str(tmp_path))
+    row = slurm.sshare()[0]
+    assert (row.raw_shares, row.fairshare, row.level_fs) == (None, None, float("inf"))
+    assert slurm.qos_usage_factors() == {"normal": 1.0}
+
+
+def test_a_release_newer_than_the_newest_tested_is_said_once_on_stderr(tmp_path, capfd):
+    from slurm_tune.slurm import adapter, version
+
+    for release, newer in (("26.05.9", False), ("26.11.0", True), ("27.05.1", True)):
+        bin_dir = tmp_path / release
+        bin_dir.mkdir()
+        fake_tool(bin_dir, "sinfo", f'echo "slurm {release}"\n')
+        for _ in range(2):  # two handles, one process
+            assert Slurm(bin_dir=str(bin_dir)).version().release == release
+        err = capfd.readouterr().err
+        if newer:
+            assert err == (f"stune: Slurm {release} is newer than 26.05, the newest release stune is tested on; "
+                           "an output stune does not know is reported as an error naming the command\n")
+        else:
+            assert err == ""
+    # once per process, even when the release is read afresh (another PATH, a cleared cache)
+    adapter._VERSIONS.clear()
+    assert Slurm(bin_dir=str(tmp_path / "26.11.0")).version().release == "26.11.0"
+    assert capfd.readouterr().err == ""
+    assert version.NEWEST_TESTED == (26, 5)
 
 
 def test_every_call_is_recorded_for_rpc_counting(tmp_path):

@@ -60,7 +60,9 @@ def test_live_rows_of_23_11_on_are_in_lineage_order(tmp_path):
 
 def test_a_live_share_that_is_not_a_number_names_the_command_and_release(tmp_path):
     slurm = live(tmp_path, "22.05.8", "stune|root|||1||1\nstune|physics||root|lots||2\n")
-    with pytest.raises(SlurmError, match=r"sacctmgr -n -P from Slurm 22.05.8 .*line 2: Share 'lots' is not a number"):
+    with pytest.raises(SlurmError, match=r"^output of `sacctmgr -n -P show assoc format=Cluster,Account,"
+                                         r"User,ParentName,Share,Partition,LFT` from Slurm 22.05.8 .*line 2: Share "
+                                         r"'lots' is not a number"):
         slurm.associations()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_tune.errors import SlurmError
+from slurm_tune.errors import SlurmError, SlurmFormatError
 from slurm_tune.slurm import INFINITE, Association, Job, Node, Slurm, SlurmVersion
 
 from helpers import reconfigure
@@ -313,16 +313,18 @@ def _fake(bin_dir: Path, name: str, body: str) -> None:
 @pytest.mark.parametrize("version_line, command, document, expect", [
     # a 25.05-style sinfo --json (grouped) where 22.05's node list is expected
     ("slurm-wlm 22.05.8", "sinfo", '{"sinfo": [], "meta": {"Slurm": {"release": "22.05.8"}}, "errors": []}',
-     r"sinfo --json from Slurm 22.05.8 is not in a format stune knows: no 'nodes' list"),
+     r"^output of `sinfo --json` from Slurm 22.05.8 is not in a format stune knows: no 'nodes' list$"),
     ("slurm 25.05.8", "scontrol", '{"nodes": {"n1": 1}, "meta": {"slurm": {"release": "25.05.8"}}}',
-     r"scontrol --json show from Slurm 25.05.8 .*no 'nodes' list"),
+     r"^output of `scontrol --json show node` from Slurm 25.05.8 .*no 'nodes' list"),
     ("slurm 26.05.0", "scontrol", '{"nodes": [{"name": "n1", "state": {"base": "IDLE"}}], "meta": {}}',
-     r"from Slurm 26.05.0 is not in a format stune knows: node record"),
+     r"^output of `scontrol --json show node` from Slurm 26.05.0 is not in a format stune knows: node record"),
     ("slurm 25.05.8", "squeue", '{"jobs": [{"job_id": "4", "job_state": ["RUNNING"]}]}',
-     r"squeue --json .*from Slurm 25.05.8 .*job record"),
+     r"^output of `squeue --json --states=all` from Slurm 25.05.8 .*job record"),
     ("slurm 24.11.5", "squeue", '{"jobs": [{"job_id": 4, "job_state": ["RUNNING"], "priority": {"number": "x", "set": true}}]}',
-     r"squeue --json .*from Slurm 24.11.5 .*job record"),
-    ("slurm 24.11.5", "squeue", '[]', r"squeue --json .*from Slurm 24.11.5 .*not a JSON object"),
+     r"^output of `squeue --json --states=all` from Slurm 24.11.5 .*job record"),
+    ("slurm 24.11.5", "squeue", '[]', r"^output of `squeue --json --states=all` from Slurm 24.11.5 .*not a JSON object"),
+    ("slurm 24.11.5", "squeue", '{"jobs": [', r"^output of `squeue --json --states=all` from Slurm 24.11.5 is not in "
+                                              r"a format stune knows: unreadable JSON"),
 ])
 def test_an_unknown_shape_is_a_slurm_error_naming_command_and_release(tmp_path, version_line, command, document,
                                                                        expect):
@@ -331,8 +333,9 @@ def test_an_unknown_shape_is_a_slurm_error_naming_command_and_release(tmp_path, 
     if command != "sinfo":
         _fake(tmp_path, command, f"echo '{document}'\n")
     slurm = Slurm(bin_dir=str(tmp_path))
-    with pytest.raises(SlurmError, match=expect):
+    with pytest.raises(SlurmFormatError, match=expect) as caught:
         slurm.jobs() if command == "squeue" else slurm.nodes()
+    assert "failed (exit" not in str(caught.value)  # the command succeeded: its output is what is unknown
 
 
 def test_an_unknown_version_line_is_a_slurm_error(tmp_path):
@@ -345,7 +348,9 @@ def test_associations_without_tree_order_field_is_a_slurm_error(tmp_path):
     _fake(tmp_path, "sinfo", "echo 'slurm 24.11.5'\n")
     _fake(tmp_path, "scontrol", "echo 'ClusterName = stune'\n")
     _fake(tmp_path, "sacctmgr", "echo 'stune|physics||root|1||7'\n")  # an LFT number where Lineage belongs
-    with pytest.raises(SlurmError, match=r"sacctmgr -n -P from Slurm 24.11.5 .*Lineage '7' is not a path"):
+    with pytest.raises(SlurmFormatError, match=r"^output of `sacctmgr -n -P show assoc format=Cluster,Account,User,"
+                                               r"ParentName,Share,Partition,Lineage` from Slurm 24.11.5 .*"
+                                               r"Lineage '7' is not a path"):
         Slurm(bin_dir=str(tmp_path)).associations()
 
 

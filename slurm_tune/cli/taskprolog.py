@@ -91,7 +91,7 @@ class _JobLogOnUse:
 
 def summary_line(job, exports: dict) -> str:
     """One line: the settings this node's tasks finally get, and where each staged dataset is read from."""
-    from ..nodeenv.managed import BATCH_STEP_ID
+    from ..nodeenv.managed import BATCH_STEP_IDS
     from ..stage.spec import EXPORT_PREFIX, LOG_VAR
 
     environ = job.environ
@@ -102,7 +102,7 @@ def summary_line(job, exports: dict) -> str:
         else:
             final[name] = value
     step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
-    step = "batch" if step == BATCH_STEP_ID else step
+    step = "batch" if step in BATCH_STEP_IDS else step
     words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
     for name in sorted(n for n in final if n.startswith(EXPORT_PREFIX) and n != LOG_VAR):
         source = _stage_source(environ, name[len(EXPORT_PREFIX):])

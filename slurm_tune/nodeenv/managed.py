@@ -20,7 +20,9 @@ MANAGED_VAR = "STUNE_MANAGED"
 SUMMARY_VAR = "STUNE_NODE_SUMMARY"  # stune-sbatch --node-summary: each node says its final settings once
 # MASTER_PORT per job: BASE + job id mod SPAN (the TaskProlog sets it; stune-sbatch --dry-run explains it)
 MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
-BATCH_STEP_ID = "4294967294"  # SLURM_BATCH_SCRIPT: the step id Slurm gives the batch step
+# The batch step's SLURM_STEP_ID in a TaskProlog: SLURM_BATCH_SCRIPT, 4294967294 on 22.05 and 24.11; 26.05
+# gives its id (0xfffffffb) signed, as -5.
+BATCH_STEP_IDS = frozenset({"4294967294", "4294967291", "-5"})
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # set once per job, the same on every rank; never refined
 
 

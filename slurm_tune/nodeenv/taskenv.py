@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
-from .managed import (BATCH_STEP_ID, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed,
+from .managed import (BATCH_STEP_IDS, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed,
                       is_stunes, parse_managed)
 
 
@@ -105,7 +105,7 @@ def rendezvous(job, interfaces: list[str], address_of=None) -> dict[str, str]:
 
         first = (expand_hostlist(nodelist) or [""])[0]
         address = None
-        batch_step = environ.get("SLURM_STEP_ID", "") in ("", BATCH_STEP_ID)
+        batch_step = environ.get("SLURM_STEP_ID", "") in BATCH_STEP_IDS | {""}
         if first and first == job.node and interfaces and batch_step:
             address = (address_of or ipv4_address)(interfaces[0])
         if address or first:

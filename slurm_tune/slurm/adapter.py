@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import SlurmError
+from ..errors import SlurmError, SlurmFormatError
 from ..text import is_digits
 from .scontrol import parse_config, parse_records
 from .commands import SlurmCommands
@@ -51,10 +51,11 @@ class Slurm(SlurmCommands):
                 raise SlurmError(argv, 127, f"cannot run sinfo: {exc.strerror}") from None
             if rc != 0:
                 raise SlurmError(argv, rc, err or out)
-            from .version import parse_version
+            from .version import parse_version, warn_if_untested
 
             found = parse_version(out, argv)
             _VERSIONS[key] = found
+            warn_if_untested(found)
         return found
 
     # ---- reading ---------------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ class Slurm(SlurmCommands):
         try:
             doc = json.loads(out)
         except ValueError as exc:
-            raise SlurmError(argv, 0, f"unreadable JSON from {argv[0]}: {exc}") from None
+            raise self._unknown(argv, None, f"unreadable JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise self._unknown(argv, None, "not a JSON object")
         errors = doc.get("errors") or []
@@ -83,9 +84,9 @@ class Slurm(SlurmCommands):
             raise self._unknown(argv, doc, f"no '{key}' list")
         return records
 
-    def _unknown(self, argv: list[str], doc, problem: str) -> SlurmError:
-        """A SlurmError for output of a shape this adapter does not know, naming the command and the
-        release (from the document's own meta when it has one, else the detected release)."""
+    def _unknown(self, argv: list[str], doc, problem: str) -> SlurmFormatError:
+        """A SlurmFormatError for output of a layout this adapter does not know, naming the whole command and
+        the release (from the document's own meta when it has one, else the detected release)."""
         from .version import document_release
 
         release = document_release(doc)
@@ -93,9 +94,8 @@ class Slurm(SlurmCommands):
             try:  # the error path may spend one more command on naming the release
                 release = self.version().release
             except SlurmError:
-                release = "of unknown release"
-        return SlurmError(argv, 0, f"output of {' '.join(argv[:3])} from Slurm {release} is not in a format "
-                                   f"stune knows: {problem}")
+                release = None
+        return SlurmFormatError(argv, release, problem)
 
     def nodes(self, names: list[str] | None = None) -> list[Node]:
         """Every node (or the ones named, in that order; unknown names are left out). One call:
@@ -218,12 +218,13 @@ class Slurm(SlurmCommands):
             argv.append(f"--state={','.join(states)}")
         argv += extra or []
         rows = []
-        for line in self.run(argv).splitlines():
+        for number, line in enumerate(self.run(argv).splitlines(), 1):
             if not line:
                 continue
             values = line.split("|", len(ordered) - 1)
             if len(values) != len(ordered):
-                raise SlurmError(argv, 0, f"sacct row has {len(values)} fields, expected {len(ordered)}: {line!r}")
+                raise self._unknown(argv, None, f"line {number} has {len(values)} fields, expected "
+                                                f"{len(ordered)}: {line[:120]!r}")
             rows.append(dict(zip(ordered, values)))
         return rows
 
@@ -232,15 +233,31 @@ class Slurm(SlurmCommands):
 
         fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
                   "FairShare", "LevelFS"]
-        out = self.run(["sshare", "-P", "-n", "-a", "-l", f"--format={','.join(fields)}"])
+        argv = ["sshare", "-P", "-n", "-a", "-l", f"--format={','.join(fields)}"]
         rows = []
-        for line in out.splitlines():
-            cols = line.split("|")
-            if len(cols) != len(fields):
-                continue
-            nums = [_number(c) for c in cols[2:]]
+        # Every line is a row: one that is not (a changed layout) fails the read rather than going missing.
+        for number, cols in self._rows(argv, len(fields)):
+            try:
+                # RawShares is `parent` for an association with Fairshare=parent: no shares of its own
+                nums = [None if c == "parent" and i == 0 else _number(c) for i, c in enumerate(cols[2:])]
+            except ValueError as exc:
+                raise self._unknown(argv, None, f"line {number}: {exc}") from None
+            if not cols[0].strip():
+                raise self._unknown(argv, None, f"line {number} has no account: {'|'.join(cols)[:120]!r}")
             rows.append(ShareRow(cols[0].strip(), cols[1].strip(), *nums))
         return rows
+
+    def _rows(self, argv: list[str], width: int):
+        """(line number, columns) of each non-empty line of a `-P`/`-o a|b` listing with `width` columns;
+        a SlurmFormatError naming the line for any line of another width."""
+        for number, line in enumerate(self.run(argv).splitlines(), 1):
+            if not line.strip():
+                continue
+            cols = line.split("|")
+            if len(cols) != width:
+                raise self._unknown(argv, None, f"line {number} has {len(cols)} columns, expected {width}: "
+                                                f"{line[:120]!r}")
+            yield number, cols
 
     def sprio(self, job_ids: list[int] | None = None) -> list[PrioRow]:
         """Pending jobs' priority factors (all, or the ones in job_ids). Slurm 24.11.5's sprio rejects a
@@ -252,14 +269,17 @@ class Slurm(SlurmCommands):
         if wanted is not None and len(wanted) == 1:
             argv += ["-j", str(next(iter(wanted)))]
         rows = []
-        for line in self.run(argv).splitlines():
-            cols = [c.strip() for c in line.split("|")]
-            if len(cols) != 8 or not is_digits(cols[0]):
-                continue
-            if wanted is not None and int(cols[0]) not in wanted:
-                continue
-            rows.append(PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
-                                float(cols[6]), cols[7]))
+        for number, cols in self._rows(argv, 8):
+            cols = [c.strip() for c in cols]
+            try:
+                if not is_digits(cols[0]):
+                    raise ValueError(f"job id {cols[0]!r} is not a number")
+                row = PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
+                              float(cols[6]), cols[7])
+            except ValueError as exc:
+                raise self._unknown(argv, None, f"line {number}: {exc}") from None
+            if wanted is None or row.job_id in wanted:
+                rows.append(row)
         return rows
 
     # ---- writing ---------------------------------------------------------------------------------------
@@ -269,7 +289,8 @@ class Slurm(SlurmCommands):
         try:
             return int(out.strip().split(";")[0])
         except ValueError:
-            raise SlurmError(["sbatch", *args], 0, f"unexpected sbatch output {out.strip()!r}") from None
+            raise self._unknown(["sbatch", "--parsable", *args], None,
+                                f"no job id in {out.strip()[:120]!r}") from None
 
     def drain(self, nodes: list[str] | str, reason: str) -> None:
         self.update_node(_names(nodes), state="DRAIN", reason=reason)
@@ -361,13 +382,19 @@ class Slurm(SlurmCommands):
             raise self._unknown(argv, None, f"line {exc.line}: {exc}") from None
 
     def qos_usage_factors(self) -> dict[str, float]:
-        out = self.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,UsageFactor"])
+        """QOS name -> UsageFactor. A QOS without a factor is left out (Slurm then charges x1); a line that is
+        not `name|number` is a SlurmFormatError, never a QOS silently charged at the default."""
+        argv = ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,UsageFactor"]
         factors = {}
-        for line in out.splitlines():
-            name, _, value = line.partition("|")
-            number = _number(value)
-            if name and number is not None:
-                factors[name] = number
+        for number, (name, value) in self._rows(argv, 2):
+            try:
+                factor = _number(value)
+            except ValueError as exc:
+                raise self._unknown(argv, None, f"line {number}: {exc}") from None
+            if not name.strip():
+                raise self._unknown(argv, None, f"line {number} has no QOS name: {name}|{value}")
+            if factor is not None:
+                factors[name.strip()] = factor
         return factors
 
     def sacct_dump(self, fields: list[str], *, start: int | str | None = None, end: int | str | None = None,
@@ -421,10 +448,11 @@ def _names(nodes: list[str] | str) -> str:
 
 
 def _number(text: str) -> float | None:
+    """A number column of a `-P` listing: None when Slurm prints none; ValueError for anything else."""
     text = text.strip()
     if not text:
         return None
     try:
         return float(text)
     except ValueError:
-        return None
+        raise ValueError(f"{text[:40]!r} is not a number") from None

@@ -1,15 +1,22 @@
 """The Slurm release, and the releases at which a command's output changes shape.
 
-One adapter serves Slurm 22.05 through 25.x (docs/slurm-versions.md). The adapter reads the release once per
+One adapter serves Slurm 22.05 through 26.05 (docs/slurm-versions.md). The adapter reads the release once per
 process (`sinfo --version`) and only for the methods whose command depends on it; each quirk below names the
 first release that behaves the new way.
 """
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
 
-from ..errors import SlurmError
+from ..errors import SlurmFormatError
 from ..text import is_digits
+
+# The oldest and the newest series the whole test suite runs on (scripts/test.sh); the adapter says once per
+# process when the cluster runs a newer one.
+OLDEST_TESTED = (22, 5)
+NEWEST_TESTED = (26, 5)
+_WARNED: set[str] = set()
 
 # From 23.02, `sinfo --json` groups nodes by partition and state instead of listing them, and
 # `scontrol --json show node` (data_parser) lists them: nodes() reads the latter.
@@ -46,7 +53,22 @@ def parse_version(text: str, argv: list[str] | None = None) -> SlurmVersion:
         parts = words[1].split("-")[0].split(".")
         if len(parts) == 3 and all(is_digits(p) for p in parts):
             return SlurmVersion(int(parts[0]), int(parts[1]), int(parts[2]), words[1])
-    raise SlurmError(argv or ["sinfo", "--version"], 0, f"cannot tell the Slurm release from {text.strip()[:80]!r}")
+    raise SlurmFormatError(argv or ["sinfo", "--version"], None,
+                           f"cannot tell the Slurm release from {text.strip()[:80]!r}")
+
+
+def warn_if_untested(version: SlurmVersion, stream=None) -> bool:
+    """Say once per process, on stderr, that `version` is of a series newer than the newest stune is tested
+    on (its output may have changed shape). True when it said so now."""
+    if tuple(version[:2]) <= NEWEST_TESTED or version.release in _WARNED:
+        return False
+    from ..streams import say
+
+    _WARNED.add(version.release)
+    return say(sys.stderr if stream is None else stream,
+               f"stune: Slurm {version.release} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]:02d}, the newest "
+               f"release stune is tested on; an output stune does not know is reported as an error naming "
+               f"the command")
 
 
 def document_release(doc) -> str | None:
