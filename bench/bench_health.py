@@ -84,10 +84,21 @@ def nhc_install(source: Path, tmp: Path, root: Path, ports: list[str]) -> list[s
     mad = root / "sys/class/infiniband_mad"  # a node with OFED loaded has it; NHC's check_hw_ib requires it
     mad.mkdir(parents=True, exist_ok=True)
     (mad / "abi_version").write_text("5\n")
-    conf = home / "nhc.conf"
-    conf.write_text("".join(f"* || check_hw_ib 200 {port}\n" for port in ports))
-    return ["/bin/bash", str(home / "nhc"), "-c", str(conf), "-D", str(scripts), "-l", str(home / "nhc.log"),
-            "ONLINE_NODE=:", "OFFLINE_NODE=:", f"RESULTFILE={home / 'nhc.status'}", f"NHC_SYSFS_ROOT={root}"]
+    argv = {}
+    for name, checked in (("nhc", ports), ("nhc-missing-port", [*ports, "mlx5_99:1"])):
+        conf = home / f"{name}.conf"
+        conf.write_text("".join(f"* || check_hw_ib 200 {port}\n" for port in checked))
+        argv[name] = ["/bin/bash", str(home / "nhc"), "-c", str(conf), "-D", str(home), "-l",
+                      str(home / f"{name}.log"), "ONLINE_NODE=:", "OFFLINE_NODE=:",
+                      f"RESULTFILE={home / 'nhc.status'}", f"NHC_SYSFS_ROOT={root}"]
+    # NHC judges this tree: the ports pass, a port the tree lacks fails, and nothing else is said
+    ok = subprocess.run(argv["nhc"], capture_output=True, text=True)
+    missing = subprocess.run(argv["nhc-missing-port"], capture_output=True, text=True)
+    said = (home / "nhc.log").read_text() + ok.stdout + ok.stderr
+    if ok.returncode or said or missing.returncode == 0 or "No IB port mlx5_99:1" not in missing.stdout:
+        raise SystemExit(f"bench: NHC did not judge the tree: {ok.returncode} {said[-300:]!r} / "
+                         f"{missing.returncode} {missing.stdout[-300:]!r}")
+    return argv["nhc"]
 
 
 def main() -> int:
