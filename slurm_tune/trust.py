@@ -2,13 +2,12 @@
 
 * A file opened inside a directory others can write (the cache tier, a spool) is judged on its descriptor:
   its type, link count and owner (`opened_problem`).
-* What root loads (the env file, profiles, the caches of profiles and code, node state) must be writable by
+* What root loads (the env file, profiles, the profile cache, node state) must be writable by
   root alone, with every directory above it, like sshd's StrictModes (`untrusted_reason`, `load_problem`).
 
 Each function returns the problem as a phrase, or None; safeio turns a problem into `UnsafePathError`.
-Opening a file to read it by these rules lives here too (`open_regular`, `read_bounded`): the code cache
-(codecache.py) reads its file with them before any other stune module is loaded, and a hot path reads a
-cache without importing the rest of safeio. No `from __future__` and no other stune import.
+Opening a file to read it by these rules lives here too (`open_regular`, `read_bounded`): a hot path (the
+profile cache's hit, sbatch's option table) reads a cache without importing the rest of safeio.
 """
 import os
 import stat
@@ -147,7 +146,7 @@ def trusted_stat_or_raise(path: str, st: os.stat_result) -> None:
 
 
 def _refuse(refused: tuple):
-    from .errors import UnsafePathError  # on a refusal only: the code cache imports this module before any other
+    from .errors import UnsafePathError
 
     raise UnsafePathError(*refused)
 

@@ -143,6 +143,8 @@ def test_the_shipped_hook_scripts_map_only_a_judged_failure_to_a_failed_prolog(b
         return subprocess.run([str(REPO / kind / "10-stune-health")], capture_output=True, text=True, env=env)
 
     assert hook("prolog").returncode == 0 and hook("epilog").returncode == 0
+    # root's hook loads its code by the path search only: no file of code in the cache directory (issue 23)
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith("profiles")] == []
     port_down(box)
     assert hook("prolog").returncode == 1 and hook("epilog").returncode == 1
     defaults.write_text(defaults.read_text().replace(f"STUNE_BIN={BIN}", "STUNE_BIN=/nowhere"))

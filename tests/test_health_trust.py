@@ -74,7 +74,7 @@ def test_root_refuses_profiles_someone_else_can_write(node, spoil, what):
 @as_root
 def test_a_forged_cache_in_a_shared_cache_dir_is_never_loaded(node):
     assert health("prolog").returncode == 0  # writes the cache
-    (cache,) = node["cache"].glob("profiles*.marshal")  # beside the launcher's code cache
+    (cache,) = node["cache"].glob("profiles*.marshal")
     fingerprint, real = marshal.loads(cache.read_bytes())  # each profile marshalled on its own
     forged = marshal.loads(real["hdr"])
     forged["fabric"]["hcas"] = [{"device": "mlx5_9", "port": 1, "netdev": None}]  # would fail the node
@@ -92,7 +92,7 @@ def test_a_forged_cache_in_a_shared_cache_dir_is_never_loaded(node):
 @as_root
 def test_crafted_marshal_data_or_a_fifo_as_the_cache_cannot_stop_the_prolog(node):
     assert health("prolog").returncode == 0
-    (cache,) = node["cache"].glob("profiles*.marshal")  # beside the launcher's code cache
+    (cache,) = node["cache"].glob("profiles*.marshal")
     cache.write_bytes(b"\xe3" + os.urandom(64))  # garbage: ignored, the profiles re-validated
     assert P.load_profile("hdr", node["profiles"]).partition == "hdr"
     cache.unlink()

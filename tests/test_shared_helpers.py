@@ -179,8 +179,8 @@ def test_kmsg_is_read_without_following_or_hanging(tmp_path):
 
 
 # Known exceptions, each for a reason, checked by the audit below. Everything else opens, creates and locks
-# through slurm_tune/safeio.py, or reads through trust.py's open_regular (safeio's own, for the code cache and
-# a hot path's cache that import no more of safeio).
+# through slurm_tune/safeio.py, or reads through trust.py's open_regular (safeio's own, for a hot path's
+# cache that imports no more of safeio).
 RAW_FLAG_EXCEPTIONS = {
     "stage/jobenv.py": "JobLog reads the job's own stderr file as the job's user (the TaskProlog)",
 }

@@ -34,7 +34,7 @@ def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EX
     `outcome(status)` when given (a hook's rule for which statuses may leave it). Called from Python with an
     argv (tests), it returns like any function. As the console script (argv None) it exits without the
     collector's passes and the interpreter's teardown, which free nothing the exit does not (hot path: see
-    docs/speed.md). Output is flushed first, then the launcher's code cache (codecache.py), if any, is saved."""
+    docs/speed.md). Output is flushed first."""
     if argv is not None:
         rc = guarded(prog, func, argv, internal_exit)
         return outcome(rc) if outcome else rc
@@ -49,7 +49,4 @@ def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EX
         sys.stderr.flush()
     except (OSError, ValueError):  # stdout closed under us (a pipe reader gone): nothing left to say
         pass
-    codecache = sys.modules.get(f"{__package__.rpartition('.')[0]}.codecache")
-    if codecache is not None:  # the launcher installed it: rewritten when a module missed it
-        codecache.save_installed()
     os._exit(rc if isinstance(rc, int) else EXIT_ERROR)
