@@ -18,8 +18,6 @@ import sys
 from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, run_console
 
 PROG = "stune-task-prolog"
-SUMMARY_NAMES = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR",
-                 "MASTER_PORT")
 
 
 def _main(argv: list[str]) -> int:
@@ -91,6 +89,7 @@ class _JobLogOnUse:
 
 def summary_line(job, exports: dict) -> str:
     """One line: the settings this node's tasks finally get, and where each staged dataset is read from."""
+    from ..nodeenv.envrules import NODE_NAMES
     from ..nodeenv.managed import BATCH_STEP_IDS
     from ..stage.spec import EXPORT_PREFIX, LOG_VAR
 
@@ -103,7 +102,7 @@ def summary_line(job, exports: dict) -> str:
             final[name] = value
     step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
     step = "batch" if step in BATCH_STEP_IDS else step
-    words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
+    words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in NODE_NAMES]
     for name in sorted(n for n in final if n.startswith(EXPORT_PREFIX) and n != LOG_VAR):
         source = _stage_source(environ, name[len(EXPORT_PREFIX):])
         if source is None:  # a profile default: not in STUNE_STAGE

@@ -16,8 +16,7 @@ from .options import Effective, node_range
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
-from ..nodeenv.managed import (MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, SUMMARY_VAR,
-                               format_managed)
+from ..nodeenv.managed import MANAGED_VAR, RENDEZVOUS, SUMMARY_VAR, format_managed
 
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 STAGED = "staged"  # a STUNE_STAGE_<NAME> the TaskProlog sets on each node: for the explanation only
@@ -79,56 +78,19 @@ def _origin(profile, *keys: str) -> str:
     return "; ".join(found)
 
 
-def hca_list(profile) -> str:
-    """NCCL_IB_HCA in exact-match form: `=` makes mlx5_1 not also match mlx5_11."""
-    return "=" + ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas)
-
-
 def nccl_settings(profile) -> list[Setting]:
-    """The NCCL variables the partition's fabric calls for (before the user's own are taken out)."""
-    fabric = profile.fabric
+    """The NCCL, gloo and rendezvous variables of the environment rule table (nodeenv/envrules.py) that the
+    partition's profile calls for, before the user's own are taken out: a value stune-sbatch sets (env), or
+    one each node detects (node)."""
+    from ..nodeenv.envrules import RULES
+
     out: list[Setting] = []
-    if fabric.type in ("ib", "roce"):
-        out.append(Setting(ENV, "NCCL_IB_HCA", hca_list(profile), _origin(profile, "fabric.hcas"), True,
-                           "narrowed to the ACTIVE ports on each node by stune-task-prolog / stune-env"))
-        if fabric.type == "roce":
-            if fabric.gid_index is not None:
-                out.append(Setting(ENV, "NCCL_IB_GID_INDEX", str(fabric.gid_index),
-                                   _origin(profile, "fabric.gid_index"), True, ""))
-            else:
-                out.append(Setting(NODE, "NCCL_IB_GID_INDEX", None,
-                                   "rule: roce fabric with fabric.gid_index empty", True,
-                                   "the RoCE v2, IPv4-mapped GID on each HCA's netdev, detected on each node"))
-        out.append(Setting(ENV, "NCCL_IB_TIMEOUT", str(profile.nccl.ib_timeout),
-                           _origin(profile, "nccl.ib_timeout"), True, ""))
-        out.append(Setting(ENV, "NCCL_IB_RETRY_CNT", str(profile.nccl.ib_retry_cnt),
-                           _origin(profile, "nccl.ib_retry_cnt"), True, ""))
-        if profile.nccl.net_gdr_level:
-            out.append(Setting(ENV, "NCCL_NET_GDR_LEVEL", profile.nccl.net_gdr_level,
-                               _origin(profile, "nccl.net_gdr_level"), True, ""))
-    else:
-        out.append(Setting(ENV, "NCCL_IB_DISABLE", "1", "rule: fabric.type tcp (no RDMA) @ "
-                           + profile.origin("fabric.type"), True, ""))
-        out.append(Setting(ENV, "NCCL_NET_GDR_LEVEL", "0", "rule: fabric.type tcp: no GPUDirect RDMA @ "
-                           + profile.origin("fabric.type"), True, ""))
-    if fabric.socket_ifname:
-        out.append(Setting(ENV, "NCCL_SOCKET_IFNAME", fabric.socket_ifname,
-                           _origin(profile, "fabric.socket_ifname"), True,
-                           "checked on each node: the interface must exist and be up"))
-    ifname = fabric.socket_ifname
-    if ifname:
-        out.append(Setting(NODE, "GLOO_SOCKET_IFNAME", None, _origin(profile, "fabric.socket_ifname"), True,
-                           f"the first interface matching {ifname} that is up on each node (gloo takes exact "
-                           "names)"))
-    out.append(Setting(NODE, "MASTER_ADDR", None, "rule: distributed training rendezvous", True,
-                       "the job's first node: its IPv4 address on "
-                       + (f"{ifname}" if ifname else "the socket interface")
-                       + " (else its name), once per job, the same on every rank"))
-    out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
-                       f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node "
-                       "do not collide"))
-    for name, value in sorted(profile.nccl.env.to_dict().items()):
-        out.append(Setting(ENV, name, str(value), _origin(profile, f"nccl.env.{name}"), True, ""))
+    for rule in RULES:
+        if not rule.when(profile):
+            continue
+        note = rule.note_for(profile)
+        for name, value, cites in rule.values(profile):
+            out.append(Setting(NODE if value is None else ENV, name, value, rule.source(profile, cites), True, note))
     return out
 
 
