@@ -32,7 +32,7 @@ def _main(argv: list[str]) -> int:
     job = job_context(os.environ)  # the one place this task's node, partition and job are read
     if not job.partition:
         return EXIT_OK
-    from ..errors import ConfigError, StuneError
+    from ..errors import NoProfileError, StuneError
     from ..profilestore import load_profile
 
     log = _JobLogOnUse(job.environ)
@@ -40,9 +40,7 @@ def _main(argv: list[str]) -> int:
     job = job.with_profile(load_profile)
     if job.profile is None:
         exc = job.profile_error
-        unprofiled = isinstance(exc, ConfigError) and exc.key == "" and exc.problem.startswith(
-            "no profile for partition")
-        if speak and not unprofiled:
+        if speak and not isinstance(exc, NoProfileError):
             log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", job.node)
         return EXIT_OK
     from ..nodeenv.managed import SUMMARY_VAR

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from ..errors import ConfigError, StuneError
+from ..errors import NoProfileError, StuneError
 from .options import INFO_KEYS, Effective, parse_args, parse_directives
 
 PROG = "stune-sbatch"
@@ -273,10 +273,8 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
     first = partition.split(",")[0].strip()
     try:
         profile = load_profile(first)
-    except ConfigError as exc:
-        if exc.key == "" and exc.problem.startswith("no profile for partition"):
-            raise _NoProfile(f"partition {first!r} has no stune profile in {profile_dir()}", first) from None
-        raise
+    except NoProfileError:
+        raise _NoProfile(f"partition {first!r} has no stune profile in {profile_dir()}", first) from None
     if first != partition:
         source += f"; the profile of {first!r}, the first of {partition!r}"
     stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
