@@ -145,7 +145,7 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text,
                          unknown=unknown)
     except _NoProfile as exc:
-        from .plan import unprofiled_stage
+        from .staging import unprofiled_stage
 
         _say_unknown(unknown)
         stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
