@@ -359,27 +359,26 @@ PLUGIN_KEYS: set[str] = set()  # the options learned from the site's plugins (fo
 # ---- the options in effect ---------------------------------------------------------------------------------
 
 class Effective:
-    """The value each option ends up with, and where it came from: command line > SBATCH_* > #SBATCH."""
+    """The value each option ends up with, and where it came from: command line > SBATCH_* > #SBATCH. Resolved
+    once, when made (the SBATCH_* variables are read then): `get` is a lookup."""
 
     def __init__(self, command_line: list[Opt], directives: list[Opt], environ):
-        self.command_line, self.directives, self.environ = command_line, directives, environ
+        self.command_line, self.directives = command_line, directives
+        resolved: dict[str, Opt] = {opt.key: opt for opt in directives}  # the last of each key wins
+        for key, var in ENV_OPTIONS.items():
+            value = environ.get(var)
+            if value is not None:
+                resolved[key] = Opt(key, value, f"${var}")
+        resolved.update((opt.key, opt) for opt in command_line)
+        self._resolved = resolved
 
     def get(self, key: str) -> Opt | None:
-        for opt in reversed(self.command_line):
-            if opt.key == key:
-                return opt
-        var = ENV_OPTIONS.get(key)
-        if var and var in self.environ:
-            return Opt(key, self.environ[var], f"${var}")
-        for opt in reversed(self.directives):
-            if opt.key == key:
-                return opt
-        return None
+        return self._resolved.get(key)
 
     def given(self, *keys: str) -> Opt | None:
         """The first of `keys` the user gave anywhere (for 'unless the user gave their own')."""
         for key in keys:
-            found = self.get(key)
+            found = self._resolved.get(key)
             if found is not None:
                 return found
         return None

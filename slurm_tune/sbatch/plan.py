@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..frozen import Record
 from ..text import is_digits
-from .export import export_with, parse_export, read_export_file, user_value
+from .export import UsersOwn, export_with, parse_export, read_export_file
 from .options import Effective, node_range
 from .setting import ENV, NODE, NOTE, OPTION, WARNING, Setting, origin
 from .staging import container_settings, stage_settings
@@ -324,10 +324,11 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     for line in unknown:  # words sbatch's table cannot classify: said, and stune's settings still apply
         settings.append(Setting(WARNING, "option", None, "rule: sbatch's option table",
                                 True, f"{line}; stune's settings still apply"))
+    users = UsersOwn(export, environ, export_file)
     final: list[Setting] = []
     for s in settings:
         if s.kind in (ENV, NODE) and s.applied:
-            mine = user_value(s.name, export, environ, export_file)
+            mine = users.value(s.name)
             if mine is not None:
                 s = s._replace(applied=False, note=f"kept your {s.name}={mine[0]} ({mine[1]}); "
                                + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"))
