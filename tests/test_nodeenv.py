@@ -265,6 +265,9 @@ def test_stune_env_takes_the_shared_options(tmp_path):
     assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
     helped = run(["stune-env", "--help"], env)
     assert helped.returncode == 0 and "--sysfs-root DIR" in helped.stdout and "-p PARTITION" in helped.stdout
+    from slurm_tune.nodeenv.envrules import NODE_NAMES
+
+    assert all(f"\n  {name} (" in helped.stdout for name in NODE_NAMES)  # the table's node side, as it decides it
 
 
 def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path):
