@@ -129,7 +129,7 @@ def _plain(req, slurm, environ, why: str) -> int:
     return _sbatch(slurm, sbatch_words(req.argv, req.parsed, []), req.stdin_bytes, environ)
 
 
-def _unprofiled(req, exc: "_NoProfile", slurm, environ) -> int:
+def _unprofiled(req, exc: _NoProfile, slurm, environ) -> int:
     """A partition without a profile: plain sbatch, but each --stage dataset's variable at its source."""
     from .staging import unprofiled_stage
 
