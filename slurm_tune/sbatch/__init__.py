@@ -15,3 +15,5 @@
 
 Everything here is on the submission path: the hot-path import rule applies (docs/speed.md).
 """
+
+PROG = "stune-sbatch"  # the command's name in its messages (submit.py and dryrun.py import it from here)

@@ -4,7 +4,7 @@ Only a dry run imports this; a submission never does (the hot-path import rule: 
 """
 from __future__ import annotations
 
-from .submit import PROG
+from . import PROG
 
 
 def command_text(words: list[str]) -> str:

@@ -17,8 +17,8 @@ import sys
 import time
 
 from ..errors import NoProfileError, StuneError
+from . import PROG
 
-PROG = "stune-sbatch"
 STUNE_HELP = """
 stune-sbatch options (everything else is sbatch's, passed through untouched):
       --dry-run               print the sbatch command and environment stune would use, and where each
