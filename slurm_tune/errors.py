@@ -18,6 +18,15 @@ class ConfigError(StuneError):
         super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
 
 
+class NoProfileError(ConfigError):
+    """No profile for the partition: not a mistake in a file, a partition stune does not tune. stune-sbatch
+    then submits plainly and the TaskProlog stays silent; caught by this type, never by its words."""
+
+    def __init__(self, directory: str, partition: str, known: str):
+        self.partition = partition
+        super().__init__(directory, None, "", f"no profile for partition {partition!r} (profiles: {known})")
+
+
 class CorruptFileError(ConfigError):
     """A file stune wrote and reads back (a ledger, a state file, a history) holds what stune never writes: a
     number that is not finite or out of range, a wrong type. Names the file and the key; the file is kept."""

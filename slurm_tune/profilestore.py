@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import cache_dir
-from .errors import ConfigError, UnsafePathError
+from .errors import ConfigError, NoProfileError, UnsafePathError
 from .frozen import Frozen
 from .trust import open_regular, read_bounded, require_trusted, trusted_stat_or_raise
 
@@ -178,7 +178,7 @@ def load_profile(partition: str, directory: str | os.PathLike | None = None) -> 
     profiles = _load_raw(directory)
     if partition not in profiles:
         known = ", ".join(sorted(profiles)) or "none"
-        raise ConfigError(directory, None, "", f"no profile for partition {partition!r} (profiles: {known})")
+        raise NoProfileError(directory, partition, known)
     return Profile(_unpacked(directory, profiles, partition))
 
 

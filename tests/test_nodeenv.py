@@ -265,6 +265,9 @@ def test_stune_env_takes_the_shared_options(tmp_path):
     assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
     helped = run(["stune-env", "--help"], env)
     assert helped.returncode == 0 and "--sysfs-root DIR" in helped.stdout and "-p PARTITION" in helped.stdout
+    from slurm_tune.nodeenv.envrules import NODE_NAMES
+
+    assert all(f"\n  {name} (" in helped.stdout for name in NODE_NAMES)  # the table's node side, as it decides it
 
 
 def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path):
@@ -446,3 +449,50 @@ def test_the_task_summary_lists_datasets_but_not_the_stage_log():
     line = summary_line(job, {})
     assert line.startswith("stune: n2 step batch: ") and "STUNE_STAGE_DATA=/cache/d" in line
     assert LOG_VAR not in line
+
+
+# ---- the one rule table (nodeenv/envrules.py) --------------------------------------------------------------
+
+def test_docs_show_the_rule_table_the_code_reads():
+    from slurm_tune.nodeenv.envrules import markdown_table
+
+    assert markdown_table() in (REPO / "docs/sbatch.md").read_text()
+
+
+@pytest.mark.parametrize("partition", ["hdr", "roce", "vpc"])
+def test_the_plan_sets_exactly_the_tables_rows_for_a_profile(partition):
+    """Every NCCL/gloo/rendezvous setting of the plan is a row of the table that applies, decided where the
+    row says: a `submit` row's value in the job's environment, a `node` row left to the node."""
+    from slurm_tune.nodeenv.envrules import NODE, RULES
+    from slurm_tune.sbatch.options import Effective
+    from slurm_tune.sbatch.plan import ENV as PLAN_ENV, NODE as PLAN_NODE, build_plan
+
+    profile = load_profile(partition)
+    plan = build_plan(partition=partition, partition_source="test", profile=profile, eff=Effective([], [], {}),
+                      environ={}, cwd="/", stage_args=[], stage_required=False, degraded_nodes=lambda: [],
+                      het=False)
+    expected = [(name, PLAN_NODE if r.decided == NODE else PLAN_ENV, value)
+                for r in RULES if r.when(profile) for name, value, _ in r.values(profile)]
+    rule_names = {name for name, _, _ in expected}
+    got = [(s.name, s.kind, s.value) for s in plan.settings if s.name in rule_names and s.kind in (PLAN_ENV, PLAN_NODE)]
+    assert got == expected
+    if profile.fabric.type != "tcp":
+        hca = next(v for n, _, v in got if n == "NCCL_IB_HCA")
+        assert hca == "=" + ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas)
+
+
+def test_the_node_sets_only_the_tables_node_rows(tmp_path):
+    """What node_exports may set on a node is what the table decides there (rows `node` or `submit, node`),
+    and the rendezvous (set once per job) is what STUNE_MANAGED records by name only."""
+    from slurm_tune.nodeenv.envrules import NODE_NAMES, ONCE, REFINED_NAMES, RULES
+    from slurm_tune.nodeenv.managed import RENDEZVOUS
+
+    assert tuple(r.name for r in RULES if r.user == ONCE) == RENDEZVOUS
+    assert REFINED_NAMES == ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
+    profile = load_profile("roce")
+    sysfs = roce_tree(tmp_path, issue_table)
+    exports, _ = node_exports(job({"SLURMD_NODENAME": "n1", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7"},
+                                  profile), sysfs)
+    assert set(exports) <= set(NODE_NAMES) and {"NCCL_IB_HCA", "MASTER_ADDR", "MASTER_PORT"} <= set(exports)
+    assert list(NODE_NAMES) == ["NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                                "MASTER_ADDR", "MASTER_PORT"]

@@ -204,3 +204,55 @@ def test_directives_around_the_odd_ones_are_still_read(script, want, het):
     options, is_het = parse_directives(script)
     assert [(o.key, o.value, int(o.where.rsplit(" ", 1)[1])) for o in options] == want
     assert is_het is het
+
+
+def test_the_submission_and_node_environment_modules_stay_under_450_lines():
+    """Issue 23: no module above 450 lines (plan.py was 484, options.py 452: split by a clear boundary)."""
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "slurm_tune"
+    long = {str(p.relative_to(package)): n for folder in ("sbatch", "nodeenv") for p in (package / folder).glob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert not long, long
+
+
+def test_the_options_in_effect_are_read_once_when_made():
+    """Effective resolves command line > SBATCH_* > #SBATCH once: a later get() is a lookup, not another
+    walk of the environment."""
+    environ = {"SBATCH_PARTITION": "roce", "SBATCH_SIGNAL": "USR2@60"}
+    eff = Effective(parse_args(["-N", "2", "--signal=USR1", "x.sh"]).options,
+                    parse_directives("#SBATCH -p hdr\n#SBATCH -t 5\n#SBATCH -t 10\n")[0], environ)
+    environ.clear()
+    assert (eff.get("partition").value, eff.get("partition").where) == ("roce", "$SBATCH_PARTITION")
+    assert eff.get("signal").value == "USR1" and eff.get("time").value == "10" and eff.get("nodes").value == "2"
+    assert eff.given("no-requeue", "nodes").key == "nodes" and eff.get("wrap") is None
+
+
+def test_what_the_user_asked_is_one_request_read_once(tmp_path):
+    """request.read_request: the command line, the script and its directives, stune's own options, read once
+    into one Request that the later stages (plan, dry run, submission, history) take."""
+    import io
+
+    from slurm_tune.sbatch.request import read_request
+
+    class NoSbatch:  # sbatch cannot answer --help: the built-in table
+        def executable(self, name):
+            return "/nonexistent/sbatch"
+
+        def run_full(self, *a, **k):
+            from slurm_tune.errors import SlurmError
+
+            raise SlurmError(["sbatch"], 1, "no")
+
+    environ = {"STUNE_CACHE_DIR": str(tmp_path), "SBATCH_PARTITION": "vpc"}
+    script = b"#!/bin/sh\n#SBATCH -N 2\n#SBATCH hetjob\ntrap 'x' USR1\n"
+    req = read_request(["--dry-run", "--json", "--stage", "/a", "--stage=/b:B", "--node-summary", "-t", "5"], environ,
+                       io.BytesIO(script), NoSbatch())
+    assert req.refusal is None and req.dry_run and req.as_json and req.node_summary and not req.stage_required
+    assert req.stage_args == ["/a", "/b:B"] and req.label == "<stdin>" and req.stdin_bytes == script
+    assert req.het and req.eff.get("nodes").where == "script line 2" and req.eff.get("partition").value == "vpc"
+    assert req.script == script.decode()
+    refused = read_request(["--nodes"], environ, None, NoSbatch())
+    assert refused.refusal.what == "this command line" and refused.refusal.problems and refused.eff is None
+    wrapped = read_request(["--json", "--wrap", "trap x USR1"], environ, None, NoSbatch())
+    assert not wrapped.as_json and wrapped.script == "trap x USR1" and wrapped.label == "--wrap"

@@ -295,6 +295,31 @@ def test_a_partition_without_a_profile_is_submitted_unchanged_with_a_note(capsys
     assert not (tmp_path / "h").exists()
 
 
+def test_an_unprofiled_partition_is_told_by_its_type_not_its_words(capsys, tmp_path, monkeypatch):
+    """NoProfileError means "stune does not tune this partition"; a profile error that merely reads the same
+    is an error of the profile, said as a warning (and a dry run refuses)."""
+    from slurm_tune import profilestore
+    from slurm_tune.errors import ConfigError, NoProfileError
+    from slurm_tune.sbatch import submit
+
+    with pytest.raises(NoProfileError) as info:
+        load_profile("debug")
+    assert info.value.partition == "debug" and isinstance(info.value, ConfigError) and info.value.key == ""
+
+    def lookalike(partition, directory=None):
+        raise ConfigError("/etc/stune/partitions", None, "", f"no profile for partition {partition!r} (a lookalike)")
+
+    monkeypatch.setattr(profilestore, "load_profile", lookalike)
+    fake = FakeSlurm()
+    rc = submit.run(["-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    err = capsys.readouterr().err
+    assert rc == 0 and fake.ran[0][0] == ["-p", "roce", "--wrap", "true"]
+    assert "warning: /etc/stune/partitions: no profile for partition 'roce' (a lookalike); submitting without" in err
+    assert "has no stune profile" not in err
+    with pytest.raises(ConfigError):
+        submit.run(["--dry-run", "-p", "roce", "--wrap", "true"], environ={}, slurm=fake)
+
+
 def test_the_default_partition_is_asked_only_when_nothing_names_one(tmp_path):
     from slurm_tune.sbatch import submit
 

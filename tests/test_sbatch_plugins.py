@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from slurm_tune.errors import SlurmError
-from slurm_tune.sbatch import options
-from slurm_tune.sbatch.options import (LONG, NO, OPTIONAL, REQUIRED, parse_args, parse_directives,
-                                       parse_plugin_help)
+from slurm_tune.sbatch import optable, options
+from slurm_tune.sbatch.optable import parse_plugin_help
+from slurm_tune.sbatch.options import LONG, NO, OPTIONAL, REQUIRED, parse_args, parse_directives
 
 HELP = (Path(__file__).parent / "fixtures" / "sbatch" / "help-22.05-pyxis.txt").read_text()
 
@@ -148,7 +148,7 @@ def test_the_learned_table_is_cached_so_a_plain_submission_asks_once(tmp_path):
 
 
 def test_learned_options_take_part_in_abbreviation_like_sbatchs_getopt():
-    options.add_plugin_options(parse_plugin_help(HELP))
+    optable.add_plugin_options(parse_plugin_help(HELP))
     assert parse_args(["--container-im=x", "job.sh"]).options[0].key == "container-image"
     assert parse_args(["--container-w", "job.sh"]).problems  # container-workdir / container-writable
 

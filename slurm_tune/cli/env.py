@@ -21,11 +21,20 @@ def _parser():
     from .options import add
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_rules())
     add(parser, "partition", help="the partition whose profile to use (default: the job's $SLURM_JOB_PARTITION)")
     add(parser, "node")
     add(parser, "sysfs_root")
     return parser
+
+
+def _rules() -> str:
+    """The node side of the environment rule table (nodeenv/envrules.py), for --help."""
+    from ..nodeenv.envrules import RULES, SUBMIT
+
+    lines = ["what it decides on the node (docs/sbatch.md: the whole rule table):"]
+    lines += [f"  {r.name} ({r.applies}): {r.how}".replace("`", "") for r in RULES if r.decided != SUBMIT]
+    return "\n".join(lines)
 
 
 def _main(argv: list[str]) -> int:

@@ -18,8 +18,6 @@ import sys
 from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, run_console
 
 PROG = "stune-task-prolog"
-SUMMARY_NAMES = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR",
-                 "MASTER_PORT")
 
 
 def _main(argv: list[str]) -> int:
@@ -34,7 +32,7 @@ def _main(argv: list[str]) -> int:
     job = job_context(os.environ)  # the one place this task's node, partition and job are read
     if not job.partition:
         return EXIT_OK
-    from ..errors import ConfigError, StuneError
+    from ..errors import NoProfileError, StuneError
     from ..profilestore import load_profile
 
     log = _JobLogOnUse(job.environ)
@@ -42,9 +40,7 @@ def _main(argv: list[str]) -> int:
     job = job.with_profile(load_profile)
     if job.profile is None:
         exc = job.profile_error
-        unprofiled = isinstance(exc, ConfigError) and exc.key == "" and exc.problem.startswith(
-            "no profile for partition")
-        if speak and not unprofiled:
+        if speak and not isinstance(exc, NoProfileError):
             log.say_once(f"{PROG}: warning: {exc}; no stune settings for this task", job.node)
         return EXIT_OK
     from ..nodeenv.managed import SUMMARY_VAR
@@ -91,6 +87,7 @@ class _JobLogOnUse:
 
 def summary_line(job, exports: dict) -> str:
     """One line: the settings this node's tasks finally get, and where each staged dataset is read from."""
+    from ..nodeenv.envrules import NODE_NAMES
     from ..nodeenv.managed import BATCH_STEP_IDS
     from ..stage.spec import EXPORT_PREFIX, LOG_VAR
 
@@ -103,7 +100,7 @@ def summary_line(job, exports: dict) -> str:
             final[name] = value
     step = environ.get("SLURM_STEP_ID") or "batch"  # the batch step's TaskProlog has none
     step = "batch" if step in BATCH_STEP_IDS else step
-    words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in SUMMARY_NAMES]
+    words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in NODE_NAMES]
     for name in sorted(n for n in final if n.startswith(EXPORT_PREFIX) and n != LOG_VAR):
         source = _stage_source(environ, name[len(EXPORT_PREFIX):])
         if source is None:  # a profile default: not in STUNE_STAGE

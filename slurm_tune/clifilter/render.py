@@ -20,10 +20,6 @@ DATA_FILE = "data.lua"
 LUA_FILE = "cli_filter.lua"
 DATA_PLACEHOLDER = "@STUNE_CLI_FILTER_DATA@"
 SLURM_CONF_LINE = "CliFilterPlugins=cli_filter/lua"
-# Variables the TaskProlog sets on each node itself when the job does not have them (taskenv.node_exports):
-# a step whose environment the filter can only give as an --export list (srun, salloc's steps) leaves them
-# to the node, which also checks them there (ACTIVE ports, an interface that is up).
-NODE_REFINED = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
 # sbatch option stune adds -> (the cli_filter option key, the commands that take it, the option keys whose
 # value says the user gave their own, and what that value reads as when nobody did).
 OPTIONS = {
@@ -66,6 +62,7 @@ def lua_value(value) -> str:
 def partition_entry(profile) -> dict:
     """What the filter applies for one profile: stune-sbatch's plan for a submission with no options of the
     user's and an empty environment (so nothing is the user's), with and without --checkpoint-signal."""
+    from ..nodeenv.envrules import REFINED_NAMES
     from ..sbatch.options import Effective
     from ..sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
 
@@ -76,9 +73,11 @@ def partition_entry(profile) -> dict:
 
     base, opted = plan(False), plan(True)
     env = []
+    # `node`: a variable each node narrows or unsets itself (envrules: decided `submit, node`), so a step whose
+    # environment the filter can only give as an --export list (srun, salloc's steps) leaves it to the node.
     for s in base.settings:
         if s.kind == ENV and s.applied:
-            env.append({"name": s.name, "value": s.value, "source": s.source, "node": s.name in NODE_REFINED})
+            env.append({"name": s.name, "value": s.value, "source": s.source, "node": s.name in REFINED_NAMES})
     options = []
     for which, p in (("always", base), ("opt-in", opted)):
         for s in p.settings:

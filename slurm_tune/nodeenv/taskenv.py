@@ -1,6 +1,7 @@
 """The node-side environment of one task: what stune-task-prolog and stune-env export.
 
-On each node, for the partition's profile:
+The node side of the environment rule table (envrules.py: its rows decided `node` or `submit, node`, by the
+same conditions and the one `=device:port` form). On each node, for the partition's profile:
 - NCCL_IB_HCA: the fabric HCA ports that are ACTIVE here, in exact-match form (none ACTIVE: unset);
 - NCCL_IB_GID_INDEX (roce, unless the profile fixes it): the RoCE v2, IPv4-mapped GID on each port's netdev;
 - NCCL_SOCKET_IFNAME: the profile's interface, once it is seen to exist and be up (else unset);
@@ -18,6 +19,7 @@ from __future__ import annotations
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
+from .envrules import gid_detected, gid_fixed, hca_value, rdma, socket
 from .managed import (BATCH_STEP_IDS, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed,
                       is_stunes, parse_managed)
 
@@ -44,31 +46,28 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
     fabric = job.profile.fabric
     exports: dict[str, str | None] = {}
     messages: list[str] = []
-    if fabric.type in ("ib", "roce"):
+    if rdma(fabric):
         ports = [Port(h.device, h.port, h.netdev) for h in fabric.hcas]
         active, down = active_ports(sysfs, ports)
         if not active:
             unset("NCCL_IB_HCA", f"none of the fabric HCA ports is ACTIVE ({_states(down)}): NCCL will not find a "
                   "usable RDMA port of the fabric")
         elif mine("NCCL_IB_HCA"):
-            exports["NCCL_IB_HCA"] = "=" + ",".join(str(p) for p in active)
+            exports["NCCL_IB_HCA"] = hca_value(active)
             if down:
                 messages.append(f"NCCL_IB_HCA narrowed to the ACTIVE ports; left out {_states(down)}")
-        if fabric.type == "roce" and active:
-            if fabric.gid_index is None:
-                if mine("NCCL_IB_GID_INDEX"):
-                    index, problem = _gid_index(sysfs, active)
-                    if index is not None:
-                        exports["NCCL_IB_GID_INDEX"] = str(index)
-                    if problem:
-                        messages.append(problem)
-            else:
-                wrong = [str(p) for p in active if gid_type(sysfs, p, fabric.gid_index) != "RoCE v2"]
-                if wrong:
-                    messages.append(f"fabric.gid_index {fabric.gid_index} is not a RoCE v2 GID on "
-                                    f"{', '.join(wrong)}")
+        if active and gid_detected(fabric) and mine("NCCL_IB_GID_INDEX"):
+            index, problem = _gid_index(sysfs, active)
+            if index is not None:
+                exports["NCCL_IB_GID_INDEX"] = str(index)
+            if problem:
+                messages.append(problem)
+        elif active and gid_fixed(fabric):
+            wrong = [str(p) for p in active if gid_type(sysfs, p, fabric.gid_index) != "RoCE v2"]
+            if wrong:
+                messages.append(f"fabric.gid_index {fabric.gid_index} is not a RoCE v2 GID on {', '.join(wrong)}")
     up: list[str] = []
-    if fabric.socket_ifname:
+    if socket(fabric):
         up, problem = socket_interfaces(sysfs, fabric.socket_ifname)
         if up:
             if mine("NCCL_SOCKET_IFNAME"):

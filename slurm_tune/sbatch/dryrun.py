@@ -4,7 +4,7 @@ Only a dry run imports this; a submission never does (the hot-path import rule: 
 """
 from __future__ import annotations
 
-from .submit import PROG
+from . import PROG
 
 
 def command_text(words: list[str]) -> str:
@@ -16,7 +16,8 @@ def command_text(words: list[str]) -> str:
 def explain_doc(plan, words: list[str], script_label: str) -> dict:
     """`--dry-run --json`: what explain() says, as data. `settings`: every setting stune considered, with its
     kind (env, option, node, note, warning), whether it was applied, and where it comes from."""
-    from .plan import MANAGED_VAR, STAGED
+    from ..nodeenv.managed import MANAGED_VAR
+    from .setting import STAGED
 
     p = plan.profile
     return {"submitted": False, "partition": plan.partition, "partition_source": plan.partition_source,
@@ -30,7 +31,8 @@ def explain_doc(plan, words: list[str], script_label: str) -> dict:
 
 
 def explain(plan, words: list[str], script_label: str) -> str:
-    from .plan import ENV, MANAGED_VAR, NODE, NOTE, OPTION, STAGED, WARNING
+    from ..nodeenv.managed import MANAGED_VAR
+    from .setting import ENV, NODE, NOTE, OPTION, STAGED, WARNING
 
     p = plan.profile
     lines = [f"{PROG} --dry-run: nothing was submitted",

@@ -37,16 +37,31 @@ def parse_export(opt) -> ExportSpec:
     return ExportSpec(mode, tuple(names), assigned, opt.value, opt.where)
 
 
+class UsersOwn:
+    """Which variables the job gets with the user's own value, read once for a submission: the --export
+    spec, the --export-file entries, the submitting environment, and which of its variables a parent stune
+    job set (those are not the user's)."""
+
+    def __init__(self, export: ExportSpec, environ, export_file: dict[str, str]):
+        self.export, self.environ, self.export_file = export, environ, export_file
+        self.parents = _managed_by_stune(environ)
+
+    def value(self, name: str) -> tuple[str, str] | None:
+        """(value, where) when the job gets the user's own value of `name`; None when stune may set it."""
+        export = self.export
+        if name in export.assigned:
+            return export.assigned[name], f"--export {export.where}"
+        if name in self.export_file:
+            return self.export_file[name], "--export-file"
+        inherited = export.mode == "all" or name in export.names
+        if inherited and name in self.environ and name not in self.parents:
+            return self.environ[name], "your environment"
+        return None
+
+
 def user_value(name: str, export: ExportSpec, environ, export_file: dict[str, str]) -> tuple[str, str] | None:
-    """(value, where) when the job gets the user's own value of `name`; None when stune may set it."""
-    if name in export.assigned:
-        return export.assigned[name], f"--export {export.where}"
-    if name in export_file:
-        return export_file[name], "--export-file"
-    inherited = export.mode == "all" or name in export.names
-    if inherited and name in environ and name not in _managed_by_stune(environ):
-        return environ[name], "your environment"
-    return None
+    """UsersOwn.value for one name."""
+    return UsersOwn(export, environ, export_file).value(name)
 
 
 def _managed_by_stune(environ) -> frozenset[str]:

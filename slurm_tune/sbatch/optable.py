@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from .options import NO, OPTIONAL, REQUIRED, parse_help
+from .options import LONG, NO, OPTIONAL, PLUGIN_KEYS, REQUIRED
 
 CACHE_FORMAT = "stune-sbatch-options 1"
 # When sbatch cannot answer (no Slurm configuration here, a stand-in), the built-in table is used, and that
@@ -29,6 +29,60 @@ UNANSWERED = "built-in"
 CORE = frozenset(("partition", "nodes", "ntasks", "time", "job-name", "output"))
 _ARG = {"n": NO, "r": REQUIRED, "o": OPTIONAL}
 _ARG_CHAR = {v: k for k, v in _ARG.items()}
+PLUGIN_HEADER = "Options provided by plugins:"
+
+
+# ---- reading `sbatch --help` -----------------------------------------------------------------------------------
+
+def parse_help(text: str) -> tuple[dict[str, int], dict[str, str]]:
+    """({long name: NO/REQUIRED/OPTIONAL}, {short letter: long name}) from `sbatch --help` output: every line
+    that starts (after at most 8 spaces) with `-X, --name` or `--name`. Slurm prints `--name=ARG` for an
+    option with an argument, `--name[=ARG]` for an optional one and `--name` for a flag (sbatch's own help
+    and spank.c's printer of plugin options alike)."""
+    longs: dict[str, int] = {}
+    shorts: dict[str, str] = {}
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        if len(line) - len(body) > 8 or not body.startswith("-"):
+            continue
+        short = ""
+        if len(body) > 4 and body[1] != "-" and body[2:4] == ", ":
+            short, body = body[1], body[4:]
+        if not body.startswith("--") or len(body) < 3:
+            continue
+        word = body[2:].split(" ", 1)[0]
+        cut = min([i for i in (word.find("="), word.find("[")) if i >= 0] or [len(word)])
+        name = word[:cut]
+        if not name or not name[0].isalnum() or not all(c.isalnum() or c in "-_" for c in name):
+            continue
+        has_arg = OPTIONAL if word[cut:cut + 2] == "[=" else REQUIRED if word[cut:cut + 1] == "=" else NO
+        if longs.get(name) == OPTIONAL:  # `--exclusive[=user]`, then `--exclusive[=mcs]`: one option
+            has_arg = OPTIONAL
+        longs[name] = has_arg
+        if short.isalnum():
+            shorts[short] = name
+    return longs, shorts
+
+
+def parse_plugin_help(text: str) -> dict[str, tuple[int, str]]:
+    """The SPANK options in `sbatch --help` output: the options listed after "Options provided by plugins:"."""
+    _, header, section = text.partition(PLUGIN_HEADER)
+    if not header:
+        return {}
+    return {name: (has_arg, name) for name, has_arg in parse_help(section)[0].items()}
+
+
+def add_plugin_options(found: dict[str, tuple[int, str]]) -> None:
+    """Teach the reader the site's plugin options: sbatch's getopt table holds them too (so abbreviations
+    and ambiguity follow sbatch's)."""
+    for name, entry in found.items():
+        if name not in LONG:
+            LONG[name] = entry
+            PLUGIN_KEYS.add(name)
+
+
+# ---- the cache ---------------------------------------------------------------------------------------------
+
 
 
 def fingerprint(slurm, environ) -> str:
@@ -176,7 +230,7 @@ def learn(slurm, environ, *, fresh: bool = False) -> str:
     its key matches (unless `fresh`), else from `sbatch --help` (then cached). Returns how the table was had:
     "cached", "asked", or "built-in" when sbatch could not say, now or within UNANSWERED_TTL_S (the table is
     then Slurm 22.05's)."""
-    from .options import PLUGIN_HEADER, use_learned
+    from .options import use_learned
 
     key = fingerprint(slurm, environ)
     if not fresh:

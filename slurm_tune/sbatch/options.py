@@ -351,83 +351,34 @@ def parse_directives(script: str, problems: list[str] | None = None,
     return parsed.options, het
 
 
-# ---- SPANK plugin options (pyxis's --container-image, ...) ----------------------------------------------------
+# ---- SPANK plugin options (pyxis's --container-image, ...): learned from `sbatch --help` (optable.py) ------
 
-PLUGIN_HEADER = "Options provided by plugins:"
 PLUGIN_KEYS: set[str] = set()  # the options learned from the site's plugins (for the explanation)
-
-
-def parse_help(text: str) -> tuple[dict[str, int], dict[str, str]]:
-    """({long name: NO/REQUIRED/OPTIONAL}, {short letter: long name}) from `sbatch --help` output: every line
-    that starts (after at most 8 spaces) with `-X, --name` or `--name`. Slurm prints `--name=ARG` for an
-    option with an argument, `--name[=ARG]` for an optional one and `--name` for a flag (sbatch's own help
-    and spank.c's printer of plugin options alike)."""
-    longs: dict[str, int] = {}
-    shorts: dict[str, str] = {}
-    for line in text.split("\n"):
-        body = line.lstrip(" ")
-        if len(line) - len(body) > 8 or not body.startswith("-"):
-            continue
-        short = ""
-        if len(body) > 4 and body[1] != "-" and body[2:4] == ", ":
-            short, body = body[1], body[4:]
-        if not body.startswith("--") or len(body) < 3:
-            continue
-        word = body[2:].split(" ", 1)[0]
-        cut = min([i for i in (word.find("="), word.find("[")) if i >= 0] or [len(word)])
-        name = word[:cut]
-        if not name or not name[0].isalnum() or not all(c.isalnum() or c in "-_" for c in name):
-            continue
-        has_arg = OPTIONAL if word[cut:cut + 2] == "[=" else REQUIRED if word[cut:cut + 1] == "=" else NO
-        if longs.get(name) == OPTIONAL:  # `--exclusive[=user]`, then `--exclusive[=mcs]`: one option
-            has_arg = OPTIONAL
-        longs[name] = has_arg
-        if short.isalnum():
-            shorts[short] = name
-    return longs, shorts
-
-
-def parse_plugin_help(text: str) -> dict[str, tuple[int, str]]:
-    """The SPANK options in `sbatch --help` output: the options listed after "Options provided by plugins:"."""
-    _, header, section = text.partition(PLUGIN_HEADER)
-    if not header:
-        return {}
-    return {name: (has_arg, name) for name, has_arg in parse_help(section)[0].items()}
-
-
-def add_plugin_options(found: dict[str, tuple[int, str]]) -> None:
-    """Teach the reader the site's plugin options: sbatch's getopt table holds them too (so abbreviations
-    and ambiguity follow sbatch's)."""
-    for name, entry in found.items():
-        if name not in LONG:
-            LONG[name] = entry
-            PLUGIN_KEYS.add(name)
 
 
 # ---- the options in effect ---------------------------------------------------------------------------------
 
 class Effective:
-    """The value each option ends up with, and where it came from: command line > SBATCH_* > #SBATCH."""
+    """The value each option ends up with, and where it came from: command line > SBATCH_* > #SBATCH. Resolved
+    once, when made (the SBATCH_* variables are read then): `get` is a lookup."""
 
     def __init__(self, command_line: list[Opt], directives: list[Opt], environ):
-        self.command_line, self.directives, self.environ = command_line, directives, environ
+        self.command_line, self.directives = command_line, directives
+        resolved: dict[str, Opt] = {opt.key: opt for opt in directives}  # the last of each key wins
+        for key, var in ENV_OPTIONS.items():
+            value = environ.get(var)
+            if value is not None:
+                resolved[key] = Opt(key, value, f"${var}")
+        resolved.update((opt.key, opt) for opt in command_line)
+        self._resolved = resolved
 
     def get(self, key: str) -> Opt | None:
-        for opt in reversed(self.command_line):
-            if opt.key == key:
-                return opt
-        var = ENV_OPTIONS.get(key)
-        if var and var in self.environ:
-            return Opt(key, self.environ[var], f"${var}")
-        for opt in reversed(self.directives):
-            if opt.key == key:
-                return opt
-        return None
+        return self._resolved.get(key)
 
     def given(self, *keys: str) -> Opt | None:
         """The first of `keys` the user gave anywhere (for 'unless the user gave their own')."""
         for key in keys:
-            found = self.get(key)
+            found = self._resolved.get(key)
             if found is not None:
                 return found
         return None

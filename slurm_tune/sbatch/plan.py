@@ -10,26 +10,15 @@ from __future__ import annotations
 
 from ..frozen import Record
 from ..text import is_digits
-from .export import export_with, parse_export, read_export_file, user_value
+from .export import UsersOwn, export_with, parse_export, read_export_file
 from .options import Effective, node_range
+from .setting import ENV, NODE, NOTE, OPTION, WARNING, Setting, origin
+from .staging import container_settings, stage_settings
 
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
-from ..nodeenv.managed import (MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, SUMMARY_VAR,
-                               format_managed)
-
-ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
-STAGED = "staged"  # a STUNE_STAGE_<NAME> the TaskProlog sets on each node: for the explanation only
-
-
-class Setting(Record):
-    """kind: env (set in the job's environment), option (added to sbatch), node (detected on each node by
-    the TaskProlog / stune-env), staged (a dataset's variable, set on each node by the TaskProlog), note
-    (advice only), warning (printed at submission too). `source`: the profile key and file:line, or the rule.
-    `applied`: False when the user's own value wins; `note` then says so."""
-
-    __slots__ = ("kind", "name", "value", "source", "applied", "note")
+from ..nodeenv.managed import MANAGED_VAR, RENDEZVOUS, SUMMARY_VAR, format_managed
 
 
 class Plan(Record):
@@ -74,61 +63,19 @@ def multi_node(eff: Effective, het: bool = False) -> tuple[bool, str]:
     return False, "one node (no -N above 1)"
 
 
-def _origin(profile, *keys: str) -> str:
-    found = [f"{k} @ {profile.origin(k)}" for k in keys]
-    return "; ".join(found)
-
-
-def hca_list(profile) -> str:
-    """NCCL_IB_HCA in exact-match form: `=` makes mlx5_1 not also match mlx5_11."""
-    return "=" + ",".join(f"{h.device}:{h.port}" for h in profile.fabric.hcas)
-
-
 def nccl_settings(profile) -> list[Setting]:
-    """The NCCL variables the partition's fabric calls for (before the user's own are taken out)."""
-    fabric = profile.fabric
+    """The NCCL, gloo and rendezvous variables of the environment rule table (nodeenv/envrules.py) that the
+    partition's profile calls for, before the user's own are taken out: a value stune-sbatch sets (env), or
+    one each node detects (node)."""
+    from ..nodeenv.envrules import RULES
+
     out: list[Setting] = []
-    if fabric.type in ("ib", "roce"):
-        out.append(Setting(ENV, "NCCL_IB_HCA", hca_list(profile), _origin(profile, "fabric.hcas"), True,
-                           "narrowed to the ACTIVE ports on each node by stune-task-prolog / stune-env"))
-        if fabric.type == "roce":
-            if fabric.gid_index is not None:
-                out.append(Setting(ENV, "NCCL_IB_GID_INDEX", str(fabric.gid_index),
-                                   _origin(profile, "fabric.gid_index"), True, ""))
-            else:
-                out.append(Setting(NODE, "NCCL_IB_GID_INDEX", None,
-                                   "rule: roce fabric with fabric.gid_index empty", True,
-                                   "the RoCE v2, IPv4-mapped GID on each HCA's netdev, detected on each node"))
-        out.append(Setting(ENV, "NCCL_IB_TIMEOUT", str(profile.nccl.ib_timeout),
-                           _origin(profile, "nccl.ib_timeout"), True, ""))
-        out.append(Setting(ENV, "NCCL_IB_RETRY_CNT", str(profile.nccl.ib_retry_cnt),
-                           _origin(profile, "nccl.ib_retry_cnt"), True, ""))
-        if profile.nccl.net_gdr_level:
-            out.append(Setting(ENV, "NCCL_NET_GDR_LEVEL", profile.nccl.net_gdr_level,
-                               _origin(profile, "nccl.net_gdr_level"), True, ""))
-    else:
-        out.append(Setting(ENV, "NCCL_IB_DISABLE", "1", "rule: fabric.type tcp (no RDMA) @ "
-                           + profile.origin("fabric.type"), True, ""))
-        out.append(Setting(ENV, "NCCL_NET_GDR_LEVEL", "0", "rule: fabric.type tcp: no GPUDirect RDMA @ "
-                           + profile.origin("fabric.type"), True, ""))
-    if fabric.socket_ifname:
-        out.append(Setting(ENV, "NCCL_SOCKET_IFNAME", fabric.socket_ifname,
-                           _origin(profile, "fabric.socket_ifname"), True,
-                           "checked on each node: the interface must exist and be up"))
-    ifname = fabric.socket_ifname
-    if ifname:
-        out.append(Setting(NODE, "GLOO_SOCKET_IFNAME", None, _origin(profile, "fabric.socket_ifname"), True,
-                           f"the first interface matching {ifname} that is up on each node (gloo takes exact "
-                           "names)"))
-    out.append(Setting(NODE, "MASTER_ADDR", None, "rule: distributed training rendezvous", True,
-                       "the job's first node: its IPv4 address on "
-                       + (f"{ifname}" if ifname else "the socket interface")
-                       + " (else its name), once per job, the same on every rank"))
-    out.append(Setting(NODE, "MASTER_PORT", None, "rule: distributed training rendezvous", True,
-                       f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node "
-                       "do not collide"))
-    for name, value in sorted(profile.nccl.env.to_dict().items()):
-        out.append(Setting(ENV, name, str(value), _origin(profile, f"nccl.env.{name}"), True, ""))
+    for rule in RULES:
+        if not rule.when(profile):
+            continue
+        note = rule.note_for(profile)
+        for name, value, cites in rule.values(profile):
+            out.append(Setting(NODE if value is None else ENV, name, value, rule.source(profile, cites), True, note))
     return out
 
 
@@ -151,27 +98,27 @@ def binding_settings(profile, eff: Effective) -> list[Setting]:
         out = []
         gpu_bind = eff.get("gpu-bind")
         if not gpus:
-            out.append(Setting(NOTE, "binding", None, _origin(profile, "numa.bind", "gpu.count"), True,
+            out.append(Setting(NOTE, "binding", None, origin(profile, "numa.bind", "gpu.count"), True,
                                "no GPU (gpu.count 0, and the job asks for none): no --gpu-bind; tasks are "
                                "bound by SLURM_CPU_BIND"))
         elif gpu_bind is None:
-            out.append(Setting(OPTION, "--gpu-bind", "closest", _origin(profile, "numa.bind"), True, ""))
+            out.append(Setting(OPTION, "--gpu-bind", "closest", origin(profile, "numa.bind"), True, ""))
         else:
-            out.append(Setting(OPTION, "--gpu-bind", "closest", _origin(profile, "numa.bind"), False,
+            out.append(Setting(OPTION, "--gpu-bind", "closest", origin(profile, "numa.bind"), False,
                                f"kept your --gpu-bind={gpu_bind.value} ({gpu_bind.where})"))
         # sbatch has no --cpu-bind; srun reads SLURM_CPU_BIND as its default.
         out.append(Setting(ENV, "SLURM_CPU_BIND", profile.numa.cpu_bind,
-                           _origin(profile, "numa.bind", "numa.cpu_bind"), True,
+                           origin(profile, "numa.bind", "numa.cpu_bind"), True,
                            "srun's --cpu-bind default for every step (sbatch has no --cpu-bind)"))
         return out
     if bind == "stune" and not gpus:
-        return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind", "gpu.count"), True,
+        return [Setting(NOTE, "binding", None, origin(profile, "numa.bind", "gpu.count"), True,
                         "no GPU (gpu.count 0, and the job asks for none): stune-bind has no GPU to bind a "
                         "task near; bind with srun's --cpu-bind")]
     if bind == "stune":
-        return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True,
+        return [Setting(NOTE, "binding", None, origin(profile, "numa.bind"), True,
                         "run each task as `srun stune-bind CMD` to bind it to its GPU's NUMA node")]
-    return [Setting(NOTE, "binding", None, _origin(profile, "numa.bind"), True, "numa.bind is none: no binding")]
+    return [Setting(NOTE, "binding", None, origin(profile, "numa.bind"), True, "numa.bind is none: no binding")]
 
 
 def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in: bool = False) -> list[Setting]:
@@ -182,12 +129,12 @@ def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in
     rec = profile.recovery
     if rec.requeue:
         mine = eff.given("requeue", "no-requeue")
-        out.append(Setting(OPTION, "--requeue", None, _origin(profile, "recovery.requeue"), mine is None,
+        out.append(Setting(OPTION, "--requeue", None, origin(profile, "recovery.requeue"), mine is None,
                            f"kept your --{mine.key} ({mine.where})" if mine else ""))
     if not rec.signal:
         return out
     value = f"B:{rec.signal}@{rec.signal_seconds}"
-    source = _origin(profile, "recovery.signal", "recovery.signal_seconds")
+    source = origin(profile, "recovery.signal", "recovery.signal_seconds")
     mine = eff.get("signal")
     if mine is not None:
         out.append(Setting(OPTION, "--signal", value, source, False, f"kept your --signal={mine.value} ({mine.where})"))
@@ -198,7 +145,7 @@ def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in
     trap = trapped_at(script, rec.signal)
     when = getattr(rec, "signal_when", "trapped")
     if trap is None and when != "always" and not opt_in:
-        out.append(Setting(NOTE, "signal", None, source + "; " + _origin(profile, "recovery.signal_when"), True,
+        out.append(Setting(NOTE, "signal", None, source + "; " + origin(profile, "recovery.signal_when"), True,
                            f"not added: the script does not trap {rec.signal} (bash would exit on it); trap it, "
                            "or pass --checkpoint-signal, to get it"))
         return out
@@ -294,7 +241,7 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
     out = []
     if not multi:
         if place.exclude_degraded:
-            out.append(Setting(NOTE, "placement", None, _origin(profile, "placement.exclude_degraded"), True,
+            out.append(Setting(NOTE, "placement", None, origin(profile, "placement.exclude_degraded"), True,
                                "single-node job: nodes marked degraded may run it"))
         return out
     if place.switches:
@@ -303,7 +250,7 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
         value = f"{place.switches}@{clock(place.switches_max_wait)}"
         mine = eff.get("switches")
         out.append(Setting(OPTION, "--switches", value,
-                           _origin(profile, "placement.switches", "placement.switches_max_wait"), mine is None,
+                           origin(profile, "placement.switches", "placement.switches_max_wait"), mine is None,
                            f"kept your --switches={mine.value} ({mine.where})" if mine else
                            "keep the job under one leaf switch, waiting at most that long for it"))
     if place.exclude_degraded:
@@ -313,7 +260,7 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
         requested = _node_names(eff.get("nodelist"))
         wanted = [n for n in marked if n in requested]
         excluded = [n for n in marked if n not in requested]
-        source = _origin(profile, "placement.exclude_degraded")
+        source = origin(profile, "placement.exclude_degraded")
         if excluded:
             mine = eff.get("exclude")
             value = ",".join(([mine.value] if mine and mine.value else []) + excluded)
@@ -338,70 +285,6 @@ def _node_names(opt) -> frozenset[str]:
     from ..hostlist import expand_hostlist
 
     return frozenset(expand_hostlist(opt.value))
-
-
-def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effective, environ) -> list[Setting]:
-    """--stage SRC[:NAME] / --stage-required -> STUNE_STAGE for the TaskProlog."""
-    if not stage_args and not required:
-        return []
-    from ..stage.spec import ENV_VAR, encode_requests
-    requests = stage_requests_of(stage_args, eff, cwd)
-    value = encode_requests(requests, required)
-    import os
-
-    missing = [r for r in requests if not os.path.exists(r.source)]
-    present = [r for r in requests if r not in missing]
-    what = ", ".join(str(r) for r in present) or ("the profile's cache.stage" if not missing else "nothing")
-    rule = "rule: --stage" + (" --stage-required" if required else "")
-    out = [Setting(ENV, ENV_VAR, value, rule, True, f"staged on each node into the cache tier: {what}")]
-    for r in requests:  # what the job script reads: STUNE_STAGE above is the request, not a path
-        out.append(Setting(STAGED, r.variable, None, rule, True,
-                           f"your job reads ${r.variable}: on each node, the staged copy of {r.source} in the cache "
-                           "tier (the source itself when it is not staged"
-                           + (", or the job fails: --stage-required)" if required else ")")))
-    for r in missing:
-        then = ("the job will fail (--stage-required)" if required else
-                f"{r.variable} will point at the missing source")
-        out.append(Setting(WARNING, "stage", None, rule, True,
-                           f"{r.source} does not exist on this host: nothing to stage unless the nodes see it; "
-                           f"{then}"))
-    return out
-
-
-def stage_requests_of(stage_args: list[str], eff: Effective, cwd: str):
-    """The --stage requests, a relative SRC taken from the job's directory (--chdir included)."""
-    from ..stage.spec import parse_stage_arg
-
-    chdir = eff.get("chdir")
-    base = cwd
-    if chdir is not None and chdir.value:
-        base = chdir.value if chdir.value.startswith("/") else f"{cwd.rstrip('/')}/{chdir.value}"
-    return [parse_stage_arg(arg, base) for arg in stage_args]
-
-
-def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str) -> list[Setting]:
-    """With a pyxis container, a staged dataset's path (the cache tier, or the source it falls back to) must be
-    mounted into it: stune adds --container-mounts for them unless you gave your own."""
-    from .options import LONG
-
-    image = eff.get("container-image")
-    if image is None or not stage_args or "container-mounts" not in LONG:
-        return []
-    paths = [profile.cache.path] + [r.source for r in stage_requests_of(stage_args, eff, cwd)]
-    source = "rule: --container-image with --stage; " + _origin(profile, "cache.path")
-    mine = eff.get("container-mounts")
-    if mine is not None:
-        return [Setting(NOTE, "container", None, source, False,
-                        f"kept your --container-mounts={mine.value} ({mine.where}): add {','.join(paths)} to it, "
-                        "or the staged data is not visible in the container")]
-    if "%" in profile.cache.path:
-        return [Setting(NOTE, "container", None, source, True,
-                        f"cache.path {profile.cache.path} differs per node: mount it with --container-mounts "
-                        "yourself")]
-    value = ",".join(f"{p}:{p}" for p in dict.fromkeys(paths))
-    return [Setting(OPTION, "--container-mounts", value, source, True,
-                    "the cache tier and the sources, at the same paths inside the container, so "
-                    "$STUNE_STAGE_<NAME> resolves there")]
 
 
 def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
@@ -441,10 +324,11 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     for line in unknown:  # words sbatch's table cannot classify: said, and stune's settings still apply
         settings.append(Setting(WARNING, "option", None, "rule: sbatch's option table",
                                 True, f"{line}; stune's settings still apply"))
+    users = UsersOwn(export, environ, export_file)
     final: list[Setting] = []
     for s in settings:
         if s.kind in (ENV, NODE) and s.applied:
-            mine = user_value(s.name, export, environ, export_file)
+            mine = users.value(s.name)
             if mine is not None:
                 s = s._replace(applied=False, note=f"kept your {s.name}={mine[0]} ({mine[1]}); "
                                + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"))
@@ -471,14 +355,3 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
                 unset)
 
 
-def unprofiled_stage(stage_args: list[str], eff: Effective, cwd: str) -> tuple[dict[str, str], list[str], list[str]]:
-    """A partition without a profile has no cache tier: each --stage dataset's variable points at its source,
-    so the job script still finds it. (env, sbatch options, warnings)."""
-    import os
-
-    requests = stage_requests_of(stage_args, eff, cwd)
-    env = {r.variable: r.source for r in requests}
-    warnings = [f"no cache tier for this partition: nothing is staged; {r.variable}={r.source} (the source)"
-                + ("" if os.path.exists(r.source) else ", which does not exist on this host") for r in requests]
-    export_option = export_with(parse_export(eff.get("export")), env)
-    return env, [export_option] if export_option else [], warnings

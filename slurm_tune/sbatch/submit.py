@@ -1,4 +1,6 @@
-"""The submission: read the command line and the script, resolve the partition, plan, run sbatch, record.
+"""The submission, in stages: what the user asked (request.py: the command line, the script, the options in
+effect, read once into one Request), the plan (the partition, its profile, plan.build_plan), then the dry
+run's explanation, or sbatch and the history.
 
 stune stays out of sbatch's way wherever it cannot help: a command line sbatch would reject (said in one
 line), --usage and --version, a partition without a profile, or a profile directory that does not load all
@@ -14,10 +16,9 @@ import os
 import sys
 import time
 
-from ..errors import ConfigError, StuneError
-from .options import INFO_KEYS, Effective, parse_args, parse_directives
+from ..errors import NoProfileError, StuneError
+from . import PROG
 
-PROG = "stune-sbatch"
 STUNE_HELP = """
 stune-sbatch options (everything else is sbatch's, passed through untouched):
       --dry-run               print the sbatch command and environment stune would use, and where each
@@ -41,21 +42,6 @@ def warn(text: str) -> None:
     from ..streams import say
 
     say(sys.stderr, f"{PROG}: {text}")
-
-
-def read_script(argv: list[str], parsed, environ, stdin) -> tuple[str | None, bytes | None, str]:
-    """(script text for the directives, bytes to feed sbatch on stdin, a label for the history)."""
-    if parsed.script_index is not None:
-        path = argv[parsed.script_index]
-        try:
-            with open(path, "rb") as fh:
-                return fh.read(1 << 22).decode("utf-8", "replace"), None, path
-        except OSError:
-            return None, None, path  # sbatch says it cannot open it
-    if any(o.key == "wrap" for o in parsed.options):
-        return None, None, "--wrap"
-    data = stdin.read() if stdin is not None else b""
-    return data.decode("utf-8", "replace"), data, "<stdin>"
 
 
 def sbatch_words(argv: list[str], parsed, added: list[str]) -> list[str]:
@@ -86,6 +72,9 @@ def job_id_from(stdout: str) -> tuple[str | None, str | None]:
 
 
 def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
+    """The submission, in stages: what the user asked (request.read_request, read once), the plan
+    (make_plan), then the dry run's explanation or sbatch and the history. Where stune cannot help, the
+    user's words go to sbatch as given (_refused, _unprofiled, _plain)."""
     # One copy of os.environ: each later dict() of it (the job's environment, the history's) is then a plain
     # dict's copy, not one more decoding of every variable.
     environ = dict(os.environ) if environ is None else environ
@@ -93,123 +82,111 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
         from ..slurm.commands import SlurmCommands
 
         slurm = SlurmCommands.from_env()
-    parsed = parse_args(argv)
-    if any(o.key == "help" for o in parsed.options):
+    from .request import read_request
+
+    req = read_request(argv, environ, stdin if stdin is not None else _stdin_buffer(), slurm)
+    if req.help:
         return _help(slurm, environ)
-    info = any(o.key in INFO_KEYS for o in parsed.options)
-    from .optable import learn
-
-    how = "built-in" if info else learn(slurm, environ)  # the installed sbatch's table (cached)
-    parsed = parse_args(argv)
-    if parsed.unknown and how == "cached":  # the plugin stack may have changed under the same files: ask afresh
-        how = learn(slurm, environ, fresh=True)
-        parsed = parse_args(argv)
-    dry_run = any(o.key == "stune:dry-run" for o in parsed.stune)
-    as_json = dry_run and any(o.key == "stune:json" for o in parsed.stune)
-    if not dry_run and any(o.key == "stune:json" for o in parsed.stune):
-        parsed = parse_args(argv, stune_json=False)  # only a dry run's: a submission gives --json to sbatch
-    if parsed.problems or info:
-        if dry_run:
-            for problem in parsed.problems:
-                warn(f"sbatch would refuse this command line: {problem}")
-            return 2 if parsed.problems else 0
-        if parsed.problems:
-            warn(f"warning: sbatch will refuse this command line ({'; '.join(parsed.problems)}): passed to it "
-                 "as given, without stune's settings")
-        return _sbatch(slurm, sbatch_words(argv, parsed, []), None, environ)
-    if dry_run and parsed.script_index is not None:
-        problem = _unreadable(argv[parsed.script_index])
-        if problem:
-            warn(f"sbatch would refuse this command line: {problem}")
-            return 2
-    text, stdin_bytes, script_label = read_script(argv, parsed, environ,
-                                                  stdin if stdin is not None else _stdin_buffer())
-    problems: list[str] = []
-    unknown = list(parsed.unknown)
-    directives, script_het = parse_directives(text, problems, unknown) if text else ([], False)
-    if len(unknown) > len(parsed.unknown) and how == "cached":  # a directive's: ask afresh, read both again
-        learn(slurm, environ, fresh=True)
-        parsed = parse_args(argv, stune_json=as_json)
-        unknown, problems = list(parsed.unknown), []
-        directives, script_het = parse_directives(text, problems, unknown)
-    if problems:  # the script's directives hold what sbatch refuses: the same verdict as for the command line
-        if dry_run:
-            for problem in problems:
-                warn(f"sbatch would refuse this script's #SBATCH lines: {problem}")
-            return 2
-        warn(f"warning: sbatch will refuse this script's #SBATCH lines ({'; '.join(problems)}): passed to it as "
-             "given, without stune's settings")
-        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
-    eff = Effective(parsed.options, directives, environ)
+    if req.refusal is not None or req.info or req.eff is None:
+        return _refused(req, slurm, environ)
     try:
-        plan = make_plan(argv, parsed, eff, environ, slurm, het=parsed.het or script_het, script=text,
-                         unknown=unknown)
+        plan = make_plan(req, environ, slurm)
     except _NoProfile as exc:
-        from .plan import unprofiled_stage
-
-        _say_unknown(unknown)
-        stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
-        stage_env, stage_options, stage_warnings = unprofiled_stage(stage_args, eff, os.getcwd())
-        words = sbatch_words(argv, parsed, stage_options)
-        if as_json:
-            from ..output import print_json
-
-            print_json({"submitted": False, "partition": exc.partition, "profile": None, "note": str(exc),
-                        "sbatch": ["sbatch", *words], "env": stage_env, "warnings": list(stage_warnings)})
-            return 0
-        if dry_run:
-            print(f"{PROG} --dry-run: {exc}; the job would be submitted without stune settings:")
-            from .dryrun import command_text
-
-            print("  " + command_text(["sbatch", *words]))
-            for name, value in stage_env.items():
-                print(f"  {name}={value}")
-            for text_ in stage_warnings:
-                print(f"warning: {text_}")
-            return 0
-        rc = _sbatch(slurm, words, stdin_bytes, dict(environ, **stage_env))
-        if rc == 0 and exc.partition:
-            warn(f"note: {exc}; submitted without stune settings")
-        for text_ in stage_warnings:
-            warn(f"warning: {text_}")
-        return rc
+        return _unprofiled(req, exc, slurm, environ)
     except StuneError as exc:
-        if dry_run or _stage_error(exc):
+        if req.dry_run or _stage_error(exc):
             raise
-        _say_unknown(unknown)
-        warn(f"warning: {exc}; submitting without stune settings")
-        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
+        return _plain(req, slurm, environ, f"warning: {exc}; submitting without stune settings")
     except Exception as exc:  # a bug in stune must not stop a submission: fail open, loudly
-        if dry_run or environ.get("STUNE_DEBUG"):
+        if req.dry_run or environ.get("STUNE_DEBUG"):
             raise
-        _say_unknown(unknown)
-        warn(f"warning: internal error: {type(exc).__name__}: {exc}; submitting without stune settings "
-             "(set STUNE_DEBUG=1 for a traceback)")
-        return _sbatch(slurm, sbatch_words(argv, parsed, []), stdin_bytes, environ)
-    words = sbatch_words(argv, parsed, plan.options)
-    if dry_run:
-        from .dryrun import explain, explain_doc
+        return _plain(req, slurm, environ, f"warning: internal error: {type(exc).__name__}: {exc}; submitting "
+                      "without stune settings (set STUNE_DEBUG=1 for a traceback)")
+    words = sbatch_words(argv, req.parsed, plan.options)
+    if req.dry_run:
+        return _explain(req, plan, words)
+    return _submit(req, plan, words, slurm, environ)
 
-        if as_json:
-            from ..output import print_json
 
-            print_json(explain_doc(plan, words, script_label))
-        else:
-            sys.stdout.write(explain(plan, words, script_label))
+def _refused(req, slurm, environ) -> int:
+    """A command line or script sbatch refuses, or one after which sbatch only prints (--usage, --version):
+    sbatch gets the user's words as given (a dry run says what sbatch would refuse)."""
+    refusal = req.refusal
+    if req.dry_run:
+        for problem in refusal.problems if refusal else ():
+            warn(f"sbatch would refuse {refusal.what}: {problem}")
+        return 2 if refusal else 0
+    if refusal:
+        warn(f"warning: sbatch will refuse {refusal.what} ({'; '.join(refusal.problems)}): passed to it as given, "
+             "without stune's settings")
+    return _sbatch(slurm, sbatch_words(req.argv, req.parsed, []), req.stdin_bytes, environ)
+
+
+def _plain(req, slurm, environ, why: str) -> int:
+    """Plain sbatch with the user's words, after saying why (a broken profile, a bug in stune)."""
+    _say_unknown(req.unknown)
+    warn(why)
+    return _sbatch(slurm, sbatch_words(req.argv, req.parsed, []), req.stdin_bytes, environ)
+
+
+def _unprofiled(req, exc: _NoProfile, slurm, environ) -> int:
+    """A partition without a profile: plain sbatch, but each --stage dataset's variable at its source."""
+    from .staging import unprofiled_stage
+
+    _say_unknown(req.unknown)
+    stage_env, stage_options, stage_warnings = unprofiled_stage(req.stage_args, req.eff, os.getcwd())
+    words = sbatch_words(req.argv, req.parsed, stage_options)
+    if req.as_json:
+        from ..output import print_json
+
+        print_json({"submitted": False, "partition": exc.partition, "profile": None, "note": str(exc),
+                    "sbatch": ["sbatch", *words], "env": stage_env, "warnings": list(stage_warnings)})
         return 0
-    for text_ in plan.warnings:
-        warn(f"warning: {text_}")
+    if req.dry_run:
+        from .dryrun import command_text
+
+        print(f"{PROG} --dry-run: {exc}; the job would be submitted without stune settings:")
+        print("  " + command_text(["sbatch", *words]))
+        for name, value in stage_env.items():
+            print(f"  {name}={value}")
+        for text in stage_warnings:
+            print(f"warning: {text}")
+        return 0
+    rc = _sbatch(slurm, words, req.stdin_bytes, dict(environ, **stage_env))
+    if rc == 0 and exc.partition:
+        warn(f"note: {exc}; submitted without stune settings")
+    for text in stage_warnings:
+        warn(f"warning: {text}")
+    return rc
+
+
+def _explain(req, plan, words: list[str]) -> int:
+    from .dryrun import explain, explain_doc
+
+    if req.as_json:
+        from ..output import print_json
+
+        print_json(explain_doc(plan, words, req.label))
+    else:
+        sys.stdout.write(explain(plan, words, req.label))
+    return 0
+
+
+def _submit(req, plan, words: list[str], slurm, environ) -> int:
+    """sbatch with stune's settings, then the history (a job id in the output means a submission)."""
+    for text in plan.warnings:
+        warn(f"warning: {text}")
     env = dict(environ)
     for name in plan.unset:
         env.pop(name, None)
     env.update(plan.env)
     sys.stdout.flush()
     submitted = {"time": int(time.time()), "cwd": os.getcwd()}  # now: with --wait, sbatch returns at the job's end
-    rc, stdout = slurm.sbatch_passthrough(words, stdin_bytes, env)
+    rc, stdout = slurm.sbatch_passthrough(words, req.stdin_bytes, env)
     # A job id in the output means a submission, whatever the exit status (--wait returns the job's);
     # rc 0 without one is a --quiet submission. --test-only submits nothing.
-    if (rc == 0 or job_id_from(stdout)[0]) and eff.get("test-only") is None:
-        _record(submitted, argv, words, plan, eff, environ, script_label, text, stdout)
+    if (rc == 0 or job_id_from(stdout)[0]) and req.eff.get("test-only") is None:
+        _record(submitted, req, words, plan, environ, stdout)
     return rc
 
 
@@ -226,16 +203,6 @@ def _help(slurm, environ) -> int:
                          "configuration, or no sbatch)\n")
     sys.stdout.write(STUNE_HELP)
     return 0
-
-
-def _unreadable(path: str) -> str | None:
-    """Why sbatch could not open the batch script `path` (it refuses the submission), else None."""
-    try:
-        with open(path, "rb") as fh:
-            fh.read(1)
-    except OSError as exc:
-        return f"cannot open the batch script {path!r}: {exc.strerror}"
-    return None
 
 
 def _say_unknown(unknown: list[str]) -> None:
@@ -255,12 +222,13 @@ def _stage_error(exc: StuneError) -> bool:
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
-def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: str | None = None,
-              unknown: list[str] | None = None):
+def make_plan(req, environ, slurm):
+    """The plan for the Request `req`: its partition (the options in effect, else Slurm's default), that
+    partition's profile, then plan.build_plan. Raises _NoProfile when there is no profile to apply."""
     from ..profilestore import load_profile, profile_dir
     from .plan import build_plan
 
-    opt = eff.get("partition")
+    opt = req.eff.get("partition")
     if opt is not None and opt.value:
         partition, source = opt.value, ("command line" if opt.where == "command line" else opt.where)
     else:
@@ -273,14 +241,10 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
     first = partition.split(",")[0].strip()
     try:
         profile = load_profile(first)
-    except ConfigError as exc:
-        if exc.key == "" and exc.problem.startswith("no profile for partition"):
-            raise _NoProfile(f"partition {first!r} has no stune profile in {profile_dir()}", first) from None
-        raise
+    except NoProfileError:
+        raise _NoProfile(f"partition {first!r} has no stune profile in {profile_dir()}", first) from None
     if first != partition:
         source += f"; the profile of {first!r}, the first of {partition!r}"
-    stage_args = [o.value for o in parsed.stune if o.key == "stune:stage"]
-    stage_required = any(o.key == "stune:stage-required" for o in parsed.stune)
 
     def degraded_nodes() -> list[str]:
         from ..nodestate import DEGRADED_FEATURE
@@ -288,15 +252,11 @@ def make_plan(argv, parsed, eff: Effective, environ, slurm, het: bool, script: s
         features = slurm.queries().node_features(partition)
         return sorted(n for n, feats in features.items() if DEGRADED_FEATURE in feats)
 
-    wrap = eff.get("wrap")
-    return build_plan(partition=partition, partition_source=source, profile=profile, eff=eff, environ=environ,
-                      cwd=os.getcwd(), stage_args=stage_args, stage_required=stage_required,
-                      degraded_nodes=degraded_nodes, het=het,
-                      script=wrap.value if wrap is not None and wrap.value else script,
-                      checkpoint_signal=any(o.key == "stune:checkpoint-signal" for o in parsed.stune),
-                      stage_strict=any(o.key == "stune:stage-strict" for o in parsed.stune),
-                      node_summary=any(o.key == "stune:node-summary" for o in parsed.stune),
-                      unknown=unknown or [])
+    return build_plan(partition=partition, partition_source=source, profile=profile, eff=req.eff, environ=environ,
+                      cwd=os.getcwd(), stage_args=req.stage_args, stage_required=req.stage_required,
+                      degraded_nodes=degraded_nodes, het=req.het, script=req.script,
+                      checkpoint_signal=req.checkpoint_signal, stage_strict=req.stage_strict,
+                      node_summary=req.node_summary, unknown=req.unknown)
 
 
 def _stdin_buffer():
@@ -309,29 +269,29 @@ def _sbatch(slurm, words: list[str], stdin_bytes: bytes | None, environ) -> int:
     return rc
 
 
-def _entry(submitted: dict, argv, words, plan, eff, environ, script_label: str,
-           script_text: str | None = None) -> dict:
+def _entry(submitted: dict, req, words, plan, environ) -> dict:
     """The history record of this submission (`submitted`: its time and directory), all but the job id."""
     from . import history
     from .export import job_environment, parse_export
 
+    text = req.text
     return {
         "time": submitted["time"], "job_id": None, "cluster": None, "partition": plan.partition,
-        "argv": list(argv), "sbatch": words, "added": plan.options, "cwd": submitted["cwd"], "script": script_label,
-        "profile": plan.profile.source, "digest": plan.profile.digest,
-        "script_sha256": (history.sha256(script_text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-                          if script_text is not None else None),
-        "env": history.recorded_env(job_environment(plan.env, parse_export(eff.get("export")), environ)),
+        "argv": list(req.argv), "sbatch": words, "added": plan.options, "cwd": submitted["cwd"],
+        "script": req.label, "profile": plan.profile.source, "digest": plan.profile.digest,
+        "script_sha256": (history.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+                          if text is not None else None),
+        "env": history.recorded_env(job_environment(plan.env, parse_export(req.eff.get("export")), environ)),
     }
 
 
-def _record(submitted: dict, argv, words, plan, eff, environ, script_label, text, stdout: str) -> None:
+def _record(submitted: dict, req, words, plan, environ, stdout: str) -> None:
     """The submission's entry in the user's history. After sbatch, not while it runs: overlapped, the two
     processes slowed each other more than the overlap saved (docs/speed.md)."""
     from . import history
 
     try:
-        entry = _entry(submitted, argv, words, plan, eff, environ, script_label, text)
+        entry = _entry(submitted, req, words, plan, environ)
     except Exception as exc:  # the history must never cost the user their submission
         warn(f"warning: job submitted, but the history was not written: {type(exc).__name__}: {exc}")
         return

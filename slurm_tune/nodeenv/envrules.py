@@ -1,0 +1,146 @@
+"""The job environment's rules: one table, read by every side that sets or explains a variable.
+
+Each row says, for one variable: when it applies (the partition's fabric), where it is decided (`submit`:
+stune-sbatch sets it from the profile; `submit, node`: stune-sbatch sets it and the TaskProlog narrows or
+unsets it on each node; `node`: only the node can tell, the TaskProlog / stune-env detect it), how it is
+derived, and whose value wins. The readers:
+- sbatch/plan.py turns the rows into the plan's settings (the dry run, the submission, the cli_filter's
+  data.lua through build_plan);
+- nodeenv/taskenv.py decides the node side by the same conditions and the one `hca_value`, and
+  stune-task-prolog's --node-summary names the node-side rows;
+- docs/sbatch.md shows `markdown_table()` (tests check it is the same).
+
+Plain data and small functions: the TaskProlog imports it before every task (the hot-path import rule).
+"""
+from __future__ import annotations
+
+from .managed import MASTER_PORT_BASE, MASTER_PORT_SPAN
+
+SUBMIT, REFINED, NODE = "submit", "submit, node", "node"
+
+# Whose value wins. USER: the user's own value (environment, --export NAME=, --export-file) is kept at
+# submission (the dry run says so), and on each node stune (re)sets the variable only while it is absent or
+# still holds the value stune set (STUNE_MANAGED). ONCE: set when absent, once per job; never refined.
+USER = "yours wins"
+ONCE = "set once per job when absent; yours wins"
+
+
+def rdma(fabric) -> bool:
+    return fabric.type in ("ib", "roce")
+
+
+def gid_fixed(fabric) -> bool:
+    return fabric.type == "roce" and fabric.gid_index is not None
+
+
+def gid_detected(fabric) -> bool:
+    """A RoCE fabric whose profile leaves the GID index to each node."""
+    return fabric.type == "roce" and fabric.gid_index is None
+
+
+def socket(fabric) -> bool:
+    return bool(fabric.socket_ifname)
+
+
+def hca_value(ports) -> str:
+    """NCCL_IB_HCA in exact-match form, `=device:port,...`: `=` makes mlx5_1 not also match mlx5_11. `ports`:
+    the profile's fabric HCAs at submission, the ACTIVE ones on a node (anything with .device and .port)."""
+    return "=" + ",".join(f"{p.device}:{p.port}" for p in ports)
+
+
+class Rule:
+    """One row. `when(profile)`: whether it applies; `value(profile)`: what stune-sbatch sets, or None when
+    the node decides; `cites`: the profile keys its value comes from; `rule`: the rule, when the value is
+    not simply those keys'; `how`: the derivation in words (docs); `note`: what the dry run says beside it
+    (`{ifname}`: the profile's socket interface); `many(profile)`: for a family of variables, the
+    (name, value, key) of each."""
+
+    __slots__ = ("name", "applies", "when", "decided", "value", "cites", "rule", "how", "note", "user", "many")
+
+    def __init__(self, name: str, applies: str, when, decided: str, value, cites: tuple[str, ...], rule: str,
+                 how: str, note: str = "", user: str = USER, many=None):
+        self.name, self.applies, self.when, self.decided, self.value = name, applies, when, decided, value
+        self.cites, self.rule, self.how, self.note, self.user, self.many = cites, rule, how, note, user, many
+
+    def values(self, profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
+        """(name, value or None for the node's to detect, the profile keys it cites) for `profile`."""
+        if self.many is not None:
+            return self.many(profile)
+        return [(self.name, None if self.value is None else self.value(profile), self.cites)]
+
+    def source(self, profile, cites: tuple[str, ...]) -> str:
+        """Where a value comes from, for the dry run: `key @ file:line`, or `rule: ... @ file:line`."""
+        if self.rule:
+            return f"rule: {self.rule}" + (" @ " + "; ".join(profile.origin(k) for k in cites) if cites else "")
+        return "; ".join(f"{k} @ {profile.origin(k)}" for k in cites)
+
+    def note_for(self, profile) -> str:
+        return self.note.format(ifname=profile.fabric.socket_ifname or "the socket interface")
+
+
+def _nccl_env(profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    return [(name, str(value), (f"nccl.env.{name}",)) for name, value in sorted(profile.nccl.env.to_dict().items())]
+
+
+def _always(profile) -> bool:
+    return True
+
+
+# In the order the plan lists them (and STUNE_MANAGED records them).
+RULES: tuple[Rule, ...] = (
+    Rule("NCCL_IB_HCA", "ib, roce", lambda p: rdma(p.fabric), REFINED, lambda p: hca_value(p.fabric.hcas),
+         ("fabric.hcas",), "", "`=device:port` of each fabric HCA (exact match: the storage HCA is left out); on "
+         "each node, only the ACTIVE ports (none ACTIVE: unset)",
+         "narrowed to the ACTIVE ports on each node by stune-task-prolog / stune-env"),
+    Rule("NCCL_IB_GID_INDEX", "roce, `fabric.gid_index` set", lambda p: gid_fixed(p.fabric), SUBMIT,
+         lambda p: str(p.fabric.gid_index), ("fabric.gid_index",), "",
+         "the profile's index; each node warns when it is not a RoCE v2 GID there"),
+    Rule("NCCL_IB_GID_INDEX", "roce, `fabric.gid_index` empty", lambda p: gid_detected(p.fabric), NODE, None, (),
+         "roce fabric with fabric.gid_index empty", "the RoCE v2, IPv4-mapped GID index on each ACTIVE port's "
+         "netdev (the ports disagree: the most common, and a message)",
+         "the RoCE v2, IPv4-mapped GID on each HCA's netdev, detected on each node"),
+    Rule("NCCL_IB_TIMEOUT", "ib, roce", lambda p: rdma(p.fabric), SUBMIT, lambda p: str(p.nccl.ib_timeout),
+         ("nccl.ib_timeout",), "", "the profile's value"),
+    Rule("NCCL_IB_RETRY_CNT", "ib, roce", lambda p: rdma(p.fabric), SUBMIT, lambda p: str(p.nccl.ib_retry_cnt),
+         ("nccl.ib_retry_cnt",), "", "the profile's value"),
+    Rule("NCCL_NET_GDR_LEVEL", "ib, roce, `nccl.net_gdr_level` set",
+         lambda p: rdma(p.fabric) and bool(p.nccl.net_gdr_level), SUBMIT, lambda p: p.nccl.net_gdr_level,
+         ("nccl.net_gdr_level",), "", "the profile's value"),
+    Rule("NCCL_IB_DISABLE", "tcp", lambda p: not rdma(p.fabric), SUBMIT, lambda p: "1", ("fabric.type",),
+         "fabric.type tcp (no RDMA)", "`1`: no RDMA"),
+    Rule("NCCL_NET_GDR_LEVEL", "tcp", lambda p: not rdma(p.fabric), SUBMIT, lambda p: "0", ("fabric.type",),
+         "fabric.type tcp: no GPUDirect RDMA", "`0`: no GPUDirect RDMA"),
+    Rule("NCCL_SOCKET_IFNAME", "`fabric.socket_ifname` set", lambda p: socket(p.fabric), REFINED,
+         lambda p: p.fabric.socket_ifname, ("fabric.socket_ifname",), "",
+         "the profile's interface (NCCL's prefix syntax); unset on a node where none that matches is up",
+         "checked on each node: the interface must exist and be up"),
+    Rule("GLOO_SOCKET_IFNAME", "`fabric.socket_ifname` set", lambda p: socket(p.fabric), NODE, None,
+         ("fabric.socket_ifname",), "", "the first interface up on the node that matches `fabric.socket_ifname` "
+         "(gloo takes exact names)",
+         "the first interface matching {ifname} that is up on each node (gloo takes exact names)"),
+    Rule("MASTER_ADDR", "all", _always, NODE, None, (), "distributed training rendezvous",
+         "the job's first node: its IPv4 address on the first up `fabric.socket_ifname` interface, set by the "
+         "batch step there (else the node's name); later steps inherit it",
+         "the job's first node: its IPv4 address on {ifname} (else its name), once per job, the same on every "
+         "rank", ONCE),
+    Rule("MASTER_PORT", "all", _always, NODE, None, (), "distributed training rendezvous",
+         f"`{MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}`",
+         f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node do not collide",
+         ONCE),
+    Rule("nccl.env", "all", _always, SUBMIT, None, (), "", "every `nccl.env` entry, verbatim", many=_nccl_env),
+)
+
+# What the node sets or refines, in the table's order (stune-task-prolog --node-summary prints these).
+NODE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RULES if r.decided != SUBMIT))
+# What stune-sbatch sets and each node then narrows or unsets (the cli_filter leaves these to the node).
+REFINED_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RULES if r.decided == REFINED))
+
+
+def markdown_table() -> str:
+    """docs/sbatch.md's table of the rules (tests/test_nodeenv.py checks the docs hold exactly this)."""
+    rows = ["| variable | fabric | decided | from | how | who wins |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in RULES:
+        name = f"`{r.name}.NAME` → `NAME`" if r.many else f"`{r.name}`"
+        where = ", ".join(f"`{k}`" for k in r.cites) or ("`nccl.env`" if r.many else f"rule: {r.rule}")
+        rows.append(f"| {name} | {r.applies} | {r.decided} | {where} | {r.how} | {r.user} |")
+    return "\n".join(rows) + "\n"
