@@ -270,7 +270,7 @@ def apply_marks(slurm, profile, wants: dict, store_dir: str, now: float, dry_run
             slurm.update_node(name, **fields)
         marks[name] = {"action": w.action, "reason": reason, "at": round(now, 3)}
         if fields or notes:
-            lines.append(f"{name}: {'marked degraded' if w.action == A.DEGRADE else 'cleared'}"
+            lines.append(f"{name}: {'marked degraded' if w.action == apply.DEGRADE else 'cleared'}"
                          f"{': ' + reason if reason else ''}" + "".join(f"; {n}" for n in notes))
     if not dry_run:
         store.write_state(store_dir, state)
@@ -397,7 +397,7 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
             slow = sum(judge.slow_run(r, base, floor) for r in runs)
             values = [r["value"] for r in runs if r.get("value") is not None]
             tests[member] = (slow >= min(settings.k, len(runs)), partner,
-                             f"{J.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
+                             f"{judge.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
                              if values else f"{slow} of {len(runs)} runs failed")
         members, why = judge.bisect_verdict(v.subject, tests)
         log(f"bisection of {v.subject}: {why}")
