@@ -9,6 +9,7 @@ import time
 from ..errors import StuneError
 from ..slurm.tres import gres_gpus
 from ..thisnode import expand, uses_node
+from ..usage import pipeline
 from .findings import ERROR, OK, WARNING
 
 
@@ -113,8 +114,8 @@ class DaemonChecks:
         import socket
 
         template = self.usage_template()
-        expanded = os.path.join(expand(template, node), "jobs")
-        literal = os.path.join(template, "jobs")
+        expanded = os.path.join(expand(template, node), pipeline.JOBS_DIR)
+        literal = os.path.join(template, pipeline.JOBS_DIR)
         if uses_node(template) and os.path.isdir(literal):
             records = sorted(os.listdir(literal))
             if records:
