@@ -31,10 +31,9 @@ from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
 from .conffiles import ConfFiles
-from .host import (ensure_node_names_resolve, ensure_packages, ensure_unix_users, log, pid_alive, port_open,
-                   wait_for)
+from .host import ensure_node_names_resolve, ensure_packages, ensure_unix_users, pid_alive, port_open, wait_for
 from .layout import (BUILT_SERIES, CLUSTER_NAME, DEFAULT_SERIES, GPUS_PER_NODE, NODES, NVIDIA_MAJOR, REPO,
-                     SERIES_FILE, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError, Layout, SlurmInstall)
+                     SERIES_FILE, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError, Layout, SlurmInstall, log)
 
 RECONFIGURE = ["scontrol", "reconfigure"]  # the dev cluster's own; production stune never reconfigures
 

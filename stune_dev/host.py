@@ -6,15 +6,10 @@ import os
 import pwd
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from .layout import NODES, REPO, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError
-
-def log(msg: str) -> None:
-    print(f"devcluster: {msg}", file=sys.stderr, flush=True)
-
+from .layout import NODES, REPO, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError, log
 
 def ensure_packages() -> None:
     """The Debian packages the cluster runs on (munge, MariaDB, Slurm's daemons), installed when missing by

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_tune.errors import StuneError
+
+
+def log(msg: str) -> None:
+    """The dev cluster's progress line, on stderr."""
+    print(f"devcluster: {msg}", file=sys.stderr, flush=True)
 
 NODES = ("n1", "n2", "n3")
 GPUS_PER_NODE = 4

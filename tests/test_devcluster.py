@@ -126,6 +126,20 @@ def test_no_production_module_or_hook_uses_the_dev_tools():
     assert {"slurm_tune.errors", "slurm_tune.slurm"} <= _imports_of(REPO / "stune_dev" / "devcluster.py")
 
 
+def test_a_missing_build_is_built_with_build_slurm_sh_and_a_failed_build_says_why(monkeypatch, tmp_path, capsys):
+    from stune_dev import layout
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "build-slurm.sh").write_text('echo "args: $*" >&2; echo "E: no compiler" >&2; exit 1\n')
+    monkeypatch.setattr(layout, "REPO", repo)
+    monkeypatch.setenv("STUNE_SLURM_PREFIX", str(tmp_path / "prefix"))
+    install = SlurmInstall.choose("24.11")
+    with pytest.raises(ClusterError, match="Slurm 24.11 could not be built: E: no compiler"):
+        install.ensure(install=True)
+    assert f"devcluster: building Slurm 24.11 into {tmp_path / 'prefix'} (minutes)" in capsys.readouterr().err
+
+
 def _fake_setup(repo: Path, body: str) -> Path:
     script = repo / "scripts" / "setup.sh"
     script.parent.mkdir(parents=True)

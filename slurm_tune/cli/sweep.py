@@ -145,7 +145,8 @@ def _history(args, directory: str) -> int:
         if args.node and args.node not in judge.pair_members(r["subject"]):
             continue
         rows.append(dict(r, when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
-                         fingerprint=store.fingerprint_key(r.get("fingerprint") or {}), detail=r.get("detail", "")[:80]))
+                         fingerprint=store.fingerprint_key(r.get("fingerprint") or {}),
+                         detail=r.get("detail", "")[:80]))
     if args.format == "json" or args.json:
         sys.stdout.write(json_text({"partition": args.partition, "results": rows}))
     elif args.format == "csv":

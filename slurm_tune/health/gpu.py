@@ -159,7 +159,8 @@ def _check_remap(dev, subject, short) -> result.Result:
     if not isinstance(rows, dict) or type(rows.get("pending")) is not bool or type(rows.get("failure")) is not bool:
         return result.unknown("gpu.remap", subject, f"unreadable remapped rows {rows!r}")
     if rows["failure"]:
-        return result.fail("gpu.remap", subject, "row remapping failed; expected no failure", f"{short} row remap failed")
+        return result.fail("gpu.remap", subject, "row remapping failed; expected no failure",
+                           f"{short} row remap failed")
     if rows["pending"]:
         return result.degraded("gpu.remap", subject, f"row remap pending ({rows.get('uncorrectable')} uncorrectable "
                                                 "rows): a GPU reset applies it; expected none pending",
@@ -255,7 +256,8 @@ def _check_pci(section, spec, judge_width: bool) -> list:
             unreadable.append(address)  # (a readable other vendor id is simply not a GPU)
     seen = f"{len(nvidia)} NVIDIA GPUs on the PCI bus; expected {spec.count}"
     if gone:
-        out = [result.fail("gpu.pci", "node", f"{seen}; gone from the bus: {', '.join(gone)}", f"{gone[0]} gone from PCI")]
+        out = [result.fail("gpu.pci", "node", f"{seen}; gone from the bus: {', '.join(gone)}",
+                           f"{gone[0]} gone from PCI")]
     elif len(nvidia) < spec.count and unreadable:
         out = [result.unknown("gpu.pci", "node", f"{seen}; unreadable vendor id of {', '.join(unreadable)}")]
     elif len(nvidia) < spec.count:

@@ -94,7 +94,8 @@ def _check_port(devices: dict, hca, fabric, thresholds, baseline: dict) -> tuple
     if ports is None or (port is None and str(hca.port) in ports):
         return [result.unknown("ib.link", subject, f"unreadable port list for {hca.device}")], None
     if port is None and isinstance(dev.get("ports_error"), str):
-        return [result.unknown("ib.link", subject, f"cannot list the ports of {hca.device}: {dev['ports_error']}")], None
+        return [result.unknown("ib.link", subject,
+                               f"cannot list the ports of {hca.device}: {dev['ports_error']}")], None
     if port is not None and isinstance(port.get("unreadable"), str):
         return [result.unknown("ib.link", subject, f"port {hca.port} of {hca.device} is there but cannot be read: "
                                               f"{port['unreadable']}")], None

@@ -7,8 +7,9 @@ with the command, its exit code and Slurm's message. Output the adapter does not
 naming the command and the Slurm release.
 
 This module builds each command and reads its answer; the rest of the package does one job each: spawn.py
-runs the process, sacctargs.py builds sacct's command line, records.py and scontrol.py parse records, associations.py reads `sacctmgr show assoc`,
-version.py knows the release and where output changes shape with it.
+runs the process, sacctargs.py builds sacct's command line, records.py and scontrol.py parse records,
+associations.py reads `sacctmgr show assoc`, version.py knows the release and where output changes shape with
+it.
 
 Hot path (stune-sbatch): see docs/speed.md. Processes start through spawn.py; json, the records,
 associations.py and version.py are imported by the methods that read them.
