@@ -43,6 +43,10 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   .venv/bin/python -m pip install -q -e ".[nvml,reports,accountant,test]" --config-settings editable_mode=compat
   touch "$stamp"
 fi
+# The dev cluster's command, from this checkout (stune_dev is not in the wheel; the compat editable install
+# puts the checkout on the venv's sys.path).
+printf '#!/bin/sh\nexec "%s" -m stune_dev "$@"\n' "$REPO/.venv/bin/python" > .venv/bin/stune-devcluster
+chmod 755 .venv/bin/stune-devcluster
 
 # torch (CPU) for the distributed-training template tests (tests/test_sbatch_torch.py: gloo on two dev-cluster
 # nodes). Pinned to the local +cpu build: PyPI carries no +cpu version, so pip can never fall back to the

@@ -1,8 +1,8 @@
 """Loading validated partition profiles: the marshal cache, root's trust rules, and the read-only view.
 
-Split from profiles.py (the schema and the validation) because this is the part on the hot paths (see
+Split from profilecheck.py (the schema and the validation) because this is the part on the hot paths (see
 docs/speed.md): a cache hit neither imports yaml nor builds the schema; a miss validates the YAML through
-profiles.py. Every name here is also importable from slurm_tune.profiles.
+profilecheck.py. Every name here is also importable from slurm_tune.profiles.
 """
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from .errors import ConfigError, NoProfileError, UnsafePathError
 from .frozen import Frozen
 from .trust import open_regular, read_bounded, require_trusted, trusted_stat_or_raise
 
-SITE_FILE = "site.yaml"
 DEFAULT_DIR = "/etc/stune/partitions"
 CACHE_FORMAT = 2
 # The cache is keyed by the validating code too: an upgrade of stune invalidates it.
-_PROFILES_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles.py")
+_VALIDATOR_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profilecheck.py")
 
 
 class Profile(Frozen):
@@ -68,7 +67,7 @@ def _cache_path(directory: str) -> str:
 def _fingerprint(directory: str) -> tuple:
     """What the cache is keyed by: every profile file's (name, size, mtime, inode). Run as root, each file
     must be root's and writable by root alone (the directory is checked by the caller)."""
-    stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(_PROFILES_PY)]
+    stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(_VALIDATOR_PY)]
     for name in _yaml_files(directory):
         path = os.path.join(directory, name)
         try:
@@ -139,9 +138,9 @@ def _load_raw(directory: str) -> dict[str, dict | bytes]:
     profiles, usable = _read_cache(cache, fingerprint)
     if profiles is not None:
         return profiles
-    from .profiles import _validate_all  # a miss; hot path: see docs/speed.md
+    from .profilecheck import _validate_all  # a miss; hot path: see docs/speed.md
 
-    profiles = _validate_all(directory)
+    profiles = _validate_all(directory, _yaml_files(directory))
     if usable:
         _write_cache(cache, fingerprint, profiles)
     return profiles
@@ -161,9 +160,9 @@ def _unpacked(directory: str, raw: dict, name: str) -> dict:
         data = None
     if isinstance(data, dict):
         return data
-    from .profiles import _validate_all
+    from .profilecheck import _validate_all
 
-    return _validate_all(directory)[name]
+    return _validate_all(directory, _yaml_files(directory))[name]
 
 
 def load_profiles(directory: str | os.PathLike | None = None) -> dict[str, Profile]:

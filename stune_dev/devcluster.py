@@ -2,7 +2,8 @@
 
 Everything binds to loopback and keeps its state under one directory (STUNE_CLUSTER_DIR, default
 /var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing, by
-`scripts/setup.sh --packages`: stune-devcluster is a developer's tool, run from a checkout.
+`scripts/setup.sh --packages`: stune-devcluster is a developer's tool, run from a checkout (`python -m stune_dev`).
+The cluster's shape and places are layout.py, what it needs of the machine host.py, its config files conffiles.py.
 
 Three Slurm series: 22.05 (Debian 12's packages, the default), 26.05 (Debian sid's packages, unpacked by
 scripts/build-slurm.sh into /var/cache/stune/slurm-26.05.5) and 24.11 (Debian 13's source, compiled by
@@ -18,12 +19,10 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_tune.cli import options
@@ -31,221 +30,15 @@ from slurm_tune.errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, SlurmError, S
 from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
+from .conffiles import ConfFiles
+from .host import ensure_node_names_resolve, ensure_packages, ensure_unix_users, pid_alive, port_open, wait_for
+from .layout import (BUILT_SERIES, CLUSTER_NAME, DEFAULT_SERIES, GPUS_PER_NODE, NODES, NVIDIA_MAJOR, REPO,
+                     SERIES_FILE, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError, Layout, SlurmInstall, log)
+
 RECONFIGURE = ["scontrol", "reconfigure"]  # the dev cluster's own; production stune never reconfigures
 
-NODES = ("n1", "n2", "n3")
-GPUS_PER_NODE = 4
-CPUS_PER_NODE = 8
-MEMORY_MB = 16000
-NVIDIA_MAJOR = 195
-CLUSTER_NAME = "stune"
-# Unix users with Slurm associations, for tests that need more than root (fair-share, permissions).
-TEST_ACCOUNTS = {"physics": ["stune-alice"], "biology": ["stune-bob"]}
-REPO = Path(__file__).resolve().parent.parent
-START_TIMEOUT_S = 60.0
-DEFAULT_SERIES = "22.05"
-BUILT_SERIES = {"26.05": "26.05.5", "24.11": "24.11.5"}  # series -> the release scripts/build-slurm.sh builds
-SERIES_FILE = "slurm-series"
 
-
-class ClusterError(StuneError):
-    """The local development cluster could not be brought up or down."""
-
-
-@dataclass(frozen=True)
-class SlurmInstall:
-    """Which Slurm runs the cluster: Debian's packages (prefix None: commands from PATH, /usr/sbin) or a
-    build under `prefix` (its bin/ and sbin/)."""
-
-    series: str
-    prefix: Path | None = None
-
-    @classmethod
-    def choose(cls, series: str | None = None) -> "SlurmInstall":
-        series = series or os.environ.get("STUNE_SLURM") or DEFAULT_SERIES
-        if series == DEFAULT_SERIES:
-            return cls(series)
-        if series not in BUILT_SERIES:
-            raise ClusterError(f"Slurm {series} is not one the dev cluster runs; choose "
-                               f"{', '.join([DEFAULT_SERIES, *BUILT_SERIES])}")
-        default = f"/var/cache/stune/slurm-{BUILT_SERIES[series]}"
-        return cls(series, Path(os.environ.get("STUNE_SLURM_PREFIX") or default))
-
-    @property
-    def bin_dir(self) -> str | None:
-        """Where the client commands are (None: from PATH)."""
-        return str(self.prefix / "bin") if self.prefix else None
-
-    def daemon(self, name: str) -> str:
-        return str(self.prefix / "sbin" / name) if self.prefix else name
-
-    @property
-    def plugin_dir(self) -> str | None:
-        """A built Slurm's plugins (slurm.conf's PluginDir); None: the packages' own."""
-        return str(self.prefix / "lib" / "slurm") if self.prefix else None
-
-    def slurmd_argv(self, node: str, conf: Path) -> list[str]:
-        """slurmd for one node of the cluster; a built Slurm's slurmd is told where its own slurmstepd is
-        (-d: Debian's binaries look in /usr/sbin, where Debian 12's 22.05 one is)."""
-        argv = [self.daemon("slurmd"), "-N", node, "-f", str(conf)]
-        return argv + ["-d", self.daemon("slurmstepd")] if self.prefix else argv
-
-    @property
-    def built(self) -> bool:
-        return self.prefix is None or (self.prefix / ".stune-built").exists()
-
-    def ensure(self, install: bool) -> None:
-        """A built series must be there; with install, build it (scripts/build-slurm.sh, minutes)."""
-        if self.built:
-            return
-        script = REPO / "scripts" / "build-slurm.sh"
-        if not install:
-            raise ClusterError(f"Slurm {self.series} is not built in {self.prefix}: run {script}")
-        log(f"building Slurm {self.series} into {self.prefix} (minutes)")
-        proc = subprocess.run(["bash", str(script), self.series], env=dict(os.environ, STUNE_SLURM_PREFIX=str(self.prefix)),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if proc.returncode != 0 or not self.built:
-            why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-            raise ClusterError(f"Slurm {self.series} could not be built: {why}")
-
-    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
-        """An environment whose PATH finds this Slurm's commands first (daemons pass it to prologs)."""
-        env = dict(os.environ if base is None else base)
-        if self.prefix:
-            env["PATH"] = f"{self.prefix / 'bin'}:{self.prefix / 'sbin'}:{env.get('PATH', '/usr/bin:/bin')}"
-        return env
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where everything lives, derived from one state directory and one port base."""
-
-    root: Path
-    port_base: int
-
-    @classmethod
-    def from_env(cls) -> "Layout":
-        root = Path(os.environ.get("STUNE_CLUSTER_DIR", "/var/tmp/stune-cluster"))
-        return cls(root=root, port_base=int(os.environ.get("STUNE_CLUSTER_PORT_BASE", "26800")))
-
-    etc = property(lambda s: s.root / "etc")
-    run = property(lambda s: s.root / "run")
-    log = property(lambda s: s.root / "log")
-    spool = property(lambda s: s.root / "spool")
-    dev = property(lambda s: s.root / "dev")
-    mysql_data = property(lambda s: s.root / "mysql")
-    slurm_conf = property(lambda s: s.etc / "slurm.conf")
-    extra_conf = property(lambda s: s.etc / "slurm.extra.conf")
-    fragments = property(lambda s: s.etc / "conf.d")
-    prolog_d = property(lambda s: s.root / "prolog.d")
-    epilog_d = property(lambda s: s.root / "epilog.d")
-    munge_socket = property(lambda s: s.run / "munge" / "munge.socket.2")
-    mysql_socket = property(lambda s: s.run / "mysqld.sock")
-    ctld_port = property(lambda s: s.port_base + 17)
-    dbd_port = property(lambda s: s.port_base + 19)
-    mysql_port = property(lambda s: s.port_base + 6)
-
-    def node_port(self, index: int) -> int:
-        return self.port_base + 21 + index
-
-    def pidfile(self, daemon: str) -> Path:
-        return self.run / f"{daemon}.pid"
-
-    def node_dir(self, node: str) -> Path:
-        """A per-node directory standing in for that node's local disk: fixture sysfs trees, stune's
-        node-local state, the cache tier. Hooks find it from $SLURMD_NODENAME."""
-        return self.root / "nodes" / node
-
-
-def log(msg: str) -> None:
-    print(f"devcluster: {msg}", file=sys.stderr, flush=True)
-
-
-def ensure_packages() -> None:
-    """The Debian packages the cluster runs on (munge, MariaDB, Slurm's daemons), installed when missing by
-    scripts/setup.sh, their one list: `setup.sh --packages` does only that step."""
-    script = REPO / "scripts" / "setup.sh"
-    if not script.is_file():
-        raise ClusterError(f"{script} is missing: stune-devcluster runs from a checkout of stune")
-    proc = subprocess.run(["bash", str(script), "--packages"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    for line in proc.stdout.splitlines():
-        log(line)
-    if proc.returncode != 0:
-        raise ClusterError(f"{script} --packages failed (exit {proc.returncode}): "
-                           f"{(proc.stdout.strip().splitlines() or ['no message'])[-1]}")
-
-
-def ensure_unix_users() -> None:
-    for users in TEST_ACCOUNTS.values():
-        for user in users:
-            try:
-                pwd.getpwnam(user)
-            except KeyError:
-                subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True,
-                               capture_output=True)
-
-
-HOSTS_FILE = Path("/etc/hosts")
-
-
-def ensure_node_names_resolve(hosts: Path = HOSTS_FILE) -> None:
-    """Each node's NodeHostname (its NodeName) resolves to loopback through /etc/hosts, so what jobs read
-    from Slurm (`scontrol show hostnames`, SLURM_JOB_NODELIST, MASTER_ADDR) can be connected to, as on a real
-    cluster. Appends one line for the names it lacks; a name /etc/hosts already maps is left as it is."""
-    try:
-        text = hosts.read_text()
-    except OSError:
-        text = ""
-    known = set()
-    for line in text.splitlines():
-        words = line.split("#", 1)[0].split()
-        known.update(words[1:])
-    missing = [n for n in NODES if n not in known]
-    if missing:
-        with hosts.open("a") as fh:  # in place: /etc/hosts is often a bind mount in containers
-            fh.write(("" if not text or text.endswith("\n") else "\n")
-                     + f"127.0.0.1\t{' '.join(missing)}\t# stune-devcluster: the dev cluster's node names\n")
-
-
-def pid_alive(pidfile: Path) -> int | None:
-    try:
-        pid = int(pidfile.read_text().split()[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
-        return None
-    try:  # a recycled pid is not our daemon
-        if "zombie" in Path(f"/proc/{pid}/status").read_text().lower():
-            return None
-    except OSError:
-        return None
-    return pid
-
-
-def wait_for(what: str, predicate, timeout: float = START_TIMEOUT_S, logfile: Path | None = None,
-             pidfile: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    problem = f"did not come up within {timeout:g}s"
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if pidfile is not None and pidfile.exists() and pid_alive(pidfile) is None:
-            problem = "exited"
-            break
-        time.sleep(0.2)
-    tail = ""
-    if logfile and logfile.exists():
-        tail = " | ".join(logfile.read_text(errors="replace").strip().splitlines()[-3:])
-    raise ClusterError(f"{what} {problem}{': ' + tail if tail else ''}")
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-class DevCluster:
+class DevCluster(ConfFiles):
     def __init__(self, layout: Layout | None = None, profiles_dir: Path | None = None,
                  install: SlurmInstall | None = None):
         self.layout = layout or Layout.from_env()
@@ -277,119 +70,6 @@ class DevCluster:
         if made_by != self.install.series:
             raise ClusterError(f"{self.layout.root} holds a Slurm {made_by} cluster, not {self.install.series}: "
                                f"use another STUNE_CLUSTER_DIR (and port base) or `stune-devcluster destroy` it")
-
-    # ---- configuration -------------------------------------------------------------------------------
-    def partitions(self) -> list[tuple[str, bool]]:
-        """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3."""
-        from slurm_tune.profiles import load_profiles
-
-        names = sorted(load_profiles(self.profiles_dir))
-        default = os.environ.get("STUNE_DEFAULT_PARTITION") or (names[0] if names else None)
-        return [(n, n == default) for n in names]
-
-    def render_slurm_conf(self) -> str:
-        L = self.layout
-        host = socket.gethostname().split(".")[0]
-        lines = [
-            "# Written by stune-devcluster; regenerated by every `up`.",
-            f"ClusterName={CLUSTER_NAME}",
-            f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={L.ctld_port}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            f"StateSaveLocation={L.spool}/ctld",
-            f"SlurmdSpoolDir={L.spool}/slurmd-%n",
-            f"SlurmctldPidFile={L.pidfile('slurmctld')}",
-            f"SlurmdPidFile={L.run}/slurmd-%n.pid",
-            f"SlurmctldLogFile={L.log}/slurmctld.log",
-            f"SlurmdLogFile={L.log}/slurmd-%n.log",
-            *([f"PluginDir={self.install.plugin_dir}"] if self.install.plugin_dir else []),
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            # No daemon listens on all addresses: slurmd on its NodeAddr (loopback), slurmctld on the address
-            # this machine's host name resolves to (loopback where /etc/hosts says so, as on most machines).
-            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
-            # No mailer in a dev cluster (26.05 reports the default /bin/mail missing as an error)
-            "MailProg=/bin/true",
-            f"AuthInfo=socket={L.munge_socket}",
-            # No cgroup inside a container: linuxproc tracks processes, and nothing binds to CPUs that
-            # the three simulated nodes do not really have.
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/linux",
-            "JobAcctGatherFrequency=30",
-            "SlurmdParameters=config_overrides",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "GresTypes=gpu",
-            "SchedulerType=sched/backfill",
-            # A failed prolog drains the node and requeues the job without holding it, so it runs elsewhere.
-            "SchedulerParameters=sched_interval=5,bf_interval=5,nohold_on_prolog_fail",
-            "PriorityType=priority/multifactor",
-            "PriorityWeightFairshare=10000",
-            "PriorityWeightAge=100",
-            "PriorityDecayHalfLife=7-0",
-            "PriorityCalcPeriod=1",
-            "PriorityFavorSmall=NO",
-            "AccountingStorageType=accounting_storage/slurmdbd",
-            "AccountingStorageHost=127.0.0.1",
-            f"AccountingStoragePort={L.dbd_port}",
-            f"AccountingStoragePass={L.munge_socket}",  # the munge socket for the slurmdbd connection
-            "AccountingStorageTRES=gres/gpu",
-            # `limits` also makes Slurm charge a finished job's last partial PriorityCalcPeriod.
-            "AccountingStorageEnforce=associations,limits",
-            "JobCompType=jobcomp/none",
-            "MpiDefault=none",
-            "ReturnToService=2",
-            "SlurmdTimeout=120",
-            "KillWait=5",
-            # Finished jobs stay known for a day: Slurm 22.05 can hand out a purged job's id again after a
-            # reconfigure, and tests (and sacct) would then see two jobs under one id.
-            "MinJobAge=86400",
-            "InactiveLimit=0",
-            "HealthCheckInterval=0",
-            # Hooks are directories (slurm.conf allows a glob): each stune part drops in its own script.
-            f"Prolog={L.prolog_d}/*",
-            f"Epilog={L.epilog_d}/*",
-            f"Include {L.extra_conf}",
-        ]
-        for i, node in enumerate(NODES):
-            lines.append(
-                f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={L.node_port(i)} "
-                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN")
-        for name, default in self.partitions():
-            lines.append(f"PartitionName={name} Nodes={','.join(NODES)} Default={'YES' if default else 'NO'} "
-                         "MaxTime=INFINITE State=UP")
-        return "\n".join(lines) + "\n"
-
-    def render_gres_conf(self) -> str:
-        last = GPUS_PER_NODE - 1
-        return (f"AutoDetect=off\n"
-                f"NodeName={NODES[0][0]}[1-{len(NODES)}] Name=gpu File={self.layout.dev}/nvidia[0-{last}]\n")
-
-    def render_slurmdbd_conf(self) -> str:
-        L = self.layout
-        return "\n".join([
-            "AuthType=auth/munge",
-            f"AuthInfo=socket={L.munge_socket}",
-            "DbdHost=localhost",
-            "DbdAddr=127.0.0.1",
-            f"DbdPort={L.dbd_port}",
-            "CommunicationParameters=NoInAddrAny",  # listen on DbdHost's address only
-            "SlurmUser=root",
-            "DebugLevel=info",
-            *([f"PluginDir={self.install.plugin_dir}"] if self.install.plugin_dir else []),
-            f"LogFile={L.log}/slurmdbd.log",
-            f"PidFile={L.pidfile('slurmdbd')}",
-            "StorageType=accounting_storage/mysql",
-            "StorageHost=127.0.0.1",
-            f"StoragePort={L.mysql_port}",
-            "StorageUser=slurm",
-            "StoragePass=stune",
-            "StorageLoc=stune_acct",
-        ]) + "\n"
 
     def write_config(self) -> bool:
         """Write every config file; True when slurm.conf or gres.conf changed."""
@@ -766,6 +446,3 @@ def _exports(cluster: DevCluster) -> str:
         lines.append(f'export PATH={cluster.install.bin_dir}:"$PATH"')
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

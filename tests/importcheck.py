@@ -22,7 +22,7 @@ HEAVY = frozenset({"re", "json", "subprocess", "typing", "dataclasses", "enum", 
                    "collections", "shutil", "tempfile", "hashlib", "datetime", "shlex", "fnmatch", "pathlib",
                    "yaml", "numpy", "matplotlib", "pynvml", "rich", "prometheus_client",
                    # the profile schema and its validation: only a profile cache miss needs them (profilestore)
-                   "slurm_tune.profiles", "slurm_tune.schema"})
+                   "slurm_tune.profiles", "slurm_tune.profilecheck", "slurm_tune.schema"})
 
 
 def _run(code: str, env: dict | None) -> set[str]:

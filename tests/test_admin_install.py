@@ -149,7 +149,10 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for piece in shipped.PIECES:
         assert any(n.endswith(f"/data/share/slurm-tune/{piece.source}") for n in names), piece.source
-    assert {"stune_dev/devcluster.py", "stune_dev/demo.py"} <= set(names)  # the dev tools, beside slurm_tune
+    # the dev tools stay in the checkout: nothing of stune_dev, and no stune-devcluster command
+    assert not [n for n in names if n.startswith("stune_dev/") or "stune_dev" in n], names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "stune_dev" not in zipfile.ZipFile(wheel).read(entry_points).decode()
     subprocess.run([sys.executable, "-c", "from setuptools import build_meta; build_meta.build_sdist('sdist')"],
                    cwd=src, check=True, capture_output=True, timeout=300)
     import tarfile
@@ -217,9 +220,10 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     assert {"PrologFlags", "TaskProlog", "profiles"} <= keys, keys
     assert any(f["subject"] == "Prolog" and f["severity"] == "ok" for f in findings)
     assert any(f["subject"] == "Prolog: fast health checks" and f["severity"] == "ok" for f in findings)
-    devcluster = subprocess.run([str(venv / "bin/stune-devcluster"), "--help"], capture_output=True, text=True,
-                                env=env, cwd=tmp_path, timeout=120)
-    assert devcluster.returncode == 0 and "usage: stune-devcluster" in devcluster.stdout, devcluster.stderr
+    assert not (venv / "bin/stune-devcluster").exists()
+    no_dev = subprocess.run([str(venv / "bin/python"), "-c", "import stune_dev"], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=120)
+    assert no_dev.returncode != 0 and "No module named 'stune_dev'" in no_dev.stderr, no_dev.stderr
     gone = subprocess.run([admin, "uninstall", "--prefix", str(root)], capture_output=True, text=True, env=env,
                           timeout=120)
     assert gone.returncode == 0, gone.stdout

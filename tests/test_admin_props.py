@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from slurm_tune.admin import doctor
 from slurm_tune.admin.slurmconf import SlurmConf, gpu_partitions, partition_needs, requirements, seconds
 from slurm_tune.errors import ConfigError
-from slurm_tune.topology import build_topology, parse_ibnetdiscover, parse_node_name_map
+from slurm_tune.admin.topology import build_topology, parse_ibnetdiscover, parse_node_name_map
 
 PATHS = {"prolog_dir": "/etc/slurm/prolog.d", "epilog_dir": "/etc/slurm/epilog.d",
          "health_run": "/etc/slurm/stune-health-run", "task_prolog": "/etc/slurm/stune-task-prolog",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stune_dev import devcluster
+from stune_dev import devcluster, host
 from stune_dev.devcluster import ClusterError, DevCluster, Layout, SlurmInstall, _exports, main
 
 
@@ -126,6 +126,20 @@ def test_no_production_module_or_hook_uses_the_dev_tools():
     assert {"slurm_tune.errors", "slurm_tune.slurm"} <= _imports_of(REPO / "stune_dev" / "devcluster.py")
 
 
+def test_a_missing_build_is_built_with_build_slurm_sh_and_a_failed_build_says_why(monkeypatch, tmp_path, capsys):
+    from stune_dev import layout
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "build-slurm.sh").write_text('echo "args: $*" >&2; echo "E: no compiler" >&2; exit 1\n')
+    monkeypatch.setattr(layout, "REPO", repo)
+    monkeypatch.setenv("STUNE_SLURM_PREFIX", str(tmp_path / "prefix"))
+    install = SlurmInstall.choose("24.11")
+    with pytest.raises(ClusterError, match="Slurm 24.11 could not be built: E: no compiler"):
+        install.ensure(install=True)
+    assert f"devcluster: building Slurm 24.11 into {tmp_path / 'prefix'} (minutes)" in capsys.readouterr().err
+
+
 def _fake_setup(repo: Path, body: str) -> Path:
     script = repo / "scripts" / "setup.sh"
     script.parent.mkdir(parents=True)
@@ -136,20 +150,20 @@ def _fake_setup(repo: Path, body: str) -> Path:
 def test_ensure_packages_is_setup_sh_packages_step(monkeypatch, tmp_path, capsys):
     """The package list lives in scripts/setup.sh only: `up` runs its --packages step."""
     _fake_setup(tmp_path, "echo 'setup.sh: installing Debian packages: munge'")
-    monkeypatch.setattr(devcluster, "REPO", tmp_path)
-    devcluster.ensure_packages()
+    monkeypatch.setattr(host, "REPO", tmp_path)
+    host.ensure_packages()
     assert (tmp_path / "calls").read_text() == "args: --packages\n"
     assert "devcluster: setup.sh: installing Debian packages: munge" in capsys.readouterr().err
 
 
 def test_ensure_packages_reports_a_failed_install(monkeypatch, tmp_path):
     _fake_setup(tmp_path, "echo 'E: Unable to locate package slurmd' >&2; exit 100")
-    monkeypatch.setattr(devcluster, "REPO", tmp_path)
+    monkeypatch.setattr(host, "REPO", tmp_path)
     with pytest.raises(ClusterError, match=r"setup.sh --packages failed \(exit 100\): E: Unable to locate package"):
-        devcluster.ensure_packages()
+        host.ensure_packages()
     (tmp_path / "scripts" / "setup.sh").unlink()
     with pytest.raises(ClusterError, match="setup.sh is missing: stune-devcluster runs from a checkout"):
-        devcluster.ensure_packages()
+        host.ensure_packages()
 
 
 def test_setup_sh_refuses_an_unknown_argument():

@@ -283,8 +283,8 @@ def test_importing_the_adapter_loads_no_records_or_collections():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True).stdout
     commands, first, second = out.splitlines()
     assert commands.split() == ["slurm_tune.slurm.commands", "slurm_tune.slurm.spawn"]
-    assert first.split() == ["slurm_tune.slurm.adapter", "slurm_tune.slurm.commands", "slurm_tune.slurm.scontrol",
-                             "slurm_tune.slurm.spawn"]
+    assert first.split() == ["slurm_tune.slurm.adapter", "slurm_tune.slurm.commands", "slurm_tune.slurm.sacctargs",
+                             "slurm_tune.slurm.scontrol", "slurm_tune.slurm.spawn"]
     assert second.split() == ["slurm_tune.slurm.records", "slurm_tune.slurm.associations", "slurm_tune.slurm.version"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_tune.errors import ConfigError
-from slurm_tune.topology import build_topology, host_name, parse_ibnetdiscover, render, switch_name, Device
+from slurm_tune.admin.topology import build_topology, host_name, parse_ibnetdiscover, render, switch_name, Device
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ibnetdiscover"
 ADMIN = os.path.join(os.path.dirname(sys.executable), "stune-admin")

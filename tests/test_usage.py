@@ -557,3 +557,41 @@ def test_the_sampler_daemon_reads_STUNE_GPU_SNAPSHOT(tmp_path):
     assert f"snapshot {tmp_path / 'gpus-n7.json'}" in proc.stderr and str(local) in proc.stderr
     _, gpus = accum.read(str(local / "acc" / "8"))
     assert gpus[0]["samples"] >= 3 and gpus[0]["sm_sum"] / gpus[0]["sm_dt"] == pytest.approx(0.7)
+
+
+# ---- the pipeline named in one place (usage/pipeline.py) ---------------------------------------------------
+def test_one_job_travels_the_pipeline_in_the_formats_pipeline_py_names(tmp_path):
+    """Stages 1-3 for real (the prolog script, the sampler, the node epilog), then the AdminComment line and
+    the ledger file: each artifact is where and what usage/pipeline.py says."""
+    from slurm_tune.fairshare.ledger import Ledger
+    from slurm_tune.usage import pipeline
+
+    local, shared = tmp_path / "usage", tmp_path / "spool"
+    shared.mkdir()
+    clock = Clock()
+    hook = run_hook(REPO / "prolog" / "20-stune-jobgpus",
+                    {"SLURM_JOB_ID": "12", "SLURM_JOB_GPUS": "0", "STUNE_USAGE_DIR": str(local)}, tmp_path)
+    assert hook.returncode == 0 and (local / pipeline.JOBS_DIR / "12").read_text() == "0\n"
+    os.utime(local / pipeline.JOBS_DIR / "12", (clock.t - 1, clock.t - 1))
+    sampler = Sampler(open_gpu_source(snapshot=write_snapshot(tmp_path / "snap.json", 50, gpus=1)), str(local),
+                      interval=1.0, clock=clock)
+    clock.t += 1.0
+    sampler.sample_once()
+    assert (local / pipeline.ACC_DIR / "12").read_bytes().startswith(pipeline.ACCUMULATOR_MAGIC)
+    assert spool.node_epilog(str(local), str(shared), "12", "n1", "0", now=clock.t) == \
+        f"wrote {shared}/12/n1{pipeline.NODE_SUMMARY_SUFFIX}"
+    sampler.close()
+    docs, _ = spool.read_job_dir(str(shared / "12"))
+    line = summary.encode(summary.merge(docs, 1))
+    assert line.startswith(pipeline.ADMIN_COMMENT_PREFIX) and summary.parse(line) is not None
+    Ledger(watermark=1, as_of=1).save(str(tmp_path / "ledger.json"))
+    assert json.loads((tmp_path / "ledger.json").read_text())["format"] == pipeline.LEDGER_FORMAT
+
+
+def test_every_stage_of_the_pipeline_is_a_process_stune_ships():
+    from slurm_tune.usage import pipeline
+
+    console = (REPO / "setup.cfg").read_text()
+    for _, process, _, home in pipeline.STAGES:
+        assert (REPO / process).is_file() or f"{process} = " in console, process
+        assert (REPO / "slurm_tune" / home).is_file(), home

@@ -16,7 +16,7 @@ import time
 
 from .. import fastjson, safeio
 from ..hw.sysfs import resolve_root
-from . import parse as P
+from . import parse
 from .checks import CATALOGUE, DD_FALLBACK, DD_PREPARE, tool_path
 
 MARK = "STUNE-ACTIVE "
@@ -91,7 +91,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
         values = {"file": file, "path": directory, "size": str(size), "count": str(max(1, size >> 20))}
         if path is None:  # fio absent: dd with direct I/O
             tool, template, path = "dd", DD_FALLBACK, shutil.which("dd")
-            check = check._replace(parser=P.dd)
+            check = check._replace(parser=parse.dd)
         if not directory or not os.path.isdir(directory):
             return _emit_all(emit, spec, base, fp, "unknown", f"disk check directory {directory!r} does not exist")
         try:  # created here, exclusively, so nothing planted under that name is read or written through

@@ -9,82 +9,16 @@ by the time limit is unknown, not slow.
 
 Units: bandwidths come out in GB/s (1e9 bytes/s) for GPUs and disks, Gb/s (1e9 bits/s) for networks, as the
 tools print them.
+
+What a Reading is, and the rules for numbers and cut output, live in reading.py (its names are importable from
+here too); this module holds one parser per tool format.
 """
 from __future__ import annotations
 
 import re
-from collections import namedtuple
 
-OK, FAIL, UNKNOWN, UNAVAILABLE = "ok", "fail", "unknown", "unavailable"
-MAX_VALUE = 1e7  # no link or disk reaches 10 PB/s; anything above is a misread
-_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?\Z")
-_EXP_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,12})?(?:[eE][-+]?[0-9]{1,3})?\Z")
-
-
-class Reading(namedtuple("Reading", "status value unit detail extra")):
-    """status: ok/fail/unknown; value: float or None; unit: e.g. 'GB/s'; detail: one line for a human;
-    extra: small dict of what else the output said (nccl version, per-test sums...)."""
-
-    __slots__ = ()
-
-
-def ok(value: float, unit: str, detail: str, **extra) -> Reading:
-    return Reading(OK, value, unit, detail, extra)
-
-
-def fail(detail: str, value=None, unit: str = "", **extra) -> Reading:
-    return Reading(FAIL, value, unit, detail, extra)
-
-
-def unknown(detail: str, **extra) -> Reading:
-    return Reading(UNKNOWN, None, "", detail, extra)
-
-
-def unavailable(detail: str, **extra) -> Reading:
-    """The tool (or what it needs) is not installed: summarized as "not available", never marks a node."""
-    return Reading(UNAVAILABLE, None, "", detail, extra)
-
-
-def text_of(output) -> str:
-    """Tool output as text: bytes are decoded leniently (a stray byte must not hide the result lines)."""
-    if isinstance(output, (bytes, bytearray, memoryview)):
-        return bytes(output).decode("utf-8", "replace")
-    return output if isinstance(output, str) else ""
-
-
-def complete_lines(output) -> list[str]:
-    """The output's lines, without a last line that was cut mid-way (no newline): a number cut short
-    ('428.53' -> '4') must not be read."""
-    text = text_of(output)
-    lines = text.splitlines()
-    if lines and not text.endswith(("\n", "\r")):
-        lines.pop()
-    return lines
-
-
-def number(token: str, exponent: bool = False) -> float | None:
-    """A plain decimal as the tools print it, or None. Rejects nan, inf, '1_000', signs, absurd sizes."""
-    if not isinstance(token, str) or not (_EXP_NUMBER if exponent else _NUMBER).match(token):
-        return None
-    value = float(token)
-    return value if 0.0 <= value <= MAX_VALUE else None
-
-
-def _json_number(value) -> float | None:
-    if type(value) is int:
-        return float(value) if 0 <= value <= MAX_VALUE * 1e9 else None
-    if type(value) is float and value == value and 0.0 <= value <= MAX_VALUE * 1e9:
-        return value
-    return None
-
-
-def _first_error(lines, markers) -> str | None:
-    for line in lines:
-        stripped = line.strip()
-        if any(m in stripped for m in markers):
-            return stripped[:200]
-    return None
-
+from .reading import (FAIL, MAX_VALUE, NUMBER, OK, UNAVAILABLE, UNKNOWN, Reading, complete_lines,  # noqa: F401
+                      fail, first_error, json_number, number, ok, text_of, unavailable, unknown)
 
 # ---- nccl-tests (all_reduce_perf and friends) -------------------------------------------------------------
 _NCCL_ERRORS = ("Test NCCL failure", "Test CUDA failure", "NCCL WARN", "NCCL error", "Test failure",
@@ -144,7 +78,7 @@ def nccl_tests(output) -> Reading:
             continue
         rows.append((int(fields[0]), max(busbw)))
         wrong += sum(int(w) for w in wrongs if w.isdigit() and len(w) < 12)
-    error = _first_error(lines, _NCCL_ERRORS)
+    error = first_error(lines, _NCCL_ERRORS)
     if wrong:
         return fail(f"{wrong} wrong results (data corruption on a collective)", **extra)
     if oob:
@@ -176,7 +110,7 @@ def perftest_bw(output) -> Reading:
             header_at = i
             unit = "Gb/sec" if "BW average[Gb/sec]" in line else "MB/sec" if "BW average[MB/sec]" in line else None
     if header_at is None:
-        error = _first_error(lines, _PERFTEST_ERRORS)
+        error = first_error(lines, _PERFTEST_ERRORS)
         return unknown(f"ib_write_bw error: {error}" if error else "no result table in the perftest output")
     if unit is None:
         return unknown("perftest result table in an unknown unit")
@@ -224,7 +158,7 @@ def fio_json(output, direction: str = "read") -> Reading:
     text = text_of(output)
     doc, why = _json_object(text)
     if doc is None:
-        error = _first_error(text.splitlines(), ("fio: ", "error"))
+        error = first_error(text.splitlines(), ("fio: ", "error"))
         return unknown(f"fio: {error}" if error else why)
     jobs = doc.get("jobs")
     if not isinstance(jobs, list) or not jobs:
@@ -239,9 +173,9 @@ def fio_json(output, direction: str = "read") -> Reading:
         part = job.get(direction)
         if not isinstance(part, dict):
             return unknown(f"fio JSON job has no {direction} section")
-        bw = _json_number(part.get("bw_bytes"))
+        bw = json_number(part.get("bw_bytes"))
         if bw is None:
-            kib = _json_number(part.get("bw"))  # fio before 3.5 reports KiB/s only
+            kib = json_number(part.get("bw"))  # fio before 3.5 reports KiB/s only
             bw = kib * 1024 if kib is not None else None
         if bw is None:
             return unknown(f"fio JSON job has no readable {direction} bandwidth")
@@ -301,8 +235,8 @@ def iperf3_json(output) -> Reading:
     part = end.get("sum_received") if isinstance(end.get("sum_received"), dict) else end.get("sum")
     if not isinstance(part, dict):
         return unknown("iperf3 JSON has no receiver summary")
-    bps = _json_number(part.get("bits_per_second"))
-    seconds = _json_number(part.get("seconds"))
+    bps = json_number(part.get("bits_per_second"))
+    seconds = json_number(part.get("seconds"))
     if bps is None:
         return unknown("iperf3 receiver rate unreadable")
     if seconds is not None and seconds == 0:
@@ -338,7 +272,7 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
             value = stripped.partition(":")[2].strip().split()
             if value and value[0].isdigit() and len(value[0]) == 5:  # 12040 -> 12.4
                 extra["cuda"] = f"{int(value[0]) // 1000}.{int(value[0]) % 1000 // 10}"
-            elif value and _NUMBER.match(value[0]):
+            elif value and NUMBER.match(value[0]):
                 extra["cuda"] = value[0]
         if current is not None:
             fields = stripped.split()
@@ -354,7 +288,7 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
     if test not in sums:
         if test in matrix and any("Waived" in line for line in lines):
             return unknown(f"nvbandwidth waived {test}", **extra)
-        error = _first_error(lines, ("CUDA_ERROR", "cuda error", "Error", "error", "terminate called"))
+        error = first_error(lines, ("CUDA_ERROR", "cuda error", "Error", "error", "terminate called"))
         return unknown(f"nvbandwidth: {error}" if error else f"no SUM line for {test}", **extra)
     cells = [c for c in matrix.get(test, []) if c[1] is not None]
     if cells:
@@ -429,7 +363,7 @@ def dcgmi_diag(output) -> Reading:
         last = (name, word, [[raw[1]]])
         tests.append(last)
     if not tests:
-        error = _first_error(lines, ("Error", "error", "Unable", "not found", "Failed"))
+        error = first_error(lines, ("Error", "error", "Unable", "not found", "Failed"))
         return unknown(f"dcgmi: {error}" if error else "no diagnostic results in the dcgmi output", **extra)
     if not closed:
         return unknown("truncated dcgmi diag output (table not closed)", **extra)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import csv
 import io
 
-from . import judge as J
+from . import judge
 from .store import FINGERPRINT_KEYS, fingerprint_key
 
 COLUMNS = ("check", "subject", "status", "value", "unit", "baseline", "ratio", "threshold", "floor", "slow",
            "runs", "fingerprint", "reason")
 
 
-def rows(results, settings: J.Settings) -> list[dict]:
-    bases, verdicts = J.judge(results, settings)
+def rows(results, settings: judge.Settings) -> list[dict]:
+    bases, verdicts = judge.judge(results, settings)
     units = {}
     for r in results:
         if r.get("unit"):
@@ -67,7 +67,7 @@ def drift(results) -> list[dict]:
         prev = [r["value"] for r in older if fingerprint_key(r["fingerprint"]) == prev_key]
         changed = ", ".join(f"{k} {prev_fp.get(k) or '?'} -> {rs[-1]['fingerprint'].get(k) or '?'}"
                             for k in FINGERPRINT_KEYS if (prev_fp.get(k) or "") != (rs[-1]["fingerprint"].get(k) or ""))
-        before, after = J.median(prev), J.median(cur)
+        before, after = judge.median(prev), judge.median(cur)
         out.append({"check": check, "subject": subject, "changed": changed, "before": round(before, 4),
                     "after": round(after, 4), "change": round(after / before - 1, 4) if before else None,
                     "runs_before": len(prev), "runs_after": len(cur)})
@@ -112,7 +112,7 @@ def prometheus(partition: str, data: list[dict]) -> str:
     lines += ["# HELP stune_active_outlier 1 when the subject is an outlier (k of n runs slow), 0 when not, "
               "-1 when it cannot be judged.", "# TYPE stune_active_outlier gauge"]
     for d in data:
-        value = {J.OUTLIER: 1, J.OK: 0}.get(d["status"], -1)  # unknown, unavailable: -1
+        value = {judge.OUTLIER: 1, judge.OK: 0}.get(d["status"], -1)  # unknown, unavailable: -1
         lines.append(f'stune_active_outlier{{partition="{_label(partition)}",check="{_label(d["check"])}",'
                      f'subject="{_label(d["subject"])}"}} {value}')
     return "\n".join(lines) + "\n"
@@ -132,7 +132,7 @@ def png(path: str, partition: str, data: list[dict]) -> None:
                              squeeze=False)
     for ax, check in zip(axes[:, 0], checks):
         ds = [d for d in data if d["check"] == check and d["value"] is not None]
-        colors = ["tab:red" if d["status"] == J.OUTLIER else "tab:blue" for d in ds]
+        colors = ["tab:red" if d["status"] == judge.OUTLIER else "tab:blue" for d in ds]
         ax.bar([d["subject"] for d in ds], [d["value"] for d in ds], color=colors)
         for d in ds[:1]:
             if d["baseline"] is not None:

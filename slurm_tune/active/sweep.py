@@ -19,11 +19,11 @@ import time
 
 from .. import fastjson
 from ..errors import StuneError
-from ..health import apply as A
+from ..health import apply
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
 from ..hostlist import expand_hostlist
-from . import judge as J
-from . import store as S
+from . import judge
+from . import store
 from .agent import MARK, targets
 from .checks import NODE, configured
 
@@ -172,7 +172,7 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
                     r = fastjson.loads(line[len(MARK):])
                 except (ValueError, UnicodeDecodeError, RecursionError):
                     continue
-                if S.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
+                if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
                     r["job"] = str(job_id)
                     found.append(r)
         seen = {r["subject"] for r in found}
@@ -198,7 +198,7 @@ def run_jobs(slurm, profile, opts, sweep_id, nodes, pairs=None, only=None) -> li
 
 
 # ---- marking ----------------------------------------------------------------------------------------------
-def node_verdicts(verdicts: list[J.Verdict], named: dict) -> dict:
+def node_verdicts(verdicts: list[judge.Verdict], named: dict) -> dict:
     """node -> (want: 'degraded'/'ok'/None, reason, checks whose pass may clear the node's mark (None: any)).
     Node checks directly. Pair checks through the members they name, and both ways: a node whose pairs all
     pass (and that no node check or pair blame marks) is ok for those pair checks, so a node named through
@@ -207,13 +207,13 @@ def node_verdicts(verdicts: list[J.Verdict], named: dict) -> dict:
     pairs: dict = {}  # node -> {check: [statuses of its pairs]}
     for v in verdicts:
         if "+" in v.subject:
-            for m in J.pair_members(v.subject):
+            for m in judge.pair_members(v.subject):
                 pairs.setdefault(m, {}).setdefault(v.check, []).append(v.status)
             continue
         node = v.subject
-        if v.status == J.OUTLIER:
+        if v.status == judge.OUTLIER:
             out[node] = ("degraded", v.reason, None)
-        elif v.status == J.OK and out.get(node, (None,))[0] != "degraded":
+        elif v.status == judge.OK and out.get(node, (None,))[0] != "degraded":
             out[node] = ("ok", "", None)
     for node, reason in named.items():
         out[node] = ("degraded", reason, None)
@@ -221,7 +221,7 @@ def node_verdicts(verdicts: list[J.Verdict], named: dict) -> dict:
         if node in out:
             continue
         statuses = {s for ss in by_check.values() for s in ss}
-        if statuses == {J.OK}:  # every pair it is in passed; one still slow or unknown leaves it as it is
+        if statuses == {judge.OK}:  # every pair it is in passed; one still slow or unknown leaves it as it is
             out[node] = ("ok", "", frozenset(by_check))
     return out
 
@@ -234,11 +234,11 @@ def _marked_check(node) -> str:
     return ""
 
 
-def apply_marks(slurm, profile, wants: dict, store: str, now: float, dry_run=False) -> list[str]:
+def apply_marks(slurm, profile, wants: dict, store_dir: str, now: float, dry_run=False) -> list[str]:
     """Mark or clear nodes through the health hooks' plan (feature + comment; drain when opted in)."""
     lines = []
     nodes = {n.name: n for n in slurm.nodes()}
-    state = S.read_state(store)
+    state = store.read_state(store_dir)
     marks = state.setdefault("marks", {})
     for name, (want, reason, *clears) in sorted(wants.items()):
         node = nodes.get(name)
@@ -250,30 +250,30 @@ def apply_marks(slurm, profile, wants: dict, store: str, now: float, dry_run=Fal
                 continue
             if clears and clears[0] is not None and _marked_check(node) not in clears[0]:
                 continue  # passing pairs clear a pair check's mark, not a node check's still unjudged
-            w = A.Want(A.CLEAR, "")
+            w = apply.Want(apply.CLEAR, "")
         else:
             if node.comment.startswith(REASON_PREFIX) and not ours:
                 lines.append(f"{name}: {reason} (already marked by the passive checks: {node.comment!r})")
                 continue
-            w = A.Want(A.DRAIN if profile.active.drain else A.DEGRADE, reason)
+            w = apply.Want(apply.DRAIN if profile.active.drain else apply.DEGRADE, reason)
         if dry_run:
             lines.append(f"{name}: would {w.action}: {reason}")
             continue
-        if w.action == A.DRAIN:
+        if w.action == apply.DRAIN:
             node_state = marks.setdefault(name, {})
-            outcome = A.sync(slurm, name, w, node_state, profile, now)
+            outcome = apply.sync(slurm, name, w, node_state, profile, now)
             lines.append(f"{name}: drain: {reason}" + "".join(f"; {n}" for n in outcome.notes))
             continue
-        kind = "ours" if node.drain and node.reason.startswith(ACTIVE_DRAIN) else A.drain_kind(node, {})
-        fields, notes = A.plan(node, w, kind, keep_active=False)
+        kind = "ours" if node.drain and node.reason.startswith(ACTIVE_DRAIN) else apply.drain_kind(node, {})
+        fields, notes = apply.plan(node, w, kind, keep_active=False)
         if fields:
             slurm.update_node(name, **fields)
         marks[name] = {"action": w.action, "reason": reason, "at": round(now, 3)}
         if fields or notes:
-            lines.append(f"{name}: {'marked degraded' if w.action == A.DEGRADE else 'cleared'}"
+            lines.append(f"{name}: {'marked degraded' if w.action == apply.DEGRADE else 'cleared'}"
                          f"{': ' + reason if reason else ''}" + "".join(f"; {n}" for n in notes))
     if not dry_run:
-        S.write_state(store, state)
+        store.write_state(store_dir, state)
     return lines
 
 
@@ -304,16 +304,16 @@ def sweep(slurm, profile, opts, now=None, log=print) -> dict:
         names = sorted(subjects)
         log(f"{check}: not available on {len(names)} node(s) ({','.join(names[:5])}{',...' if len(names) > 5 else ''})"
             f": {detail}")
-    S.append(opts.store, opts.partition, results)
+    store.append(opts.store, opts.partition, results)
     return judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log)
 
 
 def judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log) -> dict:
-    settings = J.Settings.from_profile(profile)
-    history = S.load(opts.store, opts.partition, since=now - profile.active.window)
-    bases, verdicts = J.judge(history, settings)
+    settings = judge.Settings.from_profile(profile)
+    history = store.load(opts.store, opts.partition, since=now - profile.active.window)
+    bases, verdicts = judge.judge(history, settings)
     pair_verdicts = [v for v in verdicts if "+" in v.subject]
-    named, still_open = J.blame_pairs(pair_verdicts)
+    named, still_open = judge.blame_pairs(pair_verdicts)
     findings = []
     if still_open and profile.active.bisect and not opts.dry_run:
         findings = bisect(slurm, profile, opts, sweep_id, still_open, pair_verdicts, bases, settings, log)
@@ -365,9 +365,9 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
 
 def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:
     """Test each member of an open slow pair against a known-good partner; name the member(s) at fault."""
-    bad = {m for v in open_pairs for m in J.pair_members(v.subject)}
-    good = sorted({m for v in pair_verdicts if v.status == J.OK for m in J.pair_members(v.subject)} - bad)
-    plan = J.bisect_plan(open_pairs, good)
+    bad = {m for v in open_pairs for m in judge.pair_members(v.subject)}
+    good = sorted({m for v in pair_verdicts if v.status == judge.OK for m in judge.pair_members(v.subject)} - bad)
+    plan = judge.bisect_plan(open_pairs, good)
     if not plan:
         log("bisection: no known-good partners; slow pairs stay unresolved: "
             + ", ".join(v.subject for v in open_pairs))
@@ -378,14 +378,14 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
                        pairs=plan, only=checks)
     for r in results:
         r["bisect"] = True
-    S.append(opts.store, opts.partition, results)
+    store.append(opts.store, opts.partition, results)
     findings = []  # one (members, why) per open pair, in order
     for v in open_pairs:
         base = v.baseline
         floor = settings.floors.get(v.check)
         tests = {}
-        hca = J.pair_hca(v.subject)
-        for member in J.pair_members(v.subject)[:2]:
+        hca = judge.pair_hca(v.subject)
+        for member in judge.pair_members(v.subject)[:2]:
             partner = next((b for a, b in plan if a == member), None)
             if partner is None:
                 continue
@@ -394,12 +394,12 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
                     and r["status"] in ("ok", "fail")]
             if not runs:
                 continue
-            slow = sum(J.slow_run(r, base, floor) for r in runs)
+            slow = sum(judge.slow_run(r, base, floor) for r in runs)
             values = [r["value"] for r in runs if r.get("value") is not None]
             tests[member] = (slow >= min(settings.k, len(runs)), partner,
-                             f"{J.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
+                             f"{judge.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
                              if values else f"{slow} of {len(runs)} runs failed")
-        members, why = J.bisect_verdict(v.subject, tests)
+        members, why = judge.bisect_verdict(v.subject, tests)
         log(f"bisection of {v.subject}: {why}")
         findings.append((members, why))
     return findings

@@ -35,7 +35,8 @@ def _topology(args) -> int:
     import sys
 
     from ..errors import ConfigError
-    from ..topology import build_topology, empty_reason, host_name, parse_ibnetdiscover, parse_node_name_map, render
+    from ..admin.topology import (build_topology, empty_reason, host_name, parse_ibnetdiscover, parse_node_name_map,
+                                  render)
 
     def read(path: str) -> str:
         try:

@@ -28,9 +28,10 @@ from __future__ import annotations
 import sys
 
 from ..errors import EXIT_BY_STATUS, EXIT_HOOK_FAIL, EXIT_OK
+from ..progs import HEALTH
 from .common import EXIT_USAGE, run_console
 
-PROG = "stune-health"
+PROG = HEALTH
 # Options of every command: the shared ones by name (cli/options.py spells them), then stune-health's own
 # (flag: takes a value). A command's own options follow the same rule.
 SHARED_COMMON = ("partition", "sysfs_root", "node")

@@ -2,7 +2,7 @@
 Kept apart from cli/health.py so that the prolog does not load the text."""
 from __future__ import annotations
 
-from .health import PROG
+from ..progs import HEALTH as PROG
 
 # Every option, with its help line: `stune-health <command> --help` prints exactly these.
 COMMON_HELP = (

@@ -83,11 +83,11 @@ def _epilog(args) -> int:
 
 def _status(args) -> int:
     from ..usage.config import load_config, usage_dirs
-    from ..usage import accum
+    from ..usage import accum, pipeline
 
     local, _ = usage_dirs(load_config(args.config))
     local = args.local_dir or local
-    acc_dir = os.path.join(local, "acc")
+    acc_dir = os.path.join(local, pipeline.ACC_DIR)
     try:
         names = sorted(os.listdir(acc_dir))
     except FileNotFoundError:

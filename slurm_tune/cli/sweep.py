@@ -82,43 +82,43 @@ def _main(argv: list[str]) -> int:
         except ValueError as exc:
             raise StuneError(f"--spec is not JSON: {exc}") from None
         return run_spec(spec, emit=lambda line: print(line, flush=True))
-    from ..active import store as S
+    from ..active import store
 
-    store = S.store_dir(args.store)
+    directory = store.store_dir(args.store)
     if args.command == "checks":
         return _checks(args)
     profile = _profile(args)
     if args.command == "report":
-        return _report(args, profile, store)
+        return _report(args, profile, directory)
     if args.command == "history":
-        return _history(args, store)
-    from ..active import judge as J
-    from ..active import sweep as W
+        return _history(args, directory)
+    from ..active import judge
+    from ..active import sweep
     from ..slurm import Slurm
 
     slurm = Slurm.from_env()
-    with S.SweepLock(store, args.partition):
+    with store.SweepLock(directory, args.partition):
         if args.command == "run":
-            opts = W.Options(args.partition, store, reservation=args.reservation,
-                             checks=args.checks.split(",") if args.checks else None,
-                             nodes=args.nodes.split(",") if args.nodes else None, runs=args.runs,
-                             dry_run=args.dry_run, wait_s=args.wait)
-            out = W.sweep(slurm, profile, opts)
+            opts = sweep.Options(args.partition, directory, reservation=args.reservation,
+                                 checks=args.checks.split(",") if args.checks else None,
+                                 nodes=args.nodes.split(",") if args.nodes else None, runs=args.runs,
+                                 dry_run=args.dry_run, wait_s=args.wait)
+            out = sweep.sweep(slurm, profile, opts)
         else:
-            opts = W.Options(args.partition, store, dry_run=args.dry_run)
-            out = W.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
+            opts = sweep.Options(args.partition, directory, dry_run=args.dry_run)
+            out = sweep.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
     verdicts = out.get("verdicts", [])
     if verdicts:
-        from ..active import report as R
+        from ..active import report
 
         rows = [{"check": v.check, "subject": v.subject, "status": v.status,
                  "value": None if v.value is None else round(v.value, 4),
                  "baseline": round(v.baseline.median, 4) if v.baseline else None, "reason": v.reason}
                 for v in verdicts]
-        sys.stdout.write(R.table(rows, ("check", "subject", "status", "value", "baseline", "reason")))
+        sys.stdout.write(report.table(rows, ("check", "subject", "status", "value", "baseline", "reason")))
     for node, why in sorted(out.get("named", {}).items()):
         print(f"{node}: named at fault: {why}")
-    outliers = [v for v in verdicts if v.status == J.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
+    outliers = [v for v in verdicts if v.status == judge.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
     return EXIT_ATTENTION if outliers else EXIT_OK
 
 
@@ -126,10 +126,10 @@ HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value"
                    "detail")
 
 
-def _history(args, store) -> int:
-    from ..active import judge as J
-    from ..active import report as R
-    from ..active import store as S
+def _history(args, directory: str) -> int:
+    from ..active import judge
+    from ..active import report
+    from ..active import store
     from ..errors import StuneError
     from ..output import json_text
     from ..schema import Duration, Where
@@ -139,19 +139,20 @@ def _history(args, store) -> int:
     except StuneError:
         raise StuneError(f"--since {args.since!r}: give a duration like 7d, 12h, 90m") from None
     rows = []
-    for r in S.load(store, args.partition, since=time.time() - seconds):
+    for r in store.load(directory, args.partition, since=time.time() - seconds):
         if args.check and r["check"] != args.check:
             continue
-        if args.node and args.node not in J.pair_members(r["subject"]):
+        if args.node and args.node not in judge.pair_members(r["subject"]):
             continue
         rows.append(dict(r, when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
-                         fingerprint=S.fingerprint_key(r.get("fingerprint") or {}), detail=r.get("detail", "")[:80]))
+                         fingerprint=store.fingerprint_key(r.get("fingerprint") or {}),
+                         detail=r.get("detail", "")[:80]))
     if args.format == "json" or args.json:
         sys.stdout.write(json_text({"partition": args.partition, "results": rows}))
     elif args.format == "csv":
-        sys.stdout.write(R.to_csv(rows, HISTORY_COLUMNS))
+        sys.stdout.write(report.to_csv(rows, HISTORY_COLUMNS))
     else:
-        sys.stdout.write(R.table(rows, HISTORY_COLUMNS) if rows else "no results\n")
+        sys.stdout.write(report.table(rows, HISTORY_COLUMNS) if rows else "no results\n")
     return EXIT_OK
 
 
@@ -171,33 +172,33 @@ def _checks(args) -> int:
     return EXIT_OK
 
 
-def _report(args, profile, store) -> int:
-    from ..active import judge as J
-    from ..active import report as R
-    from ..active import store as S
+def _report(args, profile, directory: str) -> int:
+    from ..active import judge
+    from ..active import report
+    from ..active import store
     from ..output import json_text
 
-    results = S.load(store, args.partition, since=time.time() - profile.active.window * 12)
+    results = store.load(directory, args.partition, since=time.time() - profile.active.window * 12)
     if args.check:
         results = [r for r in results if r["check"] == args.check]
     if args.drift:
-        data, columns = R.drift(results), ("check", "subject", "changed", "before", "after", "change",
-                                           "runs_before", "runs_after")
+        data, columns = report.drift(results), ("check", "subject", "changed", "before", "after", "change",
+                                                "runs_before", "runs_after")
     else:
-        data, columns = R.rows(S.load(store, args.partition, since=time.time() - profile.active.window)
-                               if not args.check else [r for r in results
-                                                       if r["at"] >= time.time() - profile.active.window],
-                               J.Settings.from_profile(profile)), R.COLUMNS
+        data, columns = report.rows(store.load(directory, args.partition, since=time.time() - profile.active.window)
+                                    if not args.check else [r for r in results
+                                                            if r["at"] >= time.time() - profile.active.window],
+                                    judge.Settings.from_profile(profile)), report.COLUMNS
     if args.json:
         args.format = "json"
     if args.format == "table":
-        text = R.table(data, columns) if data else "no results\n"
+        text = report.table(data, columns) if data else "no results\n"
     elif args.format == "csv":
-        text = R.to_csv(data, columns)
+        text = report.to_csv(data, columns)
     elif args.format == "json":
         text = json_text({"partition": args.partition, "rows": data})
     else:
-        text = R.prometheus(args.partition, data if not args.drift else [])
+        text = report.prometheus(args.partition, data if not args.drift else [])
     if args.output:
         from ..safeio import write_atomic
 
@@ -205,7 +206,7 @@ def _report(args, profile, store) -> int:
     else:
         sys.stdout.write(text)
     if args.png:
-        R.png(args.png, args.partition, data)
+        report.png(args.png, args.partition, data)
     return EXIT_OK
 
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from .. import safeio
 from ..errors import CorruptFileError, StuneError
 from ..readback import AMOUNT_MAX, EPOCH_MAX, number, optional
+from ..usage.pipeline import LEDGER_FORMAT
 
-FORMAT = "stune-fairshare-ledger/1"
+FORMAT = LEDGER_FORMAT  # usage/pipeline.py names the formats
 
 
 class LedgerError(StuneError):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, DEGRADED_FEATURE, REASON_PREFIX
-from . import result as R
+from . import result
 
 DRAIN, DEGRADE, CLEAR, HOLD = "drain", "degraded", "ok", "hold"
 # What slurmctld writes as the reason when a prolog or epilog exits non-zero.
@@ -52,12 +52,12 @@ class Outcome(namedtuple("Outcome", "synced kind updates notes breaker")):
     __slots__ = ()
 
 
-def want_for(verdict: R.Verdict) -> Want:
-    if verdict.status == R.FAIL:
+def want_for(verdict: result.Verdict) -> Want:
+    if verdict.status == result.FAIL:
         return Want(DRAIN, verdict.reason)
-    if verdict.status == R.DEGRADED:
+    if verdict.status == result.DEGRADED:
         return Want(DEGRADE, verdict.reason)
-    if verdict.status == R.UNKNOWN:
+    if verdict.status == result.UNKNOWN:
         return Want(HOLD, "")
     return Want(CLEAR, "")
 

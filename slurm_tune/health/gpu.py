@@ -10,7 +10,7 @@ per profile; persistence mode off is degraded. The bus view counts GPUs even whe
 from __future__ import annotations
 
 from ..hw.sysfs import NVIDIA_VENDOR, parse_int, pci_address
-from . import result as R
+from . import result
 
 # NVML clock event reasons that mean the hardware is protecting itself (values from nvml.h).
 SLOWDOWN_BITS = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
@@ -47,49 +47,49 @@ def _nvml_problem(gpus: dict) -> tuple[str, str]:
     installation (pynvml missing) or a snapshot taken without NVML."""
     error = gpus.get("error") if isinstance(gpus.get("error"), str) else "no answer"
     if "not installed" in error or "not captured" in error:
-        return R.UNKNOWN, error
+        return result.UNKNOWN, error
     stalled = _int(gpus.get("stalled_at"))
     if stalled is not None:
         error += f" (stalled reading gpu{stalled})"
-    return R.FAIL, error
+    return result.FAIL, error
 
 
 def _check_nvml(gpus, spec, health, snapshot) -> tuple[list, list | None]:
     if not isinstance(gpus, dict) or type(gpus.get("answered")) is not bool:
-        return [R.unknown("gpu.nvml", "node", "unreadable 'gpus' section")], None
+        return [result.unknown("gpu.nvml", "node", "unreadable 'gpus' section")], None
     if not gpus["answered"]:
         status, message = _nvml_problem(gpus)
-        if status == R.FAIL:
-            return [R.fail("gpu.nvml", "node", f"NVML did not answer: {message}; expected {spec.count} GPUs "
+        if status == result.FAIL:
+            return [result.fail("gpu.nvml", "node", f"NVML did not answer: {message}; expected {spec.count} GPUs "
                                                "to answer", "NVML not answering")], None
-        return [R.unknown("gpu.nvml", "node", f"GPUs not judged: {message}")], None
+        return [result.unknown("gpu.nvml", "node", f"GPUs not judged: {message}")], None
     devices = gpus.get("devices")
     if not isinstance(devices, list):
-        return [R.unknown("gpu.nvml", "node", "unreadable device list")], None
+        return [result.unknown("gpu.nvml", "node", "unreadable device list")], None
     results = [_check_count(devices, spec, snapshot)]
     for pos, dev in enumerate(devices):
         if not isinstance(dev, dict):
-            results.append(R.unknown("gpu.nvml", f"gpu{pos}", "unreadable device entry"))
+            results.append(result.unknown("gpu.nvml", f"gpu{pos}", "unreadable device entry"))
             continue
         try:  # one GPU's bad data (or a bug it triggers) is that GPU's finding, never its neighbours'
             results += _check_device(dev, pos, spec, health)
         except Exception as exc:
-            results.append(R.unknown("gpu.internal", f"gpu{pos}", f"internal error judging gpu{pos}: "
+            results.append(result.unknown("gpu.internal", f"gpu{pos}", f"internal error judging gpu{pos}: "
                                                                   f"{type(exc).__name__}: {exc}"))
     return results, devices
 
 
-def _check_count(devices: list, spec, snapshot) -> R.Result:
+def _check_count(devices: list, spec, snapshot) -> result.Result:
     n = len(devices)
     if n < spec.count:
         missing = _missing_from_nvml(devices, snapshot)
         extra = f"; on the PCI bus but not in NVML: {', '.join(missing)}" if missing else ""
-        return R.fail("gpu.count", "node", f"{n} GPUs answer NVML; expected {spec.count}{extra}",
+        return result.fail("gpu.count", "node", f"{n} GPUs answer NVML; expected {spec.count}{extra}",
                       f"{n}/{spec.count} GPUs")
     if n > spec.count:
-        return R.degraded("gpu.count", "node", f"{n} GPUs; the profile expects {spec.count}",
+        return result.degraded("gpu.count", "node", f"{n} GPUs; the profile expects {spec.count}",
                           f"{n} GPUs, expected {spec.count}")
-    return R.ok("gpu.count", "node", f"{n} GPUs; expected {spec.count}")
+    return result.ok("gpu.count", "node", f"{n} GPUs; expected {spec.count}")
 
 
 def _missing_from_nvml(devices: list, snapshot) -> list:
@@ -112,7 +112,7 @@ def _check_device(dev: dict, pos: int, spec, health) -> list:
     short = subject.split()[0]
     errors = dev.get("errors") if isinstance(dev.get("errors"), dict) else {}
     if any(isinstance(e, str) and "GPU is lost" in e for e in errors.values()):
-        return [R.fail("gpu.nvml", subject, "NVML says the GPU is lost; expected it to answer",
+        return [result.fail("gpu.nvml", subject, "NVML says the GPU is lost; expected it to answer",
                        f"{short} lost")]
     out = [_check_model(dev, subject, spec), _check_ecc(dev, subject, short), _check_remap(dev, subject, short),
            _check_pcie(dev, subject, short), _check_thermal(dev, subject, short, health.max_gpu_temp_c),
@@ -122,116 +122,117 @@ def _check_device(dev: dict, pos: int, spec, health) -> list:
     return out
 
 
-def _check_model(dev, subject, spec) -> R.Result:
+def _check_model(dev, subject, spec) -> result.Result:
     name = dev.get("name")
     if not spec.model:
-        return R.ok("gpu.model", subject, f"{name} (no model required)")
+        return result.ok("gpu.model", subject, f"{name} (no model required)")
     if not isinstance(name, str) or not name:
-        return R.unknown("gpu.model", subject, f"unreadable name {name!r}; expected {spec.model}")
+        return result.unknown("gpu.model", subject, f"unreadable name {name!r}; expected {spec.model}")
     if spec.model.lower() not in name.lower():
-        return R.fail("gpu.model", subject, f"{name}; expected {spec.model}", f"{subject.split()[0]} is {name}")
-    return R.ok("gpu.model", subject, f"{name}; expected {spec.model}")
+        return result.fail("gpu.model", subject, f"{name}; expected {spec.model}", f"{subject.split()[0]} is {name}")
+    return result.ok("gpu.model", subject, f"{name}; expected {spec.model}")
 
 
-def _check_ecc(dev, subject, short) -> R.Result:
+def _check_ecc(dev, subject, short) -> result.Result:
     raw_ecc, raw_pending = dev.get("ecc_uncorrected_volatile"), dev.get("retired_pages_pending")
     ecc, pending = _int(raw_ecc), raw_pending if type(raw_pending) is bool else None
     if ecc is not None and ecc > 0:
-        return R.fail("gpu.ecc", subject, f"{ecc} uncorrected volatile ECC errors; expected 0",
+        return result.fail("gpu.ecc", subject, f"{ecc} uncorrected volatile ECC errors; expected 0",
                       f"{short} {ecc} uncorrected ECC")
     if pending:
-        return R.fail("gpu.ecc", subject, "retired pages pending (a reset is needed to retire them); expected "
+        return result.fail("gpu.ecc", subject, "retired pages pending (a reset is needed to retire them); expected "
                                           "none", f"{short} retired pages pending")
     unreadable = [f"{n} {v!r}" for n, v, parsed in (("ecc_uncorrected_volatile", raw_ecc, ecc),
                                                      ("retired_pages_pending", raw_pending, pending))
                   if v is not None and parsed is None]
     if unreadable:
-        return R.unknown("gpu.ecc", subject, "unreadable " + ", ".join(unreadable))
+        return result.unknown("gpu.ecc", subject, "unreadable " + ", ".join(unreadable))
     if ecc is None and pending is None:
-        return R.ok("gpu.ecc", subject, "ECC counts not supported by this GPU")
-    return R.ok("gpu.ecc", subject, "no uncorrected ECC errors, no retired pages pending")
+        return result.ok("gpu.ecc", subject, "ECC counts not supported by this GPU")
+    return result.ok("gpu.ecc", subject, "no uncorrected ECC errors, no retired pages pending")
 
 
-def _check_remap(dev, subject, short) -> R.Result:
+def _check_remap(dev, subject, short) -> result.Result:
     rows = dev.get("remapped_rows")
     if rows is None:
-        return R.ok("gpu.remap", subject, "no row remapping on this GPU")
+        return result.ok("gpu.remap", subject, "no row remapping on this GPU")
     if not isinstance(rows, dict) or type(rows.get("pending")) is not bool or type(rows.get("failure")) is not bool:
-        return R.unknown("gpu.remap", subject, f"unreadable remapped rows {rows!r}")
+        return result.unknown("gpu.remap", subject, f"unreadable remapped rows {rows!r}")
     if rows["failure"]:
-        return R.fail("gpu.remap", subject, "row remapping failed; expected no failure", f"{short} row remap failed")
+        return result.fail("gpu.remap", subject, "row remapping failed; expected no failure",
+                           f"{short} row remap failed")
     if rows["pending"]:
-        return R.degraded("gpu.remap", subject, f"row remap pending ({rows.get('uncorrectable')} uncorrectable "
+        return result.degraded("gpu.remap", subject, f"row remap pending ({rows.get('uncorrectable')} uncorrectable "
                                                 "rows): a GPU reset applies it; expected none pending",
                           f"{short} row remap pending")
-    return R.ok("gpu.remap", subject, f"{rows.get('correctable')} correctable, {rows.get('uncorrectable')} "
+    return result.ok("gpu.remap", subject, f"{rows.get('correctable')} correctable, {rows.get('uncorrectable')} "
                                       "uncorrectable rows remapped; none pending")
 
 
-def _check_pcie(dev, subject, short) -> R.Result:
+def _check_pcie(dev, subject, short) -> result.Result:
     link = dev.get("pcie") if isinstance(dev.get("pcie"), dict) else {}
     gen, max_gen, width, max_width = (_int(link.get(k)) for k in ("gen", "max_gen", "width", "max_width"))
     if width is None or max_width is None:
-        return R.unknown("gpu.pcie", subject, f"unreadable link width {link.get('width')!r} of "
+        return result.unknown("gpu.pcie", subject, f"unreadable link width {link.get('width')!r} of "
                                               f"{link.get('max_width')!r}")
     if width < max_width:
-        return R.degraded("gpu.pcie", subject, f"PCIe link x{width}; expected x{max_width} (width is judged "
+        return result.degraded("gpu.pcie", subject, f"PCIe link x{width}; expected x{max_width} (width is judged "
                                                "at any load)", f"{short} PCIe x{width}")
     pstate, util = _int(dev.get("performance_state")), dev.get("utilization")
     busy = isinstance(util, dict) and (_num(util.get("gpu")) or 0) > 0
     if gen is None or max_gen is None:
-        return R.ok("gpu.pcie", subject, f"x{width}; link generation unreadable")
+        return result.ok("gpu.pcie", subject, f"x{width}; link generation unreadable")
     if not (pstate == 0 and busy):
-        return R.ok("gpu.pcie", subject, f"x{width}; gen {gen} of {max_gen} not judged: the GPU is idle "
+        return result.ok("gpu.pcie", subject, f"x{width}; gen {gen} of {max_gen} not judged: the GPU is idle "
                                          f"(P{pstate}, links train down at idle), judged under load in P0")
     if gen < max_gen:
-        return R.degraded("gpu.pcie", subject, f"PCIe gen {gen} under load in P0; expected gen {max_gen}",
+        return result.degraded("gpu.pcie", subject, f"PCIe gen {gen} under load in P0; expected gen {max_gen}",
                           f"{short} PCIe gen{gen}")
-    return R.ok("gpu.pcie", subject, f"gen {gen} x{width} under load; expected gen {max_gen} x{max_width}")
+    return result.ok("gpu.pcie", subject, f"gen {gen} x{width} under load; expected gen {max_gen} x{max_width}")
 
 
-def _check_thermal(dev, subject, short, limit) -> R.Result:
+def _check_thermal(dev, subject, short, limit) -> result.Result:
     temp, reasons = _num(dev.get("temperature_c")), _int(dev.get("clock_event_reasons"))
     slow = [name for bit, name in SLOWDOWN_BITS.items() if reasons is not None and reasons & bit]
     if temp is not None and temp > limit:
-        return R.degraded("gpu.thermal", subject, f"{temp:g} C; expected at most {limit} C"
+        return result.degraded("gpu.thermal", subject, f"{temp:g} C; expected at most {limit} C"
                                                   + (f"; clocks slowed: {', '.join(slow)}" if slow else ""),
                           f"{short} {temp:g}C")
     if slow:
-        return R.degraded("gpu.thermal", subject, f"clocks slowed by {', '.join(slow)}; expected no thermal or "
+        return result.degraded("gpu.thermal", subject, f"clocks slowed by {', '.join(slow)}; expected no thermal or "
                                                   "power-brake slowdown", f"{short} {slow[0]}")
     if temp is None or (reasons is None and dev.get("clock_event_reasons") is not None):
-        return R.unknown("gpu.thermal", subject, f"unreadable temperature {dev.get('temperature_c')!r} or clock "
+        return result.unknown("gpu.thermal", subject, f"unreadable temperature {dev.get('temperature_c')!r} or clock "
                                                  f"event reasons {dev.get('clock_event_reasons')!r}")
-    return R.ok("gpu.thermal", subject, f"{temp:g} C (limit {limit} C), no slowdown")
+    return result.ok("gpu.thermal", subject, f"{temp:g} C (limit {limit} C), no slowdown")
 
 
-def _check_nvlink(dev, subject, short, severity) -> R.Result:
+def _check_nvlink(dev, subject, short, severity) -> result.Result:
     links = dev.get("nvlinks")
     if not isinstance(links, list) or not all(isinstance(l, dict) and type(l.get("active")) is bool
                                               for l in links):
-        return R.unknown("gpu.nvlink", subject, f"unreadable NVLink states {links!r}"[:200])
+        return result.unknown("gpu.nvlink", subject, f"unreadable NVLink states {links!r}"[:200])
     if not links:
-        return R.ok("gpu.nvlink", subject, "no NVLink")
+        return result.ok("gpu.nvlink", subject, "no NVLink")
     down = [str(l.get("link")) for l in links if not l["active"]]
     if down:
         message = f"NVLink {', '.join(down)} down of {len(links)}; expected all up"
         reason = f"{short} NVLink {down[0]} down" + (f" (+{len(down) - 1})" if len(down) > 1 else "")
-        maker = R.fail if severity == R.FAIL else R.degraded
+        maker = result.fail if severity == result.FAIL else result.degraded
         return maker("gpu.nvlink", subject, message, reason)
-    return R.ok("gpu.nvlink", subject, f"{len(links)} NVLinks up")
+    return result.ok("gpu.nvlink", subject, f"{len(links)} NVLinks up")
 
 
-def _check_persistence(dev, subject, short) -> R.Result:
+def _check_persistence(dev, subject, short) -> result.Result:
     mode = dev.get("persistence_mode")
     if mode is None:
-        return R.ok("gpu.persistence", subject, "persistence mode not supported")
+        return result.ok("gpu.persistence", subject, "persistence mode not supported")
     if type(mode) is not int or mode not in (0, 1):
-        return R.unknown("gpu.persistence", subject, f"unreadable persistence mode {mode!r}")
+        return result.unknown("gpu.persistence", subject, f"unreadable persistence mode {mode!r}")
     if mode == 0:
-        return R.degraded("gpu.persistence", subject, "persistence mode off; expected on (nvidia-persistenced)",
+        return result.degraded("gpu.persistence", subject, "persistence mode off; expected on (nvidia-persistenced)",
                           f"{short} persistence off")
-    return R.ok("gpu.persistence", subject, "persistence mode on")
+    return result.ok("gpu.persistence", subject, "persistence mode on")
 
 
 def _check_pci(section, spec, judge_width: bool) -> list:
@@ -242,7 +243,7 @@ def _check_pci(section, spec, judge_width: bool) -> list:
             not isinstance(section.get("devices"), dict):
         why = section.get("error") if isinstance(section, dict) and isinstance(section.get("error"), str) else \
             "unreadable 'pci_gpus' section"
-        return [R.unknown("gpu.pci", "node", f"cannot see the PCI bus: {why}")]
+        return [result.unknown("gpu.pci", "node", f"cannot see the PCI bus: {why}")]
     devices = {a: d for a, d in section["devices"].items() if isinstance(a, str)}
     nvidia, gone, unreadable = [], [], []
     for address, dev in sorted(devices.items()):
@@ -255,25 +256,26 @@ def _check_pci(section, spec, judge_width: bool) -> list:
             unreadable.append(address)  # (a readable other vendor id is simply not a GPU)
     seen = f"{len(nvidia)} NVIDIA GPUs on the PCI bus; expected {spec.count}"
     if gone:
-        out = [R.fail("gpu.pci", "node", f"{seen}; gone from the bus: {', '.join(gone)}", f"{gone[0]} gone from PCI")]
+        out = [result.fail("gpu.pci", "node", f"{seen}; gone from the bus: {', '.join(gone)}",
+                           f"{gone[0]} gone from PCI")]
     elif len(nvidia) < spec.count and unreadable:
-        out = [R.unknown("gpu.pci", "node", f"{seen}; unreadable vendor id of {', '.join(unreadable)}")]
+        out = [result.unknown("gpu.pci", "node", f"{seen}; unreadable vendor id of {', '.join(unreadable)}")]
     elif len(nvidia) < spec.count:
-        out = [R.fail("gpu.pci", "node", seen, f"{len(nvidia)}/{spec.count} GPUs on PCI")]
+        out = [result.fail("gpu.pci", "node", seen, f"{len(nvidia)}/{spec.count} GPUs on PCI")]
     else:
-        out = [R.ok("gpu.pci", "node", seen)]
+        out = [result.ok("gpu.pci", "node", seen)]
     if not judge_width:
         return out
     for address in nvidia:
         dev = devices[address]
         width, max_width = parse_int(dev.get("current_link_width")), parse_int(dev.get("max_link_width"))
         if width is None or max_width is None or width <= 0 or max_width <= 0:
-            out.append(R.unknown("gpu.pcie", address, f"unreadable link width {dev.get('current_link_width')!r} "
+            out.append(result.unknown("gpu.pcie", address, f"unreadable link width {dev.get('current_link_width')!r} "
                                                       f"of {dev.get('max_link_width')!r}"))
         elif width < max_width:
-            out.append(R.degraded("gpu.pcie", address, f"PCIe link x{width}; expected x{max_width} (width is "
+            out.append(result.degraded("gpu.pcie", address, f"PCIe link x{width}; expected x{max_width} (width is "
                                                        "judged at any load; the generation only under load)",
                                   f"{address} PCIe x{width}"))
         else:
-            out.append(R.ok("gpu.pcie", address, f"x{width}; the generation is judged under load, by NVML"))
+            out.append(result.ok("gpu.pcie", address, f"x{width}; the generation is judged under load, by NVML"))
     return out

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import gpu, ib, versions
-from . import result as R
+from . import result
 
 
 def _xid(snapshot, profile, previous):
@@ -18,25 +18,25 @@ def _xid(snapshot, profile, previous):
 FAMILIES = (("ib", ib.check), ("versions", versions.check), ("gpu", gpu.check), ("xid", _xid))
 
 
-def judge(snapshot, profile, previous: dict | None = None) -> tuple[R.Verdict, dict]:
+def judge(snapshot, profile, previous: dict | None = None) -> tuple[result.Verdict, dict]:
     """(verdict, state updates) for `snapshot` under `profile`, given the node's previous state."""
     previous = previous if isinstance(previous, dict) else {}
     if not isinstance(snapshot, dict):
-        return R.make_verdict([R.unknown("snapshot", "node", "not a snapshot (expected a JSON object)")]), {}
+        return result.make_verdict([result.unknown("snapshot", "node", "not a snapshot (expected a JSON object)")]), {}
     results: list = []
     updates: dict = {}
     for name, family in FAMILIES:
         try:
             found, changes = family(snapshot, profile, previous)
         except Exception as exc:  # a bug in a check must never drain a node
-            found, changes = [R.unknown(f"{name}.internal", "node",
+            found, changes = [result.unknown(f"{name}.internal", "node",
                                         f"internal error in the {name} checks: {type(exc).__name__}: {exc}")], {}
         results += found
         updates.update(changes)
-    return R.make_verdict(results), updates
+    return result.make_verdict(results), updates
 
 
-def escalate_unknowns(verdict: R.Verdict, state: dict, after: int) -> R.Verdict:
+def escalate_unknowns(verdict: result.Verdict, state: dict, after: int) -> result.Verdict:
     """The periodic run's memory of unknowns: a finding unknown in `after` runs in a row (a sysfs read that
     keeps hanging, a counter stuck saturated) becomes degraded, so the node is kept out of multi-node jobs
     instead of being trusted forever on what nobody can see; never fail. Updates state["unknown_runs"]
@@ -45,16 +45,16 @@ def escalate_unknowns(verdict: R.Verdict, state: dict, after: int) -> R.Verdict:
     runs: dict = {}
     results = []
     for r in verdict.results:
-        if r.status == R.UNKNOWN:
+        if r.status == result.UNKNOWN:
             key = f"{r.check} {r.subject}"
             count = before.get(key)
             runs[key] = count = (count if type(count) is int and 0 < count < 1 << 30 else 0) + 1
             if after and count >= after:
-                r = R.degraded(r.check, r.subject, f"{r.message} (unknown in {count} runs in a row)",
+                r = result.degraded(r.check, r.subject, f"{r.message} (unknown in {count} runs in a row)",
                                f"{r.subject} unknown for {count} runs: {r.message}")
         results.append(r)
     state["unknown_runs"] = runs
-    return R.make_verdict(results)
+    return result.make_verdict(results)
 
 
 def merge_state(state: dict, updates: dict, *, rebaseline: bool) -> None:

@@ -23,8 +23,8 @@ from ..frozen import Record
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand, job_partition, node_name
 from . import judge, outputs
-from . import result as R
-from . import state as S
+from . import result
+from . import state
 
 HOOK_MODES = ("prolog", "epilog")
 
@@ -43,7 +43,7 @@ def settings(options: dict, environ=None) -> Settings:
         node=node,
         partition=options.get("partition") or environ.get("STUNE_HEALTH_PARTITION") or None,
         root=resolve_root(options.get("sysfs_root"), environ, node),
-        state_dir=S.state_dir(options.get("state_dir"), environ, node),
+        state_dir=state.state_dir(options.get("state_dir"), environ, node),
         gpu_snapshot=expand(gpu_snapshot, node) if gpu_snapshot else None,
         prom_path=options.get("prom") or environ.get("STUNE_HEALTH_PROM") or None,
         json_path=options.get("json_out") or environ.get("STUNE_HEALTH_JSON") or None)
@@ -55,14 +55,14 @@ def _profiles():
     return load_profiles()
 
 
-def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=None):
+def resolve_profile(cfg: Settings, held: dict, mode: str, environ=None, slurm=None):
     """(profile, how it was chosen). Raises ConfigError when no profile applies."""
     from ..profilestore import load_profile, profile_dir
 
     environ = os.environ if environ is None else environ
     if cfg.partition:
         return load_profile(cfg.partition), "set for this node"
-    known = state.get("partition")
+    known = held.get("partition")
     if isinstance(known, str) and known:
         try:
             return load_profile(known), "used by this node before"
@@ -82,28 +82,28 @@ def resolve_profile(cfg: Settings, state: dict, mode: str, environ=None, slurm=N
                                                "(e.g. in /etc/default/stune) or pass --partition")
 
 
-def _record_last(state: dict, mode: str, now: float, verdict: R.Verdict, policy: str, enforced: bool,
+def _record_last(held: dict, mode: str, now: float, verdict: result.Verdict, policy: str, enforced: bool,
                  seen: str | None = None) -> None:
     """`seen`: the status before unknowns were escalated (an unknown marked degraded passed nothing)."""
-    state["last"] = {"mode": mode, "at": round(now, 3), "status": verdict.status, "reason": verdict.reason,
+    held["last"] = {"mode": mode, "at": round(now, 3), "status": verdict.status, "reason": verdict.reason,
                      "policy": policy, "enforced": enforced}
-    if (seen or verdict.status) in (R.OK, R.DEGRADED):  # passed: not a failure, and not merely unseen
-        trusted = [p for p in state.get("trusted") or [] if p != policy]
-        state["trusted"] = ([policy] + trusted)[:S.TRUSTED_KEEP]
+    if (seen or verdict.status) in (result.OK, result.DEGRADED):  # passed: not a failure, and not merely unseen
+        trusted = [p for p in held.get("trusted") or [] if p != policy]
+        held["trusted"] = ([policy] + trusted)[:state.TRUSTED_KEEP]
 
 
-def breaker_open(state: dict, policy: str) -> bool:
-    breaker = state.get("breaker")
+def breaker_open(held: dict, policy: str) -> bool:
+    breaker = held.get("breaker")
     return isinstance(breaker, dict) and bool(breaker.get("open")) and breaker.get("policy") == policy
 
 
-def enforce_decision(state: dict, verdict: R.Verdict, policy: str) -> tuple[bool, str]:
+def enforce_decision(held: dict, verdict: result.Verdict, policy: str) -> tuple[bool, str]:
     """Whether a hook fails the job for this verdict, and why (or why not)."""
-    if verdict.status != R.FAIL:
+    if verdict.status != result.FAIL:
         return False, ""
-    if breaker_open(state, policy):
+    if breaker_open(held, policy):
         return False, "not failing the job: the circuit breaker is open for this policy"
-    if policy not in (state.get("trusted") or []):
+    if policy not in (held.get("trusted") or []):
         return False, (f"not failing the job: this node has never passed policy {policy}, so the policy itself "
                        "may be wrong; the periodic run judges it, with the circuit breaker")
     return True, "failing the job: Slurm drains the node and requeues the job"
@@ -115,7 +115,7 @@ def _outputs(cfg: Settings, doc: dict, mode: str) -> list:
     found something (its common, healthy case stays cheap)."""
     problems = []
     targets = []
-    if mode not in HOOK_MODES or doc["status"] != R.OK:
+    if mode not in HOOK_MODES or doc["status"] != result.OK:
         targets.append((os.path.join(cfg.state_dir, f"last-{mode}.json"), outputs.write_json))
     if cfg.json_path:
         targets.append((cfg.json_path, outputs.write_json))
@@ -135,14 +135,14 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
 
     start = time.monotonic()
     now = time.time()
-    before = S.read(cfg.state_dir)[0]
+    before = state.read(cfg.state_dir)[0]
     profile, _how = resolve_profile(cfg, before, mode, environ)
-    policy = S.policy_digest(profile)
+    policy = state.policy_digest(profile)
     if mode == "prolog":
         snap = collect.fast(cfg.root, profile, cfg.node, before.get("gpu_pci"))
     else:
         snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"))
-    with S.Locked(cfg.state_dir) as st:
+    with state.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         judge.merge_state(st.state, updates, rebaseline=False)
         st.state.setdefault("partition", profile.partition)
@@ -158,7 +158,7 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
                          {"enforced": enforced, "note": why, "elapsed_s": round(time.monotonic() - start, 4)})
     problems = _outputs(cfg, doc, mode) + ([problem] if problem else [])
     line = f"{mode} {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "") + (f"; {why}" if why else "")
-    S.log(cfg.state_dir, line + "".join(f"; {p}" for p in problems), now)
+    state.log(cfg.state_dir, line + "".join(f"; {p}" for p in problems), now)
     return (1 if enforced else 0), doc
 
 
@@ -180,7 +180,7 @@ def run_hook(mode: str, options: dict | None = None, prog: str = "stune-health")
     except Exception as exc:  # a bug in stune must never drain a node
         _say_and_log(prog, cfg, f"{mode}: internal error, not judged: {type(exc).__name__}: {exc}")
         return 0
-    if doc["status"] == R.FAIL:
+    if doc["status"] == result.FAIL:
         print(f"{prog}: {mode}: {doc['reason']} ({doc['note']})", file=sys.stderr)
     return EXIT_HOOK_FAIL if code == 1 else 0
 
@@ -192,22 +192,22 @@ def _say_and_log(prog: str, cfg, line: str) -> None:
 
     say(sys.stderr, f"{prog}: {line}")
     if cfg is not None:
-        S.log(cfg.state_dir, line)
+        state.log(cfg.state_dir, line)
 
 
 def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int, dict]:
     """The periodic run: full checks, then apply to Slurm only if the wanted state changed."""
     from ..errors import SlurmError
-    from . import apply as A
+    from . import apply
     from . import collect
 
     start = time.monotonic()
     now = time.time()
-    before = S.read(cfg.state_dir)[0]
+    before = state.read(cfg.state_dir)[0]
     profile, how = resolve_profile(cfg, before, "run", environ, slurm)
-    policy = S.policy_digest(profile)
+    policy = state.policy_digest(profile)
     snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"))
-    with S.Locked(cfg.state_dir) as st:
+    with state.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         seen = verdict.status
         verdict = judge.escalate_unknowns(verdict, st.state, profile.health.unknown_degrade_after)
@@ -215,36 +215,36 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         st.state.setdefault("partition", profile.partition)
         _record_last(st.state, "run", now, verdict, policy, False, seen)
         st.state["node"] = cfg.node
-        want = A.want_for(verdict)
-        why = A.needs_sync(want, st.state, now)
+        want = apply.want_for(verdict)
+        why = apply.needs_sync(want, st.state, now)
         snapshot_of_state = dict(st.state)
         if not dry_run:  # a dry run judges and says what it would do; it moves no baseline
             st.save()
     outcome, error = None, None
     if why and not dry_run:
         try:
-            outcome = A.sync(slurm, cfg.node, want, snapshot_of_state, profile, now)
+            outcome = apply.sync(slurm, cfg.node, want, snapshot_of_state, profile, now)
         except SlurmError as exc:
             error = str(exc)
     breaker = outcome.breaker if outcome is not None else None
     held_back = breaker is not None and not breaker.allowed
     breaker_message = ""
-    with S.Locked(cfg.state_dir) as st:
+    with state.Locked(cfg.state_dir) as st:
         if outcome is not None:
             st.state["applied"] = snapshot_of_state["applied"]
             st.state["breaker"] = {"open": held_back, "at": round(now, 3), "policy": policy,
                                    "message": breaker.message if breaker else ""}
         elif error is not None:
             applied = st.state.get("applied") if isinstance(st.state.get("applied"), dict) else {}
-            applied["retry_at"] = round(now + A.RETRY_S, 3)
+            applied["retry_at"] = round(now + apply.RETRY_S, 3)
             st.state["applied"] = applied
-        elif want.action == A.DRAIN and breaker_open(st.state, policy):
+        elif want.action == apply.DRAIN and breaker_open(st.state, policy):
             held_back = True  # still held back, waiting for the retry: say so on every run
             breaker_message = st.state["breaker"].get("message", "")
         if not dry_run:
             st.save()
     if held_back and breaker is None:
-        breaker = A.Breaker(False, None, None, [], breaker_message)
+        breaker = apply.Breaker(False, None, None, [], breaker_message)
     extra = {"action": want.action, "sync": why or "", "profile_from": how,
              "applied": [] if outcome is None else outcome.updates,
              "notes": [] if outcome is None else outcome.notes,
@@ -262,7 +262,7 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     held = [breaker_message] if held_back and outcome is None and breaker_message else []
     for note in (outcome.notes if outcome else []) + held + ([f"Slurm error: {error}"] if error else []) + problems:
         line += f"; {note}"
-    S.log(cfg.state_dir, line, now)
+    state.log(cfg.state_dir, line, now)
     if held_back:
         return EXIT_BREAKER, doc
     return (1 if error else 0), doc

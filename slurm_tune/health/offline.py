@@ -7,8 +7,8 @@ import os
 
 from ..errors import ConfigError
 from . import judge
-from . import result as R
-from . import state as S
+from . import result
+from . import state
 
 
 def choose_profile(partition: str | None, environ=None):
@@ -26,10 +26,10 @@ def choose_profile(partition: str | None, environ=None):
                       "): say which with --partition")
 
 
-def check(snapshot: dict, profile, previous_snapshot: dict | None = None) -> tuple[R.Verdict, dict]:
+def check(snapshot: dict, profile, previous_snapshot: dict | None = None) -> tuple[result.Verdict, dict]:
     """Judge a snapshot offline. With a previous snapshot, counters are judged as increases since it and
     only Xids after it count; without one, this is a first sight (baselines only)."""
-    previous = S.empty()
+    previous = state.empty()
     if previous_snapshot is not None:
         _, updates = judge.judge(previous_snapshot, profile, previous)
         judge.merge_state(previous, updates, rebaseline=True)

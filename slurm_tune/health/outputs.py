@@ -8,17 +8,17 @@ from __future__ import annotations
 import os
 
 from .. import fastjson
-from . import result as R
+from . import result
 
-STATUS_VALUE = {R.OK: 0, R.WARNING: 0, R.UNKNOWN: 1, R.DEGRADED: 2, R.FAIL: 3}
+STATUS_VALUE = {result.OK: 0, result.WARNING: 0, result.UNKNOWN: 1, result.DEGRADED: 2, result.FAIL: 3}
 
 
-def report(node: str, partition: str, policy: str, mode: str, at: float, verdict: R.Verdict,
+def report(node: str, partition: str, policy: str, mode: str, at: float, verdict: result.Verdict,
            extra: dict | None = None) -> dict:
     """The JSON form of one evaluation."""
     doc = {"node": node, "partition": partition, "policy": policy, "mode": mode, "at": round(at, 3),
            "status": verdict.status, "reason": verdict.reason,
-           "counts": {s: sum(1 for r in verdict.results if r.status == s) for s in R.STATUSES},
+           "counts": {s: sum(1 for r in verdict.results if r.status == s) for s in result.STATUSES},
            "results": [r.as_dict() for r in verdict.results]}
     if extra:
         doc.update(extra)

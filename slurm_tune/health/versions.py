@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..hw.sysfs import IB_CLASS
 from ..text import parse_version
-from . import result as R
+from . import result
 from .ib import section
 
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -26,10 +26,10 @@ def judge(text, rule, hex_parts: bool = False) -> tuple[str, str]:
         expected = "one of " + ", ".join(rule.allowed)
     key = parse_version(text, hex_parts)
     if key is None:
-        return R.UNKNOWN, expected
+        return result.UNKNOWN, expected
     if rule.min is not None:
-        return (R.OK if key >= parse_version(rule.min, hex_parts) else R.FAIL), expected
-    return (R.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else R.FAIL), expected
+        return (result.OK if key >= parse_version(rule.min, hex_parts) else result.FAIL), expected
+    return (result.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else result.FAIL), expected
 
 
 def well_formed_id(text) -> bool:
@@ -93,12 +93,12 @@ def _hca_firmware(snapshot, profile) -> list:
     out = []
     for name in dict.fromkeys(h.device for h in profile.fabric.hcas):
         if devices is None or (why is not None and name not in devices):
-            out.append(R.unknown("versions.hca_firmware", name, f"cannot judge: {why}"))
+            out.append(result.unknown("versions.hca_firmware", name, f"cannot judge: {why}"))
             continue
         try:  # one HCA's bad data (or a bug it triggers) is that HCA's finding only
             found = _one_hca(name, devices, rules)
         except Exception as exc:
-            found = R.unknown("versions.internal", name, f"internal error judging {name}: {type(exc).__name__}: "
+            found = result.unknown("versions.internal", name, f"internal error judging {name}: {type(exc).__name__}: "
                                                          f"{exc}")
         if found is not None:
             out.append(found)
@@ -122,39 +122,39 @@ def _one_hca(name: str, devices: dict, rules):
     """The firmware finding for one HCA the profile lists (None: missing, which the link check fails)."""
     dev = devices.get(name)
     if not isinstance(dev, dict):
-        return R.unknown("versions.hca_firmware", name, "unreadable HCA entry") if name in devices else None
+        return result.unknown("versions.hca_firmware", name, "unreadable HCA entry") if name in devices else None
     if isinstance(dev.get("unreadable"), str):
-        return R.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}")
+        return result.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}")
     fw, board, model = dev.get("fw_ver"), dev.get("board_id"), dev.get("hca_type")
     seen = hca_seen(fw, board, model)
     if not list(rules):
-        return R.ok("versions.hca_firmware", name, f"{seen}: the profile has no firmware rules")
+        return result.ok("versions.hca_firmware", name, f"{seen}: the profile has no firmware rules")
     key, problem = match_rule(rules, board, model)
     if problem:
-        return R.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
+        return result.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
                          f"{'board_id' if 'board_id' in problem else 'hca_type'}); cannot tell which firmware "
                          "rule applies")
     if key is None:
-        return R.warning("versions.hca_firmware", name,
+        return result.warning("versions.hca_firmware", name,
                          f"{seen}: no firmware rule matches this HCA "
                          f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model")
     if rules[key] is None:
-        return R.ok("versions.hca_firmware", name, f"{seen}: rule {key} switched off")
+        return result.ok("versions.hca_firmware", name, f"{seen}: rule {key} switched off")
     status, expected = judge(fw, rules[key])
-    if status == R.FAIL:
-        return R.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
+    if status == result.FAIL:
+        return result.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
                       f"{name} fw {fw} not validated")
-    if status == R.UNKNOWN:
-        return R.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r} ({IB_CLASS}/{name}/fw_ver); "
+    if status == result.UNKNOWN:
+        return result.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r} ({IB_CLASS}/{name}/fw_ver); "
                                                         f"expected {expected}")
-    return R.ok("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})")
+    return result.ok("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})")
 
 
 def _gpu_versions(snapshot, versions) -> list:
     gpus = snapshot.get("gpus")
     if not isinstance(gpus, dict) or gpus.get("answered") is not True:
         # the GPU check reports why NVML did not answer; versions just cannot be judged
-        return [R.unknown(f"versions.{name}", "node", "not judged: NVML did not answer")
+        return [result.unknown(f"versions.{name}", "node", "not judged: NVML did not answer")
                 for name in ("gpu_driver", "cuda_driver", "vbios") if versions[name] is not None]
     out = []
     for name, field, label in (("gpu_driver", "driver_version", "NVIDIA driver"),
@@ -164,14 +164,14 @@ def _gpu_versions(snapshot, versions) -> list:
             continue
         text = gpus.get(field)
         status, expected = judge(text, rule)
-        if status == R.FAIL:
-            out.append(R.fail(f"versions.{name}", "node", f"{label} {text}; expected {expected}",
+        if status == result.FAIL:
+            out.append(result.fail(f"versions.{name}", "node", f"{label} {text}; expected {expected}",
                               f"{label} {text} not validated"))
-        elif status == R.UNKNOWN:
-            out.append(R.unknown(f"versions.{name}", "node", f"unreadable {label} version {text!r} (NVML "
+        elif status == result.UNKNOWN:
+            out.append(result.unknown(f"versions.{name}", "node", f"unreadable {label} version {text!r} (NVML "
                                                              f"{field}); expected {expected}"))
         else:
-            out.append(R.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
+            out.append(result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
     rule = versions.vbios
     devices = gpus.get("devices")
     if rule is not None and isinstance(devices, list):
@@ -179,16 +179,16 @@ def _gpu_versions(snapshot, versions) -> list:
         for pos, dev in enumerate(devices):
             text = dev.get("vbios_version") if isinstance(dev, dict) else None
             status, expected = judge(text, rule, hex_parts=True)
-            if status == R.FAIL:
+            if status == result.FAIL:
                 bad.append(f"gpu{pos} {text}")
-            elif status == R.UNKNOWN:
+            elif status == result.UNKNOWN:
                 unreadable.append(f"gpu{pos} {text!r}")
         if bad:
-            out.append(R.fail("versions.vbios", "node", f"VBIOS {', '.join(bad)}; expected {expected}",
+            out.append(result.fail("versions.vbios", "node", f"VBIOS {', '.join(bad)}; expected {expected}",
                               f"{bad[0]} VBIOS not validated"))
         elif unreadable:
-            out.append(R.unknown("versions.vbios", "node", f"unreadable VBIOS {', '.join(unreadable)} "
+            out.append(result.unknown("versions.vbios", "node", f"unreadable VBIOS {', '.join(unreadable)} "
                                                              "(NVML vbios_version)"))
         else:
-            out.append(R.ok("versions.vbios", "node", f"{len(devices)} GPUs; expected {expected or 'any'}"))
+            out.append(result.ok("versions.vbios", "node", f"{len(devices)} GPUs; expected {expected or 'any'}"))
     return out

@@ -15,7 +15,7 @@ up without draining anything.
 """
 from __future__ import annotations
 
-from . import result as R
+from . import result
 
 FAIL, DEGRADED, INFO = "fail", "degraded", "info"
 
@@ -115,7 +115,7 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
         kernel = snapshot.get("kernel") if isinstance(snapshot, dict) else None
         why = kernel.get("error") if isinstance(kernel, dict) and isinstance(kernel.get("error"), str) else \
             "no kernel log in the snapshot"
-        results = [R.unknown("gpu.xid", "kernel log", f"could not read Xid events: {why}")]
+        results = [result.unknown("gpu.xid", "kernel log", f"could not read Xid events: {why}")]
         results += [_sticky_result(snapshot, ev) for ev in sticky]
         return results, {}
     fresh, seq, rebooted = new_events(snapshot, previous.get("xid_seq"), previous.get("boot_id"))
@@ -129,24 +129,24 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
                            "text": str(ev.get("text", ""))[:200]})
         elif severity == DEGRADED:
             where = _gpu_name(snapshot, ev.get("pci", ""))
-            results.append(R.degraded("gpu.xid", where, f"Xid {ev['xid']} ({meaning}) at kernel log seq "
+            results.append(result.degraded("gpu.xid", where, f"Xid {ev['xid']} ({meaning}) at kernel log seq "
                                                         f"{ev['seq']}; expected no hardware Xid",
                                       f"{where.split()[0]} Xid {ev['xid']}"))
         else:
-            results.append(R.ok("gpu.xid", _gpu_name(snapshot, ev.get("pci", "")),
+            results.append(result.ok("gpu.xid", _gpu_name(snapshot, ev.get("pci", "")),
                                 f"Xid {ev['xid']} ({meaning}): not held against the node"))
     results += [_sticky_result(snapshot, ev) for ev in sticky]
     if not results:
-        results.append(R.ok("gpu.xid", "kernel log", "no new Xid events"))
+        results.append(result.ok("gpu.xid", "kernel log", "no new Xid events"))
     updates = {"xid_sticky": sticky, "xid_seq": seq}
     if boot_id(snapshot) is not None:
         updates["boot_id"] = boot_id(snapshot)
     return results, updates
 
 
-def _sticky_result(snapshot, ev) -> R.Result:
+def _sticky_result(snapshot, ev) -> result.Result:
     _, meaning = classify(ev["xid"])
     where = _gpu_name(snapshot, ev.get("pci", ""))
-    return R.fail("gpu.xid", where, f"Xid {ev['xid']} ({meaning}) at kernel log seq {ev['seq']}; held until "
+    return result.fail("gpu.xid", where, f"Xid {ev['xid']} ({meaning}) at kernel log seq {ev['seq']}; held until "
                                     f"reboot or `stune-health clear --xid`",
                   f"{where.split()[0]} Xid {ev['xid']}")

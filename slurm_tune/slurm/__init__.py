@@ -4,6 +4,7 @@ One file per job (docs/slurm-versions.md has the releases):
 - adapter.py: `Slurm`, a handle on one cluster: builds each query and update and reads the answer;
 - commands.py: `SlurmCommands`, Slurm's base: where the client commands are, slurm.conf, the timeout, running
   them (all a plain submission needs);
+- sacctargs.py: how stune asks sacct (the field order, free text last; the command line);
 - spawn.py: starting a client command and collecting its output (os.posix_spawn, not subprocess);
 - records.py: the typed records (Node, Job, ...) and the parsers of each release's JSON records;
 - scontrol.py: scontrol's text output (`show ... -o` records, `show config`);

@@ -7,8 +7,9 @@ with the command, its exit code and Slurm's message. Output the adapter does not
 naming the command and the Slurm release.
 
 This module builds each command and reads its answer; the rest of the package does one job each: spawn.py
-runs the process, records.py and scontrol.py parse records, associations.py reads `sacctmgr show assoc`,
-version.py knows the release and where output changes shape with it.
+runs the process, sacctargs.py builds sacct's command line, records.py and scontrol.py parse records,
+associations.py reads `sacctmgr show assoc`, version.py knows the release and where output changes shape with
+it.
 
 Hot path (stune-sbatch): see docs/speed.md. Processes start through spawn.py; json, the records,
 associations.py and version.py are imported by the methods that read them.
@@ -21,12 +22,9 @@ from ..errors import SlurmError, SlurmFormatError
 from ..text import is_digits
 from .scontrol import parse_config, parse_records
 from .commands import SlurmCommands
+from .sacctargs import free_text_last, sacct_argv
 from .spawn import spawn_capture
 
-# sacct fields whose text is free (may hold '|'); at most one is allowed, and it is always asked for last.
-FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
-    "AdminComment", "Comment", "SystemComment", "JobName", "Constraints", "Reason", "WorkDir", "SubmitLine",
-    "Reservation", "WCKey"))
 # The release per (sinfo executable, PATH): read once per process.
 _VERSIONS: dict[tuple[str, str], SlurmVersion] = {}
 
@@ -211,7 +209,7 @@ class Slurm(SlurmCommands):
         one free-text field may be asked for; it is moved last and split off with a bounded split, so a '|'
         in a comment cannot shift the columns."""
         ordered = free_text_last(fields)
-        argv = _sacct_argv(ordered, ["-n", *(["--allusers"] if all_users else [])], allocations, start, end)
+        argv = sacct_argv(ordered, ["-n", *(["--allusers"] if all_users else [])], allocations, start, end)
         if job_ids:
             argv.append(f"--jobs={','.join(str(j) for j in job_ids)}")
         if states:
@@ -401,7 +399,7 @@ class Slurm(SlurmCommands):
                    allocations: bool = True, duplicates: bool = True, timeout: float | None = None) -> str:
         """Raw `sacct -P` text WITH its header line, for bulk readers that parse columns themselves (the
         fair-share accountant reads a million rows this way). Free text goes last, as in sacct()."""
-        argv = _sacct_argv(free_text_last(fields), ["-a", *(["-D"] if duplicates else [])], allocations, start, end)
+        argv = sacct_argv(free_text_last(fields), ["-a", *(["-D"] if duplicates else [])], allocations, start, end)
         return self.run(argv, timeout=timeout)
 
     # ---- stune-sbatch ----------------------------------------------------------------------------
@@ -421,26 +419,6 @@ class Slurm(SlurmCommands):
 def _is_unknown_node_error(message: str) -> bool:
     low = message.lower()
     return "not found" in low or "invalid node name" in low
-
-
-def free_text_last(fields: list[str]) -> list[str]:
-    """The sacct field list with its one free-text field (if any) moved last: it is split off with a bounded
-    split, so a '|' inside a comment cannot shift the columns."""
-    free = [f for f in fields if f.lower() in FREE_TEXT_FIELDS]
-    if len(free) > 1:
-        raise ValueError(f"at most one free-text sacct field, got {free}")
-    return [f for f in fields if f not in free] + free
-
-
-def _sacct_argv(ordered: list[str], flags: list[str], allocations: bool, start, end) -> list[str]:
-    argv = ["sacct", "-P", "--noconvert", *flags, f"--format={','.join(ordered)}"]
-    if allocations:
-        argv.append("-X")
-    if start is not None:
-        argv.append(f"--starttime={start}")
-    if end is not None:
-        argv.append(f"--endtime={end}")
-    return argv
 
 
 def _names(nodes: list[str] | str) -> str:

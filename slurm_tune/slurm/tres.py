@@ -1,4 +1,5 @@
-"""Slurm's TRES strings: `billing=2,cpu=2,gres/gpu=4,node=2` (sacct AllocTRES, squeue tres_alloc_str)."""
+"""Slurm's TRES strings: `billing=2,cpu=2,gres/gpu=4,node=2` (sacct AllocTRES, squeue tres_alloc_str), and
+the GPUs of a node's GRES string (`gpu:a100:8(S:0-1)`)."""
 from __future__ import annotations
 
 
@@ -19,3 +20,13 @@ def tres_count(tres: str, key: str) -> float:
         return float((tres_value(tres, key) or "").rstrip("KMGTP") or 0)
     except ValueError:
         return 0.0
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a GRES string: gpu:4, gpu:a100:8(S:0-1), gpu:2,shard:8."""
+    total = 0
+    for part in gres.split(","):
+        fields = part.split("(")[0].split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit() and len(fields) > 1:
+            total += int(fields[-1])
+    return total

@@ -1,4 +1,5 @@
-"""Per-job GPU usage: measured on the nodes, stored in Slurm's accounting DB.
+"""Per-job GPU usage: measured on the nodes, stored in Slurm's accounting DB. pipeline.py names the stages
+and the formats (the accumulator file, the node summary JSON, the AdminComment line, the ledger) in one place.
 
 The path of one job's numbers:
 

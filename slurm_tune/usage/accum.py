@@ -20,10 +20,10 @@ import mmap
 import os
 import struct
 
+from .pipeline import ACCUMULATOR_MAGIC, ACCUMULATOR_MAGIC_V1
 from .summary import ACC_FIELDS
 
-MAGIC = b"STUNEAC2"
-MAGIC_V1 = b"STUNEAC1"
+MAGIC, MAGIC_V1 = ACCUMULATOR_MAGIC, ACCUMULATOR_MAGIC_V1  # pipeline.py names the formats
 HEADER = struct.Struct("<8sIIdd")       # magic, gpu count, reserved, created, series bucket width
 RECORD = struct.Struct("<19d")
 RECORD_V1 = struct.Struct("<16d")

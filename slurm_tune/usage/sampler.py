@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import accum, spool
+from . import accum, pipeline, spool
 
 MAX_GAP_INTERVALS = 2.5
 
@@ -61,8 +61,8 @@ class Sampler:
     def __init__(self, source, local_dir: str, interval: float = 1.0, busy_util: float = 95.0,
                  gpu_map: str = "auto", proc_root: str = "/proc/driver/nvidia/gpus", clock=time.time):
         self.source = source
-        self.jobs_dir = os.path.join(local_dir, "jobs")
-        self.acc_dir = os.path.join(local_dir, "acc")
+        self.jobs_dir = os.path.join(local_dir, pipeline.JOBS_DIR)
+        self.acc_dir = os.path.join(local_dir, pipeline.ACC_DIR)
         for d in (self.jobs_dir, self.acc_dir):
             os.makedirs(d, exist_ok=True)
         self.interval = interval

@@ -22,21 +22,21 @@ import os
 import time
 
 from .. import safeio
-from . import accum
+from . import accum, pipeline
+from .pipeline import NODE_SUMMARY_SUFFIX, STORED_MARKER
 from .summary import ACC_FIELDS
 
-NODE_SUFFIX = ".json"
-STORED_MARKER = "stored"
+NODE_SUFFIX = NODE_SUMMARY_SUFFIX  # pipeline.py names the formats
 SPOOL_DIR_MODE = 0o2775
 RECORD_MAX_BYTES = 16 << 20  # a node summary with its utilization series is a few KiB
 
 
 def job_file(local_dir: str, job_id: str) -> str:
-    return os.path.join(local_dir, "jobs", job_id)
+    return os.path.join(local_dir, pipeline.JOBS_DIR, job_id)
 
 
 def acc_file(local_dir: str, job_id: str) -> str:
-    return os.path.join(local_dir, "acc", job_id)
+    return os.path.join(local_dir, pipeline.ACC_DIR, job_id)
 
 
 def parse_gpu_ids(text: str) -> list[int]:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-PREFIX = "stune1 "
+from .pipeline import ADMIN_COMMENT_PREFIX
+
+PREFIX = ADMIN_COMMENT_PREFIX  # pipeline.py names the formats
 MAX_PER_GPU = 1024  # keeps one AdminComment well under MySQL's TEXT limit (64 KiB)
 
 # One GPU's accumulator fields, in file order (see accum.py). Sums are over sampled seconds (dt).

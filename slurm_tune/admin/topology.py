@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-from .errors import ConfigError
-from .hostlist import compress_hostlist
+from ..errors import ConfigError
+from ..hostlist import compress_hostlist
 
 _HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"([^"]*)")?')
 _PORT = re.compile(r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s+"([SHR]-[0-9a-fA-F]+)"\[(\d+)\]'
