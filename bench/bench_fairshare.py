@@ -14,7 +14,7 @@
    (accountant.run, ledger and all) costs <= 1 s of CPU. Every Slurm call answers with text in the captured
    formats (tests/fixtures/slurm/22.05.8) at that scale: sacct with steps for the 5 minutes since the last run
    (CYCLE_FINISHED finished jobs, each with batch, extern and one srun step, and CYCLE_RUNNING running jobs),
-   `squeue --json` with CYCLE_PENDING pending jobs, `sprio` for them, the association tree of ACCOUNTS x
+   `squeue -o %A|%a|%u` with CYCLE_PENDING pending jobs, `sprio` for them, the association tree of ACCOUNTS x
    USERS_PER_ACCOUNT users, the QOS list and `scontrol show config`. SiteFactor updates are batched as the
    accountant batches them (one `scontrol update` per value and 500 jobs); the answer is counted, not run.
 
@@ -123,21 +123,18 @@ def cycle_answers(now: int = CYCLE_NOW, seed: int = 8) -> dict[str, str]:
                 lines.append(f"{job}.{step}|{job}.{step}||{account}|||COMPLETED|{start}|{end}|{elapsed}|"
                              f"cpu={gpus * 8},gres/gpu={gpus},mem=0,node=1|{tasks}|cpu=00:01:00,gres/gpuutil="
                              f"{util:.0f},mem=1G|")
-    record = json.loads((CAPTURES / "squeue_json_t_PENDING.txt").read_text())
-    template = next(j for j in record["jobs"] if j.get("job_state") == "PENDING")
     pending, prio = [], []
     for k in range(CYCLE_PENDING):
         job, (account, user) = 6_000_000 + k, users[rng.randrange(len(users))]
-        pending.append(dict(template, job_id=job, user_name=user, account=account, partition="gpu"))
+        pending.append(f"{job}|{account}|{user}")
         prio.append(f"{job}|{user}|9900|0|100|{rng.randrange(10000)}|0.5|gpu")
-    record["jobs"] = pending
     assoc = ["stune|root|||1||1", "stune|root|root||1||2"]
     for a in range(ACCOUNTS):
         assoc.append(f"stune|acct{a:02d}||root|1||{len(assoc) + 1}")
         assoc += [f"stune|acct{a:02d}|user{a:02d}{u:02d}||1||{len(assoc) + 1 + u}" for u in range(USERS_PER_ACCOUNT)]
     config = (CAPTURES / "scontrol_show_config.txt").read_text()
     config = config.replace("AccountingStorageTRES   = ", "AccountingStorageTRES   = gres/gpuutil,")
-    return {"sacct": "\n".join(lines) + "\n", "squeue": json.dumps(record), "sprio": "\n".join(prio) + "\n",
+    return {"sacct": "\n".join(lines) + "\n", "squeue": "\n".join(pending) + "\n", "sprio": "\n".join(prio) + "\n",
             "sacctmgr show assoc": "\n".join(assoc) + "\n", "sacctmgr show qos": "normal|1.000000\n",
             "scontrol show": config}
 
@@ -172,7 +169,7 @@ def cycle(rounds: int) -> int:
     Path(cfg).write_text(f"accountant:\n  state_dir: {work}/state\n")
     config = load_config(cfg)
     answers = cycle_answers()
-    print(f"cycle: sacct {len(answers['sacct']) / 1e6:.1f} MB, squeue --json {len(answers['squeue']) / 1e6:.0f} MB, "
+    print(f"cycle: sacct {len(answers['sacct']) / 1e6:.1f} MB, squeue {len(answers['squeue']) / 1e6:.1f} MB, "
           f"sprio {len(answers['sprio']) / 1e6:.1f} MB", flush=True)
     accountant.run(config, ReplaySlurm(answers), now=CYCLE_NOW - 300)
     ledger = Path(accountant.ledger_path(config))

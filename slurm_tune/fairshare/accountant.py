@@ -439,22 +439,21 @@ def site_factor_target(config, weight: int, f_slurm: float, f_stune: float,
 def _plan(result: RunResult, slurm, config) -> None:
     weight = result.settings.weight_fairshare
     deadband = config.site_factor.deadband
-    pending = slurm.jobs(states=["PENDING"])
+    pending = slurm.pending_jobs()
     if not pending:
         return
     current = {row.job_id: row.site for row in slurm.sprio()}
-    for job in pending:
-        if job.job_id not in current:  # held (priority 0) jobs are not in sprio; next run sees them
+    for job_id, account, user in pending:
+        if job_id not in current:  # held (priority 0) jobs are not in sprio; next run sees them
             continue
-        key = (job.account, job.user)
+        key = (account, user)
         f_slurm = result.shares_slurm.factor(*key)
         f_stune = result.shares_stune.factor(*key)
         if f_slurm is None or f_stune is None:
             continue
         target = site_factor_target(config, weight, f_slurm, f_stune, result.site_line)
-        have = current[job.job_id]
+        have = current[job_id]
         if abs(target - have) > deadband:
-            result.changes.append(SiteFactorChange(job.job_id, job.account, job.user, have, target,
-                                                   f_slurm, f_stune))
+            result.changes.append(SiteFactorChange(job_id, account, user, have, target, f_slurm, f_stune))
         else:
             result.kept += 1
