@@ -106,6 +106,21 @@ class JobTable:
                 out[name] = value
         return JobTable(**out)
 
+    def warnings(self) -> list[str]:
+        """The rows that were skipped or not trusted, said once per run, never fatal."""
+        out = []
+        if self.skipped:
+            shown = "; ".join(self.skip_reasons[:3])
+            out.append(f"{self.skipped} unreadable sacct row(s) skipped" + (f": {shown}" if shown else ""))
+        if self.duplicates:
+            out.append(f"{self.duplicates} duplicate row(s) of the same job run dropped "
+                       "(overlapping exports?); each run is counted once")
+        bad = int(self.bad_summary.sum())
+        if bad:
+            out.append(f"{bad} damaged or out-of-range usage summary(ies) not trusted: charged as Slurm "
+                       "charges (eta = 1)")
+        return out
+
     def keys(self) -> list[str]:
         """A run's identity: job id and start time (a requeued job runs again under the same id)."""
         return [f"{j}@{s}" for j, s in zip(self.job_id_raw, self.start.tolist())]
