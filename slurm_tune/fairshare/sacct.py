@@ -12,9 +12,9 @@ their TRESUsageInAve gres/gpuutil, which Slurm >= 23.02 records when built with 
 
 Every row is checked, and a row that cannot be read is skipped and counted, never fatal (one bad row must
 not stop SiteFactor updates for the whole cluster): a line with the wrong number of fields, an unreadable
-Start/End. Only a dump with no readable row at all is refused. The lines are read in chunks: each chunk is
-split with str.split, transposed, and its columns read by sacct_values.py; repeated strings (users,
-accounts, QOS, states, AllocTRES) are kept as codes into their distinct values.
+Start/End. Only a dump with no readable row at all is refused. The text is read in blocks: each block's
+lines are split with str.split, transposed, and its columns read by sacct_values.py; repeated strings
+(users, accounts, QOS, AllocTRES) are kept as codes into their distinct values.
 """
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def _factorize(column: Sequence[str]) -> tuple[np.ndarray, list[str]]:
 
 
 class _Codes:
-    """A column of repeated strings (users, states, AllocTRES) as codes into its distinct values, in first-seen
-    order, added chunk by chunk."""
+    """A column of repeated strings (users, accounts, QOS, AllocTRES) as codes into its distinct values, in
+    first-seen order, added block by block."""
 
     def __init__(self) -> None:
         self.index: defaultdict[str, int] = defaultdict(itertools.count().__next__)  # a new value: the next code
@@ -153,7 +153,7 @@ class _Codes:
 
 
 class _Columns:
-    """The allocation rows' columns, read chunk by chunk; step rows are kept aside for their gpuutil."""
+    """The allocation rows' columns, read block by block; step rows are kept aside for their gpuutil."""
 
     CODED = ("User", "Account", "QOS", "AllocTRES")
     KEPT = ("JobIDRaw", "JobID", "Partition", "State", "AdminComment")
@@ -162,7 +162,7 @@ class _Columns:
         self.header = header
         self.coded = {name: _Codes() for name in self.CODED}
         self.kept: dict[str, list[str]] = {name: [] for name in self.KEPT}
-        self.numbers: list[tuple[np.ndarray, ...]] = []  # per chunk: (Start, End, ElapsedRaw, the summaries')
+        self.numbers: list[tuple[np.ndarray, ...]] = []  # per block: (Start, End, ElapsedRaw, the summaries')
         self.numeric_ids: list[np.ndarray] | None = []  # JobIDRaw as numbers (None: some id is not one)
         self.steps: dict[str, list[str]] = {name: [] for name in header}
         self.bad_times: list[tuple[str, str, str]] = []  # (JobIDRaw, Start, End) of the first unreadable
@@ -194,8 +194,10 @@ class _Columns:
                                for i in np.flatnonzero((start == BAD_TIME) | (end == BAD_TIME))[:5].tolist()]
         self.numbers.append((start, end, values.counts(columns["ElapsedRaw"]),
                              *values.summaries(columns.get("AdminComment", ()), n)))
-        if self.numeric_ids is not None:
-            self.numeric_ids = None if numeric is None else self.numeric_ids + [numeric]
+        if numeric is None:
+            self.numeric_ids = None
+        elif self.numeric_ids is not None:
+            self.numeric_ids.append(numeric)
 
 
 def parse(text: str, source: str = "sacct") -> JobTable:
