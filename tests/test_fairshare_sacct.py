@@ -261,34 +261,34 @@ def _rows_of(table) -> list[tuple]:
     return rows
 
 
-def _alone(text: str) -> tuple[list[tuple], int, int]:
-    """(rows, skipped, duplicates) that parse(text) must give, from each line parsed as a dump of its own: a
+def _alone(text: str) -> tuple[list[tuple], tuple[int, int], int]:
+    """(rows, (cut lines, rows with unreadable times), duplicates) that parse(text) must give, from each line parsed as a dump of its own: a
     line that is refused alone (a cut line) is skipped; of the runs that appear more than once (JobIDRaw and
     Start) the most finished row is kept (ended, then longest, then the last)."""
     lines = text.replace("\r\n", "\n").split("\n")
     first = next(i for i, line in enumerate(lines) if line)
     header = lines[first]
     sacct_mod.parse(header)  # a bad header: the caller expects its error
-    rows, skipped, any_read = [], 0, False
+    rows, cut, bad_times, any_read = [], 0, 0, False
     for line in lines[first + 1:]:
         if not line:
             continue
         try:
             table = sacct_mod.parse(f"{header}\n{line}\n")
         except SacctFormatError:
-            skipped += 1
+            cut += 1
             continue
         any_read = True
-        skipped += table.skipped
+        bad_times += table.skipped
         rows += _rows_of(table)
-    if skipped and not any_read:
+    if cut and not any_read:
         raise SacctFormatError("no readable row")
     best: dict = {}
     for k, row in enumerate(rows):
         run, rank = (row[0], row[8]), (row[9] >= 0, row[9], row[10], k)
         best[run] = max(best.get(run, rank), rank)
     kept = [row for k, row in enumerate(rows) if best[(row[0], row[8])][3] == k]
-    return kept, skipped, len(rows) - len(kept)
+    return kept, (cut, bad_times), len(rows) - len(kept)
 
 
 def _reads_as_alone(text: str) -> None:
@@ -300,8 +300,12 @@ def _reads_as_alone(text: str) -> None:
         return
     table = sacct_mod.parse(text)
     assert _rows_of(table) == expected
-    assert (table.skipped, table.duplicates) == (skipped, duplicates)
-    assert len(table.skip_reasons) == min(skipped, 5) or len(table.skip_reasons) <= 10
+    assert (table.skipped, table.duplicates) == (sum(skipped), duplicates)
+    cut, bad_times = skipped  # the first five of each kind are named
+    reasons = table.skip_reasons
+    assert len(reasons) == min(cut, 5) + min(bad_times, 5)
+    assert all(" fields, the header has " in r for r in reasons[:min(cut, 5)])
+    assert all("unreadable Start/End" in r for r in reasons[min(cut, 5):])
 
 
 @pytest.mark.parametrize("seed", range(12))
