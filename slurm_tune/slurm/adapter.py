@@ -260,10 +260,9 @@ class Slurm(SlurmCommands):
             yield number, cols
 
     def pending_jobs(self) -> list[tuple[int, str, str]]:
-        """(job id, account, user) of every pending job, from one plain `squeue` listing: the accountant reads
-        tens of thousands each run, and `--json` spends about 2.7 kB and a record of 100 keys on each
-        (bench/bench_fairshare.py --cycle). An array job's tasks not started yet are one line, its base id
-        (%A), as sprio lists them."""
+        """(job id, account, user) of every pending job from one plain listing: the accountant reads tens of
+        thousands each run, and `--json` spends 2.7 kB and 100 keys on each (bench_fairshare.py --cycle). An
+        array job's tasks not started yet are one line, its base id (%A), as sprio lists them."""
         argv = ["squeue", "-h", "-t", "PENDING", "-o", "%A|%a|%u"]
         out = []
         for number, (job_id, account, user) in self._rows(argv, 3):
