@@ -259,8 +259,8 @@ def _header(line: str, number: int, source: str) -> list[str]:
 def _rows(lines: list[str], number: int, width: int, source: str, cut: list[str]) -> list[list[str]]:
     """The lines (the first is line `number`) split into `width` fields (the last keeps any further '|');
     a blank line is passed over, and a cut or mangled line (fewer fields) is skipped and described in `cut`."""
-    rows = [line.split("|", width - 1) for line in lines if line]
-    if rows and min(map(len, rows)) < width:
+    rows = list(map(str.split, lines, itertools.repeat("|"), itertools.repeat(width - 1)))
+    if rows and min(map(len, rows)) < width:  # (a blank line too: one field)
         cut += [f"{source}:{number + k}: {line.count('|') + 1} fields, the header has {width}"
                 for k, line in enumerate(lines) if line and line.count("|") < width - 1]
         rows = [row for row in rows if len(row) == width]

@@ -7,7 +7,9 @@ row by row only when that fails.
 """
 from __future__ import annotations
 
+import itertools
 import math
+from operator import methodcaller
 import re
 from collections.abc import Sequence
 from datetime import datetime
@@ -85,13 +87,16 @@ def _other_time(text: str) -> int:
 _HEAD = re.compile(r"stune1 held=([^ ]*) used=([^ ]*) cov=([^ ]*) busy=([^ ]*) busy_w=([^ ]*)")
 
 
+_IS_SUMMARY = methodcaller("startswith", SUMMARY_PREFIX)
+
+
 def summaries(comments: Sequence[str], n: int) -> tuple[np.ndarray, ...]:
     """(has_summary, bad_summary, held, used, covered, busy, busy_w) from the n rows' AdminComments (none:
     no column): each head's numbers as usage/summary.parse_head (the format's reader) reads them. A summary
     that cannot be read, or whose numbers are not finite or out of range (negative, used or busy above
     covered), is not trusted: has_summary False (eta = 1, as Slurm charges) and bad_summary True, so the
     report can count it."""
-    at = [i for i, comment in enumerate(comments) if comment[:7] == SUMMARY_PREFIX]
+    at = list(itertools.compress(itertools.count(), map(_IS_SUMMARY, comments)))
     numbers = np.full((n, 5), np.nan)
     has = np.zeros(n, dtype=bool)
     bad = np.zeros(n, dtype=bool)
