@@ -90,6 +90,9 @@ class RowsSlurm:
     def jobs(self, states=None, **_):
         return list(self.pending)
 
+    def pending_jobs(self):
+        return [(j.job_id, j.account, j.user) for j in self.pending]
+
     def sprio(self, job_ids=None):
         return [PrioRow(j.job_id, j.user, 10000, self.site.get(j.job_id, 0), 0, 0, 0.0, "hdr")
                 for j in self.pending]

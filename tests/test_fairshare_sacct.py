@@ -170,15 +170,18 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
     assert np.isnan(t.gpuutil[2])  # not trusted
 
 
-# ---- the byte-level fast path reads exactly what the general parser reads ----------------------------------
-# sacct.parse/read_file take sacct_fast's numpy path for plain ASCII dumps and fall back to the general parser
-# (sacct._parse_text) for anything it cannot prove it reads the same way. These dumps mix clean rows with every
-# kind of damage the general parser copes with; the two paths must agree on every column.
+# ---- every row is read as it reads alone --------------------------------------------------------------------
+# The parser reads a dump in blocks, and each column with one check over the whole block (every value a plain
+# number, every summary in encode()'s form) before it falls back to reading rows one by one. Whatever the dump
+# holds, each row must come out as it does when it is the dump's only row, and the skips and duplicates must
+# add up. These dumps mix clean rows with every kind of damage.
 
+import math  # noqa: E402
 import random  # noqa: E402
 
 from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
-from slurm_tune.fairshare import columns, sacct_fast, words  # noqa: E402
+from slurm_tune.fairshare import sacct_values  # noqa: E402
+from slurm_tune.usage.summary import parse_head  # noqa: E402
 
 _SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
             "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
@@ -244,171 +247,92 @@ def _dump(seed: int, rows: int, garbage: float) -> str:
     return "\n".join(lines) + ("\n" if seed % 3 else "")
 
 
-def _columns_of(table) -> dict:
-    out = {}
-    for name, value in vars(table).items():
-        if isinstance(value, np.ndarray):
-            out[name] = (str(value.dtype), value.tolist())
-        elif isinstance(value, (list, columns.Texts, columns.Coded)):
-            out[name] = list(value)
-        else:
-            out[name] = value
-    out["state"], out["keys"] = table.state, table.keys()
-    return out
+def _rows_of(table) -> list[tuple]:
+    """Each row of the table, with its association and QOS by name and NaN as None."""
+    numbers = [table.start, table.end, table.elapsed, table.billing, table.gpus, table.has_summary,
+               table.bad_summary, table.held_s, table.used_s, table.covered_s, table.busy_s, table.busy_w,
+               table.gpuutil, table.gpuutil_cover]
+    rows = []
+    for i in range(table.n):
+        values = [None if isinstance(v, float) and math.isnan(v) else v for v in (c[i].item() for c in numbers)]
+        rows.append((table.job_id_raw[i], table.job_id[i], table.assoc_keys[table.assoc[i]],
+                     table.partition[i], table.qos_names[table.qos[i]], table.state_raw[i], table.state[i],
+                     table.admin_comment[i], *values))
+    return rows
 
 
-def _same(fast, general) -> None:
-    a, b = _columns_of(fast), _columns_of(general)
-    assert a.keys() == b.keys()
-    for name in a:
-        if name in ("held_s", "used_s", "covered_s", "busy_s", "busy_w", "gpuutil"):
-            np.testing.assert_array_equal(np.array(a[name][1]), np.array(b[name][1]), err_msg=name)
-            assert a[name][0] == b[name][0], name
-        else:
-            assert a[name] == b[name], name
+def _alone(text: str) -> tuple[list[tuple], tuple[int, int], int]:
+    """(rows, (cut lines, rows with unreadable times), duplicates) that parse(text) must give, from each line parsed as a dump of its own: a
+    line that is refused alone (a cut line) is skipped; of the runs that appear more than once (JobIDRaw and
+    Start) the most finished row is kept (ended, then longest, then the last)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    first = next(i for i, line in enumerate(lines) if line)
+    header = lines[first]
+    sacct_mod.parse(header)  # a bad header: the caller expects its error
+    rows, cut, bad_times, any_read = [], 0, 0, False
+    for line in lines[first + 1:]:
+        if not line:
+            continue
+        try:
+            table = sacct_mod.parse(f"{header}\n{line}\n")
+        except SacctFormatError:
+            cut += 1
+            continue
+        any_read = True
+        bad_times += table.skipped
+        rows += _rows_of(table)
+    if cut and not any_read:
+        raise SacctFormatError("no readable row")
+    best: dict = {}
+    for k, row in enumerate(rows):
+        run, rank = (row[0], row[8]), (row[9] >= 0, row[9], row[10], k)
+        best[run] = max(best.get(run, rank), rank)
+    kept = [row for k, row in enumerate(rows) if best[(row[0], row[8])][3] == k]
+    return kept, (cut, bad_times), len(rows) - len(kept)
 
 
-def _fast(text: str):
-    if not text.isascii():
-        return None  # (parse() sends it to the general parser)
-    data = text.encode("ascii")
-    return sacct_fast.parse_bytes(sacct_fast.padded(len(data), data), len(data), "sacct")
+def _reads_as_alone(text: str) -> None:
+    try:
+        expected, skipped, duplicates = _alone(text)
+    except SacctFormatError:
+        with pytest.raises(SacctFormatError):
+            sacct_mod.parse(text)
+        return
+    table = sacct_mod.parse(text)
+    assert _rows_of(table) == expected
+    assert (table.skipped, table.duplicates) == (sum(skipped), duplicates)
+    cut, bad_times = skipped  # the first five of each kind are named
+    reasons = table.skip_reasons
+    assert len(reasons) == min(cut, 5) + min(bad_times, 5)
+    assert all(" fields, the header has " in r for r in reasons[:min(cut, 5)])
+    assert all("unreadable Start/End" in r for r in reasons[min(cut, 5):])
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_fast_path_reads_clean_dumps_like_the_general_parser(seed):
+def test_clean_dumps_read_every_row_as_it_reads_alone(seed):
     text = _dump(seed, 400, garbage=0.0)
-    fast = _fast(text)
-    assert fast is not None, "a clean dump must take the fast path"
-    _same(fast, sacct_mod._parse_text(text))
-    _same(sacct_mod.parse(text), sacct_mod._parse_text(text))
+    _reads_as_alone(text)
+    table = sacct_mod.parse(text)
+    assert not table.skipped and table.has_summary.any()
 
 
 @pytest.mark.parametrize("seed", range(50))
-def test_garbage_rows_read_the_same_on_either_path(seed):
-    text = _dump(100 + seed, 300, garbage=0.15 if seed < 40 else 0.01)
-    general = sacct_mod._parse_text(text)
-    _same(sacct_mod.parse(text), general)
-    fast = _fast(text)
-    if fast is not None:
-        _same(fast, general)
-
-
-def test_most_garbage_stays_on_the_fast_path_column_by_column():
-    """Damage in one column (an ISO time, an odd number) sends that column, not the dump, to the general
-    helpers: across the garbage dumps most still return from the fast path."""
-    taken = sum(_fast(_dump(100 + seed, 300, garbage=0.15)) is not None for seed in range(40))
-    assert taken >= 10, taken
-
-
-def _decimal_text(rng) -> str:
-    """A plain decimal of 1-15 characters in the forms a summary (or a hand-edited one) may hold."""
-    digits = rng.randrange(1, 15)
-    text = "".join(rng.choice("0123456789") for _ in range(digits))
-    roll = rng.random()
-    if roll < 0.6:
-        at = rng.randrange(0, digits + 1)  # ".5", "5.", "00.000123", "12345678901.234"
-        text = text[:at] + "." + text[at:]
-    elif roll < 0.8:
-        text = repr(rng.random() * 10 ** rng.randrange(0, 8))[:15].rstrip("e-+")
-    return text
+def test_garbage_rows_read_as_they_read_alone(seed):
+    _reads_as_alone(_dump(100 + seed, 300, garbage=0.15 if seed < 40 else 0.01))
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_summary_numbers_in_every_plain_form_read_exactly_on_the_fast_path(seed):
-    """The fast path reads a head's numbers by digit arithmetic: it must give the very doubles the general
-    parser's strtod gives, for any 1-15 character decimal (many fraction digits, leading zeros, a bare dot at
-    either end), and take the general path for 16 characters or more."""
-    rng = random.Random(900 + seed)
-    lines = ["|".join(FIELDS)]
-    for job in range(1, 301):
-        held = _decimal_text(rng)
-        used, busy, cov = sorted((_decimal_text(rng) for _ in range(3)), key=float)  # sane: cov the largest
-        busy_w = "-" if rng.random() < 0.3 else _decimal_text(rng)
-        comment = _SUMMARY.format(h=held, u=used, c=cov, b=busy, w=busy_w, g=1)
-        lines.append(f"{job}|{job}|u|a|p|normal|COMPLETED|1795000000|1795000100|100|billing=1,gres/gpu=1|{comment}")
-    text = "\n".join(lines) + "\n"
-    fast = _fast(text)
-    assert fast is not None, "plain decimals must stay on the fast path"
-    general = sacct_mod._parse_text(text)
-    _same(fast, general)
-    assert fast.has_summary.all() and np.isfinite(fast.held_s).all()  # every head read, none distrusted
-    wide = text.replace("held=", "held=1234567890123456", 1)  # 16+ characters: the general helper reads them
-    assert sacct_fast._summaries(*_comment_spans(wide)) is None
-    _same(_fast(wide), sacct_mod._parse_text(wide))
-
-
-_FIELD_CHARS = st.sampled_from("0123456789" * 3 + ".:-/ aZ\x00\x7f")
-
-
-@settings(max_examples=1500, deadline=None)
-@given(st.lists(st.text(_FIELD_CHARS, max_size=17), min_size=1, max_size=40))
-def test_plain_numbers_read_eight_digits_at_a_time_as_python_reads_them(fields):
-    """The fast path reads integer fields inside 64-bit words (eight digits per step): a field is plain when it
-    is 1-13 ASCII digits, and then its value is exactly int()'s, whatever the bytes around it."""
-    data = ("JobIDRaw|JobID|Start|" + "|".join(fields) + "|").encode("ascii")  # (a header comes first)
-    buf = sacct_fast.padded(len(data), data)
-    bars = [i for i, byte in enumerate(data) if byte == ord("|")][2:]
-    start, end = np.array(bars[:-1]) + 1, np.array(bars[1:])
-    values, plain = words.plain_numbers(buf, len(data), start, end)
-    for field, value, is_plain in zip(fields, values.tolist(), plain.tolist()):
-        expected = 1 <= len(field) <= 13 and all(c in "0123456789" for c in field)
-        assert is_plain == expected, field
-        assert value == (int(field) if expected else 0), field
-
-
-@st.composite
-def _decimal_tokens(draw):
-    """1-15 character numbers: digits with a '.' anywhere or none (a bare '.' too, which is not a number)."""
-    digits = draw(st.text(st.sampled_from("0123456789"), max_size=15))
-    if draw(st.booleans()) or not digits:
-        digits = digits[:14]
-        at = draw(st.integers(0, len(digits)))
-        digits = digits[:at] + "." + digits[at:]
-    return digits
-
-
-_ENCODER_TOKENS = st.floats(0, 1e13, allow_nan=False).map(lambda v: f"{v:.1f}")  # usage/summary.encode's form
-
-
-@settings(max_examples=1500, deadline=None)
-@given(st.one_of(st.lists(_decimal_tokens(), min_size=1, max_size=30),
-                 st.lists(_ENCODER_TOKENS, min_size=1, max_size=30)), st.data())
-def test_decimals_read_in_words_give_strtods_doubles(tokens, data):
-    """A summary's numbers are read two words at a time: digits with at most one '.' (anywhere, and a digit
-    besides it) give the very double float() gives; any other token declines the whole batch (None). A
-    batch all in the encoder's own form ("%.1f") takes a shorter way, to the same doubles."""
-    if data.draw(st.booleans()):  # damage one token: a second dot, or a byte that is no digit
-        k = data.draw(st.integers(0, len(tokens) - 1))
-        at = data.draw(st.integers(0, len(tokens[k]) - 1))
-        tokens[k] = tokens[k][:at] + data.draw(st.sampled_from(".x-:/")) + tokens[k][at + 1:]
-    text = ("x" * 16 + " " + " ".join(tokens) + " ").encode("ascii")
-    buf = sacct_fast.padded(len(text), text)
-    ends = np.array([i for i, byte in enumerate(text) if byte == ord(" ")][1:], dtype=np.int64)
-    word_at = words.gather(buf, len(text), 8)
-    got = words.decimals(word_at[ends - 16], word_at[ends - 8], np.array([len(t) for t in tokens]))
-    valid = all(set(t) <= set("0123456789.") and t.count(".") <= 1 and t != "." for t in tokens)
-    if not valid:
-        assert got is None
-    else:
-        assert got is not None and got.tolist() == [float(t) for t in tokens]
-
-
-def _comment_spans(text: str):
-    """(buf, size, start, end, n) of the AdminComment fields (the last) of a one-line-per-row dump."""
-    data = text.encode("ascii")
-    buf = sacct_fast.padded(len(data), data)
-    starts, ends, at = [], [], data.index(b"\n") + 1
-    while at < len(data):
-        stop = data.index(b"\n", at)
-        starts.append(data.rindex(b"|", at, stop) + 1)
-        ends.append(stop)
-        at = stop + 1
-    return buf, len(data), np.array(starts), np.array(ends), len(starts)
+def test_a_dump_read_in_many_blocks_is_read_like_one(monkeypatch, seed):
+    """Blocks end anywhere, mid-line too (here every 61 characters): the lines they cut are joined again."""
+    text = _dump(300 + seed, 400, garbage=0.0 if seed < 4 else 0.02)
+    whole = _rows_of(sacct_mod.parse(text))
+    monkeypatch.setattr(sacct_mod, "BLOCK", 61)
+    assert _rows_of(sacct_mod.parse(text)) == whole
+    _reads_as_alone(text)
 
 
 @pytest.mark.parametrize("change", ["ragged", "blank", "crlf", "steps", "non-ascii", "pipes", "short"])
-def test_what_the_fast_path_declines_is_still_read_right(tmp_path, change):
+def test_unusual_dumps_read_as_their_rows_read_alone(tmp_path, change):
     text = _dump(7, 200, garbage=0.05)
     lines = text.split("\n")
     if change == "ragged":
@@ -428,13 +352,12 @@ def test_what_the_fast_path_declines_is_still_read_right(tmp_path, change):
         text = text.replace("\n", "\r\n")
     path = tmp_path / "dump.txt"
     path.write_bytes(text.encode("utf-8"))
-    with open(path, encoding="utf-8", errors="replace") as fh:  # what read_file always did: text mode
-        general = sacct_mod._parse_text(fh.read(), str(path))
-    _same(sacct_mod.read_file(str(path)), general)
+    _reads_as_alone(text)
+    assert _rows_of(sacct_mod.read_file(str(path))) == _rows_of(sacct_mod.parse(text))
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_read_file_with_damaged_bytes_matches_a_text_mode_read(tmp_path, seed):
+def test_read_file_with_damaged_bytes_reads_as_a_text_mode_read(tmp_path, seed):
     rng = random.Random(seed)
     data = bytearray(_dump(200 + seed, 200, garbage=0.1).encode())
     for _ in range(20):  # flip bytes anywhere: invalid UTF-8, NULs, stray '|' and newlines
@@ -443,56 +366,16 @@ def test_read_file_with_damaged_bytes_matches_a_text_mode_read(tmp_path, seed):
     path.write_bytes(bytes(data))
     with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
+    _reads_as_alone(text)
     try:
-        general = sacct_mod._parse_text(text, str(path))
+        expected = sacct_mod.parse(text, str(path))
     except SacctFormatError as exc:
         with pytest.raises(SacctFormatError) as got:
             sacct_mod.read_file(str(path))
         assert str(got.value) == str(exc)
         return
-    _same(sacct_mod.read_file(str(path)), general)
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_a_dump_read_in_many_pieces_is_read_like_one(monkeypatch, seed):
-    """The fast path reads a big dump in pieces of ROWS rows (and finds delimiters in pieces of _CHUNK bytes,
-    and multiplies digits in pieces of ROWS rows); small pieces here make every join show."""
-    monkeypatch.setattr(sacct_fast, "ROWS", 37)
-    monkeypatch.setattr(sacct_fast, "_CHUNK", 61)
-    text = _dump(300 + seed, 400, garbage=0.0 if seed < 4 else 0.02)
-    general = sacct_mod._parse_text(text)
-    fast = _fast(text)
-    if seed < 4:
-        assert fast is not None
-    if fast is not None:
-        _same(fast, general)
-    _same(sacct_mod.parse(text), general)
-
-
-def test_a_hash_collision_between_groups_is_caught_not_merged(monkeypatch):
-    """The repeated strings (user, account, ..., AllocTRES) are grouped by a 64-bit hash of their bytes and
-    every row is checked against its group's first row: with every hash forced equal, different rows must
-    not be merged; the dump goes to the general parser and reads the same."""
-    text = _dump(77, 200, garbage=0.0)
-    assert _fast(text) is not None
-    monkeypatch.setattr(sacct_fast, "ROWS", 37)  # the check runs in pieces too
-    monkeypatch.setattr(words, "hash_rows", lambda keys: np.zeros(len(keys), dtype=np.uint64))
-    assert _fast(text) is None
-    _same(sacct_mod.parse(text), sacct_mod._parse_text(text))
-
-
-def test_groups_sharing_a_value_are_decoded_right_even_when_values_collide(monkeypatch):
-    """Each run of grouped columns is decoded once per distinct value among the groups (found by a hash of
-    its words); when two values share a hash, every group's own row is decoded instead."""
-    text = _dump(78, 300, garbage=0.0)
-    rows = text.count("\n") - 1
-    real_hash = words.hash_rows
-    # the dump's rows keep their real hashes (one piece of `rows` rows); the groups' values all collide
-    monkeypatch.setattr(words, "hash_rows", lambda keys: real_hash(keys) if len(keys) >= rows
-                        else np.zeros(len(keys), dtype=np.uint64))
-    fast = _fast(text)
-    assert fast is not None
-    _same(fast, sacct_mod._parse_text(text))
+    got = sacct_mod.read_file(str(path))
+    assert _rows_of(got) == _rows_of(expected) and got.skip_reasons == expected.skip_reasons
 
 
 _BASE_DUMP = _dump(9, 60, garbage=0.0)
@@ -503,9 +386,9 @@ _ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0
 @given(st.lists(st.tuples(st.integers(0, len(_BASE_DUMP) - 1), _ASCII_BYTES, st.sampled_from(["set", "insert",
                                                                                                 "delete"])),
                 min_size=1, max_size=8))
-def test_byte_level_damage_reads_the_same_on_either_path(edits):
-    """Near-valid ASCII dumps (a digit, a '|', a newline, a space... set, inserted or deleted anywhere): the fast
-    path must refuse or read exactly what the general parser reads, including its errors."""
+def test_byte_level_damage_reads_as_the_rows_read_alone(edits):
+    """Near-valid ASCII dumps (a digit, a '|', a newline, a space... set, inserted or deleted anywhere): every
+    row reads as it reads alone, and a dump is refused only where its rows are."""
     data = bytearray(_BASE_DUMP.encode())
     for at, byte, how in edits:
         at = min(at, len(data) - 1)
@@ -516,64 +399,80 @@ def test_byte_level_damage_reads_the_same_on_either_path(edits):
         else:
             del data[at]
     text = data.decode("ascii")
-    try:
-        general = sacct_mod._parse_text(text)
-    except SacctFormatError as exc:
+    if not text.strip("\n"):
+        with pytest.raises(SacctFormatError, match="empty"):
+            sacct_mod.parse(text)
+        return
+    lines = text.split("\n")
+    try:  # the text up to its header line (blank lines before it count)
+        sacct_mod.parse("\n".join(lines[:next(i for i, line in enumerate(lines) if line) + 1]))
+    except SacctFormatError as exc:  # the header itself is damaged: that is the error
         with pytest.raises(SacctFormatError) as got:
             sacct_mod.parse(text)
         assert str(got.value) == str(exc)
         return
-    _same(sacct_mod.parse(text), general)
-    fast = _fast(text)
-    if fast is not None:
-        _same(fast, general)
+    _reads_as_alone(text)
 
 
 _CAPTURES = sorted((Path(__file__).parent / "fixtures" / "slurm").glob("*/sacct_dump_*.txt"))
 
 
 @pytest.mark.parametrize("path", _CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_real_sacct_captures_read_the_same_on_either_path(path):
-    """Dumps real Slurm releases printed: `-X` allocation dumps take the fast path, step dumps the general one."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    general = sacct_mod._parse_text(text, str(path))
-    _same(sacct_mod.read_file(str(path)), general)
-    assert (_fast(text) is not None) == path.name.endswith("_X.txt")
+def test_real_sacct_captures_read_as_their_rows_read_alone(path):
+    """Dumps real Slurm releases printed (`-X` allocation dumps; step dumps, whose rows join their jobs)."""
+    table = sacct_mod.read_file(str(path))
+    assert table.n and not table.skipped
+    if path.name.endswith("_X.txt"):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            _reads_as_alone(fh.read())
 
 
-def test_a_newline_turned_pipe_reads_as_the_general_parser_reads_it():
-    """Found by the byte-level test: a '|' where a row's newline was leaves the field count a multiple of the
-    width, and the general parser reads two rows there. The fast path must not take the extra pipes as free
-    text in the first row's AdminComment (it hands such a dump to the general parser)."""
+def test_a_newline_turned_pipe_is_one_row_too_long_not_two_rows():
+    """A '|' where a row's newline was: the line has 23 fields; its last 12 are free text in the AdminComment
+    of the first row (the last column keeps any further '|'), which is then no summary."""
     lines = _BASE_DUMP.split("\n")
     text = "\n".join([lines[0], lines[1] + "|" + lines[2]] + lines[3:])
-    general = sacct_mod._parse_text(text)
-    assert list(general.job_id_raw)[:2] == [lines[1].split("|")[0], lines[2].split("|")[0]]
-    assert _fast(text) is None
-    _same(sacct_mod.parse(text), general)
+    table = sacct_mod.parse(text)
+    assert table.job_id_raw[:2] == [lines[1].split("|")[0], lines[3].split("|")[0]]
+    assert table.admin_comment[0].endswith("|" + lines[2])
+    _reads_as_alone(text)
 
 
-def test_stune_fairshare_keeps_freed_memory_in_its_own_process_only(monkeypatch, capsys):
-    """Reading a month of sacct frees and reallocates big arrays many times; the command's process sets
-    glibc's malloc to reuse that memory instead of faulting it in again (fairshare/heap.py). It takes effect
-    here (glibc), and only where stune-fairshare is the process, not where a caller runs its main()."""
-    import platform
-    import subprocess
-    import sys
+_PLAIN_NUMBERS = st.floats(0, 1e7, allow_nan=False).map(lambda v: f"{v:.1f}")
+_ODD_NUMBERS = st.sampled_from(["-", "-1.0", "nan", "inf", "1e5", "1_0", "", " ", "x", "1.2.3", "٣.0", "0.5\r",
+                                "9" * 400])
 
-    from slurm_tune.cli import fairshare as fairshare_cli
-    from slurm_tune.fairshare import heap
 
-    done = subprocess.run([sys.executable, "-c", "from slurm_tune.fairshare.heap import keep_freed_memory; "
-                           "print(keep_freed_memory())"], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == str(platform.libc_ver()[0] == "glibc")
-    calls = []
-    monkeypatch.setattr(heap, "keep_freed_memory", lambda: calls.append(True) or True)
-    monkeypatch.setattr(sys, "argv", ["stune-fairshare", "--help"])
-    with pytest.raises(SystemExit):
-        fairshare_cli.main()
-    assert calls == [True]
-    with pytest.raises(SystemExit):
-        fairshare_cli.main(["--help"])
-    assert calls == [True]
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.lists(_PLAIN_NUMBERS, min_size=5, max_size=5), min_size=1, max_size=4), st.data())
+def test_summary_heads_read_as_the_summary_format_reads_them(heads, data):
+    """The heads in encode()'s form are read by one pattern over the column; each must give what
+    usage/summary.parse_head gives for it alone (the format's own reader), before the range checks. One
+    number or key of one head may be odd."""
+    keys = ["held=", "used=", "cov=", "busy=", "busy_w="]
+    odd = data.draw(st.integers(0, len(heads) - 1)) if data.draw(st.booleans()) else None
+    comments = []
+    for k, numbers in enumerate(heads):
+        head_keys = list(keys)
+        if k == odd:
+            at = data.draw(st.integers(0, 4))
+            if data.draw(st.booleans()):
+                numbers[at] = data.draw(_ODD_NUMBERS)
+            else:
+                head_keys[at] = data.draw(st.sampled_from(["x=", "used=", " held=", "busy_w=-"]))
+        comments.append("stune1 " + " ".join(f"{key}{value}" for key, value in zip(head_keys, numbers)) +
+                        " gpus=1 nodes=1/1 per_gpu=")
+    got = sacct_values._heads(comments)
+    assert [None if g is None else [None if v is None or v != v else v for v in g] for g in got] == \
+        [None if p is None else [None if v is None or v != v else v for v in p] for p in map(parse_head, comments)]
+
+
+def test_plain_numbers_are_ascii_digits_below_two_to_the_forty():
+    """A column of plain numbers is read in one conversion; any other value (a sign, a space, '_', other
+    digits, an empty field, 2**40 and up) is read as the per-row reader reads it: a count as 0, a time as bad."""
+    odd = ["+5", " 5", "5_0", "٣", "", "5 ", str(1 << 40), "9" * 5000]
+    for value in odd:
+        assert sacct_values.counts(["7", value]).tolist() == [7, 0], value
+        assert sacct_values.epochs(["7", value]).tolist() == [7, -1 if value == "" else sacct_values.BAD_TIME]
+    assert sacct_values.counts(["0007", str((1 << 40) - 1)]).tolist() == [7, (1 << 40) - 1]
+    assert sacct_values.epochs(["5", "Unknown", "None", "N/A"]).tolist() == [5, -1, -1, -1]

@@ -18,7 +18,6 @@ PACKAGES = ("slurm_tune", "stune_dev")
 # cache is removed, the SWAR sacct path is removed, sbatch/ is split). An entry that is no longer a circle
 # fails the test below until it is deleted here, so this list can only shrink.
 PENDING: set[frozenset[str]] = {
-    frozenset({"slurm_tune.fairshare.sacct", "slurm_tune.fairshare.sacct_fast"}),
     # SlurmCommands.queries() builds the adapter that subclasses it; sbatch/submit.py is its one caller. It
     # goes when submit asks `Slurm` (adapter.py) itself on the rare path that queries Slurm.
     frozenset({"slurm_tune.slurm.adapter", "slurm_tune.slurm.commands"}),

@@ -124,6 +124,13 @@ def test_sprio_and_sshare_rows_are_typed(tmp_path):
     assert rows[1].user == "stune-alice" and rows[1].fairshare == 0.5 and rows[1].raw_usage == 3600.0
 
 
+def test_pending_jobs_are_read_from_one_plain_squeue_listing(tmp_path):
+    """The accountant's pending jobs: (id, account, user) per line of `squeue -o %A|%a|%u`, not --json."""
+    fake_tool(tmp_path, "squeue", '[ "$*" = "-h -t PENDING -o %A|%a|%u" ] || exit 3\n'
+                                  'echo "12|physics|stune-bob"\necho "  13|biology|stune-alice"\necho ""\n')
+    assert Slurm(bin_dir=str(tmp_path)).pending_jobs() == [(12, "physics", "stune-bob"), (13, "biology", "stune-alice")]
+
+
 SSHARE_ARGV = ("sshare -P -n -a -l --format=Account,User,RawShares,NormShares,RawUsage,NormUsage,EffectvUsage,"
                "FairShare,LevelFS")
 
@@ -144,6 +151,9 @@ SSHARE_ARGV = ("sshare -P -n -a -l --format=Account,User,RawShares,NormShares,Ra
      r"line 1 has 9 columns, expected 8"),
     ("sprio", ["12|stune-bob|11234|1234|0|10000|1.0|hdr", "13|stune-bob|high|1234|0|10000|1.0|hdr"], "sprio",
      r"sprio -h -o %i|%u|%Y|%S|%A|%F|%f|%r", r"line 2: invalid literal for int\(\) with base 10: 'high'"),
+    ("squeue", ["12_[1-3]|physics|stune-bob"], "pending", "squeue -h -t PENDING -o %A|%a|%u",
+     r"line 1: job id '12_\[1-3\]' is not a number"),
+    ("squeue", ["12|physics"], "pending", "squeue -h -t PENDING -o %A|%a|%u", r"line 1 has 2 columns, expected 3"),
     ("sacctmgr", ["normal|1.000000", "gold"], "qos", "sacctmgr -n -P show qos format=Name,UsageFactor",
      r"line 2 has 1 columns, expected 2: 'gold'"),
     ("sacctmgr", ["normal|1.000000", "gold|double"], "qos", "sacctmgr -n -P show qos format=Name,UsageFactor",
@@ -159,7 +169,7 @@ def test_an_unknown_layout_is_a_format_error_naming_the_whole_command_and_releas
     fake_tool(tmp_path, "sinfo", 'echo "slurm 26.05.5"\n')
     fake_tool(tmp_path, command, "".join(f"echo '{line}'\n" for line in lines))
     slurm = Slurm(bin_dir=str(tmp_path))
-    call = {"sshare": slurm.sshare, "sprio": slurm.sprio, "qos": slurm.qos_usage_factors,
+    call = {"sshare": slurm.sshare, "sprio": slurm.sprio, "qos": slurm.qos_usage_factors, "pending": slurm.pending_jobs,
             "sacct": lambda: slurm.sacct(["JobID", "State"]), "submit": lambda: slurm.submit(["--wrap=true"])}[read]
     with pytest.raises(SlurmFormatError) as info:
         call()

@@ -308,8 +308,4 @@ def _main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the command's own process (a test calling in keeps its own): fairshare/heap.py
-        from ..fairshare.heap import keep_freed_memory
-
-        keep_freed_memory()
     return guarded(PROG, _main, argv)

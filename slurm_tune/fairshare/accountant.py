@@ -269,7 +269,7 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         settle = ran & done & ~known & fresh
         provisional = ran & ~done
     counted = settle | provisional
-    _table_warnings(table, warnings)
+    warnings += table.warnings()
     ch = charges_mod.compute(table, counted, as_of=as_of, half_life_s=half_life, alpha=acc.alpha,
                              coverage_min=acc.coverage_min, basis=acc.basis, qos_usage_factor=qos_factors,
                              alpha_by=acc.alpha_by)
@@ -345,20 +345,6 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         ledger.watermark, ledger.as_of, ledger.half_life_s = int(new_watermark), as_of, half_life
         ledger.save(path)
     return result
-
-
-def _table_warnings(table, warnings: list) -> None:
-    """Rows that were skipped or not trusted: said once per run, never fatal."""
-    if table.skipped:
-        shown = "; ".join((table.skip_reasons or [])[:3])
-        warnings.append(f"{table.skipped} unreadable sacct row(s) skipped" + (f": {shown}" if shown else ""))
-    if table.duplicates:
-        warnings.append(f"{table.duplicates} duplicate row(s) of the same job run dropped "
-                        "(overlapping exports?); each run is counted once")
-    bad = 0 if table.bad_summary is None else int(table.bad_summary.sum())
-    if bad:
-        warnings.append(f"{bad} damaged or out-of-range usage summary(ies) not trusted: charged as Slurm "
-                        "charges (eta = 1)")
 
 
 def run_locked(config, slurm=None, **kwargs) -> RunResult:
@@ -439,22 +425,21 @@ def site_factor_target(config, weight: int, f_slurm: float, f_stune: float,
 def _plan(result: RunResult, slurm, config) -> None:
     weight = result.settings.weight_fairshare
     deadband = config.site_factor.deadband
-    pending = slurm.jobs(states=["PENDING"])
+    pending = slurm.pending_jobs()
     if not pending:
         return
     current = {row.job_id: row.site for row in slurm.sprio()}
-    for job in pending:
-        if job.job_id not in current:  # held (priority 0) jobs are not in sprio; next run sees them
+    for job_id, account, user in pending:
+        if job_id not in current:  # held (priority 0) jobs are not in sprio; next run sees them
             continue
-        key = (job.account, job.user)
+        key = (account, user)
         f_slurm = result.shares_slurm.factor(*key)
         f_stune = result.shares_stune.factor(*key)
         if f_slurm is None or f_stune is None:
             continue
         target = site_factor_target(config, weight, f_slurm, f_stune, result.site_line)
-        have = current[job.job_id]
+        have = current[job_id]
         if abs(target - have) > deadband:
-            result.changes.append(SiteFactorChange(job.job_id, job.account, job.user, have, target,
-                                                   f_slurm, f_stune))
+            result.changes.append(SiteFactorChange(job_id, account, user, have, target, f_slurm, f_stune))
         else:
             result.kept += 1
