@@ -595,3 +595,24 @@ def test_every_stage_of_the_pipeline_is_a_process_stune_ships():
     for _, process, _, home in pipeline.STAGES:
         assert (REPO / process).is_file() or f"{process} = " in console, process
         assert (REPO / "slurm_tune" / home).is_file(), home
+
+
+def test_a_stop_that_lands_inside_a_tick_stops_the_sampler(tmp_path):
+    """SIGTERM raises the sampler command's stop wherever it lands; one inside a tick (here, while the GPUs
+    are read) must end the run, not be counted as one more tick's error and sampled past."""
+    from slurm_tune.cli.sampler import _Stop
+    from slurm_tune.usage.sampler import Sampler
+
+    class StoppedWhileReading:
+        reads = 0
+
+        def utilization(self):
+            self.reads += 1
+            raise _Stop()
+
+    local = tmp_path / "usage"
+    prolog(local, "6", "0")  # a GPU job runs here, so each tick reads the GPUs
+    source = StoppedWhileReading()
+    with pytest.raises(_Stop):
+        Sampler(source, str(local), interval=0.01).run(iterations=3)
+    assert source.reads == 1

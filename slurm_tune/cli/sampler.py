@@ -20,8 +20,9 @@ from .common import EXIT_OK, guarded
 PROG = "stune-gpu-sampler"
 
 
-class _Stop(Exception):
-    pass
+class _Stop(BaseException):
+    """SIGTERM/SIGINT: a BaseException, so the sampler's keep-going `except Exception` around a tick cannot
+    swallow a stop that lands inside one (systemd would wait for its SIGKILL)."""
 
 
 def _raise_stop(signum, frame):
