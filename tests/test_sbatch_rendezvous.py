@@ -27,10 +27,12 @@ def test_every_rank_gets_the_batch_steps_master_addr(export, real_nodes, slurm, 
     env = dict(os.environ, STUNE_PARTITIONS=str(real_nodes), STUNE_HISTORY=str(shared_tmp / "h.jsonl"))
     for name in [n for n in env if n.startswith(("NCCL_", "GLOO_", "MASTER_", "SBATCH_", "STUNE_MANAGED"))]:
         del env[name]
+    # the suite's own Slurm's srun, by its full path: under --export=NONE the batch script has no PATH
+    srun = os.path.join(os.environ.get("STUNE_SLURM_BIN", "/usr/bin"), "srun")
     step = 'echo "rank $SLURM_PROCID $SLURMD_NODENAME MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"'
     out = subprocess.run([os.path.join(BIN, "stune-sbatch"), "--parsable", "-p", "vpc", "-N2", f"--export={export}",
                           "-o", str(shared_tmp / "out-%j.txt"), "--wrap",
-                          f"/usr/bin/srun -N2 -n2 /bin/sh -c '{step}'"], capture_output=True, text=True, env=env)
+                          f"{srun} -N2 -n2 /bin/sh -c '{step}'"], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     job = int(out.stdout)
     wait_for_state(slurm, job, ("COMPLETED",), timeout=60)
