@@ -563,17 +563,17 @@ def test_the_summary_counts_files_not_directories(tier, shared_tmp):
 # ---- the command line -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, words", [
-    (["fetch", "--jobs", "-1"], "copy processes must be 1 to 256"),
-    (["fetch", "--jobs", "0"], "copy processes must be 1 to 256"),
-    (["fetch", "--jobs", "many"], "copy processes must be 1 to 256"),
-    (["fetch", "--job", "12a"], "not a Slurm job id: '12a'"),
+    (["fetch", "--jobs", "-1"], "copy threads must be 1 to 256"),
+    (["fetch", "--jobs", "0"], "copy threads must be 1 to 256"),
+    (["fetch", "--jobs", "many"], "copy threads must be 1 to 256"),
+    (["fetch", "--job", "12a"], "--job '12a': not a Slurm job id"),
     (["fetch", "--job", "12_3"], "not a Slurm job id"),
     (["release", "--job", "12a"], "not a Slurm job id"),
 ])
 def test_bad_fetch_and_release_arguments_are_refused_at_once(tier, dataset, args, words):
     proc = cli(*args, "--path", tier.root, *([str(dataset)] if args[0] == "fetch" else []), timeout=20,
                check=False)
-    assert proc.returncode == 2 and words in proc.stderr
+    assert proc.returncode == 1 and words in proc.stderr  # bad input: one line, exit 1 (README)
     assert not Path(tier.root, "root").exists(), "nothing was staged"
 
 
