@@ -1,5 +1,6 @@
-"""The copy itself (slurm_tune/stage/copy.py): worker threads in copy_file_range, big files cut into ranges,
-the sendfile and read/write fallbacks, and a source changed under the copy. The tier around it (admission,
+"""The copy itself (slurm_tune/stage/copy.py): big files cut into ranges that threads copy with
+copy_file_range, the sendfile and read/write fallbacks, small files in `cp` batches, and a source changed
+under the copy. The tier around it (admission,
 publish, eviction) is in test_stage_tier.py."""
 from __future__ import annotations
 
@@ -41,10 +42,10 @@ def test_a_big_file_is_copied_in_ranges_by_several_workers_and_published_read_on
     source = fresh.inspect(str(src))
     work = copymod._Copier(str(shared_tmp), str(shared_tmp / "out"), 4, "t")
     (shared_tmp / "out").mkdir()
-    work.plan([("", src.name, source.st.st_size, source.st.st_mode)], [], source.st.st_size)
-    ranges = [item for item in work.work if item[0] == "range"]
-    assert len(ranges) == 4 and ranges[0][4] == 0 and ranges[-1][5] == source.st.st_size
-    assert all(r[5] - r[4] == 4 << 20 for r in ranges[:-1])  # whole MiBs, the last takes the rest
+    work.plan([("", src.name, source.st.st_size, source.st.st_mode)])
+    ranges = list(work.work)
+    assert len(ranges) == 4 and ranges[0][3] == 0 and ranges[-1][4] == source.st.st_size
+    assert all(r[4] - r[3] == 4 << 20 for r in ranges[:-1])  # whole MiBs, the last takes the rest
 
     dst = shared_tmp / "copy"
     dst.mkdir()
@@ -117,9 +118,11 @@ def test_without_copy_file_range_the_copy_falls_back_once_for_all_files(shared_t
         assert calls["sendfile"] == 1
 
 
-def test_a_filesystem_whose_copy_file_range_copies_nothing_is_read_and_written(shared_tmp, monkeypatch):
+def test_a_filesystem_whose_copy_file_range_copies_nothing_is_read_and_written(shared_tmp, monkeypatch,
+                                                                               small_split):
     """Some filesystems answer copy_file_range with 0 bytes for a file that has data (procfs-like ones)."""
     tree = make_tree(shared_tmp / "ds", dirs=1, files=5, size=3000)
+    _big(tree / "big.bin", 5 << 20)
     monkeypatch.setattr(copymod.os, "copy_file_range", lambda *args: 0)
     dst = shared_tmp / "copy"
     dst.mkdir()
@@ -133,8 +136,9 @@ import os, sys
 from slurm_tune.stage import copy, fresh
 from slurm_tune.stage.errors import SourceError
 src, dst, kind = sys.argv[1:4]
+copy.SPLIT = 1 << 20  # big.bin goes through the ranges; the small files through cp
 plan = fresh.walk(src)
-victim = os.path.join(src, "class00", "img0003.bin")
+victim = os.path.join(src, "class00", sys.argv[4])
 os.unlink(victim)
 if kind == "fifo":
     os.mkfifo(victim)
@@ -153,16 +157,27 @@ except SourceError as exc:
 @pytest.mark.parametrize("kind, words", [("fifo", "no longer a regular file"),
                                          ("symlink", "replaced by a symlink"),
                                          ("directory", "no longer a regular file")])
-def test_a_source_file_swapped_after_the_walk_is_refused_never_followed_or_waited_on(shared_tmp, kind, words):
-    """`cp` opened a FIFO planted after the walk and waited for a writer forever; a symlink planted there
-    must not be followed (to /etc/shadow, as root)."""
+def test_a_big_source_file_swapped_after_the_walk_is_refused_never_followed_or_waited_on(shared_tmp, kind,
+                                                                                         words):
+    """A symlink planted where the walk saw a file is not followed (to /etc/shadow, as root); a FIFO is not
+    waited on for a writer."""
     tree = make_tree(shared_tmp / "ds", dirs=1, files=8)
-    proc = subprocess.run([sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind],
+    _big(tree / "class00" / "big.bin", 2 << 20)
+    proc = subprocess.run([sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind, "big.bin"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("SourceError:") and words in proc.stdout and "img0003.bin" in proc.stdout
-    copied = shared_tmp / "copy" / "class00" / "img0003.bin"  # the stager deletes the partial copy
-    assert not copied.exists() if kind == "symlink" else copied.stat().st_size == 0
+    assert proc.stdout.startswith("SourceError:") and words in proc.stdout and "big.bin" in proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_small_source_file_swapped_after_the_walk_is_not_followed_or_waited_on(shared_tmp, kind):
+    """The old `cp -P` batches opened a FIFO planted after the walk and waited for a writer forever."""
+    tree = make_tree(shared_tmp / "ds", dirs=1, files=8)
+    proc = subprocess.run([sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind,
+                           "img0003.bin"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    copied = shared_tmp / "copy" / "class00" / "img0003.bin"
+    assert stat.S_ISFIFO(copied.lstat().st_mode) if kind == "fifo" else copied.is_symlink()
 
 
 def test_a_staged_single_big_file_is_a_read_only_copy_of_the_source(shared_tmp, small_split):

@@ -1,26 +1,25 @@
-"""Copying a directory tree or a file into a staging directory, fast, in this process: worker threads that
-spend their time in copy_file_range(2), which releases the GIL, with no Python work per byte.
+"""Copying a directory tree or a file into a staging directory, fast.
 
-- A directory tree: one walk (fresh.walk), every directory made here first, then the files cut into work:
-  batches of small files, each within one directory (its two directories opened once, then per file one
-  open of the source, one O_EXCL create, copy_file_range until end of file, two closes), and files of
-  SPLIT bytes or more cut into ranges that several workers copy at once into a file preallocated here
-  (a full disk shows before the first byte moves). Symlinks are copied as symlinks; sockets, FIFOs and
-  devices are skipped.
-- A single file: the same workers, the same ranges; its mode (less the write bits) and times are kept.
-- copy_file_range copies inside the kernel, in large chunks. Where it cannot (a source on another
-  filesystem: EXDEV on Linux >= 5.19, old kernels: ENOSYS, filesystems without it), the copy falls back to
-  sendfile(2), then to pread/pwrite, once for all later files of the copy.
+- A big file (SPLIT bytes or more), alone or in a tree: this process's worker threads copy it in ranges
+  into a copy preallocated here (a full disk shows before the first byte moves), each range in a few
+  copy_file_range(2) calls of up to CHUNK bytes: the kernel copies, the GIL is released, no Python runs per
+  byte. Where copy_file_range cannot (a source on another filesystem: EXDEV on Linux >= 5.19; old kernels:
+  ENOSYS; filesystems without it), the copy falls back to sendfile(2), then to pread/pwrite, once for all
+  later calls. Its mode (less the write bits) and, for a single file, its times are kept.
+- The rest of a tree (small files and symlinks): cut into batches, in walk order, that several
+  `cp -R -P --parents` processes copy at once. Per small file, Python threads lost to processes here: they
+  share one descriptor table and one GIL, and on a loaded 2-core VM a 20k-file copy took 1.3-1.7x longer
+  than the same batches in `cp` processes (docs/stage.md). Symlinks are copied as symlinks (-P); sockets,
+  FIFOs and devices are skipped by the walk, and one planted after it is recreated, not read (-R).
 
-The source's files are opened O_NOFOLLOW|O_NONBLOCK (an entry replaced by a symlink or a FIFO since the walk
-is refused, never followed or waited on), the copies are created O_EXCL|O_NOFOLLOW, and a range's writer
-checks it reopened the file this copy created. Every copy reports progress (`Progress`) and watches the tier's
-free space and its byte allowance: when either runs out it stops its workers and raises TierUnavailable.
+A big file's source is opened O_NOFOLLOW|O_NONBLOCK (replaced by a symlink or a FIFO since the walk: refused,
+never followed or waited on), its copy created O_EXCL|O_NOFOLLOW, and each range's writer checks that it
+reopened the file this copy created. Every copy reports progress (`Progress`) and watches the tier's free
+space and its byte allowance: when either runs out it stops its workers and raises TierUnavailable.
 
 A published copy is read-only (no write bit on any file or directory under data/): a job that writes into
-$STUNE_STAGE_X gets EACCES instead of silently changing what every later job reads. Files are created
-without write bits (the umask is 0 while the workers run, so the user's umask does not change what is
-copied); directories are set at the end.
+$STUNE_STAGE_X gets EACCES instead of silently changing what every later job reads. The `cp` workers run
+with umask 0222 and big files get read_only(mode) when their ranges are in; directories are set at the end.
 """
 from __future__ import annotations
 
@@ -37,8 +36,8 @@ from .fresh import Plan, Source
 
 CHUNK = 256 << 20        # bytes per copy_file_range or sendfile call: the kernel loops inside it
 SPLIT = 128 << 20        # a file this big is cut into ranges copied by several workers at once
-BATCH_BYTES = 64 << 20   # a batch of small files: at most this many bytes ...
-BATCH_FILES = 1000       # ... or files, all in one directory
+BATCH_BYTES = 64 << 20   # a `cp` process's batch of smaller files: at most this many bytes ...
+BATCH_FILES = 4000       # ... or names (~200 KiB of argv: well inside ARG_MAX)
 RW_CHUNK = 1 << 20       # pread/pwrite buffer, the last fallback
 TICK_S = 0.5             # progress and disk-space cadence; the last worker's exit wakes the stager at once
 
@@ -159,37 +158,10 @@ class _Copier:
 
     # ---- planning (the stager's thread, before the workers start) ----
 
-    def plan(self, files: list, links: list, total: int) -> None:
-        """Queue `files` (relative directory, name, size, mode) and `links` (relative directory, name): big
-        files' ranges first, biggest first, so the longest copies start early; then files a batch's size or
-        more, alone; then batches in walk order, each within one directory, none much bigger than
-        total/jobs so the last worker is not left alone."""
-        target = max(1 << 20, min(BATCH_BYTES, total // (self.jobs * 2) + 1))
-        big, alone, batches = [], [], []
-        rel_now, cur, cur_bytes = None, [], 0
-        for rel, name, size, mode in files:
-            if size >= SPLIT:
-                big.append((rel, name, size, mode))
-            elif size >= target:
-                alone.append((size, ("files", rel, [(name, size, mode)], [])))
-            else:
-                if cur and (rel != rel_now or cur_bytes + size > target or len(cur) >= BATCH_FILES):
-                    batches.append(("files", rel_now, cur, []))
-                    cur, cur_bytes = [], 0
-                rel_now = rel
-                cur.append((name, size, mode))
-                cur_bytes += size
-        if cur:
-            batches.append(("files", rel_now, cur, []))
-        by_dir: dict[str, list[str]] = {}
-        for rel, name in links:
-            by_dir.setdefault(rel, []).append(name)
-        batches += [("files", rel, [], names[i:i + BATCH_FILES]) for rel, names in by_dir.items()
-                    for i in range(0, len(names), BATCH_FILES)]
-        for rel, name, size, mode in sorted(big, key=lambda f: -f[2]):
+    def plan(self, files: list) -> None:
+        """Queue the ranges of `files` (relative directory, name, size, mode), biggest file first."""
+        for rel, name, size, mode in sorted(files, key=lambda f: -f[2]):
             self.work.extend(self._ranges(rel, name, size, mode))
-        self.work.extend(item for _size, item in sorted(alone, key=lambda a: -a[0]))
-        self.work.extend(batches)
 
     def _ranges(self, rel: str, name: str, size: int, mode: int) -> list:
         """Create the copy of a big file, allocate all of it (ENOSPC now, not half way), and cut it into up
@@ -208,7 +180,7 @@ class _Copier:
         self.split.append((os.path.join(self.dst, rel, name), ino, read_only(mode)))
         parts = max(1, min(self.jobs, size // (SPLIT // 2)))
         step = (-(-size // parts) + (1 << 20) - 1) >> 20 << 20
-        return [("range", rel, name, ino, off, min(size, off + step)) for off in range(0, size, step)]
+        return [(rel, name, ino, off, min(size, off + step)) for off in range(0, size, step)]
 
     # ---- the workers ----
 
@@ -247,10 +219,7 @@ class _Copier:
                     item = self.work.popleft()
                 except IndexError:
                     return
-                if item[0] == "range":
-                    self._range(k, *item[1:])
-                else:
-                    self._batch(k, *item[1:])
+                self._range(k, *item)
         except BaseException as exc:  # handed to the stager's thread, which raises it
             with self.lock:
                 self.error = self.error or exc
@@ -260,35 +229,6 @@ class _Copier:
                 self.running -= 1
                 if self.running == 0:
                     self.finished.set()
-
-    def _batch(self, k: int, rel: str, files: list, links: list) -> None:
-        sfd = self._src_call(os.open, rel or ".", os.path.join(self.src, rel), O_DIR)
-        try:
-            dfd = os.open(os.path.join(self.dst, rel), O_DIR)
-            try:
-                for name, size, mode in files:
-                    if self.stopped:
-                        return
-                    path = _path(rel, name)
-                    src = self._src_call(os.open, path, name, O_FILE, dir_fd=sfd)
-                    try:
-                        dst = self._dst_call(create_exclusive, path, name, dfd, read_only(mode))
-                        try:
-                            self._bytes(k, src, dst, 0, None, size, path)
-                        finally:
-                            os.close(dst)
-                    finally:
-                        os.close(src)
-                    self.done[k][1] += 1
-                for name in links:
-                    path = _path(rel, name)
-                    target = self._src_call(os.readlink, path, name, dir_fd=sfd)
-                    self._dst_call(os.symlink, path, target, name, dir_fd=dfd)
-                    self.done[k][1] += 1
-            finally:
-                os.close(dfd)
-        finally:
-            os.close(sfd)
 
     def _range(self, k: int, rel: str, name: str, ino: int, off: int, end: int) -> None:
         path = _path(rel, name)
@@ -328,7 +268,8 @@ class _Copier:
                     n = os.sendfile(dst, src, off, count)
                     pos += n
                 else:
-                    data = os.pread(src, min(count, RW_CHUNK), off)
+                    count = min(count, RW_CHUNK)
+                    data = os.pread(src, count, off)
                     n, view = len(data), memoryview(data)
                     while view:
                         view = view[os.pwrite(dst, view, off + n - len(view)):]
@@ -346,6 +287,11 @@ class _Copier:
                 return
             off += n
             row[0] += n
+            if end is None and off == size and n < count:
+                # A short answer that ends at the walk's size is the end of the file: no call to hear
+                # 0 bytes (one system call in six per small file). A file that grew since the walk
+                # answers more than its walked size and is copied to its end.
+                return
 
     def _reopen(self, path: str, ino: int, flags: int) -> int:
         """The big file _ranges() made, and nothing planted since: a regular file, one link, that inode."""
@@ -388,21 +334,81 @@ class _Copier:
         return TierUnavailable("copy-failed", f"{self.what} failed: {path}: {exc.strerror}")
 
 
+def _chunks(files: list, links: list, total: int, jobs: int) -> list[tuple[list[str], int]]:
+    """Cut files and links into batches for `cp` processes, in walk order: each batch stays within a few
+    directories, so the workers do not all contend for the same directory locks (sorting by size, which
+    scatters every directory over every worker, measured 2-3x slower). Files bigger than a batch go first,
+    alone, so the longest copies start early; no batch is much bigger than total/jobs, so the last worker is
+    not alone."""
+    target = max(1 << 20, min(BATCH_BYTES, total // (jobs * 2) + 1))
+    big = [([_path(rel, name)], size) for rel, name, size, _mode in files if size >= target]
+    chunks, cur, cur_bytes = [], [], 0
+    for path, size in [(_path(rel, name), size) for rel, name, size, _mode in files if size < target] + \
+            [(_path(rel, name), 0) for rel, name in links]:
+        if cur and (cur_bytes + size > target or len(cur) >= BATCH_FILES):
+            chunks.append((cur, cur_bytes))
+            cur, cur_bytes = [], 0
+        cur.append(path)
+        cur_bytes += size
+    if cur:
+        chunks.append((cur, cur_bytes))
+    return sorted(big, key=lambda c: -c[1]) + chunks
+
+
+def _copy_batches(src: str, dst: str, chunks: list, jobs: int, progress: Progress | None, guard: Guard | None,
+                  done_bytes: int, done_files: int) -> tuple[int, int]:
+    """Run the batches in up to `jobs` `cp -R -P --parents` processes at once. -P copies a symlink as a
+    symlink; -R recreates a FIFO planted after the walk instead of waiting on it for a writer."""
+    import tempfile  # here, not at the top: a single file's copy needs no process (subprocess costs ~8 ms)
+
+    from .workers import failure, kill, spawn, wait_any
+
+    running: dict = {}
+    with tempfile.TemporaryFile() as errlog:
+        try:
+            while chunks or running:
+                while chunks and len(running) < jobs:
+                    names, nbytes = chunks.pop(0)
+                    # No --preserve=mode: cp then gives each file the source's mode less the umask, and the
+                    # umask 0222 makes the copy read-only without a chmod per file.
+                    argv = ["cp", "-R", "-P", "--parents", "-t", dst, "--", *names]
+                    running[spawn(argv, src, errlog, umask=0o222)] = (nbytes, len(names))
+                for proc in wait_any(list(running), TICK_S):
+                    nbytes, nfiles = running.pop(proc)
+                    if proc.returncode != 0:
+                        raise failure(errlog, f"copying {src}")
+                    done_bytes += nbytes
+                    done_files += nfiles
+                if guard:
+                    guard.check()
+                if progress:
+                    progress.update(done_bytes, done_files)
+        except BaseException:
+            kill(list(running))
+            raise
+    return done_bytes, done_files
+
+
 def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progress: Progress | None = None,
               guard: Guard | None = None) -> None:
-    """Copy the walked tree `src` into the new directory `dst` (which must exist, empty)."""
+    """Copy the walked tree `src` into the new directory `dst` (which must exist, empty): files of SPLIT
+    bytes or more in ranges by this process's threads, then the rest in batches by `cp` processes."""
     jobs = default_jobs() if jobs is None else jobs
     if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"copy workers must be >= 1, not {jobs!r}")
+        raise ValueError(f"copy workers must be >= 1, not {jobs!r}")  # 0 or -1 would spin forever
+    for rel, _mode, _atime, _mtime in plan.dirs:
+        os.mkdir(os.path.join(dst, rel), 0o700)
+    big = [f for f in plan.files if f[2] >= SPLIT]
     copier = _Copier(src, dst, jobs, f"copying {src}")
-    umask = os.umask(0)  # files are made with exactly read_only(mode)
+    umask = os.umask(0)  # the big files are made with exactly read_only(mode)
     try:
-        for rel, _mode, _atime, _mtime in plan.dirs:
-            os.mkdir(os.path.join(dst, rel), 0o700)
-        copier.plan(plan.files, plan.links, plan.bytes)
+        copier.plan(big)
         copier.run(progress, guard)
     finally:
         os.umask(umask)
+    small = [f for f in plan.files if f[2] < SPLIT]
+    done = _copy_batches(src, dst, _chunks(small, plan.links, plan.bytes, jobs), jobs, progress, guard,
+                         *copier.totals())
     # Directory modes and times last: the workers filled them meanwhile. Read-only, like the files
     # (rmtree_at opens them up again to evict the entry).
     for rel, mode, atime, mtime in reversed(plan.dirs):
@@ -410,7 +416,7 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
         os.chmod(path, read_only(mode) | 0o500)
         os.utime(path, ns=(atime, mtime))
     if progress:
-        progress.done(*copier.totals())
+        progress.done(*done)
 
 
 def copy_file(source: Source, dst_dir: str, *, jobs: int | None = None, progress: Progress | None = None,
@@ -422,7 +428,7 @@ def copy_file(source: Source, dst_dir: str, *, jobs: int | None = None, progress
     copier = _Copier(folder, dst_dir, jobs, f"copying {source.path}")
     umask = os.umask(0)
     try:
-        copier.plan([("", name, source.st.st_size, source.st.st_mode)], [], source.st.st_size)
+        copier.plan([("", name, source.st.st_size, source.st.st_mode)])
         if guard:  # a big file was allocated in full: past the reserve now, not after the copy
             guard.check()
         copier.run(progress, guard)
