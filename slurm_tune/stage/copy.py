@@ -141,8 +141,8 @@ def _path(rel: str, name: str) -> str:
 
 
 class _Copier:
-    """Worker threads that take work (batches of small files, ranges of big ones) from one queue. The first
-    error stops them all and is raised by run(); stop() makes them finish their current call and leave."""
+    """Worker threads that take the ranges of big files from one queue. The first error stops them all
+    (each finishes its current call and leaves) and is raised by run()."""
 
     def __init__(self, src: str, dst: str, jobs: int, what: str):
         self.src, self.dst, self.jobs, self.what = src, dst, jobs, what
@@ -240,7 +240,7 @@ class _Copier:
         try:
             dst = self._reopen(os.path.join(self.dst, rel, name), ino, os.O_WRONLY)
             try:
-                self._bytes(k, src, dst, off, end, end, path)
+                self._bytes(k, src, dst, off, end, path)
             finally:
                 os.close(dst)
         finally:
@@ -248,18 +248,19 @@ class _Copier:
         if off == 0:
             self.done[k][1] += 1
 
-    def _bytes(self, k: int, src: int, dst: int, off: int, end: int | None, size: int, path: str) -> None:
-        """Copy src's bytes [off, end) (end None: to its end) to the same offsets of dst."""
+    def _bytes(self, k: int, src: int, dst: int, off: int, end: int, path: str) -> None:
+        """Copy src's bytes [off, end) to the same offsets of dst (a source cut short since the walk: up to
+        its end)."""
         floor, pos, row = CFR, 0, self.done[k]  # pos: dst's file offset, which sendfile writes at
         while not self.stopped:
-            count = CHUNK if end is None else min(CHUNK, end - off)
+            count = min(CHUNK, end - off)
             if count <= 0:
                 return
             method = max(self.method, floor)
             try:
                 if method == CFR:
                     n = os.copy_file_range(src, dst, count, off, off)
-                    if not n and off < size:  # some filesystems copy nothing: this file by read/write
+                    if not n:  # some filesystems copy nothing (or the source was cut short): read/write
                         floor = RW
                         continue
                 elif method == SENDFILE:
@@ -287,11 +288,6 @@ class _Copier:
                 return
             off += n
             row[0] += n
-            if end is None and off == size and n < count:
-                # A short answer that ends at the walk's size is the end of the file: no call to hear
-                # 0 bytes (one system call in six per small file). A file that grew since the walk
-                # answers more than its walked size and is copied to its end.
-                return
 
     def _reopen(self, path: str, ino: int, flags: int) -> int:
         """The big file _ranges() made, and nothing planted since: a regular file, one link, that inode."""
