@@ -373,6 +373,13 @@ def test_kill_9_mid_copy_leaves_nothing_complete_and_the_next_stager_restages(ti
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert entries_of(tier) == [], "a killed stager must publish nothing"
+
+    def orphans():
+        return subprocess.run(["pgrep", "-f", f"cp -R -P --parents -t {tmp}"],
+                              capture_output=True, text=True).stdout.split()
+
+    # the workers get their parent-death signal as the stager dies; give the kernel a moment to deliver it
+    wait_until("the copy workers to die with their stager", lambda: not orphans(), timeout=10, interval=0.05)
     with Tier(tier) as t:
         assert any(r.state != "ready" for r in t.ledger()), "the dead stager's reservation is still there"
     result = stage(req(dataset), tier, job_id="56")

@@ -14,6 +14,18 @@ from .errors import SourceError, TierUnavailable
 POLL_S = 0.05  # exit polling where pidfds are missing (Linux < 5.3)
 
 _LIBC = None
+_SETPRIV: list[str | None] = []
+
+
+def _setpriv() -> str | None:
+    """util-linux's setpriv, found once: it sets the parent-death signal and execs the worker, so the
+    stager forks without running Python in the child (vfork: ~1.7 ms a worker against ~9 ms with a
+    preexec_fn, measured with 9 `cp` batches; serialised in the stager, that was 0.06-0.18 s of a 20k-file
+    copy)."""
+    if not _SETPRIV:
+        found = [os.path.join(d, "setpriv") for d in os.environ.get("PATH", "").split(":") + ["/usr/bin"] if d]
+        _SETPRIV.append(next((path for path in found if os.access(path, os.X_OK)), None))
+    return _SETPRIV[0]
 
 
 def _libc():
@@ -27,22 +39,25 @@ def _libc():
     return _LIBC
 
 
-def spawn(argv: list[str], cwd: str | None, errlog, stdin=None, umask: int | None = None) -> subprocess.Popen:
+def spawn(argv: list[str], cwd: str | None, errlog, stdin=None, umask: int = -1) -> subprocess.Popen:
+    """Start a worker that gets SIGKILL when the stager dies (PR_SET_PDEATHSIG): a stager killed with -9
+    must not leave workers writing into a directory the next stager is about to delete. Through setpriv
+    where it is installed; else a pre-exec hook that also checks the stager did not die before the
+    signal was set (setpriv leaves that window of a few microseconds open)."""
+    # start_new_session: killing a worker's process group takes its children (tar's decompressor) too.
+    common = dict(cwd=cwd, stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                  stderr=errlog, start_new_session=True, close_fds=True, umask=umask)
+    setpriv = _setpriv()
+    if setpriv:
+        return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *argv], **common)
     libc, parent = _libc(), os.getpid()
 
     def die_with_parent():
-        """PR_SET_PDEATHSIG: a stager killed with -9 must not leave workers writing into a directory the
-        next stager is about to delete."""
-        if umask is not None:
-            os.umask(umask)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
         if os.getppid() != parent:  # the stager died before prctl took effect
             os._exit(137)
 
-    # start_new_session: killing a worker's process group takes its children (tar's decompressor) too.
-    return subprocess.Popen(argv, cwd=cwd, stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=errlog, start_new_session=True, close_fds=True,
-                            preexec_fn=die_with_parent)
+    return subprocess.Popen(argv, preexec_fn=die_with_parent, **common)
 
 
 def kill(procs) -> None:
