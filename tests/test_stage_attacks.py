@@ -563,9 +563,9 @@ def test_the_summary_counts_files_not_directories(tier, shared_tmp):
 # ---- the command line -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, words", [
-    (["fetch", "--jobs", "-1"], "copy processes must be 1 to 256"),
-    (["fetch", "--jobs", "0"], "copy processes must be 1 to 256"),
-    (["fetch", "--jobs", "many"], "copy processes must be 1 to 256"),
+    (["fetch", "--jobs", "-1"], "copy threads must be 1 to 256"),
+    (["fetch", "--jobs", "0"], "copy threads must be 1 to 256"),
+    (["fetch", "--jobs", "many"], "copy threads must be 1 to 256"),
     (["fetch", "--job", "12a"], "--job '12a': not a Slurm job id"),
     (["fetch", "--job", "12_3"], "not a Slurm job id"),
     (["release", "--job", "12a"], "not a Slurm job id"),

@@ -110,7 +110,7 @@ def test_bad_input_is_one_line_and_exit_1_and_a_misspelt_option_gets_the_subcomm
     for bad, why in ((["fetch", "--job", "../../x", "/data/x"], "--job '../../x': not a Slurm job id"),
                      (["release", "--job", "12_3"], "--job '12_3': not a Slurm job id"),
                      (["fetch", "--jobs", "0", "/data/x"],
-                      "--jobs '0': the number of copy processes must be 1 to 256")):
+                      "--jobs '0': the number of copy threads must be 1 to 256")):
         proc = run(*bad, check=False)
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stderr.startswith(f"stune-stage: {why}")

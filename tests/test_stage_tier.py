@@ -375,7 +375,7 @@ def test_kill_9_mid_copy_leaves_nothing_complete_and_the_next_stager_restages(ti
     assert entries_of(tier) == [], "a killed stager must publish nothing"
 
     def orphans():
-        return subprocess.run(["pgrep", "-f", f"cp -P --preserve=mode --parents -t {tmp}"],
+        return subprocess.run(["pgrep", "-f", f"cp -R -P --parents -t {tmp}"],
                               capture_output=True, text=True).stdout.split()
 
     # the workers get their parent-death signal as the stager dies; give the kernel a moment to deliver it

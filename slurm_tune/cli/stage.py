@@ -48,7 +48,7 @@ def _copy_jobs(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= 256:
-        raise StuneError(f"--jobs {text!r}: the number of copy processes must be 1 to 256")
+        raise StuneError(f"--jobs {text!r}: the number of copy threads must be 1 to 256")
     return value
 
 
@@ -71,7 +71,7 @@ def _parser():
     fetch.add_argument("--job", type=_job_id, help="hold the entries for this job id (default: $SLURM_JOB_ID)")
     fetch.add_argument("--freshness", choices=("fast", "strict"), help="override the profile's freshness mode")
     fetch.add_argument("--jobs", "-j", type=_copy_jobs, metavar="N",
-                       help="parallel copy processes, 1 to 256 (default: $STUNE_STAGE_JOBS, else 2 per core, 4-16)")
+                       help="parallel copy threads, 1 to 256 (default: $STUNE_STAGE_JOBS, else 2 per core, 4-16)")
     fetch.add_argument("--format", choices=("shell", "taskprolog", "paths"), default="shell",
                        help="shell: export NAME='path' (for eval); taskprolog: unquoted; paths: NAME path")
     for name, text in (("ls", "list the tier's entries"), ("status", "the tier's quota, usage and health")):

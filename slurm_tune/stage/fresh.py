@@ -90,7 +90,8 @@ def stamp(source: Source, mode: str, plan: "Plan | None" = None) -> str:
 
 class Plan(namedtuple("Plan", "dirs files links skipped bytes alloc digest tree")):
     """A directory's copy plan from one walk: `dirs` (relative path, mode, atime_ns, mtime_ns) parents
-    first, `files` (relative path, size), `links` (relative path), `skipped` (sockets, FIFOs, devices),
+    first, `files` (relative directory, name, size, mode) and `links` (relative directory, name) grouped
+    by directory in walk order, `skipped` (relative paths of sockets, FIFOs, devices),
     total `bytes`, an allocation estimate `alloc` (4 KiB blocks), the strict stamp `digest`, and `tree`,
     the manifest() digest the copy will have (so publishing need not walk the copy again)."""
 
@@ -126,12 +127,12 @@ def walk(root: str) -> Plan:
                 pending.append(child)
                 tree.append(f"{child}:d:0")
             elif stat.S_ISREG(mode):
-                files.append((child, st.st_size))
+                files.append((rel, name, st.st_size, mode))
                 total += st.st_size
                 alloc += -(-st.st_size // BLOCK) * BLOCK
                 tree.append(f"{child}:f:{st.st_size}")
             elif stat.S_ISLNK(mode):
-                links.append(child)
+                links.append((rel, name))
                 alloc += BLOCK
                 tree.append(f"{child}:l:{st.st_size}")
             else:

@@ -65,7 +65,7 @@ def stage(request: StageRequest, config: TierConfig, *, job_id: str | None = Non
     if job_id is not None:
         check_job_id(job_id)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise ValueError(f"copy processes must be a whole number >= 1, not {jobs!r}")
+        raise ValueError(f"copy threads must be a whole number >= 1, not {jobs!r}")
     key = source_key(request.source)
     with Tier(config) as tier:
         with tier.namespace() as ns:
@@ -225,13 +225,15 @@ def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve
         os.chmod(data, copy.read_only(stat_mode(source.st)) | 0o500)
         export = DATA
     elif source.kind == "archive":
+        from .archive import extract
+
         progress = copy.Progress(stream, label + " (extracting)", source.st.st_size)
-        copy.extract(source, data, progress=progress, guard=guard)
+        extract(source, data, progress=progress, guard=guard)
         os.chmod(data, 0o555)
         export = DATA
     else:
         progress = copy.Progress(stream, label, source.st.st_size)
-        copy.copy_file(source, os.path.join(data, source.basename), progress=progress, guard=guard)
+        copy.copy_file(source, data, jobs=jobs, progress=progress, guard=guard)
         os.chmod(data, 0o555)
         export = f"{DATA}/{source.basename}"
     if plan is not None and plan.skipped:
