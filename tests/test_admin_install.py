@@ -416,3 +416,16 @@ def test_login_node_install_places_profiles_and_env_file_only(tmp_path, capsys, 
     assert rc == 1 and "a login node runs no stune unit" in out
     rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path))
     assert rc == 0 and not (tmp_path / "etc/default/stune").exists()
+
+
+def test_without_a_slurm_conf_install_still_prints_the_gpu_partitions_weight(tmp_path):
+    """No slurm.conf found: no partition is known, yet the GPU weight line (which doctor later requires) is
+    printed for each GPU partition with its reason, as README's block has it."""
+    from slurm_tune.admin.install import Layout, slurm_diffs
+    from slurm_tune.admin.slurmconf import SlurmConf
+
+    conf = SlurmConf(str(tmp_path / "etc/slurm/slurm.conf"))
+    assert not conf.found
+    text = slurm_diffs(Layout(prefix=str(tmp_path)), conf, "all")
+    assert "not found; stune needs these lines" in text
+    assert 'PartitionName=... TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"' in text

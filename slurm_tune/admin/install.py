@@ -25,7 +25,8 @@ from .. import safeio
 from ..errors import StuneError
 from ..thisnode import uses_node
 from . import shipped
-from .slurmconf import SlurmConf, diff_against, gpu_partitions, partition_needs, requirements, with_reason
+from .slurmconf import (SlurmConf, diff_against, gpu_partitions, gpu_weight_need, partition_needs, requirements,
+                        with_reason)
 
 MANIFEST_FORMAT = "stune-install/1"
 CONSTRAIN_WHY = "a job opens only the GPUs Slurm gave it (with TaskPlugin=task/cgroup)"
@@ -325,6 +326,8 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
         out.append(diff_against(conf.path, conf.text, needs))
     else:
         missing = [with_reason(n.line, n.why) for n in needs if not n.ok]
+        weight = gpu_weight_need("...", "")  # no slurm.conf: no partition known, so the line for each GPU one
+        missing.append(with_reason(f"PartitionName=... {weight.line}", weight.why))
         if missing:
             out.append(f"# {conf.path} not found; stune needs these lines in slurm.conf:\n" + "\n".join(missing) + "\n")
     etc = os.path.dirname(conf.path)
