@@ -171,13 +171,16 @@ class _Copier:
             # Writable until its ranges are in (each range's worker opens it again), read-only after run().
             fd = self._dst_call(create_exclusive, _path(rel, name), name, dfd, 0o600)
             try:
-                self._dst_call(os.posix_fallocate, _path(rel, name), fd, 0, size)
+                if size:  # fallocate refuses a length of 0 (EINVAL): an empty file is done once made
+                    self._dst_call(os.posix_fallocate, _path(rel, name), fd, 0, size)
                 ino = os.fstat(fd).st_ino
             finally:
                 os.close(fd)
         finally:
             os.close(dfd)
         self.split.append((os.path.join(self.dst, rel, name), ino, read_only(mode)))
+        if not size:
+            return []
         parts = max(1, min(self.jobs, size // (SPLIT // 2)))
         step = (-(-size // parts) + (1 << 20) - 1) >> 20 << 20
         return [(rel, name, ino, off, min(size, off + step)) for off in range(0, size, step)]
@@ -383,6 +386,15 @@ def _copy_batches(src: str, dst: str, chunks: list, jobs: int, progress: Progres
             kill(list(running))
             raise
     return done_bytes, done_files
+
+
+def in_ranges(source_kind: str, plan: Plan | None) -> bool:
+    """Whether the copy holds a file copied in preallocated ranges (a single file; a tree's files of SPLIT
+    bytes or more). Such a file has its full size before its data reaches the disk, so after a crash the
+    size-and-type manifest cannot tell it from a good copy: it is trusted in the boot that made it only."""
+    if source_kind == "file":
+        return True
+    return source_kind == "dir" and plan is not None and any(f[2] >= SPLIT for f in plan.files)
 
 
 def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progress: Progress | None = None,

@@ -151,7 +151,7 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
             "freshness": mode, "stamp": stamp_now, **{f"stamp.{m}": v for m, v in stamps.items()},
             "bytes": str(nbytes), "files": str(nfiles), "tree": tree,
             "boot": boot_id(), "export": export, "readonly": "1", "published": f"{time.time():.3f}",
-            "complete": "1"})
+            "ranges": "1" if _in_ranges(source, plan) else "0", "complete": "1"})
         published = True
         tier.ledger_write(ns.uid, entry, nbytes, "ready")
         if job_id:
@@ -282,12 +282,22 @@ def _still_read_only(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
     return True
 
 
+def _in_ranges(source, plan) -> bool:
+    from .copy import in_ranges
+
+    return in_ranges(source.kind, plan)
+
+
 def _verified(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
     """True if the entry can be trusted in this boot: published in it, or (after a reboot) its files still
-    match the manifest taken at publication. A verified entry is re-stamped with this boot."""
+    match the manifest taken at publication. A verified entry is re-stamped with this boot. A copy made in
+    preallocated ranges is trusted in its own boot only: after a crash its files have their full size with
+    unwritten blocks that read as zeros, which the manifest cannot see, so it is copied again."""
     now = boot_id()
     if stored.get("boot") == now:
         return True
+    if stored.get("ranges") == "1":
+        return False
     try:
         _nbytes, _nfiles, tree = fresh_manifest(ns.entry_path(entry))
     except OSError:
