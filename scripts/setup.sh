@@ -20,7 +20,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="python3 python3-venv python3-dev munge mariadb-server mariadb-client slurmctld slurmd slurmdbd slurm-client
-      hwloc util-linux procps fio iperf3"
+      hwloc util-linux procps fio iperf3 lua5.1 lua5.4"
 # policy-rc.d keeps the packages from starting system-wide daemons; stune runs its own under one directory.
 # shellcheck source=scripts/apt-missing.sh
 . scripts/apt-missing.sh

@@ -146,3 +146,36 @@ def test_an_invalid_profile_is_one_line_naming_the_file(tmp_path, capsys):
     assert rc != 0
     assert "x.yaml" in out and "fabric.type" in out and "Traceback" not in out
     assert not (tmp_path / "etc/slurm/cli_filter.lua").exists()
+
+
+LUA_DRIVER = """
+slurm = {SUCCESS = 0, ERROR = -1}
+dofile(arg[1])
+local options = {partition = "roce"}
+assert(slurm_cli_pre_submit(options, 0) == slurm.SUCCESS)
+print(options["export"])
+"""
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.4"])
+def test_the_filter_reads_its_data_on_lua_51_and_on_54(lua, tmp_path):
+    """Debian's Slurm links Lua 5.1, RPM builds link 5.3/5.4 (no setfenv there): the data file is read in
+    an empty environment either way, and a data path with a quote or a backslash stays one Lua string."""
+    import shutil
+
+    interpreter = shutil.which(lua)
+    if interpreter is None:
+        pytest.skip(f"{lua} is not installed (scripts/setup.sh installs it)")
+    etc = tmp_path / 'etc "slurm" \\ x'
+    etc.mkdir(parents=True)
+    conf = etc / "slurm.conf"
+    conf.write_text("PartitionName=roce Nodes=n1 Default=YES\n")
+    for path, data in render.cli_filter_files(str(conf), PARTITIONS).items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+    (tmp_path / "driver.lua").write_text(LUA_DRIVER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "STUNE_", "SLURM_", "MASTER_"))}
+    out = subprocess.run([interpreter, str(tmp_path / "driver.lua"), str(etc / render.LUA_FILE)],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
+    assert out.stdout.startswith("ALL,") and "NCCL_IB_TC=106" in out.stdout, out.stdout  # the roce profile

@@ -43,9 +43,18 @@ local function load_data()
   if data ~= nil then
     return data
   end
-  local chunk, err = loadfile(DATA_PATH)
+  -- data only: the file runs in an empty environment and can call nothing (Lua 5.1: setfenv; 5.2 and later,
+  -- which RPM builds of Slurm link, have no setfenv and take the environment as loadfile's third argument)
+  local chunk, err
+  if setfenv then
+    chunk, err = loadfile(DATA_PATH)
+    if chunk then
+      setfenv(chunk, {})
+    end
+  else
+    chunk, err = loadfile(DATA_PATH, "t", {})
+  end
   if chunk then
-    setfenv(chunk, {})  -- data only: the file can call nothing
     local ok, doc = pcall(chunk)
     if ok and type(doc) == "table" and doc.format == 1 and type(doc.partitions) == "table" then
       data = doc

@@ -123,7 +123,10 @@ def render(conf_dir: str, profiles_dir: str | None = None, default_partition: st
     files[data_path] = ("-- Written by `stune-admin install --cli-filter` from the profiles in "
                         f"{directory}; do not edit:\n-- change a profile and run install again.\nreturn "
                         + lua_value(doc) + "\n").encode()
-    files[os.path.join(conf_dir, LUA_FILE)] = lua_source().replace(DATA_PLACEHOLDER, data_path).encode()
+    # the path as a Lua literal: a quote or backslash in it must not break the script (Slurm would then refuse
+    # every sbatch, salloc and srun)
+    source = lua_source().replace(f'"{DATA_PLACEHOLDER}"', lua_string(data_path))
+    files[os.path.join(conf_dir, LUA_FILE)] = source.encode()
     return files
 
 
