@@ -144,6 +144,9 @@ def test_active_results_with_garbage_numbers_are_skipped(tmp_path):
 
 @pytest.mark.parametrize("text,key", [('{"marks": {"n1": {"action": "drain", "at": NaN}}}', "marks.n1.at"),
                                       ('{"marks": {"n1": {"synced_at": 1e308}}}', "marks.n1.synced_at"),
+                                      ('{"marks": {"n1": {"applied": {"retry_at": NaN}}}}',
+                                       "marks.n1.applied.retry_at"),
+                                      ('{"marks": {"n1": {"hook_fail": {"at": -1e300}}}}', "marks.n1.hook_fail.at"),
                                       ('{"marks": ', "")])
 def test_a_garbage_sweep_state_is_refused_naming_the_file_and_kept(tmp_path, text, key):
     path = tmp_path / "state.json"

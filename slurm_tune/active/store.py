@@ -132,7 +132,10 @@ class SweepLock(safeio.LockFile):
                          holder="sweep of this partition")
 
 
-MARK_TIMES = ("at", "synced_at", "retry_at")
+# Every time a mark holds, as a path of keys: its own, and those health/apply.py writes into it when the sweep
+# drains (applied.*) or reads from the hooks (hook_fail.at).
+MARK_TIMES = (("at",), ("synced_at",), ("retry_at",), ("applied", "synced_at"), ("applied", "retry_at"),
+              ("hook_fail", "at"))
 
 
 def read_state(store: str) -> dict:
@@ -152,9 +155,12 @@ def read_state(store: str) -> dict:
                                                "start over)")
     marks = data.get("marks")
     for node, mark in (marks.items() if isinstance(marks, dict) else ()):
-        for key in MARK_TIMES:
-            if isinstance(mark, dict) and mark.get(key) is not None:
-                number(mark[key], path, f"marks.{node}.{key}", 0, EPOCH_MAX)
+        for keys in MARK_TIMES:
+            value = mark
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                number(value, path, f"marks.{node}.{'.'.join(keys)}", 0, EPOCH_MAX)
     return data
 
 
