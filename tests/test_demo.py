@@ -50,7 +50,9 @@ def test_the_demo_fails_naming_the_claim_when_the_accountant_is_broken(cluster, 
     proc = subprocess.run([sys.executable, "-m", "stune_dev.demo"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
-    assert "checked: alice's GPUs were measured busy and bob's idle" in proc.stdout
+    # the failure must be the accountant's claim, reached after the usage pipeline's; show both ends if not
+    assert "checked: alice's GPUs were measured busy and bob's idle" in proc.stdout, \
+        proc.stdout[-2000:] + proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("demo: claim not true: bob's pending job ") and "is now below alice's" in last, last
     assert "Demo finished" not in proc.stdout
