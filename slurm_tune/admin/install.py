@@ -328,8 +328,7 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
         missing = [with_reason(n.line, n.why) for n in needs if not n.ok]
         weight = gpu_weight_need("...", "")  # no slurm.conf: no partition known, so the line for each GPU one
         missing.append(with_reason(f"PartitionName=... {weight.line}", weight.why))
-        if missing:
-            out.append(f"# {conf.path} not found; stune needs these lines in slurm.conf:\n" + "\n".join(missing) + "\n")
+        out.append(f"# {conf.path} not found; stune needs these lines in slurm.conf:\n" + "\n".join(missing) + "\n")
     etc = os.path.dirname(conf.path)
     cgroup = os.path.join(etc, "cgroup.conf")
     values = read_key_values(cgroup)

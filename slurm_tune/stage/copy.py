@@ -394,7 +394,12 @@ def in_ranges(source_kind: str, plan: Plan | None) -> bool:
     size-and-type manifest cannot tell it from a good copy: it is trusted in the boot that made it only."""
     if source_kind == "file":
         return True
-    return source_kind == "dir" and plan is not None and any(f[2] >= SPLIT for f in plan.files)
+    return source_kind == "dir" and plan is not None and bool(_big_files(plan.files))
+
+
+def _big_files(files: list) -> list:
+    """The files copy_tree copies in ranges by its threads (the rest go to `cp` in batches)."""
+    return [f for f in files if f[2] >= SPLIT]
 
 
 def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progress: Progress | None = None,
@@ -406,7 +411,7 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
         raise ValueError(f"copy workers must be >= 1, not {jobs!r}")  # 0 or -1 would spin forever
     for rel, _mode, _atime, _mtime in plan.dirs:
         os.mkdir(os.path.join(dst, rel), 0o700)
-    big = [f for f in plan.files if f[2] >= SPLIT]
+    big = _big_files(plan.files)
     copier = _Copier(src, dst, jobs, f"copying {src}")
     umask = os.umask(0)  # the big files are made with exactly read_only(mode)
     try:
