@@ -15,6 +15,7 @@ printed against the 1 s goal.
 
     .venv/bin/python bench/bench_active.py [--rounds N] [--cluster]
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import BARE, bare_start, compare, time_once  # noqa: E402
+from common import BARE, bare_start, compare, time_once
 
-from slurm_tune import fastjson  # noqa: E402
-from slurm_tune.active import judge as J  # noqa: E402
-from slurm_tune.active import store as S  # noqa: E402
-from slurm_tune.active import sweep as W  # noqa: E402
-from slurm_tune.active.agent import MARK  # noqa: E402
+from slurm_tune import fastjson
+from slurm_tune.active import judge as J
+from slurm_tune.active import store as S
+from slurm_tune.active import sweep as W
+from slurm_tune.active.agent import MARK
 
 NODES = 1000
 FP = {"driver": "535.104.05", "cuda": "12.2", "nccl": "2.19.3", "hca_fw": "20.31.1014", "kernel": "5.15.0"}
@@ -49,10 +50,24 @@ def results(sweeps=3, runs=3) -> list[dict]:
         for i in range(NODES):
             for r in range(runs):
                 slow = i % 97 == 0 and r != 1
-                out.append({"at": at, "sweep": f"s{s}", "partition": "hdr", "check": "nccl_allreduce",
-                            "subject": f"gpu{i:04d}", "nodes": [f"gpu{i:04d}"], "hca": None, "run": r, "status": "ok",
-                            "value": (160.0 if slow else 230.0) * (1 + rng.uniform(-0.02, 0.02)), "unit": "GB/s",
-                            "detail": "busbw", "fingerprint": FP, "job": str(i)})
+                out.append(
+                    {
+                        "at": at,
+                        "sweep": f"s{s}",
+                        "partition": "hdr",
+                        "check": "nccl_allreduce",
+                        "subject": f"gpu{i:04d}",
+                        "nodes": [f"gpu{i:04d}"],
+                        "hca": None,
+                        "run": r,
+                        "status": "ok",
+                        "value": (160.0 if slow else 230.0) * (1 + rng.uniform(-0.02, 0.02)),
+                        "unit": "GB/s",
+                        "detail": "busbw",
+                        "fingerprint": FP,
+                        "job": str(i),
+                    }
+                )
                 at += 0.01
     return out
 
@@ -82,12 +97,19 @@ def main() -> int:
     spool = tmp / "spool"
     spool.mkdir()
     specs = {}
-    last = data[-NODES * 3:]
+    last = data[-NODES * 3 :]
     for i in range(NODES):
-        rows = last[3 * i: 3 * i + 3]
+        rows = last[3 * i : 3 * i + 3]
         (spool / f"{i + 1}.out").write_text(table + "".join(MARK + fastjson.dumps(r) + "\n" for r in rows))
-        specs[i + 1] = {"check": "nccl_allreduce", "subject": f"gpu{i:04d}", "runs": 3, "sweep": "s2",
-                        "partition": "hdr", "nodes": [f"gpu{i:04d}"], "hca": None}
+        specs[i + 1] = {
+            "check": "nccl_allreduce",
+            "subject": f"gpu{i:04d}",
+            "runs": 3,
+            "sweep": "s2",
+            "partition": "hdr",
+            "nodes": [f"gpu{i:04d}"],
+            "hca": None,
+        }
 
     def collect_1000():
         store = tmp / "store"
@@ -102,16 +124,31 @@ def main() -> int:
     _, verdicts = J.judge(data, settings)
     outliers = [v.subject for v in verdicts if v.status == J.OUTLIER]
     assert len(outliers) == len(range(0, NODES, 97)), outliers
-    r1 = compare("active-judge-1000", {"str.split loop (9000 lines)": split_loop, "judge 1000 nodes": judge_1000,
-                                       "collect+store 1000 jobs": collect_1000}, rounds=rounds, warmup=1)
+    r1 = compare(
+        "active-judge-1000",
+        {
+            "str.split loop (9000 lines)": split_loop,
+            "judge 1000 nodes": judge_1000,
+            "collect+store 1000 jobs": collect_1000,
+        },
+        rounds=rounds,
+        warmup=1,
+    )
 
     bindir = Path(sys.executable).parent
-    spec = json.dumps({"check": "dcgm_diag", "subject": "n1", "nodes": ["n1"], "runs": 3, "run_timeout": 10,
-                       "tools": {"dcgmi": "/nonexistent/dcgmi"}})
+    spec = json.dumps(
+        {
+            "check": "dcgm_diag",
+            "subject": "n1",
+            "nodes": ["n1"],
+            "runs": 3,
+            "run_timeout": 10,
+            "tools": {"dcgmi": "/nonexistent/dcgmi"},
+        }
+    )
     env = dict(os.environ, SLURM_JOB_ID="1")
     agent = [str(bindir / "stune-sweep"), "agent", "--spec", spec]
-    commands = {BARE: bare_start(env),
-                "stune-sweep agent": lambda: time_once(agent, env=env)}
+    commands = {BARE: bare_start(env), "stune-sweep agent": lambda: time_once(agent, env=env)}
     if "--cluster" in sys.argv:
         from slurm_tune.slurm import Slurm
 
@@ -126,20 +163,44 @@ def main() -> int:
         def sweep_job():
             t = time.perf_counter()
             script = "#!/bin/sh\nexec " + " ".join(agent[:2]) + " --spec '" + spec + "'\n"
-            jobs.append(slurm.submit(["--hold", "--partition", "hdr", "--nodelist", "n1", "--nodes", "1",
-                                      "--exclusive", "--time=2", "--nice=10000", "--no-requeue", "--job-name",
-                                      "stune-active:bench", "--output", "/dev/null", "--deadline=now+60minutes"],
-                                     script=script))
+            jobs.append(
+                slurm.submit(
+                    [
+                        "--hold",
+                        "--partition",
+                        "hdr",
+                        "--nodelist",
+                        "n1",
+                        "--nodes",
+                        "1",
+                        "--exclusive",
+                        "--time=2",
+                        "--nice=10000",
+                        "--no-requeue",
+                        "--job-name",
+                        "stune-active:bench",
+                        "--output",
+                        "/dev/null",
+                        "--deadline=now+60minutes",
+                    ],
+                    script=script,
+                )
+            )
             return time.perf_counter() - t
 
         commands.update({"sbatch --wrap true": plain, "sweep job submission": sweep_job})
     r2 = compare("active-agent", commands, rounds=rounds, warmup=2)
     if "--cluster" in sys.argv and jobs:
         slurm.cancel(jobs)
-    per_node = (r1["median_s"]["judge 1000 nodes"] + r1["median_s"]["collect+store 1000 jobs"]) / NODES + \
-        r2["median_s"]["stune-sweep agent"] + r2["median_s"].get("sweep job submission", 0.0)
-    print(f"\nper node: {per_node * 1000:.1f} ms of sweep overhead (goal <= 1000 ms); judging 1000 nodes "
-          f"{r1['median_s']['judge 1000 nodes'] * 1000:.0f} ms (goal <= 500 ms)")
+    per_node = (
+        (r1["median_s"]["judge 1000 nodes"] + r1["median_s"]["collect+store 1000 jobs"]) / NODES
+        + r2["median_s"]["stune-sweep agent"]
+        + r2["median_s"].get("sweep job submission", 0.0)
+    )
+    print(
+        f"\nper node: {per_node * 1000:.1f} ms of sweep overhead (goal <= 1000 ms); judging 1000 nodes "
+        f"{r1['median_s']['judge 1000 nodes'] * 1000:.0f} ms (goal <= 500 ms)"
+    )
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -12,6 +12,7 @@ in an salloc: the filter reads its data and adds the environment).
 
     .venv/bin/python bench/bench_clifilter.py [--rounds N]
 """
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import BARE, compare, cpu_once, time_once  # noqa: E402
+from common import BARE, compare, cpu_once, time_once
 
-from stune_dev.devcluster import DevCluster  # noqa: E402
+from stune_dev.devcluster import DevCluster
 
 NAME = "bench-clifilter"
 EMPTY_FILTER = """function slurm_cli_setup_defaults(options, early) return slurm.SUCCESS end
@@ -60,14 +61,35 @@ def main() -> int:
     empty.mkdir()
     (empty / "slurm.conf").write_text(conf.read_text())
     (empty / "cli_filter.lua").write_text(EMPTY_FILTER)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "STUNE_MANAGED", "SLURM_JOB",
-                                                                     "STUNE_EXPLAIN"))}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NCCL_", "STUNE_MANAGED", "SLURM_JOB", "STUNE_EXPLAIN"))
+    }
     plain_env = dict(base, SLURM_CONF=str(live))
     filter_env = dict(base, SLURM_CONF=str(conf))
     empty_env = dict(base, SLURM_CONF=str(empty / "slurm.conf"))
     # a running job whose allocation the step rows use: two tasks' worth of CPUs, steps overlap
-    out = subprocess.run(["sbatch", "--parsable", "-p", "roce", "-N1", "-n2", "-J", NAME, "-o", "/dev/null",
-                          "--wrap", "sleep 3600"], capture_output=True, text=True, env=plain_env, check=True)
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-p",
+            "roce",
+            "-N1",
+            "-n2",
+            "-J",
+            NAME,
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 3600",
+        ],
+        capture_output=True,
+        text=True,
+        env=plain_env,
+        check=True,
+    )
     job = out.stdout.strip().split(";")[0]
     _wait_running(job, plain_env)
     in_job = {"SLURM_JOB_ID": job, "SLURM_JOB_PARTITION": "roce"}
@@ -90,24 +112,33 @@ def main() -> int:
         "srun step, cli_filter (job has STUNE_MANAGED)": (step, dict(filter_env, **managed)),
         "srun step, cli_filter (salloc-style, adds env)": (step, dict(filter_env, **in_job)),
     }
-    pairs = [("sbatch -H", "sbatch -H, empty cli_filter.lua"), ("sbatch -H", "sbatch -H, cli_filter"),
-             ("sbatch -H, empty cli_filter.lua", "sbatch -H, cli_filter"), ("salloc true", "salloc true, cli_filter"),
-             ("srun (a new job)", "srun (a new job), cli_filter"),
-             ("srun step", "srun step, cli_filter (job has STUNE_MANAGED)"),
-             ("srun step", "srun step, empty cli_filter.lua"),
-             ("srun step", "srun step, cli_filter (salloc-style, adds env)"),
-             ("srun step, empty cli_filter.lua", "srun step, cli_filter (job has STUNE_MANAGED)"),
-             ("srun step, empty cli_filter.lua", "srun step, cli_filter (salloc-style, adds env)")]
+    pairs = [
+        ("sbatch -H", "sbatch -H, empty cli_filter.lua"),
+        ("sbatch -H", "sbatch -H, cli_filter"),
+        ("sbatch -H, empty cli_filter.lua", "sbatch -H, cli_filter"),
+        ("salloc true", "salloc true, cli_filter"),
+        ("srun (a new job)", "srun (a new job), cli_filter"),
+        ("srun step", "srun step, cli_filter (job has STUNE_MANAGED)"),
+        ("srun step", "srun step, empty cli_filter.lua"),
+        ("srun step", "srun step, cli_filter (salloc-style, adds env)"),
+        ("srun step, empty cli_filter.lua", "srun step, cli_filter (job has STUNE_MANAGED)"),
+        ("srun step, empty cli_filter.lua", "srun step, cli_filter (salloc-style, adds env)"),
+    ]
     try:
         for name, measure in (("clifilter", time_once), ("clifilter_cpu", cpu_once)):
-            result = compare(name, {key: (lambda a=a, e=e: measure(a, env=e, cwd=str(tmp)))
-                                    for key, (a, e) in rows.items()}, rounds=rounds)
+            result = compare(
+                name,
+                {key: (lambda a=a, e=e: measure(a, env=e, cwd=str(tmp))) for key, (a, e) in rows.items()},
+                rounds=rounds,
+            )
             med = result["median_s"]
             print(f"\n{name}: with the filter / without (difference, as a multiple of the bare start)")
             for plain, filtered in pairs:
                 extra = (med[filtered] - med[plain]) / med[BARE]
-                print(f"  {filtered:48s} over {plain:32s} x{med[filtered] / med[plain]:.3f}  "
-                      f"({(med[filtered] - med[plain]) * 1000:+.1f} ms, {extra:+.2f} bare starts)")
+                print(
+                    f"  {filtered:48s} over {plain:32s} x{med[filtered] / med[plain]:.3f}  "
+                    f"({(med[filtered] - med[plain]) * 1000:+.1f} ms, {extra:+.2f} bare starts)"
+                )
     finally:
         subprocess.run(["scancel", "-n", NAME], env=plain_env, check=False)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,7 +149,9 @@ def _wait_running(job: str, env: dict) -> None:
     import time
 
     for _ in range(120):
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, env=env).stdout
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, env=env
+        ).stdout
         if re.search(r"RUNNING", state):
             return
         time.sleep(0.5)

@@ -23,6 +23,7 @@ other users' load than wall time). Linear cost shows as a flat us/row across siz
 
     .venv/bin/python bench/bench_fairshare.py [--rounds 5] [--sizes 100000,300000,1000000] [--cycle]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,15 +40,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import RESULTS, compare  # noqa: E402
+from common import RESULTS, compare
 
-from slurm_tune.fairshare import accountant  # noqa: E402
-from slurm_tune.fairshare.accountant import PrioritySettings  # noqa: E402
-from slurm_tune.fairshare import sacct  # noqa: E402
-from slurm_tune.usage.config import load_config  # noqa: E402
-from slurm_tune.fairshare.sacct import FIELDS  # noqa: E402
-from slurm_tune.slurm.adapter import Slurm  # noqa: E402
-from slurm_tune.slurm.version import parse_version  # noqa: E402
+from slurm_tune.fairshare import (
+    accountant,
+    sacct,
+)
+from slurm_tune.fairshare.accountant import PrioritySettings
+from slurm_tune.fairshare.sacct import FIELDS
+from slurm_tune.slurm.adapter import Slurm
+from slurm_tune.slurm.version import parse_version
+from slurm_tune.usage.config import load_config
 
 BASELINE = "str.split aggregation (baseline)"
 PARSER = "sacct parser"
@@ -61,7 +64,9 @@ def synth_dump(path: str, rows: int, seed: int = 6) -> None:
     a few requeued, AllocTRES in the handful of shapes real partitions produce."""
     rng = random.Random(seed)
     shapes = [("billing={b},cpu={c},gres/gpu={g},mem={m}M,node={n}", g) for g in (1, 2, 4, 8)]
-    users = [(f"acct{a:02d}", f"user{a:02d}{u:02d}") for a in range(ACCOUNTS) for u in range(USERS_PER_ACCOUNT)]
+    users = [
+        (f"acct{a:02d}", f"user{a:02d}{u:02d}") for a in range(ACCOUNTS) for u in range(USERS_PER_ACCOUNT)
+    ]
     t0 = 1_790_000_000
     with open(path, "w") as fh:
         fh.write("|".join(FIELDS) + "\n")
@@ -77,9 +82,13 @@ def synth_dump(path: str, rows: int, seed: int = 6) -> None:
                 held = gpus * elapsed
                 if rng.random() < 0.85 and not running:
                     eta, cov = rng.random(), 0.5 + 0.5 * rng.random()
-                    per_gpu = ",".join(f"gpu{job % 997:03d}/{i}:{100 * eta:.1f}:30.0:40000:250.0" for i in range(gpus))
-                    comment = (f"stune1 held={held:.1f} used={eta * cov * held:.1f} cov={cov * held:.1f} "
-                               f"busy=0.0 busy_w=- gpus={gpus} nodes={nodes}/{nodes} per_gpu={per_gpu}")
+                    per_gpu = ",".join(
+                        f"gpu{job % 997:03d}/{i}:{100 * eta:.1f}:30.0:40000:250.0" for i in range(gpus)
+                    )
+                    comment = (
+                        f"stune1 held={held:.1f} used={eta * cov * held:.1f} cov={cov * held:.1f} "
+                        f"busy=0.0 busy_w=- gpus={gpus} nodes={nodes}/{nodes} per_gpu={per_gpu}"
+                    )
                 else:
                     comment = ""
             else:
@@ -87,11 +96,13 @@ def synth_dump(path: str, rows: int, seed: int = 6) -> None:
                 tres = f"billing={cpus},cpu={cpus},mem={cpus * 4000}M,node=1"
                 comment = ""
             state, end = ("RUNNING", "Unknown") if running else ("COMPLETED", str(start + elapsed))
-            fh.write(f"{job}|{job}|{user}|{account}|gpu|normal|{state}|{start}|{end}|{elapsed}|{tres}|{comment}\n")
+            fh.write(
+                f"{job}|{job}|{user}|{account}|gpu|normal|{state}|{start}|{end}|{elapsed}|{tres}|{comment}\n"
+            )
 
 
-CYCLE_FINISHED = 350     # jobs that end in 5 minutes at 100k a day
-CYCLE_RUNNING = 1000     # running jobs (a 1000-GPU cluster): sacct returns them too, charged provisionally
+CYCLE_FINISHED = 350  # jobs that end in 5 minutes at 100k a day
+CYCLE_RUNNING = 1000  # running jobs (a 1000-GPU cluster): sacct returns them too, charged provisionally
 CYCLE_PENDING = 50_000
 CYCLE_NOW = 1_795_000_000
 CAPTURES = Path(__file__).resolve().parent.parent / "tests/fixtures/slurm/22.05.8"
@@ -100,7 +111,9 @@ CAPTURES = Path(__file__).resolve().parent.parent / "tests/fixtures/slurm/22.05.
 def cycle_answers(now: int = CYCLE_NOW, seed: int = 8) -> dict[str, str]:
     """Each Slurm command the cycle runs -> its answer, in the captured formats, at the scale of the goal."""
     rng = random.Random(seed)
-    users = [(f"acct{a:02d}", f"user{a:02d}{u:02d}") for a in range(ACCOUNTS) for u in range(USERS_PER_ACCOUNT)]
+    users = [
+        (f"acct{a:02d}", f"user{a:02d}{u:02d}") for a in range(ACCOUNTS) for u in range(USERS_PER_ACCOUNT)
+    ]
     fields = list(FIELDS[:-1]) + ["NTasks", "TRESUsageInAve", "AdminComment"]
     lines = ["|".join(fields)]
     for k in range(CYCLE_FINISHED + CYCLE_RUNNING):
@@ -113,16 +126,26 @@ def cycle_answers(now: int = CYCLE_NOW, seed: int = 8) -> dict[str, str]:
         tres = f"billing={gpus * 4},cpu={gpus * 8},gres/gpu={gpus},mem={gpus * 64000}M,node=1"
         eta, cov = rng.random(), 0.9
         per_gpu = ",".join(f"gpu{job % 997:03d}/{i}:{100 * eta:.1f}:30.0:40000:250.0" for i in range(gpus))
-        comment = "" if running else (f"stune1 held={gpus * elapsed:.1f} used={eta * cov * gpus * elapsed:.1f} "
-                                      f"cov={cov * gpus * elapsed:.1f} busy=0.0 busy_w=- gpus={gpus} nodes=1/1 "
-                                      f"per_gpu={per_gpu}")
+        comment = (
+            ""
+            if running
+            else (
+                f"stune1 held={gpus * elapsed:.1f} used={eta * cov * gpus * elapsed:.1f} "
+                f"cov={cov * gpus * elapsed:.1f} busy=0.0 busy_w=- gpus={gpus} nodes=1/1 "
+                f"per_gpu={per_gpu}"
+            )
+        )
         state, end_text = ("RUNNING", "Unknown") if running else ("COMPLETED", str(end))
-        lines.append(f"{job}|{job}|{user}|{account}|gpu|normal|{state}|{start}|{end_text}|{elapsed}|{tres}|||{comment}")
+        lines.append(
+            f"{job}|{job}|{user}|{account}|gpu|normal|{state}|{start}|{end_text}|{elapsed}|{tres}|||{comment}"
+        )
         if not running:
             for step, tasks, util in (("batch", 1, 100 * eta), ("extern", 1, 0), ("0", gpus, 100 * eta)):
-                lines.append(f"{job}.{step}|{job}.{step}||{account}|||COMPLETED|{start}|{end}|{elapsed}|"
-                             f"cpu={gpus * 8},gres/gpu={gpus},mem=0,node=1|{tasks}|cpu=00:01:00,gres/gpuutil="
-                             f"{util:.0f},mem=1G|")
+                lines.append(
+                    f"{job}.{step}|{job}.{step}||{account}|||COMPLETED|{start}|{end}|{elapsed}|"
+                    f"cpu={gpus * 8},gres/gpu={gpus},mem=0,node=1|{tasks}|cpu=00:01:00,gres/gpuutil="
+                    f"{util:.0f},mem=1G|"
+                )
     pending, prio = [], []
     for k in range(CYCLE_PENDING):
         job, (account, user) = 6_000_000 + k, users[rng.randrange(len(users))]
@@ -131,12 +154,19 @@ def cycle_answers(now: int = CYCLE_NOW, seed: int = 8) -> dict[str, str]:
     assoc = ["stune|root|||1||1", "stune|root|root||1||2"]
     for a in range(ACCOUNTS):
         assoc.append(f"stune|acct{a:02d}||root|1||{len(assoc) + 1}")
-        assoc += [f"stune|acct{a:02d}|user{a:02d}{u:02d}||1||{len(assoc) + 1 + u}" for u in range(USERS_PER_ACCOUNT)]
+        assoc += [
+            f"stune|acct{a:02d}|user{a:02d}{u:02d}||1||{len(assoc) + 1 + u}" for u in range(USERS_PER_ACCOUNT)
+        ]
     config = (CAPTURES / "scontrol_show_config.txt").read_text()
     config = config.replace("AccountingStorageTRES   = ", "AccountingStorageTRES   = gres/gpuutil,")
-    return {"sacct": "\n".join(lines) + "\n", "squeue": "\n".join(pending) + "\n", "sprio": "\n".join(prio) + "\n",
-            "sacctmgr show assoc": "\n".join(assoc) + "\n", "sacctmgr show qos": "normal|1.000000\n",
-            "scontrol show": config}
+    return {
+        "sacct": "\n".join(lines) + "\n",
+        "squeue": "\n".join(pending) + "\n",
+        "sprio": "\n".join(prio) + "\n",
+        "sacctmgr show assoc": "\n".join(assoc) + "\n",
+        "sacctmgr show qos": "normal|1.000000\n",
+        "scontrol show": config,
+    }
 
 
 class ReplaySlurm(Slurm):
@@ -169,8 +199,11 @@ def cycle(rounds: int) -> int:
     Path(cfg).write_text(f"accountant:\n  state_dir: {work}/state\n")
     config = load_config(cfg)
     answers = cycle_answers()
-    print(f"cycle: sacct {len(answers['sacct']) / 1e6:.1f} MB, squeue {len(answers['squeue']) / 1e6:.1f} MB, "
-          f"sprio {len(answers['sprio']) / 1e6:.1f} MB", flush=True)
+    print(
+        f"cycle: sacct {len(answers['sacct']) / 1e6:.1f} MB, squeue {len(answers['squeue']) / 1e6:.1f} MB, "
+        f"sprio {len(answers['sprio']) / 1e6:.1f} MB",
+        flush=True,
+    )
     accountant.run(config, ReplaySlurm(answers), now=CYCLE_NOW - 300)
     ledger = Path(accountant.ledger_path(config))
     saved = ledger.read_bytes()
@@ -183,15 +216,24 @@ def cycle(rounds: int) -> int:
         last = accountant.run(config, slurm, now=CYCLE_NOW)
         cpu.append(time.process_time() - c)
         wall.append(time.perf_counter() - t)
-    result = {"cpu_median_s": statistics.median(cpu), "wall_median_s": statistics.median(wall), "rounds": rounds,
-              "rows": last.table.n, "changes": len(last.changes), "scontrol_updates": slurm.updates,
-              "load": os.getloadavg()[0], "when": time.strftime("%F %T")}
+    result = {
+        "cpu_median_s": statistics.median(cpu),
+        "wall_median_s": statistics.median(wall),
+        "rounds": rounds,
+        "rows": last.table.n,
+        "changes": len(last.changes),
+        "scontrol_updates": slurm.updates,
+        "load": os.getloadavg()[0],
+        "when": time.strftime("%F %T"),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench_fairshare_cycle.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"steady-state cycle ({rounds} rounds, load {result['load']:.1f}): {result['rows']} jobs read, "
-          f"{result['changes']} SiteFactor changes in {result['scontrol_updates']} scontrol updates; "
-          f"CPU {result['cpu_median_s']:.2f} s (goal <= 1.0: {'OK' if result['cpu_median_s'] <= 1.0 else 'OVER'}), "
-          f"wall {result['wall_median_s']:.2f} s")
+    print(
+        f"steady-state cycle ({rounds} rounds, load {result['load']:.1f}): {result['rows']} jobs read, "
+        f"{result['changes']} SiteFactor changes in {result['scontrol_updates']} scontrol updates; "
+        f"CPU {result['cpu_median_s']:.2f} s (goal <= 1.0: {'OK' if result['cpu_median_s'] <= 1.0 else 'OVER'}), "
+        f"wall {result['wall_median_s']:.2f} s"
+    )
     return 0
 
 
@@ -214,8 +256,10 @@ def main() -> int:
         dump = os.path.join(work, f"sacct-{n}.txt")
         t = time.perf_counter()
         synth_dump(dump, n)
-        print(f"generated {n} rows ({os.path.getsize(dump) / 1e6:.0f} MB) in {time.perf_counter() - t:.1f}s",
-              flush=True)
+        print(
+            f"generated {n} rows ({os.path.getsize(dump) / 1e6:.0f} MB) in {time.perf_counter() - t:.1f}s",
+            flush=True,
+        )
 
         cpu: dict = {}
 
@@ -226,6 +270,7 @@ def main() -> int:
                 used = time.process_time() - used
                 cpu.setdefault(name, []).append(used)
                 return time.perf_counter() - wall
+
             return run
 
         def accountant_run(dump=dump):
@@ -258,11 +303,19 @@ def main() -> int:
                     usage[key] = usage.get(key, 0.0) + billing * int(cols[9])
             assert usage
 
-        subjects = {BASELINE: aggregate_baseline, "tokenize only": tokenize_baseline, PARSER: sacct_parser,
-                    WHAT_IF: accountant_run}
-        results[n] = compare(f"bench_fairshare_{n}", {k: timed(k, fn) for k, fn in subjects.items()},
-                             rounds=args.rounds, warmup=1)
-        results[n]["cpu_median_s"] = {k: statistics.median(v[-args.rounds:]) for k, v in cpu.items()}
+        subjects = {
+            BASELINE: aggregate_baseline,
+            "tokenize only": tokenize_baseline,
+            PARSER: sacct_parser,
+            WHAT_IF: accountant_run,
+        }
+        results[n] = compare(
+            f"bench_fairshare_{n}",
+            {k: timed(k, fn) for k, fn in subjects.items()},
+            rounds=args.rounds,
+            warmup=1,
+        )
+        results[n]["cpu_median_s"] = {k: statistics.median(v[-args.rounds :]) for k, v in cpu.items()}
         base = results[n]["cpu_median_s"][BASELINE]
         (RESULTS / f"bench_fairshare_{n}.json").write_text(json.dumps(results[n], indent=2) + "\n")
         print("  CPU time (process_time), medians:")
@@ -273,16 +326,22 @@ def main() -> int:
     for n, r in results.items():
         for key in (PARSER, WHAT_IF):
             wall, used = r["median_s"][key], r["cpu_median_s"][key]
-            print(f"  {n:>9} rows  {key:24s} {wall:6.2f} s  {1e6 * wall / n:5.2f} us/row  "
-                  f"x{r['ratio_to_baseline'][key]:.2f} wall, x{used / r['cpu_median_s'][BASELINE]:.2f} CPU "
-                  f"vs the str.split aggregation")
+            print(
+                f"  {n:>9} rows  {key:24s} {wall:6.2f} s  {1e6 * wall / n:5.2f} us/row  "
+                f"x{r['ratio_to_baseline'][key]:.2f} wall, x{used / r['cpu_median_s'][BASELINE]:.2f} CPU "
+                f"vs the str.split aggregation"
+            )
     biggest = max(results)
     r = results[biggest]
     for key in (PARSER, WHAT_IF):
         ratio = r["ratio_to_baseline"][key]
         ratio_cpu = r["cpu_median_s"][key] / r["cpu_median_s"][BASELINE]
-        goal = f"goal <= 3.0: {'OK' if max(ratio, ratio_cpu) <= 3.0 else 'OVER'}" if key == PARSER else "no goal"
-        print(f"{biggest} rows, {key}: x{ratio:.2f} wall, x{ratio_cpu:.2f} CPU the str.split aggregation ({goal})")
+        goal = (
+            f"goal <= 3.0: {'OK' if max(ratio, ratio_cpu) <= 3.0 else 'OVER'}" if key == PARSER else "no goal"
+        )
+        print(
+            f"{biggest} rows, {key}: x{ratio:.2f} wall, x{ratio_cpu:.2f} CPU the str.split aggregation ({goal})"
+        )
     return 0
 
 

@@ -29,6 +29,7 @@ harness's), and the child's CPU time (user + system) beside them, which a loaded
 
     .venv/bin/python bench/bench_health.py [--rounds N] [--nhc DIR] [--before REV]
 """
+
 from __future__ import annotations
 
 import compileall
@@ -44,9 +45,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from common import BARE, compare, cpu_once, time_once, wheel_install  # noqa: E402
-
-import healthkit  # noqa: E402
+import healthkit
+from common import BARE, compare, cpu_once, time_once, wheel_install
 
 NHC = "nhc (8 IB ports)"
 
@@ -61,10 +61,26 @@ def before_install(tmp: Path, rev: str) -> Path:
     work = tmp / "before"
     src = work / "src"
     src.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, stdout=subprocess.PIPE).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev], check=True, stdout=subprocess.PIPE
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(work / "dist"), str(src)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(work / "dist"),
+            str(src),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return wheel_install(work)
 
 
@@ -88,16 +104,29 @@ def nhc_install(source: Path, tmp: Path, root: Path, ports: list[str]) -> list[s
     for name, checked in (("nhc", ports), ("nhc-missing-port", [*ports, "mlx5_99:1"])):
         conf = home / f"{name}.conf"
         conf.write_text("".join(f"* || check_hw_ib 200 {port}\n" for port in checked))
-        argv[name] = ["/bin/bash", str(home / "nhc"), "-c", str(conf), "-D", str(home), "-l",
-                      str(home / f"{name}.log"), "ONLINE_NODE=:", "OFFLINE_NODE=:",
-                      f"RESULTFILE={home / 'nhc.status'}", f"NHC_SYSFS_ROOT={root}"]
+        argv[name] = [
+            "/bin/bash",
+            str(home / "nhc"),
+            "-c",
+            str(conf),
+            "-D",
+            str(home),
+            "-l",
+            str(home / f"{name}.log"),
+            "ONLINE_NODE=:",
+            "OFFLINE_NODE=:",
+            f"RESULTFILE={home / 'nhc.status'}",
+            f"NHC_SYSFS_ROOT={root}",
+        ]
     # NHC judges this tree: the ports pass, a port the tree lacks fails, and nothing else is said
     ok = subprocess.run(argv["nhc"], capture_output=True, text=True)
     missing = subprocess.run(argv["nhc-missing-port"], capture_output=True, text=True)
     said = (home / "nhc.log").read_text() + ok.stdout + ok.stderr
     if ok.returncode or said or missing.returncode == 0 or "No IB port mlx5_99:1" not in missing.stdout:
-        raise SystemExit(f"bench: NHC did not judge the tree: {ok.returncode} {said[-300:]!r} / "
-                         f"{missing.returncode} {missing.stdout[-300:]!r}")
+        raise SystemExit(
+            f"bench: NHC did not judge the tree: {ok.returncode} {said[-300:]!r} / "
+            f"{missing.returncode} {missing.stdout[-300:]!r}"
+        )
     return argv["nhc"]
 
 
@@ -112,9 +141,13 @@ def main() -> int:
         bins[f"wheel, {before}"] = before_install(tmp, before)
     root = healthkit.tree(tmp / "root", "hdr")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env.update(STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")),
-               STUNE_SYSFS_ROOT=str(root), STUNE_STATE_DIR=str(tmp / "state"),
-               STUNE_HEALTH_PARTITION="hdr", SLURMD_NODENAME="n1")
+    env.update(
+        STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")),
+        STUNE_SYSFS_ROOT=str(root),
+        STUNE_STATE_DIR=str(tmp / "state"),
+        STUNE_HEALTH_PARTITION="hdr",
+        SLURMD_NODENAME="n1",
+    )
     # A node in service has had an epilog or periodic run: NVML's GPU list and the counter baselines are known.
     env["STUNE_GPU_SNAPSHOT"] = str(healthkit.gpu_file(tmp / "gpus.json"))
     snapshot = str(REPO / "tests/fixtures/snapshots/dgx-a100-ib.json")
@@ -128,34 +161,67 @@ def main() -> int:
         kind_env = dict(env, STUNE_CACHE_DIR=str(tmp / f"cache-{kind}"))
         time_once([str(bindir / "stune-health"), "epilog"], env=kind_env)
         defaults = tmp / f"stune-{kind}.env"
-        defaults.write_text("".join(f"{k}={kind_env[k]}\n" for k in (
-            "STUNE_PARTITIONS", "STUNE_CACHE_DIR", "STUNE_SYSFS_ROOT", "STUNE_STATE_DIR", "STUNE_HEALTH_PARTITION",
-            "STUNE_GPU_SNAPSHOT")) + f"STUNE_BIN={bindir}\n")
-        hook_env = {"STUNE_ENV_FILE": str(defaults), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "1",
-                    "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "PYTHONDONTWRITEBYTECODE": "1"}
+        defaults.write_text(
+            "".join(
+                f"{k}={kind_env[k]}\n"
+                for k in (
+                    "STUNE_PARTITIONS",
+                    "STUNE_CACHE_DIR",
+                    "STUNE_SYSFS_ROOT",
+                    "STUNE_STATE_DIR",
+                    "STUNE_HEALTH_PARTITION",
+                    "STUNE_GPU_SNAPSHOT",
+                )
+            )
+            + f"STUNE_BIN={bindir}\n"
+        )
+        hook_env = {
+            "STUNE_ENV_FILE": str(defaults),
+            "SLURMD_NODENAME": "n1",
+            "SLURM_JOB_ID": "1",
+            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         health = str(bindir / "stune-health")
         # a revision's own hook script beside its wheel (the before's, from its source)
         hook = (tmp / "before/src" if kind == f"wheel, {before}" else REPO) / "prolog/10-stune-health"
-        runs.update({
-            f"check-snapshot ({kind})": ([health, "check", "--snapshot", snapshot, "--partition", "hdr"], kind_env),
-            f"prolog-8-ports ({kind})": ([health, "prolog"], kind_env),
-            f"prolog-hook ({kind})": ([str(hook)], hook_env),
-        })
-    wall = compare("bench_health", {k: (lambda a=a, e=e: time_once(a, env=e)) for k, (a, e) in runs.items()},
-                   rounds=rounds)
-    cpu = compare("bench_health_cpu", {k: (lambda a=a, e=e: cpu_once(a, e)) for k, (a, e) in runs.items()},
-                  rounds=rounds)
+        runs.update(
+            {
+                f"check-snapshot ({kind})": (
+                    [health, "check", "--snapshot", snapshot, "--partition", "hdr"],
+                    kind_env,
+                ),
+                f"prolog-8-ports ({kind})": ([health, "prolog"], kind_env),
+                f"prolog-hook ({kind})": ([str(hook)], hook_env),
+            }
+        )
+    wall = compare(
+        "bench_health",
+        {k: (lambda a=a, e=e: time_once(a, env=e)) for k, (a, e) in runs.items()},
+        rounds=rounds,
+    )
+    cpu = compare(
+        "bench_health_cpu",
+        {k: (lambda a=a, e=e: cpu_once(a, e)) for k, (a, e) in runs.items()},
+        rounds=rounds,
+    )
     print()
     for kind in bins:
         key = f"check-snapshot ({kind})"
-        print(f"stune-health check --snapshot ({kind}) vs the bare interpreter start: "
-              f"x{wall['ratio_to_baseline'][key]:.2f} wall, x{cpu['ratio_to_baseline'][key]:.2f} CPU (goal: <= 2.00)")
+        print(
+            f"stune-health check --snapshot ({kind}) vs the bare interpreter start: "
+            f"x{wall['ratio_to_baseline'][key]:.2f} wall, x{cpu['ratio_to_baseline'][key]:.2f} CPU (goal: <= 2.00)"
+        )
         for key, goal in ((f"prolog-8-ports ({kind})", 0.5), (f"prolog-hook ({kind})", 0.7)):
-            line = (f"{key} vs the bare start: x{wall['ratio_to_baseline'][key]:.2f} wall, "
-                    f"x{cpu['ratio_to_baseline'][key]:.2f} CPU")
+            line = (
+                f"{key} vs the bare start: x{wall['ratio_to_baseline'][key]:.2f} wall, "
+                f"x{cpu['ratio_to_baseline'][key]:.2f} CPU"
+            )
             if nhc:  # the time Slurm waits for: wall (NHC's watchdog sleeps and its children are not its CPU)
                 ratio = wall["median_s"][key] / wall["median_s"][NHC]
-                line += f"; vs NHC: x{ratio:.2f} wall (goal: <= {goal}: {'meets' if ratio <= goal else 'MISSES'})"
+                line += (
+                    f"; vs NHC: x{ratio:.2f} wall (goal: <= {goal}: {'meets' if ratio <= goal else 'MISSES'})"
+                )
             print(line)
     return 0
 

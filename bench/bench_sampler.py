@@ -13,6 +13,7 @@ of a core at 1 Hz. A final direct run at 1 Hz checks the extrapolation.
 
     .venv/bin/python bench/bench_sampler.py [--rounds 5] [--samples 100]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import compare  # noqa: E402
+from common import compare
 
 CHILD = r"""
 import json, os, sys, time
@@ -75,8 +76,12 @@ def prepare(work: str) -> None:
 
 def measure(kind: str, work: str, samples: int, interval: float, warm: int = 5) -> float:
     code = CHILD.format(repo=str(REPO), tests=str(REPO / "tests"))
-    out = subprocess.run([sys.executable, "-c", code, kind, work, str(samples), str(interval), str(warm)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, kind, work, str(samples), str(interval), str(warm)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise SystemExit(f"bench_sampler: {kind} failed: {out.stderr[-800:]}")
     return json.loads(out.stdout)["cpu_per_sample"]
@@ -93,20 +98,33 @@ def main() -> int:
     for work in works.values():
         prepare(work)
     interval = 0.1
-    result = compare("bench_sampler", {
-        "idle loop (baseline)": lambda: measure("idle", works["idle"], args.samples, interval),
-        "sampler, snapshot source, 8 GPUs": lambda: measure("snapshot", works["snapshot"], args.samples, interval),
-        "sampler, NVML path (stand-in), 8 GPUs": lambda: measure("nvml", works["nvml"], args.samples, interval),
-    }, rounds=args.rounds, warmup=1)
+    result = compare(
+        "bench_sampler",
+        {
+            "idle loop (baseline)": lambda: measure("idle", works["idle"], args.samples, interval),
+            "sampler, snapshot source, 8 GPUs": lambda: measure(
+                "snapshot", works["snapshot"], args.samples, interval
+            ),
+            "sampler, NVML path (stand-in), 8 GPUs": lambda: measure(
+                "nvml", works["nvml"], args.samples, interval
+            ),
+        },
+        rounds=args.rounds,
+        warmup=1,
+    )
     print("\nCPU per sample and share of one core at 1 Hz (goal <= 0.5 %):")
     for name, cpu in result["median_s"].items():
         print(f"  {name:40s} {cpu * 1e6:8.1f} us/sample  {100 * cpu:7.4f} % of a core at 1 Hz")
     direct = measure("snapshot", works["snapshot"], args.direct_seconds, 1.0, warm=2)
-    print(f"\ndirect 1 Hz run, snapshot source, {args.direct_seconds} samples: {direct * 1e6:.1f} us/sample = "
-          f"{100 * direct:.4f} % of a core")
+    print(
+        f"\ndirect 1 Hz run, snapshot source, {args.direct_seconds} samples: {direct * 1e6:.1f} us/sample = "
+        f"{100 * direct:.4f} % of a core"
+    )
     worst = max(v for k, v in result["median_s"].items() if k.startswith("sampler"))
-    print(f"worst sampler subject: {100 * worst:.4f} % of a core at 1 Hz (goal <= 0.5 %): "
-          f"{'OK' if worst <= 0.005 else 'OVER'}")
+    print(
+        f"worst sampler subject: {100 * worst:.4f} % of a core at 1 Hz (goal <= 0.5 %): "
+        f"{'OK' if worst <= 0.005 else 'OVER'}"
+    )
     result["direct_1hz_cpu_per_sample"] = direct
     (HERE / "results" / "bench_sampler.json").write_text(json.dumps(result, indent=2) + "\n")
     bench_prolog(args.rounds * 6)
@@ -118,12 +136,23 @@ def bench_prolog(rounds: int) -> None:
     from common import time_once
 
     work = tempfile.mkdtemp(prefix="bench-prolog-")
-    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1,2,3",
-           "STUNE_USAGE_DIR": work}
-    compare("bench_prolog_jobgpus", {
-        "sh -c 'exit 0' (baseline)": lambda: time_once(["/bin/sh", "-c", "exit 0"], env=env),
-        "prolog/20-stune-jobgpus": lambda: time_once([str(REPO / "prolog" / "20-stune-jobgpus")], env=env),
-    }, rounds=rounds, warmup=3)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_GPUS": "0,1,2,3",
+        "STUNE_USAGE_DIR": work,
+    }
+    compare(
+        "bench_prolog_jobgpus",
+        {
+            "sh -c 'exit 0' (baseline)": lambda: time_once(["/bin/sh", "-c", "exit 0"], env=env),
+            "prolog/20-stune-jobgpus": lambda: time_once(
+                [str(REPO / "prolog" / "20-stune-jobgpus")], env=env
+            ),
+        },
+        rounds=rounds,
+        warmup=3,
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Run as root (the tier root is made with `stune-stage init`'s rules). Everything 
 one filesystem, so every copy writes to the same disk. The package is byte-compiled first, as pip installs
 it: an environment with PYTHONDONTWRITEBYTECODE would otherwise compile ~35 modules in every run (~60 ms).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import BARE, bare_start, compare, time_once  # noqa: E402
+from common import BARE, bare_start, compare, time_once
 
-from slurm_tune.stage import admin  # noqa: E402
-from slurm_tune.stage.tier import TierConfig  # noqa: E402
+from slurm_tune.stage import admin
+from slurm_tune.stage.tier import TierConfig
 
 STUNE_STAGE = str(Path(sys.executable).parent / "stune-stage")
 
@@ -78,17 +79,22 @@ def drop(path: Path) -> None:
 
 def parallel_cp(src: Path, dst: Path) -> list[str]:
     """Four `cp -r` at once over the top-level entries, as an admin parallelises a copy by hand."""
-    return ["sh", "-c", f"mkdir {dst} && find {src} -mindepth 1 -maxdepth 1 -print0 | "
-                        f"xargs -0 -P4 -n25 cp -r -t {dst}"]
+    return [
+        "sh",
+        "-c",
+        f"mkdir {dst} && find {src} -mindepth 1 -maxdepth 1 -print0 | xargs -0 -P4 -n25 cp -r -t {dst}",
+    ]
 
 
 def settled(cleanup):
     """cleanup, then a flush of the workdir's filesystem, both untimed: deleting the 1 GiB copy that `dd
     conv=fsync` wrote leaves ext4 a journal commit to make, and the next subject's first fsync (stune's
     stamp) paid for it, which doubled stune's time in whichever round order put it after dd."""
+
     def run():
         cleanup()
         os.sync()
+
     return run
 
 
@@ -98,18 +104,22 @@ def stage_cmd(tier: Path, source: Path) -> list[str]:
 
 def timed_then(argv: list[str], cleanup, env=None):
     """A compare() subject: time argv, then run cleanup outside the timed region."""
+
     def run():
         seconds = time_once(argv, env=env)
         cleanup()
         return seconds
+
     return run
 
 
 def timed_then_after(prepare, argv: list[str], env=None):
     """A compare() subject: run prepare (untimed), then time argv."""
+
     def run():
         prepare()
         return time_once(argv, env=env)
+
     return run
 
 
@@ -133,6 +143,7 @@ class FreshDirs:
             if before:
                 before(dst)
             return time_once(make_argv(dst), env=env)
+
         return run
 
     def cleanup(self):
@@ -151,8 +162,16 @@ def main() -> int:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, STUNE_CACHE_DIR=str(work / ".profile-cache"))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).resolve().parent.parent /
-                                                                   "slurm_tune")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compileall",
+            "-q",
+            str(Path(__file__).resolve().parent.parent / "slurm_tune"),
+        ],
+        check=True,
+    )
     results = {}
 
     if args.only in (None, "cold"):
@@ -161,22 +180,39 @@ def main() -> int:
         subprocess.run(["sync"], check=True)
         time.sleep(35)  # past ext4's recently-deleted-inode window of any earlier run (see FreshDirs)
         try:
-            results["cold"] = compare("stage_cold_small", {
-                "cp -r, 4 parallel": dirs.subject(lambda d: parallel_cp(small, d)),
-                "cp -r (serial)": dirs.subject(lambda d: ["cp", "-r", str(small), str(d)]),
-                "cp -r + sync -f": dirs.subject(lambda d: ["sh", "-c", f"cp -r {small} {d} && sync -f {d}"]),
-                "stune-stage fetch (cold)": dirs.subject(lambda d: stage_cmd(d, small), env, before=fresh_tier),
-            }, rounds=args.rounds, warmup=1, baseline="cp -r, 4 parallel")
+            results["cold"] = compare(
+                "stage_cold_small",
+                {
+                    "cp -r, 4 parallel": dirs.subject(lambda d: parallel_cp(small, d)),
+                    "cp -r (serial)": dirs.subject(lambda d: ["cp", "-r", str(small), str(d)]),
+                    "cp -r + sync -f": dirs.subject(
+                        lambda d: ["sh", "-c", f"cp -r {small} {d} && sync -f {d}"]
+                    ),
+                    "stune-stage fetch (cold)": dirs.subject(
+                        lambda d: stage_cmd(d, small), env, before=fresh_tier
+                    ),
+                },
+                rounds=args.rounds,
+                warmup=1,
+                baseline="cp -r, 4 parallel",
+            )
         finally:
             dirs.cleanup()
         # A cache tier evicts as it fills, so copies often follow deletions: each run here first deletes
         # the previous run's copy (every subject alike), as an eviction would.
         dst, tier = work / "evict-cp", work / "evict-tier"
-        results["cold_evict"] = compare("stage_cold_small_after_eviction", {
-            "cp -r (serial)": timed_then_after(lambda: drop(dst), ["cp", "-r", str(small), str(dst)]),
-            "stune-stage fetch (cold)": timed_then_after(lambda: (drop(dst), fresh_tier(tier)),
-                                                         stage_cmd(tier, small), env),
-        }, rounds=args.rounds, warmup=1, baseline="cp -r (serial)")
+        results["cold_evict"] = compare(
+            "stage_cold_small_after_eviction",
+            {
+                "cp -r (serial)": timed_then_after(lambda: drop(dst), ["cp", "-r", str(small), str(dst)]),
+                "stune-stage fetch (cold)": timed_then_after(
+                    lambda: (drop(dst), fresh_tier(tier)), stage_cmd(tier, small), env
+                ),
+            },
+            rounds=args.rounds,
+            warmup=1,
+            baseline="cp -r (serial)",
+        )
         drop(dst)
         drop(tier)
 
@@ -186,17 +222,36 @@ def main() -> int:
         fresh_tier(tier)
         # The goal's pair alone: a subject that follows a 1 GiB dd pays for dd's aftermath (stune measured
         # 0.80 s right after a plain dd, 0.31 s right after cp, same run), so dd has its own comparison.
-        results["large"] = compare("stage_large_file", {
-            "cp": timed_then(["cp", str(big), str(dst)], settled(lambda: drop(dst))),
-            "stune-stage fetch (cold)": timed_then(stage_cmd(tier, big), settled(lambda: fresh_tier(tier)), env),
-        }, rounds=args.rounds, warmup=1, baseline="cp")
-        results["large_dd"] = compare("stage_large_file_vs_dd", {
-            "dd bs=4M": timed_then(["dd", f"if={big}", f"of={dst}", "bs=4M", "status=none"],
-                                   settled(lambda: drop(dst))),
-            "dd bs=4M conv=fsync": timed_then(["dd", f"if={big}", f"of={dst}", "bs=4M", "conv=fsync",
-                                               "status=none"], settled(lambda: drop(dst))),
-            "stune-stage fetch (cold)": timed_then(stage_cmd(tier, big), settled(lambda: fresh_tier(tier)), env),
-        }, rounds=args.rounds, warmup=1, baseline="dd bs=4M")
+        results["large"] = compare(
+            "stage_large_file",
+            {
+                "cp": timed_then(["cp", str(big), str(dst)], settled(lambda: drop(dst))),
+                "stune-stage fetch (cold)": timed_then(
+                    stage_cmd(tier, big), settled(lambda: fresh_tier(tier)), env
+                ),
+            },
+            rounds=args.rounds,
+            warmup=1,
+            baseline="cp",
+        )
+        results["large_dd"] = compare(
+            "stage_large_file_vs_dd",
+            {
+                "dd bs=4M": timed_then(
+                    ["dd", f"if={big}", f"of={dst}", "bs=4M", "status=none"], settled(lambda: drop(dst))
+                ),
+                "dd bs=4M conv=fsync": timed_then(
+                    ["dd", f"if={big}", f"of={dst}", "bs=4M", "conv=fsync", "status=none"],
+                    settled(lambda: drop(dst)),
+                ),
+                "stune-stage fetch (cold)": timed_then(
+                    stage_cmd(tier, big), settled(lambda: fresh_tier(tier)), env
+                ),
+            },
+            rounds=args.rounds,
+            warmup=1,
+            baseline="dd bs=4M",
+        )
         fresh_tier(tier)
 
     if args.only in (None, "warm"):
@@ -207,27 +262,39 @@ def main() -> int:
         start = time.perf_counter()
         subprocess.run(stage_cmd(tier, many), env=env, check=True, stdout=subprocess.DEVNULL)
         print(f"(warm-up: first, cold staging of 100k files took {time.perf_counter() - start:.1f}s)")
-        results["warm"] = compare("stage_warm_hit", {
-            BARE: bare_start(),
-            "stune-stage fetch (hit, 100k files)": lambda: time_once(stage_cmd(tier, many), env=env),
-        }, rounds=max(args.rounds * 2, 10), warmup=2, baseline=BARE)
+        results["warm"] = compare(
+            "stage_warm_hit",
+            {
+                BARE: bare_start(),
+                "stune-stage fetch (hit, 100k files)": lambda: time_once(stage_cmd(tier, many), env=env),
+            },
+            rounds=max(args.rounds * 2, 10),
+            warmup=2,
+            baseline=BARE,
+        )
 
     print()
     if "cold" in results:
         m = results["cold"]["median_s"]
         stune = m["stune-stage fetch (cold)"]
-        print(f"cold 20k small files, quiet disk: {m['cp -r, 4 parallel'] / stune:.2f}x the speed of 4 parallel "
-              f"cp -r (goal >= 1.2x); {m['cp -r (serial)'] / stune:.2f}x cp -r; "
-              f"{m['cp -r + sync -f'] / stune:.2f}x cp -r + sync")
+        print(
+            f"cold 20k small files, quiet disk: {m['cp -r, 4 parallel'] / stune:.2f}x the speed of 4 parallel "
+            f"cp -r (goal >= 1.2x); {m['cp -r (serial)'] / stune:.2f}x cp -r; "
+            f"{m['cp -r + sync -f'] / stune:.2f}x cp -r + sync"
+        )
         m = results["cold_evict"]["median_s"]
-        print(f"cold 20k small files, after an eviction: "
-              f"{m['cp -r (serial)'] / m['stune-stage fetch (cold)']:.2f}x the speed of cp -r")
+        print(
+            f"cold 20k small files, after an eviction: "
+            f"{m['cp -r (serial)'] / m['stune-stage fetch (cold)']:.2f}x the speed of cp -r"
+        )
     if "large" in results:
         m = results["large"]["median_s"]
         print(f"1 GiB file: {m['cp'] / m['stune-stage fetch (cold)']:.2f}x the speed of cp (goal >= 1.0x)")
         m = results["large_dd"]["median_s"]
         stune = m["stune-stage fetch (cold)"]
-        print(f"1 GiB file: {m['dd bs=4M'] / stune:.2f}x dd; {m['dd bs=4M conv=fsync'] / stune:.2f}x dd conv=fsync")
+        print(
+            f"1 GiB file: {m['dd bs=4M'] / stune:.2f}x dd; {m['dd bs=4M conv=fsync'] / stune:.2f}x dd conv=fsync"
+        )
     if "warm" in results:
         m = results["warm"]["median_s"]
         print(f"warm hit, 100k files: {m['stune-stage fetch (hit, 100k files)']:.3f}s (goal <= 0.5s)")

@@ -9,6 +9,7 @@ per stune submission (the appends queue on an flock: none is torn or lost).
 
     .venv/bin/python bench/bench_submit_rate.py [--rounds N]
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from stune_dev.devcluster import DevCluster  # noqa: E402
+from stune_dev.devcluster import DevCluster
 
 SUBMISSIONS, SHELLS = 100, 4
 NAME = "bench-rate"
@@ -52,16 +53,23 @@ def main() -> int:
     cluster.up(install=False)
     tmp = Path(tempfile.mkdtemp(prefix="bench-rate-"))
     history = tmp / "history.jsonl"
-    env = dict(os.environ, SLURM_CONF=str(cluster.layout.slurm_conf), STUNE_HISTORY=str(history),
-               STUNE_CACHE_DIR=str(tmp / "cache"),
-               STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")))
+    env = dict(
+        os.environ,
+        SLURM_CONF=str(cluster.layout.slurm_conf),
+        STUNE_HISTORY=str(history),
+        STUNE_CACHE_DIR=str(tmp / "cache"),
+        STUNE_PARTITIONS=os.environ.get("STUNE_PARTITIONS", str(REPO / "partitions")),
+    )
     job = ["--parsable", "-H", "-o", "/dev/null", "-J", NAME, "-p", "roce", "--wrap", "true"]
-    commands = {"sbatch": ["sbatch", *job], "stune-sbatch": [str(Path(sys.executable).parent / "stune-sbatch"), *job]}
+    commands = {
+        "sbatch": ["sbatch", *job],
+        "stune-sbatch": [str(Path(sys.executable).parent / "stune-sbatch"), *job],
+    }
     rates: dict[str, list[float]] = {k: [] for k in commands}
     try:
         subprocess.run(commands["stune-sbatch"], env=env, check=True, capture_output=True)  # warm the caches
         for r in range(rounds):
-            for key in (list(commands) if r % 2 == 0 else list(reversed(commands))):
+            for key in list(commands) if r % 2 == 0 else list(reversed(commands)):
                 rates[key].append(one_round(commands[key], env))
                 subprocess.run(["scancel", "-n", NAME], env=env, check=False)
     finally:
@@ -69,12 +77,21 @@ def main() -> int:
     lines = history.read_text().splitlines()
     whole = sum(1 for line in lines if isinstance(json.loads(line), dict))
     expected = 1 + rounds * SUBMISSIONS
-    result = {"submissions": SUBMISSIONS, "shells": SHELLS, "rounds": rounds,
-              "per_second": {k: statistics.median(v) for k, v in rates.items()}, "all": rates,
-              "history_records": whole, "history_expected": expected, "load": os.getloadavg()[0]}
+    result = {
+        "submissions": SUBMISSIONS,
+        "shells": SHELLS,
+        "rounds": rounds,
+        "per_second": {k: statistics.median(v) for k, v in rates.items()},
+        "all": rates,
+        "history_records": whole,
+        "history_expected": expected,
+        "load": os.getloadavg()[0],
+    }
     for key, values in rates.items():
-        print(f"{key:14s} {statistics.median(values):7.1f} submissions/s (rounds: "
-              f"{', '.join(f'{v:.1f}' for v in values)})")
+        print(
+            f"{key:14s} {statistics.median(values):7.1f} submissions/s (rounds: "
+            f"{', '.join(f'{v:.1f}' for v in values)})"
+        )
     print(f"history: {whole} whole records of {expected} submissions; load {result['load']:.1f}")
     out = REPO / "bench" / "results"
     out.mkdir(exist_ok=True)

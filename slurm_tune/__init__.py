@@ -1,4 +1,5 @@
 """slurm_tune (stune): make Slurm GPU clusters run distributed training fast and fairly."""
+
 import os
 
 __version__ = "0.1.0"

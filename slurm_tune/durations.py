@@ -14,6 +14,7 @@ unknown unit) is a DurationError that says what a duration looks like. Callers n
 
 On the prolog and stune-sbatch paths: imports nothing.
 """
+
 from __future__ import annotations
 
 from .errors import StuneError
@@ -37,7 +38,12 @@ class DurationError(StuneError, ValueError):
 def _number(text: str, original) -> float:
     """Digits with at most one decimal point: no sign, exponent, underscores, 'inf' or 'nan'."""
     whole, dot, frac = text.partition(".")
-    if not (whole or frac) or len(text) > _MAX_DIGITS or not (whole + frac).isdigit() or not (whole + frac).isascii():
+    if (
+        not (whole or frac)
+        or len(text) > _MAX_DIGITS
+        or not (whole + frac).isdigit()
+        or not (whole + frac).isascii()
+    ):
         raise DurationError(original)
     return float(text) if dot else int(whole)
 
@@ -88,7 +94,9 @@ def parse(text, *, bare_unit: int = 1) -> int:
         while at < len(text) and text[at] == " ":  # "90 s", "1d 12h"
             at += 1
         rank = next((i for i, (unit, _) in enumerate(UNITS) if at < len(text) and unit == text[at]), None)
-        if not number or rank is None or rank <= last_rank:  # no number, unknown, repeated or out-of-order unit
+        if (
+            not number or rank is None or rank <= last_rank
+        ):  # no number, unknown, repeated or out-of-order unit
             raise DurationError(original)
         total += _number(number, original) * UNITS[rank][1]
         at, last_rank = at + 1, rank

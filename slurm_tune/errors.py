@@ -2,6 +2,7 @@
 into messages and exit statuses; commands return the EXIT_ names below, never bare numbers (README's "Exit
 status" section is rendered from TABLE). Kept here, with no imports, because every entry point, the prolog
 included, already imports this module."""
+
 from __future__ import annotations
 
 
@@ -71,24 +72,27 @@ class SlurmFormatError(SlurmError):
         self.command, self.returncode, self.release = list(command), 0, release
         self.message = problem.strip()
         first = self.message.splitlines()[0] if self.message else "(no detail)"
-        StuneError.__init__(self, f"output of `{' '.join(self.command)}` from Slurm {release or '(release unknown)'}"
-                                  f" is not in a format stune knows: {first}")
+        StuneError.__init__(
+            self,
+            f"output of `{' '.join(self.command)}` from Slurm {release or '(release unknown)'}"
+            f" is not in a format stune knows: {first}",
+        )
 
 
 # ---- exit statuses ------------------------------------------------------------------------------------------
 
 EXIT_OK = 0
-EXIT_ERROR = 1          # a StuneError: bad input, a Slurm call failed, a file cannot be read; doctor found errors
-EXIT_USAGE = 2          # a usage error (argparse's own status)
-EXIT_ATTENTION = 3      # done, but something needs a person: install kept an edited file, a sweep found outliers
-EXIT_UNKNOWN = 4        # health verdict: a check could not judge
-EXIT_DEGRADED = 5       # health verdict: half-broken (kept out of multi-node jobs)
-EXIT_FAIL = 6           # health verdict: broken
-EXIT_BREAKER = 7        # `stune-health run`: the circuit breaker held back a drain
-EXIT_HOOK_FAIL = 10     # a prolog/epilog failing the job on purpose (not 1: a Python that cannot start exits 1)
-EXIT_INTERNAL = 70      # a bug in stune (EX_SOFTWARE); a hook exits 0 instead
-EXIT_CANNOT_RUN = 126   # stune-bind: the command is not executable (the shell's convention)
-EXIT_NOT_FOUND = 127    # stune-bind: the command is not found (the shell's convention)
+EXIT_ERROR = 1  # a StuneError: bad input, a Slurm call failed, a file cannot be read; doctor found errors
+EXIT_USAGE = 2  # a usage error (argparse's own status)
+EXIT_ATTENTION = 3  # done, but something needs a person: install kept an edited file, a sweep found outliers
+EXIT_UNKNOWN = 4  # health verdict: a check could not judge
+EXIT_DEGRADED = 5  # health verdict: half-broken (kept out of multi-node jobs)
+EXIT_FAIL = 6  # health verdict: broken
+EXIT_BREAKER = 7  # `stune-health run`: the circuit breaker held back a drain
+EXIT_HOOK_FAIL = 10  # a prolog/epilog failing the job on purpose (not 1: a Python that cannot start exits 1)
+EXIT_INTERNAL = 70  # a bug in stune (EX_SOFTWARE); a hook exits 0 instead
+EXIT_CANNOT_RUN = 126  # stune-bind: the command is not executable (the shell's convention)
+EXIT_NOT_FOUND = 127  # stune-bind: the command is not found (the shell's convention)
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 # The health verdicts' exit statuses (`stune-health check`).
@@ -97,23 +101,45 @@ EXIT_BY_STATUS = {"ok": EXIT_OK, "unknown": EXIT_UNKNOWN, "degraded": EXIT_DEGRA
 # (name, status, meaning, who uses it): README's table, row by row.
 TABLE = (
     ("EXIT_OK", EXIT_OK, "done; a health check judged ok", "every command"),
-    ("EXIT_ERROR", EXIT_ERROR, "an error, said in one line: bad input or profile, a Slurm call failed, a file "
-                               "cannot be read or written; `stune-admin doctor` found errors; `stune-stage "
-                               "status` found a broken tier", "every command"),
+    (
+        "EXIT_ERROR",
+        EXIT_ERROR,
+        "an error, said in one line: bad input or profile, a Slurm call failed, a file "
+        "cannot be read or written; `stune-admin doctor` found errors; `stune-stage "
+        "status` found a broken tier",
+        "every command",
+    ),
     ("EXIT_USAGE", EXIT_USAGE, "usage error: an unknown option or a missing argument", "every command"),
-    ("EXIT_ATTENTION", EXIT_ATTENTION, "done, but a person should look: `stune-admin install`/`uninstall` kept "
-                                       "an edited file; `stune-sweep run`/`judge` found outliers",
-     "stune-admin, stune-sweep"),
+    (
+        "EXIT_ATTENTION",
+        EXIT_ATTENTION,
+        "done, but a person should look: `stune-admin install`/`uninstall` kept "
+        "an edited file; `stune-sweep run`/`judge` found outliers",
+        "stune-admin, stune-sweep",
+    ),
     ("EXIT_UNKNOWN", EXIT_UNKNOWN, "health verdict unknown: a check could not judge", "stune-health check"),
     ("EXIT_DEGRADED", EXIT_DEGRADED, "health verdict degraded (half-broken)", "stune-health check"),
     ("EXIT_FAIL", EXIT_FAIL, "health verdict fail", "stune-health check"),
     ("EXIT_BREAKER", EXIT_BREAKER, "the circuit breaker held back a drain", "stune-health run"),
-    ("EXIT_HOOK_FAIL", EXIT_HOOK_FAIL, "a hook fails the job on purpose (an enforced failure); every other "
-                                       "outcome of a hook, a bug or a bad profile included, is 0",
-     "stune-health prolog/epilog"),
-    ("EXIT_INTERNAL", EXIT_INTERNAL, "a bug in stune (EX_SOFTWARE; `STUNE_DEBUG=1` shows the traceback); "
-                                     "hooks exit 0 instead", "every command but the hooks"),
-    ("EXIT_CANNOT_RUN", EXIT_CANNOT_RUN, "the command to run is not executable (as in a shell)", "stune-bind"),
+    (
+        "EXIT_HOOK_FAIL",
+        EXIT_HOOK_FAIL,
+        "a hook fails the job on purpose (an enforced failure); every other "
+        "outcome of a hook, a bug or a bad profile included, is 0",
+        "stune-health prolog/epilog",
+    ),
+    (
+        "EXIT_INTERNAL",
+        EXIT_INTERNAL,
+        "a bug in stune (EX_SOFTWARE; `STUNE_DEBUG=1` shows the traceback); hooks exit 0 instead",
+        "every command but the hooks",
+    ),
+    (
+        "EXIT_CANNOT_RUN",
+        EXIT_CANNOT_RUN,
+        "the command to run is not executable (as in a shell)",
+        "stune-bind",
+    ),
     ("EXIT_NOT_FOUND", EXIT_NOT_FOUND, "the command to run is not found (as in a shell)", "stune-bind"),
     ("EXIT_INTERRUPTED", EXIT_INTERRUPTED, "interrupted (Ctrl-C)", "every command"),
 )

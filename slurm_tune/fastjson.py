@@ -14,6 +14,7 @@ and tried on a known value when first needed; if it raises or answers differentl
 int, bool, None: a submission's history record) is joined here without `_json`, whose load (a shared
 library) costs more than the encoding; anything else goes to the C encoder.
 """
+
 from __future__ import annotations
 
 _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
@@ -21,7 +22,7 @@ _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float
 
 _WHITESPACE = " \t\n\r"
 # A value that exercises every kind the hooks write and read, and its exact json.dumps(sort_keys, compact).
-_PROBE = {"b": [1, -2.5, None, True, False, "\u00e9\n\"x"], "a": {"k": 1e100}}
+_PROBE = {"b": [1, -2.5, None, True, False, '\u00e9\n"x'], "a": {"k": 1e100}}
 _PROBE_TEXT = '{"a":{"k":1e+100},"b":[1,-2.5,null,true,false,"\\u00e9\\n\\"x"]}'
 
 
@@ -49,6 +50,7 @@ def _make_scanner():
     _json = _c_json()
     if _json is None:
         return None
+
     class DecoderContext:  # built when first decoding (hot path: docs/speed.md)
         """The attributes the C scanner reads from a json.JSONDecoder, with JSONDecoder's defaults."""
 
@@ -106,8 +108,9 @@ def _make_encoder():
     if _json is None:
         return None
     try:
-        encode = _json.make_encoder(None, _unserialisable, _json.encode_basestring_ascii, None, ":", ",", True,
-                                    False, True)
+        encode = _json.make_encoder(
+            None, _unserialisable, _json.encode_basestring_ascii, None, ":", ",", True, False, True
+        )
         if "".join(encode(_PROBE, 0)) != _PROBE_TEXT:
             return None
     except Exception:

@@ -1,5 +1,6 @@
 """Read-only data for the hot paths: attribute access to validated plain data (profiles), without the schema,
 and small read-only records (cheaper to define than a namedtuple)."""
+
 from __future__ import annotations
 
 
@@ -71,7 +72,7 @@ class Record:
             raise TypeError(f"{type(self).__name__} takes {len(self.__slots__)} values, got {len(values)}")
         for name, value in zip(self.__slots__, values):
             object.__setattr__(self, name, value)
-        for name in self.__slots__[len(values):]:
+        for name in self.__slots__[len(values) :]:
             try:
                 object.__setattr__(self, name, named.pop(name))
             except KeyError:
@@ -112,4 +113,6 @@ class Record:
         return self._values() < tuple(other)
 
     def __repr__(self):
-        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
+        return (
+            f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
+        )

@@ -6,6 +6,7 @@ the round trip on generated names). A range keeps its width: `n[08-10]` is n08 n
 
 On the TaskProlog and stune-sbatch paths: no imports beyond text.py.
 """
+
 from __future__ import annotations
 
 from .text import is_digits

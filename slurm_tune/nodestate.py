@@ -5,6 +5,7 @@
 - A degraded ("half-broken") node stays in service with the DEGRADED_FEATURE feature added to its features
   (the admin's own features are kept), and its Comment says why. Multi-node jobs exclude such nodes.
 """
+
 REASON_PREFIX = "stune: "
 DEGRADED_FEATURE = "stune_degraded"
 # The active checks (stune-sweep) tag their reasons: `stune: degraded: active <check>: ...` in the Comment,

@@ -8,13 +8,16 @@
 
 No imports at module level: the hot paths may import this module; json is loaded only when JSON is written.
 """
+
 from __future__ import annotations
 
 
 def table(rows, header=None) -> str:
     """Rows (sequences of cells: None is an empty cell, anything else str()) as aligned text, header first.
     No rows and no header give ''."""
-    lines = [tuple("" if c is None else str(c) for c in row) for row in ([header] if header else []) + list(rows)]
+    lines = [
+        tuple("" if c is None else str(c) for c in row) for row in ([header] if header else []) + list(rows)
+    ]
     if not lines:
         return ""
     columns = max(len(line) for line in lines)

@@ -2,13 +2,27 @@
 loading and the cache). Only a profile cache miss, `stune-admin check-profiles` and the tools that read the
 schema itself load this module: building the schema costs ~1.4 ms (see docs/speed.md).
 """
+
 from __future__ import annotations
 
 import os
 
 from .errors import ConfigError
-from .schema import (Bool, Duration, Float, Int, List, Map, Nullable, Section, Size, Str, Where, deep_merge,
-                     load_yaml)
+from .schema import (
+    Bool,
+    Duration,
+    Float,
+    Int,
+    List,
+    Map,
+    Nullable,
+    Section,
+    Size,
+    Str,
+    Where,
+    deep_merge,
+    load_yaml,
+)
 from .text import parse_version
 
 SITE_FILE = "site.yaml"
@@ -16,142 +30,254 @@ SITE_FILE = "site.yaml"
 FABRICS = ("ib", "roce", "tcp")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 # The active checks' names (slurm_tune/active/checks.py holds what each one runs).
-ACTIVE_CHECKS = ("nccl_allreduce", "nvbandwidth", "dcgm_diag", "disk_read", "ib_write_bw", "nccl_pair", "iperf3",
-                 "numeric")
+ACTIVE_CHECKS = (
+    "nccl_allreduce",
+    "nvbandwidth",
+    "dcgm_diag",
+    "disk_read",
+    "ib_write_bw",
+    "nccl_pair",
+    "iperf3",
+    "numeric",
+)
 
 
 def _version_rule(doc: str) -> Nullable:
-    return Nullable(Section({
-        "min": Nullable(Str(), doc="lowest validated version; newer passes"),
-        "allowed": List(Str(), doc="exact versions validated for this partition"),
-    }), doc=doc)
+    return Nullable(
+        Section(
+            {
+                "min": Nullable(Str(), doc="lowest validated version; newer passes"),
+                "allowed": List(Str(), doc="exact versions validated for this partition"),
+            }
+        ),
+        doc=doc,
+    )
 
 
 def _counter(degraded: int, fail: int | None) -> Section:
-    return Section({
-        "degraded": Int(degraded, min=0, doc="increase per health run above which the port is degraded"),
-        "fail": Nullable(Int(min=0), default=fail, doc="increase per run above which the node fails"),
-    })
+    return Section(
+        {
+            "degraded": Int(degraded, min=0, doc="increase per health run above which the port is degraded"),
+            "fail": Nullable(Int(min=0), default=fail, doc="increase per run above which the node fails"),
+        }
+    )
 
 
-HCA = Section({
-    "device": Str(doc="RDMA device name, e.g. mlx5_0"),
-    "port": Int(1, min=1, max=255),
-    "netdev": Nullable(Str(), doc="RoCE: the Ethernet interface bound to this port (GID ndevs)"),
-})
+HCA = Section(
+    {
+        "device": Str(doc="RDMA device name, e.g. mlx5_0"),
+        "port": Int(1, min=1, max=255),
+        "netdev": Nullable(Str(), doc="RoCE: the Ethernet interface bound to this port (GID ndevs)"),
+    }
+)
 
-PROFILE_SCHEMA = Section({
-    "partition": Str(doc="the Slurm partition name"),
-    "description": Str("", nonempty=False),
-    "fabric": Section({
-        "type": Str(choices=FABRICS, doc="ib: InfiniBand; roce: RDMA over Converged Ethernet v2; tcp: no RDMA"),
-        "hcas": List(HCA, unique=True, doc="the fabric HCA ports NCCL may use; storage NICs are left out"),
-        "rate_gbps": Nullable(Int(min=1), doc="expected link rate per port; lower is degraded"),
-        "socket_ifname": Nullable(Str(), doc="interface for NCCL bootstrap/socket traffic, e.g. ib0, eth0"),
-        "gid_index": Nullable(Int(min=0, max=255), doc="RoCE: fixed GID index; empty means detect per node"),
-    }),
-    "nccl": Section({
-        "ib_timeout": Int(22, min=1, max=31, doc="NCCL_IB_TIMEOUT: 4.096us * 2^n per retry"),
-        "ib_retry_cnt": Int(7, min=0, max=7, doc="NCCL_IB_RETRY_CNT"),
-        "net_gdr_level": Nullable(Str(choices=GDR_LEVELS), doc="NCCL_NET_GDR_LEVEL; empty lets NCCL decide"),
-        "env": Map(Str(), key_spec=Str(prefix="NCCL_"), doc="further NCCL_* variables, verbatim"),
-    }),
-    "versions": Section({
-        "hca_firmware": Map(_version_rule("fw_ver"), doc="by board_id (e.g. MT_0000000223) or HCA model"),
-        "gpu_driver": _version_rule("NVIDIA driver, e.g. 535.161.08"),
-        "cuda_driver": _version_rule("CUDA driver API version, e.g. 12.2"),
-        "vbios": _version_rule("GPU VBIOS"),
-    }),
-    "gpu": Section({
-        "count": Int(0, min=0, max=64, doc="GPUs per node; 0 skips GPU checks"),
-        "model": Nullable(Str(), doc="substring of the NVML name, e.g. 'H100 80GB HBM3'"),
-        "nvlink_down": Str("fail", choices=("degraded", "fail")),
-        "persistence_mode": Bool(True, doc="persistence mode off is degraded"),
-    }),
-    "numa": Section({
-        "bind": Str("stune", choices=("stune", "slurm", "none"),
-                    doc="stune: stune-bind per task; slurm: --gpu-bind=closest and --cpu-bind; none"),
-        "cpu_bind": Str("cores", doc="--cpu-bind value when bind is slurm"),
-    }),
-    "cache": Section({
-        "path": Nullable(Str(absolute_path=True), doc="node-local cache tier; empty disables staging"),
-        "quota": Nullable(Size(), doc="bytes this tier may use, e.g. 1.5T"),
-        "high_watermark": Float(0.90, min=0.0, max=1.0),
-        "low_watermark": Float(0.75, min=0.0, max=1.0),
-        "freshness": Str("fast", choices=("fast", "strict")),
-        "stage": List(Str(), doc="SRC[:NAME] staged for every job of the partition"),
-    }),
-    "health": Section({
-        "max_gpu_temp_c": Int(85, min=30, max=120),
-        "counters": Section({
-            "symbol_error": _counter(10, None),
-            "link_downed": _counter(0, 3),
-            "link_error_recovery": _counter(3, None),
-            "port_rcv_errors": _counter(10, None),
-        }),
-        "probe_timeout_s": Float(5.0, min=0.1, max=120),
-        "drain_max_fraction": Float(0.10, min=0.0, max=1.0, doc="circuit breaker: share of a partition"),
-        "drain_window": Duration(3600, doc="circuit breaker window"),
-        "unknown_degrade_after": Int(3, min=0, max=1000,
-                                     doc="periodic runs in a row with the same unknown finding (a read that hangs, "
-                                         "a counter stuck saturated) after which the node is marked degraded; "
-                                         "0 never"),
-    }),
-    "recovery": Section({
-        "requeue": Bool(True),
-        "signal": Nullable(Str(), default="USR1", doc="sent to the batch shell before the time limit"),
-        "signal_seconds": Int(300, min=1, max=65535),
-        # trapped: stune-sbatch adds --signal only to a script that traps the signal (bash's default action
-        # for SIGUSR1 is to exit, which would fail a job plain sbatch completes); always: every job.
-        "signal_when": Str("trapped", choices=("trapped", "always"), doc="which jobs get recovery.signal"),
-    }),
-    "placement": Section({
-        "exclude_degraded": Bool(True, doc="multi-node jobs avoid nodes stune marked degraded"),
-        "switches": Nullable(Int(min=1), doc="--switches count for multi-node jobs"),
-        "switches_max_wait": Duration(600),
-    }),
-    "active": Section({
-        "checks": Map(Section({
-            "command": Nullable(Str(), doc="the tool's command line ({gpus} {hca} {port} {server} {path} "
-                                           "{file} {tcp_port} are filled in); empty: the built-in one"),
-            "time_limit": Duration(600, doc="Slurm time limit of one check job (all its runs)"),
-            "floor": Nullable(Float(min=0.0), doc="absolute floor in the check's unit; below it is an outlier"),
-        }), key_spec=Str(choices=ACTIVE_CHECKS), doc="the active checks this partition runs, by name"),
-        "tools": Map(Str(absolute_path=True), doc="tool name -> absolute path, e.g. all_reduce_perf: /opt/nccl-tests/"
-                                                 "build/all_reduce_perf; default: found on the node's PATH"),
-        "runs": Int(3, min=1, max=20, doc="measurements per check and sweep"),
-        "k": Int(2, min=1, max=50, doc="an outlier must be slow in k ..."),
-        "n": Int(3, min=1, max=50, doc="... of its last n measurements"),
-        "mad_factor": Float(3.0, min=0.5, max=20.0, doc="slow: below the median by this many scaled MADs ..."),
-        "min_drop": Float(0.10, min=0.0, max=0.9, doc="... and by at least this fraction of the median"),
-        "min_peers": Int(3, min=2, doc="fewest subjects with one fingerprint for a median baseline"),
-        "drain": Bool(False, doc="drain outliers instead of marking them degraded (opt-in)"),
-        "gate_resume": Bool(False, doc="a node stune drained is resumed only after its active checks pass"),
-        "reservation": Nullable(Str(), doc="run sweep jobs inside this (maintenance) reservation"),
-        "qos": Nullable(Str(), doc="QOS for sweep jobs, e.g. a low-priority scavenger QOS"),
-        "nice": Int(10000, min=0, max=2147483645, doc="--nice for sweep jobs: below every user job"),
-        "disk_path": Nullable(Str(absolute_path=True), doc="where the disk check reads; default cache.path"),
-        "disk_size": Size(1 << 30, doc="bytes the disk check reads"),
-        "window": Duration(30 * 86400, doc="how far back results count for baselines and k-of-n"),
-        "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
-    }),
-    # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
-    "idle_policy": Section({
-        "enabled": Bool(False, doc="warn, then cancel, jobs whose GPUs stay idle"),
-        "threshold": Float(5.0, min=0.0, max=100.0, doc="GPU utilization (%) below which a GPU counts as idle"),
-        "warn_after": Duration(1800, doc="warn once the last this-long window is below the threshold"),
-        "cancel_after": Duration(7200, doc="cancel once the last this-long window is below the threshold"),
-        "min_coverage": Float(0.9, min=0.5, max=1.0,
-                              doc="share of the window that must be sampled; below it the job is left alone"),
-        "exempt_interactive": Bool(True, doc="never act on interactive jobs (salloc/srun without a batch script)"),
-        "exempt_qos": List(Str(), doc="QOS names never acted on"),
-        "exempt_accounts": List(Str(), doc="accounts never acted on"),
-    }),
-})
+PROFILE_SCHEMA = Section(
+    {
+        "partition": Str(doc="the Slurm partition name"),
+        "description": Str("", nonempty=False),
+        "fabric": Section(
+            {
+                "type": Str(
+                    choices=FABRICS, doc="ib: InfiniBand; roce: RDMA over Converged Ethernet v2; tcp: no RDMA"
+                ),
+                "hcas": List(
+                    HCA, unique=True, doc="the fabric HCA ports NCCL may use; storage NICs are left out"
+                ),
+                "rate_gbps": Nullable(Int(min=1), doc="expected link rate per port; lower is degraded"),
+                "socket_ifname": Nullable(
+                    Str(), doc="interface for NCCL bootstrap/socket traffic, e.g. ib0, eth0"
+                ),
+                "gid_index": Nullable(
+                    Int(min=0, max=255), doc="RoCE: fixed GID index; empty means detect per node"
+                ),
+            }
+        ),
+        "nccl": Section(
+            {
+                "ib_timeout": Int(22, min=1, max=31, doc="NCCL_IB_TIMEOUT: 4.096us * 2^n per retry"),
+                "ib_retry_cnt": Int(7, min=0, max=7, doc="NCCL_IB_RETRY_CNT"),
+                "net_gdr_level": Nullable(
+                    Str(choices=GDR_LEVELS), doc="NCCL_NET_GDR_LEVEL; empty lets NCCL decide"
+                ),
+                "env": Map(Str(), key_spec=Str(prefix="NCCL_"), doc="further NCCL_* variables, verbatim"),
+            }
+        ),
+        "versions": Section(
+            {
+                "hca_firmware": Map(
+                    _version_rule("fw_ver"), doc="by board_id (e.g. MT_0000000223) or HCA model"
+                ),
+                "gpu_driver": _version_rule("NVIDIA driver, e.g. 535.161.08"),
+                "cuda_driver": _version_rule("CUDA driver API version, e.g. 12.2"),
+                "vbios": _version_rule("GPU VBIOS"),
+            }
+        ),
+        "gpu": Section(
+            {
+                "count": Int(0, min=0, max=64, doc="GPUs per node; 0 skips GPU checks"),
+                "model": Nullable(Str(), doc="substring of the NVML name, e.g. 'H100 80GB HBM3'"),
+                "nvlink_down": Str("fail", choices=("degraded", "fail")),
+                "persistence_mode": Bool(True, doc="persistence mode off is degraded"),
+            }
+        ),
+        "numa": Section(
+            {
+                "bind": Str(
+                    "stune",
+                    choices=("stune", "slurm", "none"),
+                    doc="stune: stune-bind per task; slurm: --gpu-bind=closest and --cpu-bind; none",
+                ),
+                "cpu_bind": Str("cores", doc="--cpu-bind value when bind is slurm"),
+            }
+        ),
+        "cache": Section(
+            {
+                "path": Nullable(
+                    Str(absolute_path=True), doc="node-local cache tier; empty disables staging"
+                ),
+                "quota": Nullable(Size(), doc="bytes this tier may use, e.g. 1.5T"),
+                "high_watermark": Float(0.90, min=0.0, max=1.0),
+                "low_watermark": Float(0.75, min=0.0, max=1.0),
+                "freshness": Str("fast", choices=("fast", "strict")),
+                "stage": List(Str(), doc="SRC[:NAME] staged for every job of the partition"),
+            }
+        ),
+        "health": Section(
+            {
+                "max_gpu_temp_c": Int(85, min=30, max=120),
+                "counters": Section(
+                    {
+                        "symbol_error": _counter(10, None),
+                        "link_downed": _counter(0, 3),
+                        "link_error_recovery": _counter(3, None),
+                        "port_rcv_errors": _counter(10, None),
+                    }
+                ),
+                "probe_timeout_s": Float(5.0, min=0.1, max=120),
+                "drain_max_fraction": Float(
+                    0.10, min=0.0, max=1.0, doc="circuit breaker: share of a partition"
+                ),
+                "drain_window": Duration(3600, doc="circuit breaker window"),
+                "unknown_degrade_after": Int(
+                    3,
+                    min=0,
+                    max=1000,
+                    doc="periodic runs in a row with the same unknown finding (a read that hangs, "
+                    "a counter stuck saturated) after which the node is marked degraded; "
+                    "0 never",
+                ),
+            }
+        ),
+        "recovery": Section(
+            {
+                "requeue": Bool(True),
+                "signal": Nullable(
+                    Str(), default="USR1", doc="sent to the batch shell before the time limit"
+                ),
+                "signal_seconds": Int(300, min=1, max=65535),
+                # trapped: stune-sbatch adds --signal only to a script that traps the signal (bash's default action
+                # for SIGUSR1 is to exit, which would fail a job plain sbatch completes); always: every job.
+                "signal_when": Str(
+                    "trapped", choices=("trapped", "always"), doc="which jobs get recovery.signal"
+                ),
+            }
+        ),
+        "placement": Section(
+            {
+                "exclude_degraded": Bool(True, doc="multi-node jobs avoid nodes stune marked degraded"),
+                "switches": Nullable(Int(min=1), doc="--switches count for multi-node jobs"),
+                "switches_max_wait": Duration(600),
+            }
+        ),
+        "active": Section(
+            {
+                "checks": Map(
+                    Section(
+                        {
+                            "command": Nullable(
+                                Str(),
+                                doc="the tool's command line ({gpus} {hca} {port} {server} {path} "
+                                "{file} {tcp_port} are filled in); empty: the built-in one",
+                            ),
+                            "time_limit": Duration(
+                                600, doc="Slurm time limit of one check job (all its runs)"
+                            ),
+                            "floor": Nullable(
+                                Float(min=0.0),
+                                doc="absolute floor in the check's unit; below it is an outlier",
+                            ),
+                        }
+                    ),
+                    key_spec=Str(choices=ACTIVE_CHECKS),
+                    doc="the active checks this partition runs, by name",
+                ),
+                "tools": Map(
+                    Str(absolute_path=True),
+                    doc="tool name -> absolute path, e.g. all_reduce_perf: /opt/nccl-tests/"
+                    "build/all_reduce_perf; default: found on the node's PATH",
+                ),
+                "runs": Int(3, min=1, max=20, doc="measurements per check and sweep"),
+                "k": Int(2, min=1, max=50, doc="an outlier must be slow in k ..."),
+                "n": Int(3, min=1, max=50, doc="... of its last n measurements"),
+                "mad_factor": Float(
+                    3.0, min=0.5, max=20.0, doc="slow: below the median by this many scaled MADs ..."
+                ),
+                "min_drop": Float(
+                    0.10, min=0.0, max=0.9, doc="... and by at least this fraction of the median"
+                ),
+                "min_peers": Int(3, min=2, doc="fewest subjects with one fingerprint for a median baseline"),
+                "drain": Bool(False, doc="drain outliers instead of marking them degraded (opt-in)"),
+                "gate_resume": Bool(
+                    False, doc="a node stune drained is resumed only after its active checks pass"
+                ),
+                "reservation": Nullable(Str(), doc="run sweep jobs inside this (maintenance) reservation"),
+                "qos": Nullable(Str(), doc="QOS for sweep jobs, e.g. a low-priority scavenger QOS"),
+                "nice": Int(10000, min=0, max=2147483645, doc="--nice for sweep jobs: below every user job"),
+                "disk_path": Nullable(
+                    Str(absolute_path=True), doc="where the disk check reads; default cache.path"
+                ),
+                "disk_size": Size(1 << 30, doc="bytes the disk check reads"),
+                "window": Duration(30 * 86400, doc="how far back results count for baselines and k-of-n"),
+                "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
+            }
+        ),
+        # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
+        "idle_policy": Section(
+            {
+                "enabled": Bool(False, doc="warn, then cancel, jobs whose GPUs stay idle"),
+                "threshold": Float(
+                    5.0, min=0.0, max=100.0, doc="GPU utilization (%) below which a GPU counts as idle"
+                ),
+                "warn_after": Duration(
+                    1800, doc="warn once the last this-long window is below the threshold"
+                ),
+                "cancel_after": Duration(
+                    7200, doc="cancel once the last this-long window is below the threshold"
+                ),
+                "min_coverage": Float(
+                    0.9,
+                    min=0.5,
+                    max=1.0,
+                    doc="share of the window that must be sampled; below it the job is left alone",
+                ),
+                "exempt_interactive": Bool(
+                    True, doc="never act on interactive jobs (salloc/srun without a batch script)"
+                ),
+                "exempt_qos": List(Str(), doc="QOS names never acted on"),
+                "exempt_accounts": List(Str(), doc="accounts never acted on"),
+            }
+        ),
+    }
+)
 
 # site.yaml: the same sections, all optional, merged under every partition.
-SITE_SCHEMA = Section({"defaults": Section({k: v for k, v in PROFILE_SCHEMA.fields.items()
-                                             if k not in ("partition", "description")})})
+SITE_SCHEMA = Section(
+    {
+        "defaults": Section(
+            {k: v for k, v in PROFILE_SCHEMA.fields.items() if k not in ("partition", "description")}
+        )
+    }
+)
 
 
 def _cross_checks(data: dict, where: Where) -> None:
@@ -166,14 +292,19 @@ def _cross_checks(data: dict, where: Where) -> None:
     if fabric["type"] == "roce":
         for i, hca in enumerate(fabric["hcas"]):
             if not hca["netdev"] and fabric["gid_index"] is None:
-                raise where.error(f"fabric.hcas[{i}].netdev",
-                                  "RoCE GID detection needs the netdev bound to each HCA (or a fixed gid_index)")
+                raise where.error(
+                    f"fabric.hcas[{i}].netdev",
+                    "RoCE GID detection needs the netdev bound to each HCA (or a fixed gid_index)",
+                )
     cache = data["cache"]
     if cache["low_watermark"] >= cache["high_watermark"]:
-        raise where.error("cache.low_watermark", f"must be below high_watermark ({cache['high_watermark']:g})")
+        raise where.error(
+            "cache.low_watermark", f"must be below high_watermark ({cache['high_watermark']:g})"
+        )
     versions = data["versions"]
-    for name, rule in [(f"versions.hca_firmware.{k}", v) for k, v in versions["hca_firmware"].items()] + \
-            [(f"versions.{k}", versions[k]) for k in ("gpu_driver", "cuda_driver", "vbios")]:
+    for name, rule in [(f"versions.hca_firmware.{k}", v) for k, v in versions["hca_firmware"].items()] + [
+        (f"versions.{k}", versions[k]) for k in ("gpu_driver", "cuda_driver", "vbios")
+    ]:
         if rule is not None and rule["min"] is None and not rule["allowed"]:
             raise where.error(name, "give `min` or `allowed`")
         if rule is not None and rule["min"] is not None and rule["allowed"]:
@@ -184,8 +315,11 @@ def _cross_checks(data: dict, where: Where) -> None:
         for version in rule["allowed"] + ([rule["min"]] if rule["min"] is not None else []):
             if parse_version(version, hex_parts) is None:
                 form = "dot-separated hex numbers" if hex_parts else "dot-separated numbers"
-                raise where.error(name, f"{version!r} is not a version ({form}, e.g. "
-                                        f"{'96.00.74.00.0D' if hex_parts else '20.31.1014'})")
+                raise where.error(
+                    name,
+                    f"{version!r} is not a version ({form}, e.g. "
+                    f"{'96.00.74.00.0D' if hex_parts else '20.31.1014'})",
+                )
     gpu = data["gpu"]
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
@@ -222,8 +356,11 @@ def _validate_all(directory: str, names: list[str]) -> dict[str, dict]:
         raw, where = load_yaml(path)
         site = SITE_SCHEMA.check(raw, "", where)
         site_defaults = site.get("defaults", {})
-        site_lines = {k.removeprefix("defaults."): [path, v] for k, v in where.lines.items()
-                      if k.startswith("defaults.")}
+        site_lines = {
+            k.removeprefix("defaults."): [path, v]
+            for k, v in where.lines.items()
+            if k.startswith("defaults.")
+        }
     profiles: dict[str, dict] = {}
     for name in names:
         if name == SITE_FILE:
@@ -238,8 +375,9 @@ def _validate_all(directory: str, names: list[str]) -> dict[str, dict]:
         _cross_checks(data, where)
         partition = data["partition"]
         if partition in profiles:
-            raise where.error("partition", f"partition {partition!r} is already defined in "
-                                           f"{profiles[partition]['_source']}")
+            raise where.error(
+                "partition", f"partition {partition!r} is already defined in {profiles[partition]['_source']}"
+            )
         lines = dict(site_lines)
         lines.update({k: [path, v] for k, v in where.lines.items() if k})
         data["_digest"] = _digest(data)

@@ -11,15 +11,37 @@ Root (the hooks) loads profiles and the cache only from files and directories th
 This module is the face: the schema and the validation live in profilecheck.py, the loading and the cache in
 profilestore.py (the hot paths import that one alone).
 """
+
 from __future__ import annotations
 
 import os
 
-from .profilecheck import (ACTIVE_CHECKS, FABRICS, GDR_LEVELS, PROFILE_SCHEMA, SITE_FILE,  # noqa: F401
-                           SITE_SCHEMA, _validate_all, parse_version, version_key)
-from .profilestore import (CACHE_FORMAT, CACHE_MAX_BYTES, DEFAULT_DIR, Profile, _cache_path,  # noqa: F401
-                           _fingerprint, _load_raw, _read_cache, _write_cache, _yaml_files, load_profile,
-                           load_profiles, profile_dir)
+from .profilecheck import (
+    ACTIVE_CHECKS,
+    FABRICS,
+    GDR_LEVELS,
+    PROFILE_SCHEMA,
+    SITE_FILE,
+    SITE_SCHEMA,
+    _validate_all,
+    parse_version,
+    version_key,
+)
+from .profilestore import (
+    CACHE_FORMAT,
+    CACHE_MAX_BYTES,
+    DEFAULT_DIR,
+    Profile,
+    _cache_path,
+    _fingerprint,
+    _load_raw,
+    _read_cache,
+    _write_cache,
+    _yaml_files,
+    load_profile,
+    load_profiles,
+    profile_dir,
+)
 
 
 def validate_directory(directory: str | os.PathLike) -> dict[str, Profile]:

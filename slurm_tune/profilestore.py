@@ -4,6 +4,7 @@ Split from profilecheck.py (the schema and the validation) because this is the p
 docs/speed.md): a cache hit neither imports yaml nor builds the schema; a miss validates the YAML through
 profilecheck.py. Every name here is also importable from slurm_tune.profiles.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,9 @@ def profile_dir() -> str:
 
 def _yaml_files(directory: str) -> list[str]:
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith((".yaml", ".yml")) and not n.startswith("."))
+        names = sorted(
+            n for n in os.listdir(directory) if n.endswith((".yaml", ".yml")) and not n.startswith(".")
+        )
     except OSError as exc:
         raise ConfigError(directory, None, "", f"cannot read the profile directory: {exc.strerror}") from None
     return names
@@ -99,8 +102,11 @@ def _read_cache(cache: str, fingerprint: tuple) -> tuple[dict | None, bool]:
         finally:
             os.close(fd)
         stored_fingerprint, profiles = marshal.loads(data or b"")
-        if stored_fingerprint == fingerprint and isinstance(profiles, dict) and \
-                all(isinstance(packed, bytes) for packed in profiles.values()):
+        if (
+            stored_fingerprint == fingerprint
+            and isinstance(profiles, dict)
+            and all(isinstance(packed, bytes) for packed in profiles.values())
+        ):
             return profiles, True
     except UnsafePathError as exc:
         from .streams import say
@@ -179,5 +185,3 @@ def load_profile(partition: str, directory: str | os.PathLike | None = None) -> 
         known = ", ".join(sorted(profiles)) or "none"
         raise NoProfileError(directory, partition, known)
     return Profile(_unpacked(directory, profiles, partition))
-
-

@@ -7,13 +7,14 @@ written as text.
 
 On the prolog path (health state): imports nothing beyond errors.py.
 """
+
 from __future__ import annotations
 
 from .errors import CorruptFileError
 
-EPOCH_MAX = 1e10          # a time stune writes: seconds since 1970, before the year 2286
+EPOCH_MAX = 1e10  # a time stune writes: seconds since 1970, before the year 2286
 COUNT_MAX = float(1 << 62)  # a counter (error counters, sequence numbers, bytes): below 2**62
-AMOUNT_MAX = 1e18         # an accumulated amount (usage in TRES-seconds): ~3e10 years of one million CPUs
+AMOUNT_MAX = 1e18  # an accumulated amount (usage in TRES-seconds): ~3e10 years of one million CPUs
 
 
 def problem(value, lo: float = 0.0, hi: float = COUNT_MAX, *, integer: bool = False) -> str | None:
@@ -58,4 +59,3 @@ def parse(text: str, lo: float = 0.0, hi: float = COUNT_MAX, *, integer: bool = 
         except ValueError:
             return None
     return None if problem(value, lo, hi, integer=integer) else value
-

@@ -15,15 +15,16 @@ Two situations, two sets of rules:
 
 Hot path: see docs/speed.md.
 """
+
 from __future__ import annotations
 
 import os
 import stat
 
 from .errors import FileWriteError, StuneError, UnsafePathError  # safeio's callers catch these from here too
-from .trust import O_READ, open_regular, opened_problem
+
 # safeio's readers and loaders: the rules' own functions, one home in trust.py
-from .trust import read_bounded, require_trusted, trusted_stat_or_raise  # noqa: F401
+from .trust import O_READ, open_regular, opened_problem, read_bounded, require_trusted, trusted_stat_or_raise
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = O_READ
@@ -39,8 +40,9 @@ def _where(name: str, dir_fd: int | None) -> str:
         return name
 
 
-def _check_opened(fd: int, name: str, dir_fd: int | None, want: int, owner: int | None,
-                  single_link: bool) -> os.stat_result:
+def _check_opened(
+    fd: int, name: str, dir_fd: int | None, want: int, owner: int | None, single_link: bool
+) -> os.stat_result:
     st = os.fstat(fd)
     problem = opened_problem(st, want, owner, single_link)
     if problem:
@@ -48,16 +50,23 @@ def _check_opened(fd: int, name: str, dir_fd: int | None, want: int, owner: int 
     return st
 
 
-def open_file(name: str, dir_fd: int | None = None, *, owner: int | None = None,
-              single_link: bool = True, flags: int = 0) -> int:
+def open_file(
+    name: str,
+    dir_fd: int | None = None,
+    *,
+    owner: int | None = None,
+    single_link: bool = True,
+    flags: int = 0,
+) -> int:
     """Open a regular file for reading without following a symlink or blocking on a FIFO, then check
     (on the descriptor) that it is a regular file, has one link and, when given, belongs to `owner`.
     OSError for a missing name; UnsafePathError for anything planted."""
     return _open_regular(name, O_FILE | flags, 0, dir_fd, owner, single_link)
 
 
-def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: int | None,
-                  single_link: bool) -> int:
+def _open_regular(
+    name: str, flags: int, mode: int, dir_fd: int | None, owner: int | None, single_link: bool
+) -> int:
     """trust.open_regular, a problem (a symbolic link included) raised as UnsafePathError."""
     try:
         fd, st_or_problem = open_regular(name, flags, mode, dir_fd, owner, single_link)
@@ -72,8 +81,9 @@ def _open_regular(name: str, flags: int, mode: int, dir_fd: int | None, owner: i
     return fd
 
 
-def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None,
-             follow_symlinks: bool = False) -> int:
+def open_dir(
+    name: str, dir_fd: int | None = None, *, owner: int | None = None, follow_symlinks: bool = False
+) -> int:
     """Open a directory without following a symlink at its last component; check its owner when given.
     follow_symlinks=True only for a root an admin configured (a mount point's alias may be a symlink)."""
     try:
@@ -82,7 +92,9 @@ def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None,
         import errno
 
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise UnsafePathError(_where(name, dir_fd), "is not a directory (or is a symbolic link)") from None
+            raise UnsafePathError(
+                _where(name, dir_fd), "is not a directory (or is a symbolic link)"
+            ) from None
         raise
     try:
         _check_opened(fd, name, dir_fd, stat.S_IFDIR, owner, False)
@@ -95,8 +107,14 @@ def open_dir(name: str, dir_fd: int | None = None, *, owner: int | None = None,
 O_APPEND_FILE = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def open_append(name: str, dir_fd: int | None = None, *, create_mode: int | None = 0o644,
-                owner: int | None = None, single_link: bool = True) -> int:
+def open_append(
+    name: str,
+    dir_fd: int | None = None,
+    *,
+    create_mode: int | None = 0o644,
+    owner: int | None = None,
+    single_link: bool = True,
+) -> int:
     """A descriptor appending to the regular file `name` (a log, a results file, a job's stderr file):
     never through a symlink, never blocking on a FIFO (one with no reader is ENXIO), never a device or a
     hard link to another file; checked on the descriptor like open_file. Created with `create_mode` when
@@ -105,14 +123,23 @@ def open_append(name: str, dir_fd: int | None = None, *, create_mode: int | None
     return _open_regular(name, flags, create_mode or 0, dir_fd, owner, single_link)
 
 
-def create_exclusive(name: str, dir_fd: int | None = None, mode: int = 0o600, flags: int = os.O_WRONLY) -> int:
+def create_exclusive(
+    name: str, dir_fd: int | None = None, mode: int = 0o600, flags: int = os.O_WRONLY
+) -> int:
     """Create a new file that nobody else can have prepared: O_CREAT|O_EXCL|O_NOFOLLOW. FileExistsError
     when the name is taken (by anything, a symlink included)."""
     return os.open(name, O_CREATE | flags, mode, dir_fd=dir_fd)
 
 
-def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int | None = None,
-                 sync: bool = False, owner: int | None = None) -> None:
+def write_atomic(
+    path: str,
+    data: bytes | str,
+    *,
+    mode: int = 0o644,
+    dir_fd: int | None = None,
+    sync: bool = False,
+    owner: int | None = None,
+) -> None:
     """Write `data` to a fresh, exclusively created temporary beside `path` and rename it over `path`:
     readers see the old file or the new one, and a name planted in advance is never written through.
     With `owner` (root writing on a user's behalf), the temporary root just created is handed to that
@@ -137,7 +164,7 @@ def write_atomic(path: str, data: bytes | str, *, mode: int = 0o644, dir_fd: int
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if os.fstat(fd).st_mode & 0o7777 != mode:
                 os.fchmod(fd, mode)  # the umask narrowed it
             if owner is not None and owner != os.geteuid():
@@ -173,7 +200,7 @@ def append_whole(fd: int, data: bytes, where: str) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]  # a short write on a full disk: the next one says ENOSPC
+            view = view[os.write(fd, view) :]  # a short write on a full disk: the next one says ENOSPC
     except OSError as exc:
         try:
             os.ftruncate(fd, size)
@@ -182,8 +209,14 @@ def append_whole(fd: int, data: bytes, where: str) -> None:
         raise FileWriteError(where, exc) from None
 
 
-def read_small(name: str, dir_fd: int | None = None, limit: int = 65536, *, owner: int | None = None,
-               single_link: bool = False) -> bytes | None:
+def read_small(
+    name: str,
+    dir_fd: int | None = None,
+    limit: int = 65536,
+    *,
+    owner: int | None = None,
+    single_link: bool = False,
+) -> bytes | None:
     """A small regular file's bytes, or None when it is missing, not a regular file (symlink, FIFO,
     directory...), not `owner`'s, linked elsewhere (with single_link) or longer than `limit`: a reader
     that only wants trustworthy small records, and never blocks."""
@@ -207,7 +240,9 @@ def lstat_at(name: str, dir_fd: int | None = None) -> os.stat_result | None:
         return None
 
 
-def open_or_create(name: str, dir_fd: int | None = None, *, owner: int | None = None, mode: int = 0o600) -> int:
+def open_or_create(
+    name: str, dir_fd: int | None = None, *, owner: int | None = None, mode: int = 0o600
+) -> int:
     """A descriptor (read-only) of the regular file `name`, created exclusively when missing. An existing
     file must pass open_file's checks (regular, one link, `owner`'s): a hard link, FIFO or symlink planted
     in its place raises UnsafePathError, and is never opened for writing, truncated or chowned. A file this
@@ -291,11 +326,13 @@ class LockFile:
     through a symlink. `blocking=False` raises LockBusy instead of waiting. `.fd` is the open descriptor
     while held."""
 
-    def __init__(self, path: str, *, blocking: bool = True, holder: str = "stune process", dir_mode: int = 0o755):
+    def __init__(
+        self, path: str, *, blocking: bool = True, holder: str = "stune process", dir_mode: int = 0o755
+    ):
         self.path, self.blocking, self.holder, self.dir_mode = str(path), blocking, holder, dir_mode
         self.fd = -1
 
-    def __enter__(self) -> "LockFile":
+    def __enter__(self) -> LockFile:
         os.makedirs(os.path.dirname(self.path) or ".", mode=self.dir_mode, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:

@@ -4,10 +4,11 @@ ReFrame-style: validate at load time and point at the bad key with file:line. Th
 (dicts, lists, scalars) so it can be cached with `marshal`; `Frozen` gives read-only attribute access.
 Hot path: see docs/speed.md.
 """
+
 from __future__ import annotations
 
 from .errors import ConfigError
-from .frozen import Frozen, _copy  # noqa: F401  (Frozen: importable from here as before)
+from .frozen import Frozen, _copy
 
 REQUIRED = object()
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -35,8 +36,15 @@ class Where:
 
 
 def _type_name(value) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "a mapping", type(None): "empty"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+        type(None): "empty",
+    }.get(type(value), type(value).__name__)
 
 
 class Spec:
@@ -54,10 +62,22 @@ class Spec:
 
 
 class Str(Spec):
-    def __init__(self, default=REQUIRED, choices: tuple[str, ...] | None = None, doc: str = "",
-                 prefix: str | None = None, absolute_path: bool = False, nonempty: bool = True):
+    def __init__(
+        self,
+        default=REQUIRED,
+        choices: tuple[str, ...] | None = None,
+        doc: str = "",
+        prefix: str | None = None,
+        absolute_path: bool = False,
+        nonempty: bool = True,
+    ):
         super().__init__(default, doc)
-        self.choices, self.prefix, self.absolute_path, self.nonempty = choices, prefix, absolute_path, nonempty
+        self.choices, self.prefix, self.absolute_path, self.nonempty = (
+            choices,
+            prefix,
+            absolute_path,
+            nonempty,
+        )
 
     def check(self, value, key, where):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not self.choices:
@@ -115,7 +135,9 @@ class Size(Spec):
     def check(self, value, key, where):
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
-        text = str(value).strip().upper().removesuffix("B").removesuffix("I") if isinstance(value, str) else ""
+        text = (
+            str(value).strip().upper().removesuffix("B").removesuffix("I") if isinstance(value, str) else ""
+        )
         unit = text[-1:] if text[-1:] in _UNITS else ""
         try:
             number = float(text[:-1] if unit else text)
@@ -186,8 +208,10 @@ class Map(Spec):
     def check(self, value, key, where):
         if not isinstance(value, dict):
             raise where.error(key, f"expected a mapping, got {_type_name(value)}")
-        return {k: self.value.check(v, f"{key}.{k}", where)
-                for k, v in ((self.key_spec.check(k, f"{key}.{k}", where), v) for k, v in value.items())}
+        return {
+            k: self.value.check(v, f"{key}.{k}", where)
+            for k, v in ((self.key_spec.check(k, f"{key}.{k}", where), v) for k, v in value.items())
+        }
 
     def complete(self, value, key, where):
         return {k: self.value.complete(v, f"{key}.{k}", where) for k, v in value.items()}
@@ -226,8 +250,11 @@ class Section(Spec):
                 raise where.error(sub, "is required")
             else:
                 default = spec.default
-                out[name] = spec.complete(_copy(default), sub, where) if isinstance(spec, (Section, Nullable)) \
-                    and default is not None else _copy(default)
+                out[name] = (
+                    spec.complete(_copy(default), sub, where)
+                    if isinstance(spec, (Section, Nullable)) and default is not None
+                    else _copy(default)
+                )
         return out
 
 
@@ -263,6 +290,7 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 
 # ---- YAML with line numbers -------------------------------------------------------------------------------
+
 
 def _import_yaml():
     """PyYAML. The prolog starts Python without `site` (-I -S; hot path: see docs/speed.md), so on a profile

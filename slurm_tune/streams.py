@@ -4,6 +4,7 @@ A job's stderr file can be removed or its disk full, a pipe's reader can be gone
 stream: a note about the work must never fail the work. On the prolog, task-prolog and stune-sbatch paths:
 imports nothing.
 """
+
 from __future__ import annotations
 
 

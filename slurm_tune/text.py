@@ -6,8 +6,8 @@ def is_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-VERSION_PARTS_MAX = 8       # components of a version: 535.104.05 has 3, a VBIOS like 96.00.74.00.0D has 5
-VERSION_PART_DIGITS = 9     # digits per component: bounded, so no text can make int() slow or huge
+VERSION_PARTS_MAX = 8  # components of a version: 535.104.05 has 3, a VBIOS like 96.00.74.00.0D has 5
+VERSION_PART_DIGITS = 9  # digits per component: bounded, so no text can make int() slow or huge
 _HEX = "0123456789abcdefABCDEF"
 
 

@@ -8,13 +8,14 @@ A command that runs for a job on a node (stune-task-prolog, stune-env, stune-sta
 SLURMD_NODENAME again, or loads the profile again. Imports only `os` and `text`: it is on every hook's path,
 the prolog's included.
 """
+
 from __future__ import annotations
 
 import os
 
 from .text import is_digits
 
-NODE_VAR = "SLURMD_NODENAME"        # set by slurmd for prologs, epilogs, TaskProlog and job steps
+NODE_VAR = "SLURMD_NODENAME"  # set by slurmd for prologs, epilogs, TaskProlog and job steps
 PARTITION_VAR = "SLURM_JOB_PARTITION"
 JOB_ID_VAR = "SLURM_JOB_ID"
 # stune-sbatch's encoded --stage list (stage/spec.py). Defined here, below the stage package, so the
@@ -65,15 +66,19 @@ class JobContext:
 
     __slots__ = ("environ", "node", "partition", "job_id", "profile", "profile_error")
 
-    def __init__(self, environ, node: str, partition: str, job_id: str | None, profile=None, profile_error=None):
+    def __init__(
+        self, environ, node: str, partition: str, job_id: str | None, profile=None, profile_error=None
+    ):
         self.environ, self.node, self.partition, self.job_id = environ, node, partition, job_id
         self.profile, self.profile_error = profile, profile_error
 
     def __repr__(self):
-        return (f"JobContext(node={self.node!r}, partition={self.partition!r}, job_id={self.job_id!r}, "
-                f"profile={getattr(self.profile, 'name', None)!r}, profile_error={self.profile_error!r})")
+        return (
+            f"JobContext(node={self.node!r}, partition={self.partition!r}, job_id={self.job_id!r}, "
+            f"profile={getattr(self.profile, 'name', None)!r}, profile_error={self.profile_error!r})"
+        )
 
-    def with_profile(self, load) -> "JobContext":
+    def with_profile(self, load) -> JobContext:
         """This context with `load(partition)`'s profile, or the StuneError it raised in profile_error. The
         caller passes its loader: this module sits below the profiles."""
         if not self.partition:
@@ -87,8 +92,9 @@ class JobContext:
         return JobContext(self.environ, self.node, self.partition, self.job_id, profile, error)
 
 
-def job_context(environ=None, *, partition: str | None = None, node: str | None = None,
-                profile=None) -> JobContext:
+def job_context(
+    environ=None, *, partition: str | None = None, node: str | None = None, profile=None
+) -> JobContext:
     """The context from the task's environment: $SLURMD_NODENAME (else the host name), the first of
     $SLURM_JOB_PARTITION and $SLURM_JOB_ID (ASCII digits only; anything else is no job). `partition` and
     `node`, when given (a -p or --node option), win over the environment."""

@@ -9,6 +9,7 @@ Each function returns the problem as a phrase, or None; safeio turns a problem i
 Opening a file to read it by these rules lives here too (`open_regular`, `read_bounded`): a hot path (the
 profile cache's hit, sbatch's option table) reads a cache without importing the rest of safeio.
 """
+
 import os
 import stat
 
@@ -94,8 +95,10 @@ def untrusted_reason(path: str, *, uid=None):
         if pst.st_uid not in owners:
             return f"lies in {parent}, owned by uid {pst.st_uid}, not root"
         if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
-            return (f"lies in {parent}, which is writable by {_writers(pst.st_mode)} "
-                    f"(mode {stat.S_IMODE(pst.st_mode):04o})")
+            return (
+                f"lies in {parent}, which is writable by {_writers(pst.st_mode)} "
+                f"(mode {stat.S_IMODE(pst.st_mode):04o})"
+            )
         if parent == "/":
             return None
         parent = os.path.dirname(parent)

@@ -1,6 +1,7 @@
 """The dev cluster's configuration files as text: slurm.conf (one partition per profile, over every node),
 gres.conf (the fake GPUs) and slurmdbd.conf. A part of DevCluster (devcluster.py), which supplies `layout`,
 `install` and `profiles_dir`."""
+
 from __future__ import annotations
 
 import os
@@ -90,35 +91,45 @@ class ConfFiles:
         for i, node in enumerate(NODES):
             lines.append(
                 f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={L.node_port(i)} "
-                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN")
+                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
+            )
         for name, default in self.partitions():
-            lines.append(f"PartitionName={name} Nodes={','.join(NODES)} Default={'YES' if default else 'NO'} "
-                         "MaxTime=INFINITE State=UP")
+            lines.append(
+                f"PartitionName={name} Nodes={','.join(NODES)} Default={'YES' if default else 'NO'} "
+                "MaxTime=INFINITE State=UP"
+            )
         return "\n".join(lines) + "\n"
 
     def render_gres_conf(self) -> str:
         last = GPUS_PER_NODE - 1
-        return (f"AutoDetect=off\n"
-                f"NodeName={NODES[0][0]}[1-{len(NODES)}] Name=gpu File={self.layout.dev}/nvidia[0-{last}]\n")
+        return (
+            f"AutoDetect=off\n"
+            f"NodeName={NODES[0][0]}[1-{len(NODES)}] Name=gpu File={self.layout.dev}/nvidia[0-{last}]\n"
+        )
 
     def render_slurmdbd_conf(self) -> str:
         L = self.layout
-        return "\n".join([
-            "AuthType=auth/munge",
-            f"AuthInfo=socket={L.munge_socket}",
-            "DbdHost=localhost",
-            "DbdAddr=127.0.0.1",
-            f"DbdPort={L.dbd_port}",
-            "CommunicationParameters=NoInAddrAny",  # listen on DbdHost's address only
-            "SlurmUser=root",
-            "DebugLevel=info",
-            *([f"PluginDir={self.install.plugin_dir}"] if self.install.plugin_dir else []),
-            f"LogFile={L.log}/slurmdbd.log",
-            f"PidFile={L.pidfile('slurmdbd')}",
-            "StorageType=accounting_storage/mysql",
-            "StorageHost=127.0.0.1",
-            f"StoragePort={L.mysql_port}",
-            "StorageUser=slurm",
-            "StoragePass=stune",
-            "StorageLoc=stune_acct",
-        ]) + "\n"
+        return (
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={L.munge_socket}",
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={L.dbd_port}",
+                    "CommunicationParameters=NoInAddrAny",  # listen on DbdHost's address only
+                    "SlurmUser=root",
+                    "DebugLevel=info",
+                    *([f"PluginDir={self.install.plugin_dir}"] if self.install.plugin_dir else []),
+                    f"LogFile={L.log}/slurmdbd.log",
+                    f"PidFile={L.pidfile('slurmdbd')}",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={L.mysql_port}",
+                    "StorageUser=slurm",
+                    "StoragePass=stune",
+                    "StorageLoc=stune_acct",
+                ]
+            )
+            + "\n"
+        )

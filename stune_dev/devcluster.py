@@ -12,6 +12,7 @@ with `--slurm 26.05` or STUNE_SLURM=26.05. A state directory belongs to the seri
 
     stune-devcluster [--slurm 22.05|26.05|24.11] up | down | status | env
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,16 +32,41 @@ from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
 from .conffiles import ConfFiles
-from .host import ensure_node_names_resolve, ensure_packages, ensure_unix_users, pid_alive, port_open, wait_for
-from .layout import (BUILT_SERIES, CLUSTER_NAME, DEFAULT_SERIES, GPUS_PER_NODE, NODES, NVIDIA_MAJOR, REPO,
-                     SERIES_FILE, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError, Layout, SlurmInstall, log)
+from .host import (
+    ensure_node_names_resolve,
+    ensure_packages,
+    ensure_unix_users,
+    pid_alive,
+    port_open,
+    wait_for,
+)
+from .layout import (
+    BUILT_SERIES,
+    CLUSTER_NAME,
+    DEFAULT_SERIES,
+    GPUS_PER_NODE,
+    NODES,
+    NVIDIA_MAJOR,
+    REPO,
+    SERIES_FILE,
+    START_TIMEOUT_S,
+    TEST_ACCOUNTS,
+    ClusterError,
+    Layout,
+    SlurmInstall,
+    log,
+)
 
 RECONFIGURE = ["scontrol", "reconfigure"]  # the dev cluster's own; production stune never reconfigures
 
 
 class DevCluster(ConfFiles):
-    def __init__(self, layout: Layout | None = None, profiles_dir: Path | None = None,
-                 install: SlurmInstall | None = None):
+    def __init__(
+        self,
+        layout: Layout | None = None,
+        profiles_dir: Path | None = None,
+        install: SlurmInstall | None = None,
+    ):
         self.layout = layout or Layout.from_env()
         self.profiles_dir = profiles_dir or Path(os.environ.get("STUNE_PARTITIONS", REPO / "partitions"))
         self.install = install or SlurmInstall.choose()
@@ -68,19 +94,35 @@ class DevCluster(ConfFiles):
                 marker.write_text(self.install.series + "\n")
                 return
         if made_by != self.install.series:
-            raise ClusterError(f"{self.layout.root} holds a Slurm {made_by} cluster, not {self.install.series}: "
-                               f"use another STUNE_CLUSTER_DIR (and port base) or `stune-devcluster destroy` it")
+            raise ClusterError(
+                f"{self.layout.root} holds a Slurm {made_by} cluster, not {self.install.series}: "
+                f"use another STUNE_CLUSTER_DIR (and port base) or `stune-devcluster destroy` it"
+            )
 
     def write_config(self) -> bool:
         """Write every config file; True when slurm.conf or gres.conf changed."""
         L = self.layout
-        for d in (L.etc, L.run, L.log, L.spool / "ctld", L.dev, L.run / "munge", L.fragments, L.prolog_d,
-                  L.epilog_d, *(L.node_dir(n) for n in NODES), *(L.spool / f"slurmd-{n}" for n in NODES)):
+        for d in (
+            L.etc,
+            L.run,
+            L.log,
+            L.spool / "ctld",
+            L.dev,
+            L.run / "munge",
+            L.fragments,
+            L.prolog_d,
+            L.epilog_d,
+            *(L.node_dir(n) for n in NODES),
+            *(L.spool / f"slurmd-{n}" for n in NODES),
+        ):
             d.mkdir(parents=True, exist_ok=True)
         for d in (L.root, L.log):
             d.chmod(0o755)
         changed = False
-        for path, text in ((L.slurm_conf, self.render_slurm_conf()), (L.etc / "gres.conf", self.render_gres_conf())):
+        for path, text in (
+            (L.slurm_conf, self.render_slurm_conf()),
+            (L.etc / "gres.conf", self.render_gres_conf()),
+        ):
             if not path.exists() or path.read_text() != text:
                 path.write_text(text)
                 changed = True
@@ -91,7 +133,9 @@ class DevCluster(ConfFiles):
         for hooks in (L.prolog_d, L.epilog_d):  # slurmd fails a glob that matches nothing
             noop = hooks / "00-devcluster"
             if not noop.exists():
-                noop.write_text("#!/bin/sh\n# Keeps the hook glob non-empty; stune's hooks sort after it.\nexit 0\n")
+                noop.write_text(
+                    "#!/bin/sh\n# Keeps the hook glob non-empty; stune's hooks sort after it.\nexit 0\n"
+                )
                 noop.chmod(0o755)
         for i in range(GPUS_PER_NODE):
             path = L.dev / f"nvidia{i}"
@@ -115,10 +159,23 @@ class DevCluster(ConfFiles):
             os.chown(path, munge.pw_uid, munge.pw_gid)
             path.chmod(0o400 if path == key else 0o755)
         L.munge_socket.unlink(missing_ok=True)
-        proc = subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--socket={L.munge_socket}",
-                               f"--key-file={key}", f"--pid-file={pidfile}",
-                               f"--log-file={L.log}/munge/munged.log", f"--seed-file={L.run}/munge/munged.seed",
-                               "--num-threads=8"], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                "munged",
+                f"--socket={L.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={pidfile}",
+                f"--log-file={L.log}/munge/munged.log",
+                f"--seed-file={L.run}/munge/munged.seed",
+                "--num-threads=8",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise ClusterError(f"munged failed: {proc.stderr.strip()}")
         wait_for("munged", lambda: L.munge_socket.exists(), logfile=L.log / "munge" / "munged.log")
@@ -128,25 +185,53 @@ class DevCluster(ConfFiles):
         if pid_alive(L.pidfile("mysqld")):
             return
         if not (L.mysql_data / "mysql").exists():
-            proc = subprocess.run(["mariadb-install-db", f"--datadir={L.mysql_data}", "--user=root",
-                                   "--auth-root-authentication-method=socket", "--skip-test-db"],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    "mariadb-install-db",
+                    f"--datadir={L.mysql_data}",
+                    "--user=root",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 raise ClusterError(f"mariadb-install-db failed: {proc.stderr.strip()[-300:]}")
         with open(L.log / "mysqld.log", "ab") as out:
-            subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={L.mysql_data}", "--user=root",
-                              f"--socket={L.mysql_socket}", f"--port={L.mysql_port}", "--bind-address=127.0.0.1",
-                              f"--pid-file={L.pidfile('mysqld')}", f"--log-error={L.log}/mysqld.log",
-                              "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
-                              "--skip-name-resolve"],
-                             stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
-        wait_for("mariadb", lambda: port_open(L.mysql_port) and L.mysql_socket.exists(),
-                 logfile=L.log / "mysqld.log")
-        sql = ("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'stune';"
-               "GRANT ALL ON stune_acct.* TO 'slurm'@'127.0.0.1';"
-               "CREATE DATABASE IF NOT EXISTS stune_acct;")
-        proc = subprocess.run(["mariadb", f"--socket={L.mysql_socket}", "-uroot", "-e", sql],
-                              capture_output=True, text=True)
+            subprocess.Popen(
+                [
+                    "mariadbd",
+                    "--no-defaults",
+                    f"--datadir={L.mysql_data}",
+                    "--user=root",
+                    f"--socket={L.mysql_socket}",
+                    f"--port={L.mysql_port}",
+                    "--bind-address=127.0.0.1",
+                    f"--pid-file={L.pidfile('mysqld')}",
+                    f"--log-error={L.log}/mysqld.log",
+                    "--innodb-buffer-pool-size=64M",
+                    "--innodb-log-file-size=32M",
+                    "--skip-name-resolve",
+                ],
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        wait_for(
+            "mariadb",
+            lambda: port_open(L.mysql_port) and L.mysql_socket.exists(),
+            logfile=L.log / "mysqld.log",
+        )
+        sql = (
+            "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'stune';"
+            "GRANT ALL ON stune_acct.* TO 'slurm'@'127.0.0.1';"
+            "CREATE DATABASE IF NOT EXISTS stune_acct;"
+        )
+        proc = subprocess.run(
+            ["mariadb", f"--socket={L.mysql_socket}", "-uroot", "-e", sql], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise ClusterError(f"mariadb setup failed: {proc.stderr.strip()}")
 
@@ -157,23 +242,35 @@ class DevCluster(ConfFiles):
         env = self.install.env()
         env["SLURM_CONF"] = str(self.layout.slurm_conf)
         with open(self.layout.log / f"{name}.stdout", "ab") as out:
-            proc = subprocess.run(argv, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                  timeout=START_TIMEOUT_S)
+            proc = subprocess.run(
+                argv, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, timeout=START_TIMEOUT_S
+            )
         if proc.returncode != 0:
-            tail = " | ".join((self.layout.log / f"{name}.stdout").read_text(errors="replace")
-                              .strip().splitlines()[-3:])
+            tail = " | ".join(
+                (self.layout.log / f"{name}.stdout").read_text(errors="replace").strip().splitlines()[-3:]
+            )
             raise ClusterError(f"{name} exited {proc.returncode}: {tail}")
         wait_for(name, ready, logfile=logfile, pidfile=pidfile)
 
     def start_slurmdbd(self) -> None:
         L = self.layout
-        self._daemon("slurmdbd", [self.install.daemon("slurmdbd")], L.pidfile("slurmdbd"), lambda: port_open(L.dbd_port),
-                     L.log / "slurmdbd.log")
+        self._daemon(
+            "slurmdbd",
+            [self.install.daemon("slurmdbd")],
+            L.pidfile("slurmdbd"),
+            lambda: port_open(L.dbd_port),
+            L.log / "slurmdbd.log",
+        )
 
     def start_slurmctld(self) -> None:
         L = self.layout
-        self._daemon("slurmctld", [self.install.daemon("slurmctld"), "-f", str(L.slurm_conf)], L.pidfile("slurmctld"),
-                     lambda: port_open(L.ctld_port), L.log / "slurmctld.log")
+        self._daemon(
+            "slurmctld",
+            [self.install.daemon("slurmctld"), "-f", str(L.slurm_conf)],
+            L.pidfile("slurmctld"),
+            lambda: port_open(L.ctld_port),
+            L.log / "slurmctld.log",
+        )
 
     def restart_controller(self) -> None:
         """Stop slurmctld (it saves its state on SIGTERM) and start it again, for settings that slurmctld
@@ -183,16 +280,22 @@ class DevCluster(ConfFiles):
         if pid:
             os.kill(pid, signal.SIGTERM)
             # gone, and its port free: a new slurmctld would otherwise exit on "address in use"
-            wait_for("slurmctld to stop", lambda: not os.path.exists(f"/proc/{pid}") and not port_open(L.ctld_port))
+            wait_for(
+                "slurmctld to stop", lambda: not os.path.exists(f"/proc/{pid}") and not port_open(L.ctld_port)
+            )
         self.start_slurmctld()
         self.reconfigure()
 
     def start_slurmd(self) -> None:
         L = self.layout
         for i, node in enumerate(NODES):
-            self._daemon(f"slurmd-{node}", self.install.slurmd_argv(node, L.slurm_conf),
-                         L.pidfile(f"slurmd-{node}"), lambda i=i: port_open(L.node_port(i)),
-                         L.log / f"slurmd-{node}.log")
+            self._daemon(
+                f"slurmd-{node}",
+                self.install.slurmd_argv(node, L.slurm_conf),
+                L.pidfile(f"slurmd-{node}"),
+                lambda i=i: port_open(L.node_port(i)),
+                L.log / f"slurmd-{node}.log",
+            )
 
     def ensure_associations(self) -> None:
         existing = self.slurm.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user"])
@@ -214,10 +317,14 @@ class DevCluster(ConfFiles):
             for line in out.splitlines():
                 name, state = line.split()
                 states[name] = state
-            if any(s.startswith(("drain", "drng", "down")) and self._ours_to_fix(n) for n, s in states.items()):
+            if any(
+                s.startswith(("drain", "drng", "down")) and self._ours_to_fix(n) for n, s in states.items()
+            ):
                 self.slurm.resume(list(NODES))
-            return set(states) == set(NODES) and all(s.rstrip("*~#") in ("idle", "mix", "alloc", "drain", "drng")
-                                                     for s in states.values())
+            return set(states) == set(NODES) and all(
+                s.rstrip("*~#") in ("idle", "mix", "alloc", "drain", "drng") for s in states.values()
+            )
+
         wait_for("slurmd nodes", ready, logfile=self.layout.log / "slurmctld.log")
 
     def _ours_to_fix(self, node: str) -> bool:
@@ -283,8 +390,10 @@ class DevCluster(ConfFiles):
             out = self.slurm.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster,controlport"])
         except SlurmError:
             return False
-        return any(line.split("|")[0] == CLUSTER_NAME and line.split("|")[1] not in ("", "0")
-                   for line in out.splitlines())
+        return any(
+            line.split("|")[0] == CLUSTER_NAME and line.split("|")[1] not in ("", "0")
+            for line in out.splitlines()
+        )
 
     def _write_extra_conf(self) -> None:
         L = self.layout
@@ -319,11 +428,15 @@ class DevCluster(ConfFiles):
         """The env file's settings beyond what install detects: this cluster's hardware-less mode (per-node
         sysfs trees and GPU snapshots under nodes/<node>/, %n being the node name) and node-local state."""
         nodes = self.layout.root / "nodes" / "%n"
-        return {"STUNE_PARTITIONS": str(self.profiles_dir), "STUNE_SYSFS_ROOT": f"{nodes}/sysfs",
-                "STUNE_GPU_SNAPSHOT": f"{nodes}/gpus.json", "STUNE_STATE_DIR": f"{nodes}/health",
-                "STUNE_USAGE_DIR": f"{nodes}/usage",
-                # a built Slurm's commands: the hooks' PATH has only Debian's (/usr/bin)
-                **({"STUNE_SLURM_BIN": self.install.bin_dir} if self.install.bin_dir else {})}
+        return {
+            "STUNE_PARTITIONS": str(self.profiles_dir),
+            "STUNE_SYSFS_ROOT": f"{nodes}/sysfs",
+            "STUNE_GPU_SNAPSHOT": f"{nodes}/gpus.json",
+            "STUNE_STATE_DIR": f"{nodes}/health",
+            "STUNE_USAGE_DIR": f"{nodes}/usage",
+            # a built Slurm's commands: the hooks' PATH has only Debian's (/usr/bin)
+            **({"STUNE_SLURM_BIN": self.install.bin_dir} if self.install.bin_dir else {}),
+        }
 
     def install_stune(self, **settings: str) -> None:
         """`stune-admin install --prefix <root>/site`, exactly as a site runs it: the hooks land in the
@@ -332,13 +445,24 @@ class DevCluster(ConfFiles):
         them to restore the site. Idempotent; tests may replace a hook through install_hook() and run this
         again to restore it."""
         admin = Path(sys.executable).parent / "stune-admin"
-        argv = [str(admin), "install", "--prefix", str(self.site_root), "--slurm-conf", str(self.layout.slurm_conf),
-                "--role", "all", "--force",
-                *(f"--set={k}={v}" for k, v in {**self.site_settings(), **settings}.items())]
+        argv = [
+            str(admin),
+            "install",
+            "--prefix",
+            str(self.site_root),
+            "--slurm-conf",
+            str(self.layout.slurm_conf),
+            "--role",
+            "all",
+            "--force",
+            *(f"--set={k}={v}" for k, v in {**self.site_settings(), **settings}.items()),
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
-            raise ClusterError(f"stune-admin install failed (exit {proc.returncode}): "
-                               f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+            raise ClusterError(
+                f"stune-admin install failed (exit {proc.returncode}): "
+                f"{(proc.stderr or proc.stdout).strip()[-400:]}"
+            )
 
     def install_hook(self, kind: str, name: str, script: str | None) -> Path:
         """Drop (script text) or remove (None) an executable in prolog.d or epilog.d. Slurm runs every file
@@ -365,8 +489,12 @@ class DevCluster(ConfFiles):
     def pidfiles(self) -> dict[str, Path]:
         """Each daemon's pidfile, in start order (down() stops them in the reverse order)."""
         L = self.layout
-        daemons = {"munged": L.run / "munge" / "munged.pid", "mariadb": L.pidfile("mysqld"),
-                   "slurmdbd": L.pidfile("slurmdbd"), "slurmctld": L.pidfile("slurmctld")}
+        daemons = {
+            "munged": L.run / "munge" / "munged.pid",
+            "mariadb": L.pidfile("mysqld"),
+            "slurmdbd": L.pidfile("slurmdbd"),
+            "slurmctld": L.pidfile("slurmctld"),
+        }
         daemons.update({f"slurmd-{n}": L.pidfile(f"slurmd-{n}") for n in NODES})
         return daemons
 
@@ -393,8 +521,12 @@ class DevCluster(ConfFiles):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stune-devcluster", description=__doc__.splitlines()[0])
-    parser.add_argument("--slurm", metavar="SERIES", choices=[DEFAULT_SERIES, *BUILT_SERIES],
-                        help=f"which Slurm runs the cluster (default: $STUNE_SLURM or {DEFAULT_SERIES})")
+    parser.add_argument(
+        "--slurm",
+        metavar="SERIES",
+        choices=[DEFAULT_SERIES, *BUILT_SERIES],
+        help=f"which Slurm runs the cluster (default: $STUNE_SLURM or {DEFAULT_SERIES})",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("up", help="start (or repair) the local cluster; harmless when already up")
     sub.add_parser("down", help="stop every daemon, keep the state")
@@ -421,17 +553,30 @@ def main(argv: list[str] | None = None) -> int:
             if running["slurmctld"]:
                 version = cluster.slurm.version()
                 sinfo = cluster.slurm.run(["sinfo", "-N", "-h", "-o", "%N|%P|%t|%G|%E"])
-            nodes = [dict(zip(("node", "partition", "state", "gres", "reason"), line.split("|", 4)))
-                     for line in (sinfo or "").splitlines() if line.strip()]
+            nodes = [
+                dict(zip(("node", "partition", "state", "gres", "reason"), line.split("|", 4)))
+                for line in (sinfo or "").splitlines()
+                if line.strip()
+            ]
             if args.json:
                 print_json({"daemons": running, "slurm": version, "nodes": nodes})
             else:
-                print(table([(name, "running" if alive else "stopped") for name, alive in running.items()]),
-                      end="")
+                print(
+                    table([(name, "running" if alive else "stopped") for name, alive in running.items()]),
+                    end="",
+                )
                 if version:
                     print(f"Slurm {version}")
-                    print(table(([n.get(k) for k in ("node", "partition", "state", "gres", "reason")]
-                                 for n in nodes), ("NODELIST", "PARTITION", "STATE", "GRES", "REASON")), end="")
+                    print(
+                        table(
+                            (
+                                [n.get(k) for k in ("node", "partition", "state", "gres", "reason")]
+                                for n in nodes
+                            ),
+                            ("NODELIST", "PARTITION", "STATE", "GRES", "REASON"),
+                        ),
+                        end="",
+                    )
             return EXIT_OK if all(running.values()) else EXIT_ATTENTION
     except StuneError as exc:
         print(f"stune-devcluster: {exc}", file=sys.stderr)
@@ -445,4 +590,3 @@ def _exports(cluster: DevCluster) -> str:
     if cluster.install.bin_dir:
         lines.append(f'export PATH={cluster.install.bin_dir}:"$PATH"')
     return "\n".join(lines)
-

@@ -1,5 +1,6 @@
 """What the dev cluster needs of this machine (its Debian packages, the test users, node names that resolve)
 and how it watches its daemons (pid files, ports, waiting with the log's last lines on failure)."""
+
 from __future__ import annotations
 
 import os
@@ -11,19 +12,23 @@ from pathlib import Path
 
 from .layout import NODES, REPO, START_TIMEOUT_S, TEST_ACCOUNTS, ClusterError, log
 
+
 def ensure_packages() -> None:
     """The Debian packages the cluster runs on (munge, MariaDB, Slurm's daemons), installed when missing by
     scripts/setup.sh, their one list: `setup.sh --packages` does only that step."""
     script = REPO / "scripts" / "setup.sh"
     if not script.is_file():
         raise ClusterError(f"{script} is missing: stune-devcluster runs from a checkout of stune")
-    proc = subprocess.run(["bash", str(script), "--packages"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+    proc = subprocess.run(
+        ["bash", str(script), "--packages"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     for line in proc.stdout.splitlines():
         log(line)
     if proc.returncode != 0:
-        raise ClusterError(f"{script} --packages failed (exit {proc.returncode}): "
-                           f"{(proc.stdout.strip().splitlines() or ['no message'])[-1]}")
+        raise ClusterError(
+            f"{script} --packages failed (exit {proc.returncode}): "
+            f"{(proc.stdout.strip().splitlines() or ['no message'])[-1]}"
+        )
 
 
 def ensure_unix_users() -> None:
@@ -32,8 +37,11 @@ def ensure_unix_users() -> None:
             try:
                 pwd.getpwnam(user)
             except KeyError:
-                subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True,
-                               capture_output=True)
+                subprocess.run(
+                    ["useradd", "--create-home", "--shell", "/bin/bash", user],
+                    check=True,
+                    capture_output=True,
+                )
 
 
 HOSTS_FILE = Path("/etc/hosts")
@@ -54,8 +62,10 @@ def ensure_node_names_resolve(hosts: Path = HOSTS_FILE) -> None:
     missing = [n for n in NODES if n not in known]
     if missing:
         with hosts.open("a") as fh:  # in place: /etc/hosts is often a bind mount in containers
-            fh.write(("" if not text or text.endswith("\n") else "\n")
-                     + f"127.0.0.1\t{' '.join(missing)}\t# stune-devcluster: the dev cluster's node names\n")
+            fh.write(
+                ("" if not text or text.endswith("\n") else "\n")
+                + f"127.0.0.1\t{' '.join(missing)}\t# stune-devcluster: the dev cluster's node names\n"
+            )
 
 
 def pid_alive(pidfile: Path) -> int | None:
@@ -72,8 +82,13 @@ def pid_alive(pidfile: Path) -> int | None:
     return pid
 
 
-def wait_for(what: str, predicate, timeout: float = START_TIMEOUT_S, logfile: Path | None = None,
-             pidfile: Path | None = None) -> None:
+def wait_for(
+    what: str,
+    predicate,
+    timeout: float = START_TIMEOUT_S,
+    logfile: Path | None = None,
+    pidfile: Path | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     problem = f"did not come up within {timeout:g}s"
     while time.monotonic() < deadline:

@@ -1,5 +1,6 @@
 """The dev cluster's shape and places: its nodes and their fake GPUs, which Slurm runs it (SlurmInstall), and
 where each daemon's files and ports are (Layout, from one state directory and one port base)."""
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ from slurm_tune.errors import StuneError
 def log(msg: str) -> None:
     """The dev cluster's progress line, on stderr."""
     print(f"devcluster: {msg}", file=sys.stderr, flush=True)
+
 
 NODES = ("n1", "n2", "n3")
 GPUS_PER_NODE = 4
@@ -43,13 +45,15 @@ class SlurmInstall:
     prefix: Path | None = None
 
     @classmethod
-    def choose(cls, series: str | None = None) -> "SlurmInstall":
+    def choose(cls, series: str | None = None) -> SlurmInstall:
         series = series or os.environ.get("STUNE_SLURM") or DEFAULT_SERIES
         if series == DEFAULT_SERIES:
             return cls(series)
         if series not in BUILT_SERIES:
-            raise ClusterError(f"Slurm {series} is not one the dev cluster runs; choose "
-                               f"{', '.join([DEFAULT_SERIES, *BUILT_SERIES])}")
+            raise ClusterError(
+                f"Slurm {series} is not one the dev cluster runs; choose "
+                f"{', '.join([DEFAULT_SERIES, *BUILT_SERIES])}"
+            )
         default = f"/var/cache/stune/slurm-{BUILT_SERIES[series]}"
         return cls(series, Path(os.environ.get("STUNE_SLURM_PREFIX") or default))
 
@@ -84,8 +88,13 @@ class SlurmInstall:
         if not install:
             raise ClusterError(f"Slurm {self.series} is not built in {self.prefix}: run {script}")
         log(f"building Slurm {self.series} into {self.prefix} (minutes)")
-        proc = subprocess.run(["bash", str(script), self.series], env=dict(os.environ, STUNE_SLURM_PREFIX=str(self.prefix)),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run(
+            ["bash", str(script), self.series],
+            env=dict(os.environ, STUNE_SLURM_PREFIX=str(self.prefix)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if proc.returncode != 0 or not self.built:
             why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
             raise ClusterError(f"Slurm {self.series} could not be built: {why}")
@@ -106,7 +115,7 @@ class Layout:
     port_base: int
 
     @classmethod
-    def from_env(cls) -> "Layout":
+    def from_env(cls) -> Layout:
         root = Path(os.environ.get("STUNE_CLUSTER_DIR", "/var/tmp/stune-cluster"))
         return cls(root=root, port_base=int(os.environ.get("STUNE_CLUSTER_PORT_BASE", "26800")))
 

@@ -1,4 +1,5 @@
 """Shared fixtures. The local Slurm cluster is started once per test session and shared by every test."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from helpers import restore_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,8 +57,10 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     where = SLURM_INSTALL.prefix or "Debian packages"
-    return (f"slurm: {SLURM_INSTALL.series} ({where}); cluster {os.environ.get('STUNE_CLUSTER_DIR', '(default dir)')}"
-            f" port base {os.environ.get('STUNE_CLUSTER_PORT_BASE', '(default)')}")
+    return (
+        f"slurm: {SLURM_INSTALL.series} ({where}); cluster {os.environ.get('STUNE_CLUSTER_DIR', '(default dir)')}"
+        f" port base {os.environ.get('STUNE_CLUSTER_PORT_BASE', '(default)')}"
+    )
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -70,11 +72,15 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_collection_modifyitems(config, items):
     """A test that needs the cluster must say so: `-m "not cluster"` must never boot Slurm."""
-    unmarked = [item.nodeid for item in items
-                if "cluster" in getattr(item, "fixturenames", ()) and item.get_closest_marker("cluster") is None]
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "cluster" in getattr(item, "fixturenames", ()) and item.get_closest_marker("cluster") is None
+    ]
     if unmarked:
-        raise pytest.UsageError("these tests use the cluster fixture but are not marked `cluster`: "
-                                + ", ".join(unmarked))
+        raise pytest.UsageError(
+            "these tests use the cluster fixture but are not marked `cluster`: " + ", ".join(unmarked)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -89,8 +95,9 @@ def cluster():
     os.environ.update(dev.slurm_env())
     release = str(dev.slurm.version())
     # The run must be on the Slurm it was asked for: a lost STUNE_SLURM once ran "the 24.11 suite" on 22.05.
-    assert release.startswith(SLURM_INSTALL.series + "."), \
+    assert release.startswith(SLURM_INSTALL.series + "."), (
         f"asked for Slurm {SLURM_INSTALL.series}, but the cluster's commands are Slurm {release}"
+    )
     _RELEASE_USED.append(release)
     yield dev
     if not was_running and not os.environ.get("STUNE_KEEP_CLUSTER"):
@@ -101,8 +108,8 @@ def cluster():
 def slurm(cluster, shared_tmp, monkeypatch):
     """A fresh adapter on the cluster; after the test, its jobs are cancelled and its nodes resumed.
     The test runs in a temp dir its jobs can write to, so slurm-N.out files land there."""
-    from stune_dev.devcluster import NODES
     from slurm_tune.slurm import Slurm
+    from stune_dev.devcluster import NODES
 
     monkeypatch.chdir(shared_tmp)
     handle = Slurm(conf=str(cluster.layout.slurm_conf), timeout=20, bin_dir=cluster.install.bin_dir)

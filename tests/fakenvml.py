@@ -1,6 +1,7 @@
 """A stand-in for the pynvml module, for nodes without GPUs: the same function names and errors, with
 devices described by plain dicts whose defaults are real A100/H100 values. It can also hang on a chosen GPU
 (as NVML does when a GPU has fallen off the bus) or fail to load (no driver)."""
+
 from __future__ import annotations
 
 import threading
@@ -19,60 +20,127 @@ class NVMLError(Exception):
         self.value = value
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's names
+class NVMLError_NotSupported(NVMLError):
     def __init__(self):
         super().__init__(3, "Not Supported")
 
 
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+class NVMLError_GpuIsLost(NVMLError):
     def __init__(self):
         super().__init__(15, "GPU is lost")
 
 
-class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
+class NVMLError_LibraryNotFound(NVMLError):
     def __init__(self):
         super().__init__(12, "NVML Shared Library Not Found")
 
 
 MODELS = {
-    "a100": dict(name="NVIDIA A100-SXM4-80GB", vbios="92.00.45.00.03", power_limit_mw=400000, pcie_max_gen=4,
-                 nvlinks=12, memory_total=85899345920),
-    "h100": dict(name="NVIDIA H100 80GB HBM3", vbios="96.00.74.00.0D", power_limit_mw=700000, pcie_max_gen=5,
-                 nvlinks=18, memory_total=85520809984),
-    "a10g": dict(name="NVIDIA A10G", vbios="94.02.75.00.01", power_limit_mw=300000, pcie_max_gen=4, nvlinks=0,
-                 memory_total=24146608128),
+    "a100": dict(
+        name="NVIDIA A100-SXM4-80GB",
+        vbios="92.00.45.00.03",
+        power_limit_mw=400000,
+        pcie_max_gen=4,
+        nvlinks=12,
+        memory_total=85899345920,
+    ),
+    "h100": dict(
+        name="NVIDIA H100 80GB HBM3",
+        vbios="96.00.74.00.0D",
+        power_limit_mw=700000,
+        pcie_max_gen=5,
+        nvlinks=18,
+        memory_total=85520809984,
+    ),
+    "a10g": dict(
+        name="NVIDIA A10G",
+        vbios="94.02.75.00.01",
+        power_limit_mw=300000,
+        pcie_max_gen=4,
+        nvlinks=0,
+        memory_total=24146608128,
+    ),
 }
-DGX_BUS_IDS = ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0", "00000000:4E:00.0",
-               "00000000:87:00.0", "00000000:90:00.0", "00000000:B7:00.0", "00000000:BD:00.0"]
+DGX_BUS_IDS = [
+    "00000000:07:00.0",
+    "00000000:0F:00.0",
+    "00000000:47:00.0",
+    "00000000:4E:00.0",
+    "00000000:87:00.0",
+    "00000000:90:00.0",
+    "00000000:B7:00.0",
+    "00000000:BD:00.0",
+]
 
 
 def device(index: int, model: str = "a100", **overrides) -> dict:
     """A healthy GPU at light load; override any field (e.g. remapped_pending=True, nvlink_down=[3])."""
     spec = MODELS[model]
     dev = dict(
-        name=spec["name"], uuid=f"GPU-5c3b1a0e-{index:04x}-4c1d-9a3e-7f21b6d0{index:04x}", serial=f"13240230{index:05d}",
-        bus_id=DGX_BUS_IDS[index % 8], vbios=spec["vbios"], persistence=1, pstate=0, temperature=34,
-        power_mw=61230, power_limit_mw=spec["power_limit_mw"], ecc_mode=1, ecc_uncorrected=0, ecc_corrected=0,
-        retired_pending=0, retired_dbe=[], remapped=(0, 0, 0, 0), pcie_gen=spec["pcie_max_gen"],
-        pcie_max_gen=spec["pcie_max_gen"], pcie_width=16, pcie_max_width=16, clock_reasons=0x1,
-        nvlinks=spec["nvlinks"], nvlink_down=[], util_gpu=0, util_memory=0, memory_used=524288000,
-        memory_total=spec["memory_total"], processes=[4242], mig=False)
+        name=spec["name"],
+        uuid=f"GPU-5c3b1a0e-{index:04x}-4c1d-9a3e-7f21b6d0{index:04x}",
+        serial=f"13240230{index:05d}",
+        bus_id=DGX_BUS_IDS[index % 8],
+        vbios=spec["vbios"],
+        persistence=1,
+        pstate=0,
+        temperature=34,
+        power_mw=61230,
+        power_limit_mw=spec["power_limit_mw"],
+        ecc_mode=1,
+        ecc_uncorrected=0,
+        ecc_corrected=0,
+        retired_pending=0,
+        retired_dbe=[],
+        remapped=(0, 0, 0, 0),
+        pcie_gen=spec["pcie_max_gen"],
+        pcie_max_gen=spec["pcie_max_gen"],
+        pcie_width=16,
+        pcie_max_width=16,
+        clock_reasons=0x1,
+        nvlinks=spec["nvlinks"],
+        nvlink_down=[],
+        util_gpu=0,
+        util_memory=0,
+        memory_used=524288000,
+        memory_total=spec["memory_total"],
+        processes=[4242],
+        mig=False,
+    )
     dev.update(overrides)
     return dev
 
 
 class FakeNvml:
-    def __init__(self, devices: list[dict], *, driver: str = "535.104.05", cuda: int = 12020,
-                 hang_on_index: int | None = None, fail_init: bool = False, lost_index: int | None = None):
+    def __init__(
+        self,
+        devices: list[dict],
+        *,
+        driver: str = "535.104.05",
+        cuda: int = 12020,
+        hang_on_index: int | None = None,
+        fail_init: bool = False,
+        lost_index: int | None = None,
+    ):
         self.devices, self.driver, self.cuda = devices, driver, cuda
         self.hang_on_index, self.fail_init, self.lost_index = hang_on_index, fail_init, lost_index
         self.initialised = False
         self.calls = 0
         self._never = threading.Event()
-        for name in ("NVMLError", "NVMLError_NotSupported", "NVMLError_GpuIsLost", "NVMLError_LibraryNotFound"):
+        for name in (
+            "NVMLError",
+            "NVMLError_NotSupported",
+            "NVMLError_GpuIsLost",
+            "NVMLError_LibraryNotFound",
+        ):
             setattr(self, name, globals()[name])
-        for name in ("NVML_TEMPERATURE_GPU", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
-                     "NVML_VOLATILE_ECC", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"):
+        for name in (
+            "NVML_TEMPERATURE_GPU",
+            "NVML_MEMORY_ERROR_TYPE_CORRECTED",
+            "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+            "NVML_VOLATILE_ECC",
+            "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",
+        ):
             setattr(self, name, globals()[name])
 
     # -- system
@@ -146,7 +214,9 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
         d = self._dev(h)
-        return d["ecc_uncorrected"] if error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else d["ecc_corrected"]
+        return (
+            d["ecc_uncorrected"] if error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else d["ecc_corrected"]
+        )
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
         return self._dev(h)["retired_pending"]
@@ -193,4 +263,6 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, h):
         d = self._dev(h)
-        return SimpleNamespace(used=d["memory_used"], total=d["memory_total"], free=d["memory_total"] - d["memory_used"])
+        return SimpleNamespace(
+            used=d["memory_used"], total=d["memory_total"], free=d["memory_total"] - d["memory_used"]
+        )

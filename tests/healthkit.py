@@ -1,5 +1,6 @@
 """Helpers for the health tests: snapshots made by the real capture code over fixture sysfs trees
 (tests/hwtrees.py) and the NVML stand-in (tests/fakenvml.py), and profile directories to vary a policy."""
+
 from __future__ import annotations
 
 import copy
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import fakenvml
 import hwtrees
+
 from slurm_tune.hw import snapshot
 from slurm_tune.hw.nvml import read_gpus
 from slurm_tune.profiles import load_profile
@@ -26,7 +28,7 @@ def gpu_devices(kind: str, n: int = 8, **overrides_by_index) -> list[dict]:
     for i in range(n):
         extra = dict(overrides_by_index.get(f"gpu{i}", {}))
         if kind == "a10g":
-            extra.setdefault("bus_id", f"00000000:00:{0x1b + i:02X}.0")
+            extra.setdefault("bus_id", f"00000000:00:{0x1B + i:02X}.0")
             extra.setdefault("nvlinks", 0)
         out.append(fakenvml.device(i, kind, **extra))
     return out
@@ -37,26 +39,40 @@ def tree(root: Path, partition: str = "hdr", **kw) -> Path:
     return builder(Path(root), **kw)
 
 
-def take(root: Path, partition: str = "hdr", devices: list[dict] | None = None, node: str = "n1",
-         nvml: fakenvml.FakeNvml | None = None, **fake_kw) -> dict:
+def take(
+    root: Path,
+    partition: str = "hdr",
+    devices: list[dict] | None = None,
+    node: str = "n1",
+    nvml: fakenvml.FakeNvml | None = None,
+    **fake_kw,
+) -> dict:
     """A full snapshot of the tree at `root`, NVML answered by the stand-in."""
     _, kind, driver = NODES[partition]
     if nvml is None:
         n = 4 if partition == "vpc" else 8
-        nvml = fakenvml.FakeNvml(devices if devices is not None else gpu_devices(kind, n), driver=driver, **fake_kw)
+        nvml = fakenvml.FakeNvml(
+            devices if devices is not None else gpu_devices(kind, n), driver=driver, **fake_kw
+        )
     return snapshot.capture(str(root), nvml_module=nvml, node=node, timeout_s=2)
 
 
-def node_snapshot(tmp: Path, partition: str = "hdr", hca_overrides=None, devices=None, kmsg=None, **fake_kw) -> dict:
+def node_snapshot(
+    tmp: Path, partition: str = "hdr", hca_overrides=None, devices=None, kmsg=None, **fake_kw
+) -> dict:
     root = tree(tmp, partition, **({"hca_overrides": hca_overrides} if hca_overrides else {}))
     if kmsg:
         hwtrees.kmsg(root, kmsg)
     return take(root, partition, devices, **fake_kw)
 
 
-def gpu_file(path: Path, kind: str = "a100", n: int = 8, devices=None, driver: str = "535.104.05", **fake_kw) -> Path:
+def gpu_file(
+    path: Path, kind: str = "a100", n: int = 8, devices=None, driver: str = "535.104.05", **fake_kw
+) -> Path:
     """A GPU snapshot file for --gpu-snapshot / STUNE_GPU_SNAPSHOT."""
-    nvml = fakenvml.FakeNvml(devices if devices is not None else gpu_devices(kind, n), driver=driver, **fake_kw)
+    nvml = fakenvml.FakeNvml(
+        devices if devices is not None else gpu_devices(kind, n), driver=driver, **fake_kw
+    )
     doc = {"format": snapshot.FORMAT, "gpus": read_gpus(2, nvml)}
     path.parent.mkdir(parents=True, exist_ok=True)
     snapshot.save(doc, str(path))

@@ -1,4 +1,5 @@
 """Helpers for tests that drive the local cluster."""
+
 from __future__ import annotations
 
 import time
@@ -10,8 +11,10 @@ def restore_cluster(handle, nodes) -> None:
         handle.run(["scancel", "--full", f"--state={state}"], check=False)
     for node in nodes:  # one by one: RESUME on a node that is not drained fails the whole update
         handle.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
-        handle.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=", "ActiveFeatures=",
-                    "Comment="], check=False)
+        handle.run(
+            ["scontrol", "update", f"NodeName={node}", "AvailableFeatures=", "ActiveFeatures=", "Comment="],
+            check=False,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         out = handle.run(["squeue", "-h", "-o", "%i"], check=False)

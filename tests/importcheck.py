@@ -6,6 +6,7 @@ this checkout on sys.path, and the modules the bare interpreter loads by itself 
 how stune is installed (a default `pip install -e` registers a finder that imports pathlib and re at every
 interpreter start; the `compat` mode does not) nor anything else in site-packages changes the result.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,21 +19,53 @@ _MARK = "--stune-modules--"
 
 # What no hot path may load (docs/speed.md): each costs the bare start a noticeable share by itself (re ~0.8x,
 # json ~0.8x through re, yaml several x, numpy and pynvml tens of ms) or pulls in such modules.
-HEAVY = frozenset({"re", "json", "subprocess", "typing", "dataclasses", "enum", "argparse", "socket", "threading",
-                   "collections", "shutil", "tempfile", "hashlib", "datetime", "shlex", "fnmatch", "pathlib",
-                   "yaml", "numpy", "matplotlib", "pynvml", "rich", "prometheus_client",
-                   # the profile schema and its validation: only a profile cache miss needs them (profilestore)
-                   "slurm_tune.profiles", "slurm_tune.profilecheck", "slurm_tune.schema"})
+HEAVY = frozenset(
+    {
+        "re",
+        "json",
+        "subprocess",
+        "typing",
+        "dataclasses",
+        "enum",
+        "argparse",
+        "socket",
+        "threading",
+        "collections",
+        "shutil",
+        "tempfile",
+        "hashlib",
+        "datetime",
+        "shlex",
+        "fnmatch",
+        "pathlib",
+        "yaml",
+        "numpy",
+        "matplotlib",
+        "pynvml",
+        "rich",
+        "prometheus_client",
+        # the profile schema and its validation: only a profile cache miss needs them (profilestore)
+        "slurm_tune.profiles",
+        "slurm_tune.profilecheck",
+        "slurm_tune.schema",
+    }
+)
 
 
 def _run(code: str, env: dict | None) -> set[str]:
-    script = (f"import sys\nsys.path.insert(0, {str(REPO)!r})\n{code}\n"
-              f"print({_MARK!r}, ' '.join(sorted(sys.modules)))\n")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True, text=True,
-                          env=dict(os.environ) if env is None else env)
+    script = (
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\n{code}\n"
+        f"print({_MARK!r}, ' '.join(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ) if env is None else env,
+    )
     assert proc.returncode == 0, proc.stderr
     line = next(line for line in reversed(proc.stdout.splitlines()) if line.startswith(_MARK))
-    return set(line[len(_MARK):].split())
+    return set(line[len(_MARK) :].split())
 
 
 def loaded_by(code: str, env: dict | None = None) -> set[str]:

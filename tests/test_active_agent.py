@@ -1,5 +1,6 @@
 """The sweep job's agent on this machine: tools missing, hung or failing, the disk check with fio and with its
 dd fallback, the fingerprint from the relocatable root; and the profile's `active` section."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,10 @@ STANDINS = Path(__file__).parent / "active_standins"
 def run(spec, **env):
     lines = []
     environ = dict(os.environ, **env)
-    agent.run_spec(dict({"subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 10}, **spec), lines.append,
-                   environ)
-    return [json.loads(line[len(MARK):]) for line in lines]
+    agent.run_spec(
+        dict({"subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 10}, **spec), lines.append, environ
+    )
+    return [json.loads(line[len(MARK) :]) for line in lines]
 
 
 def test_missing_tool_is_unavailable_with_what_to_install():
@@ -36,12 +38,16 @@ def test_a_configured_tool_that_cannot_run_is_unavailable_and_says_which_setting
     for path in (plain, tmp_path):
         (r,) = run({"check": "dcgm_diag", "tools": {"dcgmi": str(path)}})
         assert r["status"] == "unavailable", r
-        assert r["detail"].startswith(f"{path} (active.tools.dcgmi) is not an executable file: install DCGM"), r
+        assert r["detail"].startswith(
+            f"{path} (active.tools.dcgmi) is not an executable file: install DCGM"
+        ), r
 
 
 def test_a_hung_tool_is_killed_at_the_run_deadline_and_is_unknown(tmp_path):
     tool = tmp_path / "all_reduce_perf"
-    tool.write_text("#!/bin/sh\necho '# nccl-tests version 2.13.9 nccl-headers=21903 nccl-library=21903'\nsleep 60\n")
+    tool.write_text(
+        "#!/bin/sh\necho '# nccl-tests version 2.13.9 nccl-headers=21903 nccl-library=21903'\nsleep 60\n"
+    )
     tool.chmod(0o755)
     (r,) = run({"check": "nccl_allreduce", "tools": {"all_reduce_perf": str(tool)}, "run_timeout": 1})
     assert r["status"] == "unknown" and r["value"] is None
@@ -53,17 +59,31 @@ def test_stand_in_runs_each_measured_with_fingerprint(tmp_path):
     root = tmp_path / "root"
     (root / "proc/driver/nvidia").mkdir(parents=True)
     (root / "proc/driver/nvidia/version").write_text(
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:30 UTC 2024\n")
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:30 UTC 2024\n"
+    )
     (root / "proc/sys/kernel").mkdir(parents=True)
     (root / "proc/sys/kernel/osrelease").write_text("5.15.0-105-generic\n")
     (root / "sys/class/infiniband/mlx5_0").mkdir(parents=True)
     (root / "sys/class/infiniband/mlx5_0/fw_ver").write_text("20.31.1014\n")
-    rs = run({"check": "nccl_allreduce", "runs": 2, "tools": {"all_reduce_perf": str(STANDINS / "all_reduce_perf")}},
-             STUNE_STANDIN_VALUES=str(values), STUNE_STANDIN_STATE=str(tmp_path), SLURM_JOB_NODELIST="n1",
-             STUNE_SYSFS_ROOT=str(root))
+    rs = run(
+        {
+            "check": "nccl_allreduce",
+            "runs": 2,
+            "tools": {"all_reduce_perf": str(STANDINS / "all_reduce_perf")},
+        },
+        STUNE_STANDIN_VALUES=str(values),
+        STUNE_STANDIN_STATE=str(tmp_path),
+        SLURM_JOB_NODELIST="n1",
+        STUNE_SYSFS_ROOT=str(root),
+    )
     assert [r["value"] for r in rs] == [70.0, 100.0]
-    assert rs[0]["fingerprint"] == {"driver": "550.54.15", "cuda": "", "nccl": "2.19.3", "hca_fw": "20.31.1014",
-                                    "kernel": "5.15.0-105-generic"}
+    assert rs[0]["fingerprint"] == {
+        "driver": "550.54.15",
+        "cuda": "",
+        "nccl": "2.19.3",
+        "hca_fw": "20.31.1014",
+        "kernel": "5.15.0-105-generic",
+    }
 
 
 def test_disk_read_with_fio_and_with_dd_when_fio_is_missing(tmp_path):

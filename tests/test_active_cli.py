@@ -1,4 +1,5 @@
 """`stune-sweep` as the admin runs it: reports from a stored history, the catalogue, one-line errors."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,9 @@ FP = {"driver": "535.104.05", "cuda": "", "nccl": "2.19.3", "hca_fw": "", "kerne
 
 
 def sweep_cli(*args, env=None):
-    return subprocess.run([str(BIN / "stune-sweep"), *args], capture_output=True, text=True,
-                          env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [str(BIN / "stune-sweep"), *args], capture_output=True, text=True, env=dict(os.environ, **(env or {}))
+    )
 
 
 def history(store: Path, slow="n4", driver=FP["driver"], start=None, value=100.0):
@@ -26,17 +28,35 @@ def history(store: Path, slow="n4", driver=FP["driver"], start=None, value=100.0
     for i in range(1, 7):
         for run in range(3):
             v = 70.0 if f"n{i}" == slow and run != 1 else value
-            rows.append({"at": now + i + run / 10, "sweep": "s1", "partition": "hdr", "check": "nccl_allreduce",
-                         "subject": f"n{i}", "nodes": [f"n{i}"], "hca": None, "run": run, "status": "ok", "value": v,
-                         "unit": "GB/s", "detail": "", "fingerprint": dict(FP, driver=driver), "job": "1"})
+            rows.append(
+                {
+                    "at": now + i + run / 10,
+                    "sweep": "s1",
+                    "partition": "hdr",
+                    "check": "nccl_allreduce",
+                    "subject": f"n{i}",
+                    "nodes": [f"n{i}"],
+                    "hca": None,
+                    "run": run,
+                    "status": "ok",
+                    "value": v,
+                    "unit": "GB/s",
+                    "detail": "",
+                    "fingerprint": dict(FP, driver=driver),
+                    "job": "1",
+                }
+            )
     S.append(str(store), "hdr", rows)
 
 
 def test_report_table_csv_json_prom_and_drift(tmp_path):
     store = tmp_path / "store"
     history(store)
-    env = {"STUNE_ACTIVE_DIR": str(store), "STUNE_PARTITIONS": str(REPO / "partitions"),
-           "STUNE_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        "STUNE_ACTIVE_DIR": str(store),
+        "STUNE_PARTITIONS": str(REPO / "partitions"),
+        "STUNE_CACHE_DIR": str(tmp_path / "cache"),
+    }
     table = sweep_cli("report", "-p", "hdr", env=env)
     assert table.returncode == 0, table.stderr
     line = next(x for x in table.stdout.splitlines() if x.startswith("nccl_allreduce  n4"))
@@ -55,9 +75,17 @@ def test_report_table_csv_json_prom_and_drift(tmp_path):
 
 def test_errors_are_one_line():
     bad = sweep_cli("run", "-p", "nosuch", env={"STUNE_PARTITIONS": str(REPO / "partitions")})
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no profile for partition 'nosuch'" in bad.stderr
+    assert (
+        bad.returncode == 1
+        and bad.stderr.count("\n") == 1
+        and "no profile for partition 'nosuch'" in bad.stderr
+    )
     none = sweep_cli("run", "-p", "hdr", env={"STUNE_PARTITIONS": str(REPO / "partitions")})
-    assert none.returncode == 1 and "no active checks configured" in none.stderr and "Traceback" not in none.stderr
+    assert (
+        none.returncode == 1
+        and "no active checks configured" in none.stderr
+        and "Traceback" not in none.stderr
+    )
     spec = sweep_cli("agent", "--spec", "{not json")
     assert spec.returncode == 1 and "--spec is not JSON" in spec.stderr
 
@@ -81,11 +109,17 @@ def test_checks_says_a_configured_tool_is_here_only_if_it_can_run(tmp_path):
     not_exec.write_text("#!/bin/sh\n")
     (tmp_path / "dir").mkdir()
     with open(profiles / "hdr.yaml", "a") as fh:
-        fh.write("active:\n  checks:\n    ib_write_bw: {}\n    iperf3: {}\n    dcgm_diag: {}\n    nvbandwidth: {}\n"
-                 f"  tools:\n    ib_write_bw: {runnable}\n    iperf3: {not_exec}\n"
-                 f"    dcgmi: {tmp_path}/nosuch/dcgmi\n    nvbandwidth: {tmp_path}/dir\n")
-    out = sweep_cli("checks", "-p", "hdr", env={"STUNE_PARTITIONS": str(profiles),
-                                                 "STUNE_CACHE_DIR": str(tmp_path / "cache")})
+        fh.write(
+            "active:\n  checks:\n    ib_write_bw: {}\n    iperf3: {}\n    dcgm_diag: {}\n    nvbandwidth: {}\n"
+            f"  tools:\n    ib_write_bw: {runnable}\n    iperf3: {not_exec}\n"
+            f"    dcgmi: {tmp_path}/nosuch/dcgmi\n    nvbandwidth: {tmp_path}/dir\n"
+        )
+    out = sweep_cli(
+        "checks",
+        "-p",
+        "hdr",
+        env={"STUNE_PARTITIONS": str(profiles), "STUNE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert out.returncode == 0, out.stderr
     here = {}
     for line in out.stdout.splitlines():
@@ -102,8 +136,11 @@ def test_checks_says_a_configured_tool_is_here_only_if_it_can_run(tmp_path):
 def test_history_of_one_node_and_the_sweep_lock(tmp_path):
     store = tmp_path / "store"
     history(store)
-    env = {"STUNE_ACTIVE_DIR": str(store), "STUNE_PARTITIONS": str(REPO / "partitions"),
-           "STUNE_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        "STUNE_ACTIVE_DIR": str(store),
+        "STUNE_PARTITIONS": str(REPO / "partitions"),
+        "STUNE_CACHE_DIR": str(tmp_path / "cache"),
+    }
     out = sweep_cli("history", "-p", "hdr", "--node", "n4", "--format", "csv", env=env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -1,5 +1,6 @@
 """Active checks on the local Slurm cluster: stand-in tools (tests/active_standins) print the real formats
 with values injected per node; fio, dd and iperf3 run for real. Sweeps go through real sbatch jobs."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_for_state
+
 from slurm_tune.active import store as S
 from slurm_tune.active import sweep as W
-from stune_dev.devcluster import NODES
 from slurm_tune.nodestate import DEGRADED_FEATURE
 from slurm_tune.profiles import load_profile
+from stune_dev.devcluster import NODES
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ STANDINS = REPO / "tests" / "active_standins"
 def profile_dir(tmp: Path, active: str, hcas: str = "    - {device: mlx5_0, port: 1}\n") -> Path:
     """The repo's profiles, with hdr reduced to one HCA and given an `active` section."""
     d = tmp.parent / f"{tmp.name}-profiles"  # root loads profiles only where root alone can write: not in the
-    d.mkdir()                                # job-writable tmp
+    d.mkdir()  # job-writable tmp
     for f in (REPO / "partitions").glob("*.yaml"):
         (d / f.name).write_text(f.read_text())
     text = (REPO / "partitions" / "hdr.yaml").read_text()
@@ -59,7 +60,9 @@ ACTIVE = f"""active:
 
 
 class Rig:
-    def __init__(self, slurm, tmp: Path, monkeypatch, active=ACTIVE, hcas="    - {device: mlx5_0, port: 1}\n"):
+    def __init__(
+        self, slurm, tmp: Path, monkeypatch, active=ACTIVE, hcas="    - {device: mlx5_0, port: 1}\n"
+    ):
         self.slurm, self.tmp = slurm, tmp
         self.profiles = profile_dir(tmp, active, hcas)
         self.profile = load_profile("hdr", self.profiles)
@@ -79,7 +82,9 @@ class Rig:
     def driver(self, node: str, version: str, roots: Path | None = None) -> None:
         f = (roots or self.roots) / node / "proc" / "driver" / "nvidia" / "version"
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Thu Oct  5 21:04:57 UTC 2023\n")
+        f.write_text(
+            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Thu Oct  5 21:04:57 UTC 2023\n"
+        )
 
     def set_values(self, values: dict) -> None:
         self.values.write_text(json.dumps(values))
@@ -97,9 +102,22 @@ def rig(slurm, shared_tmp, monkeypatch):
 
 
 def stune_sbatch_nodes(shared_tmp) -> str:
-    proc = subprocess.run([str(BIN / "stune-sbatch"), "--parsable", "-p", "hdr", "-N2", "-o",
-                           str(shared_tmp / "multi-%j.txt"), "--wrap", "echo $SLURM_JOB_NODELIST"],
-                          capture_output=True, text=True, env=dict(os.environ, STUNE_PARTITIONS=str(REPO / "partitions")))
+    proc = subprocess.run(
+        [
+            str(BIN / "stune-sbatch"),
+            "--parsable",
+            "-p",
+            "hdr",
+            "-N2",
+            "-o",
+            str(shared_tmp / "multi-%j.txt"),
+            "--wrap",
+            "echo $SLURM_JOB_NODELIST",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, STUNE_PARTITIONS=str(REPO / "partitions")),
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -110,12 +128,16 @@ def test_a_node_at_70_percent_in_2_of_3_runs_is_marked_and_excluded_then_cleared
     assert out["nodes"] == list(NODES)
     n2 = slurm.node("n2")
     assert DEGRADED_FEATURE in n2.feature_set and not n2.drain
-    assert n2.comment.startswith("stune: degraded: active nccl_allreduce: 70 GB/s vs partition median 100"), n2.comment
+    assert n2.comment.startswith("stune: degraded: active nccl_allreduce: 70 GB/s vs partition median 100"), (
+        n2.comment
+    )
     assert "2 of 3 runs slow" in n2.comment
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n3"))
     # the jobs were ordinary Slurm jobs: low priority, with the check's time limit
     rec = [r for r in S.load(str(rig.store), "hdr") if r["subject"] == "n2"]
-    assert [r["value"] for r in rec] == [70.0, 100.0, 70.0] and rec[0]["fingerprint"]["driver"] == "535.104.05"
+    assert [r["value"] for r in rec] == [70.0, 100.0, 70.0] and rec[0]["fingerprint"][
+        "driver"
+    ] == "535.104.05"
     job = slurm.run(["scontrol", "show", "job", "-o", rec[0]["job"]])
     assert "TimeLimit=00:02:00" in job and "Nice=10000" in job and "Requeue=0" in job
     assert re.search(r"TresPerNode=gres[:/]gpu:4", job), job  # the GPU checks ask for the node's GPUs
@@ -134,9 +156,13 @@ def test_a_slow_gpu_copy_and_a_failing_dcgm_diag_are_marked_with_what_failed(rig
     rig.set_values({"nvbandwidth": {"n1": [20, 100, 20], "*": 100}, "dcgmi": {"n3": [0, 0, 1], "*": 1}})
     rig.sweep(checks=["nvbandwidth", "dcgm_diag"])
     n1, n2, n3 = (slurm.node(n) for n in NODES)
-    assert n1.comment.startswith("stune: degraded: active nvbandwidth: 177.2 GB/s vs partition median 221.5"), n1
+    assert n1.comment.startswith(
+        "stune: degraded: active nvbandwidth: 177.2 GB/s vs partition median 221.5"
+    ), n1
     assert "slowest 11.07 at 0->2" in n1.comment
-    assert n3.comment.startswith("stune: degraded: active dcgm_diag: dcgmi diag PCIe: GPU 2 PCIe link width 8x"), n3
+    assert n3.comment.startswith(
+        "stune: degraded: active dcgm_diag: dcgmi diag PCIe: GPU 2 PCIe link width 8x"
+    ), n3
     assert DEGRADED_FEATURE not in n2.feature_set
 
 
@@ -147,14 +173,23 @@ def test_a_single_slow_run_marks_nothing(rig, slurm):
 
 
 def test_a_pair_slow_because_of_one_node_names_that_node_and_hca(slurm, shared_tmp, monkeypatch):
-    rig = Rig(slurm, shared_tmp, monkeypatch, hcas="    - {device: mlx5_0, port: 1}\n    - {device: mlx5_1, port: 1}\n")
+    rig = Rig(
+        slurm,
+        shared_tmp,
+        monkeypatch,
+        hcas="    - {device: mlx5_0, port: 1}\n    - {device: mlx5_1, port: 1}\n",
+    )
     rig.set_values({"ib_write_bw": {"n3/mlx5_1": 120.0, "*": 196.0}})
     out = rig.sweep(checks=["ib_write_bw"])
     assert set(out["named"]) == {"n3"}, rig.log
-    assert any("bisection of n3+n1/mlx5_1: n3 mlx5_1: slow with known-good n2" in line for line in rig.log), rig.log
+    assert any("bisection of n3+n1/mlx5_1: n3 mlx5_1: slow with known-good n2" in line for line in rig.log), (
+        rig.log
+    )
     n3 = slurm.node("n3")
     assert DEGRADED_FEATURE in n3.feature_set
-    assert n3.comment.startswith("stune: degraded: active ib_write_bw: n3 mlx5_1: slow with known-good n2"), n3
+    assert n3.comment.startswith("stune: degraded: active ib_write_bw: n3 mlx5_1: slow with known-good n2"), (
+        n3
+    )
     rec = S.load(str(rig.store), "hdr")
     jobs = {r["job"] for r in rec if r["check"] == "ib_write_bw"}
     for job in jobs:  # one job per pair measures each HCA in turn
@@ -193,11 +228,26 @@ def test_report_shows_node_against_baseline_and_a_new_driver_starts_a_new_baseli
     rig.set_values({"all_reduce_perf": {"n2": 70.0, "*": 100.0}})
     rig.sweep(checks=["nccl_allreduce"])
     env = dict(os.environ, STUNE_PARTITIONS=str(rig.profiles), STUNE_ACTIVE_DIR=str(rig.store))
-    rep = subprocess.run([str(BIN / "stune-sweep"), "report", "-p", "hdr", "--format", "json", "--png",
-                          str(tmp_path / "r.png")], capture_output=True, text=True, env=env)
+    rep = subprocess.run(
+        [
+            str(BIN / "stune-sweep"),
+            "report",
+            "-p",
+            "hdr",
+            "--format",
+            "json",
+            "--png",
+            str(tmp_path / "r.png"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert rep.returncode == 0, rep.stderr
     rows = {r["subject"]: r for r in json.loads(rep.stdout)["rows"]}
-    assert rows["n2"]["status"] == "outlier" and rows["n2"]["baseline"] == 100.0 and rows["n2"]["ratio"] == 0.7
+    assert (
+        rows["n2"]["status"] == "outlier" and rows["n2"]["baseline"] == 100.0 and rows["n2"]["ratio"] == 0.7
+    )
     assert "driver=535.104.05" in rows["n2"]["fingerprint"]
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     # a driver upgrade on every node: the slower new driver is the new baseline, nobody is compared with the old
@@ -205,14 +255,23 @@ def test_report_shows_node_against_baseline_and_a_new_driver_starts_a_new_baseli
         rig.driver(n, "550.54.15")
     rig.set_values({"all_reduce_perf": {"*": 80.0}})
     rig.sweep(checks=["nccl_allreduce"])
-    rows = {r["subject"]: r for r in json.loads(subprocess.run(
-        [str(BIN / "stune-sweep"), "report", "-p", "hdr", "--format", "json"], capture_output=True, text=True,
-        env=env).stdout)["rows"]}
+    rows = {
+        r["subject"]: r
+        for r in json.loads(
+            subprocess.run(
+                [str(BIN / "stune-sweep"), "report", "-p", "hdr", "--format", "json"],
+                capture_output=True,
+                text=True,
+                env=env,
+            ).stdout
+        )["rows"]
+    }
     assert {r["status"] for r in rows.values()} == {"ok"} and rows["n1"]["baseline"] == 80.0
     assert "driver=550.54.15" in rows["n1"]["fingerprint"]
     assert DEGRADED_FEATURE not in slurm.node("n2").feature_set  # cleared: its latest sweep passed
-    drift = subprocess.run([str(BIN / "stune-sweep"), "report", "-p", "hdr", "--drift"], capture_output=True,
-                           text=True, env=env).stdout
+    drift = subprocess.run(
+        [str(BIN / "stune-sweep"), "report", "-p", "hdr", "--drift"], capture_output=True, text=True, env=env
+    ).stdout
     assert "driver 535.104.05 -> 550.54.15" in drift and "n1" in drift
 
 
@@ -227,11 +286,26 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
   runs: 1
   min_peers: 2
 """
-    rig = Rig(slurm, shared_tmp, monkeypatch, active=active.replace("disk_read: {time_limit: 1m}",
-                                                                      "disk_read: {time_limit: 1m}\n") +
-              f"  disk_path: {shared_tmp}\n  disk_size: 16M\n")
-    slurm.run(["scontrol", "create", "reservation", "ReservationName=stune-maint", "Nodes=n1,n2",
-               "StartTime=now", "Duration=10", "Users=root", "Flags=maint,ignore_jobs"])
+    rig = Rig(
+        slurm,
+        shared_tmp,
+        monkeypatch,
+        active=active.replace("disk_read: {time_limit: 1m}", "disk_read: {time_limit: 1m}\n")
+        + f"  disk_path: {shared_tmp}\n  disk_size: 16M\n",
+    )
+    slurm.run(
+        [
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=stune-maint",
+            "Nodes=n1,n2",
+            "StartTime=now",
+            "Duration=10",
+            "Users=root",
+            "Flags=maint,ignore_jobs",
+        ]
+    )
     try:
         out = rig.sweep(reservation="stune-maint")
         assert out["nodes"] == ["n1", "n2"]  # only the reservation's nodes
@@ -246,13 +320,19 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
     assert iperf[0]["subject"] == "n1+n2" and iperf[0]["unit"] == "Gb/s"
     assert {r["subject"] for r in disk} == {"n1", "n2"} and all(r["status"] == "ok" for r in disk), disk
     # a missing tool: said once, with what to install, and no node is marked for it
-    assert any(line.startswith("dcgm_diag: not available on 2 node(s) (n1,n2): /nonexistent/dcgmi "
-                               "(active.tools.dcgmi) is not an executable file: install DCGM")
-               for line in rig.log), rig.log
+    assert any(
+        line.startswith(
+            "dcgm_diag: not available on 2 node(s) (n1,n2): /nonexistent/dcgmi "
+            "(active.tools.dcgmi) is not an executable file: install DCGM"
+        )
+        for line in rig.log
+    ), rig.log
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set and not slurm.node(n).drain for n in NODES)
 
 
-def test_drain_is_opt_in_and_a_drained_node_returns_only_after_its_checks_pass(slurm, shared_tmp, monkeypatch):
+def test_drain_is_opt_in_and_a_drained_node_returns_only_after_its_checks_pass(
+    slurm, shared_tmp, monkeypatch
+):
     rig = Rig(slurm, shared_tmp, monkeypatch, active=ACTIVE + "  drain: true\n")
     rig.set_values({"all_reduce_perf": {"n2": [70.0, 100.0, 70.0], "*": 100.0}})
     rig.sweep(checks=["nccl_allreduce"])
@@ -281,6 +361,8 @@ def test_gate_resume_hands_a_passive_drain_to_the_active_checks(slurm, shared_tm
     # the passive checks pass again: with gate_resume they hand the drain over instead of resuming
     outcome = A.sync(slurm, "n3", A.Want(A.CLEAR, ""), {}, rig.profile, 0.0)
     n3 = slurm.node("n3")
-    assert n3.drain and n3.reason.startswith("stune: active awaiting active checks (was: stune: mlx5_0/1"), outcome
+    assert n3.drain and n3.reason.startswith("stune: active awaiting active checks (was: stune: mlx5_0/1"), (
+        outcome
+    )
     rig.sweep(checks=["nccl_allreduce"])
     assert not slurm.node("n3").drain

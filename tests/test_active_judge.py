@@ -1,4 +1,5 @@
 """Baselines, outliers, k-of-n, fingerprints, pair blame and bisection: the pure judging functions."""
+
 from __future__ import annotations
 
 import random
@@ -11,8 +12,17 @@ SETTINGS = J.Settings(k=2, n=3, mad_factor=3.0, min_drop=0.10, min_peers=3, floo
 
 
 def result(subject, value, sweep, at, check="nccl_allreduce", fp=FP, status="ok"):
-    return {"at": at, "sweep": sweep, "check": check, "subject": subject, "status": status, "value": value,
-            "unit": "GB/s", "detail": "", "fingerprint": dict(fp)}
+    return {
+        "at": at,
+        "sweep": sweep,
+        "check": check,
+        "subject": subject,
+        "status": status,
+        "value": value,
+        "unit": "GB/s",
+        "detail": "",
+        "fingerprint": dict(fp),
+    }
 
 
 def fleet(values_by_node: dict, sweeps=1, runs=3, start=1000.0, fp=FP):
@@ -107,8 +117,16 @@ def test_tool_failure_counts_as_slow_for_pass_fail_checks():
 
 def test_pair_blame_names_a_node_slow_with_two_partners():
     nodes = [f"n{i}" for i in range(1, 9)]
-    pairs = [("n1", "n2"), ("n3", "n4"), ("n5", "n6"), ("n7", "n8"), ("n2", "n3"), ("n4", "n5"), ("n6", "n7"),
-             ("n8", "n1")]
+    pairs = [
+        ("n1", "n2"),
+        ("n3", "n4"),
+        ("n5", "n6"),
+        ("n7", "n8"),
+        ("n2", "n3"),
+        ("n4", "n5"),
+        ("n6", "n7"),
+        ("n8", "n1"),
+    ]
     values = {f"{a}+{b}": (60.0 if "n5" in (a, b) else 190.0) for a, b in pairs}
     _, verdicts = J.judge(fleet(values), SETTINGS)
     named, still_open = J.blame_pairs(verdicts)
@@ -140,8 +158,16 @@ def test_report_rows_show_node_against_baseline():
 
 
 def test_per_hca_pair_subjects_name_the_node_and_its_hca():
-    pairs = [("n1", "n2"), ("n3", "n4"), ("n5", "n6"), ("n7", "n8"), ("n2", "n3"), ("n4", "n5"), ("n6", "n7"),
-             ("n8", "n1")]
+    pairs = [
+        ("n1", "n2"),
+        ("n3", "n4"),
+        ("n5", "n6"),
+        ("n7", "n8"),
+        ("n2", "n3"),
+        ("n4", "n5"),
+        ("n6", "n7"),
+        ("n8", "n1"),
+    ]
     values = {}
     for a, b in pairs:
         for hca in ("mlx5_0", "mlx5_3"):
@@ -157,8 +183,12 @@ def test_per_hca_pair_subjects_name_the_node_and_its_hca():
 
 def test_report_lists_checks_that_could_not_run():
     rows = fleet({f"n{i}": 100.0 for i in range(1, 4)})
-    rows.append(dict(result("n1", None, "s0", 5000, check="dcgm_diag", status="unavailable"),
-                     detail="dcgmi not found: install DCGM"))
+    rows.append(
+        dict(
+            result("n1", None, "s0", 5000, check="dcgm_diag", status="unavailable"),
+            detail="dcgmi not found: install DCGM",
+        )
+    )
     data = R.rows(rows, SETTINGS)
     row = next(d for d in data if d["check"] == "dcgm_diag")
     assert row["status"] == "unavailable" and "install DCGM" in row["reason"]
@@ -202,5 +232,7 @@ def test_a_node_named_through_its_pairs_is_cleared_when_its_pairs_pass():
     wants = node_verdicts(passing, {"n3": "active iperf3: slow with 2 partners"})
     assert wants["n3"] == ("degraded", "active iperf3: slow with 2 partners", None)
     # a node check's verdict decides for the node (its outlier is never cleared by passing pairs)
-    node_outlier = J.Verdict("n3", "nccl_allreduce", J.OUTLIER, "active nccl_allreduce: slow", 70.0, None, 2, 3, FP)
+    node_outlier = J.Verdict(
+        "n3", "nccl_allreduce", J.OUTLIER, "active nccl_allreduce: slow", 70.0, None, 2, 3, FP
+    )
     assert node_verdicts(passing + [node_outlier], {})["n3"][0] == "degraded"

@@ -1,5 +1,6 @@
 """The marking path shared with the passive checks (slurm_tune.health.apply): the passive checks leave the
 active checks' marks and drains alone; the active checks clear only their own."""
+
 from __future__ import annotations
 
 from slurm_tune.health import apply as A
@@ -8,8 +9,21 @@ from slurm_tune.slurm import Node
 
 
 def node(comment="", features="", reason="", drained=False):
-    return Node("n1", "idle", ("DRAIN",) if drained else (), reason, "", 0, features, features, comment,
-                ("hdr",), "gpu:4", "", "")
+    return Node(
+        "n1",
+        "idle",
+        ("DRAIN",) if drained else (),
+        reason,
+        "",
+        0,
+        features,
+        features,
+        comment,
+        ("hdr",),
+        "gpu:4",
+        "",
+        "",
+    )
 
 
 def test_a_healthy_passive_verdict_keeps_the_active_mark():

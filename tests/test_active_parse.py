@@ -1,12 +1,14 @@
 """Parsers of the benchmark tools' real outputs (tests/fixtures/active: captured here for dd, fio and iperf3;
 built from published captures for nccl-tests, perftest, nvbandwidth and dcgmi), and their garbage behaviour."""
+
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_tune.active import parse as P
 
@@ -33,8 +35,10 @@ def test_nccl_wrong_results_fail():
     assert r.status == P.FAIL and "1024 wrong" in r.detail and r.value is None
 
 
-@pytest.mark.parametrize("name,why", [("nccl-allreduce-truncated.txt", "truncated"),
-                                      ("nccl-allreduce-error.txt", "Test NCCL failure")])
+@pytest.mark.parametrize(
+    "name,why",
+    [("nccl-allreduce-truncated.txt", "truncated"), ("nccl-allreduce-error.txt", "Test NCCL failure")],
+)
 def test_nccl_truncated_or_failed_is_unknown(name, why):
     r = P.nccl_tests(fixture(name))
     assert r.status == P.UNKNOWN and why in r.detail and r.value is None
@@ -42,7 +46,7 @@ def test_nccl_truncated_or_failed_is_unknown(name, why):
 
 def test_nccl_cut_after_some_rows_is_unknown_not_slow():
     text = fixture("nccl-allreduce-1node.txt").decode()
-    cut = text[:text.index("# Out of bounds")]
+    cut = text[: text.index("# Out of bounds")]
     r = P.nccl_tests(cut)
     assert r.status == P.UNKNOWN and "truncated" in r.detail
 
@@ -57,8 +61,10 @@ def test_perftest_mbsec_all_sizes_takes_last_and_converts():
     assert r.status == P.OK and r.value == pytest.approx(23451.98 * 1048576 * 8 / 1e9, rel=1e-4)
 
 
-@pytest.mark.parametrize("name,why", [("ib_write_bw-refused.txt", "Couldn't connect"),
-                                      ("ib_write_bw-truncated.txt", "no readable row")])
+@pytest.mark.parametrize(
+    "name,why",
+    [("ib_write_bw-refused.txt", "Couldn't connect"), ("ib_write_bw-truncated.txt", "no readable row")],
+)
 def test_perftest_errors_are_unknown(name, why):
     r = P.perftest_bw(fixture(name))
     assert r.status == P.UNKNOWN and why in r.detail
@@ -89,8 +95,10 @@ def test_dd_real_capture_uses_exact_bytes_over_seconds():
 
 
 def test_dd_progress_lines_and_old_format():
-    text = ("1048576000 bytes (1.0 GB, 1000 MiB) copied, 1 s, 1.0 GB/s\r2097152000 bytes (2.1 GB, 2.0 GiB) copied,"
-            " 2 s, 1.0 GB/s\n2000+0 records in\n2000+0 records out\n2097152000 bytes (2.1 GB) copied, 2.5 s, 839 MB/s\n")
+    text = (
+        "1048576000 bytes (1.0 GB, 1000 MiB) copied, 1 s, 1.0 GB/s\r2097152000 bytes (2.1 GB, 2.0 GiB) copied,"
+        " 2 s, 1.0 GB/s\n2000+0 records in\n2000+0 records out\n2097152000 bytes (2.1 GB) copied, 2.5 s, 839 MB/s\n"
+    )
     assert P.dd(text).value == pytest.approx(2097152000 / 2.5 / 1e9)
 
 
@@ -136,26 +144,40 @@ def test_dcgmi_keeps_the_error_row_and_joins_rows_cut_mid_word():
     into 45-character pieces in the middle of words ("disab|led", "currently |  disabled")."""
     r = P.dcgmi_diag(fixture("dcgmi-diag-r1-error-wrapped.txt"))
     assert r.status == P.FAIL and r.extra["failed"] == ["Persistence Mode"]
-    assert r.detail.startswith("dcgmi diag Persistence Mode: Persistence mode for GPU 0 is currently disabled. "
-                               "The DCGM diagnostic requires peristence mode to be enabled. Enable persistence "
-                               "mode by running"), r.detail
+    assert r.detail.startswith(
+        "dcgmi diag Persistence Mode: Persistence mode for GPU 0 is currently disabled. "
+        "The DCGM diagnostic requires peristence mode to be enabled. Enable persistence "
+        "mode by running"
+    ), r.detail
 
 
 def _dcgm_table(test: str, label: str, message: str) -> str:
     """A dcgmi diag table with `message` under a failing `test`, cut the way DCGM 3.x cuts it."""
-    pieces = [message[i:i + 45] for i in range(0, len(message), 45)]
+    pieces = [message[i : i + 45] for i in range(0, len(message), 45)]
     rows = [f"| {label if i == 0 else '':<25} | {piece:<45}  |" for i, piece in enumerate(pieces)]
-    return "\n".join(["+---------------------------+------------------------------------------------+",
-                      f"| {'Diagnostic':<25} | {'Result':<46} |",
-                      "+===========================+================================================+",
-                      f"| {test:<25} | {'Fail':<46} |", *rows,
-                      f"| {'Inforom':<25} | {'Pass':<46} |",
-                      "+---------------------------+------------------------------------------------+", ""])
+    return "\n".join(
+        [
+            "+---------------------------+------------------------------------------------+",
+            f"| {'Diagnostic':<25} | {'Result':<46} |",
+            "+===========================+================================================+",
+            f"| {test:<25} | {'Fail':<46} |",
+            *rows,
+            f"| {'Inforom':<25} | {'Pass':<46} |",
+            "+---------------------------+------------------------------------------------+",
+            "",
+        ]
+    )
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyzGPU0123456789.,<>-", min_size=1, max_size=14),
-                min_size=1, max_size=25), st.sampled_from(["Error", "Warning", "Info"]))
+@given(
+    st.lists(
+        st.text(alphabet="abcdefghijklmnopqrstuvwxyzGPU0123456789.,<>-", min_size=1, max_size=14),
+        min_size=1,
+        max_size=25,
+    ),
+    st.sampled_from(["Error", "Warning", "Info"]),
+)
 def test_dcgmi_message_cut_anywhere_comes_back_whole(words, label):
     message = " ".join(words)
     r = P.dcgmi_diag(_dcgm_table("Persistence Mode", label, message))
@@ -163,8 +185,10 @@ def test_dcgmi_message_cut_anywhere_comes_back_whole(words, label):
 
 
 def test_dcgmi_failure_words_are_never_split():
-    message = ("Persistence mode check failed on GPU 2: the GPU did not respond; check DCGM and system logs "
-               "for errors")
+    message = (
+        "Persistence mode check failed on GPU 2: the GPU did not respond; check DCGM and system logs "
+        "for errors"
+    )
     r = P.dcgmi_diag(_dcgm_table("Persistence Mode", "Error", message))
     assert r.detail == f"dcgmi diag Persistence Mode: {message}"
 
@@ -174,10 +198,16 @@ def test_dcgmi_truncated_table_is_unknown():
     assert P.dcgmi_diag(text).status == P.UNKNOWN
 
 
-ALL = [(P.nccl_tests, "nccl-allreduce-1node.txt"), (P.perftest_bw, "ib_write_bw-hdr.txt"),
-       (P.fio_json, "fio-read.json"), (P.dd, "dd-read.txt"), (P.iperf3_json, "iperf3-client.json"),
-       (P.nvbandwidth, "nvbandwidth-h2d.txt"), (P.dcgmi_diag, "dcgmi-diag-r2-pass.txt"),
-       (P.numeric, "numeric-8gpu.txt")]
+ALL = [
+    (P.nccl_tests, "nccl-allreduce-1node.txt"),
+    (P.perftest_bw, "ib_write_bw-hdr.txt"),
+    (P.fio_json, "fio-read.json"),
+    (P.dd, "dd-read.txt"),
+    (P.iperf3_json, "iperf3-client.json"),
+    (P.nvbandwidth, "nvbandwidth-h2d.txt"),
+    (P.dcgmi_diag, "dcgmi-diag-r2-pass.txt"),
+    (P.numeric, "numeric-8gpu.txt"),
+]
 
 
 def _sane(r):
@@ -215,7 +245,7 @@ def test_byte_level_fuzz_never_raises(parser, name, data):
         elif choice == "insert":
             base[pos:pos] = data.draw(st.binary(max_size=16))
         elif choice == "delete":
-            del base[pos:pos + data.draw(st.integers(1, 64))]
+            del base[pos : pos + data.draw(st.integers(1, 64))]
         else:
             base[pos:pos] = b"9" * 400 + b".5"
     _sane(parser(bytes(base)))
@@ -230,7 +260,9 @@ def test_random_bytes_are_unknown(parser, name, blob):
     assert r.status == P.UNKNOWN
 
 
-@pytest.mark.parametrize("token", ["nan", "inf", "1e999", "1_000", "-5", "+5", "٣", "1.2.3", "", " 5", "9" * 30])
+@pytest.mark.parametrize(
+    "token", ["nan", "inf", "1e999", "1_000", "-5", "+5", "٣", "1.2.3", "", " 5", "9" * 30]
+)
 def test_number_rejects_foreign_notations(token):
     assert P.number(token) is None
 
@@ -238,8 +270,11 @@ def test_number_rejects_foreign_notations(token):
 def test_numeric_consistency_agree_differ_and_unavailable():
     text = fixture("numeric-8gpu.txt").decode()
     assert P.numeric(text).status == P.OK and P.numeric(text).extra["devices"] == 8
-    bad = text.replace("device 5 NVIDIA H100 80GB HBM3 sha256 " + text.split("device 5 NVIDIA H100 80GB HBM3 sha256 ")[1][:64],
-                       "device 5 NVIDIA H100 80GB HBM3 sha256 " + "0" * 64)
+    bad = text.replace(
+        "device 5 NVIDIA H100 80GB HBM3 sha256 "
+        + text.split("device 5 NVIDIA H100 80GB HBM3 sha256 ")[1][:64],
+        "device 5 NVIDIA H100 80GB HBM3 sha256 " + "0" * 64,
+    )
     r = P.numeric(bad)
     assert r.status == P.FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
     assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == P.UNKNOWN
@@ -265,11 +300,21 @@ def test_numeric_agent_without_torch_or_cupy_is_not_available_never_fail(tmp_pat
         for m in ("torch", "cupy"):
             (hide / f"{m}.py").write_text("raise ImportError('hidden')\n")
         python = tmp_path / "python"
-        python.write_text(f"#!/bin/sh\nPYTHONPATH={hide} exec {sys.executable} \"$@\"\n")
+        python.write_text(f'#!/bin/sh\nPYTHONPATH={hide} exec {sys.executable} "$@"\n')
         python.chmod(0o755)
     lines = []
-    agent.run_spec({"check": "numeric", "subject": "n1", "nodes": ["n1"], "runs": 1, "run_timeout": 60,
-                    "tools": {"python": str(python)}}, lines.append, dict(os.environ))
-    (r,) = [json.loads(x[len(agent.MARK):]) for x in lines]
+    agent.run_spec(
+        {
+            "check": "numeric",
+            "subject": "n1",
+            "nodes": ["n1"],
+            "runs": 1,
+            "run_timeout": 60,
+            "tools": {"python": str(python)},
+        },
+        lines.append,
+        dict(os.environ),
+    )
+    (r,) = [json.loads(x[len(agent.MARK) :]) for x in lines]
     assert r["status"] == "unavailable" and r["value"] is None, r
     assert "neither PyTorch nor CuPy" in r["detail"] and "install PyTorch or CuPy" in r["detail"]

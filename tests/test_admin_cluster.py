@@ -4,6 +4,7 @@ The site's slurm.conf is the cluster's own with the lines `stune-admin install` 
 the live cluster keeps HealthCheckInterval=0, so no periodic health run drains the shared test nodes), a
 profile set that matches the cluster (4 GPUs, vpc), and a GPU snapshot per node (hardware-less mode, %n).
 Then the configuration is broken four ways, and doctor must name each one."""
+
 from __future__ import annotations
 
 import json
@@ -35,19 +36,32 @@ def site(cluster, tmp_path):
     roce = (REPO / "partitions/roce.yaml").read_text()
     assert "  count: 8\n  model: H100 80GB HBM3\n" in roce
     (profiles / "roce.yaml").write_text(roce.replace("  count: 8\n  model: H100 80GB HBM3\n", "  count: 0\n"))
-    env_text = cluster.env_file.read_text().replace(f"STUNE_PARTITIONS={cluster.profiles_dir}",
-                                                    f"STUNE_PARTITIONS={profiles}")
+    env_text = cluster.env_file.read_text().replace(
+        f"STUNE_PARTITIONS={cluster.profiles_dir}", f"STUNE_PARTITIONS={profiles}"
+    )
     env_file = tmp_path / "stune.env"
     env_file.write_text(env_text)
     live = SlurmConf(str(cluster.layout.slurm_conf))
-    paths = {"prolog_dir": str(cluster.layout.prolog_d), "epilog_dir": str(cluster.layout.epilog_d),
-             **{k: str(cluster.site_root / "etc/slurm" / n) for k, n in
-                (("health_run", "stune-health-run"), ("task_prolog", "stune-task-prolog"),
-                 ("epilog_slurmctld", "stune-usage-slurmctld"))}}
+    paths = {
+        "prolog_dir": str(cluster.layout.prolog_d),
+        "epilog_dir": str(cluster.layout.epilog_d),
+        **{
+            k: str(cluster.site_root / "etc/slurm" / n)
+            for k, n in (
+                ("health_run", "stune-health-run"),
+                ("task_prolog", "stune-task-prolog"),
+                ("epilog_slurmctld", "stune-usage-slurmctld"),
+            )
+        },
+    }
     text = live.text.replace("HealthCheckInterval=0\n", "")
     for part in ("hdr", "roce", "vpc"):
-        text = text.replace(f"PartitionName={part} ", f'PartitionName={part} TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" ')
-    text += "".join(n.line + "\n" for n in requirements(live, paths) if not n.ok and n.key != "HealthCheckInterval")
+        text = text.replace(
+            f"PartitionName={part} ", f'PartitionName={part} TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" '
+        )
+    text += "".join(
+        n.line + "\n" for n in requirements(live, paths) if not n.ok and n.key != "HealthCheckInterval"
+    )
     text += "HealthCheckInterval=300\nHealthCheckNodeState=ANY,CYCLE\n"
     (etc / "slurm.conf").write_text(text)
     (etc / "cgroup.conf").write_text("ConstrainDevices=yes\n")
@@ -66,10 +80,25 @@ def site(cluster, tmp_path):
 
 def doctor(site) -> tuple[int, list[dict], str]:
     cluster = site["cluster"]
-    proc = subprocess.run([str(Path(sys.executable).parent / "stune-admin"), "doctor", "--prefix",
-                           str(cluster.site_root), "--slurm-conf", str(site["conf"]), "--env-file", str(site["env"]),
-                           "--role", "all", "--json"], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, SLURM_CONF=str(cluster.layout.slurm_conf)))
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "stune-admin"),
+            "doctor",
+            "--prefix",
+            str(cluster.site_root),
+            "--slurm-conf",
+            str(site["conf"]),
+            "--env-file",
+            str(site["env"]),
+            "--role",
+            "all",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, SLURM_CONF=str(cluster.layout.slurm_conf)),
+    )
     doc = json.loads(proc.stdout)
     return proc.returncode, doc["findings"], proc.stderr
 
@@ -82,10 +111,22 @@ def test_up_installed_stune_the_admin_way(cluster):
     assert (cluster.layout.prolog_d / "10-stune-health").exists()
     assert (cluster.site_root / "etc/slurm/stune-task-prolog").exists()
     assert (cluster.site_root / "var/lib/stune/install-manifest.json").exists()
-    proc = subprocess.run([str(Path(sys.executable).parent / "stune-admin"), "install", "--prefix",
-                           str(cluster.site_root), "--slurm-conf", str(cluster.layout.slurm_conf), "--role", "all",
-                           *(f"--set={k}={v}" for k, v in cluster.site_settings().items())],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "stune-admin"),
+            "install",
+            "--prefix",
+            str(cluster.site_root),
+            "--slurm-conf",
+            str(cluster.layout.slurm_conf),
+            "--role",
+            "all",
+            *(f"--set={k}={v}" for k, v in cluster.site_settings().items()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "nothing changed" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -93,15 +134,17 @@ def test_doctor_runs_clean_then_names_each_break(site):
     rc, findings, err = doctor(site)
     assert rc == 0 and errors(findings) == [], errors(findings) or err
     assert any(f["subject"] == "partition vpc" and f["severity"] == "ok" for f in findings)
-    assert any(f["subject"] == "profile roce" and f["severity"] == "ok" and "GPU checks skipped" in f["message"]
-               for f in findings), findings
+    assert any(
+        f["subject"] == "profile roce" and f["severity"] == "ok" and "GPU checks skipped" in f["message"]
+        for f in findings
+    ), findings
 
     conf = site["conf"]
     good = conf.read_text()
     conf.write_text(good.replace("PrologFlags=Alloc\n", ""))
     hook = site["cluster"].layout.prolog_d / "10-stune-health"
     hook.chmod(0o757)
-    site_hook = site["cluster"].layout.epilog_d / "00-devcluster"   # not stune's: root runs it all the same
+    site_hook = site["cluster"].layout.epilog_d / "00-devcluster"  # not stune's: root runs it all the same
     site_hook.chmod(0o775)
     odd = site["cluster"].layout.root / "nodes" / "n2" / "gpus.json"
     snap = json.loads(odd.read_text())
@@ -115,7 +158,8 @@ def test_doctor_runs_clean_then_names_each_break(site):
     assert rc == 1
     assert any(e.startswith("PrologFlags:") for e in found), found
     assert any(str(hook) in e and "writable by others" in e for e in found), found
-    assert any(e.startswith("Epilog script:") and str(site_hook) in e and "writable by group" in e
-               for e in found), found
+    assert any(
+        e.startswith("Epilog script:") and str(site_hook) in e and "writable by group" in e for e in found
+    ), found
     assert any(e.startswith("partition vpc: mixed driver") and "n2 (550.54.14)" in e for e in found), found
     assert any(e.startswith("profile vpc: gpu.count is 8") for e in found), found

@@ -1,5 +1,6 @@
 """stune-admin doctor's pieces without a cluster: node facts from captures (--facts), homogeneity and the
 version matrix, GRES counts, and a Slurm that does not answer."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,21 @@ SNAPSHOTS = Path(__file__).parent / "fixtures" / "snapshots"
 
 
 def node(name, partitions, gres="gpu:8"):
-    return Node(name=name, state="idle", flags=(), reason="", reason_user="", reason_time=0, features="",
-                active_features="", comment="", partitions=tuple(partitions), gres=gres, gres_used="", tres="")
+    return Node(
+        name=name,
+        state="idle",
+        flags=(),
+        reason="",
+        reason_user="",
+        reason_time=0,
+        features="",
+        active_features="",
+        comment="",
+        partitions=tuple(partitions),
+        gres=gres,
+        gres_used="",
+        tres="",
+    )
 
 
 def test_gres_gpu_counts():
@@ -37,13 +51,23 @@ def test_facts_name_the_node_whose_driver_and_firmware_differ(tmp_path):
     nodes = [node(n, ["hdr"]) for n in ("g1", "g2", "g3", "g4")]
     doc.check_nodes(nodes)
     lines = [f.line() for f in doc.findings]
-    assert any(l.startswith("error   partition hdr: mixed driver: majority 535.104.05, differs on g3 (550.54.14)")
-               for l in lines), lines
+    assert any(
+        l.startswith("error   partition hdr: mixed driver: majority 535.104.05, differs on g3 (550.54.14)")
+        for l in lines
+    ), lines
     assert any("mixed hca fw" in l and "g3 (20.28.1002)" in l for l in lines), lines
     assert any(l.startswith("warning node facts: nothing recorded for g4") for l in lines), lines
     table = doc.matrix_table()
-    assert table.splitlines()[0].split() == ["node", "gpu_model", "driver", "cuda", "nccl", "hca_model", "hca_fw",
-                                             "kernel"]
+    assert table.splitlines()[0].split() == [
+        "node",
+        "gpu_model",
+        "driver",
+        "cuda",
+        "nccl",
+        "hca_model",
+        "hca_fw",
+        "kernel",
+    ]
     assert "g3" in table and "550.54.14" in table and "?" in table  # NCCL/kernel: not recorded, said so
 
 
@@ -57,13 +81,19 @@ def test_a_setuptools_pth_in_stunes_environment_is_a_warning_with_its_fix(tmp_pa
     doc.check_python_start([str(clean), str(with_setuptools)])
     ok, warned = doc.findings
     assert (ok.severity, ok.subject) == ("ok", "python start")
-    assert warned.severity == "warning" and str(with_setuptools / "distutils-precedence.pth") in warned.message
+    assert (
+        warned.severity == "warning" and str(with_setuptools / "distutils-precedence.pth") in warned.message
+    )
     assert "-m pip uninstall setuptools" in warned.fix
 
 
 def test_a_slurm_that_does_not_answer_is_one_finding(tmp_path):
-    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None,
-                        Slurm(conf=str(tmp_path / "missing.conf"), timeout=5))
+    doc = doctor.Doctor(
+        "/nonexistent",
+        Layout(prefix=str(tmp_path)),
+        None,
+        Slurm(conf=str(tmp_path / "missing.conf"), timeout=5),
+    )
     assert doc.check_cluster({}) == []
     assert [f.subject for f in doc.findings] == ["slurm"] and doc.findings[0].severity == "error"
 
@@ -83,24 +113,49 @@ def test_the_sampler_is_judged_by_the_last_gpu_job_on_each_node(tmp_path):
 
     def comment(node_means):
         per_gpu = tuple(summary.GpuMeans(n, "0", sm, None, None, None) for n, sm in node_means)
-        return summary.encode(summary.JobSummary(100.0, 50.0, 100.0, 0.0, None, 1, len(node_means),
-                                                 len(node_means), per_gpu))
+        return summary.encode(
+            summary.JobSummary(100.0, 50.0, 100.0, 0.0, None, 1, len(node_means), len(node_means), per_gpu)
+        )
 
     rows = [
-        {"JobIDRaw": "10", "End": "1000", "NodeList": "g[1-2]", "AllocTRES": "cpu=2,gres/gpu=2",
-         "AdminComment": comment([("g1", 80.0), ("g2", None)])},
-        {"JobIDRaw": "11", "End": "900", "NodeList": "g2", "AllocTRES": "cpu=1,gres/gpu=1",
-         "AdminComment": comment([("g2", 70.0)])},           # older: the newer job 10 decides for g2
-        {"JobIDRaw": "12", "End": "1200", "NodeList": "g3", "AllocTRES": "cpu=1,gres/gpu=1", "AdminComment": ""},
-        {"JobIDRaw": "13", "End": "1300", "NodeList": "g4", "AllocTRES": "cpu=1", "AdminComment": ""},  # no GPU
+        {
+            "JobIDRaw": "10",
+            "End": "1000",
+            "NodeList": "g[1-2]",
+            "AllocTRES": "cpu=2,gres/gpu=2",
+            "AdminComment": comment([("g1", 80.0), ("g2", None)]),
+        },
+        {
+            "JobIDRaw": "11",
+            "End": "900",
+            "NodeList": "g2",
+            "AllocTRES": "cpu=1,gres/gpu=1",
+            "AdminComment": comment([("g2", 70.0)]),
+        },  # older: the newer job 10 decides for g2
+        {
+            "JobIDRaw": "12",
+            "End": "1200",
+            "NodeList": "g3",
+            "AllocTRES": "cpu=1,gres/gpu=1",
+            "AdminComment": "",
+        },
+        {
+            "JobIDRaw": "13",
+            "End": "1300",
+            "NodeList": "g4",
+            "AllocTRES": "cpu=1",
+            "AdminComment": "",
+        },  # no GPU
         {"JobIDRaw": "14", "End": "Unknown", "NodeList": "g4", "AllocTRES": "gres/gpu=1", "AdminComment": ""},
     ]
     doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(rows))
     doc.check_sampler([node(n, ["hdr"]) for n in ("g1", "g2", "g3", "g4")] + [node("c1", ["cpu"], gres="")])
     lines = [f.line() for f in doc.findings]
     assert any(l.startswith("warning sampler: not sampling on g2 (job 10)") for l in lines), lines
-    assert any(l.startswith("warning sampler: no usage summary stored for the last GPU job on g3 (job 12)")
-               for l in lines), lines
+    assert any(
+        l.startswith("warning sampler: no usage summary stored for the last GPU job on g3 (job 12)")
+        for l in lines
+    ), lines
     assert any(l.startswith("warning sampler: no GPU job ended on g4 within a day") for l in lines), lines
     assert any(l.startswith("ok      sampler: measured the last GPU job on g1") for l in lines), lines
     assert not any("c1" in l for l in lines)
@@ -111,10 +166,13 @@ def test_hardware_less_facts_come_from_per_node_snapshots_only(tmp_path):
     (tmp_path / "v1").mkdir()
     (tmp_path / "v1" / "gpus.json").write_text(json.dumps(snap))
     doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None)
-    doc.env = {"STUNE_GPU_SNAPSHOT": f"{tmp_path}/%n/gpus.json", "STUNE_SYSFS_ROOT": "/"}  # "/" is this host's
+    doc.env = {
+        "STUNE_GPU_SNAPSHOT": f"{tmp_path}/%n/gpus.json",
+        "STUNE_SYSFS_ROOT": "/",
+    }  # "/" is this host's
     assert doc.node_facts("v1")["driver"] == "535.104.05"
-    assert doc.node_facts("v1")["hca_fw"] == "?"     # no per-node sysfs tree: not guessed from this host
-    assert doc.node_facts("v2") is None               # no snapshot for v2: said, not guessed
+    assert doc.node_facts("v1")["hca_fw"] == "?"  # no per-node sysfs tree: not guessed from this host
+    assert doc.node_facts("v2") is None  # no snapshot for v2: said, not guessed
 
 
 class FakeCluster(FakeAccounting):
@@ -137,13 +195,21 @@ def test_gpu_count_0_skips_the_gres_comparison(tmp_path):
     from slurm_tune.profiles import validate_directory
 
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "roce.yaml").write_text("partition: roce\nfabric:\n  type: tcp\n  socket_ifname: eth0\n")
-    (tmp_path / "p" / "hdr.yaml").write_text("partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\ngpu:\n  count: 8\n")
+    (tmp_path / "p" / "roce.yaml").write_text(
+        "partition: roce\nfabric:\n  type: tcp\n  socket_ifname: eth0\n"
+    )
+    (tmp_path / "p" / "hdr.yaml").write_text(
+        "partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\ngpu:\n  count: 8\n"
+    )
     profiles = validate_directory(str(tmp_path / "p"))
     assert profiles["roce"].gpu.count == 0
     nodes = [node("r1", ["roce"], gres="gpu:4"), node("h1", ["hdr"], gres="gpu:4")]
-    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None,
-                        FakeCluster([SimpleNamespace(name="roce"), SimpleNamespace(name="hdr")], nodes))
+    doc = doctor.Doctor(
+        "/nonexistent",
+        Layout(prefix=str(tmp_path)),
+        None,
+        FakeCluster([SimpleNamespace(name="roce"), SimpleNamespace(name="hdr")], nodes),
+    )
     doc.check_cluster(profiles)
     found = {f.subject: f for f in doc.findings}
     assert found["profile roce"].severity == "ok" and "GPU checks skipped" in found["profile roce"].message
@@ -153,10 +219,20 @@ def test_gpu_count_0_skips_the_gres_comparison(tmp_path):
 def unmeasured_rows(node_name: str):
     from slurm_tune.usage import summary
 
-    text = summary.encode(summary.JobSummary(100.0, 0.0, 0.0, 0.0, None, 1, 1, 1,
-                                             (summary.GpuMeans(node_name, "0", None, None, None, None),)))
-    return [{"JobIDRaw": "12", "End": "1200", "NodeList": node_name, "AllocTRES": "gres/gpu=1",
-             "AdminComment": text}]
+    text = summary.encode(
+        summary.JobSummary(
+            100.0, 0.0, 0.0, 0.0, None, 1, 1, 1, (summary.GpuMeans(node_name, "0", None, None, None, None),)
+        )
+    )
+    return [
+        {
+            "JobIDRaw": "12",
+            "End": "1200",
+            "NodeList": node_name,
+            "AllocTRES": "gres/gpu=1",
+            "AdminComment": text,
+        }
+    ]
 
 
 def test_the_sampler_finding_names_records_in_a_directory_the_sampler_does_not_read(tmp_path):
@@ -166,16 +242,22 @@ def test_the_sampler_finding_names_records_in_a_directory_the_sampler_does_not_r
     (tmp_path / "nodes/%n/usage/jobs").mkdir(parents=True)
     (tmp_path / "nodes/%n/usage/jobs/12").write_text("0\n")
     (tmp_path / "nodes/n1/usage/jobs").mkdir(parents=True)
-    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(unmeasured_rows("n1")))
+    doc = doctor.Doctor(
+        "/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(unmeasured_rows("n1"))
+    )
     doc.env = {"STUNE_USAGE_DIR": template}
     doc.check_sampler([node("n1", ["hdr"])])
     (finding,) = doc.findings
     assert finding.severity == "warning" and "not measuring on n1 (job 12)" in finding.message
-    assert f"{tmp_path}/nodes/%n/usage/jobs, a literal %n directory the sampler does not read" in finding.message
+    assert (
+        f"{tmp_path}/nodes/%n/usage/jobs, a literal %n directory the sampler does not read" in finding.message
+    )
     assert f"it reads {tmp_path}/nodes/n1/usage/jobs" in finding.message
     assert "enable" not in finding.fix and "stune-admin install" in finding.fix
     # nothing where the sampler of n1 reads, and no stray records: that is named too
-    doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(unmeasured_rows("n2")))
+    doc = doctor.Doctor(
+        "/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(unmeasured_rows("n2"))
+    )
     doc.env = {"STUNE_USAGE_DIR": f"{tmp_path}/other/%n/usage"}
     doc.check_sampler([node("n2", ["hdr"])])
     assert f"{tmp_path}/other/n2/usage/jobs does not exist" in doc.findings[0].message
@@ -191,8 +273,10 @@ def test_the_cache_tier_is_checked_per_node_and_init_sets_it_up(tmp_path, monkey
 
     monkeypatch.setenv("STUNE_PARTITIONS", str(tmp_path / "p"))
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "hdr.yaml").write_text(f"partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\n"
-                                             f"cache:\n  path: {tmp_path}/nodes/%n/cache\n")
+    (tmp_path / "p" / "hdr.yaml").write_text(
+        f"partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\n"
+        f"cache:\n  path: {tmp_path}/nodes/%n/cache\n"
+    )
     for n in ("n1", "n2"):
         (tmp_path / "nodes" / n).mkdir(parents=True)
     profiles = validate_directory(str(tmp_path / "p"))
@@ -221,6 +305,11 @@ def test_stage_init_with_no_tier_configured_is_nothing_to_do(tmp_path, monkeypat
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "hdr.yaml").write_text("partition: hdr\nfabric:\n  type: tcp\n  socket_ifname: eth0\n")
     env = {**os.environ, "STUNE_PARTITIONS": str(tmp_path / "p"), "SLURMD_NODENAME": "n1"}
-    proc = subprocess.run([str(Path(sys.executable).parent / "stune-stage"), "init"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "stune-stage"), "init"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "no cache tier to set up" in proc.stdout

@@ -1,5 +1,6 @@
 """stune-admin install / uninstall against a temporary root, the Slurm lines it asks for, the shipped files,
 the TaskProlog wrapper, and the wheel (built, installed into a fresh venv outside the checkout)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,12 @@ def test_install_places_everything_then_a_second_run_changes_nothing(tmp_path, c
     rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all")
     assert rc == 0, out
     for piece in shipped.PIECES:
-        where = {"prolog_dir": "etc/slurm/prolog.d", "epilog_dir": "etc/slurm/epilog.d", "slurm_etc": "etc/slurm",
-                 "unit_dir": "etc/systemd/system"}[piece.place]
+        where = {
+            "prolog_dir": "etc/slurm/prolog.d",
+            "epilog_dir": "etc/slurm/epilog.d",
+            "slurm_etc": "etc/slurm",
+            "unit_dir": "etc/systemd/system",
+        }[piece.place]
         path = tmp_path / where / piece.name
         assert path.is_file(), path
         assert path.stat().st_mode & 0o777 == piece.mode
@@ -35,7 +40,10 @@ def test_install_places_everything_then_a_second_run_changes_nothing(tmp_path, c
     assert f"STUNE_STATE_DIR={tmp_path}/var/lib/stune/health" in env
     assert f"STUNE_BIN={Path(sys.executable).parent}" in env
     # hooks and units are pointed at this install's env file and bin dir
-    assert f"STUNE_ENV_FILE:-{tmp_path}/etc/default/stune" in (tmp_path / "etc/slurm/prolog.d/10-stune-health").read_text()
+    assert (
+        f"STUNE_ENV_FILE:-{tmp_path}/etc/default/stune"
+        in (tmp_path / "etc/slurm/prolog.d/10-stune-health").read_text()
+    )
     unit = (tmp_path / "etc/systemd/system/stune-gpu-sampler.service").read_text()
     assert f"ExecStart={Path(sys.executable).parent}/stune-gpu-sampler run" in unit
     assert f"EnvironmentFile=-{tmp_path}/etc/default/stune" in unit
@@ -83,8 +91,10 @@ def test_uninstall_removes_exactly_what_install_placed(tmp_path, capsys):
     rc, out = run_admin(capsys, "uninstall", "--prefix", str(tmp_path))
     assert rc == 0 and "left in place" in out, out  # the state dir holds data: kept, said
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert left == ["etc/slurm/prolog.d/50-site-own", "var/lib/stune/health/state.json",
-]
+    assert left == [
+        "etc/slurm/prolog.d/50-site-own",
+        "var/lib/stune/health/state.json",
+    ]
 
 
 def test_set_rejects_a_bad_name(tmp_path, capsys):
@@ -94,13 +104,19 @@ def test_set_rejects_a_bad_name(tmp_path, capsys):
 
 def test_requirements_and_diff_against_a_live_slurm_conf(tmp_path):
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=x\nSchedulerParameters=bf_interval=5\nPrologFlags=Contain\n"
-                    "Prolog=/etc/slurm/prolog.d/*\nPriorityCalcPeriod=10\n"
-                    "PartitionName=gpu Nodes=n[1-2] TRESBillingWeights=\"CPU=1.0,GRES/gpu=4\"\n")
+    conf.write_text(
+        "ClusterName=x\nSchedulerParameters=bf_interval=5\nPrologFlags=Contain\n"
+        "Prolog=/etc/slurm/prolog.d/*\nPriorityCalcPeriod=10\n"
+        'PartitionName=gpu Nodes=n[1-2] TRESBillingWeights="CPU=1.0,GRES/gpu=4"\n'
+    )
     parsed = SlurmConf(str(conf))
-    paths = {"prolog_dir": "/etc/slurm/prolog.d", "epilog_dir": "/etc/slurm/epilog.d",
-             "health_run": "/etc/slurm/stune-health-run", "task_prolog": "/etc/slurm/stune-task-prolog",
-             "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld"}
+    paths = {
+        "prolog_dir": "/etc/slurm/prolog.d",
+        "epilog_dir": "/etc/slurm/epilog.d",
+        "health_run": "/etc/slurm/stune-health-run",
+        "task_prolog": "/etc/slurm/stune-task-prolog",
+        "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld",
+    }
     needs = {n.key: n for n in requirements(parsed, paths)}
     assert needs["Prolog"].ok and not needs["Epilog"].ok
     assert not needs["PrologFlags"].ok and needs["PrologFlags"].line == "PrologFlags=Contain,Alloc"
@@ -116,12 +132,17 @@ def test_the_taskprolog_wrapper_reads_the_env_file(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "stune-task-prolog"
-    fake.write_text("#!/bin/sh\necho \"export SEEN=$STUNE_PARTITIONS\"\n")
+    fake.write_text('#!/bin/sh\necho "export SEEN=$STUNE_PARTITIONS"\n')
     fake.chmod(0o755)
     env_file = tmp_path / "stune"
     env_file.write_text(f"STUNE_BIN={bin_dir}\nSTUNE_PARTITIONS=/site/profiles\n")
-    out = subprocess.run([str(REPO / "prolog/stune-task-prolog")], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "STUNE_ENV_FILE": str(env_file)}, timeout=30)
+    out = subprocess.run(
+        [str(REPO / "prolog/stune-task-prolog")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "STUNE_ENV_FILE": str(env_file)},
+        timeout=30,
+    )
     assert out.returncode == 0 and out.stdout == "export SEEN=/site/profiles\n"
 
 
@@ -141,10 +162,16 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     """Build the wheel from a clean copy, install it into a fresh venv, and run install/doctor/uninstall
     from there against a temporary root: what a site gets from an index."""
     src = tmp_path / "src"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build"))
+    shutil.copytree(
+        REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build")
+    )
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
-                    str(src)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     wheel = next(wheels.glob("slurm_tune-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for piece in shipped.PIECES:
@@ -153,17 +180,28 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     assert not [n for n in names if n.startswith("stune_dev/") or "stune_dev" in n], names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "stune_dev" not in zipfile.ZipFile(wheel).read(entry_points).decode()
-    subprocess.run([sys.executable, "-c", "from setuptools import build_meta; build_meta.build_sdist('sdist')"],
-                   cwd=src, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", "from setuptools import build_meta; build_meta.build_sdist('sdist')"],
+        cwd=src,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     import tarfile
 
     sdist_names = tarfile.open(next((src / "sdist").glob("*.tar.gz"))).getnames()
     for piece in shipped.PIECES:
         assert any(n.endswith(f"/{piece.source}") for n in sdist_names), piece.source
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
-    subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
+    )
+    subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     # the hot commands' launchers point at the venv's interpreter and import no re; pip left bytecode
     # (docs/speed.md)
     for command in ("stune-sbatch", "stune-task-prolog", "stune-health"):
@@ -178,18 +216,41 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     (fake / "sbatch").write_text("#!/bin/sh\necho 4242\n")
     (fake / "sbatch").chmod(0o755)
     cache = tmp_path / "cache"
-    submit_env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path), "STUNE_CACHE_DIR": str(cache),
-                  "STUNE_PARTITIONS": str(REPO / "partitions"), "STUNE_HISTORY": str(tmp_path / "history.jsonl"),
-                  "PYTHONDONTWRITEBYTECODE": "1"}
+    submit_env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "STUNE_CACHE_DIR": str(cache),
+        "STUNE_PARTITIONS": str(REPO / "partitions"),
+        "STUNE_HISTORY": str(tmp_path / "history.jsonl"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     for _ in range(2):
-        submitted = subprocess.run([str(venv / "bin/stune-sbatch"), "-p", "roce", "--parsable", "-H", "--wrap", "true"],
-                                   capture_output=True, text=True, env=submit_env, cwd=tmp_path, timeout=120)
+        submitted = subprocess.run(
+            [str(venv / "bin/stune-sbatch"), "-p", "roce", "--parsable", "-H", "--wrap", "true"],
+            capture_output=True,
+            text=True,
+            env=submit_env,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert submitted.returncode == 0 and submitted.stdout.strip() == "4242", submitted.stderr
     outputs = set()
     for _ in range(2):
-        judged = subprocess.run([str(venv / "bin/stune-health"), "check", "--snapshot",
-                                 str(REPO / "tests/fixtures/snapshots/dgx-a100-ib.json"), "--partition", "hdr"],
-                                capture_output=True, text=True, env=submit_env, cwd=tmp_path, timeout=120)
+        judged = subprocess.run(
+            [
+                str(venv / "bin/stune-health"),
+                "check",
+                "--snapshot",
+                str(REPO / "tests/fixtures/snapshots/dgx-a100-ib.json"),
+                "--partition",
+                "hdr",
+            ],
+            capture_output=True,
+            text=True,
+            env=submit_env,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert judged.returncode == 0 and judged.stdout.startswith("gpu-a017 (hdr, policy "), judged.stderr
         outputs.add(judged.stdout)
     assert len(outputs) == 1
@@ -199,21 +260,41 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     root = tmp_path / "root"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     admin = str(venv / "bin/stune-admin")
-    first = subprocess.run([admin, "install", "--prefix", str(root), "--role", "all"], capture_output=True, text=True,
-                           env=env, cwd=tmp_path, timeout=120)
+    first = subprocess.run(
+        [admin, "install", "--prefix", str(root), "--role", "all"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert first.returncode == 0, first.stderr
     hook = root / "etc/slurm/prolog.d/10-stune-health"
     assert hook.read_bytes() == (REPO / "prolog/10-stune-health").read_bytes().replace(
-        b"/etc/default/stune}", f"{root}/etc/default/stune}}".encode())
+        b"/etc/default/stune}", f"{root}/etc/default/stune}}".encode()
+    )
     assert f"STUNE_BIN={venv}/bin" in (root / "etc/default/stune").read_text()
-    second = subprocess.run([admin, "install", "--prefix", str(root), "--role", "all"], capture_output=True,
-                            text=True, env=env, cwd=tmp_path, timeout=120)
+    second = subprocess.run(
+        [admin, "install", "--prefix", str(root), "--role", "all"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert second.returncode == 0 and "nothing changed" in second.stdout
     # doctor, without a cluster: it names what is missing, and does not hang on the absent Slurm
-    (root / "etc/slurm/slurm.conf").write_text(f"ClusterName=none\nSlurmctldHost=nowhere\n"
-                                               f"Prolog={root}/etc/slurm/prolog.d/*\n")
-    doctor = subprocess.run([admin, "doctor", "--prefix", str(root), "--role", "all", "--json", "--timeout", "5"],
-                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    (root / "etc/slurm/slurm.conf").write_text(
+        f"ClusterName=none\nSlurmctldHost=nowhere\nProlog={root}/etc/slurm/prolog.d/*\n"
+    )
+    doctor = subprocess.run(
+        [admin, "doctor", "--prefix", str(root), "--role", "all", "--json", "--timeout", "5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert doctor.returncode == 1, doctor.stderr
     findings = json.loads(doctor.stdout)["findings"]
     keys = {f["subject"] for f in findings if f["severity"] == "error"}
@@ -221,13 +302,22 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     assert any(f["subject"] == "Prolog" and f["severity"] == "ok" for f in findings)
     assert any(f["subject"] == "Prolog: fast health checks" and f["severity"] == "ok" for f in findings)
     assert not (venv / "bin/stune-devcluster").exists()
-    no_dev = subprocess.run([str(venv / "bin/python"), "-c", "import stune_dev"], capture_output=True, text=True,
-                            env=env, cwd=tmp_path, timeout=120)
+    no_dev = subprocess.run(
+        [str(venv / "bin/python"), "-c", "import stune_dev"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert no_dev.returncode != 0 and "No module named 'stune_dev'" in no_dev.stderr, no_dev.stderr
-    gone = subprocess.run([admin, "uninstall", "--prefix", str(root)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    gone = subprocess.run(
+        [admin, "uninstall", "--prefix", str(root)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert gone.returncode == 0, gone.stdout
-    assert [p for p in root.rglob("*") if p.is_file()] == [root / "etc/slurm/slurm.conf"]  # the admin's file stays
+    assert [p for p in root.rglob("*") if p.is_file()] == [
+        root / "etc/slurm/slurm.conf"
+    ]  # the admin's file stays
 
 
 def test_roles_are_detected_from_slurm_conf(tmp_path, monkeypatch):
@@ -249,7 +339,9 @@ def test_roles_are_detected_from_slurm_conf(tmp_path, monkeypatch):
 def test_install_without_a_detected_role_asks_for_one(tmp_path, capsys, monkeypatch):
     from slurm_tune.admin import install as inst
 
-    monkeypatch.setattr(inst, "detect_roles", lambda conf: (set(), "login1 is neither a node nor the controller"))
+    monkeypatch.setattr(
+        inst, "detect_roles", lambda conf: (set(), "login1 is neither a node nor the controller")
+    )
     rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path))
     assert rc == 1 and "pass --role node, controller or all" in out
     assert list(tmp_path.iterdir()) == []
@@ -257,8 +349,16 @@ def test_install_without_a_detected_role_asks_for_one(tmp_path, capsys, monkeypa
 
 def test_set_moves_the_directories_install_creates(tmp_path, capsys):
     shared = tmp_path / "shared/stune/usage"
-    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path / "root"), "--role", "all",
-                        f"--set=STUNE_USAGE_SPOOL={shared}", f"--set=STUNE_STATE_DIR={tmp_path}/nodes/%n/health")
+    rc, out = run_admin(
+        capsys,
+        "install",
+        "--prefix",
+        str(tmp_path / "root"),
+        "--role",
+        "all",
+        f"--set=STUNE_USAGE_SPOOL={shared}",
+        f"--set=STUNE_STATE_DIR={tmp_path}/nodes/%n/health",
+    )
     assert rc == 0, out
     assert shared.is_dir() and not (tmp_path / "root/var/spool/stune/usage").exists()
     assert not (tmp_path / "nodes").exists()  # per-node: the hooks create it
@@ -270,16 +370,22 @@ def test_the_diff_weighs_gpus_on_gpu_partitions_only(tmp_path):
     from slurm_tune.admin.slurmconf import gpu_partitions, partition_needs
 
     conf = tmp_path / "slurm.conf"
-    conf.write_text("NodeName=gpu[01-04] Gres=gpu:a100:8 CPUs=64\nNodeName=cpu[01-02] CPUs=64\n"
-                    'PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0" # GPU nodes\n'
-                    "PartitionName=cpu Nodes=cpu[01-02] Default=YES\n"
-                    "PartitionName=all Nodes=ALL\n")
+    conf.write_text(
+        "NodeName=gpu[01-04] Gres=gpu:a100:8 CPUs=64\nNodeName=cpu[01-02] CPUs=64\n"
+        'PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0" # GPU nodes\n'
+        "PartitionName=cpu Nodes=cpu[01-02] Default=YES\n"
+        "PartitionName=all Nodes=ALL\n"
+    )
     parsed = SlurmConf(str(conf))
     assert gpu_partitions(parsed) == ["a100", "all"]
     diff = diff_against(str(conf), parsed.text, partition_needs(parsed, gpu_partitions(parsed)))
-    assert '+PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" # GPU nodes\n' in diff
-    assert ('+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0" # on each GPU '
-            'partition: the GPU weight the accountant charges by\n') in diff
+    assert (
+        '+PartitionName=a100 Nodes=gpu[01-04] TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" # GPU nodes\n' in diff
+    )
+    assert (
+        '+PartitionName=all Nodes=ALL TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0" # on each GPU '
+        "partition: the GPU weight the accountant charges by\n"
+    ) in diff
     assert "+PartitionName=cpu" not in diff and "-PartitionName=cpu" not in diff
 
 
@@ -289,9 +395,13 @@ def test_enable_is_refused_with_a_prefix(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-DEFAULT_PATHS = {"prolog_dir": "/etc/slurm/prolog.d", "epilog_dir": "/etc/slurm/epilog.d",
-                 "health_run": "/etc/slurm/stune-health-run", "task_prolog": "/etc/slurm/stune-task-prolog",
-                 "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld"}
+DEFAULT_PATHS = {
+    "prolog_dir": "/etc/slurm/prolog.d",
+    "epilog_dir": "/etc/slurm/epilog.d",
+    "health_run": "/etc/slurm/stune-health-run",
+    "task_prolog": "/etc/slurm/stune-task-prolog",
+    "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld",
+}
 
 
 def test_install_prints_every_slurm_line_the_features_need_with_its_reason(tmp_path, capsys):
@@ -300,10 +410,15 @@ def test_install_prints_every_slurm_line_the_features_need_with_its_reason(tmp_p
     conf = tmp_path / "etc/slurm/slurm.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text("ClusterName=x\nNodeName=n1 Gres=gpu:4\nPartitionName=gpu Nodes=n1\n")
-    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--slurm-conf", str(conf))
+    rc, out = run_admin(
+        capsys, "install", "--prefix", str(tmp_path), "--role", "all", "--slurm-conf", str(conf)
+    )
     assert rc == 0, out
-    needs = requirements(SlurmConf(str(conf)), {k: v.replace("/etc/slurm", str(tmp_path / "etc/slurm"))
-                                                 for k, v in DEFAULT_PATHS.items()}, "all")
+    needs = requirements(
+        SlurmConf(str(conf)),
+        {k: v.replace("/etc/slurm", str(tmp_path / "etc/slurm")) for k, v in DEFAULT_PATHS.items()},
+        "all",
+    )
     keys = {n.key for n in needs}
     assert {"PriorityCalcPeriod", "TaskPlugin", "PrologFlags", "EpilogSlurmctld"} <= keys
     assert [n.key for n in needs if n.ok] == ["HealthCheckNodeState"]  # Slurm's default ANY suits stune
@@ -316,7 +431,9 @@ def test_install_prints_every_slurm_line_the_features_need_with_its_reason(tmp_p
     for value, ok in (("1", True), ("00:01:00", True), ("5", False)):
         parsed = SlurmConf(str(conf), text=f"PriorityCalcPeriod={value}\n")
         assert {n.key: n.ok for n in requirements(parsed, DEFAULT_PATHS)}["PriorityCalcPeriod"] is ok, value
-    assert not {n.key: n.ok for n in requirements(SlurmConf(str(conf), text=""), DEFAULT_PATHS)}["PriorityCalcPeriod"]
+    assert not {n.key: n.ok for n in requirements(SlurmConf(str(conf), text=""), DEFAULT_PATHS)}[
+        "PriorityCalcPeriod"
+    ]
 
 
 def test_readmes_slurm_conf_block_is_what_install_prints():
@@ -325,7 +442,7 @@ def test_readmes_slurm_conf_block_is_what_install_prints():
     readme = (REPO / "README.md").read_text()
     head = "install. Then add to slurm.conf:\n\n```\n"
     start = readme.index(head) + len(head)
-    block = readme[start:readme.index("```\n", start)]
+    block = readme[start : readme.index("```\n", start)]
     assert block == recommended_block(DEFAULT_PATHS)
     assert "PriorityCalcPeriod=1 " in block and "TaskPlugin=task/cgroup" in block
 
@@ -337,12 +454,19 @@ def test_dry_run_says_exactly_what_the_real_run_does(tmp_path, capsys):
     assert rc == 0
     rc, real = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "all")
     assert rc == 0
-    would = [line.replace("would create: ", "", 1) for line in dry.splitlines() if line.startswith("would create: ")]
+    would = [
+        line.replace("would create: ", "", 1)
+        for line in dry.splitlines()
+        if line.startswith("would create: ")
+    ]
     created = [line.replace("created: ", "", 1) for line in real.splitlines() if line.startswith("created: ")]
     assert len(would) == len(set(would)) and sorted(would) == sorted(created)
     assert f"{tmp_path}/var/spool/stune/ (0755)" in would
     placed = sorted(line.split(": ", 1)[1] for line in real.splitlines() if line.startswith("placed: "))
-    assert sorted(line.split(": ", 1)[1] for line in dry.splitlines() if line.startswith("would be placed: ")) == placed
+    assert (
+        sorted(line.split(": ", 1)[1] for line in dry.splitlines() if line.startswith("would be placed: "))
+        == placed
+    )
 
 
 def test_prefix_moves_the_accountants_ledger(tmp_path, capsys, monkeypatch):
@@ -364,6 +488,7 @@ def test_prefix_moves_the_accountants_ledger(tmp_path, capsys, monkeypatch):
     assert ledger_path(config, env).startswith(f"{tmp_path}/root/var/lib/stune/fairshare/")
     assert ledger_path(config, {}).startswith("/var/lib/stune/fairshare/")
     from slurm_tune.admin.install import Layout, env_settings
+
     assert "STUNE_FAIRSHARE_STATE_DIR" not in env_settings(Layout(), {})
 
 
@@ -379,11 +504,19 @@ def test_slurm_conf_alone_puts_the_hooks_beside_it(tmp_path, capsys):
     conf = tmp_path / "etc/slurm-llnl/slurm.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text("ClusterName=x\n")
-    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--slurm-conf", str(conf), "--role", "all")
+    rc, out = run_admin(
+        capsys, "install", "--prefix", str(tmp_path), "--slurm-conf", str(conf), "--role", "all"
+    )
     assert rc == 0, out
     etc = conf.parent
-    for name in ("stune-hook-env.sh", "stune-health-run", "stune-task-prolog", "stune-usage-slurmctld",
-                 "prolog.d/20-stune-jobgpus", "epilog.d/20-stune-usage"):
+    for name in (
+        "stune-hook-env.sh",
+        "stune-health-run",
+        "stune-task-prolog",
+        "stune-usage-slurmctld",
+        "prolog.d/20-stune-jobgpus",
+        "epilog.d/20-stune-usage",
+    ):
         assert (etc / name).is_file(), name
     assert not (tmp_path / "etc/slurm").exists()
     assert f'hook_env="{etc}/stune-hook-env.sh"' in (etc / "prolog.d/20-stune-jobgpus").read_text()

@@ -2,28 +2,62 @@
 
 slurm.conf and the env file are root's files, but doctor reads whatever is there (a half-written file, a
 binary dropped by mistake); ibnetdiscover dumps and node name maps come from other machines."""
+
 from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from slurm_tune.admin import doctor
 from slurm_tune.admin.slurmconf import SlurmConf, gpu_partitions, partition_needs, requirements, seconds
-from slurm_tune.errors import ConfigError
 from slurm_tune.admin.topology import build_topology, parse_ibnetdiscover, parse_node_name_map
+from slurm_tune.errors import ConfigError
 
-PATHS = {"prolog_dir": "/etc/slurm/prolog.d", "epilog_dir": "/etc/slurm/epilog.d",
-         "health_run": "/etc/slurm/stune-health-run", "task_prolog": "/etc/slurm/stune-task-prolog",
-         "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld"}
-SLURM_WORDS = ["PrologFlags=", "Prolog=", "HealthCheckInterval=", "PriorityCalcPeriod=", "NodeName=", "Gres=gpu:",
-               "PartitionName=", "Nodes=", "TRESBillingWeights=", "Include ", "#", "\n", "=", ",", "[", "]", "-",
-               "*", '"', "ALL", "1-0", "00:05:00", "99999999999999999999"]
-GARBAGE = st.one_of(st.binary(max_size=400),
-                    st.lists(st.sampled_from(SLURM_WORDS) | st.text(max_size=6), max_size=40).map("".join)
-                    .map(lambda t: t.encode("utf-8", "surrogatepass")))
-FILE_SETTINGS = settings(max_examples=1500, deadline=None,
-                         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PATHS = {
+    "prolog_dir": "/etc/slurm/prolog.d",
+    "epilog_dir": "/etc/slurm/epilog.d",
+    "health_run": "/etc/slurm/stune-health-run",
+    "task_prolog": "/etc/slurm/stune-task-prolog",
+    "epilog_slurmctld": "/etc/slurm/stune-usage-slurmctld",
+}
+SLURM_WORDS = [
+    "PrologFlags=",
+    "Prolog=",
+    "HealthCheckInterval=",
+    "PriorityCalcPeriod=",
+    "NodeName=",
+    "Gres=gpu:",
+    "PartitionName=",
+    "Nodes=",
+    "TRESBillingWeights=",
+    "Include ",
+    "#",
+    "\n",
+    "=",
+    ",",
+    "[",
+    "]",
+    "-",
+    "*",
+    '"',
+    "ALL",
+    "1-0",
+    "00:05:00",
+    "99999999999999999999",
+]
+GARBAGE = st.one_of(
+    st.binary(max_size=400),
+    st.lists(st.sampled_from(SLURM_WORDS) | st.text(max_size=6), max_size=40)
+    .map("".join)
+    .map(lambda t: t.encode("utf-8", "surrogatepass")),
+)
+FILE_SETTINGS = settings(
+    max_examples=1500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @FILE_SETTINGS
@@ -51,11 +85,33 @@ def test_durations_are_a_number_or_none(text):
     assert value is None or value >= 0 or text.strip().startswith("-")
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-                        st.sampled_from(["gpus", "ib", "devices", "name", "driver_version", "fw_ver", "hca_type",
-                                         "answered", "kernel", "release", "cuda_driver_version", "x"]),
-                        inner, max_size=5), max_leaves=30)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "gpus",
+                    "ib",
+                    "devices",
+                    "name",
+                    "driver_version",
+                    "fw_ver",
+                    "hca_type",
+                    "answered",
+                    "kernel",
+                    "release",
+                    "cuda_driver_version",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=30,
+)
 
 
 @settings(max_examples=1500, deadline=None)
@@ -66,17 +122,30 @@ def test_facts_from_any_json_are_strings(snap):
         assert set(facts) == set(doctor.FACT_KEYS) and all(isinstance(v, str) and v for v in facts.values())
 
 
-IB_WORDS = ['Switch\t36 "S-0002c902004b0818"\t\t# "MF0;sw1:X/U1" base port 0 lid 2 lmc 0\n',
-            'Ca\t2 "H-0002c9030009e4f0"\t\t# "cn101 HCA-1"\n',
-            '[1]\t"H-0002c9030009e4f0"[1](2c9030009e4f1) \t\t# "cn101 HCA-1" lid 11 4xQDR\n',
-            '[1](2c9030009e4f1) \t"S-0002c902004b0818"[1]\t\t# lid 11 lmc 0 "sw1" lid 2 4xQDR\n',
-            "Non-Chassis Nodes\n", "Chassis 1 (guid 0x2c902004b0818)\n", "ibwarn: [1] mad_rpc: failed\n",
-            "src/query_smp.c:199; umad bad status 110\n", "vendid=0x2c9\n", "[ext 3]", "\n", '"', "#"]
+IB_WORDS = [
+    'Switch\t36 "S-0002c902004b0818"\t\t# "MF0;sw1:X/U1" base port 0 lid 2 lmc 0\n',
+    'Ca\t2 "H-0002c9030009e4f0"\t\t# "cn101 HCA-1"\n',
+    '[1]\t"H-0002c9030009e4f0"[1](2c9030009e4f1) \t\t# "cn101 HCA-1" lid 11 4xQDR\n',
+    '[1](2c9030009e4f1) \t"S-0002c902004b0818"[1]\t\t# lid 11 lmc 0 "sw1" lid 2 4xQDR\n',
+    "Non-Chassis Nodes\n",
+    "Chassis 1 (guid 0x2c902004b0818)\n",
+    "ibwarn: [1] mad_rpc: failed\n",
+    "src/query_smp.c:199; umad bad status 110\n",
+    "vendid=0x2c9\n",
+    "[ext 3]",
+    "\n",
+    '"',
+    "#",
+]
 
 
 @settings(max_examples=1500, deadline=None)
-@given(st.one_of(st.binary(max_size=300).map(lambda b: b.decode("utf-8", "replace")),
-                 st.lists(st.sampled_from(IB_WORDS) | st.text(max_size=5), max_size=30).map("".join)))
+@given(
+    st.one_of(
+        st.binary(max_size=300).map(lambda b: b.decode("utf-8", "replace")),
+        st.lists(st.sampled_from(IB_WORDS) | st.text(max_size=5), max_size=30).map("".join),
+    )
+)
 def test_ibnetdiscover_garbage_is_a_config_error_or_a_fabric(text):
     try:
         fabric = parse_ibnetdiscover(text, "dump")

@@ -1,4 +1,5 @@
 """Every command is installed, and answers --help with its usage instead of failing obscurely."""
+
 from __future__ import annotations
 
 import shutil

@@ -2,6 +2,7 @@
 
 The filter's behaviour inside real sbatch/salloc/srun is tests/test_clifilter_cluster.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,12 @@ PARTITIONS = str(REPO / "partitions")
 
 def dry_run_env(partition: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SBATCH_", "STUNE_MANAGED"))}
-    out = subprocess.run([os.path.join(BIN, "stune-sbatch"), "--dry-run", "--json", "-p", partition, "--wrap", "true"],
-                         capture_output=True, text=True, env=dict(env, STUNE_PARTITIONS=PARTITIONS))
+    out = subprocess.run(
+        [os.path.join(BIN, "stune-sbatch"), "--dry-run", "--json", "-p", partition, "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        env=dict(env, STUNE_PARTITIONS=PARTITIONS),
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["env"]
 
@@ -59,14 +64,19 @@ def test_slurm_binding_gives_gpu_bind_to_all_three_commands_and_srun_its_cpu_bin
     from slurm_tune.profilestore import load_profile
 
     (tmp_path / "site.yaml").write_text((REPO / "partitions/site.yaml").read_text())
-    (tmp_path / "vpc.yaml").write_text((REPO / "partitions/vpc.yaml").read_text()
-                                       + "numa:\n  bind: slurm\n  cpu_bind: sockets\n")
+    (tmp_path / "vpc.yaml").write_text(
+        (REPO / "partitions/vpc.yaml").read_text() + "numa:\n  bind: slurm\n  cpu_bind: sockets\n"
+    )
     entry = render.partition_entry(load_profile("vpc", str(tmp_path)))
     gpu_bind = next(o for o in entry["options"] if o["option"] == "--gpu-bind")
-    assert (gpu_bind["value"], gpu_bind["commands"], gpu_bind["when"]) == ("closest", ["sbatch", "salloc", "srun"],
-                                                                           "always")
+    assert (gpu_bind["value"], gpu_bind["commands"], gpu_bind["when"]) == (
+        "closest",
+        ["sbatch", "salloc", "srun"],
+        "always",
+    )
     assert {"name": "SLURM_CPU_BIND", "value": "sockets"}.items() <= next(
-        e for e in entry["env"] if e["name"] == "SLURM_CPU_BIND").items()
+        e for e in entry["env"] if e["name"] == "SLURM_CPU_BIND"
+    ).items()
 
 
 def test_lua_strings_escape_quotes_backslashes_and_control_bytes():
@@ -105,8 +115,17 @@ def test_install_cli_filter_places_the_filter_beside_slurm_conf_and_prints_the_l
     etc.mkdir(parents=True)
     conf = etc / "slurm.conf"
     conf.write_text("ClusterName=c\nPartitionName=roce Nodes=n1 Default=YES\n")
-    argv = ("install", "--prefix", str(tmp_path), "--slurm-conf", str(conf), "--role", "node",
-            f"--set=STUNE_PARTITIONS={PARTITIONS}", "--cli-filter")
+    argv = (
+        "install",
+        "--prefix",
+        str(tmp_path),
+        "--slurm-conf",
+        str(conf),
+        "--role",
+        "node",
+        f"--set=STUNE_PARTITIONS={PARTITIONS}",
+        "--cli-filter",
+    )
     rc, out = run_admin(capsys, *argv)
     assert rc == 0, out
     lua = (etc / "cli_filter.lua").read_text()
@@ -131,8 +150,9 @@ def test_install_cli_filter_places_the_filter_beside_slurm_conf_and_prints_the_l
 
 
 def test_install_without_cli_filter_places_no_filter(tmp_path, capsys):
-    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node",
-                        f"--set=STUNE_PARTITIONS={PARTITIONS}")
+    rc, out = run_admin(
+        capsys, "install", "--prefix", str(tmp_path), "--role", "node", f"--set=STUNE_PARTITIONS={PARTITIONS}"
+    )
     assert rc == 0, out
     assert not (tmp_path / "etc/slurm/cli_filter.lua").exists() and "CliFilterPlugins" not in out
 
@@ -141,8 +161,16 @@ def test_an_invalid_profile_is_one_line_naming_the_file(tmp_path, capsys):
     bad = tmp_path / "profiles"
     bad.mkdir()
     (bad / "x.yaml").write_text("partition: x\nfabric: {type: warp}\n")
-    rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path), "--role", "node",
-                        f"--set=STUNE_PARTITIONS={bad}", "--cli-filter")
+    rc, out = run_admin(
+        capsys,
+        "install",
+        "--prefix",
+        str(tmp_path),
+        "--role",
+        "node",
+        f"--set=STUNE_PARTITIONS={bad}",
+        "--cli-filter",
+    )
     assert rc != 0
     assert "x.yaml" in out and "fabric.type" in out and "Traceback" not in out
     assert not (tmp_path / "etc/slurm/cli_filter.lua").exists()
@@ -175,7 +203,12 @@ def test_the_filter_reads_its_data_on_lua_51_and_on_54(lua, tmp_path):
         Path(path).write_bytes(data)
     (tmp_path / "driver.lua").write_text(LUA_DRIVER)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "STUNE_", "SLURM_", "MASTER_"))}
-    out = subprocess.run([interpreter, str(tmp_path / "driver.lua"), str(etc / render.LUA_FILE)],
-                         capture_output=True, text=True, env=env, timeout=30)
+    out = subprocess.run(
+        [interpreter, str(tmp_path / "driver.lua"), str(etc / render.LUA_FILE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
     assert out.stdout.startswith("ALL,") and "NCCL_IB_TC=106" in out.stdout, out.stdout  # the roce profile

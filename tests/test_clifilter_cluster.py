@@ -4,6 +4,7 @@ The module installs the filter the way a site does (`stune-admin install --cli-f
 CliFilterPlugins=cli_filter/lua in slurm.conf), over a profile directory whose `roce` profile stages a dataset
 for every job (cache.stage), and the TaskProlog of a site. It adds a partition without a profile (`plain`).
 """
+
 from __future__ import annotations
 
 import os
@@ -14,24 +15,37 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import wait_for_state, wait_until
-from test_sbatch_cluster import SYSFS, taskprolog  # noqa: F401  (the fixture: per-node sysfs, TaskProlog)
+from test_sbatch_cluster import SYSFS, taskprolog
 from test_stage_cluster import Stage
 
 pytestmark = pytest.mark.cluster
 
 BIN = os.path.dirname(sys.executable)
-NAMES = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "NCCL_NET_GDR_LEVEL",
-         "NCCL_SOCKET_IFNAME", "NCCL_IB_TC", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_DISABLE", "GLOO_SOCKET_IFNAME",
-         "MASTER_ADDR", "STUNE_STAGE_DS")
-REPORT_FN = ("report() { for n in " + " ".join(NAMES)
-             + "; do printf '%s %s=%s\\n' \"$1\" \"$n\" \"${!n-<unset>}\"; done; }")
-JOB = f"#!/bin/bash\n{REPORT_FN}\nreport batch\nsrun -n1 bash -c \"$(declare -f report); report step\"\n"
+NAMES = (
+    "NCCL_IB_HCA",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_TC",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_IB_DISABLE",
+    "GLOO_SOCKET_IFNAME",
+    "MASTER_ADDR",
+    "STUNE_STAGE_DS",
+)
+REPORT_FN = (
+    "report() { for n in "
+    + " ".join(NAMES)
+    + '; do printf \'%s %s=%s\\n\' "$1" "$n" "${!n-<unset>}"; done; }'
+)
+JOB = f'#!/bin/bash\n{REPORT_FN}\nreport batch\nsrun -n1 bash -c "$(declare -f report); report step"\n'
 
 
 @pytest.fixture(scope="module")
-def filtered(cluster, taskprolog, tmp_path_factory):  # noqa: F811
+def filtered(cluster, taskprolog, tmp_path_factory):
     """The filter installed and enabled, a TaskProlog reading a profile directory where roce stages DS."""
     from slurm_tune.slurm import Slurm
 
@@ -54,17 +68,35 @@ def filtered(cluster, taskprolog, tmp_path_factory):  # noqa: F811
         f"STUNE_PARTITIONS={world.profiles}; export STUNE_PARTITIONS\n"
         f"STUNE_CACHE_DIR={world.profile_cache}-tp; export STUNE_CACHE_DIR\n"
         f"STUNE_SYSFS_ROOT={cluster.layout.root}/nodes/%n/{SYSFS}; export STUNE_SYSFS_ROOT\n"
-        "exec stune-task-prolog\n")
+        "exec stune-task-prolog\n"
+    )
     wrapper.chmod(0o755)
     env = world.env()
     install = subprocess.run(
-        [os.path.join(BIN, "stune-admin"), "install", "--prefix", str(cluster.site_root), "--slurm-conf",
-         str(cluster.layout.slurm_conf), "--role", "all", "--force", f"--set=STUNE_PARTITIONS={world.profiles}",
-         "--cli-filter"], capture_output=True, text=True, env=dict(os.environ, **env))
+        [
+            os.path.join(BIN, "stune-admin"),
+            "install",
+            "--prefix",
+            str(cluster.site_root),
+            "--slurm-conf",
+            str(cluster.layout.slurm_conf),
+            "--role",
+            "all",
+            "--force",
+            f"--set=STUNE_PARTITIONS={world.profiles}",
+            "--cli-filter",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     cluster.set_fragment("sbatch", f"TaskProlog={wrapper}", reconfigure=False)
-    cluster.set_fragment("clifilter", "CliFilterPlugins=cli_filter/lua\n"
-                         "PartitionName=plain Nodes=n1,n2,n3 Default=NO MaxTime=INFINITE State=UP")
+    cluster.set_fragment(
+        "clifilter",
+        "CliFilterPlugins=cli_filter/lua\n"
+        "PartitionName=plain Nodes=n1,n2,n3 Default=NO MaxTime=INFINITE State=UP",
+    )
     try:
         yield world, dataset
     finally:
@@ -75,8 +107,11 @@ def filtered(cluster, taskprolog, tmp_path_factory):  # noqa: F811
 @pytest.fixture
 def env(filtered, slurm, shared_tmp):
     world, _ = filtered
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SBATCH_", "SALLOC_", "SLURM_JOB",
-                                                                      "STUNE_MANAGED", "STUNE_EXPLAIN"))}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NCCL_", "SBATCH_", "SALLOC_", "SLURM_JOB", "STUNE_MANAGED", "STUNE_EXPLAIN"))
+    }
     e = dict(base, **world.env(), STUNE_HISTORY=str(shared_tmp / "history.jsonl"), HOME=str(shared_tmp))
     yield e
     for state in ("PENDING", "RUNNING"):
@@ -93,8 +128,11 @@ def batch(slurm, shared_tmp, argv, env, script=JOB) -> tuple[dict, dict, str]:
     assert out.returncode == 0, out.stderr
     job = int(out.stdout.strip().split(";")[0])
     state = wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90)
-    text = wait_until("job output", lambda: (shared_tmp / f"out-{job}.txt").exists()
-                      and (shared_tmp / f"out-{job}.txt").read_text(), timeout=10)
+    text = wait_until(
+        "job output",
+        lambda: (shared_tmp / f"out-{job}.txt").exists() and (shared_tmp / f"out-{job}.txt").read_text(),
+        timeout=10,
+    )
     err = (shared_tmp / f"err-{job}.txt").read_text()
     assert state == "COMPLETED", err
     return values(text, "batch"), values(text, "step"), out.stderr + err
@@ -109,7 +147,11 @@ def test_plain_sbatch_gets_stune_sbatchs_nccl_and_staging_settings(filtered, slu
     s_batch, s_step, _ = batch(slurm, shared_tmp, [os.path.join(BIN, "stune-sbatch"), "-p", "roce"], env)
     p_batch, p_step, err = batch(slurm, shared_tmp, ["sbatch", "-p", "roce"], env)
     assert p_step == s_step and p_batch == s_batch
-    assert p_step["NCCL_IB_TIMEOUT"] == "22" and p_step["NCCL_IB_TC"] == "106" and p_step["NCCL_IB_GID_INDEX"] == "3"
+    assert (
+        p_step["NCCL_IB_TIMEOUT"] == "22"
+        and p_step["NCCL_IB_TC"] == "106"
+        and p_step["NCCL_IB_GID_INDEX"] == "3"
+    )
     assert p_step["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
     assert p_step["STUNE_STAGE_DS"].startswith(str(filtered[0].cluster.layout.root / "nodes" / "n1"))
     assert p_step["STUNE_STAGE_DS"] != str(dataset), "staged into the cache tier, not read from the source"
@@ -136,8 +178,28 @@ def test_salloc_and_srun_jobs_get_the_same_settings(filtered, slurm, env, shared
 
 def test_a_step_in_a_heterogeneous_allocation_gets_its_partitions_settings(filtered, slurm, env, shared_tmp):
     """A het allocation has no SLURM_JOB_PARTITION: the step must not take Slurm's default partition's (hdr)."""
-    out = run(["salloc", "-p", "roce", "-N1", "-w", "n1", ":", "-p", "roce", "-N1", "-w", "n2", "srun",
-               "--het-group=0", "bash", "-c", f"{REPORT_FN}; report step"], env)
+    out = run(
+        [
+            "salloc",
+            "-p",
+            "roce",
+            "-N1",
+            "-w",
+            "n1",
+            ":",
+            "-p",
+            "roce",
+            "-N1",
+            "-w",
+            "n2",
+            "srun",
+            "--het-group=0",
+            "bash",
+            "-c",
+            f"{REPORT_FN}; report step",
+        ],
+        env,
+    )
     assert out.returncode == 0, out.stderr
     got = values(out.stdout, "step")
     assert (got["NCCL_NET_GDR_LEVEL"], got["NCCL_IB_TC"], got["NCCL_IB_TIMEOUT"]) == ("SYS", "106", "22")
@@ -146,13 +208,27 @@ def test_a_step_in_a_heterogeneous_allocation_gets_its_partitions_settings(filte
 def test_a_value_the_user_set_wins(filtered, slurm, env, shared_tmp):
     env["NCCL_IB_TIMEOUT"] = "18"
     env["STUNE_EXPLAIN"] = "1"
-    b, step, err = batch(slurm, shared_tmp, ["sbatch", "-p", "roce", "--export=ALL,NCCL_IB_TC=99", "--no-requeue"],
-                         env)
+    b, step, err = batch(
+        slurm, shared_tmp, ["sbatch", "-p", "roce", "--export=ALL,NCCL_IB_TC=99", "--no-requeue"], env
+    )
     assert (step["NCCL_IB_TIMEOUT"], step["NCCL_IB_TC"], step["NCCL_IB_RETRY_CNT"]) == ("18", "99", "7")
     assert "kept your NCCL_IB_TIMEOUT=18 (your environment); stune would set 22" in err
     assert "kept your NCCL_IB_TC=99 (your --export)" in err and "kept your --no-requeue" in err
-    srun = run(["srun", "-p", "roce", "-w", "n1", "-n1", "--export=ALL,NCCL_IB_RETRY_CNT=3", "bash", "-c",
-                f"{REPORT_FN}; report step"], env)
+    srun = run(
+        [
+            "srun",
+            "-p",
+            "roce",
+            "-w",
+            "n1",
+            "-n1",
+            "--export=ALL,NCCL_IB_RETRY_CNT=3",
+            "bash",
+            "-c",
+            f"{REPORT_FN}; report step",
+        ],
+        env,
+    )
     got = values(srun.stdout, "step")
     assert (got["NCCL_IB_TIMEOUT"], got["NCCL_IB_RETRY_CNT"], got["NCCL_IB_TC"]) == ("18", "3", "106")
 
@@ -160,7 +236,7 @@ def test_a_value_the_user_set_wins(filtered, slurm, env, shared_tmp):
 def test_export_none_still_gets_stunes_variables_and_nothing_of_the_users(filtered, slurm, env, shared_tmp):
     """Under --export=NONE the batch step has stune's variables (steps start from nothing, as in Slurm)."""
     env["UNRELATED"] = "x"
-    script = f"#!/bin/bash\n{REPORT_FN}\nreport batch\necho \"batch UNRELATED=${{UNRELATED-<unset>}}\"\n"
+    script = f'#!/bin/bash\n{REPORT_FN}\nreport batch\necho "batch UNRELATED=${{UNRELATED-<unset>}}"\n'
     b, _, _ = batch(slurm, shared_tmp, ["sbatch", "-p", "roce", "--export=NONE"], env, script)
     assert b["NCCL_IB_TIMEOUT"] == "22" and b["NCCL_IB_TC"] == "106" and b["NCCL_IB_GID_INDEX"] == "3"
     assert b["UNRELATED"] == "<unset>"
@@ -178,7 +254,9 @@ def test_srun_steps_inside_a_job_add_nothing(filtered, slurm, env, shared_tmp):
     """The batch step's TaskProlog wrote STUNE_MANAGED: each srun inside returns at once (no data read)."""
     script = JOB + "STUNE_EXPLAIN=1 srun -n1 true\n"
     _, step, err = batch(slurm, shared_tmp, ["sbatch", "-p", "roce"], env, script)
-    assert re.search(r"srun: a step of job \d+, which has stune's settings \(STUNE_MANAGED\): nothing added", err)
+    assert re.search(
+        r"srun: a step of job \d+, which has stune's settings \(STUNE_MANAGED\): nothing added", err
+    )
     assert step["NCCL_IB_TIMEOUT"] == "22"
 
 
@@ -186,10 +264,14 @@ def test_explain_says_what_it_adds_and_where_it_comes_from(filtered, slurm, env,
     env["STUNE_EXPLAIN"] = "1"
     out = run(["sbatch", "-p", "roce", "-H", "--wrap", "true"], env)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"^stune cli_filter: sbatch: partition roce \(--partition\), profile \S+roce\.yaml", out.stderr,
-                     re.M)
-    assert re.search(r"^stune cli_filter:   env NCCL_IB_TIMEOUT=22  <- nccl\.ib_timeout @ \S+site\.yaml:\d+$",
-                     out.stderr, re.M)
+    assert re.search(
+        r"^stune cli_filter: sbatch: partition roce \(--partition\), profile \S+roce\.yaml", out.stderr, re.M
+    )
+    assert re.search(
+        r"^stune cli_filter:   env NCCL_IB_TIMEOUT=22  <- nccl\.ib_timeout @ \S+site\.yaml:\d+$",
+        out.stderr,
+        re.M,
+    )
     assert "option --requeue  <- recovery.requeue @" in out.stderr
     assert "not added: --signal=B:USR1@300" in out.stderr
     env["STUNE_CHECKPOINT_SIGNAL"] = "1"
@@ -206,15 +288,23 @@ def test_a_broken_data_file_never_stops_a_submission(filtered, slurm, env, share
         data.write_text("return {format = 1, partitions = ")
         out = run(["sbatch", "-p", "roce", "-H", "--parsable", "--wrap", "true"], env)
         assert out.returncode == 0 and re.fullmatch(r"\d+\n", out.stdout), out.stderr
-        assert re.search(r"^stune cli_filter: warning: cannot read \S+data\.lua .*stune-admin install --cli-filter",
-                         out.stderr, re.M)
+        assert re.search(
+            r"^stune cli_filter: warning: cannot read \S+data\.lua .*stune-admin install --cli-filter",
+            out.stderr,
+            re.M,
+        )
         assert len(out.stderr.splitlines()) == 1
         # readable, but not what the filter expects: an internal error, said once; the job is submitted
-        data.write_text('return {format = 1, partitions = {roce = {profile = "p", digest = "d", fabric = "ib", '
-                        'env = 5, options = {}, notes = {}}}}')
+        data.write_text(
+            'return {format = 1, partitions = {roce = {profile = "p", digest = "d", fabric = "ib", '
+            "env = 5, options = {}, notes = {}}}}"
+        )
         out = run(["sbatch", "-p", "roce", "-H", "--parsable", "--wrap", "true"], env)
         assert out.returncode == 0 and re.fullmatch(r"\d+\n", out.stdout), out.stderr
-        assert re.fullmatch(r"stune cli_filter: warning: internal error: .*; submitting without \(the rest of\) "
-                            r"stune's settings\n", out.stderr)
+        assert re.fullmatch(
+            r"stune cli_filter: warning: internal error: .*; submitting without \(the rest of\) "
+            r"stune's settings\n",
+            out.stderr,
+        )
     finally:
         data.write_bytes(good)

@@ -1,14 +1,15 @@
 """The foundation against the live local cluster: jobs, drains, SiteFactor and errors, through the adapter."""
+
 from __future__ import annotations
 
 import os
 import stat
 
 import pytest
-
 from helpers import wait_for_state, wait_until
-from stune_dev.devcluster import GPUS_PER_NODE, NODES
+
 from slurm_tune.errors import SlurmError
+from stune_dev.devcluster import GPUS_PER_NODE, NODES
 
 pytestmark = pytest.mark.cluster
 
@@ -36,8 +37,10 @@ def test_up_twice_is_harmless(cluster, slurm):
 
 
 def test_a_gpu_job_runs_to_completion_and_sacct_shows_its_gpus(slurm, shared_tmp):
-    job_id = slurm.submit(["--gres=gpu:2", "-N1", f"--chdir={shared_tmp}", "-o", "out-%j.txt"],
-                          script="#!/bin/bash\necho gpus=$CUDA_VISIBLE_DEVICES\n")
+    job_id = slurm.submit(
+        ["--gres=gpu:2", "-N1", f"--chdir={shared_tmp}", "-o", "out-%j.txt"],
+        script="#!/bin/bash\necho gpus=$CUDA_VISIBLE_DEVICES\n",
+    )
     assert wait_for_state(slurm, job_id, ("COMPLETED", "FAILED")) == "COMPLETED"
     assert (shared_tmp / f"out-{job_id}.txt").read_text().strip() == "gpus=0,1"
     row = slurm.sacct(["JobID", "State", "AllocTRES", "User"], job_ids=[str(job_id)])[0]
@@ -48,8 +51,23 @@ def test_a_gpu_job_runs_to_completion_and_sacct_shows_its_gpus(slurm, shared_tmp
 def test_a_test_user_runs_a_job_under_their_own_account(slurm, shared_tmp):
     script = shared_tmp / "job.sh"
     script.write_text("#!/bin/bash\nid -un\n")
-    rc, out, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "sbatch", "--parsable", "-A", "physics",
-                                   f"--chdir={shared_tmp}", "-o", "alice-%j.txt", "--gres=gpu:1", str(script)])
+    rc, out, err = slurm.run_full(
+        [
+            "runuser",
+            "-u",
+            "stune-alice",
+            "--",
+            "sbatch",
+            "--parsable",
+            "-A",
+            "physics",
+            f"--chdir={shared_tmp}",
+            "-o",
+            "alice-%j.txt",
+            "--gres=gpu:1",
+            str(script),
+        ]
+    )
     assert rc == 0, err
     job_id = int(out.strip())
     assert wait_for_state(slurm, job_id, ("COMPLETED", "FAILED")) == "COMPLETED"
@@ -68,8 +86,10 @@ def test_drain_with_a_reason_shows_in_sinfo_and_resume_clears_it(slurm):
     node = slurm.node("n2")
     assert not node.drain and node.reason == ""
     # Slurm pings a resumed node before it shows plain idle again ("idle*" for a moment).
-    wait_until("n2 idle", lambda: slurm.run(["sinfo", "-h", "-N", "-n", "n2", "-p", "hdr", "-o", "%t"]).strip()
-               == "idle")
+    wait_until(
+        "n2 idle",
+        lambda: slurm.run(["sinfo", "-h", "-N", "-n", "n2", "-p", "hdr", "-o", "%t"]).strip() == "idle",
+    )
 
 
 def test_features_and_comment_can_be_set_on_a_node(slurm):
@@ -103,8 +123,22 @@ def test_a_slurm_error_carries_slurms_own_message(slurm):
 def test_a_user_cannot_write_admin_fields(slurm):
     job_id = slurm.submit(["--wrap", "true"])
     wait_for_state(slurm, job_id, ("COMPLETED",))
-    rc, _, err = slurm.run_full(["runuser", "-u", "stune-bob", "--", "sacctmgr", "-i", "modify", "job", "where",
-                                 f"JobID={job_id}", "set", "AdminComment=fake"])
+    rc, _, err = slurm.run_full(
+        [
+            "runuser",
+            "-u",
+            "stune-bob",
+            "--",
+            "sacctmgr",
+            "-i",
+            "modify",
+            "job",
+            "where",
+            f"JobID={job_id}",
+            "set",
+            "AdminComment=fake",
+        ]
+    )
     assert rc != 0 and "privilege" in err
     slurm.set_admin_comment(job_id, "stune-test")
     assert slurm.sacct(["JobID", "AdminComment"], job_ids=[str(job_id)])[0]["AdminComment"] == "stune-test"

@@ -1,5 +1,6 @@
 """One CLI convention (issue 14): shared options defined once, --json on every read command in one style, one
 exit-status table that every command uses, one column-table helper, and the old spellings still accepted."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,28 @@ PARSERS = {  # every argparse command: its parser, built as the command builds i
 }
 # The read commands the issue lists, and the others that print what they read: each takes --json.
 READ_COMMANDS = {
-    ("stune-admin", "check-profiles"), ("stune-admin", "doctor"), ("stune-gpu-sampler", "status"),
-    ("stune-fairshare", "apply"), ("stune-fairshare", "report"), ("stune-fairshare", "explain"),
-    ("stune-fairshare", "job"), ("stune-fairshare", "idle-policy"), ("stune-stage", "ls"),
-    ("stune-stage", "status"), ("stune-sweep", "report"), ("stune-sweep", "history"), ("stune-sbatch history", ""),
+    ("stune-admin", "check-profiles"),
+    ("stune-admin", "doctor"),
+    ("stune-gpu-sampler", "status"),
+    ("stune-fairshare", "apply"),
+    ("stune-fairshare", "report"),
+    ("stune-fairshare", "explain"),
+    ("stune-fairshare", "job"),
+    ("stune-fairshare", "idle-policy"),
+    ("stune-stage", "ls"),
+    ("stune-stage", "status"),
+    ("stune-sweep", "report"),
+    ("stune-sweep", "history"),
+    ("stune-sbatch history", ""),
 }
 DRY_RUN_COMMANDS = {
-    ("stune-admin", "install"), ("stune-admin", "uninstall"), ("stune-fairshare", "apply"),
-    ("stune-fairshare", "idle-policy"), ("stune-stage", "gc"), ("stune-sweep", "run"), ("stune-sweep", "judge"),
+    ("stune-admin", "install"),
+    ("stune-admin", "uninstall"),
+    ("stune-fairshare", "apply"),
+    ("stune-fairshare", "idle-policy"),
+    ("stune-stage", "gc"),
+    ("stune-sweep", "run"),
+    ("stune-sweep", "judge"),
 }
 
 
@@ -63,7 +78,10 @@ def flags_of(parser) -> dict[str, argparse.Action]:
 
 # ---- shared options ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("prog, name, parser", ALL_SUBCOMMANDS, ids=[f"{p} {n}" for p, n, _ in ALL_SUBCOMMANDS])
+
+@pytest.mark.parametrize(
+    "prog, name, parser", ALL_SUBCOMMANDS, ids=[f"{p} {n}" for p, n, _ in ALL_SUBCOMMANDS]
+)
 def test_a_shared_spelling_is_always_the_shared_option(prog, name, parser):
     """Wherever -p, --partition, --node, --sysfs-root, --json or --dry-run appears, it is options.add's option:
     all of its spellings, its dest, its kind (a flag or a value). `-n` is never dry-run again."""
@@ -73,7 +91,9 @@ def test_a_shared_spelling_is_always_the_shared_option(prog, name, parser):
         if not present:
             continue
         action = found[present[0]]
-        assert tuple(action.option_strings) == spellings, f"{prog} {name}: {action.option_strings} != {spellings}"
+        assert tuple(action.option_strings) == spellings, (
+            f"{prog} {name}: {action.option_strings} != {spellings}"
+        )
         assert action.dest == shared, f"{prog} {name}: {spellings[-1]} stores into {action.dest}"
         assert (action.nargs != 0) == takes_value, f"{prog} {name}: {spellings[-1]} flag/value mismatch"
     if "-n" in found and found["-n"].help != argparse.SUPPRESS:
@@ -101,28 +121,43 @@ def test_stune_health_takes_the_shared_spellings_from_the_one_definition():
     for command in ("check", "run", "status", "capture"):
         assert health.allowed_options(command)["--json"] == ("json", False)
     assert health.allowed_options("run")["--dry-run"] == ("dry_run", False)
-    assert health.parse(["check", "-p", "hdr", "--snapshot", "s.json"]) == ("check", {"partition": "hdr",
-                                                                                       "snapshot": "s.json"})
+    assert health.parse(["check", "-p", "hdr", "--snapshot", "s.json"]) == (
+        "check",
+        {"partition": "hdr", "snapshot": "s.json"},
+    )
     assert health.parse(["run", "--partition=hdr", "--dry-run", "--json"]) == (
-        "run", {"partition": "hdr", "dry_run": True, "json": True})
+        "run",
+        {"partition": "hdr", "dry_run": True, "json": True},
+    )
 
 
 def console_scripts() -> dict[str, str]:
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")
-    return dict(line.split(" = ") for line in cfg["options.entry_points"]["console_scripts"].strip().splitlines())
+    return dict(
+        line.split(" = ") for line in cfg["options.entry_points"]["console_scripts"].strip().splitlines()
+    )
 
 
 WORDS_IN_HELP = {  # the options each command's own --help must show (subcommand: words)
     "stune-admin": {"check-profiles": ["--json"], "doctor": ["--json"], "install": ["--dry-run"]},
-    "stune-fairshare": {"apply": ["--dry-run", "--json"], "report": ["--json", "--format"],
-                        "idle-policy": ["--dry-run", "--node", "--json"]},
+    "stune-fairshare": {
+        "apply": ["--dry-run", "--json"],
+        "report": ["--json", "--format"],
+        "idle-policy": ["--dry-run", "--node", "--json"],
+    },
     "stune-gpu-sampler": {"status": ["--json"], "run": ["--gpu-snapshot"]},
-    "stune-stage": {"ls": ["-p PARTITION, --partition PARTITION", "--node", "--json"], "gc": ["--dry-run"],
-                    "epilog": ["--partition"]},
+    "stune-stage": {
+        "ls": ["-p PARTITION, --partition PARTITION", "--node", "--json"],
+        "gc": ["--dry-run"],
+        "epilog": ["--partition"],
+    },
     "stune-sweep": {"report": ["-p PARTITION, --partition PARTITION", "--json"], "judge": ["--dry-run"]},
-    "stune-health": {"check": ["-p, --partition", "--json", "--node", "--sysfs-root"], "run": ["--dry-run", "--json"],
-                     "status": ["--json"]},
+    "stune-health": {
+        "check": ["-p, --partition", "--json", "--node", "--sysfs-root"],
+        "run": ["--dry-run", "--json"],
+        "status": ["--json"],
+    },
     "stune-devcluster": {"status": ["--json"]},
     "stune-sbatch": {"history": ["-n N, --last N", "--json"]},
 }
@@ -133,7 +168,9 @@ def test_every_console_script_answers_help_with_the_shared_options(command):
     """Walks every console script of setup.cfg: `--help` on each subcommand that WORDS_IN_HELP names exits 0 and
     shows the shared options, old spellings stay hidden, and no help is a traceback."""
     assert (BIN / command).exists(), f"{command} is not installed: run scripts/setup.sh"
-    if command == "stune-sbatch":  # its bare --help is sbatch's own (needs a slurm.conf): its history is stune's
+    if (
+        command == "stune-sbatch"
+    ):  # its bare --help is sbatch's own (needs a slurm.conf): its history is stune's
         runs = [("history", ["history", "--help"])]
     else:
         runs = [("", ["--help"])] + [(sub, [sub, "--help"]) for sub in WORDS_IN_HELP.get(command, {})]
@@ -150,6 +187,7 @@ def test_every_console_script_answers_help_with_the_shared_options(command):
 
 # ---- the old spellings ---------------------------------------------------------------------------------------
 
+
 def test_old_spellings_still_work_with_a_note(capsys):
     args = stage._parser().parse_args(["gc", "-n"])
     assert args.dry_run is True
@@ -160,17 +198,32 @@ def test_old_spellings_still_work_with_a_note(capsys):
     args = stage._parser().parse_args(["epilog"])
     assert args.cmd == "epilog" and args.epilog is True and capsys.readouterr().err == ""
     args = sampler._parser().parse_args(["run", "--snapshot", "g.json"])
-    assert args.gpu_snapshot == "g.json" and "note: --snapshot is deprecated; use --gpu-snapshot" in \
-        capsys.readouterr().err
+    assert (
+        args.gpu_snapshot == "g.json"
+        and "note: --snapshot is deprecated; use --gpu-snapshot" in capsys.readouterr().err
+    )
     assert sampler._parser().parse_args(["run", "--gpu-snapshot", "g.json"]).gpu_snapshot == "g.json"
     assert capsys.readouterr().err == ""
 
 
 def test_history_n_is_a_count_and_diff_takes_negative_run_numbers(tmp_path, monkeypatch, capsys):
     history = tmp_path / "h.jsonl"
-    history.write_text("".join(json.dumps({"v": 1, "time": 1700000000 + i, "job_id": str(10 + i),
-                                           "partition": "hdr", "argv": ["-p", "hdr", f"s{i}.sh"],
-                                           "env": {"A": str(i)}}) + "\n" for i in range(3)))
+    history.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "v": 1,
+                    "time": 1700000000 + i,
+                    "job_id": str(10 + i),
+                    "partition": "hdr",
+                    "argv": ["-p", "hdr", f"s{i}.sh"],
+                    "env": {"A": str(i)},
+                }
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
     monkeypatch.setenv("STUNE_HISTORY", str(history))
     assert sbatch.main(["history", "-n", "2"]) == errors.EXIT_OK
     lines = capsys.readouterr().out.splitlines()
@@ -188,6 +241,7 @@ def test_history_n_is_a_count_and_diff_takes_negative_run_numbers(tmp_path, monk
 
 
 # ---- stune-sbatch --dry-run --json ---------------------------------------------------------------------------
+
 
 class FakeSlurm:
     def __init__(self):
@@ -224,23 +278,29 @@ def test_sbatch_dry_run_json_is_the_explanation_as_data(capsys, tmp_path, monkey
     assert doc["sbatch"][0] == "sbatch" and "--json" not in doc["sbatch"] and "--wrap" in doc["sbatch"]
     assert any(s["name"] == "NCCL_IB_GID_INDEX" or s["name"].startswith("NCCL_") for s in doc["settings"])
     assert all(set(s) == {"kind", "name", "value", "source", "applied", "note"} for s in doc["settings"])
-    assert all(doc["env"][s["name"]] == s["value"] for s in doc["settings"] if s["kind"] == "env" and s["applied"])
+    assert all(
+        doc["env"][s["name"]] == s["value"] for s in doc["settings"] if s["kind"] == "env" and s["applied"]
+    )
     # the plain dry run says the same things, in words
     submit.run(["--dry-run", "-p", "roce", "--wrap", "true"], environ={}, slurm=fake)
     text = capsys.readouterr().out
-    assert text.startswith("stune-sbatch --dry-run: nothing was submitted") and doc["profile"]["digest"] in text
+    assert (
+        text.startswith("stune-sbatch --dry-run: nothing was submitted") and doc["profile"]["digest"] in text
+    )
 
 
 def test_sbatch_json_without_dry_run_is_left_to_sbatch(tmp_path, capsys):
     from slurm_tune.sbatch import submit
 
     fake = FakeSlurm()
-    submit.run(["--json", "-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")},
-               slurm=fake)
+    submit.run(
+        ["--json", "-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake
+    )
     assert fake.ran and "--json" in fake.ran[0]  # sbatch's to accept or refuse, in its own words
 
 
 # ---- one exit-status table -----------------------------------------------------------------------------------
+
 
 def test_the_exit_table_is_consistent_and_readme_shows_it():
     codes = [code for _, code, _, _ in errors.TABLE]
@@ -262,16 +322,26 @@ def test_commands_return_the_tables_names_never_bare_numbers(path):
     tree = ast.parse(path.read_text(), str(path))
     table_names = {name for name, _, _, _ in errors.TABLE} | {"EXIT_BY_STATUS"}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and \
-                isinstance(node.value.value, int) and not isinstance(node.value.value, bool):
+        if (
+            isinstance(node, ast.Return)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, int)
+            and not isinstance(node.value.value, bool)
+        ):
             pytest.fail(f"{path.name}:{node.lineno}: return {node.value.value}: use the EXIT_ name")
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("exit", "_exit") and node.args and \
-                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) in ("exit", "_exit")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, int)
+        ):
             pytest.fail(f"{path.name}:{node.lineno}: exit({node.args[0].value}): use the EXIT_ name")
         if isinstance(node, ast.Name) and node.id.startswith("EXIT_"):
             assert node.id in table_names, f"{path.name}:{node.lineno}: {node.id} is not in errors.TABLE"
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("EXIT_")
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id.startswith("EXIT_") for t in node.targets
+        ):
             pytest.fail(f"{path.name}:{node.lineno}: an exit status defined outside errors.py")
 
 
@@ -280,8 +350,9 @@ def test_no_exit_status_is_defined_outside_the_table():
         if path.name == "errors.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("EXIT_")
-                                                    for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id.startswith("EXIT_") for t in node.targets
+            ):
                 pytest.fail(f"{path}:{node.lineno}: define exit statuses in errors.TABLE")
 
 
@@ -291,20 +362,25 @@ def test_the_boundary_maps_outcomes_to_the_table():
     def raise_(exc):
         def func(argv):
             raise exc
+
         return func
 
     assert guarded("t", raise_(errors.StuneError("bad")), []) == errors.EXIT_ERROR
     assert guarded("t", raise_(KeyError("bug")), []) == errors.EXIT_INTERNAL
     assert guarded("t", raise_(KeyError("bug")), [], internal_exit=errors.EXIT_OK) == errors.EXIT_OK
     assert guarded("t", raise_(KeyboardInterrupt()), []) == errors.EXIT_INTERRUPTED
-    proc = subprocess.run([str(BIN / "stune-stage"), "no-such-command"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(BIN / "stune-stage"), "no-such-command"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == errors.EXIT_USAGE
-    proc = subprocess.run([str(BIN / "stune-health"), "check", "--no-such-option"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [str(BIN / "stune-health"), "check", "--no-such-option"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == errors.EXIT_USAGE and "unknown option" in proc.stderr
 
 
 # ---- one table helper, one JSON style ------------------------------------------------------------------------
+
 
 def test_table_aligns_columns_and_leaves_no_trailing_blanks():
     text = table([("a", None, 3), ("long-name", "x", "")], ("NAME", "V", "N"))
@@ -319,12 +395,16 @@ def test_the_hand_built_tables_are_gone():
         if path.name == "output.py":
             continue
         text = path.read_text()
-        assert ".ljust(" not in text and ".rjust(" not in text, f"{path}: a hand-built table (use output.table)"
+        assert ".ljust(" not in text and ".rjust(" not in text, (
+            f"{path}: a hand-built table (use output.table)"
+        )
     from slurm_tune.active import report
     from slurm_tune.sbatch import historyview as history
 
-    assert report.table([{"check": "nccl", "value": 1.5}, {"check": "fio", "value": None}], ("check", "value")) == \
-        "CHECK  VALUE\nnccl   1.5\nfio\n"
+    assert (
+        report.table([{"check": "nccl", "value": 1.5}, {"check": "fio", "value": None}], ("check", "value"))
+        == "CHECK  VALUE\nnccl   1.5\nfio\n"
+    )
     listing = history.format_list([{"time": 0, "job_id": "7", "partition": "hdr", "argv": ["a.sh"]}])
     assert listing.splitlines()[0] == "when                 job  partition  digest  command"
     assert listing.splitlines()[1].endswith("7    hdr        -       stune-sbatch a.sh")
@@ -333,7 +413,13 @@ def test_the_hand_built_tables_are_gone():
 def test_json_text_is_the_one_style():
     Row = namedtuple("Row", "b a")
     np = pytest.importorskip("numpy")
-    doc = {"z": Row(1, {"y": 2}), "a": {3, 1}, "n": np.float64(0.5), "i": np.int64(4), "d": decimal.Decimal("1.5")}
+    doc = {
+        "z": Row(1, {"y": 2}),
+        "a": {3, 1},
+        "n": np.float64(0.5),
+        "i": np.int64(4),
+        "d": decimal.Decimal("1.5"),
+    }
     text = json_text(doc)
     assert text.endswith("}\n") and text.count("\n") > 1
     assert text == json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"
@@ -346,14 +432,32 @@ def test_json_text_is_the_one_style():
 def test_json_outputs_are_written_in_the_one_style(tmp_path):
     """A few read commands run for real: their stdout is exactly json_text of what it holds."""
     env = {"PATH": "/usr/bin:/bin", "STUNE_PARTITIONS": str(REPO / "partitions"), "HOME": str(tmp_path)}
-    for argv in (["stune-admin", "check-profiles", "--json"],
-                 ["stune-gpu-sampler", "status", "--local-dir", str(tmp_path), "--json",
-                  "--config", str(tmp_path / "none.yaml")],
-                 ["stune-sweep", "history", "-p", "hdr", "--store", str(tmp_path / "store"), "--json"]):
+    for argv in (
+        ["stune-admin", "check-profiles", "--json"],
+        [
+            "stune-gpu-sampler",
+            "status",
+            "--local-dir",
+            str(tmp_path),
+            "--json",
+            "--config",
+            str(tmp_path / "none.yaml"),
+        ],
+        ["stune-sweep", "history", "-p", "hdr", "--store", str(tmp_path / "store"), "--json"],
+    ):
         (tmp_path / "none.yaml").write_text("")
-        proc = subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, env=env, timeout=60)
+        proc = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, env=env, timeout=60
+        )
         assert proc.returncode == errors.EXIT_OK, (argv, proc.stderr)
         assert proc.stdout == json_text(json.loads(proc.stdout)), argv
-    doc = json.loads(subprocess.run([str(BIN / "stune-admin"), "check-profiles", "--json"], capture_output=True,
-                                    text=True, env=env, timeout=60).stdout)
+    doc = json.loads(
+        subprocess.run(
+            [str(BIN / "stune-admin"), "check-profiles", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        ).stdout
+    )
     assert doc["profiles"]["hdr"]["fabric"] == "ib" and len(doc["profiles"]["hdr"]["hcas"]) == 8

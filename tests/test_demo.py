@@ -3,6 +3,7 @@
 The cluster test runs the whole demo as scripts/demo.sh does (after setup and `up`), with a broken accountant:
 `stune-fairshare apply` does nothing, as a bug that sets no SiteFactor would. Before, the demo still printed
 "bob's pending job is now below alice's" and "Demo finished", and exited 0."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ REPO = Path(__file__).resolve().parent.parent
 def test_a_claim_that_does_not_hold_stops_the_demo_named(capsys, monkeypatch):
     demo.claim("three nodes with 4 GPUs each", True, "n1 gpu:4")
     assert capsys.readouterr().out == "  checked: three nodes with 4 GPUs each (n1 gpu:4)\n"
-    with pytest.raises(demo.ClaimFailed, match=r"^claim not true: bob's job is below alice's \(5000 vs 5000\)$"):
+    with pytest.raises(
+        demo.ClaimFailed, match=r"^claim not true: bob's job is below alice's \(5000 vs 5000\)$"
+    ):
         demo.claim("bob's job is below alice's", False, "5000 vs 5000")
 
     def broken():
@@ -33,8 +36,9 @@ def test_a_claim_that_does_not_hold_stops_the_demo_named(capsys, monkeypatch):
 
 
 def test_the_checks_read_what_the_demo_shows():
-    assert demo.summary_eta("stune1 held=40.0 used=38.0 cov=40.0 busy=0.0 busy_w=- gpus=2 nodes=1/1 per_gpu=") \
-        == pytest.approx(0.95)
+    assert demo.summary_eta(
+        "stune1 held=40.0 used=38.0 cov=40.0 busy=0.0 busy_w=- gpus=2 nodes=1/1 per_gpu="
+    ) == pytest.approx(0.95)
     assert demo.summary_eta("admin: re-run after maintenance") is None
     assert demo.fairshare_alike(5000, 4990) and not demo.fairshare_alike(5000, 2500)
 
@@ -47,12 +51,21 @@ def test_the_demo_fails_naming_the_claim_when_the_accountant_is_broken(cluster, 
     (shim / "stune-fairshare").write_text(f'#!/bin/sh\n[ "$1" = apply ] && exit 0\nexec {real} "$@"\n')
     (shim / "stune-fairshare").chmod(0o755)
     env = dict(os.environ, PATH=f"{shim}:{os.environ['PATH']}", TMPDIR=str(shared_tmp))
-    proc = subprocess.run([sys.executable, "-m", "stune_dev.demo"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "stune_dev.demo"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
     # the failure must be the accountant's claim, reached after the usage pipeline's; show both ends if not
-    assert "checked: alice's GPUs were measured busy and bob's idle" in proc.stdout, \
+    assert "checked: alice's GPUs were measured busy and bob's idle" in proc.stdout, (
         proc.stdout[-2000:] + proc.stderr[-3000:]
+    )
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("demo: claim not true: bob's pending job ") and "is now below alice's" in last, last
+    assert last.startswith("demo: claim not true: bob's pending job ") and "is now below alice's" in last, (
+        last
+    )
     assert "Demo finished" not in proc.stdout

@@ -1,5 +1,6 @@
 """stune-devcluster without starting anything: which Slurm, where, and whose state dir; how it gets its Debian
 packages; and that the dev tools (stune_dev) stay out of the production package."""
+
 from __future__ import annotations
 
 import ast
@@ -46,24 +47,44 @@ def test_26_05_runs_from_debians_unpacked_packages_with_their_own_plugins_and_st
     # Debian's binaries look for plugins and slurmstepd under /usr, where Debian 12's 22.05 ones are
     assert f"PluginDir={tmp_path}/p/lib/slurm" in conf and f"PluginDir={tmp_path}/p/lib/slurm" in dbd
     assert install.slurmd_argv("n2", layout.slurm_conf) == [
-        f"{tmp_path}/p/sbin/slurmd", "-N", "n2", "-f", str(layout.slurm_conf), "-d", f"{tmp_path}/p/sbin/slurmstepd"]
+        f"{tmp_path}/p/sbin/slurmd",
+        "-N",
+        "n2",
+        "-f",
+        str(layout.slurm_conf),
+        "-d",
+        f"{tmp_path}/p/sbin/slurmstepd",
+    ]
     packaged = SlurmInstall("22.05")
-    assert packaged.slurmd_argv("n2", layout.slurm_conf) == ["slurmd", "-N", "n2", "-f", str(layout.slurm_conf)]
-    assert not any(line.startswith("PluginDir=")
-                   for line in DevCluster(layout, profiles_dir=tmp_path, install=packaged).render_slurm_conf().splitlines())
+    assert packaged.slurmd_argv("n2", layout.slurm_conf) == [
+        "slurmd",
+        "-N",
+        "n2",
+        "-f",
+        str(layout.slurm_conf),
+    ]
+    assert not any(
+        line.startswith("PluginDir=")
+        for line in DevCluster(layout, profiles_dir=tmp_path, install=packaged)
+        .render_slurm_conf()
+        .splitlines()
+    )
 
 
 def test_no_daemon_listens_on_every_address(tmp_path):
     """slurmd and slurmdbd bind to their own (loopback) address, slurmctld to its host name's; MariaDB is
     started with --bind-address=127.0.0.1."""
-    cluster = DevCluster(Layout(root=tmp_path / "c", port_base=29900), profiles_dir=tmp_path,
-                         install=SlurmInstall("22.05"))
+    cluster = DevCluster(
+        Layout(root=tmp_path / "c", port_base=29900), profiles_dir=tmp_path, install=SlurmInstall("22.05")
+    )
     assert "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny" in cluster.render_slurm_conf().splitlines()
     assert "CommunicationParameters=NoInAddrAny" in cluster.render_slurmdbd_conf().splitlines()
 
 
 def test_an_unknown_series_is_refused():
-    with pytest.raises(ClusterError, match="Slurm 23.02 is not one the dev cluster runs; choose 22.05, 26.05, 24.11"):
+    with pytest.raises(
+        ClusterError, match="Slurm 23.02 is not one the dev cluster runs; choose 22.05, 26.05, 24.11"
+    ):
         SlurmInstall.choose("23.02")
 
 
@@ -72,7 +93,9 @@ def test_a_state_dir_belongs_to_the_series_that_made_it(tmp_path):
     DevCluster(layout, install=SlurmInstall("24.11", tmp_path / "p")).check_series()
     assert (layout.root / "slurm-series").read_text() == "24.11\n"
     DevCluster(layout, install=SlurmInstall("24.11", tmp_path / "p")).check_series()  # same series: fine
-    with pytest.raises(ClusterError, match=r"holds a Slurm 24.11 cluster, not 22.05: use another STUNE_CLUSTER_DIR"):
+    with pytest.raises(
+        ClusterError, match=r"holds a Slurm 24.11 cluster, not 22.05: use another STUNE_CLUSTER_DIR"
+    ):
         DevCluster(layout, install=SlurmInstall("22.05")).check_series()
     old = Layout(root=tmp_path / "old", port_base=29900)  # made before the series were recorded
     (old.spool / "ctld").mkdir(parents=True)
@@ -84,9 +107,15 @@ def test_env_points_shells_and_stune_at_the_built_slurm(tmp_path):
     layout = Layout(root=tmp_path, port_base=29900)
     built = DevCluster(layout, install=SlurmInstall("24.11", Path("/opt/s")))
     assert built.slurm_env() == {"SLURM_CONF": f"{tmp_path}/etc/slurm.conf", "STUNE_SLURM_BIN": "/opt/s/bin"}
-    assert built.slurm.executable("sinfo") == "/opt/s/bin/sinfo" and built.slurm.executable("runuser") == "runuser"
-    assert _exports(built).splitlines() == [f"export SLURM_CONF={tmp_path}/etc/slurm.conf",
-                                            "export STUNE_SLURM_BIN=/opt/s/bin", 'export PATH=/opt/s/bin:"$PATH"']
+    assert (
+        built.slurm.executable("sinfo") == "/opt/s/bin/sinfo"
+        and built.slurm.executable("runuser") == "runuser"
+    )
+    assert _exports(built).splitlines() == [
+        f"export SLURM_CONF={tmp_path}/etc/slurm.conf",
+        "export STUNE_SLURM_BIN=/opt/s/bin",
+        'export PATH=/opt/s/bin:"$PATH"',
+    ]
     debian = DevCluster(layout, install=SlurmInstall("22.05"))
     assert _exports(debian) == f"export SLURM_CONF={tmp_path}/etc/slurm.conf"
 
@@ -118,20 +147,27 @@ def test_no_production_module_or_hook_uses_the_dev_tools():
     by name), and no shipped hook or unit names it."""
     modules = sorted((REPO / "slurm_tune").rglob("*.py"))
     assert len(modules) > 50
-    offenders = [str(m.relative_to(REPO)) for m in modules
-                 if any(name.split(".")[0] == "stune_dev" for name in _imports_of(m)) or "stune_dev" in m.read_text()]
+    offenders = [
+        str(m.relative_to(REPO))
+        for m in modules
+        if any(name.split(".")[0] == "stune_dev" for name in _imports_of(m)) or "stune_dev" in m.read_text()
+    ]
     shipped = [p for d in ("prolog", "epilog", "contrib") for p in (REPO / d).rglob("*") if p.is_file()]
     offenders += [str(p.relative_to(REPO)) for p in shipped if b"stune_dev" in p.read_bytes()]
     assert offenders == []
     assert {"slurm_tune.errors", "slurm_tune.slurm"} <= _imports_of(REPO / "stune_dev" / "devcluster.py")
 
 
-def test_a_missing_build_is_built_with_build_slurm_sh_and_a_failed_build_says_why(monkeypatch, tmp_path, capsys):
+def test_a_missing_build_is_built_with_build_slurm_sh_and_a_failed_build_says_why(
+    monkeypatch, tmp_path, capsys
+):
     from stune_dev import layout
 
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    (repo / "scripts" / "build-slurm.sh").write_text('echo "args: $*" >&2; echo "E: no compiler" >&2; exit 1\n')
+    (repo / "scripts" / "build-slurm.sh").write_text(
+        'echo "args: $*" >&2; echo "E: no compiler" >&2; exit 1\n'
+    )
     monkeypatch.setattr(layout, "REPO", repo)
     monkeypatch.setenv("STUNE_SLURM_PREFIX", str(tmp_path / "prefix"))
     install = SlurmInstall.choose("24.11")
@@ -143,7 +179,7 @@ def test_a_missing_build_is_built_with_build_slurm_sh_and_a_failed_build_says_wh
 def _fake_setup(repo: Path, body: str) -> Path:
     script = repo / "scripts" / "setup.sh"
     script.parent.mkdir(parents=True)
-    script.write_text(f"#!/bin/bash\necho \"args: $*\" >> {repo}/calls\n{body}\n")
+    script.write_text(f'#!/bin/bash\necho "args: $*" >> {repo}/calls\n{body}\n')
     return script
 
 
@@ -159,7 +195,9 @@ def test_ensure_packages_is_setup_sh_packages_step(monkeypatch, tmp_path, capsys
 def test_ensure_packages_reports_a_failed_install(monkeypatch, tmp_path):
     _fake_setup(tmp_path, "echo 'E: Unable to locate package slurmd' >&2; exit 100")
     monkeypatch.setattr(host, "REPO", tmp_path)
-    with pytest.raises(ClusterError, match=r"setup.sh --packages failed \(exit 100\): E: Unable to locate package"):
+    with pytest.raises(
+        ClusterError, match=r"setup.sh --packages failed \(exit 100\): E: Unable to locate package"
+    ):
         host.ensure_packages()
     (tmp_path / "scripts" / "setup.sh").unlink()
     with pytest.raises(ClusterError, match="setup.sh is missing: stune-devcluster runs from a checkout"):
@@ -167,7 +205,9 @@ def test_ensure_packages_reports_a_failed_install(monkeypatch, tmp_path):
 
 
 def test_setup_sh_refuses_an_unknown_argument():
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), "--bogus"], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), "--bogus"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr
 
 
@@ -179,8 +219,12 @@ def test_only_the_dev_tools_reconfigure_slurm_or_change_accounting(tmp_path):
     from slurm_tune.slurm import Slurm
 
     assert not hasattr(Slurm, "reconfigure") and not hasattr(Slurm, "sacctmgr")
-    words = {node.value for path in (REPO / "slurm_tune").rglob("*.py")
-             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)}
+    words = {
+        node.value
+        for path in (REPO / "slurm_tune").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+    }
     assert "reconfigure" not in words
 
     class Runner:
@@ -202,9 +246,14 @@ def test_only_the_dev_tools_reconfigure_slurm_or_change_accounting(tmp_path):
 def test_build_slurm_names_the_series_it_offers(tmp_path):
     """25.11 is in no Debian suite: asked for it, build-slurm.sh says what it offers in one line, builds nothing."""
     script = Path(devcluster.REPO) / "scripts" / "build-slurm.sh"
-    proc = subprocess.run(["bash", str(script), "25.11"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "STUNE_SLURM_PREFIX": str(tmp_path / "p")})
+    proc = subprocess.run(
+        ["bash", str(script), "25.11"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "STUNE_SLURM_PREFIX": str(tmp_path / "p")},
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == ("build-slurm.sh: no build for Slurm 25.11 (26.05 or 24.11; 22.05 is Debian 12's "
-                           "packages)\n")
+    assert proc.stderr == (
+        "build-slurm.sh: no build for Slurm 25.11 (26.05 or 24.11; 22.05 is Debian 12's packages)\n"
+    )
     assert not (tmp_path / "p").exists()

@@ -5,6 +5,7 @@ The incremental tests feed the accountant from `RowsSlurm`, a stand-in that serv
 (filtered by the time window the way `sacct -S/-E` selects jobs) and records SiteFactor writes. It stands in
 for data only; what Slurm itself does (sacct, sshare, sprio, SiteFactor) is tested on the local cluster in
 test_fairshare_cluster.py."""
+
 from __future__ import annotations
 
 import json
@@ -19,21 +20,31 @@ from hypothesis import strategies as st
 
 from slurm_tune.errors import ConfigError
 from slurm_tune.fairshare import accountant
-from slurm_tune.usage.config import load_config
 from slurm_tune.fairshare.ledger import Ledger, LedgerError
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.slurm import Association, Job, PrioRow
+from slurm_tune.usage.config import load_config
 
 HEADER = "|".join(FIELDS)
 USERS = {"stune-alice": "physics", "stune-bob": "biology", "root": "root", "carol": "physics"}
-ASSOCS = [Association("root", "", "", 1, "", 1), Association("biology", "", "root", 1, "", 2),
-          Association("biology", "stune-bob", "", 1, "", 3), Association("physics", "", "root", 2, "", 4),
-          Association("physics", "stune-alice", "", 1, "", 5), Association("physics", "carol", "", 3, "", 6),
-          Association("root", "root", "", 1, "", 7)]
+ASSOCS = [
+    Association("root", "", "", 1, "", 1),
+    Association("biology", "", "root", 1, "", 2),
+    Association("biology", "stune-bob", "", 1, "", 3),
+    Association("physics", "", "root", 2, "", 4),
+    Association("physics", "stune-alice", "", 1, "", 5),
+    Association("physics", "carol", "", 3, "", 6),
+    Association("root", "root", "", 1, "", 7),
+]
 # the local cluster's tree: two accounts of equal shares, one user each
-EQUAL = [Association("root", "", "", 1, "", 1), Association("biology", "", "root", 1, "", 2),
-         Association("biology", "stune-bob", "", 1, "", 3), Association("physics", "", "root", 1, "", 4),
-         Association("physics", "stune-alice", "", 1, "", 5), Association("root", "root", "", 1, "", 6)]
+EQUAL = [
+    Association("root", "", "", 1, "", 1),
+    Association("biology", "", "root", 1, "", 2),
+    Association("biology", "stune-bob", "", 1, "", 3),
+    Association("physics", "", "root", 1, "", 4),
+    Association("physics", "stune-alice", "", 1, "", 5),
+    Association("root", "root", "", 1, "", 6),
+]
 
 
 def summary(held, used, covered):
@@ -42,8 +53,10 @@ def summary(held, used, covered):
 
 def row(job, user, start, elapsed, gpus=2, billing=4, comment="", running=False, qos="normal"):
     end = "Unknown" if running else start + elapsed
-    return (f"{job}|{job}|{user}|{USERS[user]}|hdr|{qos}|{'RUNNING' if running else 'COMPLETED'}|{start}|{end}|"
-            f"{elapsed}|billing={billing},cpu={billing},gres/gpu={gpus},node=1|{comment}")
+    return (
+        f"{job}|{job}|{user}|{USERS[user]}|hdr|{qos}|{'RUNNING' if running else 'COMPLETED'}|{start}|{end}|"
+        f"{elapsed}|billing={billing},cpu={billing},gres/gpu={gpus},node=1|{comment}"
+    )
 
 
 def write_config(tmp_path, text=""):
@@ -62,10 +75,15 @@ class RowsSlurm:
         self.site = {}
         self.writes = []
         self.timeout = 30
-        self.conf = {"PriorityType": "priority/multifactor", "PriorityDecayHalfLife": half_life,
-                     "PriorityFlags": flags, "PriorityWeightFairShare": "10000",
-                     "PrioritySiteFactorPlugin": "(null)", "AccountingStorageTRES": "cpu,mem,gres/gpu",
-                     "ClusterName": "stune"}
+        self.conf = {
+            "PriorityType": "priority/multifactor",
+            "PriorityDecayHalfLife": half_life,
+            "PriorityFlags": flags,
+            "PriorityWeightFairShare": "10000",
+            "PrioritySiteFactorPlugin": "(null)",
+            "AccountingStorageTRES": "cpu,mem,gres/gpu",
+            "ClusterName": "stune",
+        }
 
     def config(self):
         return dict(self.conf)
@@ -94,8 +112,10 @@ class RowsSlurm:
         return [(j.job_id, j.account, j.user) for j in self.pending]
 
     def sprio(self, job_ids=None):
-        return [PrioRow(j.job_id, j.user, 10000, self.site.get(j.job_id, 0), 0, 0, 0.0, "hdr")
-                for j in self.pending]
+        return [
+            PrioRow(j.job_id, j.user, 10000, self.site.get(j.job_id, 0), 0, 0, 0.0, "hdr")
+            for j in self.pending
+        ]
 
     def set_site_factor(self, job_id, value):
         for j in str(job_id).split(","):
@@ -107,8 +127,28 @@ class RowsSlurm:
 
 
 def pending_job(job_id, user):
-    return Job(job_id, "w", user, USERS[user], "hdr", "PENDING", "Resources", "", 1, 10000, "", "", 0, 0, 0,
-               "", "", False, 0, "")
+    return Job(
+        job_id,
+        "w",
+        user,
+        USERS[user],
+        "hdr",
+        "PENDING",
+        "Resources",
+        "",
+        1,
+        10000,
+        "",
+        "",
+        0,
+        0,
+        0,
+        "",
+        "",
+        False,
+        0,
+        "",
+    )
 
 
 # ---- what-if runs on dumps: the eta = 1 property ----------------------------------------------------------
@@ -128,11 +168,24 @@ def eta1_dumps(draw):
         gpus = draw(st.integers(0, 8))
         kind = draw(eta1_comment)
         held = gpus * elapsed
-        comment = {"none": "", "other": "admin: re-run after maintenance",
-                   "full": summary(held, held, held),
-                   "low": summary(held, 0.01 * held, 0.3 * held)}[kind]
-        lines.append(row(job, user, start, elapsed, gpus=gpus, billing=draw(st.integers(1, 64)), comment=comment,
-                         running=draw(st.booleans()) and job % 5 == 0))
+        comment = {
+            "none": "",
+            "other": "admin: re-run after maintenance",
+            "full": summary(held, held, held),
+            "low": summary(held, 0.01 * held, 0.3 * held),
+        }[kind]
+        lines.append(
+            row(
+                job,
+                user,
+                start,
+                elapsed,
+                gpus=gpus,
+                billing=draw(st.integers(1, 64)),
+                comment=comment,
+                running=draw(st.booleans()) and job % 5 == 0,
+            )
+        )
     return "\n".join([HEADER, *lines]) + "\n"
 
 
@@ -152,19 +205,25 @@ def test_with_eta_1_everywhere_stunes_factor_is_slurms(tmp_path, dump, algorithm
 def test_penalized_user_drops_below_the_one_who_uses_their_gpus(tmp_path):
     t = 1_700_000_000
     dump = tmp_path / "dump.txt"
-    dump.write_text("\n".join([
-        HEADER,
-        row(1, "stune-alice", t, 3600, comment=summary(7200, 0.9 * 7200, 7200)),
-        row(2, "stune-bob", t, 3600, comment=summary(7200, 0.1 * 7200, 7200)),
-    ]) + "\n")
+    dump.write_text(
+        "\n".join(
+            [
+                HEADER,
+                row(1, "stune-alice", t, 3600, comment=summary(7200, 0.9 * 7200, 7200)),
+                row(2, "stune-bob", t, 3600, comment=summary(7200, 0.1 * 7200, 7200)),
+            ]
+        )
+        + "\n"
+    )
     config = write_config(tmp_path)
     result = accountant.run(config, RowsSlurm(assocs=EQUAL), sacct_file=str(dump), plan=False)
     slurm_fs, stune_fs = result.shares_slurm.factors, result.shares_stune.factors
     # Slurm sees two equal jobs (alice and bob tied); stune charges bob 1.9x (alpha 1, eta 0.1), alice 1.1x.
     assert slurm_fs[("biology", "stune-bob")] == slurm_fs[("physics", "stune-alice")] == pytest.approx(2 / 3)
     assert result.usage_slurm[("physics", "stune-alice")] == result.usage_slurm[("biology", "stune-bob")]
-    assert result.usage_stune[("biology", "stune-bob")] / result.usage_slurm[("biology", "stune-bob")] == \
-        pytest.approx(1.9)
+    assert result.usage_stune[("biology", "stune-bob")] / result.usage_slurm[
+        ("biology", "stune-bob")
+    ] == pytest.approx(1.9)
     assert stune_fs[("biology", "stune-bob")] == pytest.approx(1 / 3)
     assert stune_fs[("physics", "stune-alice")] == pytest.approx(2 / 3)
 
@@ -172,11 +231,16 @@ def test_penalized_user_drops_below_the_one_who_uses_their_gpus(tmp_path):
 # ---- incremental runs ----------------------------------------------------------------------------------
 def test_second_run_over_the_same_window_changes_nothing(tmp_path):
     now = 1_800_000_000
-    rows = [row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
-            row(2, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
-            row(3, "carol", now - 100, 50, gpus=0, billing=1)]  # ended 50 s ago: provisional
-    slurm = RowsSlurm(rows, pending=[pending_job(100, "stune-alice"), pending_job(101, "stune-bob")],
-                      assocs=EQUAL + [Association("physics", "carol", "", 1, "", 7)])
+    rows = [
+        row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
+        row(2, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
+        row(3, "carol", now - 100, 50, gpus=0, billing=1),
+    ]  # ended 50 s ago: provisional
+    slurm = RowsSlurm(
+        rows,
+        pending=[pending_job(100, "stune-alice"), pending_job(101, "stune-bob")],
+        assocs=EQUAL + [Association("physics", "carol", "", 1, "", 7)],
+    )
     config = write_config(tmp_path)
     first = accountant.run_locked(config, slurm, now=now)
     assert first.settled_now == 2 and first.provisional == 1
@@ -231,9 +295,14 @@ def test_a_summary_that_lands_after_the_job_ended_is_still_used(tmp_path):
 
 def test_dry_run_writes_nothing(tmp_path):
     now = 1_800_000_000
-    slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
-                       row(2, "stune-alice", now - 9000, 3600)], pending=[pending_job(7, "stune-bob")],
-                      assocs=EQUAL)
+    slurm = RowsSlurm(
+        [
+            row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
+            row(2, "stune-alice", now - 9000, 3600),
+        ],
+        pending=[pending_job(7, "stune-bob")],
+        assocs=EQUAL,
+    )
     config = write_config(tmp_path)
     result = accountant.run_locked(config, slurm, now=now, dry_run=True)
     assert result.changes and not result.applied
@@ -246,12 +315,20 @@ def test_a_site_factor_min_the_line_cannot_fit_is_refused_in_one_line(tmp_path):
     Slurm points already spread wider), and a clamp after the line would tie or swap users. Refused, naming
     the file, the line and the key, with the value that is always safe (1 - W)."""
     now = 1_800_000_000
-    slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
-                       row(2, "stune-alice", now - 9000, 3600, comment=summary(7200, 7200, 7200))],
-                      pending=[pending_job(7, "stune-bob")], assocs=EQUAL)
+    slurm = RowsSlurm(
+        [
+            row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
+            row(2, "stune-alice", now - 9000, 3600, comment=summary(7200, 7200, 7200)),
+        ],
+        pending=[pending_job(7, "stune-bob")],
+        assocs=EQUAL,
+    )
     config = write_config(tmp_path, "site_factor:\n  min: -1000\n")
-    with pytest.raises(ConfigError, match=r"fairshare.yaml:5: site_factor.min: -1000 is too high .* set it to "
-                                          r"-9999 \(1 - PriorityWeightFairshare\) or lower"):
+    with pytest.raises(
+        ConfigError,
+        match=r"fairshare.yaml:5: site_factor.min: -1000 is too high .* set it to "
+        r"-9999 \(1 - PriorityWeightFairshare\) or lower",
+    ):
         accountant.run_locked(config, slurm, now=now)
     assert slurm.writes == []
 
@@ -261,8 +338,12 @@ def _final_priorities(monkeypatch, tmp_path, slurm_factors, stune_factors, confi
     {user: Slurm's fair-share points + the SiteFactor set}."""
     from slurm_tune.fairshare.tree import ShareResult
 
-    results = iter([ShareResult("fair_tree", [], {(USERS[u], u): f for u, f in slurm_factors.items()}),
-                    ShareResult("fair_tree", [], {(USERS[u], u): f for u, f in stune_factors.items()})])
+    results = iter(
+        [
+            ShareResult("fair_tree", [], {(USERS[u], u): f for u, f in slurm_factors.items()}),
+            ShareResult("fair_tree", [], {(USERS[u], u): f for u, f in stune_factors.items()}),
+        ]
+    )
     monkeypatch.setattr(accountant.tree_mod, "compute", lambda *args: next(results))
     users = sorted(slurm_factors)
     slurm = RowsSlurm(pending=[pending_job(100 + i, u) for i, u in enumerate(users)])
@@ -276,21 +357,29 @@ def test_site_factor_min_is_kept_by_choosing_the_line_within_it(monkeypatch, tmp
     instead: bob stays strictly below alice, and nobody's SiteFactor needed the clamp."""
     slurm_f = {"carol": 0.8, "stune-alice": 0.9, "stune-bob": 0.9}
     stune_f = {"carol": 1.0, "stune-alice": 0.45, "stune-bob": 0.2}
-    final = _final_priorities(monkeypatch, tmp_path, slurm_f, stune_f,
-                              "site_factor:\n  min: -6000\n  deadband: 0\n")
+    final = _final_priorities(
+        monkeypatch, tmp_path, slurm_f, stune_f, "site_factor:\n  min: -6000\n  deadband: 0\n"
+    )
     assert final["carol"] > final["stune-alice"] > final["stune-bob"] >= 1, final
     assert all(final[u] - 10000 * slurm_f[u] >= -6000 for u in final)
     # the same factors with the default floor: the full-width line, bob far below
     (tmp_path / "d").mkdir()
-    default = _final_priorities(monkeypatch, tmp_path / "d", slurm_f, stune_f, "site_factor:\n  deadband: 0\n")
+    default = _final_priorities(
+        monkeypatch, tmp_path / "d", slurm_f, stune_f, "site_factor:\n  deadband: 0\n"
+    )
     assert default["carol"] > default["stune-alice"] > default["stune-bob"] and default["stune-bob"] < 3000
 
 
 def test_a_site_factor_plugin_is_refused(tmp_path):
     now = 1_800_000_000
-    slurm = RowsSlurm([row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
-                       row(2, "stune-alice", now - 9000, 3600)], pending=[pending_job(7, "stune-bob")],
-                      assocs=EQUAL)
+    slurm = RowsSlurm(
+        [
+            row(1, "stune-bob", now - 9000, 3600, comment=summary(7200, 0, 7200)),
+            row(2, "stune-alice", now - 9000, 3600),
+        ],
+        pending=[pending_job(7, "stune-bob")],
+        assocs=EQUAL,
+    )
     slurm.conf["PrioritySiteFactorPlugin"] = "site_factor/example"
     with pytest.raises(accountant.AccountantError, match="would overwrite stune's SiteFactor"):
         accountant.run_locked(write_config(tmp_path), slurm, now=now)
@@ -318,8 +407,11 @@ def test_a_corrupt_ledger_is_a_clear_error(tmp_path):
 def test_config_errors_name_file_line_and_key(tmp_path):
     path = tmp_path / "fs.yaml"
     path.write_text("accountant:\n  alpha: 1.5\n  coverage_mni: 0.5\n")
-    with pytest.raises(ConfigError, match=r"fs.yaml:3: accountant.coverage_mni: unknown key \(did you mean "
-                                          r"'coverage_min'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"fs.yaml:3: accountant.coverage_mni: unknown key \(did you mean "
+        r"'coverage_min'\?\)",
+    ):
         load_config(str(path))
     path.write_text("site_factor:\n  min: 5\n  max: 0\n")
     with pytest.raises(ConfigError, match=r"fs.yaml:2: site_factor.min: 5 is above site_factor.max"):
@@ -340,25 +432,41 @@ def test_defaults_without_a_config_file(monkeypatch, tmp_path):
 def _cli(args, env_extra=None, tmp_path=None):
     env = dict(os.environ, SLURM_CONF=str(tmp_path / "no-such-slurm.conf"))
     env.update(env_extra or {})
-    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "stune-fairshare"), *args],
-                          capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "stune-fairshare"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 def test_cli_what_if_on_a_dump_without_a_cluster(tmp_path):
     t = 1_700_000_000
     dump = tmp_path / "dump.txt"
-    dump.write_text("\n".join([HEADER, row(1, "stune-alice", t, 3600, comment=summary(7200, 6480, 7200)),
-                               row(2, "stune-bob", t, 3600, comment=summary(7200, 720, 7200))]) + "\n")
+    dump.write_text(
+        "\n".join(
+            [
+                HEADER,
+                row(1, "stune-alice", t, 3600, comment=summary(7200, 6480, 7200)),
+                row(2, "stune-bob", t, 3600, comment=summary(7200, 720, 7200)),
+            ]
+        )
+        + "\n"
+    )
     cfg = tmp_path / "fs.yaml"
     cfg.write_text(f"accountant:\n  state_dir: {tmp_path / 'state'}\n")
-    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "json"],
-                tmp_path=tmp_path)
+    proc = _cli(
+        ["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "json"], tmp_path=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     users = {(u["account"], u["user"]): u for u in doc["users"]}
     assert users[("physics", "stune-alice")]["efficiency"] == pytest.approx(0.9)
     assert users[("biology", "stune-bob")]["idle_gpu_h"] == pytest.approx(1.8)
-    assert users[("biology", "stune-bob")]["fairshare_stune"] < users[("biology", "stune-bob")]["fairshare_slurm"]
+    assert (
+        users[("biology", "stune-bob")]["fairshare_stune"]
+        < users[("biology", "stune-bob")]["fairshare_slurm"]
+    )
     assert any("offline what-if: flat association tree" in w for w in doc["warnings"])
     assert not (tmp_path / "state").exists()  # a what-if keeps no ledger
     same = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--json"], tmp_path=tmp_path)
@@ -366,7 +474,9 @@ def test_cli_what_if_on_a_dump_without_a_cluster(tmp_path):
     proc = _cli(["apply", "--dry-run", "--sacct-file", str(dump), "--config", str(cfg)], tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "0 SiteFactor change(s) planned" in proc.stdout
-    proc = _cli(["apply", "--dry-run", "--json", "--sacct-file", str(dump), "--config", str(cfg)], tmp_path=tmp_path)
+    proc = _cli(
+        ["apply", "--dry-run", "--json", "--sacct-file", str(dump), "--config", str(cfg)], tmp_path=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["dry_run"] is True and doc["changes"] == [] and doc["ledger"] is None
@@ -384,27 +494,37 @@ def test_cli_bad_input_is_one_line(tmp_path):
     cfg.write_text("report:\n  top_jobs: many\n")
     proc = _cli(["report", "--config", str(cfg)], tmp_path=tmp_path)
     assert proc.returncode == 1 and "fs.yaml:2: report.top_jobs: expected an integer" in proc.stderr
-    proc = _cli(["apply"], tmp_path=tmp_path, env_extra={"STUNE_FAIRSHARE_CONFIG": str(tmp_path / "none.yaml")})
+    proc = _cli(
+        ["apply"], tmp_path=tmp_path, env_extra={"STUNE_FAIRSHARE_CONFIG": str(tmp_path / "none.yaml")}
+    )
     assert proc.returncode == 1 and "none.yaml" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_without_the_reports_extra_the_outputs_say_so(tmp_path):
     t = 1_700_000_000
     dump = tmp_path / "dump.txt"
-    dump.write_text("\n".join([HEADER, row(1, "stune-bob", t, 3600, comment=summary(7200, 720, 7200))]) + "\n")
+    dump.write_text(
+        "\n".join([HEADER, row(1, "stune-bob", t, 3600, comment=summary(7200, 720, 7200))]) + "\n"
+    )
     cfg = tmp_path / "fs.yaml"
     cfg.write_text("")
-    blocked = ("import sys\nfor m in ('matplotlib', 'matplotlib.pyplot', 'rich', 'rich.console', 'rich.table', "
-               "'prometheus_client'):\n    sys.modules[m] = None\n"
-               "from slurm_tune.cli.fairshare import main\nsys.exit(main(sys.argv[1:]))\n")
+    blocked = (
+        "import sys\nfor m in ('matplotlib', 'matplotlib.pyplot', 'rich', 'rich.console', 'rich.table', "
+        "'prometheus_client'):\n    sys.modules[m] = None\n"
+        "from slurm_tune.cli.fairshare import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
     base = [sys.executable, "-c", blocked, "report", "--sacct-file", str(dump), "--config", str(cfg)]
-    for extra, what in (([], "the terminal table"), (["--format", "none", "--png", str(tmp_path / "x.png")],
-                                                       "the PNG chart"),
-                        (["--format", "none", "--prom", str(tmp_path / "x.prom")], "the Prometheus textfile")):
+    for extra, what in (
+        ([], "the terminal table"),
+        (["--format", "none", "--png", str(tmp_path / "x.png")], "the PNG chart"),
+        (["--format", "none", "--prom", str(tmp_path / "x.prom")], "the Prometheus textfile"),
+    ):
         proc = subprocess.run(base + extra, capture_output=True, text=True)
         assert proc.returncode == 1, proc.stderr
-        assert proc.stderr.strip() == (f"stune-fairshare: {what} needs the `reports` extra "
-                                       f"({proc.stderr.split('(')[1].split(')')[0]}): pip install 'slurm-tune[reports]'")
+        assert proc.stderr.strip() == (
+            f"stune-fairshare: {what} needs the `reports` extra "
+            f"({proc.stderr.split('(')[1].split(')')[0]}): pip install 'slurm-tune[reports]'"
+        )
     proc = subprocess.run(base + ["--format", "csv"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("level,account,user,")
 
@@ -412,16 +532,40 @@ def test_without_the_reports_extra_the_outputs_say_so(tmp_path):
 def test_report_outputs_offline(tmp_path):
     t = 1_700_000_000
     dump = tmp_path / "dump.txt"
-    busy_idle_power = ("stune1 held=7200.0 used=7128.0 cov=7200.0 busy=7000.0 busy_w=62.0 gpus=2 nodes=1/1 "
-                       "per_gpu=n1/0:99.0:1.0:500:62.0,n1/1:99.0:1.0:500:62.0")
-    dump.write_text("\n".join([HEADER, row(1, "stune-alice", t, 3600, comment=busy_idle_power),
-                               row(2, "stune-bob", t, 3600, comment=summary(7200, 720, 7200)),
-                               row(3, "carol", t, 600, gpus=0, billing=1)]) + "\n")
+    busy_idle_power = (
+        "stune1 held=7200.0 used=7128.0 cov=7200.0 busy=7000.0 busy_w=62.0 gpus=2 nodes=1/1 "
+        "per_gpu=n1/0:99.0:1.0:500:62.0,n1/1:99.0:1.0:500:62.0"
+    )
+    dump.write_text(
+        "\n".join(
+            [
+                HEADER,
+                row(1, "stune-alice", t, 3600, comment=busy_idle_power),
+                row(2, "stune-bob", t, 3600, comment=summary(7200, 720, 7200)),
+                row(3, "carol", t, 600, gpus=0, billing=1),
+            ]
+        )
+        + "\n"
+    )
     cfg = tmp_path / "fs.yaml"
     cfg.write_text("")
     png, prom = tmp_path / "r.png", tmp_path / "r.prom"
-    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "json", "--png", str(png),
-                 "--prom", str(prom)], tmp_path=tmp_path)
+    proc = _cli(
+        [
+            "report",
+            "--sacct-file",
+            str(dump),
+            "--config",
+            str(cfg),
+            "--format",
+            "json",
+            "--png",
+            str(png),
+            "--prom",
+            str(prom),
+        ],
+        tmp_path=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [j["job_id"] for j in doc["flagged"]] == ["1"]
@@ -432,12 +576,16 @@ def test_report_outputs_offline(tmp_path):
     assert 'stune_job_stalled{account="physics",job_id="1",user="stune-alice"} 1.0' in prom.read_text()
     # -o writes the table too (#12 §5), plain text, nothing on stdout
     table = tmp_path / "report.txt"
-    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "table", "-o", str(table)],
-                tmp_path=tmp_path)
+    proc = _cli(
+        ["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "table", "-o", str(table)],
+        tmp_path=tmp_path,
+    )
     assert proc.returncode == 0 and proc.stdout == ""
     text = table.read_text()
     assert "stune-bob" in text and "Flagged for review" in text and "\x1b[" not in text
-    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "csv"], tmp_path=tmp_path)
+    proc = _cli(
+        ["report", "--sacct-file", str(dump), "--config", str(cfg), "--format", "csv"], tmp_path=tmp_path
+    )
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("level,account,user,jobs,gpu_jobs,held_gpu_h,used_gpu_h,efficiency")
     assert any(line.startswith("user,biology,stune-bob,1,1,2,0.2,0.1,1.8,") for line in lines)
@@ -445,44 +593,67 @@ def test_report_outputs_offline(tmp_path):
 
 def test_a_report_reaching_back_charges_nothing_twice(tmp_path):
     now = 1_800_000_000
-    rows = [row(1, "stune-alice", now - 20 * 86400, 3600), row(2, "stune-bob", now - 9000, 3600,
-                                                                 comment=summary(7200, 720, 7200))]
+    rows = [
+        row(1, "stune-alice", now - 20 * 86400, 3600),
+        row(2, "stune-bob", now - 9000, 3600, comment=summary(7200, 720, 7200)),
+    ]
     slurm = RowsSlurm(rows, assocs=EQUAL)
     config = write_config(tmp_path)
     accountant.run_locked(config, slurm, now=now, plan=False)
     later = now + 3 * 86400
     applied = accountant.run_locked(config, RowsSlurm(rows, assocs=EQUAL), now=later, plan=False)
-    report = accountant.run_locked(config, RowsSlurm(rows, assocs=EQUAL), now=later + 1, plan=False, dry_run=True,
-                                   since=now - 30 * 86400)
+    report = accountant.run_locked(
+        config, RowsSlurm(rows, assocs=EQUAL), now=later + 1, plan=False, dry_run=True, since=now - 30 * 86400
+    )
     assert report.table.n == 2  # the report sees both jobs...
     for key, value in applied.usage_slurm.items():  # ...but charges neither again
         assert report.usage_slurm[key] == pytest.approx(value, rel=1e-5)
 
 
 # ---- the final order is stune's order ------------------------------------------------------------------
-THREE_ACCOUNTS = [Association("root", "", "", 1, "", 1),
-                  Association("biology", "", "root", 1, "", 2), Association("biology", "stune-bob", "", 1, "", 3),
-                  Association("physics", "", "root", 2, "", 4), Association("physics", "stune-alice", "", 1, "", 5),
-                  Association("physics", "carol", "", 3, "", 6),
-                  Association("chemistry", "", "root", 1, "", 7), Association("chemistry", "dave", "", 1, "", 8),
-                  Association("root", "root", "", 1, "", 9)]
+THREE_ACCOUNTS = [
+    Association("root", "", "", 1, "", 1),
+    Association("biology", "", "root", 1, "", 2),
+    Association("biology", "stune-bob", "", 1, "", 3),
+    Association("physics", "", "root", 2, "", 4),
+    Association("physics", "stune-alice", "", 1, "", 5),
+    Association("physics", "carol", "", 3, "", 6),
+    Association("chemistry", "", "root", 1, "", 7),
+    Association("chemistry", "dave", "", 1, "", 8),
+    Association("root", "root", "", 1, "", 9),
+]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.tuples(st.sampled_from(["stune-alice", "stune-bob", "carol", "dave", "root"]),
-                          st.integers(60, 20000), st.integers(0, 100)), min_size=1, max_size=8),
-       st.sampled_from(["", "PRIORITY_FLAGS_NONE_PLACEHOLDER"]))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["stune-alice", "stune-bob", "carol", "dave", "root"]),
+            st.integers(60, 20000),
+            st.integers(0, 100),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from(["", "PRIORITY_FLAGS_NONE_PLACEHOLDER"]),
+)
 def test_fairshare_points_plus_site_factor_order_jobs_as_stune_does(tmp_path_factory, jobs, flags):
     """Fair Tree and classic, three accounts: W x F_slurm + SiteFactor sorts pending jobs exactly as F_stune
     does, every SiteFactor is <= 0 and the top gainer's is 0."""
     tmp_path = tmp_path_factory.mktemp("order")
     now = 1_800_000_000
     USERS.setdefault("dave", "chemistry")
-    rows = [row(i, user, now - 30000, secs, comment=summary(2 * secs, 2 * secs * eta / 100, 2 * secs))
-            for i, (user, secs, eta) in enumerate(jobs, start=1)]
+    rows = [
+        row(i, user, now - 30000, secs, comment=summary(2 * secs, 2 * secs * eta / 100, 2 * secs))
+        for i, (user, secs, eta) in enumerate(jobs, start=1)
+    ]
     users = ["stune-alice", "stune-bob", "carol", "dave", "root"]
-    slurm = RowsSlurm(rows, pending=[pending_job(1000 + i, u) for i, u in enumerate(users)], assocs=THREE_ACCOUNTS,
-                      flags="" if not flags else "NO_FAIR_TREE")
+    slurm = RowsSlurm(
+        rows,
+        pending=[pending_job(1000 + i, u) for i, u in enumerate(users)],
+        assocs=THREE_ACCOUNTS,
+        flags="" if not flags else "NO_FAIR_TREE",
+    )
     config = write_config(tmp_path, "site_factor:\n  deadband: 0\n")
     result = accountant.run_locked(config, slurm, now=now)
     weight = 10000
@@ -511,9 +682,11 @@ def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path)
     from slurm_tune.fairshare import explain
 
     now = 1_800_000_000
-    rows = [row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
-            row(2, "stune-bob", now - 9000, 3000, comment=summary(6000, 0, 6000)),
-            row(3, "stune-bob", now - 5000, 300, comment=summary(600, 300, 600))]
+    rows = [
+        row(1, "stune-alice", now - 9000, 3600, comment=summary(7200, 6480, 7200)),
+        row(2, "stune-bob", now - 9000, 3000, comment=summary(6000, 0, 6000)),
+        row(3, "stune-bob", now - 5000, 300, comment=summary(600, 300, 600)),
+    ]
     slurm = RowsSlurm(rows, pending=[pending_job(9, "stune-bob")], assocs=EQUAL)
     config = write_config(tmp_path)
     result = accountant.run(config, slurm, now=now, use_ledger=False)
@@ -526,8 +699,10 @@ def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path)
     assert bio["top_idle_jobs"][0]["charged_x"] == pytest.approx(2.0)
     assert doc["pending"][0]["job_id"] == 9
     text = explain.explain_text(doc)
-    assert f"get {-bio['site_factor']} priority points fewer than Slurm alone gives them (SiteFactor " \
-           f"{bio['site_factor']})" in text
+    assert (
+        f"get {-bio['site_factor']} priority points fewer than Slurm alone gives them (SiteFactor "
+        f"{bio['site_factor']})" in text
+    )
     assert "job 2: 2 GPUs" in text and "charged x2.00" in text
     with pytest.raises(Exception, match="no fair-share association"):
         explain.explain(result, config, "nobody")
@@ -538,10 +713,23 @@ def test_job_view_text_json_and_png(tmp_path):
     from slurm_tune.fairshare import explain, jobview
     from slurm_tune.usage import summary as summary_mod
 
-    s = summary_mod.JobSummary(7200.0, 3600.0, 7200.0, 0.0, None, 2, 1, 1,
-                               (summary_mod.GpuMeans("n1", "0", 50.0, 10.0, 1000.0, 200.0),
-                                summary_mod.GpuMeans("n1", "1", None, None, None, None)),
-                               drops=0, noproc=0.0, timeline="9" * 24 + "0" * 24)
+    s = summary_mod.JobSummary(
+        7200.0,
+        3600.0,
+        7200.0,
+        0.0,
+        None,
+        2,
+        1,
+        1,
+        (
+            summary_mod.GpuMeans("n1", "0", 50.0, 10.0, 1000.0, 200.0),
+            summary_mod.GpuMeans("n1", "1", None, None, None, None),
+        ),
+        drops=0,
+        noproc=0.0,
+        timeline="9" * 24 + "0" * 24,
+    )
     text_row = row(7, "stune-bob", 1_700_000_000, 3600, comment=summary_mod.encode(s))
 
     class OneJob:

@@ -1,4 +1,5 @@
 """Per-job charges: Slurm's decay, eta and coverage rules, and the penalty (penalties only)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,15 +26,20 @@ def slurm_decay_loop(jobs, as_of, half_life, period=60):
         for s, e, rate in jobs:
             delta = min(e, nxt) - max(s, t)
             if delta > 0:
-                usage += delta * d ** delta * rate
+                usage += delta * d**delta * rate
         t = nxt
     return usage
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 30 * 86400), st.integers(60, 3 * 86400), st.integers(1, 64)),
-                min_size=1, max_size=8),
-       st.integers(0, 20 * 86400))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30 * 86400), st.integers(60, 3 * 86400), st.integers(1, 64)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(0, 20 * 86400),
+)
 def test_decay_integral_matches_slurms_decay_loop(jobs, after):
     spans = [(s, s + length, rate) for s, length, rate in jobs]
     as_of = max(e for _, e, _ in spans) + after
@@ -52,8 +58,10 @@ def _table(rows):
 
 
 def _row(job, gpus=2, billing=2, comment="", elapsed=3600, start=1000):
-    return (f"{job}|{job}|u|a|p|normal|COMPLETED|{start}|{start + elapsed}|{elapsed}|"
-            f"billing={billing},gres/gpu={gpus}|{comment}")
+    return (
+        f"{job}|{job}|u|a|p|normal|COMPLETED|{start}|{start + elapsed}|{elapsed}|"
+        f"billing={billing},gres/gpu={gpus}|{comment}"
+    )
 
 
 def _summary(held, used, cov):
@@ -61,14 +69,16 @@ def _summary(held, used, cov):
 
 
 def test_eta_rules():
-    t = _table([
-        _row(1, comment=_summary(7200, 720, 7200)),      # measured 10 %, full coverage
-        _row(2),                                          # no summary: eta 1
-        _row(3, comment=_summary(7200, 100, 1000)),      # 14 % coverage: not trusted, eta 1
-        _row(4, gpus=0, comment=_summary(0, 0, 0)),      # no GPUs: eta 1
-        _row(5, comment=_summary(7200, 9000, 7200)),     # over 100 %: out of range, unmeasured (eta 1)
-        _row(6, comment="someone else's note"),
-    ])
+    t = _table(
+        [
+            _row(1, comment=_summary(7200, 720, 7200)),  # measured 10 %, full coverage
+            _row(2),  # no summary: eta 1
+            _row(3, comment=_summary(7200, 100, 1000)),  # 14 % coverage: not trusted, eta 1
+            _row(4, gpus=0, comment=_summary(0, 0, 0)),  # no GPUs: eta 1
+            _row(5, comment=_summary(7200, 9000, 7200)),  # over 100 %: out of range, unmeasured (eta 1)
+            _row(6, comment="someone else's note"),
+        ]
+    )
     eta, seen, coverage, trusted, source = charges.measured_eta(t, coverage_min=0.8)
     assert eta.tolist() == pytest.approx([0.1, 1, 1, 1, 1, 1])
     assert trusted.tolist() == [True, False, False, False, False, False]
@@ -83,15 +93,31 @@ def test_charge_is_slurms_times_the_idle_penalty():
     ch = charges.compute(t, np.array([True, True]), as_of=4600, half_life_s=0, alpha=2.0, coverage_min=0.8)
     assert ch.slurm.tolist() == [2 * 3600, 2 * 3600]
     assert ch.stune.tolist() == pytest.approx([2 * 3600 * (1 + 2.0 * 0.9), 2 * 3600])
-    gpu_basis = charges.compute(t, np.array([True, True]), as_of=4600, half_life_s=0, alpha=2.0,
-                                coverage_min=0.8, basis="gpu", qos_usage_factor={"normal": 0.5})
+    gpu_basis = charges.compute(
+        t,
+        np.array([True, True]),
+        as_of=4600,
+        half_life_s=0,
+        alpha=2.0,
+        coverage_min=0.8,
+        basis="gpu",
+        qos_usage_factor={"normal": 0.5},
+    )
     assert gpu_basis.slurm.tolist() == [2 * 3600 * 0.5] * 2
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 8), st.integers(0, 100_000), st.floats(0, 2),
-                          st.floats(0, 1.2), st.booleans()), min_size=1, max_size=20),
-       st.floats(0, 10), st.floats(0, 1))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 8), st.integers(0, 100_000), st.floats(0, 2), st.floats(0, 1.2), st.booleans()
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.floats(0, 10),
+    st.floats(0, 1),
+)
 def test_penalties_only(rows, alpha, coverage_min):
     """Whatever the summaries say (even lies over 100 %), no job is charged less than Slurm charges it."""
     lines = []
@@ -100,8 +126,9 @@ def test_penalties_only(rows, alpha, coverage_min):
         comment = _summary(held, util * cov * held, cov * held) if has else ""
         lines.append(_row(i + 1, gpus=gpus, elapsed=elapsed, comment=comment))
     t = _table(lines)
-    ch = charges.compute(t, np.ones(t.n, dtype=bool), as_of=200_000, half_life_s=HL, alpha=alpha,
-                         coverage_min=coverage_min)
+    ch = charges.compute(
+        t, np.ones(t.n, dtype=bool), as_of=200_000, half_life_s=HL, alpha=alpha, coverage_min=coverage_min
+    )
     assert np.all(ch.stune >= ch.slurm)
     assert np.all((ch.eta >= 0) & (ch.eta <= 1))
 
@@ -111,19 +138,30 @@ def test_alpha_per_qos_partition_and_account_with_exemptions(tmp_path):
     from slurm_tune.usage.config import load_config
 
     config_file = tmp_path / "fs.yaml"
-    config_file.write_text("accountant:\n  alpha: 1.0\n  alpha_by:\n    qos: {debug: 0}\n"
-                           "    partition: {cheap: 0.5}\n    account: {bio: 3.0}\n")
+    config_file.write_text(
+        "accountant:\n  alpha: 1.0\n  alpha_by:\n    qos: {debug: 0}\n"
+        "    partition: {cheap: 0.5}\n    account: {bio: 3.0}\n"
+    )
     config = load_config(str(config_file))
     header = "JobIDRaw|User|Account|Partition|QOS|State|Start|End|ElapsedRaw|AllocTRES|AdminComment"
     s = _summary(7200, 0, 7200)  # idle the whole time
-    rows = [f"1|u|phys|gpu|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
-            f"2|u|phys|gpu|debug|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
-            f"3|u|phys|cheap|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
-            f"4|u|bio|gpu|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
-            f"5|u|bio|cheap|debug|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}"]
+    rows = [
+        f"1|u|phys|gpu|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+        f"2|u|phys|gpu|debug|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+        f"3|u|phys|cheap|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+        f"4|u|bio|gpu|normal|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+        f"5|u|bio|cheap|debug|COMPLETED|0|3600|3600|billing=2,gres/gpu=2|{s}",
+    ]
     t = parse("\n".join([header, *rows]) + "\n")
-    ch = charges.compute(t, np.ones(5, dtype=bool), as_of=3600, half_life_s=0, alpha=config.accountant.alpha,
-                         coverage_min=0.8, alpha_by=config.accountant.alpha_by)
+    ch = charges.compute(
+        t,
+        np.ones(5, dtype=bool),
+        as_of=3600,
+        half_life_s=0,
+        alpha=config.accountant.alpha,
+        coverage_min=0.8,
+        alpha_by=config.accountant.alpha_by,
+    )
     assert (ch.stune / ch.slurm).tolist() == pytest.approx([2.0, 1.0, 1.5, 4.0, 1.0])
     bad = tmp_path / "bad.yaml"
     bad.write_text("accountant:\n  alpha_by:\n    qos: {debug: -1}\n")

@@ -7,6 +7,7 @@ of a job's GPUs) and `EpilogSlurmctld=` (read only when slurmctld starts, so the
 once at the start and once at the end). The devcluster's `AccountingStorageEnforce=associations,limits` matters
 too: without `limits`, Slurm 22.05 never charges a finished job's last partial PriorityCalcPeriod.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import sacctmgr, slurm_exports, slurm_path, wait_for_state, wait_until
-from stune_dev.devcluster import NODES
+from usage_helpers import write_snapshot
+
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
-from usage_helpers import write_snapshot
+from stune_dev.devcluster import NODES
 
 pytestmark = pytest.mark.cluster
 
@@ -45,19 +46,34 @@ class World:
         self.started = int(time.time())
 
     def env(self) -> dict:
-        return {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                "STUNE_FAIRSHARE_CONFIG": str(self.config), "SLURM_CONF": os.environ["SLURM_CONF"]}
+        return {
+            **os.environ,
+            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "STUNE_FAIRSHARE_CONFIG": str(self.config),
+            "SLURM_CONF": os.environ["SLURM_CONF"],
+        }
 
     def write_config(self, **accountant) -> None:
         lines = ["accountant:", f"  state_dir: {self.state}", "  settle_delay: 0"]
         lines += [f"  {k}: {v}" for k, v in accountant.items()]
-        lines += ["usage:", f"  spool_dir: {self.spool}", "  interval: 0.2", "  collect_wait: 20",
-                  "report:", "  idle_power_w: 100"]
+        lines += [
+            "usage:",
+            f"  spool_dir: {self.spool}",
+            "  interval: 0.2",
+            "  collect_wait: 20",
+            "report:",
+            "  idle_power_w: 100",
+        ]
         self.config.write_text("\n".join(lines) + "\n")
 
     def stune(self, *args, check=True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([f"{VENV_BIN}/stune-fairshare", *args], capture_output=True, text=True,
-                              env=self.env(), timeout=300)
+        proc = subprocess.run(
+            [f"{VENV_BIN}/stune-fairshare", *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=300,
+        )
         if check:
             assert proc.returncode == 0, proc.stderr
         return proc
@@ -77,19 +93,31 @@ def world(cluster, tmp_path_factory):
     cluster.install_stune(STUNE_USAGE_SPOOL=str(w.spool), STUNE_FAIRSHARE_CONFIG=str(w.config))
     assert cluster.site_settings()["STUNE_USAGE_DIR"] == f"{cluster.layout.root}/nodes/%n/usage"
     ctld = root / "epilog-slurmctld"
-    ctld.write_text(f"#!/bin/sh\nexport PATH={slurm_path(f'{VENV_BIN}:/usr/bin:/bin')} {slurm_exports()} "
-                    f"STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config} STUNE_USAGE_SPOOL={w.spool} "
-                    f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={w.store_log}\n"
-                    f"exec {REPO}/epilog/stune-usage-slurmctld\n")
+    ctld.write_text(
+        f"#!/bin/sh\nexport PATH={slurm_path(f'{VENV_BIN}:/usr/bin:/bin')} {slurm_exports()} "
+        f"STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config} STUNE_USAGE_SPOOL={w.spool} "
+        f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={w.store_log}\n"
+        f"exec {REPO}/epilog/stune-usage-slurmctld\n"
+    )
     ctld.chmod(0o755)
-    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\n"
-                                   "PrologFlags=Alloc", reconfigure=False)
+    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\nPrologFlags=Alloc", reconfigure=False)
     cluster.restart_controller()
     for node in NODES:
         w.samplers[node] = subprocess.Popen(
-            [f"{VENV_BIN}/stune-gpu-sampler", "run", "--snapshot", str(w.snapshots[node]), "--local-dir",
-             str(w.local[node]), "--interval", "0.2"], env=w.env(), stdout=subprocess.DEVNULL,
-            stderr=open(root / f"sampler-{node}.log", "w"))
+            [
+                f"{VENV_BIN}/stune-gpu-sampler",
+                "run",
+                "--snapshot",
+                str(w.snapshots[node]),
+                "--local-dir",
+                str(w.local[node]),
+                "--interval",
+                "0.2",
+            ],
+            env=w.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=open(root / f"sampler-{node}.log", "w"),
+        )
     try:
         yield w
     finally:
@@ -117,8 +145,9 @@ def no_leftover_jobs(world, slurm):
 
 
 def submit_as(slurm, user: str, account: str, args: list[str], wrap: str) -> int:
-    rc, out, err = slurm.run_full(["runuser", "-u", user, "--", "sbatch", "--parsable", "-A", account, *args,
-                                   "--wrap", wrap])
+    rc, out, err = slurm.run_full(
+        ["runuser", "-u", user, "--", "sbatch", "--parsable", "-A", account, *args, "--wrap", wrap]
+    )
     assert rc == 0, err
     return int(out.strip().split(";")[0])
 
@@ -129,9 +158,12 @@ def admin_comment(slurm, job_id: int) -> str:
 
 
 def wait_summary(slurm, job_id: int, timeout: float = 60) -> summary.JobSummary:
-    text = wait_until(f"job {job_id}'s usage summary in AdminComment",
-                      lambda: admin_comment(slurm, job_id).startswith(summary.PREFIX) and admin_comment(slurm, job_id),
-                      timeout=timeout, interval=0.5)
+    text = wait_until(
+        f"job {job_id}'s usage summary in AdminComment",
+        lambda: admin_comment(slurm, job_id).startswith(summary.PREFIX) and admin_comment(slurm, job_id),
+        timeout=timeout,
+        interval=0.5,
+    )
     parsed = summary.parse(text)
     assert parsed is not None, text
     return parsed
@@ -142,24 +174,44 @@ def wait_calc_pass(slurm, cluster, jobs) -> None:
     FAIRSHARE column lags until then."""
     last_end = max(int(r["End"]) for r in slurm.sacct(["JobIDRaw", "End"], job_ids=[str(j) for j in jobs]))
     decay_file = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
-    wait_until("Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
-               lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1, timeout=90, interval=1)
+    wait_until(
+        "Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
+        lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1,
+        timeout=90,
+        interval=1,
+    )
 
 
 def test_users_cannot_write_their_jobs_usage_field(world, slurm, shared_tmp):
     job = submit_as(slurm, "stune-alice", "physics", ["--gres=gpu:1", f"--chdir={shared_tmp}"], "sleep 30")
     wait_until("alice's job running", lambda: slurm.job(job).state == "RUNNING")
     fake = "stune1 held=10.0 used=10.0 cov=10.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
-    rc, out, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "scontrol", "update", f"JobId={job}",
-                                   f"AdminComment={fake}"])
+    rc, out, err = slurm.run_full(
+        ["runuser", "-u", "stune-alice", "--", "scontrol", "update", f"JobId={job}", f"AdminComment={fake}"]
+    )
     assert rc != 0 and "Access/permission denied" in err
-    rc, out, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "sacctmgr", "-i", "modify", "job",
-                                   "where", f"JobID={job}", "set", f"AdminComment={fake}"])
+    rc, out, err = slurm.run_full(
+        [
+            "runuser",
+            "-u",
+            "stune-alice",
+            "--",
+            "sacctmgr",
+            "-i",
+            "modify",
+            "job",
+            "where",
+            f"JobID={job}",
+            "set",
+            f"AdminComment={fake}",
+        ]
+    )
     assert rc != 0 and "privilege" in (out + err)
     assert slurm.job(job).admin_comment == ""
     # the field a user CAN write is not the one stune reads
-    rc, _, err = slurm.run_full(["runuser", "-u", "stune-alice", "--", "scontrol", "update", f"JobId={job}",
-                                 f"Comment={fake}"])
+    rc, _, err = slurm.run_full(
+        ["runuser", "-u", "stune-alice", "--", "scontrol", "update", f"JobId={job}", f"Comment={fake}"]
+    )
     assert rc == 0, err
     slurm.cancel(job)
 
@@ -205,16 +257,23 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
     bob_pending = submit_as(slurm, "stune-bob", "biology", pend, "true")
     alice_pending = submit_as(slurm, "stune-alice", "physics", pend, "true")
-    wait_until("both pending jobs in sprio",
-               lambda: {bob_pending, alice_pending} <= {r.job_id for r in slurm.sprio()})
+    wait_until(
+        "both pending jobs in sprio",
+        lambda: {bob_pending, alice_pending} <= {r.job_id for r in slurm.sprio()},
+    )
 
     # Only this test's jobs: the accountant's first read starts when this test did. slurmdbd records a
     # finished job's end a little after it ends (later on 24.11): wait until every run in the window that is
     # not pending has its end, or the second apply would rightly settle a run the first saw as running.
     window_start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0 - 60))
-    wait_until("accounting to record every run's end", lambda: all(
-        r["State"].split()[0] == "PENDING" or r["End"] not in ("", "Unknown", "None")
-        for r in slurm.sacct(["JobIDRaw", "State", "End"], start=window_start)), timeout=60)
+    wait_until(
+        "accounting to record every run's end",
+        lambda: all(
+            r["State"].split()[0] == "PENDING" or r["End"] not in ("", "Unknown", "None")
+            for r in slurm.sacct(["JobIDRaw", "State", "End"], start=window_start)
+        ),
+        timeout=60,
+    )
     world.state.joinpath("ledger.json").unlink(missing_ok=True)
     world.write_config(initial_history=int(time.time()) - t0 + 2)
     dry = world.stune("apply", "--dry-run")
@@ -234,7 +293,9 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
     assert sprio[bob_pending].fairshare + site == pytest.approx(1, abs=1)
     assert sprio[bob_pending].priority < sprio[alice_pending].priority
     # sprio rounds each column: the sum may be one off
-    assert abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age + site)) <= 1
+    assert (
+        abs(sprio[bob_pending].priority - (sprio[bob_pending].fairshare + sprio[bob_pending].age + site)) <= 1
+    )
     ledger = json.loads(world.state.joinpath("ledger.json").read_text())
 
     second = world.stune("apply")
@@ -249,8 +310,9 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
 
     # The report: per account held vs used, the chart, the metrics.
     png, prom = world.root / "report.png", world.root / "fairshare.prom"
-    rep = world.stune("report", "--format", "json", "--png", str(png), "--prom", str(prom),
-                      "--since", f"@{t0}")  # this test's jobs: not the previous test's cancelled one
+    rep = world.stune(
+        "report", "--format", "json", "--png", str(png), "--prom", str(prom), "--since", f"@{t0}"
+    )  # this test's jobs: not the previous test's cancelled one
     doc = json.loads(rep.stdout)
     accounts = {a["account"]: a for a in doc["accounts"]}
     assert accounts["physics"]["efficiency"] == pytest.approx(0.9, abs=0.02)
@@ -273,8 +335,13 @@ def _pending_jobs_get_penalty_once(world, slurm, shared_tmp, bob, t0) -> None:
 def test_a_multi_node_job_is_merged_and_late_nodes_are_swept_in(world, slurm, shared_tmp):
     write_snapshot(world.snapshots["n1"], 90, gpus=4, power=310.0)
     write_snapshot(world.snapshots["n2"], 10, gpus=4, power=90.0)
-    job = submit_as(slurm, "stune-alice", "physics", ["-N2", "-w", "n[1-2]", "--gres=gpu:1",
-                                                      f"--chdir={shared_tmp}"], "sleep 6")
+    job = submit_as(
+        slurm,
+        "stune-alice",
+        "physics",
+        ["-N2", "-w", "n[1-2]", "--gres=gpu:1", f"--chdir={shared_tmp}"],
+        "sleep 6",
+    )
     assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
     merged = wait_summary(slurm, job)
     assert (merged.gpus, merged.nodes_reported, merged.nodes_expected) == (2, 2, 2)
@@ -285,9 +352,22 @@ def test_a_multi_node_job_is_merged_and_late_nodes_are_swept_in(world, slurm, sh
     # A node whose summary came too late for EpilogSlurmctld: `collect` stores the job again, whole.
     late = world.spool / str(job)
     late.mkdir()
-    docs = [{"v": 1, "job": str(job), "node": n, "start": 0, "end": 100, "gpus": [
-        {"id": 0, "acc": {**{k: 0.0 for k in summary.ACC_FIELDS}, "sm_dt": 100.0, "sm_sum": eta * 100}}]}
-        for n, eta in (("n1", 0.8), ("n3", 0.2))]
+    docs = [
+        {
+            "v": 1,
+            "job": str(job),
+            "node": n,
+            "start": 0,
+            "end": 100,
+            "gpus": [
+                {
+                    "id": 0,
+                    "acc": {**dict.fromkeys(summary.ACC_FIELDS, 0.0), "sm_dt": 100.0, "sm_sum": eta * 100},
+                }
+            ],
+        }
+        for n, eta in (("n1", 0.8), ("n3", 0.2))
+    ]
     (late / "n1.json").write_text(json.dumps(docs[0]))
     (late / "stored").write_text(json.dumps({"stored": ["n1"], "expected": ["n1", "n3"], "at": 0}))
     out = world.stune("collect", "--min-age", "0").stdout
@@ -303,8 +383,9 @@ def test_a_multi_node_job_is_merged_and_late_nodes_are_swept_in(world, slurm, sh
 def test_a_cpu_job_stores_nothing(world, slurm, shared_tmp):
     job = submit_as(slurm, "stune-bob", "biology", ["-c", "1", f"--chdir={shared_tmp}"], "true")
     assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=60) == "COMPLETED"
-    wait_until("EpilogSlurmctld's verdict", lambda: f"job {job}: no GPUs" in world.store_log.read_text(),
-               timeout=30)
+    wait_until(
+        "EpilogSlurmctld's verdict", lambda: f"job {job}: no GPUs" in world.store_log.read_text(), timeout=30
+    )
     assert admin_comment(slurm, job) == ""
 
 
@@ -314,30 +395,43 @@ def test_with_eta_1_everywhere_stunes_factors_equal_sshare(world, slurm, shared_
     slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
     t0 = int(time.time())
     # sacct's times are whole seconds: the jobs must start in a later second than the reset
-    wait_until("the clock to pass the reset's second", lambda: int(time.time()) > t0, timeout=5, interval=0.05)
-    jobs = [submit_as(slurm, "stune-alice", "physics", ["-c", "4", f"--chdir={shared_tmp}"], "sleep 6"),
-            submit_as(slurm, "stune-bob", "biology", ["-c", "1", "--gres=gpu:1", f"--chdir={shared_tmp}"],
-                      "sleep 6")]
+    wait_until(
+        "the clock to pass the reset's second", lambda: int(time.time()) > t0, timeout=5, interval=0.05
+    )
+    jobs = [
+        submit_as(slurm, "stune-alice", "physics", ["-c", "4", f"--chdir={shared_tmp}"], "sleep 6"),
+        submit_as(
+            slurm, "stune-bob", "biology", ["-c", "1", "--gres=gpu:1", f"--chdir={shared_tmp}"], "sleep 6"
+        ),
+    ]
     for job in jobs:
         assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
     last_end = max(int(r["End"]) for r in slurm.sacct(["JobIDRaw", "End"], job_ids=[str(j) for j in jobs]))
     decay_file = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
-    wait_until("Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
-               lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1, timeout=90, interval=1)
+    wait_until(
+        "Slurm's next fair-share pass (PriorityCalcPeriod is 1 minute)",
+        lambda: decay_file.exists() and decay_file.stat().st_mtime > last_end + 1,
+        timeout=90,
+        interval=1,
+    )
     sshare = {(r.account, r.user): r for r in slurm.sshare() if r.user}
 
     dump = world.root / "eta1.txt"
     text = slurm.sacct_dump(list(FIELDS), start=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0)))
     lines = text.splitlines()
     dump.write_text("\n".join([lines[0]] + [line.rsplit("|", 1)[0] + "|" for line in lines[1:]]) + "\n")
-    rep = world.stune("report", "--sacct-file", str(dump), "--cluster", "--format", "json",
-                      "--now", str(int(time.time())))
+    rep = world.stune(
+        "report", "--sacct-file", str(dump), "--cluster", "--format", "json", "--now", str(int(time.time()))
+    )
     doc = json.loads(rep.stdout)
     users = {(u["account"], u["user"]): u for u in doc["users"]}
     assert set(users) == set(sshare)
     for key, row in sshare.items():
-        assert users[key]["fairshare_stune"] == users[key]["fairshare_slurm"] == pytest.approx(row.fairshare,
-                                                                                             abs=1e-6), key
+        assert (
+            users[key]["fairshare_stune"]
+            == users[key]["fairshare_slurm"]
+            == pytest.approx(row.fairshare, abs=1e-6)
+        ), key
     # and the usage behind it is Slurm's own: billing x seconds (sshare prints RawUsage as an integer)
     assert sshare[("physics", "stune-alice")].raw_usage > sshare[("biology", "stune-bob")].raw_usage > 0
     assert len({r.fairshare for r in sshare.values()}) == 3  # distinct ranks: the comparison means something
@@ -359,10 +453,15 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
         for node, sm, power in (("n1", 100, 300.0), ("n2", 0, 60.0), ("n3", 60, 200.0)):
             write_snapshot(world.snapshots[node], sm, gpus=4, power=power)
         args = ["--gres=gpu:2", "-c", "1", "--hold", f"--chdir={shared_tmp}"]
-        runs = [("stune-alice", "physics", "n1", 20), ("stune-bob", "biology", "n2", 14),
-                ("stune-alice", "chemistry", "n3", 17)]
-        jobs = [submit_as(slurm, user, account, ["-w", node, *args], f"sleep {secs}")
-                for user, account, node, secs in runs]
+        runs = [
+            ("stune-alice", "physics", "n1", 20),
+            ("stune-bob", "biology", "n2", 14),
+            ("stune-alice", "chemistry", "n3", 17),
+        ]
+        jobs = [
+            submit_as(slurm, user, account, ["-w", node, *args], f"sleep {secs}")
+            for user, account, node, secs in runs
+        ]
         slurm.run(["scontrol", "release", ",".join(map(str, jobs))])
         for job in jobs:
             assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
@@ -374,7 +473,9 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
         try:
             pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
             pending = {account: submit_as(slurm, user, account, pend, "true") for user, account, _, _ in runs}
-            wait_until("pending jobs in sprio", lambda: set(pending.values()) <= {r.job_id for r in slurm.sprio()})
+            wait_until(
+                "pending jobs in sprio", lambda: set(pending.values()) <= {r.job_id for r in slurm.sprio()}
+            )
             before = {r.job_id: r for r in slurm.sprio()}
             # Slurm alone ranks the idle user first
             assert before[pending["biology"]].fairshare > before[pending["physics"]].fairshare
@@ -394,8 +495,13 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
             user_config.write_text(world.config.read_text())
             user_config.chmod(0o644)
             as_bob = {**world.env(), "STUNE_FAIRSHARE_CONFIG": str(user_config)}
-            why = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain",
-                                  "--json"], capture_output=True, text=True, env=as_bob, timeout=120)
+            why = subprocess.run(
+                ["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain", "--json"],
+                capture_output=True,
+                text=True,
+                env=as_bob,
+                timeout=120,
+            )
             assert why.returncode == 0, why.stderr
             doc = json.loads(why.stdout)
             assert doc["user"] == "stune-bob"
@@ -403,26 +509,56 @@ def test_three_accounts_end_in_stunes_order_in_sprio(world, slurm, shared_tmp, c
             assert bio["site_factor"] == after[pending["biology"]].site
             assert bio["fairshare_stune"] < bio["fairshare_slurm"]
             assert bio["top_idle_jobs"][0]["job_id"] == str(jobs[1])
-            text = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
-                                  capture_output=True, text=True, env=as_bob, timeout=120)
-            assert "priority points fewer than Slurm alone gives them" in text.stdout, text.stdout + text.stderr
+            text = subprocess.run(
+                ["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "explain"],
+                capture_output=True,
+                text=True,
+                env=as_bob,
+                timeout=120,
+            )
+            assert "priority points fewer than Slurm alone gives them" in text.stdout, (
+                text.stdout + text.stderr
+            )
             # "was my job idle?": one command, as the owner; another user is refused
-            mine = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
-                                   str(jobs[1]), "--json"], capture_output=True, text=True, env=as_bob, timeout=60)
+            mine = subprocess.run(
+                [
+                    "runuser",
+                    "-u",
+                    "stune-bob",
+                    "--",
+                    f"{VENV_BIN}/stune-fairshare",
+                    "job",
+                    str(jobs[1]),
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                env=as_bob,
+                timeout=60,
+            )
             assert mine.returncode == 0, mine.stderr
             job_doc = json.loads(mine.stdout)
-            assert job_doc["eta"] == pytest.approx(0.0, abs=0.01) and job_doc["charged_x"] == pytest.approx(4.0, abs=0.05)
+            assert job_doc["eta"] == pytest.approx(0.0, abs=0.01) and job_doc["charged_x"] == pytest.approx(
+                4.0, abs=0.05
+            )
             assert any("idle almost all the time" in h for h in job_doc["hints"])
             assert [g["node"] for g in job_doc["per_gpu"]] == ["n2", "n2"]
-            theirs = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job",
-                                     str(jobs[0])], capture_output=True, text=True, env=as_bob, timeout=60)
+            theirs = subprocess.run(
+                ["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job", str(jobs[0])],
+                capture_output=True,
+                text=True,
+                env=as_bob,
+                timeout=60,
+            )
             assert theirs.returncode != 0 and "belongs to another user" in theirs.stderr
             assert "Traceback" not in theirs.stderr
         finally:
             slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
     finally:
         cancel_everything(slurm)
-        slurm.run(["sacctmgr", "-i", "delete", "user", "stune-alice", "where", "account=chemistry"], check=False)
+        slurm.run(
+            ["sacctmgr", "-i", "delete", "user", "stune-alice", "where", "account=chemistry"], check=False
+        )
         slurm.run(["sacctmgr", "-i", "delete", "account", "chemistry"], check=False)
 
 
@@ -438,18 +574,49 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
     for f in (REPO / "partitions").glob("*.yaml"):
         shutil.copy(f, parts / f.name)
     with open(parts / "vpc.yaml", "a") as fh:
-        fh.write("idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 12s\n  cancel_after: 24s\n"
-                 "  min_coverage: 0.8\n")
+        fh.write(
+            "idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 12s\n  cancel_after: 24s\n"
+            "  min_coverage: 0.8\n"
+        )
     write_snapshot(world.snapshots["n3"], 0, gpus=4, power=60.0)
     write_snapshot(world.snapshots["n1"], 90, gpus=4, power=300.0)
     err = Path(shared_tmp) / "idle.err"
-    idle = submit_as(slurm, "stune-bob", "biology", ["-p", "vpc", "-w", "n3", "--gres=gpu:1", f"--chdir={shared_tmp}",
-                                                     "-e", str(err)], "sleep 300")
-    busy = submit_as(slurm, "stune-alice", "physics", ["-p", "vpc", "-w", "n1", "--gres=gpu:1",
-                                                       f"--chdir={shared_tmp}"], "sleep 300")
-    interactive = subprocess.Popen(["runuser", "-u", "stune-bob", "--", "srun", "-A", "biology", "-p", "vpc", "-w",
-                                    "n3", "--gres=gpu:1", f"--chdir={shared_tmp}", "sleep", "300"],
-                                   env=world.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    idle = submit_as(
+        slurm,
+        "stune-bob",
+        "biology",
+        ["-p", "vpc", "-w", "n3", "--gres=gpu:1", f"--chdir={shared_tmp}", "-e", str(err)],
+        "sleep 300",
+    )
+    busy = submit_as(
+        slurm,
+        "stune-alice",
+        "physics",
+        ["-p", "vpc", "-w", "n1", "--gres=gpu:1", f"--chdir={shared_tmp}"],
+        "sleep 300",
+    )
+    interactive = subprocess.Popen(
+        [
+            "runuser",
+            "-u",
+            "stune-bob",
+            "--",
+            "srun",
+            "-A",
+            "biology",
+            "-p",
+            "vpc",
+            "-w",
+            "n3",
+            "--gres=gpu:1",
+            f"--chdir={shared_tmp}",
+            "sleep",
+            "300",
+        ],
+        env=world.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until("jobs running", lambda: len([j for j in slurm.jobs(states=["RUNNING"])]) == 3, timeout=60)
         inter_id = next(j.job_id for j in slurm.jobs(states=["RUNNING"]) if j.job_id not in (idle, busy))
@@ -457,8 +624,21 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
         log = world.root / "idle-policy.log"
 
         def policy(*args):
-            proc = subprocess.run([f"{VENV_BIN}/stune-fairshare", "idle-policy", "--partitions", str(parts),
-                                   "--log", str(log), *args], capture_output=True, text=True, env=env, timeout=120)
+            proc = subprocess.run(
+                [
+                    f"{VENV_BIN}/stune-fairshare",
+                    "idle-policy",
+                    "--partitions",
+                    str(parts),
+                    "--log",
+                    str(log),
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
             assert proc.returncode == 0, proc.stderr
             return proc.stdout
 
@@ -467,9 +647,14 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
             out = policy("--dry-run", "--node", "n3")
             return out if says in out else None
 
-        dry = wait_until("12s of idle samples on n3",
-                         lambda: dry_run_once(f"job {idle} (stune-bob/biology, vpc): would warn: "
-                                              "GPU utilization 0.0% < 5%"), timeout=90, interval=1)
+        dry = wait_until(
+            "12s of idle samples on n3",
+            lambda: dry_run_once(
+                f"job {idle} (stune-bob/biology, vpc): would warn: GPU utilization 0.0% < 5%"
+            ),
+            timeout=90,
+            interval=1,
+        )
         assert f"job {inter_id} (stune-bob/biology, vpc): skip: interactive job (exempt)" in dry, dry
         assert "stune" not in slurm.job(idle).comment and "stune" not in err.read_text()
 
@@ -477,25 +662,43 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
         assert f"job {idle} (stune-bob/biology, vpc): warned:" in out, out
         assert slurm.job(idle).comment.startswith("stune: idle GPUs warned: GPU utilization 0.0% < 5%")
         text = err.read_text()
-        assert "stune: this job's GPUs have been idle" in text and "cancelled once they stay idle for 24s" in text
+        assert (
+            "stune: this job's GPUs have been idle" in text
+            and "cancelled once they stay idle for 24s" in text
+        )
         assert os.stat(err).st_uid == pwd_uid("stune-bob")  # still bob's file
         assert f"job {busy} (stune-alice/physics, vpc): ok: GPU utilization 90.0%" in policy("--node", "n1")
         # "was my job idle?" while it runs: bob asks, from the sampler's live accumulators
         user_config = Path(shared_tmp) / "fairshare-user.yaml"
         user_config.write_text(world.config.read_text())
         user_config.chmod(0o644)
-        live = subprocess.run(["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job", str(idle),
-                               "--json"], capture_output=True, text=True, timeout=60,
-                              env={**env, "STUNE_FAIRSHARE_CONFIG": str(user_config)})
+        live = subprocess.run(
+            ["runuser", "-u", "stune-bob", "--", f"{VENV_BIN}/stune-fairshare", "job", str(idle), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "STUNE_FAIRSHARE_CONFIG": str(user_config)},
+        )
         assert live.returncode == 0, live.stderr
         doc = json.loads(live.stdout)
-        assert doc["state"] == "RUNNING" and doc["source"] == "stune (live)" and doc["eta"] == pytest.approx(0, abs=0.01)
+        assert (
+            doc["state"] == "RUNNING"
+            and doc["source"] == "stune (live)"
+            and doc["eta"] == pytest.approx(0, abs=0.01)
+        )
         assert [g["node"] for g in doc["per_gpu"]] == ["n3"] and doc["timeline"] and max(doc["timeline"]) == 0
 
-        wait_until("24s of idle samples on n3",
-                   lambda: dry_run_once(f"job {idle} (stune-bob/biology, vpc): would cancel: "), timeout=90, interval=1)
+        wait_until(
+            "24s of idle samples on n3",
+            lambda: dry_run_once(f"job {idle} (stune-bob/biology, vpc): would cancel: "),
+            timeout=90,
+            interval=1,
+        )
         out = policy("--node", "n3")
-        assert f"job {idle} (stune-bob/biology, vpc): cancelled: GPU utilization 0.0% < 5% over the last 24s" in out
+        assert (
+            f"job {idle} (stune-bob/biology, vpc): cancelled: GPU utilization 0.0% < 5% over the last 24s"
+            in out
+        )
         assert wait_for_state(slurm, idle, ("CANCELLED",), timeout=60) == "CANCELLED"
         assert slurm.job_record(idle).get("Comment", "").startswith("stune: cancelled for idle GPUs")
         assert "stune: cancelled for idle GPUs" in err.read_text()
@@ -515,6 +718,7 @@ def pwd_uid(user: str) -> int:
 
 # ---- faults lose nothing (#28) -------------------------------------------------------------------------------
 
+
 def test_a_poisoned_ledger_changes_no_site_factor(world, slurm, shared_tmp):
     """A ledger holding NaN, inf, -1e300, 1e308 or "abc" is refused in one line naming the file and the key
     (exit 1): the file is kept and no pending job's SiteFactor moves (sprio, as Slurm has it)."""
@@ -523,14 +727,18 @@ def test_a_poisoned_ledger_changes_no_site_factor(world, slurm, shared_tmp):
     slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
     try:
         pend = ["-p", "vpc", "--gres=gpu:1", f"--chdir={shared_tmp}"]
-        jobs = [submit_as(slurm, "stune-alice", "physics", pend, "true"),
-                submit_as(slurm, "stune-bob", "biology", pend, "true")]
+        jobs = [
+            submit_as(slurm, "stune-alice", "physics", pend, "true"),
+            submit_as(slurm, "stune-bob", "biology", pend, "true"),
+        ]
         wait_until("pending jobs in sprio", lambda: set(jobs) <= {r.job_id for r in slurm.sprio()})
         world.stune("apply")  # a sound ledger to poison
         sound = json.loads(ledger.read_text())
         for job in jobs:  # a value no apply sets here: any SiteFactor apply wrote would show
             slurm.run(["scontrol", "update", f"JobId={job}", "SiteFactor=77"])
-        wait_until("SiteFactor 77 in sprio", lambda: all(r.site == 77 for r in slurm.sprio() if r.job_id in jobs))
+        wait_until(
+            "SiteFactor 77 in sprio", lambda: all(r.site == 77 for r in slurm.sprio() if r.job_id in jobs)
+        )
         for bad in (float("nan"), float("inf"), -1e300, 1e308, "abc"):
             doc = dict(sound, usage={**sound["usage"], "physics|stune-alice": [bad, 1.0]})
             ledger.write_text(json.dumps(doc))
@@ -538,9 +746,12 @@ def test_a_poisoned_ledger_changes_no_site_factor(world, slurm, shared_tmp):
             proc = world.stune("apply", check=False)
             assert proc.returncode == 1, (bad, proc.stderr)
             assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
-                f"stune-fairshare: {ledger}: usage.physics|stune-alice[0]: "), proc.stderr
+                f"stune-fairshare: {ledger}: usage.physics|stune-alice[0]: "
+            ), proc.stderr
             assert ledger.read_bytes() == before
-            assert {r.job_id: r.site for r in slurm.sprio() if r.job_id in jobs} == {j: 77 for j in jobs}, bad
+            assert {r.job_id: r.site for r in slurm.sprio() if r.job_id in jobs} == dict.fromkeys(jobs, 77), (
+                bad
+            )
     finally:
         slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"])
         cancel_everything(slurm)
@@ -554,8 +765,11 @@ def _stop_slurmdbd(cluster) -> None:
 
     pid = int(cluster.layout.pidfile("slurmdbd").read_text().split()[0])
     os.kill(pid, signal.SIGTERM)
-    wait_until("slurmdbd to stop", lambda: not os.path.exists(f"/proc/{pid}")
-               and not port_open(cluster.layout.dbd_port), timeout=60)
+    wait_until(
+        "slurmdbd to stop",
+        lambda: not os.path.exists(f"/proc/{pid}") and not port_open(cluster.layout.dbd_port),
+        timeout=60,
+    )
 
 
 def _start_slurmdbd(cluster) -> None:
@@ -578,17 +792,23 @@ def test_after_a_slurmdbd_outage_collect_leaves_no_spool_for_complete_jobs(world
     for node, sm in (("n1", 80), ("n2", 40), ("n3", 20)):
         write_snapshot(world.snapshots[node], sm, gpus=4, power=200.0)
     args = ["--gres=gpu:1", f"--chdir={shared_tmp}"]
-    jobs = {submit_as(slurm, "stune-alice", "physics", ["-w", "n1", *args], "sleep 15"): 1,
-            submit_as(slurm, "stune-bob", "biology", ["-w", "n2", *args], "sleep 15"): 1,
-            submit_as(slurm, "stune-alice", "physics", ["-N2", "-w", "n[2-3]", *args], "sleep 15"): 2}
+    jobs = {
+        submit_as(slurm, "stune-alice", "physics", ["-w", "n1", *args], "sleep 15"): 1,
+        submit_as(slurm, "stune-bob", "biology", ["-w", "n2", *args], "sleep 15"): 1,
+        submit_as(slurm, "stune-alice", "physics", ["-N2", "-w", "n[2-3]", *args], "sleep 15"): 2,
+    }
     for job in jobs:
         wait_for_state(slurm, job, ("RUNNING", "COMPLETED"), timeout=60)
     log_start = world.store_log.stat().st_size if world.store_log.exists() else 0
     _stop_slurmdbd(cluster)
     try:
         ids = {str(j) for j in jobs}  # sacct cannot answer now: slurmctld's queue says when they are done
-        wait_until("the jobs to finish", lambda: not ids & set(
-            slurm.run(["squeue", "-h", "-o", "%i"], check=False).split()), timeout=90, interval=0.5)
+        wait_until(
+            "the jobs to finish",
+            lambda: not ids & set(slurm.run(["squeue", "-h", "-o", "%i"], check=False).split()),
+            timeout=90,
+            interval=0.5,
+        )
 
         def failed_stores() -> int:
             with open(world.store_log, "rb") as fh:
@@ -601,8 +821,12 @@ def test_after_a_slurmdbd_outage_collect_leaves_no_spool_for_complete_jobs(world
             assert len(marker["expected"]) == n and marker["stored"] == []  # recorded before the failed store
     finally:
         _start_slurmdbd(cluster)
-    wait_until("the jobs in slurmdbd", lambda: len(slurm.sacct(["JobIDRaw"], job_ids=[str(j) for j in jobs]))
-               >= len(jobs), timeout=120, interval=1)
+    wait_until(
+        "the jobs in slurmdbd",
+        lambda: len(slurm.sacct(["JobIDRaw"], job_ids=[str(j) for j in jobs])) >= len(jobs),
+        timeout=120,
+        interval=1,
+    )
     out = world.stune("collect", "--min-age", "0").stdout
     for job, n in jobs.items():
         assert f"job {job}: stored ({n}/{n} nodes); removed" in out, out
@@ -614,8 +838,16 @@ def test_after_a_slurmdbd_outage_collect_leaves_no_spool_for_complete_jobs(world
     two = next(job for job, n in jobs.items() if n == 2)
     late = world.spool / str(two)
     late.mkdir()
-    doc = {"v": 1, "job": str(two), "node": "n2", "start": 0, "end": 100, "gpus": [
-        {"id": 0, "acc": {**{k: 0.0 for k in summary.ACC_FIELDS}, "sm_dt": 100.0, "sm_sum": 50.0}}]}
+    doc = {
+        "v": 1,
+        "job": str(two),
+        "node": "n2",
+        "start": 0,
+        "end": 100,
+        "gpus": [
+            {"id": 0, "acc": {**dict.fromkeys(summary.ACC_FIELDS, 0.0), "sm_dt": 100.0, "sm_sum": 50.0}}
+        ],
+    }
     (late / "n2.json").write_text(json.dumps(doc))
     out = world.stune("collect", "--min-age", "0").stdout
     assert out.strip() == f"job {two}: stored partial (1 node(s))", out

@@ -1,6 +1,7 @@
 """The idle-GPU policy without a cluster: the sliding window, the rules (exemptions, unmeasured, once-only
 warnings), dry runs, and the write into a job's stderr file as its owner. The real cluster run is in
 test_fairshare_cluster.py."""
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,9 @@ class Source:
         self.sm = 0.0
 
     def utilization(self):
-        return [GpuUtilization(i, f"GPU-{i}", None, self.sm, 1.0, 1 << 30, 80 << 30, 60.0, 1) for i in range(4)]
+        return [
+            GpuUtilization(i, f"GPU-{i}", None, self.sm, 1.0, 1 << 30, 80 << 30, 60.0, 1) for i in range(4)
+        ]
 
 
 class FakeSlurm:
@@ -38,8 +41,13 @@ class FakeSlurm:
     def __init__(self, jobs, records):
         self.records = {}
         for j in jobs:
-            rec = {"JobState": j.state, "Partition": j.partition, "Account": j.account, "NodeList": j.nodes,
-                   "UserId": f"{j.user}(1002)"}
+            rec = {
+                "JobState": j.state,
+                "Partition": j.partition,
+                "Account": j.account,
+                "NodeList": j.nodes,
+                "UserId": f"{j.user}(1002)",
+            }
             rec.update(records.get(str(j.job_id), {}))
             self.records[str(j.job_id)] = rec
         self.comments, self.cancelled = {}, []
@@ -58,8 +66,28 @@ class FakeSlurm:
 
 
 def job(job_id, user="stune-bob", account="biology", partition="gpu", node="n1"):
-    return Job(job_id, "train", user, account, partition, "RUNNING", "None", node, 1, 1, "", "", 0, 0, 0, "", "",
-               False, 0, node)
+    return Job(
+        job_id,
+        "train",
+        user,
+        account,
+        partition,
+        "RUNNING",
+        "None",
+        node,
+        1,
+        1,
+        "",
+        "",
+        0,
+        0,
+        0,
+        "",
+        "",
+        False,
+        0,
+        node,
+    )
 
 
 def profiles_dir(tmp_path, text):
@@ -69,8 +97,10 @@ def profiles_dir(tmp_path, text):
     return load_profiles(str(d))
 
 
-POLICY = ("idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 30m\n  cancel_after: 2h\n"
-          "  exempt_qos: [debug]\n")
+POLICY = (
+    "idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 30m\n  cancel_after: 2h\n"
+    "  exempt_qos: [debug]\n"
+)
 
 
 def sample(local: Path, plan, jobs=("10",)):
@@ -113,9 +143,14 @@ def test_exempt_and_unmeasured_jobs_are_left_alone(tmp_path):
     local = tmp_path / "usage"
     now = sample(local, [(3 * 3600, 0.0)], jobs=("10", "11", "12"))
     profiles = profiles_dir(tmp_path, POLICY)
-    slurm = FakeSlurm([job(10), job(11), job(12, account="ops")],
-                      {"10": {"BatchFlag": "0", "QOS": "normal"}, "11": {"BatchFlag": "1", "QOS": "debug"},
-                       "12": {"BatchFlag": "1", "QOS": "normal"}})
+    slurm = FakeSlurm(
+        [job(10), job(11), job(12, account="ops")],
+        {
+            "10": {"BatchFlag": "0", "QOS": "normal"},
+            "11": {"BatchFlag": "1", "QOS": "debug"},
+            "12": {"BatchFlag": "1", "QOS": "normal"},
+        },
+    )
     d = {x.job_id: x for x in idlepolicy.evaluate(slurm, profiles, str(local), "n1", now=now)}
     assert d["10"].action == "skip" and "interactive" in d["10"].why
     assert d["11"].action == "skip" and "QOS debug" in d["11"].why
@@ -123,7 +158,9 @@ def test_exempt_and_unmeasured_jobs_are_left_alone(tmp_path):
     # unmeasurable: NVML gave no utilization (MIG): nothing sampled, never judged idle
     mig = tmp_path / "mig"
     now = sample(mig, [(3 * 3600, None)])
-    d = idlepolicy.evaluate(FakeSlurm([job(10)], {"10": {"BatchFlag": "1"}}), profiles, str(mig), "n1", now=now)
+    d = idlepolicy.evaluate(
+        FakeSlurm([job(10)], {"10": {"BatchFlag": "1"}}), profiles, str(mig), "n1", now=now
+    )
     assert d[0].action == "skip" and "measured" in d[0].why
 
 
@@ -132,7 +169,9 @@ def test_off_by_default_and_bad_windows_are_refused(tmp_path):
     now = sample(local, [(3 * 3600, 0.0)])
     slurm = FakeSlurm([job(10)], {"10": {"BatchFlag": "1"}})
     assert idlepolicy.evaluate(slurm, profiles_dir(tmp_path, ""), str(local), "n1", now=now) == []
-    bad = profiles_dir(tmp_path / "b", "idle_policy:\n  enabled: true\n  warn_after: 2h\n  cancel_after: 1h\n")
+    bad = profiles_dir(
+        tmp_path / "b", "idle_policy:\n  enabled: true\n  warn_after: 2h\n  cancel_after: 1h\n"
+    )
     with pytest.raises(ConfigError, match="cancel_after"):
         idlepolicy.evaluate(slurm, bad, str(local), "n1", now=now)
 

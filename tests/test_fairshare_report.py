@@ -1,20 +1,23 @@
 """What users read from the accountant: `stune-fairshare report` at any scale and terminal width, `explain` in
 plain words with what to do, `job` naming an exemption, one-line errors for a bad job id."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from test_fairshare_accountant import EQUAL, HEADER, RowsSlurm, _cli, pending_job, row, summary, write_config
 
 from slurm_tune.fairshare import accountant, explain, jobview
 from slurm_tune.text import counted
-from test_fairshare_accountant import EQUAL, HEADER, RowsSlurm, _cli, pending_job, row, summary, write_config
 
 NOW = 1_800_000_000
 # the demo's scale: 2 GPUs for 20 s each; bob's idle, alice's busy; carol's debug-QOS job idle but exempt
-DEMO = [row(1, "stune-alice", NOW - 9000, 20, comment=summary(40, 38, 40)),
-        row(2, "stune-bob", NOW - 9000, 20, comment=summary(40, 0, 40)),
-        row(3, "stune-bob", NOW - 5000, 20, gpus=1, comment=summary(20, 1, 20), qos="debug")]
+DEMO = [
+    row(1, "stune-alice", NOW - 9000, 20, comment=summary(40, 38, 40)),
+    row(2, "stune-bob", NOW - 9000, 20, comment=summary(40, 0, 40)),
+    row(3, "stune-bob", NOW - 5000, 20, gpus=1, comment=summary(20, 1, 20), qos="debug"),
+]
 EXEMPT_DEBUG = "  alpha_by:\n    qos: {debug: 0}\n"
 
 
@@ -23,8 +26,11 @@ def report_cli(tmp_path, *extra, columns="80"):
     dump.write_text("\n".join([HEADER, *DEMO]) + "\n")
     cfg = tmp_path / "fs.yaml"
     cfg.write_text("accountant:\n" + EXEMPT_DEBUG)
-    proc = _cli(["report", "--sacct-file", str(dump), "--config", str(cfg), *extra],
-                env_extra={"COLUMNS": columns}, tmp_path=tmp_path)
+    proc = _cli(
+        ["report", "--sacct-file", str(dump), "--config", str(cfg), *extra],
+        env_extra={"COLUMNS": columns},
+        tmp_path=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -35,7 +41,9 @@ def test_the_report_at_demo_scale_fits_a_terminal_and_no_cell_of_real_use_reads_
     assert max(len(line) for line in lines) <= 80 and "…" not in text
     assert "in GPU-minutes" in text and " 0.0 " not in text
     bob = next(line for line in lines if line.strip().startswith("stune-bob"))
-    assert bob.split()[1:5] == ["2", "1.00", "0.02", "(2%)"], bob  # 2 GPU jobs, 40 + 20 GPU-s held = 1 GPU-minute
+    assert bob.split()[1:5] == ["2", "1.00", "0.02", "(2%)"], (
+        bob
+    )  # 2 GPU jobs, 40 + 20 GPU-s held = 1 GPU-minute
     alice = next(line for line in lines if line.strip().startswith("stune-alice"))
     assert "0.63 (95%)" in alice
     # every column named in words under the table
@@ -53,13 +61,22 @@ def test_the_wide_report_has_every_column_and_explains_sshare(tmp_path):
     text = report_cli(tmp_path, "--wide", columns="200")
     lines = text.splitlines()
     top = next(i for i, line in enumerate(lines) if "sshare" in line)
-    header = [line.split() for line in lines[top:top + 2]]
-    assert header[0][-4:] == ["sshare", "Slurm", "stune", "Site"] and header[1][-4:] == ["FS", "FS", "FS", "Factor"]
+    header = [line.split() for line in lines[top : top + 2]]
+    assert header[0][-4:] == ["sshare", "Slurm", "stune", "Site"] and header[1][-4:] == [
+        "FS",
+        "FS",
+        "FS",
+        "Factor",
+    ]
     alice = next(line for line in text.splitlines() if line.strip().startswith("stune-alice")).split()
     (mine,) = [u for u in json.loads(report_cli(tmp_path, "--json"))["users"] if u["user"] == "stune-alice"]
     # no sshare offline; Slurm's factor, then stune's, then SiteFactor
-    assert alice[-4:] == ["-", f"{mine['fairshare_slurm']:.3f}", f"{mine['fairshare_stune']:.3f}",
-                          str(mine["site_factor"])]
+    assert alice[-4:] == [
+        "-",
+        f"{mine['fairshare_slurm']:.3f}",
+        f"{mine['fairshare_stune']:.3f}",
+        str(mine["site_factor"]),
+    ]
     assert "sshare FS: the FairShare Slurm shows now (`sshare`)" in " ".join(text.split())
 
 
@@ -69,8 +86,15 @@ def test_gpu_time_is_shown_in_a_unit_that_keeps_three_digits():
     assert time_unit([0.011, 0.005]) == ("GPU-minutes", 60.0)
     assert time_unit([0.0001]) == ("GPU-seconds", 3600.0)
     assert time_unit([2.5, 0.01]) == ("GPU-hours", 1.0)
-    assert [amount(v) for v in (0, 0.004, 0.0111, 1.234, 12.34, 1234.5, None)] == \
-        ["0", "<0.01", "0.01", "1.23", "12.3", "1,234", "-"]
+    assert [amount(v) for v in (0, 0.004, 0.0111, 1.234, 12.34, 1234.5, None)] == [
+        "0",
+        "<0.01",
+        "0.01",
+        "1.23",
+        "12.3",
+        "1,234",
+        "-",
+    ]
 
 
 def _demo_result(tmp_path):
@@ -84,8 +108,9 @@ def test_explain_keeps_an_exempt_job_out_of_the_costly_ones_and_says_what_to_do(
     doc = explain.explain(result, config, "stune-bob", slurm.sprio())
     (bio,) = doc["associations"]
     assert [j["job_id"] for j in bio["top_idle_jobs"]] == ["2"]
-    assert [(j["job_id"], j["rule"]) for j in bio["exempt_jobs"]] == \
-        [("3", "QOS debug, accountant.alpha_by.qos.debug = 0")]
+    assert [(j["job_id"], j["rule"]) for j in bio["exempt_jobs"]] == [
+        ("3", "QOS debug, accountant.alpha_by.qos.debug = 0")
+    ]
     text = explain.explain_text(doc)
     assert "job 2: 2 GPUs, 0.67 held, 0% used, 0.67 idle: charged x2.00" in text
     assert "job 3: 0.32 idle GPU-minutes, not charged: exempt from idle charges (QOS debug" in text
@@ -108,8 +133,10 @@ def test_job_names_the_exemption_and_counts_gpus_in_words(tmp_path):
     assert doc["exempt"] and doc["charged_x"] == 1.0
     text = explain.job_text(doc)
     assert text.startswith("job 3 (stune-bob/biology, hdr): COMPLETED, 1 GPU for 0:00:20\n")
-    assert "exempt from idle charges (QOS debug, accountant.alpha_by.qos.debug = 0): charged as Slurm charges, " \
-           "x1.00" in text
+    assert (
+        "exempt from idle charges (QOS debug, accountant.alpha_by.qos.debug = 0): charged as Slurm charges, "
+        "x1.00" in text
+    )
     charged = explain.job_text(jobview.job_view(Sacct(), config, "2"))
     assert "2 GPUs for" in charged and "x (1 + 1 x 1.00) = x2.00" in charged and "exempt" not in charged
 
@@ -120,8 +147,10 @@ def test_a_bad_job_id_is_refused_in_one_line_before_sacct(tmp_path, bad):
     cfg.write_text("")
     proc = _cli(["job", bad, "--config", str(cfg)], tmp_path=tmp_path)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr == f"stune-fairshare: job {bad!r}: not a Slurm job id (a number like 12345, or 12345_7 " \
-                          "for an array task)\n"
+    assert (
+        proc.stderr == f"stune-fairshare: job {bad!r}: not a Slurm job id (a number like 12345, or 12345_7 "
+        "for an array task)\n"
+    )
     assert jobview.check_job_id("12345_7") == "12345_7"
 
 

@@ -1,4 +1,5 @@
 """Reading sacct text (live or a dump) into columns: the formats Slurm 22.05 prints, and clear errors."""
+
 from __future__ import annotations
 
 import time
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_tune.fairshare.sacct import FIELDS, SacctFormatError, parse, read_file
 
@@ -28,8 +30,13 @@ def test_columns_from_a_devcluster_dump():
     assert t.n == 5
     assert t.job_id_raw == ["1", "4", "5", "7", "9"]
     assert t.job_id[4] == "8_1"
-    assert [t.assoc_keys[a] for a in t.assoc] == [("physics", "stune-alice"), ("physics", "stune-alice"),
-                                                 ("root", "root"), ("root", "root"), ("biology", "stune-bob")]
+    assert [t.assoc_keys[a] for a in t.assoc] == [
+        ("physics", "stune-alice"),
+        ("physics", "stune-alice"),
+        ("root", "root"),
+        ("root", "root"),
+        ("biology", "stune-bob"),
+    ]
     assert t.state == ["COMPLETED", "COMPLETED", "RUNNING", "PENDING", "CANCELLED"]
     assert t.start.tolist() == [1795982612, 1795982686, 1795982890, -1, 1795982900]
     assert t.end.tolist() == [1795982614, 1795982688, -1, -1, 1795983000]
@@ -81,13 +88,15 @@ def test_bad_dumps_name_file_and_line(tmp_path):
 def test_slurm_gpuutil_from_steps_is_joined_to_its_job():
     # Slurm >= 23.02 with NVML records gres/gpuutil per step in TRESUsageInAve.
     header = "JobIDRaw|JobID|User|Account|State|Start|End|ElapsedRaw|AllocTRES|TRESUsageInAve"
-    text = "\n".join([
-        header,
-        "10|10|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4|",
-        "10.batch|10.batch|||COMPLETED|100|1100|1000||cpu=00:00:01,gres/gpumem=1024M,gres/gpuutil=80,mem=1G",
-        "10.0|10.0|||COMPLETED|200|700|500||cpu=00:00:01,gres/gpuutil=20",
-        "11|11|u|a|COMPLETED|100|200|100|billing=1,gres/gpu=1|",
-    ])
+    text = "\n".join(
+        [
+            header,
+            "10|10|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4|",
+            "10.batch|10.batch|||COMPLETED|100|1100|1000||cpu=00:00:01,gres/gpumem=1024M,gres/gpuutil=80,mem=1G",
+            "10.0|10.0|||COMPLETED|200|700|500||cpu=00:00:01,gres/gpuutil=20",
+            "11|11|u|a|COMPLETED|100|200|100|billing=1,gres/gpu=1|",
+        ]
+    )
     t = parse(text)
     assert t.n == 2
     assert t.gpuutil[0] == pytest.approx((80 * 1000 + 20 * 500) / 1500)
@@ -106,8 +115,10 @@ def test_pipes_that_add_up_across_lines_do_not_misalign_columns():
 def test_summaries_in_another_order_or_damaged_still_parse_row_by_row():
     good = "stune1 held=10.0 used=5.0 cov=10.0 busy=1.0 busy_w=300.0 gpus=1 nodes=1/1 per_gpu="
     reordered = "stune1 used=2.0 held=4.0 cov=4.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
-    rows = [f"{i}|{i}|u|a|p|normal|COMPLETED|100|200|100|billing=1,gres/gpu=1|{c}"
-            for i, c in enumerate((good, reordered, "stune1 held=broken", ""), start=1)]
+    rows = [
+        f"{i}|{i}|u|a|p|normal|COMPLETED|100|200|100|billing=1,gres/gpu=1|{c}"
+        for i, c in enumerate((good, reordered, "stune1 held=broken", ""), start=1)
+    ]
     t = parse("\n".join([HEADER, *rows]) + "\n")
     assert t.has_summary.tolist() == [True, True, False, False]
     assert (t.held_s[0], t.used_s[0], t.busy_w[0]) == (10.0, 5.0, 300.0)
@@ -119,8 +130,10 @@ def test_summaries_in_another_order_or_damaged_still_parse_row_by_row():
 def test_mixed_epoch_and_iso_times_take_the_careful_path():
     start = 1795982612
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start + 60))
-    rows = [f"1|1|u|a|p|normal|COMPLETED|{start}|{start + 5}|5|billing=1|",
-            f"2|2|u|a|p|normal|COMPLETED|{iso}|Unknown||billing=1|"]
+    rows = [
+        f"1|1|u|a|p|normal|COMPLETED|{start}|{start + 5}|5|billing=1|",
+        f"2|2|u|a|p|normal|COMPLETED|{iso}|Unknown||billing=1|",
+    ]
     t = parse("\n".join([HEADER, *rows]) + "\n")
     assert t.start.tolist() == [start, start + 60]
     assert t.end.tolist() == [start + 5, -1]
@@ -130,8 +143,8 @@ def test_mixed_epoch_and_iso_times_take_the_careful_path():
 def test_a_shift_between_summaries_is_caught():
     summary = "stune1 held=1.0 used=1.0 cov=1.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu="
     rows = [f"{i}|{i}|u|a|p|normal|COMPLETED|100|200|100|billing=1,gres/gpu=1|{summary}" for i in range(1, 5)]
-    rows[0] += "|extra"                                      # one field too many...
-    rows[2] = rows[2].replace("|normal|", "|", 1)             # ...and one too few, two lines later
+    rows[0] += "|extra"  # one field too many...
+    rows[2] = rows[2].replace("|normal|", "|", 1)  # ...and one too few, two lines later
     t = parse("\n".join([HEADER, *rows]) + "\n")
     assert t.job_id_raw == ["1", "2", "4"] and t.skip_reasons == ["sacct:4: 11 fields, the header has 12"]
     assert t.has_summary.tolist() == [True, True, True]  # row 1's "|extra" lands after its numbers
@@ -156,15 +169,17 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
     """Slurm's gpu/nvml adds up a task's utilization over the GPUs it drives; TRESUsageInAve is the mean over
     tasks. One task on 4 GPUs at 90 % reads 360; 4 tasks, one GPU each, read 90: both mean 90 % per GPU."""
     header = "JobIDRaw|JobID|User|Account|State|Start|End|ElapsedRaw|AllocTRES|NTasks|TRESUsageInAve"
-    text = "\n".join([
-        header,
-        "20|20|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
-        "20.batch|20.batch|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=4,node=1|1|cpu=00:00:01,gres/gpuutil=360",
-        "21|21|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
-        "21.0|21.0|||COMPLETED|100|1100|1000|cpu=4,gres/gpu=4,node=1|4|gres/gpuutil=90",
-        "22|22|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=2||",
-        "22.0|22.0|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=2,node=1|1|gres/gpuutil=900",  # impossible: 450 %
-    ])
+    text = "\n".join(
+        [
+            header,
+            "20|20|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
+            "20.batch|20.batch|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=4,node=1|1|cpu=00:00:01,gres/gpuutil=360",
+            "21|21|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=4||",
+            "21.0|21.0|||COMPLETED|100|1100|1000|cpu=4,gres/gpu=4,node=1|4|gres/gpuutil=90",
+            "22|22|u|a|COMPLETED|100|1100|1000|billing=4,gres/gpu=2||",
+            "22.0|22.0|||COMPLETED|100|1100|1000|cpu=1,gres/gpu=2,node=1|1|gres/gpuutil=900",  # impossible: 450 %
+        ]
+    )
     t = parse(text)
     assert t.gpuutil[0] == pytest.approx(90.0) and t.gpuutil[1] == pytest.approx(90.0)
     assert np.isnan(t.gpuutil[2])  # not trusted
@@ -176,22 +191,40 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
 # holds, each row must come out as it does when it is the dump's only row, and the skips and duplicates must
 # add up. These dumps mix clean rows with every kind of damage.
 
-import math  # noqa: E402
-import random  # noqa: E402
+import math
+import random
 
-from slurm_tune.fairshare import sacct as sacct_mod  # noqa: E402
-from slurm_tune.fairshare import sacct_values  # noqa: E402
-from slurm_tune.usage.summary import parse_head  # noqa: E402
+from slurm_tune.fairshare import sacct as sacct_mod
+from slurm_tune.fairshare import sacct_values
+from slurm_tune.usage.summary import parse_head
 
-_SUMMARY = ("stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
-            "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-")
+_SUMMARY = (
+    "stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
+    "per_gpu=gpu{g}/0:40.0:1.0:10:60.0 drops=0 noproc=0.0 tl=-"
+)
 
 
 def _number(rng, clean: bool) -> str:
     if clean or rng.random() < 0.8:
         return f"{rng.choice((0, 1, 7, 250, 86400, 1382400, 38707200)) * rng.random():.1f}"
-    return rng.choice(["1", "1.", ".5", "1.2.3", "-1.0", "nan", "inf", "1e5", "", "x", "12345678901234567.0",
-                       "0.0 ", "1,5", "٣.0" if rng.random() < 0.1 else "3.0x"])
+    return rng.choice(
+        [
+            "1",
+            "1.",
+            ".5",
+            "1.2.3",
+            "-1.0",
+            "nan",
+            "inf",
+            "1e5",
+            "",
+            "x",
+            "12345678901234567.0",
+            "0.0 ",
+            "1,5",
+            "٣.0" if rng.random() < 0.1 else "3.0x",
+        ]
+    )
 
 
 def _comment(rng, clean: bool) -> str:
@@ -199,24 +232,58 @@ def _comment(rng, clean: bool) -> str:
     if roll < 0.35:
         return ""
     held = _number(rng, clean)
-    fields = dict(h=held, u=_number(rng, clean), c=_number(rng, clean), b=_number(rng, clean),
-                  w=rng.choice(["-", _number(rng, clean)]), g=rng.choice((1, 2, 8)))
+    fields = dict(
+        h=held,
+        u=_number(rng, clean),
+        c=_number(rng, clean),
+        b=_number(rng, clean),
+        w=rng.choice(["-", _number(rng, clean)]),
+        g=rng.choice((1, 2, 8)),
+    )
     text = _SUMMARY.format(**fields)
     if clean or roll < 0.85:
         return text
-    return rng.choice([
-        text.replace("used=", "usex="), text.replace(" cov=", "  cov="), text.replace("held=", "held= "),
-        text.replace(" gpus=", " gpu="), text[:rng.randrange(7, 40)], "stune1 ", "stune1 held=broken",
-        "stune1 used=2.0 held=4.0 cov=4.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu=",
-        text.replace("busy_w=", "busy_w=-"), "a note | with pipes", "stune1x held=1.0", text + "|x|y",
-        text.replace("held=", "held=1e"), "stune1 held=1.0 used=1.0 cov=1.0 busy=0.0 busy_w=-5 gpus=1"])
+    return rng.choice(
+        [
+            text.replace("used=", "usex="),
+            text.replace(" cov=", "  cov="),
+            text.replace("held=", "held= "),
+            text.replace(" gpus=", " gpu="),
+            text[: rng.randrange(7, 40)],
+            "stune1 ",
+            "stune1 held=broken",
+            "stune1 used=2.0 held=4.0 cov=4.0 busy=0.0 busy_w=- gpus=1 nodes=1/1 per_gpu=",
+            text.replace("busy_w=", "busy_w=-"),
+            "a note | with pipes",
+            "stune1x held=1.0",
+            text + "|x|y",
+            text.replace("held=", "held=1e"),
+            "stune1 held=1.0 used=1.0 cov=1.0 busy=0.0 busy_w=-5 gpus=1",
+        ]
+    )
 
 
 def _time(rng, base: int, clean: bool) -> str:
     if clean or rng.random() < 0.85:
         return str(base)
-    return rng.choice(["Unknown", "None", "N/A", "", "unknown", "+5", "0", "0000001795982612",
-                       str(1 << 41), "1795982612 ", "2026-11-30T12:00:00", "2026-13-45T99:00:00", "1.5", "-1"])
+    return rng.choice(
+        [
+            "Unknown",
+            "None",
+            "N/A",
+            "",
+            "unknown",
+            "+5",
+            "0",
+            "0000001795982612",
+            str(1 << 41),
+            "1795982612 ",
+            "2026-11-30T12:00:00",
+            "2026-13-45T99:00:00",
+            "1.5",
+            "-1",
+        ]
+    )
 
 
 def _row(rng, job: int, clean: bool) -> str:
@@ -225,16 +292,40 @@ def _row(rng, job: int, clean: bool) -> str:
     running = rng.random() < 0.05
     user = rng.choice(["stune-alice", "stune-bob", "root", "u" * 33, "x"])
     account = rng.choice(["physics", "biology", "root", "a"])
-    tres = rng.choice(["billing=4,cpu=4,gres/gpu=4,node=1", "billing=1,cpu=1,node=1", "",
-                       "billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1",
-                       "billing=2K,cpu=2,gres/gpu=abc", "billing=" + "9" * 40])
+    tres = rng.choice(
+        [
+            "billing=4,cpu=4,gres/gpu=4,node=1",
+            "billing=1,cpu=1,node=1",
+            "",
+            "billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1",
+            "billing=2K,cpu=2,gres/gpu=abc",
+            "billing=" + "9" * 40,
+        ]
+    )
     state = rng.choice(["COMPLETED", "RUNNING", "CANCELLED by 0", "FAILED", "PENDING", "NODE_FAIL"])
-    job_id = str(job) if clean or rng.random() < 0.9 else rng.choice(["", "x", "007", str(job - 1), f"{job}_3"])
-    elapsed_text = str(elapsed) if clean or rng.random() < 0.9 else rng.choice(["", "x", "9" * 14, "+3", "00"])
+    job_id = (
+        str(job) if clean or rng.random() < 0.9 else rng.choice(["", "x", "007", str(job - 1), f"{job}_3"])
+    )
+    elapsed_text = (
+        str(elapsed) if clean or rng.random() < 0.9 else rng.choice(["", "x", "9" * 14, "+3", "00"])
+    )
     end = "Unknown" if running else _time(rng, start + elapsed, clean)
-    return "|".join([job_id, f"{job}_{rng.randrange(3)}" if rng.random() < 0.1 else str(job), user, account,
-                     rng.choice(["hdr", "vpc", "gpu,cpu"]), rng.choice(["normal", "debug"]), state,
-                     _time(rng, start, clean), end, elapsed_text, tres, _comment(rng, clean)])
+    return "|".join(
+        [
+            job_id,
+            f"{job}_{rng.randrange(3)}" if rng.random() < 0.1 else str(job),
+            user,
+            account,
+            rng.choice(["hdr", "vpc", "gpu,cpu"]),
+            rng.choice(["normal", "debug"]),
+            state,
+            _time(rng, start, clean),
+            end,
+            elapsed_text,
+            tres,
+            _comment(rng, clean),
+        ]
+    )
 
 
 def _dump(seed: int, rows: int, garbage: float) -> str:
@@ -249,15 +340,40 @@ def _dump(seed: int, rows: int, garbage: float) -> str:
 
 def _rows_of(table) -> list[tuple]:
     """Each row of the table, with its association and QOS by name and NaN as None."""
-    numbers = [table.start, table.end, table.elapsed, table.billing, table.gpus, table.has_summary,
-               table.bad_summary, table.held_s, table.used_s, table.covered_s, table.busy_s, table.busy_w,
-               table.gpuutil, table.gpuutil_cover]
+    numbers = [
+        table.start,
+        table.end,
+        table.elapsed,
+        table.billing,
+        table.gpus,
+        table.has_summary,
+        table.bad_summary,
+        table.held_s,
+        table.used_s,
+        table.covered_s,
+        table.busy_s,
+        table.busy_w,
+        table.gpuutil,
+        table.gpuutil_cover,
+    ]
     rows = []
     for i in range(table.n):
-        values = [None if isinstance(v, float) and math.isnan(v) else v for v in (c[i].item() for c in numbers)]
-        rows.append((table.job_id_raw[i], table.job_id[i], table.assoc_keys[table.assoc[i]],
-                     table.partition[i], table.qos_names[table.qos[i]], table.state_raw[i], table.state[i],
-                     table.admin_comment[i], *values))
+        values = [
+            None if isinstance(v, float) and math.isnan(v) else v for v in (c[i].item() for c in numbers)
+        ]
+        rows.append(
+            (
+                table.job_id_raw[i],
+                table.job_id[i],
+                table.assoc_keys[table.assoc[i]],
+                table.partition[i],
+                table.qos_names[table.qos[i]],
+                table.state_raw[i],
+                table.state[i],
+                table.admin_comment[i],
+                *values,
+            )
+        )
     return rows
 
 
@@ -270,7 +386,7 @@ def _alone(text: str) -> tuple[list[tuple], tuple[int, int], int]:
     header = lines[first]
     sacct_mod.parse(header)  # a bad header: the caller expects its error
     rows, cut, bad_times, any_read = [], 0, 0, False
-    for line in lines[first + 1:]:
+    for line in lines[first + 1 :]:
         if not line:
             continue
         try:
@@ -304,8 +420,8 @@ def _reads_as_alone(text: str) -> None:
     cut, bad_times = skipped  # the first five of each kind are named
     reasons = table.skip_reasons
     assert len(reasons) == min(cut, 5) + min(bad_times, 5)
-    assert all(" fields, the header has " in r for r in reasons[:min(cut, 5)])
-    assert all("unreadable Start/End" in r for r in reasons[min(cut, 5):])
+    assert all(" fields, the header has " in r for r in reasons[: min(cut, 5)])
+    assert all("unreadable Start/End" in r for r in reasons[min(cut, 5) :])
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -361,7 +477,7 @@ def test_read_file_with_damaged_bytes_reads_as_a_text_mode_read(tmp_path, seed):
     rng = random.Random(seed)
     data = bytearray(_dump(200 + seed, 200, garbage=0.1).encode())
     for _ in range(20):  # flip bytes anywhere: invalid UTF-8, NULs, stray '|' and newlines
-        data[rng.randrange(len(data))] = rng.choice([0, 0xff, 0xc3, ord("|"), ord("\n"), ord("\r"), ord("7")])
+        data[rng.randrange(len(data))] = rng.choice([0, 0xFF, 0xC3, ord("|"), ord("\n"), ord("\r"), ord("7")])
     path = tmp_path / "dump.txt"
     path.write_bytes(bytes(data))
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -383,9 +499,15 @@ _ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0
 
 
 @settings(max_examples=1500, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(_BASE_DUMP) - 1), _ASCII_BYTES, st.sampled_from(["set", "insert",
-                                                                                                "delete"])),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(_BASE_DUMP) - 1), _ASCII_BYTES, st.sampled_from(["set", "insert", "delete"])
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_byte_level_damage_reads_as_the_rows_read_alone(edits):
     """Near-valid ASCII dumps (a digit, a '|', a newline, a space... set, inserted or deleted anywhere): every
     row reads as it reads alone, and a dump is refused only where its rows are."""
@@ -405,7 +527,7 @@ def test_byte_level_damage_reads_as_the_rows_read_alone(edits):
         return
     lines = text.split("\n")
     try:  # the text up to its header line (blank lines before it count)
-        sacct_mod.parse("\n".join(lines[:next(i for i, line in enumerate(lines) if line) + 1]))
+        sacct_mod.parse("\n".join(lines[: next(i for i, line in enumerate(lines) if line) + 1]))
     except SacctFormatError as exc:  # the header itself is damaged: that is the error
         with pytest.raises(SacctFormatError) as got:
             sacct_mod.parse(text)
@@ -439,8 +561,9 @@ def test_a_newline_turned_pipe_is_one_row_too_long_not_two_rows():
 
 
 _PLAIN_NUMBERS = st.floats(0, 1e7, allow_nan=False).map(lambda v: f"{v:.1f}")
-_ODD_NUMBERS = st.sampled_from(["-", "-1.0", "nan", "inf", "1e5", "1_0", "", " ", "x", "1.2.3", "٣.0", "0.5\r",
-                                "9" * 400])
+_ODD_NUMBERS = st.sampled_from(
+    ["-", "-1.0", "nan", "inf", "1e5", "1_0", "", " ", "x", "1.2.3", "٣.0", "0.5\r", "9" * 400]
+)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -460,11 +583,16 @@ def test_summary_heads_read_as_the_summary_format_reads_them(heads, data):
                 numbers[at] = data.draw(_ODD_NUMBERS)
             else:
                 head_keys[at] = data.draw(st.sampled_from(["x=", "used=", " held=", "busy_w=-"]))
-        comments.append("stune1 " + " ".join(f"{key}{value}" for key, value in zip(head_keys, numbers)) +
-                        " gpus=1 nodes=1/1 per_gpu=")
+        comments.append(
+            "stune1 "
+            + " ".join(f"{key}{value}" for key, value in zip(head_keys, numbers))
+            + " gpus=1 nodes=1/1 per_gpu="
+        )
     got = sacct_values._heads(comments)
-    assert [None if g is None else [None if v is None or v != v else v for v in g] for g in got] == \
-        [None if p is None else [None if v is None or v != v else v for v in p] for p in map(parse_head, comments)]
+    assert [None if g is None else [None if v is None or v != v else v for v in g] for g in got] == [
+        None if p is None else [None if v is None or v != v else v for v in p]
+        for p in map(parse_head, comments)
+    ]
 
 
 def test_plain_numbers_are_ascii_digits_below_two_to_the_forty():

@@ -1,5 +1,6 @@
 """Slurm's fair-share formulas as stune computes them (Fair Tree and classic), against hand-worked cases,
 independent reference implementations (hypothesis), and the tie rules of fair_tree.c."""
+
 from __future__ import annotations
 
 import math
@@ -8,16 +9,32 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from slurm_tune.fairshare.tree import Assoc, AssocTree, TreeError, algorithm_from_flags, classic_factor, compute
+from slurm_tune.fairshare.tree import (
+    Assoc,
+    AssocTree,
+    TreeError,
+    algorithm_from_flags,
+    classic_factor,
+    compute,
+)
 
-DEVCLUSTER = [Assoc("root"), Assoc("biology", parent="root"), Assoc("biology", "stune-bob"),
-              Assoc("physics", parent="root"), Assoc("physics", "stune-alice"), Assoc("root", "root")]
+DEVCLUSTER = [
+    Assoc("root"),
+    Assoc("biology", parent="root"),
+    Assoc("biology", "stune-bob"),
+    Assoc("physics", parent="root"),
+    Assoc("physics", "stune-alice"),
+    Assoc("root", "root"),
+]
 
 
 def test_no_usage_ranks_everyone_first_as_sshare_shows():
     shares = compute(AssocTree(DEVCLUSTER), {})
-    assert shares.factors == {("root", "root"): 1.0, ("biology", "stune-bob"): 1.0,
-                              ("physics", "stune-alice"): 1.0}
+    assert shares.factors == {
+        ("root", "root"): 1.0,
+        ("biology", "stune-bob"): 1.0,
+        ("physics", "stune-alice"): 1.0,
+    }
 
 
 def test_fair_tree_ranks_by_level_fs_down_the_tree():
@@ -34,8 +51,9 @@ def test_fair_tree_ranks_by_level_fs_down_the_tree():
 
 
 def test_tied_users_share_a_rank_and_the_next_user_skips_it():
-    tree = AssocTree([Assoc("root"), Assoc("a", parent="root"), Assoc("a", "u1"), Assoc("a", "u2"),
-                      Assoc("a", "u3")])
+    tree = AssocTree(
+        [Assoc("root"), Assoc("a", parent="root"), Assoc("a", "u1"), Assoc("a", "u2"), Assoc("a", "u3")]
+    )
     shares = compute(tree, {("a", "u1"): 5.0, ("a", "u2"): 5.0, ("a", "u3"): 9.0})
     assert shares.factor("a", "u1") == shares.factor("a", "u2") == 1.0
     assert shares.factor("a", "u3") == pytest.approx(1 / 3)  # rank 1 of 3: two users ranked above it
@@ -50,8 +68,16 @@ def test_an_account_tied_with_the_previous_sibling_starts_its_children_tied():
 
 
 def test_fairshare_parent_user_ranks_first_in_its_account():
-    tree = AssocTree([Assoc("root"), Assoc("a", parent="root"), Assoc("a", "lead", shares=None),
-                      Assoc("a", "u1"), Assoc("b", parent="root"), Assoc("b", "u2")])
+    tree = AssocTree(
+        [
+            Assoc("root"),
+            Assoc("a", parent="root"),
+            Assoc("a", "lead", shares=None),
+            Assoc("a", "u1"),
+            Assoc("b", parent="root"),
+            Assoc("b", "u2"),
+        ]
+    )
     shares = compute(tree, {("a", "lead"): 1000.0, ("a", "u1"): 1.0, ("b", "u2"): 1.0})
     assert shares.factor("a", "lead") > shares.factor("a", "u1")
     assert tree.level_shares[tree.index[("a", "u1")]] == 1  # a Fairshare=parent user adds no shares
@@ -74,14 +100,21 @@ def test_algorithm_follows_priority_flags():
 
 def test_classic_hand_worked():
     # two accounts of equal shares, one user each; a used 3/4 of everything.
-    tree = AssocTree([Assoc("root"), Assoc("a", parent="root"), Assoc("a", "x"), Assoc("b", parent="root"),
-                      Assoc("b", "y")])
+    tree = AssocTree(
+        [
+            Assoc("root"),
+            Assoc("a", parent="root"),
+            Assoc("a", "x"),
+            Assoc("b", parent="root"),
+            Assoc("b", "y"),
+        ]
+    )
     shares = compute(tree, {("a", "x"): 300.0, ("b", "y"): 100.0}, "classic")
     # account a: UE = 0.75 (child of root); user x: UE = 0.75 + (0.75 - 0.75) * 1/1 = 0.75; S = 0.5 * 1
     assert shares.factor("a", "x") == pytest.approx(2 ** (-0.75 / 0.5))
     assert shares.factor("b", "y") == pytest.approx(2 ** (-0.25 / 0.5))
     assert classic_factor(0.3, 0.0) == 0.0
-    assert classic_factor(0.5, 0.5, damping=2) == pytest.approx(2 ** -0.5)
+    assert classic_factor(0.5, 0.5, damping=2) == pytest.approx(2**-0.5)
 
 
 # ---- independent references ----------------------------------------------------------------------------
@@ -112,6 +145,7 @@ def trees(draw):
             if not a.user and a.parent == account:
                 ordered.append(a)
                 add(a.account)
+
     add("root")
     return ordered, usage
 
@@ -173,8 +207,11 @@ def reference_classic(assocs, usage):
         children.setdefault(a.account if a.user else a.parent, []).append(a)
 
     def subtree(a):
-        return usage.get((a.account, a.user), 0.0) if a.user else \
-            sum(subtree(c) for c in children.get(a.account, []))
+        return (
+            usage.get((a.account, a.user), 0.0)
+            if a.user
+            else sum(subtree(c) for c in children.get(a.account, []))
+        )
 
     total = sum(usage.values())
     out = {}
@@ -199,7 +236,9 @@ def reference_classic(assocs, usage):
 @given(trees())
 def test_classic_matches_the_documented_formula(case):
     assocs, usage = case
-    assert compute(AssocTree(assocs), usage, "classic").factors == pytest.approx(reference_classic(assocs, usage))
+    assert compute(AssocTree(assocs), usage, "classic").factors == pytest.approx(
+        reference_classic(assocs, usage)
+    )
 
 
 @settings(max_examples=150, deadline=None)

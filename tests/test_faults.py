@@ -4,6 +4,7 @@ leaves the previous file as it was (a small tmpfs, filled, mounted by the test: 
 
 The cluster halves (a poisoned ledger changes no SiteFactor; `collect` after a slurmdbd outage) are in
 test_fairshare_cluster.py."""
+
 from __future__ import annotations
 
 import errno
@@ -33,6 +34,7 @@ GARBAGE = [float("nan"), float("inf"), float("-inf"), -1e300, 1e308, "abc", "1.5
 
 # ---- the one rule --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", GARBAGE)
 def test_the_rule_refuses_what_stune_never_writes(value):
     assert readback.problem(value, 0, 1e18) is not None
@@ -51,9 +53,17 @@ def test_the_rule_passes_finite_numbers_in_range_and_integers_when_asked():
 
 # ---- the fair-share ledger -----------------------------------------------------------------------------------
 
+
 def _ledger(path: Path, usage=(1.5, 2.5), **over) -> bytes:
-    doc = {"format": LEDGER_FORMAT, "watermark": 1_700_000_000, "as_of": 1_700_000_100, "half_life_s": 604800,
-           "usage": {"physics|alice": list(usage)}, "settled": {"12@1699999000": 1_699_999_500}, **over}
+    doc = {
+        "format": LEDGER_FORMAT,
+        "watermark": 1_700_000_000,
+        "as_of": 1_700_000_100,
+        "half_life_s": 604800,
+        "usage": {"physics|alice": list(usage)},
+        "settled": {"12@1699999000": 1_699_999_500},
+        **over,
+    }
     path.write_text(json.dumps(doc))  # json writes NaN and Infinity, as a corrupted ledger would hold them
     return path.read_bytes()
 
@@ -74,9 +84,18 @@ def test_a_corrupt_usage_value_is_refused_naming_the_file_and_key_and_the_file_i
     assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize("key,value", [("watermark", float("nan")), ("as_of", 1e308), ("half_life_s", -1.0),
-                                       ("settled", {"12@1": "abc"}), ("usage", {"physics|alice": [1.0]}),
-                                       ("usage", []), ("as_of", 1.5)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("watermark", float("nan")),
+        ("as_of", 1e308),
+        ("half_life_s", -1.0),
+        ("settled", {"12@1": "abc"}),
+        ("usage", {"physics|alice": [1.0]}),
+        ("usage", []),
+        ("as_of", 1.5),
+    ],
+)
 def test_corrupt_times_and_shapes_are_refused_too(tmp_path, key, value):
     path = tmp_path / "ledger.json"
     _ledger(path, **{key: value})
@@ -95,22 +114,34 @@ def test_the_cli_boundary_says_it_in_one_line_and_exits_1(tmp_path, capsys):
 
 # ---- the other state files -----------------------------------------------------------------------------------
 
+
 def _state(directory: Path, **over) -> None:
-    doc = {"format": S.FORMAT, "node": "n1", "baselines": {"mlx5_0/1": {"symbol_error": 3}}, "xid_sticky": [],
-           "trusted": ["abcd1234"], "applied": {"action": "clear", "reason": "", "synced_at": 1_700_000_000.0},
-           **over}
+    doc = {
+        "format": S.FORMAT,
+        "node": "n1",
+        "baselines": {"mlx5_0/1": {"symbol_error": 3}},
+        "xid_sticky": [],
+        "trusted": ["abcd1234"],
+        "applied": {"action": "clear", "reason": "", "synced_at": 1_700_000_000.0},
+        **over,
+    }
     directory.mkdir(exist_ok=True)
     (directory / S.STATE_FILE).write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize("over,key", [
-    ({"baselines": {"mlx5_0/1": {"symbol_error": float("nan")}}}, "baselines.mlx5_0/1.symbol_error"),
-    ({"applied": {"action": "drain", "retry_at": float("inf")}}, "applied.retry_at"),
-    ({"hook_fail": {"mode": "prolog", "at": -1e300}}, "hook_fail.at"),
-    ({"xid_seq": 1e308}, "xid_seq"),
-    ({"unknown_runs": {"ib.link mlx5_0/1": "abc"}}, "unknown_runs.ib.link mlx5_0/1"),
-])
-def test_a_health_state_with_a_garbage_number_starts_over_naming_the_key_and_keeps_the_file(tmp_path, over, key):
+@pytest.mark.parametrize(
+    "over,key",
+    [
+        ({"baselines": {"mlx5_0/1": {"symbol_error": float("nan")}}}, "baselines.mlx5_0/1.symbol_error"),
+        ({"applied": {"action": "drain", "retry_at": float("inf")}}, "applied.retry_at"),
+        ({"hook_fail": {"mode": "prolog", "at": -1e300}}, "hook_fail.at"),
+        ({"xid_seq": 1e308}, "xid_seq"),
+        ({"unknown_runs": {"ib.link mlx5_0/1": "abc"}}, "unknown_runs.ib.link mlx5_0/1"),
+    ],
+)
+def test_a_health_state_with_a_garbage_number_starts_over_naming_the_key_and_keeps_the_file(
+    tmp_path, over, key
+):
     directory = tmp_path / "st"
     _state(directory, **over)
     before = (directory / S.STATE_FILE).read_bytes()
@@ -128,13 +159,28 @@ def test_a_sound_health_state_reads_back_whole(tmp_path):
 
 
 def _result(**over) -> dict:
-    return {"at": 1_700_000_000.0, "sweep": "s1", "partition": "gpu", "check": "nccl", "subject": "n1",
-            "status": "ok", "value": 180.0, "unit": "GB/s", "fingerprint": {"driver": "535"}, **over}
+    return {
+        "at": 1_700_000_000.0,
+        "sweep": "s1",
+        "partition": "gpu",
+        "check": "nccl",
+        "subject": "n1",
+        "status": "ok",
+        "value": 180.0,
+        "unit": "GB/s",
+        "fingerprint": {"driver": "535"},
+        **over,
+    }
 
 
 def test_active_results_with_garbage_numbers_are_skipped(tmp_path):
-    bad = [_result(value=float("inf")), _result(value=1e308), _result(at=float("nan")), _result(at=-5.0),
-           _result(at=1e300)]
+    bad = [
+        _result(value=float("inf")),
+        _result(value=1e308),
+        _result(at=float("nan")),
+        _result(at=-5.0),
+        _result(at=1e300),
+    ]
     active_store.append(str(tmp_path), "gpu", [_result()])
     path = Path(active_store.partition_dir(str(tmp_path), "gpu")) / "2023-11.jsonl"
     with open(path, "a") as fh:
@@ -142,12 +188,16 @@ def test_active_results_with_garbage_numbers_are_skipped(tmp_path):
     assert active_store.load(str(tmp_path), "gpu", until=1_700_000_001) == [_result()]
 
 
-@pytest.mark.parametrize("text,key", [('{"marks": {"n1": {"action": "drain", "at": NaN}}}', "marks.n1.at"),
-                                      ('{"marks": {"n1": {"synced_at": 1e308}}}', "marks.n1.synced_at"),
-                                      ('{"marks": {"n1": {"applied": {"retry_at": NaN}}}}',
-                                       "marks.n1.applied.retry_at"),
-                                      ('{"marks": {"n1": {"hook_fail": {"at": -1e300}}}}', "marks.n1.hook_fail.at"),
-                                      ('{"marks": ', "")])
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ('{"marks": {"n1": {"action": "drain", "at": NaN}}}', "marks.n1.at"),
+        ('{"marks": {"n1": {"synced_at": 1e308}}}', "marks.n1.synced_at"),
+        ('{"marks": {"n1": {"applied": {"retry_at": NaN}}}}', "marks.n1.applied.retry_at"),
+        ('{"marks": {"n1": {"hook_fail": {"at": -1e300}}}}', "marks.n1.hook_fail.at"),
+        ('{"marks": ', ""),
+    ],
+)
 def test_a_garbage_sweep_state_is_refused_naming_the_file_and_kept(tmp_path, text, key):
     path = tmp_path / "state.json"
     path.write_text(text)
@@ -172,16 +222,23 @@ def test_the_history_skips_torn_and_garbage_lines_and_counts_them(tmp_path):
     entries = historyview.load(environ)
     assert [e["job_id"] for e in entries] == ["1"]
     assert [line for line, _ in entries.skipped] == [2, 3, 4]
-    assert entries.warning() == f"{path}: skipped 3 unreadable lines (first: line 2, time: nan is not a finite " \
-                                "number)"
+    assert (
+        entries.warning() == f"{path}: skipped 3 unreadable lines (first: line 2, time: nan is not a finite "
+        "number)"
+    )
     # the listing says it on stderr, once, and still lists the sound records
-    proc = subprocess.run([str(BIN / "stune-sbatch"), "history"], capture_output=True, text=True,
-                          env=dict(os.environ, STUNE_HISTORY=str(path)))
+    proc = subprocess.run(
+        [str(BIN / "stune-sbatch"), "history"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, STUNE_HISTORY=str(path)),
+    )
     assert proc.returncode == 0 and proc.stderr == f"stune-sbatch: warning: {entries.warning()}\n"
     assert proc.stdout.count("\n") == 2  # the header and job 1
 
 
 # ---- a full disk ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def full_disk(tmp_path):
@@ -190,8 +247,9 @@ def full_disk(tmp_path):
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
 
@@ -268,10 +326,16 @@ def test_stune_health_run_on_a_full_disk_exits_1_naming_the_state_file(full_disk
     import healthkit as kit
 
     state = full_disk.path / "st"
-    env = dict(os.environ, STUNE_PARTITIONS=str(kit.profile_dir(tmp_path / "p")),
-               STUNE_SYSFS_ROOT=str(kit.tree(tmp_path / "root", "hdr")), SLURMD_NODENAME="n7",
-               STUNE_GPU_SNAPSHOT=str(kit.gpu_file(tmp_path / "gpus.json")), STUNE_STATE_DIR=str(state),
-               STUNE_HEALTH_PARTITION="hdr", SLURM_CONF="/nonexistent/slurm.conf")
+    env = dict(
+        os.environ,
+        STUNE_PARTITIONS=str(kit.profile_dir(tmp_path / "p")),
+        STUNE_SYSFS_ROOT=str(kit.tree(tmp_path / "root", "hdr")),
+        SLURMD_NODENAME="n7",
+        STUNE_GPU_SNAPSHOT=str(kit.gpu_file(tmp_path / "gpus.json")),
+        STUNE_STATE_DIR=str(state),
+        STUNE_HEALTH_PARTITION="hdr",
+        SLURM_CONF="/nonexistent/slurm.conf",
+    )
     env.pop("STUNE_DEBUG", None)
     first = subprocess.run([str(BIN / "stune-health"), "run"], env=env, capture_output=True, text=True)
     assert (state / S.STATE_FILE).exists(), first.stderr
@@ -326,7 +390,9 @@ def test_the_sweep_store_on_a_full_disk(full_disk):
         active_store.append(store, "gpu", [_result(subject=f"n{i}", detail="d" * 100) for i in range(200)])
     _one_line_naming(info.value, results)
     with pytest.raises(FileWriteError) as info:
-        active_store.write_state(store, {"marks": {f"n{i}": {"action": "degrade", "at": 1.0} for i in range(2000)}})
+        active_store.write_state(
+            store, {"marks": {f"n{i}": {"action": "degrade", "at": 1.0} for i in range(2000)}}
+        )
     _one_line_naming(info.value, state)
     assert (results.read_bytes(), state.read_bytes()) == before
     assert active_store.load(store, "gpu", until=1_700_000_001) == [_result()]
@@ -363,11 +429,17 @@ def test_stune_sbatch_on_a_full_disk_submits_and_warns_in_one_line(full_disk, sl
     before = path.read_bytes()
     full_disk.fill()
     try:
-        proc = subprocess.run([str(BIN / "stune-sbatch"), *job], capture_output=True, text=True,
-                              env=dict(env, BIG_SETTING="y" * 8000))  # a record longer than the page left
+        proc = subprocess.run(
+            [str(BIN / "stune-sbatch"), *job],
+            capture_output=True,
+            text=True,
+            env=dict(env, BIG_SETTING="y" * 8000),
+        )  # a record longer than the page left
     finally:
         slurm.run(["scancel", "-n", "faults"], check=False)
     assert proc.returncode == 0 and proc.stdout.strip().isdigit(), proc.stderr
-    assert proc.stderr == ("stune-sbatch: warning: job submitted, but the history was not written: "
-                           f"{path}: cannot write: No space left on device\n")
+    assert proc.stderr == (
+        "stune-sbatch: warning: job submitted, but the history was not written: "
+        f"{path}: cannot write: No space left on device\n"
+    )
     assert path.read_bytes() == before

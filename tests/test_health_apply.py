@@ -1,5 +1,6 @@
 """Applying a verdict, as pure decisions: what to change in Slurm for each wanted state and kind of drain,
 when Slurm must be asked at all, and the circuit breaker's arithmetic and ordering."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,21 @@ NOW = 1_800_000_000.0
 
 
 def node(name="n1", *, drain=False, reason="", reason_time=0, features="", comment="", partitions=("hdr",)):
-    return Node(name=name, state="idle", flags=("DRAIN",) if drain else (), reason=reason, reason_user="root",
-                reason_time=reason_time, features=features, active_features=features, comment=comment,
-                partitions=tuple(partitions), gres="gpu:4", gres_used="", tres="")
+    return Node(
+        name=name,
+        state="idle",
+        flags=("DRAIN",) if drain else (),
+        reason=reason,
+        reason_user="root",
+        reason_time=reason_time,
+        features=features,
+        active_features=features,
+        comment=comment,
+        partitions=tuple(partitions),
+        gres="gpu:4",
+        gres_used="",
+        tres="",
+    )
 
 
 def test_the_wanted_state_follows_the_verdict():
@@ -28,14 +41,17 @@ def test_the_wanted_state_follows_the_verdict():
     assert A.want_for(make_verdict([Result("x", "y", OK, "m", "")])) == A.Want(A.CLEAR, "")
 
 
-@pytest.mark.parametrize("reason, hook_at, expected", [
-    ("stune: mlx5_2/1 state DOWN", None, "ours"),
-    ("Prolog error", NOW - 30, "hook"),            # our prolog failed just before Slurm drained
-    ("Prolog error", NOW + 600, "admin"),          # Slurm's drain is older than our record: not ours
-    ("Prolog error", None, "admin"),               # another hook failed: stune never failed this node
-    ("Epilog error", NOW - 10, "hook"),
-    ("bad DIMM, ticket 4711", NOW - 30, "admin"),
-])
+@pytest.mark.parametrize(
+    "reason, hook_at, expected",
+    [
+        ("stune: mlx5_2/1 state DOWN", None, "ours"),
+        ("Prolog error", NOW - 30, "hook"),  # our prolog failed just before Slurm drained
+        ("Prolog error", NOW + 600, "admin"),  # Slurm's drain is older than our record: not ours
+        ("Prolog error", None, "admin"),  # another hook failed: stune never failed this node
+        ("Epilog error", NOW - 10, "hook"),
+        ("bad DIMM, ticket 4711", NOW - 30, "admin"),
+    ],
+)
 def test_whose_drain_it_is(reason, hook_at, expected):
     state = {"hook_fail": {"mode": "prolog", "at": hook_at}} if hook_at else {}
     assert A.drain_kind(node(drain=True, reason=reason, reason_time=NOW), state) == expected
@@ -45,8 +61,12 @@ def test_whose_drain_it_is(reason, hook_at, expected):
 def test_drain_a_healthy_node_and_clear_stune_marks_with_it():
     n = node(features=f"bigmem,{DEGRADED_FEATURE}", comment="stune: degraded: gpu1 row remap pending")
     fields, _ = A.plan(n, A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), "none")
-    assert fields == {"state": "DRAIN", "reason": "stune: mlx5_2/1 state DOWN", "features": ["bigmem"],
-                      "comment": ""}
+    assert fields == {
+        "state": "DRAIN",
+        "reason": "stune: mlx5_2/1 state DOWN",
+        "features": ["bigmem"],
+        "comment": "",
+    }
 
 
 def test_an_admin_drain_is_never_resumed_nor_re_reasoned():
@@ -56,22 +76,28 @@ def test_an_admin_drain_is_never_resumed_nor_re_reasoned():
         assert "state" not in fields and "reason" not in fields
         assert notes == ["drained by someone else ('bad DIMM, ticket 4711'): left alone"]
     fields, _ = A.plan(admin, A.Want(A.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"), "admin")
-    assert fields == {"features": ["bigmem", DEGRADED_FEATURE],
-                      "comment": "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200"}
+    assert fields == {
+        "features": ["bigmem", DEGRADED_FEATURE],
+        "comment": "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200",
+    }
 
 
 def test_a_hook_drain_gets_the_stune_reason_and_is_resumed_when_healthy():
     hooked = node(drain=True, reason="Prolog error")
-    assert A.plan(hooked, A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), "hook")[0] == \
-        {"state": "DRAIN", "reason": "stune: mlx5_2/1 state DOWN"}
+    assert A.plan(hooked, A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), "hook")[0] == {
+        "state": "DRAIN",
+        "reason": "stune: mlx5_2/1 state DOWN",
+    }
     assert A.plan(hooked, A.Want(A.CLEAR, ""), "hook")[0] == {"state": "RESUME"}
 
 
 def test_degraded_keeps_the_admins_features_and_healthy_removes_only_ours():
     n = node(features="bigmem,nvme")
     fields, _ = A.plan(n, A.Want(A.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"), "none")
-    assert fields == {"features": ["bigmem", "nvme", DEGRADED_FEATURE],
-                      "comment": "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200"}
+    assert fields == {
+        "features": ["bigmem", "nvme", DEGRADED_FEATURE],
+        "comment": "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200",
+    }
     marked = node(features=f"bigmem,{DEGRADED_FEATURE},nvme", comment="stune: degraded: x")
     assert A.plan(marked, A.Want(A.CLEAR, ""), "none")[0] == {"features": ["bigmem", "nvme"], "comment": ""}
     assert A.plan(node(features="bigmem", comment="owner: alice"), A.Want(A.CLEAR, ""), "none")[0] == {}
@@ -96,8 +122,10 @@ def test_slurm_is_asked_only_when_something_changed():
     assert A.needs_sync(A.Want(A.DRAIN, "x"), held, NOW + A.RETRY_S) == "retrying"
 
 
-@pytest.mark.parametrize("members, fraction, limit", [
-    (3, 0.10, 1), (10, 0.10, 1), (25, 0.10, 2), (1000, 0.10, 100), (3, 0.0, 0), (4, 0.5, 2), (0, 0.1, 0)])
+@pytest.mark.parametrize(
+    "members, fraction, limit",
+    [(3, 0.10, 1), (10, 0.10, 1), (25, 0.10, 2), (1000, 0.10, 100), (3, 0.0, 0), (4, 0.5, 2), (0, 0.1, 0)],
+)
 def test_breaker_limit(members, fraction, limit):
     assert A.breaker_limit(members, fraction) == limit
 
@@ -105,21 +133,28 @@ def test_breaker_limit(members, fraction, limit):
 def test_the_breaker_counts_recent_stune_drains_of_the_partition_only():
     nodes = [node(f"n{i}") for i in range(1, 21)]
     nodes[0] = node("n1", drain=True, reason="stune: mlx5_0/1 state DOWN", reason_time=NOW - 60)
-    nodes[1] = node("n2", drain=True, reason="stune: gpu1 Xid 79", reason_time=NOW - 7200)  # outside the window
+    nodes[1] = node(
+        "n2", drain=True, reason="stune: gpu1 Xid 79", reason_time=NOW - 7200
+    )  # outside the window
     nodes[2] = node("n3", drain=True, reason="bad DIMM", reason_time=NOW - 60)  # an admin's: not counted
     nodes[3] = node("n4", drain=True, reason="stune: x", reason_time=NOW - 5, partitions=("roce",))
     b = A.breaker_check(nodes, "hdr", "n9", NOW, 3600, 0.10)
     assert (b.allowed, b.limit, b.members, b.recent) == (False, 1, 19, ["n1"])  # n4 is another partition
-    assert b.message == ("circuit breaker open: 1 of 19 nodes in partition hdr were drained by stune within 3600s "
-                         "(limit 10% = 1); not draining n9")
+    assert b.message == (
+        "circuit breaker open: 1 of 19 nodes in partition hdr were drained by stune within 3600s "
+        "(limit 10% = 1); not draining n9"
+    )
     assert A.breaker_check(nodes, "hdr", "n9", NOW, 3600, 0.15).allowed is True  # 19 * 0.15 -> 2
 
 
 def test_concurrent_drains_keep_exactly_the_first_ones_in_one_order():
-    drained = [node(f"n{i}", drain=True, reason="stune: mlx5_9 missing", reason_time=NOW + (i > 4))
-               for i in range(1, 9)] + [node(f"n{i}") for i in range(9, 31)]
-    verdicts = {n.name: A.breaker_confirm(drained, "hdr", n.name, NOW + 3, 3600, 0.10).allowed
-                for n in drained[:8]}
+    drained = [
+        node(f"n{i}", drain=True, reason="stune: mlx5_9 missing", reason_time=NOW + (i > 4))
+        for i in range(1, 9)
+    ] + [node(f"n{i}") for i in range(9, 31)]
+    verdicts = {
+        n.name: A.breaker_confirm(drained, "hdr", n.name, NOW + 3, 3600, 0.10).allowed for n in drained[:8]
+    }
     assert [name for name, keep in verdicts.items() if keep] == ["n1", "n2", "n3"]  # limit 3 of 30
 
 
@@ -153,14 +188,21 @@ def _profile():
 
 
 def test_sync_does_not_drain_past_the_breaker():
-    fake = FakeSlurm([node("n1", drain=True, reason="stune: mlx5_9 missing", reason_time=int(NOW)), node("n2"),
-                      node("n3")])
+    fake = FakeSlurm(
+        [node("n1", drain=True, reason="stune: mlx5_9 missing", reason_time=int(NOW)), node("n2"), node("n3")]
+    )
     state = {}
-    outcome = A.sync(fake, "n2", A.Want(A.DRAIN, "mlx5_9 missing"), state, _profile(), NOW, sleep=lambda s: None)
+    outcome = A.sync(
+        fake, "n2", A.Want(A.DRAIN, "mlx5_9 missing"), state, _profile(), NOW, sleep=lambda s: None
+    )
     assert not outcome.breaker.allowed and fake.updates == [] and not fake.table["n2"].drain
     assert outcome.notes[-1].endswith("not draining n2")
-    assert state["applied"] == {"action": A.DRAIN, "reason": "mlx5_9 missing", "synced_at": NOW,
-                                "retry_at": NOW + A.RETRY_S}
+    assert state["applied"] == {
+        "action": A.DRAIN,
+        "reason": "mlx5_9 missing",
+        "synced_at": NOW,
+        "retry_at": NOW + A.RETRY_S,
+    }
 
 
 @pytest.mark.parametrize("rival, kept", [("n1", False), ("n3", True)])
@@ -185,18 +227,24 @@ class ResumedMeanwhile(FakeSlurm):
 
         if fields.get("state") == "RESUME":
             self.calls += 1
-            raise SlurmError(["scontrol", "update", f"NodeName={name}", "State=RESUME"], 1,
-                             "slurm_update error: Invalid node state specified")
+            raise SlurmError(
+                ["scontrol", "update", f"NodeName={name}", "State=RESUME"],
+                1,
+                "slurm_update error: Invalid node state specified",
+            )
         super().update_node(name, **fields)
 
 
 def test_resuming_a_node_that_is_already_resumed_is_done_not_a_failure():
-    fake = ResumedMeanwhile([node("n1", drain=True, reason="stune: mlx5_2/1 state DOWN",
-                                  features=f"bigmem,{DEGRADED_FEATURE}")])
+    fake = ResumedMeanwhile(
+        [node("n1", drain=True, reason="stune: mlx5_2/1 state DOWN", features=f"bigmem,{DEGRADED_FEATURE}")]
+    )
     state = {}
     outcome = A.sync(fake, "n1", A.Want(A.CLEAR, ""), state, _profile(), NOW)
     assert fake.updates == [("n1", {"features": ["bigmem"]})]  # the rest still applied
-    assert outcome.notes[-1] == "n1 was already resumed (Slurm: Invalid node state specified): nothing to undo"
+    assert (
+        outcome.notes[-1] == "n1 was already resumed (Slurm: Invalid node state specified): nothing to undo"
+    )
     assert state["applied"]["action"] == A.CLEAR and state["applied"]["retry_at"] is None
 
 
@@ -208,4 +256,11 @@ def test_other_slurm_errors_still_fail_the_sync():
             raise SlurmError(["scontrol"], 1, "slurm_update error: Invalid node name specified")
 
     with pytest.raises(SlurmError, match="Invalid node name"):
-        A.sync(Refusing([node("n1", drain=True, reason="stune: x")]), "n1", A.Want(A.CLEAR, ""), {}, _profile(), NOW)
+        A.sync(
+            Refusing([node("n1", drain=True, reason="stune: x")]),
+            "n1",
+            A.Want(A.CLEAR, ""),
+            {},
+            _profile(),
+            NOW,
+        )

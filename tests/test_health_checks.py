@@ -1,12 +1,13 @@
 """The health checks, judged over snapshots that the real capture code took of fixture nodes shaped like
 DGX-A100 (ConnectX-6 HDR), H100 RoCE (ConnectX-7) and cloud VPC machines."""
-from __future__ import annotations
 
-import pytest
+from __future__ import annotations
 
 import fakenvml
 import healthkit as kit
 import hwtrees
+import pytest
+
 from slurm_tune.health import judge as J
 from slurm_tune.health import xid
 from slurm_tune.health.result import DEGRADED, FAIL, OK, UNKNOWN, Result, make_verdict
@@ -18,7 +19,9 @@ def verdict(snap, partition="hdr", previous=None, directory=None):
 
 
 def by(v, check, subject=None):
-    found = [r for r in v[0].results if r.check == check and (subject is None or r.subject.startswith(subject))]
+    found = [
+        r for r in v[0].results if r.check == check and (subject is None or r.subject.startswith(subject))
+    ]
     assert found, f"no {check} result for {subject}: {[r.line() for r in v[0].results]}"
     return found
 
@@ -34,8 +37,9 @@ def test_a_healthy_node_is_ok_with_every_required_port_judged(tmp_path, partitio
 
 
 def test_a_port_down_fails_naming_hca_and_port(tmp_path):
-    snap = kit.node_snapshot(tmp_path, "hdr", hca_overrides={"mlx5_2": {"state": "1: DOWN",
-                                                                        "phys_state": "3: Disabled"}})
+    snap = kit.node_snapshot(
+        tmp_path, "hdr", hca_overrides={"mlx5_2": {"state": "1: DOWN", "phys_state": "3: Disabled"}}
+    )
     v, _ = verdict(snap)
     assert v.status == FAIL and v.reason == "mlx5_2/1 state DOWN"
     (link,) = [r for r in v.results if r.check == "ib.link" and r.subject == "mlx5_2/1"]
@@ -43,8 +47,9 @@ def test_a_port_down_fails_naming_hca_and_port(tmp_path):
 
 
 def test_a_port_polling_fails_on_phys_state(tmp_path):
-    snap = kit.node_snapshot(tmp_path, "hdr", hca_overrides={"mlx5_4": {"state": "4: ACTIVE",
-                                                                        "phys_state": "2: Polling"}})
+    snap = kit.node_snapshot(
+        tmp_path, "hdr", hca_overrides={"mlx5_4": {"state": "4: ACTIVE", "phys_state": "2: Polling"}}
+    )
     assert verdict(snap)[0].reason == "mlx5_4/1 phys_state Polling"
 
 
@@ -69,8 +74,10 @@ def test_a_slow_port_is_degraded_not_failed(tmp_path):
     snap = kit.node_snapshot(tmp_path, "hdr", hca_overrides={"mlx5_3": {"rate": "100 Gb/sec (2X HDR)"}})
     v, _ = verdict(snap)
     assert v.status == DEGRADED and v.reason == "mlx5_3/1 rate 100 Gb/s < 200"
-    assert by((v, None), "ib.rate", "mlx5_3")[0].message == \
-        "rate 100 Gb/s (100 Gb/sec (2X HDR)); expected at least 200 Gb/s"
+    assert (
+        by((v, None), "ib.rate", "mlx5_3")[0].message
+        == "rate 100 Gb/s (100 Gb/sec (2X HDR)); expected at least 200 Gb/s"
+    )
 
 
 def test_roce_netdev_down_or_rebound_fails(tmp_path):
@@ -89,6 +96,7 @@ def test_the_socket_interface_must_be_up(tmp_path):
 
 # ---- error counters: deltas since the last run -------------------------------------------------------------
 
+
 def _counters(tmp_path, name, **counters):
     return kit.node_snapshot(tmp_path / name, "hdr", hca_overrides={"mlx5_0": {"counters": counters}})
 
@@ -96,8 +104,12 @@ def _counters(tmp_path, name, **counters):
 def test_counters_first_sight_is_a_baseline_then_increases_are_judged(tmp_path):
     first = verdict(_counters(tmp_path, "a", symbol_error=500, link_downed=7))
     assert first[0].status == OK  # large totals are history, not news
-    assert first[1]["baselines"]["mlx5_0/1"] == {"symbol_error": 500, "link_downed": 7, "link_error_recovery": 0,
-                                                 "port_rcv_errors": 0}
+    assert first[1]["baselines"]["mlx5_0/1"] == {
+        "symbol_error": 500,
+        "link_downed": 7,
+        "link_error_recovery": 0,
+        "port_rcv_errors": 0,
+    }
     state = empty()
     J.merge_state(state, first[1], rebaseline=True)
     second = verdict(_counters(tmp_path, "b", symbol_error=512, link_downed=7), previous=state)
@@ -127,8 +139,11 @@ def test_a_saturated_counter_cannot_be_measured(tmp_path):
 
 def test_hooks_do_not_move_baselines_but_the_periodic_run_does():
     state = {"baselines": {"mlx5_0/1": {"symbol_error": 5}}}
-    J.merge_state(state, {"baselines": {"mlx5_0/1": {"symbol_error": 9}, "mlx5_1/1": {"symbol_error": 0}}},
-                  rebaseline=False)
+    J.merge_state(
+        state,
+        {"baselines": {"mlx5_0/1": {"symbol_error": 9}, "mlx5_1/1": {"symbol_error": 0}}},
+        rebaseline=False,
+    )
     assert state["baselines"] == {"mlx5_0/1": {"symbol_error": 5}, "mlx5_1/1": {"symbol_error": 0}}
     J.merge_state(state, {"baselines": {"mlx5_0/1": {"symbol_error": 9}}}, rebaseline=True)
     assert state["baselines"]["mlx5_0/1"] == {"symbol_error": 9}
@@ -136,13 +151,16 @@ def test_hooks_do_not_move_baselines_but_the_periodic_run_does():
 
 # ---- versions -------------------------------------------------------------------------------------------------
 
+
 def test_old_hca_firmware_fails_against_the_minimum(tmp_path):
     snap = kit.node_snapshot(tmp_path, "hdr", hca_overrides={"mlx5_6": {"fw_ver": "20.28.1002"}})
     v, _ = verdict(snap)
     assert v.status == FAIL and v.reason == "mlx5_6 fw 20.28.1002 not validated"
     (r,) = by((v, None), "versions.hca_firmware", "mlx5_6")
-    assert r.message == "fw 20.28.1002 on board MT_0000000223 (MT4123); expected 20.31.1014 or newer " \
-                        "(rule MT_0000000223)"
+    assert (
+        r.message == "fw 20.28.1002 on board MT_0000000223 (MT4123); expected 20.31.1014 or newer "
+        "(rule MT_0000000223)"
+    )
 
 
 def test_firmware_messages_never_print_none_for_a_missing_field():
@@ -150,25 +168,42 @@ def test_firmware_messages_never_print_none_for_a_missing_field():
 
     no_rules = V._one_hca("mlx5_0", {"mlx5_0": {}}, {})
     assert no_rules.status == OK and "None" not in no_rules.message
-    assert no_rules.message == "fw unreadable on an unreadable board_id (hca_type unreadable): the profile has " \
-                               "no firmware rules"
-    off = V._one_hca("mlx5_0", {"mlx5_0": {"board_id": "MT_0000000223", "hca_type": "MT4123"}},
-                     {"MT_0000000223": None})
+    assert (
+        no_rules.message == "fw unreadable on an unreadable board_id (hca_type unreadable): the profile has "
+        "no firmware rules"
+    )
+    off = V._one_hca(
+        "mlx5_0", {"mlx5_0": {"board_id": "MT_0000000223", "hca_type": "MT4123"}}, {"MT_0000000223": None}
+    )
     assert off.message == "fw unreadable on board MT_0000000223 (MT4123): rule MT_0000000223 switched off"
-    unmatched = V._one_hca("mlx5_0", {"mlx5_0": {"board_id": "MT_1", "hca_type": "MT4123", "fw_ver": " "}},
-                           {"MT_0000000223": {"min": "20.31.1014"}})
-    assert "None" not in unmatched.message and unmatched.message.startswith("fw unreadable on board MT_1 (MT4123)")
+    unmatched = V._one_hca(
+        "mlx5_0",
+        {"mlx5_0": {"board_id": "MT_1", "hca_type": "MT4123", "fw_ver": " "}},
+        {"MT_0000000223": {"min": "20.31.1014"}},
+    )
+    assert "None" not in unmatched.message and unmatched.message.startswith(
+        "fw unreadable on board MT_1 (MT4123)"
+    )
 
 
 def test_firmware_rules_by_model_and_allowed_lists(tmp_path):
-    directory = kit.profile_dir(tmp_path / "p", {"roce.yaml": [
-        ('MT_0000000838: {min: "28.39.1002"}', 'MT4129: {allowed: ["28.39.1002", "28.40.1000"]}')]})
+    directory = kit.profile_dir(
+        tmp_path / "p",
+        {
+            "roce.yaml": [
+                ('MT_0000000838: {min: "28.39.1002"}', 'MT4129: {allowed: ["28.39.1002", "28.40.1000"]}')
+            ]
+        },
+    )
     ok_snap = kit.node_snapshot(tmp_path / "a", "roce")
     assert verdict(ok_snap, "roce", directory=directory)[0].status == OK
     newer = kit.node_snapshot(tmp_path / "b", "roce", hca_overrides={"mlx5_0": {"fw_ver": "28.41.1000"}})
     v, _ = verdict(newer, "roce", directory=directory)
-    assert v.status == FAIL and "expected one of 28.39.1002, 28.40.1000 (rule MT4129)" in \
-        by((v, None), "versions.hca_firmware", "mlx5_0")[0].message
+    assert (
+        v.status == FAIL
+        and "expected one of 28.39.1002, 28.40.1000 (rule MT4129)"
+        in by((v, None), "versions.hca_firmware", "mlx5_0")[0].message
+    )
 
 
 def test_gpu_driver_below_the_matrix_fails(tmp_path):
@@ -182,33 +217,39 @@ def test_gpu_driver_below_the_matrix_fails(tmp_path):
 
 # ---- GPUs ----------------------------------------------------------------------------------------------------
 
+
 def gpu_verdict(tmp_path, partition="hdr", directory=None, **gpu3):
     kind = kit.NODES[partition][1]
     snap = kit.node_snapshot(tmp_path, partition, devices=kit.gpu_devices(kind, 8, gpu3=gpu3))
     return verdict(snap, partition, directory=directory)
 
 
-@pytest.mark.parametrize("fields, status, reason", [
-    ({"ecc_uncorrected": 2}, FAIL, "gpu3 2 uncorrected ECC"),
-    ({"retired_pending": 1}, FAIL, "gpu3 retired pages pending"),
-    ({"remapped": (0, 1, 1, 0)}, DEGRADED, "gpu3 row remap pending"),
-    ({"remapped": (0, 1, 0, 1)}, FAIL, "gpu3 row remap failed"),
-    ({"pcie_width": 8}, DEGRADED, "gpu3 PCIe x8"),
-    ({"temperature": 91}, DEGRADED, "gpu3 91C"),
-    ({"clock_reasons": 0x40 | 0x8}, DEGRADED, "gpu3 hw_slowdown"),
-    ({"clock_reasons": 0x80}, DEGRADED, "gpu3 hw_power_brake"),
-    ({"clock_reasons": 0x4 | 0x1}, OK, ""),  # power capping at load is normal
-    ({"nvlink_down": [3, 5]}, FAIL, "gpu3 NVLink 3 down (+1)"),
-    ({"persistence": 0}, DEGRADED, "gpu3 persistence off"),
-    ({"name": "NVIDIA A100-SXM4-40GB"}, FAIL, "gpu3 is NVIDIA A100-SXM4-40GB"),
-])
+@pytest.mark.parametrize(
+    "fields, status, reason",
+    [
+        ({"ecc_uncorrected": 2}, FAIL, "gpu3 2 uncorrected ECC"),
+        ({"retired_pending": 1}, FAIL, "gpu3 retired pages pending"),
+        ({"remapped": (0, 1, 1, 0)}, DEGRADED, "gpu3 row remap pending"),
+        ({"remapped": (0, 1, 0, 1)}, FAIL, "gpu3 row remap failed"),
+        ({"pcie_width": 8}, DEGRADED, "gpu3 PCIe x8"),
+        ({"temperature": 91}, DEGRADED, "gpu3 91C"),
+        ({"clock_reasons": 0x40 | 0x8}, DEGRADED, "gpu3 hw_slowdown"),
+        ({"clock_reasons": 0x80}, DEGRADED, "gpu3 hw_power_brake"),
+        ({"clock_reasons": 0x4 | 0x1}, OK, ""),  # power capping at load is normal
+        ({"nvlink_down": [3, 5]}, FAIL, "gpu3 NVLink 3 down (+1)"),
+        ({"persistence": 0}, DEGRADED, "gpu3 persistence off"),
+        ({"name": "NVIDIA A100-SXM4-40GB"}, FAIL, "gpu3 is NVIDIA A100-SXM4-40GB"),
+    ],
+)
 def test_gpu_findings(tmp_path, fields, status, reason):
     v, _ = gpu_verdict(tmp_path, **fields)
     assert (v.status, v.reason) == (status, reason), [r.line() for r in v.results if r.status != OK]
 
 
 def test_nvlink_down_can_be_only_degraded_by_profile(tmp_path):
-    directory = kit.profile_dir(tmp_path / "p", {"hdr.yaml": [("nvlink_down: fail", "nvlink_down: degraded")]})
+    directory = kit.profile_dir(
+        tmp_path / "p", {"hdr.yaml": [("nvlink_down: fail", "nvlink_down: degraded")]}
+    )
     v, _ = gpu_verdict(tmp_path / "n", directory=directory, nvlink_down=[0])
     assert (v.status, v.reason) == (DEGRADED, "gpu3 NVLink 0 down")
 
@@ -250,16 +291,29 @@ def test_a_lost_gpu_fails(tmp_path):
 
 def test_no_pynvml_is_unknown_but_no_driver_fails():
     profile = kit.profile("hdr")
-    no_module = {"format": "stune-snapshot/1", "gpus": {"answered": False, "devices": [], "error":
-                 "NVML unavailable: the nvml extra (nvidia-ml-py) is not installed"}}
+    no_module = {
+        "format": "stune-snapshot/1",
+        "gpus": {
+            "answered": False,
+            "devices": [],
+            "error": "NVML unavailable: the nvml extra (nvidia-ml-py) is not installed",
+        },
+    }
     assert J.judge(no_module, profile, {})[0].status == UNKNOWN
-    no_driver = {"format": "stune-snapshot/1", "gpus": {"answered": False, "devices": [], "error":
-                 "NVML unavailable: libnvidia-ml.so not found (no NVIDIA driver?)"}}
+    no_driver = {
+        "format": "stune-snapshot/1",
+        "gpus": {
+            "answered": False,
+            "devices": [],
+            "error": "NVML unavailable: libnvidia-ml.so not found (no NVIDIA driver?)",
+        },
+    }
     v, _ = J.judge(no_driver, profile, {})
     assert v.status == FAIL and v.reason == "NVML not answering"
 
 
 # ---- Xid events --------------------------------------------------------------------------------------------------
+
 
 def kmsg_line(seq, code, pci="0000:47:00", text="GPU has fallen off the bus."):
     return f"4,{seq},{seq * 1000},-;NVRM: Xid (PCI:{pci}): {code}, pid=2231, name=python, {text}"
@@ -292,15 +346,22 @@ def test_without_a_boot_id_a_restarted_kernel_log_means_a_reboot(tmp_path):
     state = empty()
     J.merge_state(state, verdict(booted(tmp_path / "a", None, [kmsg_line(1288, 48)]))[1], rebaseline=True)
     assert state["xid_sticky"][0]["xid"] == 48
-    v, updates = verdict(booted(tmp_path / "b", None, [kmsg_line(7, 13, text="Graphics Exception")]),
-                         previous=state)
+    v, updates = verdict(
+        booted(tmp_path / "b", None, [kmsg_line(7, 13, text="Graphics Exception")]), previous=state
+    )
     assert v.status == OK and updates["xid_seq"] == 7 and updates["xid_sticky"] == []
 
 
 def test_application_xids_are_not_held_against_the_node(tmp_path):
-    snap = kit.node_snapshot(tmp_path, "hdr", kmsg=[kmsg_line(10, 13, text="Graphics Exception"),
-                                                    kmsg_line(11, 31, text="MMU Fault"),
-                                                    kmsg_line(12, 999, text="something new")])
+    snap = kit.node_snapshot(
+        tmp_path,
+        "hdr",
+        kmsg=[
+            kmsg_line(10, 13, text="Graphics Exception"),
+            kmsg_line(11, 31, text="MMU Fault"),
+            kmsg_line(12, 999, text="something new"),
+        ],
+    )
     v, _ = verdict(snap)
     assert v.status == OK
     messages = [r.message for r in v.results if r.check == "gpu.xid"]
@@ -321,6 +382,7 @@ def test_every_table_entry_has_a_severity_and_a_meaning():
 
 # ---- verdicts and internal errors ------------------------------------------------------------------------------
 
+
 def test_a_check_that_raises_is_unknown_never_fail(tmp_path, monkeypatch):
     from slurm_tune.health import ib
 
@@ -336,9 +398,11 @@ def test_a_check_that_raises_is_unknown_never_fail(tmp_path, monkeypatch):
 
 
 def test_the_verdict_reason_counts_the_other_findings():
-    results = [Result("ib.link", "mlx5_2/1", FAIL, "m", "mlx5_2/1 state DOWN"),
-               Result("ib.link", "mlx5_3/1", FAIL, "m", "mlx5_3/1 state DOWN"),
-               Result("gpu.remap", "gpu1", DEGRADED, "m", "gpu1 row remap pending")]
+    results = [
+        Result("ib.link", "mlx5_2/1", FAIL, "m", "mlx5_2/1 state DOWN"),
+        Result("ib.link", "mlx5_3/1", FAIL, "m", "mlx5_3/1 state DOWN"),
+        Result("gpu.remap", "gpu1", DEGRADED, "m", "gpu1 row remap pending"),
+    ]
     v = make_verdict(results)
     assert (v.status, v.reason) == (FAIL, "mlx5_2/1 state DOWN (+1 more)")
     assert make_verdict([Result("x", "y", UNKNOWN, "m", "")]).status == UNKNOWN

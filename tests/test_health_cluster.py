@@ -1,5 +1,6 @@
 """Acceptance on the local Slurm cluster: the shipped hooks in prolog.d / epilog.d, `stune-health run` as the
 HealthCheckProgram, real drains, requeues, resumes, degraded marks and the circuit breaker."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import healthkit as kit
+import pytest
 from helpers import wait_for_state, wait_until
-from stune_dev.devcluster import NODES
+
 from slurm_tune.nodestate import DEGRADED_FEATURE
+from stune_dev.devcluster import NODES
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parent.parent
@@ -44,17 +45,26 @@ class Health:
 
     def write_env(self, profiles: Path | None = None) -> None:
         nodes = self.layout.root / "nodes"
-        values = {"STUNE_BIN": BIN, "STUNE_PARTITIONS": profiles or self.profiles,
-                  "STUNE_CACHE_DIR": self.layout.root / "health-cache", "STUNE_HEALTH_PARTITION": "hdr",
-                  "STUNE_SYSFS_ROOT": f"{nodes}/%n/health/root", "STUNE_GPU_SNAPSHOT": f"{nodes}/%n/health/gpus.json",
-                  "STUNE_STATE_DIR": f"{nodes}/%n/health/state", **self.cluster.slurm_env()}
+        values = {
+            "STUNE_BIN": BIN,
+            "STUNE_PARTITIONS": profiles or self.profiles,
+            "STUNE_CACHE_DIR": self.layout.root / "health-cache",
+            "STUNE_HEALTH_PARTITION": "hdr",
+            "STUNE_SYSFS_ROOT": f"{nodes}/%n/health/root",
+            "STUNE_GPU_SNAPSHOT": f"{nodes}/%n/health/gpus.json",
+            "STUNE_STATE_DIR": f"{nodes}/%n/health/state",
+            **self.cluster.slurm_env(),
+        }
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
         self.env = {k: str(v) for k, v in values.items()}
 
     def install_hooks(self) -> None:
         for kind in ("prolog", "epilog"):
-            self.cluster.install_hook(kind, "10-stune-health",
-                                      f"#!/bin/sh\nSTUNE_ENV_FILE={self.env_file} exec {REPO}/{kind}/10-stune-health\n")
+            self.cluster.install_hook(
+                kind,
+                "10-stune-health",
+                f"#!/bin/sh\nSTUNE_ENV_FILE={self.env_file} exec {REPO}/{kind}/10-stune-health\n",
+            )
 
     def remove_hooks(self) -> None:
         for kind in ("prolog", "epilog"):
@@ -63,8 +73,13 @@ class Health:
     def run(self, node: str, *args) -> tuple[int, dict]:
         """`stune-health run` as slurmd runs it on `node` (the HealthCheckProgram), with --json."""
         env = dict(os.environ, **self.env, SLURMD_NODENAME=node)
-        proc = subprocess.run([str(BIN / "stune-health"), "run", "--json", *args], capture_output=True, text=True,
-                              env=env, timeout=120)
+        proc = subprocess.run(
+            [str(BIN / "stune-health"), "run", "--json", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert "Traceback" not in proc.stderr, proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
@@ -104,9 +119,12 @@ def test_a_port_down_drains_the_node_requeues_the_job_and_resumes_when_fixed(hea
     health.all_healthy()  # the nodes pass this policy: from now on a failure is the hardware's
     health.port("n1", "mlx5_2", "1: DOWN", "3: Disabled")
     since = time.time()
-    job = slurm.submit(["-p", "hdr", "-N1", "-o", str(shared_tmp / "out-%j.txt"),
-                        "--wrap", "echo ran on $SLURMD_NODENAME"])
-    n1 = wait_until("n1 drained by its failed prolog", lambda: (lambda n: n if n.drain else None)(slurm.node("n1")))
+    job = slurm.submit(
+        ["-p", "hdr", "-N1", "-o", str(shared_tmp / "out-%j.txt"), "--wrap", "echo ran on $SLURMD_NODENAME"]
+    )
+    n1 = wait_until(
+        "n1 drained by its failed prolog", lambda: (lambda n: n if n.drain else None)(slurm.node("n1"))
+    )
     assert n1.reason == "Prolog error"  # Slurm's own words; stune's prolog makes no Slurm call
     wait_until("the job requeued", lambda: slurm.job(job).restart_count >= 1)
     code, doc = health.run("n1")
@@ -114,11 +132,15 @@ def test_a_port_down_drains_the_node_requeues_the_job_and_resumes_when_fixed(hea
     assert doc["sync"] in ("the prolog failed this node", "the epilog failed this node")  # Slurm runs both
     n1 = slurm.node("n1")
     assert n1.drain and n1.reason == "stune: mlx5_2/1 state DOWN"
-    def started() -> bool:  # skip Slurm's 2-minute requeue delay, again if the failed epilog requeued it again
+
+    def started() -> (
+        bool
+    ):  # skip Slurm's 2-minute requeue delay, again if the failed epilog requeued it again
         queued = slurm.job(job)
         if queued.state == "PENDING" and queued.reason == "BeginTime":
             slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
         return queued.state != "PENDING"
+
     wait_until("the requeued job to start", started, timeout=90, interval=1)
     assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
     ran_on = (shared_tmp / f"out-{job}.txt").read_text().split()[-1]
@@ -161,11 +183,26 @@ def test_a_degraded_node_runs_single_node_jobs_and_multi_node_jobs_avoid_it(heal
     n2 = slurm.node("n2")
     assert not n2.drain and n2.feature_set == {"bigmem", DEGRADED_FEATURE}
     assert n2.comment == "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200"
-    single = slurm.submit(["-p", "hdr", "-w", "n2", "-o", str(shared_tmp / "single-%j.txt"), "--wrap", "true"])
+    single = slurm.submit(
+        ["-p", "hdr", "-w", "n2", "-o", str(shared_tmp / "single-%j.txt"), "--wrap", "true"]
+    )
     assert wait_for_state(slurm, single, ("COMPLETED", "FAILED")) == "COMPLETED"
-    proc = subprocess.run([str(BIN / "stune-sbatch"), "--parsable", "-p", "hdr", "-N2", "-o",
-                           str(shared_tmp / "multi-%j.txt"), "--wrap", "echo $SLURM_JOB_NODELIST"],
-                          capture_output=True, text=True, env=dict(os.environ))
+    proc = subprocess.run(
+        [
+            str(BIN / "stune-sbatch"),
+            "--parsable",
+            "-p",
+            "hdr",
+            "-N2",
+            "-o",
+            str(shared_tmp / "multi-%j.txt"),
+            "--wrap",
+            "echo $SLURM_JOB_NODELIST",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr
     multi = int(proc.stdout.strip().split(";")[0])
     assert wait_for_state(slurm, multi, ("COMPLETED", "FAILED")) == "COMPLETED"
@@ -180,12 +217,28 @@ def test_a_degraded_node_runs_single_node_jobs_and_multi_node_jobs_avoid_it(heal
 def test_a_policy_that_fails_every_node_trips_the_breaker(health, slurm, shared_tmp, tmp_path):
     health.all_healthy()
     # root loads profiles only from where root alone can write: not from this test's job-writable tmp_path
-    broken = kit.profile_dir(health.layout.root / "broken-profiles", {"hdr.yaml": [
-        ("    - {device: mlx5_7, port: 1}\n", "    - {device: mlx5_7, port: 1}\n    - {device: mlx5_9, port: 1}\n")]})
+    broken = kit.profile_dir(
+        health.layout.root / "broken-profiles",
+        {
+            "hdr.yaml": [
+                (
+                    "    - {device: mlx5_7, port: 1}\n",
+                    "    - {device: mlx5_7, port: 1}\n    - {device: mlx5_9, port: 1}\n",
+                )
+            ]
+        },
+    )
     health.write_env(broken)
-    runs = {n: subprocess.Popen([str(BIN / "stune-health"), "run", "--json"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, **health.env, SLURMD_NODENAME=n)) for n in NODES}
+    runs = {
+        n: subprocess.Popen(
+            [str(BIN / "stune-health"), "run", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, **health.env, SLURMD_NODENAME=n),
+        )
+        for n in NODES
+    }
     results = {n: (p.wait(120), json.loads(p.stdout.read()), p.stderr.read()) for n, p in runs.items()}
     drained = [n for n in NODES if slurm.node(n).drain]
     assert len(drained) == 1, results  # 10 % of 3 nodes, at least one
@@ -224,7 +277,9 @@ def test_an_unchanged_node_makes_no_slurm_call(health, slurm):
     health.port("n3", "mlx5_3", rate="100 Gb/sec (2X HDR)")
     marking = Slurm(conf=str(health.layout.slurm_conf))
     N.run(cfg, marking, environ=env)
-    node_read = ["sinfo", "--json"] if slurm.version() < (23, 2) else ["scontrol", "--json"]  # slurm9: per release
+    node_read = (
+        ["sinfo", "--json"] if slurm.version() < (23, 2) else ["scontrol", "--json"]
+    )  # slurm9: per release
     assert [c[:2] for c in marking.calls] == [node_read, ["scontrol", "update"]]
     quiet = Slurm(conf=str(health.layout.slurm_conf))
     for _ in range(3):
@@ -235,7 +290,9 @@ def test_an_unchanged_node_makes_no_slurm_call(health, slurm):
     for _ in range(3):
         assert health.run("n3")[1]["sync"] == ""
     stats = slurm.run(["sdiag"])
-    per_type = stats.split("Remote Procedure Call statistics by message type", 1)[1].split("Remote Procedure", 1)[0]
+    per_type = stats.split("Remote Procedure Call statistics by message type", 1)[1].split(
+        "Remote Procedure", 1
+    )[0]
     assert "REQUEST_UPDATE_NODE" not in per_type and "REQUEST_NODE_INFO" not in per_type, per_type
 
 
@@ -245,10 +302,13 @@ def test_the_epilog_catches_a_fatal_xid_the_job_left(health, slurm, shared_tmp):
     kmsg.write_text("6,1201,350123456,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05\n")
     health.all_healthy()
     line = "4,1288,9912345678,-;NVRM: Xid (PCI:0000:47:00): 79, pid=2231, name=python, GPU has fallen off the bus."
-    job = slurm.submit(["-p", "hdr", "-w", "n1", "-o", str(shared_tmp / "x-%j.txt"),
-                        "--wrap", f"echo '{line}' >> {kmsg}"])
+    job = slurm.submit(
+        ["-p", "hdr", "-w", "n1", "-o", str(shared_tmp / "x-%j.txt"), "--wrap", f"echo '{line}' >> {kmsg}"]
+    )
     wait_for_state(slurm, job, ("COMPLETED", "FAILED"))
-    n1 = wait_until("n1 drained by its failed epilog", lambda: (lambda n: n if n.drain else None)(slurm.node("n1")))
+    n1 = wait_until(
+        "n1 drained by its failed epilog", lambda: (lambda n: n if n.drain else None)(slurm.node("n1"))
+    )
     assert n1.reason == "Epilog error"
     code, doc = health.run("n1")
     assert (doc["status"], slurm.node("n1").reason) == ("fail", "stune: gpu2 Xid 79")
@@ -264,15 +324,22 @@ def test_slurmd_runs_the_health_check_program_which_drains_and_resumes(health, s
     wrapper = health.layout.root / "stune-health-run"
     wrapper.write_text(f"#!/bin/sh\nSTUNE_ENV_FILE={health.env_file} exec {REPO}/prolog/stune-health-run\n")
     wrapper.chmod(0o755)
-    cluster.set_fragment("health", f"HealthCheckProgram={wrapper}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY")
+    cluster.set_fragment(
+        "health", f"HealthCheckProgram={wrapper}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY"
+    )
     health.port("n3", "mlx5_5", "1: DOWN", "3: Disabled")
-    wait_until("n3 drained by the HealthCheckProgram",
-               lambda: slurm.node("n3").reason == "stune: mlx5_5/1 state DOWN", timeout=60)
+    wait_until(
+        "n3 drained by the HealthCheckProgram",
+        lambda: slurm.node("n3").reason == "stune: mlx5_5/1 state DOWN",
+        timeout=60,
+    )
     health.port("n3", "mlx5_5")
     wait_until("n3 resumed by the HealthCheckProgram", lambda: not slurm.node("n3").drain, timeout=60)
     cluster.set_fragment("health", None)
-    assert "run fail: mlx5_5/1 state DOWN; Slurm: the verdict changed" in \
-        (health.base("n3") / "state/health.log").read_text()
+    assert (
+        "run fail: mlx5_5/1 state DOWN; Slurm: the verdict changed"
+        in (health.base("n3") / "state/health.log").read_text()
+    )
 
 
 def test_without_a_partition_setting_the_run_asks_slurm_once(health, slurm):
@@ -281,7 +348,9 @@ def test_without_a_partition_setting_the_run_asks_slurm_once(health, slurm):
     env.pop("STUNE_HEALTH_PARTITION", None)
 
     def run():
-        proc = subprocess.run([str(BIN / "stune-health"), "run", "--json"], capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [str(BIN / "stune-health"), "run", "--json"], capture_output=True, text=True, env=env
+        )
         return json.loads(proc.stdout)
 
     first = run()

@@ -1,5 +1,6 @@
 """The hooks and the command line on one node, without Slurm: prolog and epilog exit codes, the trust rule,
 never draining by mistake, deadlines, outputs, capture and offline check."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import healthkit as kit
 import pytest
 
-import healthkit as kit
 from slurm_tune.health import node as N
 from slurm_tune.health import state as S
 
@@ -24,8 +25,14 @@ def box(tmp_path, monkeypatch):
     """One node's world: a DGX-A100 sysfs tree, a GPU snapshot, a state dir, and the env a hook would get."""
     root = kit.tree(tmp_path / "root", "hdr")
     gpus = kit.gpu_file(tmp_path / "gpus.json")
-    env = {"STUNE_SYSFS_ROOT": str(root), "STUNE_GPU_SNAPSHOT": str(gpus), "STUNE_STATE_DIR": str(tmp_path / "state"),
-           "STUNE_HEALTH_PARTITION": "hdr", "SLURMD_NODENAME": "n7", "STUNE_PARTITIONS": str(REPO / "partitions")}
+    env = {
+        "STUNE_SYSFS_ROOT": str(root),
+        "STUNE_GPU_SNAPSHOT": str(gpus),
+        "STUNE_STATE_DIR": str(tmp_path / "state"),
+        "STUNE_HEALTH_PARTITION": "hdr",
+        "SLURMD_NODENAME": "n7",
+        "STUNE_PARTITIONS": str(REPO / "partitions"),
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return {"root": root, "gpus": gpus, "state": tmp_path / "state", "env": env, "tmp": tmp_path}
@@ -114,7 +121,9 @@ def test_the_epilog_catches_what_the_job_left_behind(box):
 def test_a_hung_sysfs_read_does_not_hang_the_prolog(box, tmp_path, monkeypatch):
     from slurm_tune.hw.sysfs import Sysfs
 
-    directory = kit.profile_dir(tmp_path / "p", {"site.yaml": [("probe_timeout_s: 5", "probe_timeout_s: 0.3")]})
+    directory = kit.profile_dir(
+        tmp_path / "p", {"site.yaml": [("probe_timeout_s: 5", "probe_timeout_s: 0.3")]}
+    )
     monkeypatch.setenv("STUNE_PARTITIONS", str(directory))
     real = Sysfs.ib_device
 
@@ -135,8 +144,10 @@ def test_a_hung_sysfs_read_does_not_hang_the_prolog(box, tmp_path, monkeypatch):
 
 def test_the_shipped_hook_scripts_map_only_a_judged_failure_to_a_failed_prolog(box, tmp_path):
     defaults = tmp_path / "stune.env"
-    defaults.write_text("".join(f"{k}={v}\n" for k, v in box["env"].items() if k != "SLURMD_NODENAME")
-                        + f"STUNE_BIN={BIN}\nSTUNE_CACHE_DIR={tmp_path / 'cache'}\n")
+    defaults.write_text(
+        "".join(f"{k}={v}\n" for k, v in box["env"].items() if k != "SLURMD_NODENAME")
+        + f"STUNE_BIN={BIN}\nSTUNE_CACHE_DIR={tmp_path / 'cache'}\n"
+    )
     hook_env = {"STUNE_ENV_FILE": str(defaults), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "42"}
 
     def hook(kind, env=hook_env):  # Slurm gives hooks a minimal environment
@@ -162,13 +173,16 @@ def test_the_shipped_hook_scripts_map_only_a_judged_failure_to_a_failed_prolog(b
 def test_one_script_is_the_prolog_and_the_epilog_and_slurmd_says_which(box, tmp_path):
     assert (REPO / "epilog/10-stune-health").resolve() == (REPO / "prolog/10-stune-health").resolve()
     defaults = tmp_path / "stune.env"
-    defaults.write_text("".join(f"{k}={v}\n" for k, v in box["env"].items() if k != "SLURMD_NODENAME")
-                        + f"STUNE_BIN={BIN}\nSTUNE_CACHE_DIR={tmp_path / 'cache'}\n")
+    defaults.write_text(
+        "".join(f"{k}={v}\n" for k, v in box["env"].items() if k != "SLURMD_NODENAME")
+        + f"STUNE_BIN={BIN}\nSTUNE_CACHE_DIR={tmp_path / 'cache'}\n"
+    )
 
     def hook(*args, **env):
         env = {"STUNE_ENV_FILE": str(defaults), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "42", **env}
-        return subprocess.run([str(REPO / "prolog/10-stune-health"), *args], capture_output=True, text=True,
-                              env=env)
+        return subprocess.run(
+            [str(REPO / "prolog/10-stune-health"), *args], capture_output=True, text=True, env=env
+        )
 
     def last_mode():
         return S.read(str(box["state"]))[0]["last"]["mode"]
@@ -188,8 +202,13 @@ def test_one_script_is_the_prolog_and_the_epilog_and_slurmd_says_which(box, tmp_
     assert last_mode() == "epilog"
 
 
-SHELL_HOOKS = ["prolog/20-stune-jobgpus", "prolog/stune-health-run", "epilog/20-stune-usage", "epilog/30-stune-stage",
-               "epilog/stune-usage-slurmctld"]
+SHELL_HOOKS = [
+    "prolog/20-stune-jobgpus",
+    "prolog/stune-health-run",
+    "epilog/20-stune-usage",
+    "epilog/30-stune-stage",
+    "epilog/stune-usage-slurmctld",
+]
 
 
 @pytest.mark.parametrize("hook", SHELL_HOOKS)
@@ -201,9 +220,18 @@ def test_every_root_shell_hook_takes_its_settings_through_the_one_preamble(hook,
     copy.parent.mkdir()
     copy.write_text(text)
     copy.chmod(0o755)
-    proc = subprocess.run([str(copy)], capture_output=True, text=True, timeout=60,
-                          env={"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0", "STUNE_ENV_FILE": "/dev/null",
-                               "STUNE_BIN": str(tmp_path / "nowhere")})
+    proc = subprocess.run(
+        [str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "SLURM_JOB_ID": "5",
+            "SLURM_JOB_GPUS": "0",
+            "STUNE_ENV_FILE": "/dev/null",
+            "STUNE_BIN": str(tmp_path / "nowhere"),
+        },
+    )
     assert proc.returncode == 0 and "stune-hook-env.sh not found; nothing done" in proc.stderr
 
 
@@ -214,21 +242,30 @@ def test_installed_shell_hooks_source_the_installed_preamble(tmp_path, capsys):
     etc = tmp_path / "etc/slurm"
     preamble = etc / "stune-hook-env.sh"
     assert preamble.read_bytes() == (REPO / "hooks/stune-hook-env.sh").read_bytes().replace(
-        b"/etc/default/stune}", f"{tmp_path}/etc/default/stune}}".encode())
+        b"/etc/default/stune}", f"{tmp_path}/etc/default/stune}}".encode()
+    )
     assert preamble.stat().st_mode & 0o777 == 0o644
     for hook in SHELL_HOOKS:
-        placed = {"prolog/20-stune-jobgpus": etc / "prolog.d/20-stune-jobgpus",
-                  "epilog/20-stune-usage": etc / "epilog.d/20-stune-usage",
-                  "epilog/30-stune-stage": etc / "epilog.d/30-stune-stage"}.get(hook, etc / hook.split("/")[1])
+        placed = {
+            "prolog/20-stune-jobgpus": etc / "prolog.d/20-stune-jobgpus",
+            "epilog/20-stune-usage": etc / "epilog.d/20-stune-usage",
+            "epilog/30-stune-stage": etc / "epilog.d/30-stune-stage",
+        }.get(hook, etc / hook.split("/")[1])
         assert f'hook_env="{preamble}"' in placed.read_text(), placed
     # the installed prolog hook runs with the installed env file's settings (STUNE_USAGE_DIR under the prefix)
-    proc = subprocess.run([str(etc / "prolog.d/20-stune-jobgpus")], capture_output=True, text=True, timeout=60,
-                          env={"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "2,3"})
+    proc = subprocess.run(
+        [str(etc / "prolog.d/20-stune-jobgpus")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "2,3"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "var/lib/stune/usage/jobs/7").read_text() == "2,3\n"
 
 
 # ---- capture and offline check -----------------------------------------------------------------------------
+
 
 def test_capture_then_check_offline(box, tmp_path):
     out = tmp_path / "n7.json"
@@ -238,7 +275,11 @@ def test_capture_then_check_offline(box, tmp_path):
     assert snap["node"] == "n7" and len(snap["gpus"]["devices"]) == 8 and snap["ib"]["answered"]
     assert snap["ib"]["devices"]["mlx5_0"]["ports"]["1"]["gids"], "a triage capture keeps the GID tables"
     ok = health("check", "--snapshot", str(out), "--partition", "hdr")
-    assert ok.returncode == 0 and ok.stdout.startswith("n7 (hdr, policy ") and ": OK" in ok.stdout.splitlines()[0]
+    assert (
+        ok.returncode == 0
+        and ok.stdout.startswith("n7 (hdr, policy ")
+        and ": OK" in ok.stdout.splitlines()[0]
+    )
     port_down(box, "mlx5_7")
     health("capture", "-o", str(tmp_path / "later.json"))
     bad = health("check", "--snapshot", str(tmp_path / "later.json"), "--partition", "hdr")
@@ -254,17 +295,28 @@ def test_check_with_a_previous_snapshot_judges_counter_increases(box, tmp_path):
     health("capture", "-o", str(tmp_path / "after.json"))
     alone = health("check", "--snapshot", str(tmp_path / "after.json"), "--partition", "hdr")
     assert alone.returncode == 0  # first sight: a total is history
-    both = health("check", "--snapshot", str(tmp_path / "after.json"), "--previous", str(tmp_path / "before.json"),
-                  "--partition", "hdr", "--json")
+    both = health(
+        "check",
+        "--snapshot",
+        str(tmp_path / "after.json"),
+        "--previous",
+        str(tmp_path / "before.json"),
+        "--partition",
+        "hdr",
+        "--json",
+    )
     assert both.returncode == 6
     doc = json.loads(both.stdout)
     assert doc["reason"] == "mlx5_1/1 link_downed +5" and doc["status"] == "fail"
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{\"format\": \"stune-snapshot/1\",\n \"ib\": [,]}", ":2: not JSON"),
-    ("[]", "not a stune snapshot"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"format": "stune-snapshot/1",\n "ib": [,]}', ":2: not JSON"),
+        ("[]", "not a stune snapshot"),
+    ],
+)
 def test_a_garbled_snapshot_is_one_line_and_exit_1(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -275,18 +327,25 @@ def test_a_garbled_snapshot_is_one_line_and_exit_1(tmp_path, content, message):
 
 
 def test_check_needs_a_partition_when_there_are_several_profiles():
-    proc = health("check", "--snapshot", str(REPO / "tests/fixtures/snapshots/vpc-a10g.json"),
-                  env={"STUNE_HEALTH_PARTITION": ""})
+    proc = health(
+        "check",
+        "--snapshot",
+        str(REPO / "tests/fixtures/snapshots/vpc-a10g.json"),
+        env={"STUNE_HEALTH_PARTITION": ""},
+    )
     assert proc.returncode == 1 and "say which with --partition" in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["frobnicate"], "unknown command 'frobnicate'"),
-    (["check", "--snapshot"], "--snapshot needs a value"),
-    (["check"], "--snapshot FILE is required"),
-    (["run", "--verbose"], "unknown option '--verbose'"),
-    (["clear"], "say what to forget"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["frobnicate"], "unknown command 'frobnicate'"),
+        (["check", "--snapshot"], "--snapshot needs a value"),
+        (["check"], "--snapshot FILE is required"),
+        (["run", "--verbose"], "unknown option '--verbose'"),
+        (["clear"], "say what to forget"),
+    ],
+)
 def test_usage_errors(args, message):
     proc = health(*args)
     assert proc.returncode == 2 and message in proc.stderr
@@ -307,6 +366,7 @@ def test_clear_forgets_held_xids(box):
 
 # ---- outputs ------------------------------------------------------------------------------------------------
 
+
 def test_prometheus_textfile_and_json_outputs(box, tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -316,14 +376,26 @@ def test_prometheus_textfile_and_json_outputs(box, tmp_path):
     assert proc.returncode == 0  # first sight of this policy: judged, not enforced
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     (status,) = families["stune_health_status"].samples
-    assert status.value == 3 and status.labels["node"] == "n7" and status.labels["reason"] == "mlx5_2/1 state DOWN"
-    checks = {(s.labels["check"], s.labels["subject"]): s.value for s in families["stune_health_check_status"].samples}
+    assert (
+        status.value == 3
+        and status.labels["node"] == "n7"
+        and status.labels["reason"] == "mlx5_2/1 state DOWN"
+    )
+    checks = {
+        (s.labels["check"], s.labels["subject"]): s.value
+        for s in families["stune_health_check_status"].samples
+    }
     assert checks[("ib.link", "mlx5_2/1")] == 3 and checks[("ib.link", "mlx5_0/1")] == 0
     assert families["stune_health_breaker_open"].samples[0].value == 0
     doc = json.loads(js.read_text())
     assert doc["status"] == "fail" and doc["mode"] == "epilog" and not doc["enforced"]
-    assert {"check": "ib.link", "subject": "mlx5_2/1", "status": "fail", "reason": "mlx5_2/1 state DOWN",
-            "message": "state DOWN (1: DOWN), phys_state 3: Disabled; expected ACTIVE and LinkUp"} in doc["results"]
+    assert {
+        "check": "ib.link",
+        "subject": "mlx5_2/1",
+        "status": "fail",
+        "reason": "mlx5_2/1 state DOWN",
+        "message": "state DOWN (1: DOWN), phys_state 3: Disabled; expected ACTIVE and LinkUp",
+    } in doc["results"]
 
 
 def test_state_survives_garbage(box):
@@ -336,8 +408,10 @@ def test_state_survives_garbage(box):
 
 
 def test_a_process_with_a_hung_probe_still_exits_at_once():
-    code = ("import time; from slurm_tune.hw.deadline import run_probe; "
-            "r = run_probe('stuck', lambda p: time.sleep(60), 0.2); print(r.status, r.message)")
+    code = (
+        "import time; from slurm_tune.hw.deadline import run_probe; "
+        "r = run_probe('stuck', lambda p: time.sleep(60), 0.2); print(r.status, r.message)"
+    )
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert time.monotonic() - start < 10
@@ -351,7 +425,10 @@ def test_which_profile_a_node_uses(box, monkeypatch):
     profile, how = N.resolve_profile(cfg, {}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
     assert (profile.partition, how) == ("roce", "the job's partition roce")
     profile, how = N.resolve_profile(cfg, {"partition": "vpc"}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
-    assert (profile.partition, how) == ("vpc", "used by this node before")  # one profile per node, once chosen
+    assert (profile.partition, how) == (
+        "vpc",
+        "used by this node before",
+    )  # one profile per node, once chosen
     profile, how = N.resolve_profile(N.settings({"partition": "hdr"}), {"partition": "vpc"}, "prolog", {})
     assert (profile.partition, how) == ("hdr", "set for this node")
     from slurm_tune.errors import ConfigError

@@ -1,5 +1,6 @@
 """Property-based tests: garbage in every snapshot field and every sysfs file never raises, and nothing is
 judged "fail" because something could not be parsed. Plus the fast JSON path against the json module."""
+
 from __future__ import annotations
 
 import json
@@ -7,12 +8,14 @@ import math
 import tempfile
 from pathlib import Path
 
-import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
-
 import healthkit as kit
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
 from slurm_tune import fastjson
-from slurm_tune.health import collect, ib, judge as J
+from slurm_tune.health import collect, ib
+from slurm_tune.health import judge as J
 from slurm_tune.health.result import FAIL, OK
 from slurm_tune.hw import sysfs as S
 from slurm_tune.profiles import version_key
@@ -30,11 +33,14 @@ PARSERS = {
     "phys_state": lambda t: ib._known(t, ib.PHYS_STATES) is None,
     "rate": lambda t: S.parse_rate_gbps(t) is None,
     "link_layer": lambda t: t not in ("InfiniBand", "Ethernet"),
-    "fw_ver": _version_garbage, "driver_version": _version_garbage, "cuda_driver_version": _version_garbage,
+    "fw_ver": _version_garbage,
+    "driver_version": _version_garbage,
+    "cuda_driver_version": _version_garbage,
     "vbios_version": _version_garbage,
     "operstate": lambda t: t not in ib.OPERSTATES,
     "flags": lambda t: S.parse_int(t) is None,
-    "current_link_width": lambda t: S.parse_int(t) is None, "max_link_width": lambda t: S.parse_int(t) is None,
+    "current_link_width": lambda t: S.parse_int(t) is None,
+    "max_link_width": lambda t: S.parse_int(t) is None,
     "vendor": lambda t: S.parse_int(t) is None,
 }
 COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
@@ -70,12 +76,21 @@ def _snapshots():
 SNAPSHOTS = _snapshots()
 PATHS = [(p, path) for p, snap in SNAPSHOTS.items() for path, _ in leaves(snap) if path]
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
-                    st.binary(max_size=20).map(lambda b: b.decode("latin-1")))
-GARBAGE = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-                       max_leaves=6)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.binary(max_size=20).map(lambda b: b.decode("latin-1")),
+)
+GARBAGE = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _is_garbage_for(old, new, key) -> bool:
@@ -85,8 +100,9 @@ def _is_garbage_for(old, new, key) -> bool:
     if isinstance(old, str):
         return not isinstance(new, str) or (key not in FREE_TEXT and unparseable(key, new))
     if isinstance(old, (int, float)):
-        return not isinstance(new, (int, float)) or (isinstance(new, float) and not new.is_integer()
-                                                     and not isinstance(old, float))
+        return not isinstance(new, (int, float)) or (
+            isinstance(new, float) and not new.is_integer() and not isinstance(old, float)
+        )
     return type(new) is not type(old)
 
 
@@ -113,6 +129,7 @@ def test_the_unmutated_snapshots_are_healthy():
 
 # ---- garbage in sysfs files -------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def clean_tree(tmp_path_factory):
     """A DGX-A100 tree, and the state its first (clean) evaluation left: NVML listed its GPUs."""
@@ -123,8 +140,11 @@ def clean_tree(tmp_path_factory):
     return root, files, state
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])
+@settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data(), garbage=st.binary(max_size=40))
 def test_garbage_in_any_sysfs_file_is_never_a_failure(clean_tree, data, garbage):
     root, files, state = clean_tree
@@ -146,11 +166,13 @@ def test_garbage_in_any_sysfs_file_is_never_a_failure(clean_tree, data, garbage)
 
 # ---- the fast JSON path is json ------------------------------------------------------------------------------
 
-JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                              st.text()),
-                    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                            st.dictionaries(st.text(max_size=10), inner, max_size=4)),
-                    max_leaves=20)
+JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -164,10 +186,13 @@ def test_fastjson_round_trips_like_json(value):
 
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
 # what a history record holds: mostly plain strings (joined without _json), now and then one that is not
-PLAIN = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), ASCII, st.text(max_size=3)),
-                     lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
-                                             st.dictionaries(ASCII, inner, max_size=4)),
-                     max_leaves=30)
+PLAIN = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), ASCII, st.text(max_size=3)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(ASCII, inner, max_size=4)
+    ),
+    max_leaves=30,
+)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -180,14 +205,19 @@ def test_a_plain_record_is_encoded_without_loading_the_c_module():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom slurm_tune import fastjson\n"
-            "value = {'argv': ['-p', 'roce'], 'env': {'PATH': '/usr/bin', 'X': ''}, 'job_id': None, 'v': 1}\n"
-            "text = fastjson.dumps(value)\n"
-            "assert '_json' not in sys.modules and 'json' not in sys.modules\n"
-            "import json\n"
-            "assert text == json.dumps(value, sort_keys=True, separators=(',', ':')), text\n")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{code}"],
-                          capture_output=True, text=True)
+    code = (
+        "import sys\nfrom slurm_tune import fastjson\n"
+        "value = {'argv': ['-p', 'roce'], 'env': {'PATH': '/usr/bin', 'X': ''}, 'job_id': None, 'v': 1}\n"
+        "text = fastjson.dumps(value)\n"
+        "assert '_json' not in sys.modules and 'json' not in sys.modules\n"
+        "import json\n"
+        "assert text == json.dumps(value, sort_keys=True, separators=(',', ':')), text\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{code}"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 

@@ -1,6 +1,7 @@
 """Issue 10, robust code paths under the checks: root loads nothing (env file, profiles, profile cache, node
 state, GPU snapshot) that someone else can write, writes its cache through an exclusive temporary, and the
 fast JSON path survives a changed private `_json` API. Run as root (the hooks are), with the test users."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import healthkit as kit
 import pytest
 
-import healthkit as kit
 from slurm_tune import profiles as P
 from slurm_tune.safeio import UnsafePathError
 
@@ -35,31 +36,45 @@ def node(tmp_path, monkeypatch):
     base = tmp_path / "node"
     base.mkdir(mode=0o755)
     profiles = kit.profile_dir(base / "partitions")
-    env = {"STUNE_SYSFS_ROOT": str(kit.tree(base / "root", "hdr")), "STUNE_STATE_DIR": str(base / "state"),
-           "STUNE_GPU_SNAPSHOT": str(kit.gpu_file(base / "gpus.json")), "STUNE_HEALTH_PARTITION": "hdr",
-           "SLURMD_NODENAME": "n7", "STUNE_PARTITIONS": str(profiles), "STUNE_CACHE_DIR": str(base / "cache")}
+    env = {
+        "STUNE_SYSFS_ROOT": str(kit.tree(base / "root", "hdr")),
+        "STUNE_STATE_DIR": str(base / "state"),
+        "STUNE_GPU_SNAPSHOT": str(kit.gpu_file(base / "gpus.json")),
+        "STUNE_HEALTH_PARTITION": "hdr",
+        "SLURMD_NODENAME": "n7",
+        "STUNE_PARTITIONS": str(profiles),
+        "STUNE_CACHE_DIR": str(base / "cache"),
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return {"base": base, "profiles": profiles, "env": env, "cache": base / "cache", "state": base / "state"}
 
 
 def health(*args, env=None):
-    proc = subprocess.run([str(BIN / "stune-health"), *args], capture_output=True, text=True,
-                          env=dict(os.environ, **(env or {})))
+    proc = subprocess.run(
+        [str(BIN / "stune-health"), *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
 
 # ---- profiles and their cache ---------------------------------------------------------------------------------
 
+
 @as_root
-@pytest.mark.parametrize("spoil, what", [
-    (lambda n: n["profiles"].chmod(0o777), "partitions: is writable by group and others (mode 0777)"),
-    (lambda n: n["profiles"].chmod(0o775), "partitions: is writable by group (mode 0775)"),
-    (lambda n: os.chown(n["profiles"] / "hdr.yaml", alice(), 0), "hdr.yaml: is owned by uid"),
-    (lambda n: (n["profiles"] / "site.yaml").chmod(0o666), "site.yaml: is writable by group and others"),
-    (lambda n: n["base"].chmod(0o777), "is writable by group and others (mode 0777)"),
-])
+@pytest.mark.parametrize(
+    "spoil, what",
+    [
+        (lambda n: n["profiles"].chmod(0o777), "partitions: is writable by group and others (mode 0777)"),
+        (lambda n: n["profiles"].chmod(0o775), "partitions: is writable by group (mode 0775)"),
+        (lambda n: os.chown(n["profiles"] / "hdr.yaml", alice(), 0), "hdr.yaml: is owned by uid"),
+        (lambda n: (n["profiles"] / "site.yaml").chmod(0o666), "site.yaml: is writable by group and others"),
+        (lambda n: n["base"].chmod(0o777), "is writable by group and others (mode 0777)"),
+    ],
+)
 def test_root_refuses_profiles_someone_else_can_write(node, spoil, what):
     spoil(node)
     proc = health("prolog")
@@ -109,21 +124,27 @@ def test_the_cache_is_written_through_an_exclusive_random_temporary(node, monkey
 
     written = []
     real = safeio.write_atomic
-    monkeypatch.setattr(safeio, "write_atomic", lambda path, data, **kw: written.append((path, kw)) or
-                        real(path, data, **kw))
+    monkeypatch.setattr(
+        safeio, "write_atomic", lambda path, data, **kw: written.append((path, kw)) or real(path, data, **kw)
+    )
     (node["cache"]).mkdir(mode=0o700)
-    predictable = [node["cache"] / f"{P._cache_path(str(node['profiles'])).rsplit('/', 1)[1]}.{pid}"
-                   for pid in range(os.getpid() - 2, os.getpid() + 3)]
+    predictable = [
+        node["cache"] / f"{P._cache_path(str(node['profiles'])).rsplit('/', 1)[1]}.{pid}"
+        for pid in range(os.getpid() - 2, os.getpid() + 3)
+    ]
     victim = node["base"] / "victim"
     victim.write_text("keep me\n")
     for name in predictable:  # the old code's temporary names: planted links to a root file
         name.symlink_to(victim)
     P.load_profile("hdr", node["profiles"])
-    assert [p for p, _ in written] == [P._cache_path(str(node["profiles"]))] and written[0][1]["mode"] == 0o600
+    assert [p for p, _ in written] == [P._cache_path(str(node["profiles"]))] and written[0][1][
+        "mode"
+    ] == 0o600
     assert victim.read_text() == "keep me\n"
 
 
 # ---- node state and the GPU snapshot ------------------------------------------------------------------------
+
 
 @as_root
 def test_root_refuses_a_state_dir_someone_else_can_write(node):
@@ -150,16 +171,20 @@ def test_a_gpu_snapshot_someone_else_can_write_is_not_replayed(node):
 
 # ---- the env file the shell hooks source -----------------------------------------------------------------------
 
+
 @as_root
-@pytest.mark.parametrize("hook", ["prolog/10-stune-health", "epilog/10-stune-health", "prolog/stune-health-run"])
+@pytest.mark.parametrize(
+    "hook", ["prolog/10-stune-health", "epilog/10-stune-health", "prolog/stune-health-run"]
+)
 @pytest.mark.parametrize("spoil", ["file 0666", "file alice's", "dir 0777", "dir 1777 but file 0646"])
 def test_the_hooks_never_source_an_env_file_someone_else_can_write(node, hook, spoil):
     etc = node["base"] / "etc"
     etc.mkdir(mode=0o755)
     env_file = etc / "stune"
     marker = node["base"] / "sourced"
-    env_file.write_text(f"touch {marker}\n" + "".join(f"{k}={v}\n" for k, v in node["env"].items())
-                        + f"STUNE_BIN={BIN}\n")
+    env_file.write_text(
+        f"touch {marker}\n" + "".join(f"{k}={v}\n" for k, v in node["env"].items()) + f"STUNE_BIN={BIN}\n"
+    )
     env_file.chmod(0o644)
     kind, mode = spoil.split(" ", 1)
     if spoil == "file 0666":
@@ -171,8 +196,12 @@ def test_the_hooks_never_source_an_env_file_someone_else_can_write(node, hook, s
     else:
         etc.chmod(0o1777)
         env_file.chmod(0o646)
-    proc = subprocess.run([str(REPO / hook)], capture_output=True, text=True,
-                          env={"STUNE_ENV_FILE": str(env_file), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "3"})
+    proc = subprocess.run(
+        [str(REPO / hook)],
+        capture_output=True,
+        text=True,
+        env={"STUNE_ENV_FILE": str(env_file), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "3"},
+    )
     assert proc.returncode == 0 and not marker.exists(), proc.stderr
     assert f"{env_file}: not sourced: writable by someone other than root" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -182,24 +211,33 @@ def test_the_hooks_never_source_an_env_file_someone_else_can_write(node, hook, s
 def test_a_root_only_env_file_is_sourced_even_under_a_sticky_tmp(node):
     env_file = node["base"] / "stune.env"  # /tmp/... is 1777: allowed above, as for sshd
     marker = node["base"] / "sourced"
-    env_file.write_text(f"touch {marker}\n" + "".join(f"{k}={v}\n" for k, v in node["env"].items())
-                        + f"STUNE_BIN={BIN}\n")
+    env_file.write_text(
+        f"touch {marker}\n" + "".join(f"{k}={v}\n" for k, v in node["env"].items()) + f"STUNE_BIN={BIN}\n"
+    )
     env_file.chmod(0o600)
-    proc = subprocess.run([str(REPO / "prolog/10-stune-health")], capture_output=True, text=True,
-                          env={"STUNE_ENV_FILE": str(env_file), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "3"})
+    proc = subprocess.run(
+        [str(REPO / "prolog/10-stune-health")],
+        capture_output=True,
+        text=True,
+        env={"STUNE_ENV_FILE": str(env_file), "SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "3"},
+    )
     assert proc.returncode == 0 and marker.exists(), proc.stderr
     assert json.loads((node["state"] / "state.json").read_text())["last"]["mode"] == "prolog"
 
 
 # ---- fastjson: CPython's private _json may change ---------------------------------------------------------------
 
-@pytest.mark.parametrize("patch", [
-    "_json.make_encoder = lambda *a: (_ for _ in ()).throw(TypeError('make_encoder() takes 10 arguments'))",
-    "_json.make_encoder = lambda *a: (lambda obj, level: iter(['[]']))",        # answers, but wrongly
-    "del _json.make_encoder; del _json.make_scanner",                             # gone
-    "_json.make_scanner = lambda ctx: (lambda text, idx: ('x', 1))",             # a scanner that lies
-    "import sys; sys.modules['_json'] = None",                                   # no C accelerator at all
-])
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "_json.make_encoder = lambda *a: (_ for _ in ()).throw(TypeError('make_encoder() takes 10 arguments'))",
+        "_json.make_encoder = lambda *a: (lambda obj, level: iter(['[]']))",  # answers, but wrongly
+        "del _json.make_encoder; del _json.make_scanner",  # gone
+        "_json.make_scanner = lambda ctx: (lambda text, idx: ('x', 1))",  # a scanner that lies
+        "import sys; sys.modules['_json'] = None",  # no C accelerator at all
+    ],
+)
 def test_fastjson_falls_back_to_json_when_the_private_api_is_not_as_expected(patch):
     # json is imported first: in a real upgrade json and _json change together, only fastjson's use is stale
     code = f"""
@@ -218,12 +256,16 @@ else:
     raise AssertionError("bad JSON accepted")
 print(fastjson._encode is None, fastjson._scan is None)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert proc.returncode == 0, proc.stderr
     encode_off, scan_off = proc.stdout.split()
     assert encode_off == "True" or "make_scanner" in patch
-    assert scan_off == "True" or "make_encoder" in patch and "make_scanner" not in patch
+    assert scan_off == "True" or ("make_encoder" in patch and "make_scanner" not in patch)
 
 
 def test_the_hooks_still_judge_when_the_private_api_changed(node, tmp_path):
@@ -232,7 +274,8 @@ def test_the_hooks_still_judge_when_the_private_api_changed(node, tmp_path):
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(
         "import json, _json\n"  # json and _json change together in an upgrade: only fastjson's call is stale
-        "_json.make_encoder = lambda *a: (_ for _ in ()).throw(TypeError('new signature'))\n")
+        "_json.make_encoder = lambda *a: (_ for _ in ()).throw(TypeError('new signature'))\n"
+    )
     (node["base"] / "root/sys/class/infiniband/mlx5_2/ports/1/state").write_text("1: DOWN\n")
     proc = health("prolog", env={"PYTHONPATH": str(shim)})
     assert proc.returncode == 0 and "internal error" not in proc.stderr
@@ -241,20 +284,30 @@ def test_the_hooks_still_judge_when_the_private_api_changed(node, tmp_path):
 
 # ---- the prolog hook exports the env file as `set -a; . FILE` would ---------------------------------------
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from slurm_tune.health import prologhook  # noqa: E402
+from slurm_tune.health import prologhook
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
-    lambda n: n not in ("PWD", "OLDPWD", "SHLVL", "_", "IFS", "PS1", "PS2", "PS4", "OPTIND", "PPID", "HOME", "PATH"))
+    lambda n: (
+        n not in ("PWD", "OLDPWD", "SHLVL", "_", "IFS", "PS1", "PS2", "PS4", "OPTIND", "PPID", "HOME", "PATH")
+    )
+)
 PLAIN = st.text(alphabet="abcXYZ019/._-%:,=+@", max_size=20)
-LINES = st.lists(st.one_of(
-    st.tuples(NAMES, PLAIN).map(lambda kv: f"{kv[0]}={kv[1]}"),
-    st.tuples(NAMES, PLAIN).map(lambda kv: f"export {kv[0]}={kv[1]}"),
-    st.tuples(NAMES, st.text(alphabet="abc /%$;|&*", max_size=12).filter(lambda v: "'" not in v)).map(
-        lambda kv: f"{kv[0]}='{kv[1]}'"),
-    st.tuples(NAMES, PLAIN).map(lambda kv: f'{kv[0]}="{kv[1]}"  # a comment'),
-    st.just("# a comment"), st.just("")), max_size=8)
+LINES = st.lists(
+    st.one_of(
+        st.tuples(NAMES, PLAIN).map(lambda kv: f"{kv[0]}={kv[1]}"),
+        st.tuples(NAMES, PLAIN).map(lambda kv: f"export {kv[0]}={kv[1]}"),
+        st.tuples(NAMES, st.text(alphabet="abc /%$;|&*", max_size=12).filter(lambda v: "'" not in v)).map(
+            lambda kv: f"{kv[0]}='{kv[1]}'"
+        ),
+        st.tuples(NAMES, PLAIN).map(lambda kv: f'{kv[0]}="{kv[1]}"  # a comment'),
+        st.just("# a comment"),
+        st.just(""),
+    ),
+    max_size=8,
+)
 
 
 @settings(max_examples=200, deadline=None)

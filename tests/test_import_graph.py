@@ -6,6 +6,7 @@ An edge A -> B means module A names module B in an import. `from pkg import name
 submodule pkg.name when that is a module, else to pkg itself (its __init__.py). Importing a submodule also
 runs its packages' __init__.py files; that is not drawn, or every package would be a circle with its parts.
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,7 +45,7 @@ def import_graph(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dic
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = name.split(".") if is_package else name.split(".")[:-1]
-                    base = base[:len(base) - (node.level - 1)]
+                    base = base[: len(base) - (node.level - 1)]
                     source = ".".join(base + ([node.module] if node.module else []))
                 else:
                     source = node.module or ""

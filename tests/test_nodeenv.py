@@ -1,5 +1,6 @@
 """Node-side detection against sysfs fixture trees: ACTIVE fabric ports, the RoCE v2 GID index, the socket
 interface; and what stune-task-prolog / stune-env print from it."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hwtrees
 import pytest
 
-import hwtrees
 from slurm_tune.hw.sysfs import Sysfs
 from slurm_tune.nodeenv.detect import Port, active_ports, ifname_matches, roce_v2_gid_index, socket_interfaces
 from slurm_tune.nodeenv.managed import format_managed, parse_managed
@@ -24,14 +25,17 @@ REPO = Path(__file__).resolve().parent.parent
 def job(environ, profile=None):
     """The job context an entry point builds (tests pass the profile they loaded)."""
     return job_context(environ, profile=profile)
+
+
 LL = hwtrees.link_local_gid(0x0A5C2FFFFE3B0000)
 V4 = hwtrees.ipv4_mapped_gid("10.0.0.5")
 
 
 def roce_tree(root: Path, table, **overrides) -> Sysfs:
     """An h100_roce node whose every HCA has `table` (a function of its netdev) as its GID table."""
-    hca_overrides = {f"mlx5_{i}": dict(gids=table(f"eth{i + 1}"), **overrides.get(f"mlx5_{i}", {}))
-                     for i in range(8)}
+    hca_overrides = {
+        f"mlx5_{i}": dict(gids=table(f"eth{i + 1}"), **overrides.get(f"mlx5_{i}", {})) for i in range(8)
+    }
     hwtrees.h100_roce(root, hca_overrides=hca_overrides)
     return Sysfs(str(root))
 
@@ -49,17 +53,27 @@ def test_the_issue_gid_table_picks_index_3(tmp_path):
 
 def test_a_roce_v2_gid_on_another_netdev_is_not_taken(tmp_path):
     # index 1: RoCE v2 and IPv4-mapped, but bound to a VLAN device, not the fabric netdev
-    sysfs = roce_tree(tmp_path, lambda dev: [(LL, "IB/RoCE v1", dev), (hwtrees.ipv4_mapped_gid("192.168.7.5"),
-                                                                        "RoCE v2", f"{dev}.100"),
-                                              (V4, "RoCE v2", dev)])
+    sysfs = roce_tree(
+        tmp_path,
+        lambda dev: [
+            (LL, "IB/RoCE v1", dev),
+            (hwtrees.ipv4_mapped_gid("192.168.7.5"), "RoCE v2", f"{dev}.100"),
+            (V4, "RoCE v2", dev),
+        ],
+    )
     assert roce_v2_gid_index(sysfs, Port("mlx5_0", 1, "eth1")) == (2, "")
 
 
 def test_no_roce_v2_ipv4_gid_says_why_instead_of_guessing(tmp_path):
-    sysfs = roce_tree(tmp_path, lambda dev: [(LL, "IB/RoCE v1", dev), (LL, "RoCE v2", dev),
-                                             (V4, "IB/RoCE v1", dev)])
+    sysfs = roce_tree(
+        tmp_path, lambda dev: [(LL, "IB/RoCE v1", dev), (LL, "RoCE v2", dev), (V4, "IB/RoCE v1", dev)]
+    )
     index, why = roce_v2_gid_index(sysfs, Port("mlx5_0", 1, "eth1"))
-    assert index is None and "no RoCE v2 IPv4-mapped GID on eth1" in why and "0 (RoCE v2, not IPv4-mapped)" not in why
+    assert (
+        index is None
+        and "no RoCE v2 IPv4-mapped GID on eth1" in why
+        and "0 (RoCE v2, not IPv4-mapped)" not in why
+    )
     assert "1 (RoCE v2, not IPv4-mapped)" in why
 
 
@@ -100,13 +114,18 @@ def test_a_missing_socket_interface_unsets_stunes_value(tmp_path):
     d = tmp_path / "p"
     d.mkdir()
     (d / "t.yaml").write_text("partition: t\nfabric: {type: tcp, socket_ifname: bond0}\n")
-    env = {"NCCL_SOCKET_IFNAME": "bond0", "GLOO_SOCKET_IFNAME": "bond0",
-           "STUNE_MANAGED": "NCCL_SOCKET_IFNAME=bond0,GLOO_SOCKET_IFNAME=bond0"}
+    env = {
+        "NCCL_SOCKET_IFNAME": "bond0",
+        "GLOO_SOCKET_IFNAME": "bond0",
+        "STUNE_MANAGED": "NCCL_SOCKET_IFNAME=bond0,GLOO_SOCKET_IFNAME=bond0",
+    }
     exports, messages = node_exports(job(env, load_profile("t", d)), sysfs)
     assert exports["NCCL_SOCKET_IFNAME"] is None and exports["GLOO_SOCKET_IFNAME"] is None
-    assert messages == ["NCCL_SOCKET_IFNAME unset: socket interface bond0 does not exist on this node "
-                        "(up: eth0, eth1, eth2, eth3, eth4, eth5, eth6, eth7, eth8): NCCL picks an interface "
-                        "itself"]
+    assert messages == [
+        "NCCL_SOCKET_IFNAME unset: socket interface bond0 does not exist on this node "
+        "(up: eth0, eth1, eth2, eth3, eth4, eth5, eth6, eth7, eth8): NCCL picks an interface "
+        "itself"
+    ]
     shell = as_shell(with_managed(exports, env))
     assert "unset NCCL_SOCKET_IFNAME\nunset GLOO_SOCKET_IFNAME\n" in shell
     assert "STUNE_MANAGED='=,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME'" in shell
@@ -115,13 +134,19 @@ def test_a_missing_socket_interface_unsets_stunes_value(tmp_path):
 def test_roce_node_exports_hcas_gid_index_and_socket_interface(tmp_path):
     sysfs = roce_tree(tmp_path, issue_table)
     exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("roce")), sysfs)
-    assert exports == {"NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8)),
-                       "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    assert exports == {
+        "NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8)),
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "GLOO_SOCKET_IFNAME": "eth0",
+    }
     assert messages == []
 
 
 def test_ports_that_disagree_on_the_gid_index_are_named(tmp_path):
-    tables = lambda dev: issue_table(dev) if dev != "eth4" else [(LL, "IB/RoCE v1", dev), (V4, "RoCE v2", dev)]
+    tables = lambda dev: (
+        issue_table(dev) if dev != "eth4" else [(LL, "IB/RoCE v1", dev), (V4, "RoCE v2", dev)]
+    )
     sysfs = roce_tree(tmp_path, tables)
     exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("roce")), sysfs)
     assert exports["NCCL_IB_GID_INDEX"] == "3"
@@ -131,19 +156,31 @@ def test_ports_that_disagree_on_the_gid_index_are_named(tmp_path):
 def test_user_values_are_left_alone_and_stunes_own_are_refined(tmp_path):
     sysfs = roce_tree(tmp_path, issue_table, mlx5_5={"state": "1: DOWN"})
     profile = load_profile("roce")
-    mine = {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9",
-            "GLOO_SOCKET_IFNAME": "eth9"}
+    mine = {
+        "NCCL_IB_HCA": "=mlx5_0:1",
+        "NCCL_IB_GID_INDEX": "7",
+        "NCCL_SOCKET_IFNAME": "eth9",
+        "GLOO_SOCKET_IFNAME": "eth9",
+    }
     assert node_exports(job(mine, profile), sysfs)[0] == {}
     # stune set these values (recorded in STUNE_MANAGED), and they are unchanged: refined on this node
-    stunes = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth9",
-              "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_5:1,NCCL_IB_GID_INDEX=7,NCCL_SOCKET_IFNAME=eth0"}
+    stunes = {
+        "NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1",
+        "NCCL_IB_GID_INDEX": "7",
+        "NCCL_SOCKET_IFNAME": "eth9",
+        "STUNE_MANAGED": "NCCL_IB_HCA==mlx5_0:1%2Cmlx5_5:1,NCCL_IB_GID_INDEX=7,NCCL_SOCKET_IFNAME=eth0",
+    }
     exports, _ = node_exports(job(stunes, profile), sysfs)
     assert exports["NCCL_IB_GID_INDEX"] == "3" and "mlx5_5" not in exports["NCCL_IB_HCA"]
     assert "NCCL_SOCKET_IFNAME" not in exports  # eth9 is not the eth0 stune set: the script changed it
     assert exports["GLOO_SOCKET_IFNAME"] == "eth0"  # absent: stune's to set
     # a name without a value (stune detects it) is stune's only while absent
-    assert node_exports(job({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "=,NCCL_IB_GID_INDEX"}, profile),
-                        sysfs)[0].get("NCCL_IB_GID_INDEX") is None
+    assert (
+        node_exports(job({"NCCL_IB_GID_INDEX": "5", "STUNE_MANAGED": "=,NCCL_IB_GID_INDEX"}, profile), sysfs)[
+            0
+        ].get("NCCL_IB_GID_INDEX")
+        is None
+    )
     out = with_managed({"NCCL_IB_HCA": "=x,y"}, {"STUNE_MANAGED": "A,B=1"})["STUNE_MANAGED"]
     assert out == "A,B=1,NCCL_IB_HCA==x%2Cy"
 
@@ -160,15 +197,21 @@ def test_the_old_form_of_stune_managed_keeps_the_node_side_refinement(tmp_path):
     """Issue 22 §3: a job an older stune-sbatch submitted (bare names: every one a variable stune set) still
     gets its HCAs narrowed and its GID index detected after an upgrade, and the new form is written back."""
     sysfs = roce_tree(tmp_path, issue_table, mlx5_5={"state": "1: DOWN"})
-    old = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1", "NCCL_IB_GID_INDEX": "7", "NCCL_SOCKET_IFNAME": "eth0",
-           "STUNE_MANAGED": "NCCL_IB_HCA,NCCL_IB_GID_INDEX,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,MASTER_ADDR"}
+    old = {
+        "NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1",
+        "NCCL_IB_GID_INDEX": "7",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "STUNE_MANAGED": "NCCL_IB_HCA,NCCL_IB_GID_INDEX,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,MASTER_ADDR",
+    }
     exports, _ = node_exports(job(old, load_profile("roce")), sysfs)
     assert "mlx5_5" not in exports["NCCL_IB_HCA"] and exports["NCCL_IB_GID_INDEX"] == "3"
     written = parse_managed(with_managed(exports, old)["STUNE_MANAGED"])
     assert written["NCCL_IB_HCA"] == exports["NCCL_IB_HCA"] and written["MASTER_ADDR"] is None
     assert "=" in format_managed({"MASTER_ADDR": None})  # the new form never reads as the old one
-    assert parse_managed(format_managed({"MASTER_ADDR": None, "X": None}), {"X": "1"}) == {"MASTER_ADDR": None,
-                                                                                           "X": None}
+    assert parse_managed(format_managed({"MASTER_ADDR": None, "X": None}), {"X": "1"}) == {
+        "MASTER_ADDR": None,
+        "X": None,
+    }
 
 
 def test_rendezvous_is_one_value_on_every_rank_of_a_step_that_did_not_inherit_it():
@@ -176,10 +219,18 @@ def test_rendezvous_is_one_value_on_every_rank_of_a_step_that_did_not_inherit_it
     (the first node's too) then takes the first node's name, never rank 0 an address and rank 1 a name."""
     from slurm_tune.nodeenv.taskenv import rendezvous
 
-    env = {"SLURM_JOB_ID": "8123", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURMD_NODENAME": "gpu07",
-           "SLURM_STEP_ID": "0"}
-    values = {rendezvous(job(dict(env, SLURMD_NODENAME=node)), ["eth0"], lambda i: f"10.1.2.{node[-1]}")[
-        "MASTER_ADDR"] for node in ("gpu07", "gpu08")}
+    env = {
+        "SLURM_JOB_ID": "8123",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+        "SLURMD_NODENAME": "gpu07",
+        "SLURM_STEP_ID": "0",
+    }
+    values = {
+        rendezvous(job(dict(env, SLURMD_NODENAME=node)), ["eth0"], lambda i: f"10.1.2.{node[-1]}")[
+            "MASTER_ADDR"
+        ]
+        for node in ("gpu07", "gpu08")
+    }
     assert values == {"gpu07"}
     batch = dict(env, SLURM_STEP_ID="4294967294")
     assert rendezvous(job(batch), ["eth0"], lambda i: "10.1.2.7")["MASTER_ADDR"] == "10.1.2.7"
@@ -189,9 +240,13 @@ def test_rendezvous_once_per_job_on_the_first_node():
     from slurm_tune.nodeenv.taskenv import rendezvous
 
     env = {"SLURM_JOB_ID": "8123", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURMD_NODENAME": "gpu07"}
-    assert rendezvous(job(env), ["eth0"], lambda ifname: "10.1.2.7") == {"MASTER_ADDR": "10.1.2.7",
-                                                                    "MASTER_PORT": str(12000 + 8123 % 8000)}
-    assert rendezvous(job(env), ["eth0"], lambda ifname: None)["MASTER_ADDR"] == "gpu07"  # no address: the name
+    assert rendezvous(job(env), ["eth0"], lambda ifname: "10.1.2.7") == {
+        "MASTER_ADDR": "10.1.2.7",
+        "MASTER_PORT": str(12000 + 8123 % 8000),
+    }
+    assert (
+        rendezvous(job(env), ["eth0"], lambda ifname: None)["MASTER_ADDR"] == "gpu07"
+    )  # no address: the name
     other = dict(env, SLURMD_NODENAME="gpu08")
     assert rendezvous(job(other), ["eth0"], lambda ifname: "10.1.2.8")["MASTER_ADDR"] == "gpu07"
     assert rendezvous(job(dict(env, MASTER_ADDR="x", MASTER_PORT="1")), ["eth0"], lambda i: "y") == {}
@@ -200,8 +255,10 @@ def test_rendezvous_once_per_job_on_the_first_node():
 def test_a_fixed_gid_index_that_is_not_roce_v2_is_reported(tmp_path):
     d = tmp_path / "p"
     d.mkdir()
-    (d / "r.yaml").write_text("partition: r\nfabric:\n  type: roce\n  gid_index: 1\n  hcas:\n"
-                              "    - {device: mlx5_0, port: 1, netdev: eth1}\n")
+    (d / "r.yaml").write_text(
+        "partition: r\nfabric:\n  type: roce\n  gid_index: 1\n  hcas:\n"
+        "    - {device: mlx5_0, port: 1, netdev: eth1}\n"
+    )
     sysfs = roce_tree(tmp_path / "node", issue_table)
     exports, messages = node_exports(job({"SLURMD_NODENAME": "n1"}, load_profile("r", d)), sysfs)
     assert "NCCL_IB_GID_INDEX" not in exports  # stune-sbatch sets the fixed one
@@ -214,7 +271,9 @@ def test_socket_interface_must_exist_and_be_up(tmp_path):
     sysfs = Sysfs(str(tmp_path))
     up, why = socket_interfaces(sysfs, "eth0")
     assert up == [] and why == "socket interface eth0: eth0 is not up"
-    assert socket_interfaces(sysfs, "bond0")[1].startswith("socket interface bond0 does not exist on this node (up:")
+    assert socket_interfaces(sysfs, "bond0")[1].startswith(
+        "socket interface bond0 does not exist on this node (up:"
+    )
     assert socket_interfaces(sysfs, "eth")[0][0] == "eth1"  # NCCL's prefix match
     assert socket_interfaces(sysfs, "=eth1")[0] == ["eth1"]
 
@@ -243,8 +302,9 @@ def test_stune_env_prints_shell_exports_and_says_what_it_could_not_find(tmp_path
     env.pop("SLURM_JOB_PARTITION", None)
     out = run(["stune-env", "-p", "roce", "--sysfs-root", sysfs.root], env)
     assert out.returncode == 0
-    evaluated = subprocess.run(["bash", "-c", out.stdout + 'echo "$NCCL_IB_HCA $NCCL_IB_GID_INDEX"'],
-                               capture_output=True, text=True).stdout.strip()
+    evaluated = subprocess.run(
+        ["bash", "-c", out.stdout + 'echo "$NCCL_IB_HCA $NCCL_IB_GID_INDEX"'], capture_output=True, text=True
+    ).stdout.strip()
     assert evaluated == "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1 3"
     assert out.stderr == "stune-env: n1: NCCL_IB_HCA narrowed to the ACTIVE ports; left out mlx5_2:1 DOWN\n"
     nopart = run(["stune-env"], env)
@@ -267,7 +327,9 @@ def test_stune_env_takes_the_shared_options(tmp_path):
     assert helped.returncode == 0 and "--sysfs-root DIR" in helped.stdout and "-p PARTITION" in helped.stdout
     from slurm_tune.nodeenv.envrules import NODE_NAMES
 
-    assert all(f"\n  {name} (" in helped.stdout for name in NODE_NAMES)  # the table's node side, as it decides it
+    assert all(
+        f"\n  {name} (" in helped.stdout for name in NODE_NAMES
+    )  # the table's node side, as it decides it
 
 
 def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path):
@@ -276,10 +338,14 @@ def test_stune_task_prolog_prints_export_lines_and_never_fails_the_task(tmp_path
     out = run(["stune-task-prolog"], env)
     assert out.returncode == 0
     assert out.stdout.splitlines() == [
-        "export NCCL_IB_HCA==" + ",".join(f"mlx5_{i}:1" for i in range(8)), "export NCCL_IB_GID_INDEX=3",
-        "export NCCL_SOCKET_IFNAME=eth0", "export GLOO_SOCKET_IFNAME=eth0",
-        "export STUNE_MANAGED=NCCL_IB_HCA==" + "%2C".join(f"mlx5_{i}:1" for i in range(8))
-        + ",NCCL_IB_GID_INDEX=3,NCCL_SOCKET_IFNAME=eth0,GLOO_SOCKET_IFNAME=eth0"]
+        "export NCCL_IB_HCA==" + ",".join(f"mlx5_{i}:1" for i in range(8)),
+        "export NCCL_IB_GID_INDEX=3",
+        "export NCCL_SOCKET_IFNAME=eth0",
+        "export GLOO_SOCKET_IFNAME=eth0",
+        "export STUNE_MANAGED=NCCL_IB_HCA=="
+        + "%2C".join(f"mlx5_{i}:1" for i in range(8))
+        + ",NCCL_IB_GID_INDEX=3,NCCL_SOCKET_IFNAME=eth0,GLOO_SOCKET_IFNAME=eth0",
+    ]
     assert run(["stune-task-prolog", "--help"], env).stdout.startswith("`stune-task-prolog`: the TaskProlog")
     # a partition without a profile, or a broken profile directory: nothing exported, the task runs
     assert run(["stune-task-prolog"], dict(env, SLURM_JOB_PARTITION="other")).returncode == 0
@@ -302,12 +368,17 @@ def test_other_fabrics(tmp_path, kind):
         assert exports == {"NCCL_SOCKET_IFNAME": "ens5", "GLOO_SOCKET_IFNAME": "ens5"} and messages == []
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=2000, deadline=None)
-@given(st.text(), st.dictionaries(st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789", min_size=1),
-                                  st.one_of(st.none(), st.text())))
+@given(
+    st.text(),
+    st.dictionaries(
+        st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789", min_size=1), st.one_of(st.none(), st.text())
+    ),
+)
 def test_managed_parsing_never_fails_and_round_trips(garbage, managed):
     from slurm_tune.nodeenv.managed import format_managed, parse_managed
 
@@ -317,6 +388,7 @@ def test_managed_parsing_never_fails_and_round_trips(garbage, managed):
 
 
 # ---- one job context, one %n expander -------------------------------------------------------------------------
+
 
 def outside_a_job(tmp_path, **extra) -> dict:
     """A login node's environment: no SLURM_* / SLURMD_NODENAME, no inherited STUNE_* setting."""
@@ -330,9 +402,10 @@ def outside_a_job(tmp_path, **extra) -> dict:
 def test_stune_env_outside_a_job_stages_the_profiles_cache_stage(tmp_path):
     """`stune-env -p vpc` on a login node: the profile given with -p is the one staging uses (it used to look
     for $SLURM_JOB_PARTITION again further down, find none, and silently stage nothing)."""
+    from test_stage_tier import make_tree, tree_digest
+
     from slurm_tune.stage import admin
     from slurm_tune.stage.tier import TierConfig
-    from test_stage_tier import make_tree, tree_digest
 
     dataset = make_tree(tmp_path / "datasets" / "imagenet", dirs=2, files=5)
     tier = tmp_path / f"{os.uname().nodename.split('.')[0]}-cache"  # %n outside a job: this host's name
@@ -341,13 +414,15 @@ def test_stune_env_outside_a_job_stages_the_profiles_cache_stage(tmp_path):
     profiles.mkdir()
     (profiles / "vpc.yaml").write_text(
         "partition: vpc\nfabric: {type: tcp, socket_ifname: ens5}\n"
-        f"cache:\n  path: {tmp_path}/%n-cache\n  quota: 1G\n  stage: ['{dataset}:IMAGENET']\n")
+        f"cache:\n  path: {tmp_path}/%n-cache\n  quota: 1G\n  stage: ['{dataset}:IMAGENET']\n"
+    )
     hwtrees.vpc_tcp(tmp_path / "node")
     env = outside_a_job(tmp_path, STUNE_PARTITIONS=profiles)
     out = run(["stune-env", "-p", "vpc", "--sysfs-root", str(tmp_path / "node")], env)
     assert out.returncode == 0, out.stderr
-    staged = subprocess.run(["bash", "-c", out.stdout + 'printf %s "$STUNE_STAGE_IMAGENET"'],
-                            capture_output=True, text=True).stdout
+    staged = subprocess.run(
+        ["bash", "-c", out.stdout + 'printf %s "$STUNE_STAGE_IMAGENET"'], capture_output=True, text=True
+    ).stdout
     assert staged.startswith(str(tier) + "/"), (out.stdout, out.stderr)
     assert tree_digest(staged) == tree_digest(dataset)
     assert "NCCL_SOCKET_IFNAME='ens5'" in out.stdout
@@ -361,10 +436,16 @@ def test_staging_takes_the_profile_from_the_context_not_the_environment(tmp_path
 
     profiles = tmp_path / "p"
     profiles.mkdir()
-    (profiles / "t.yaml").write_text("partition: t\nfabric: {type: tcp, socket_ifname: eth0}\n"
-                                     f"cache:\n  path: {tmp_path}/tier-%n\n  stage: ['/data/a:A']\n")
-    env = {"SLURM_JOB_PARTITION": "elsewhere", "SLURMD_NODENAME": "n3", "SLURM_JOB_ID": "77",
-           "STUNE_STAGE": encode_requests([StageRequest("/data/b", "B")], False)}
+    (profiles / "t.yaml").write_text(
+        "partition: t\nfabric: {type: tcp, socket_ifname: eth0}\n"
+        f"cache:\n  path: {tmp_path}/tier-%n\n  stage: ['/data/a:A']\n"
+    )
+    env = {
+        "SLURM_JOB_PARTITION": "elsewhere",
+        "SLURMD_NODENAME": "n3",
+        "SLURM_JOB_ID": "77",
+        "STUNE_STAGE": encode_requests([StageRequest("/data/b", "B")], False),
+    }
     context = job_context(env, partition="t").with_profile(lambda name: load_profile(name, profiles))
     assert (context.node, context.partition, context.job_id) == ("n3", "t", "77")
     stage = resolve(context)
@@ -385,16 +466,31 @@ def test_the_job_context_reads_slurms_variables_once():
     assert (job.node, job.partition) == ("x", "vpc")
     assert job_context(dict(env, SLURM_JOB_ID="1\u00b2")).job_id is None  # not ASCII digits: no job
     assert job_context({}).node == os.uname().nodename.split(".")[0] and job_context({}).partition == ""
-    assert job_context({}).with_profile(lambda name: pytest.fail("no partition: nothing to load")).profile is None
+    assert (
+        job_context({}).with_profile(lambda name: pytest.fail("no partition: nothing to load")).profile
+        is None
+    )
     from slurm_tune.thisnode import job_partition  # the health prolog's rule too
 
-    assert job_partition(env) == "gpu" and job_partition({}) == "" and job_partition({"SLURM_JOB_PARTITION": ""}) == ""
+    assert (
+        job_partition(env) == "gpu"
+        and job_partition({}) == ""
+        and job_partition({"SLURM_JOB_PARTITION": ""}) == ""
+    )
 
 
-@pytest.mark.parametrize("template, node, expected", [
-    ("/srv/%n/sysfs", "n2", "/srv/n2/sysfs"), ("/srv/100%%/%n", "n2", "/srv/100%/n2"),
-    ("/srv/%%n/%n", "n2", "/srv/%n/n2"), ("/srv/plain", "n2", "/srv/plain"), ("/a%n%n", "n1", "/an1n1"),
-    ("/srv/%%%n", "n2", "/srv/%n2"), ("/srv/%x", "n2", "/srv/%x")])
+@pytest.mark.parametrize(
+    "template, node, expected",
+    [
+        ("/srv/%n/sysfs", "n2", "/srv/n2/sysfs"),
+        ("/srv/100%%/%n", "n2", "/srv/100%/n2"),
+        ("/srv/%%n/%n", "n2", "/srv/%n/n2"),
+        ("/srv/plain", "n2", "/srv/plain"),
+        ("/a%n%n", "n1", "/an1n1"),
+        ("/srv/%%%n", "n2", "/srv/%n2"),
+        ("/srv/%x", "n2", "/srv/%x"),
+    ],
+)
 def test_one_percent_n_expander_at_every_site(template, node, expected, tmp_path):
     """hw/sysfs.resolve_root, health/state.state_dir, health/node.settings (the GPU snapshot) and
     stage/tier.expand_path all expand `%n` and `%%` through thisnode.expand: the same answer everywhere."""
@@ -406,10 +502,16 @@ def test_one_percent_n_expander_at_every_site(template, node, expected, tmp_path
 
     env = {"SLURMD_NODENAME": node}
     assert expand(template, node) == expected == expand(template, environ=env)
-    assert resolve_root(template, {}, node) == expected == resolve_root(None, dict(env, STUNE_SYSFS_ROOT=template))
+    assert (
+        resolve_root(template, {}, node)
+        == expected
+        == resolve_root(None, dict(env, STUNE_SYSFS_ROOT=template))
+    )
     assert state_dir(template, {}, node) == expected == state_dir(None, dict(env, STUNE_STATE_DIR=template))
-    settings = health_node.settings({"node": node, "gpu_snapshot": template, "sysfs_root": template,
-                                     "state_dir": template}, {"SLURMD_NODENAME": "other"})
+    settings = health_node.settings(
+        {"node": node, "gpu_snapshot": template, "sysfs_root": template, "state_dir": template},
+        {"SLURMD_NODENAME": "other"},
+    )
     assert (settings.gpu_snapshot, settings.root, settings.state_dir) == (expected,) * 3
     assert expand_path(template, node) == os.path.normpath(expected)
     assert uses_node(template) == ("%n" in template.replace("%%", ""))
@@ -420,9 +522,15 @@ def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_p
     from importcheck import loaded_by
 
     hwtrees.h100_roce(tmp_path / "node")
-    env = dict(outside_a_job(tmp_path), SLURM_JOB_PARTITION="roce", SLURMD_NODENAME="n1", SLURM_JOB_ID="5",
-               STUNE_SYSFS_ROOT=str(tmp_path / "node"), STUNE_PARTITIONS=str(REPO / "partitions"),
-               STUNE_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(
+        outside_a_job(tmp_path),
+        SLURM_JOB_PARTITION="roce",
+        SLURMD_NODENAME="n1",
+        SLURM_JOB_ID="5",
+        STUNE_SYSFS_ROOT=str(tmp_path / "node"),
+        STUNE_PARTITIONS=str(REPO / "partitions"),
+        STUNE_CACHE_DIR=str(tmp_path / "cache"),
+    )
     code = "from slurm_tune.cli.taskprolog import _main\nassert _main([]) == 0"
     quiet = loaded_by(code, env)
     assert "slurm_tune.nodeenv.taskenv" in quiet and not any(m.startswith("slurm_tune.stage") for m in quiet)
@@ -430,8 +538,17 @@ def test_a_task_with_nothing_to_stage_or_say_never_loads_the_stage_package(tmp_p
     assert "slurm_tune.stage.jobenv" in staging
 
 
-@pytest.mark.parametrize("step_id, shown", [(None, "batch"), ("4294967294", "batch"), ("-5", "batch"),
-                                             ("4294967291", "batch"), ("0", "0"), ("12", "12")])
+@pytest.mark.parametrize(
+    "step_id, shown",
+    [
+        (None, "batch"),
+        ("4294967294", "batch"),
+        ("-5", "batch"),
+        ("4294967291", "batch"),
+        ("0", "0"),
+        ("12", "12"),
+    ],
+)
 def test_the_task_summary_names_the_batch_step_on_every_release(step_id, shown):
     """22.05 and 24.11 give the batch step's TaskProlog SLURM_STEP_ID=4294967294, 26.05 gives -5."""
     from slurm_tune.cli.taskprolog import summary_line
@@ -453,6 +570,7 @@ def test_the_task_summary_lists_datasets_but_not_the_stage_log():
 
 # ---- the one rule table (nodeenv/envrules.py) --------------------------------------------------------------
 
+
 def test_docs_show_the_rule_table_the_code_reads():
     from slurm_tune.nodeenv.envrules import markdown_table
 
@@ -465,16 +583,35 @@ def test_the_plan_sets_exactly_the_tables_rows_for_a_profile(partition):
     row says: a `submit` row's value in the job's environment, a `node` row left to the node."""
     from slurm_tune.nodeenv.envrules import NODE, RULES
     from slurm_tune.sbatch.options import Effective
-    from slurm_tune.sbatch.plan import ENV as PLAN_ENV, NODE as PLAN_NODE, build_plan
+    from slurm_tune.sbatch.plan import ENV as PLAN_ENV
+    from slurm_tune.sbatch.plan import NODE as PLAN_NODE
+    from slurm_tune.sbatch.plan import build_plan
 
     profile = load_profile(partition)
-    plan = build_plan(partition=partition, partition_source="test", profile=profile, eff=Effective([], [], {}),
-                      environ={}, cwd="/", stage_args=[], stage_required=False, degraded_nodes=lambda: [],
-                      het=False)
-    expected = [(name, PLAN_NODE if r.decided == NODE else PLAN_ENV, value)
-                for r in RULES if r.when(profile) for name, value, _ in r.values(profile)]
+    plan = build_plan(
+        partition=partition,
+        partition_source="test",
+        profile=profile,
+        eff=Effective([], [], {}),
+        environ={},
+        cwd="/",
+        stage_args=[],
+        stage_required=False,
+        degraded_nodes=lambda: [],
+        het=False,
+    )
+    expected = [
+        (name, PLAN_NODE if r.decided == NODE else PLAN_ENV, value)
+        for r in RULES
+        if r.when(profile)
+        for name, value, _ in r.values(profile)
+    ]
     rule_names = {name for name, _, _ in expected}
-    got = [(s.name, s.kind, s.value) for s in plan.settings if s.name in rule_names and s.kind in (PLAN_ENV, PLAN_NODE)]
+    got = [
+        (s.name, s.kind, s.value)
+        for s in plan.settings
+        if s.name in rule_names and s.kind in (PLAN_ENV, PLAN_NODE)
+    ]
     assert got == expected
     if profile.fabric.type != "tcp":
         hca = next(v for n, _, v in got if n == "NCCL_IB_HCA")
@@ -491,8 +628,15 @@ def test_the_node_sets_only_the_tables_node_rows(tmp_path):
     assert REFINED_NAMES == ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
     profile = load_profile("roce")
     sysfs = roce_tree(tmp_path, issue_table)
-    exports, _ = node_exports(job({"SLURMD_NODENAME": "n1", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7"},
-                                  profile), sysfs)
+    exports, _ = node_exports(
+        job({"SLURMD_NODENAME": "n1", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7"}, profile), sysfs
+    )
     assert set(exports) <= set(NODE_NAMES) and {"NCCL_IB_HCA", "MASTER_ADDR", "MASTER_PORT"} <= set(exports)
-    assert list(NODE_NAMES) == ["NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
-                                "MASTER_ADDR", "MASTER_PORT"]
+    assert list(NODE_NAMES) == [
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ]

@@ -1,4 +1,5 @@
 """Partition profiles: the shipped examples load, and every kind of mistake is one line with file:line:key."""
+
 from __future__ import annotations
 
 import os
@@ -45,16 +46,20 @@ def test_shipped_profiles_cover_the_three_fabrics(profiles):
 
 
 def test_site_defaults_apply_and_a_partition_overrides_them(profiles):
-    write(profiles, "site.yaml", """
+    write(
+        profiles,
+        "site.yaml",
+        """
         defaults:
           nccl: {ib_timeout: 20, ib_retry_cnt: 5}
           health: {max_gpu_temp_c: 80}
-        """)
+        """,
+    )
     text = (profiles / "hdr.yaml").read_text().replace("nccl:\n", "nccl:\n  ib_timeout: 23\n")
     (profiles / "hdr.yaml").write_text(text)
     loaded = load_profiles(profiles)
-    assert loaded["hdr"].nccl.ib_timeout == 23          # partition wins
-    assert loaded["hdr"].nccl.ib_retry_cnt == 5          # site default, merged key by key
+    assert loaded["hdr"].nccl.ib_timeout == 23  # partition wins
+    assert loaded["hdr"].nccl.ib_retry_cnt == 5  # site default, merged key by key
     assert loaded["vpc"].nccl.ib_timeout == 20
     assert loaded["vpc"].health.max_gpu_temp_c == 80
     line = (profiles / "hdr.yaml").read_text().splitlines().index("  ib_timeout: 23") + 1
@@ -63,32 +68,94 @@ def test_site_defaults_apply_and_a_partition_overrides_them(profiles):
     assert loaded["vpc"].origin("placement.switches") == "built-in default"
 
 
-@pytest.mark.parametrize("name, text, line, key, words", [
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n  speed: 200\n",
-     5, "fabric.speed", "unknown key"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: infiniband\n", 3, "fabric.type", "not one of"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0, port: one}]\n",
-     4, "fabric.hcas[0].port", "expected an integer"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n"
-                 "nccl:\n  ib_timeout: 40\n", 6, "nccl.ib_timeout", "above the maximum 31"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: []\n", 4, "fabric.hcas", "at least one HCA"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\ncache:\n  quota: lots\n",
-     6, "cache.quota", "not a size"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n"
-                 "nccl:\n  env: {IB_HCA: mlx5_0}\n", 6, "nccl.env.IB_HCA", "must start with 'NCCL_'"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n"
-                 "versions:\n  gpu_driver: {min: '535.1', allowed: ['535.2']}\n", 6, "versions.gpu_driver",
-     "either `min` or `allowed`"),
-    ("hdr.yaml", "partition: hdr\nfabric:\n  type: ib\n  type: roce\n", 4, "fabric.type", "duplicate key"),
-    ("hdr.yaml", "partition: hdr\nfabric: {type: ib\n", 3, "", "invalid YAML"),
-    ("hdr.yaml", "partition: hdr\n", 1, "fabric.type", "is required"),
-    ("roce.yaml", "partition: roce\nfabric:\n  type: roce\n  hcas:\n    - {device: mlx5_0}\n",
-     5, "fabric.hcas[0].netdev", "netdev"),
-    ("site.yaml", "defaults:\n  nccl:\n    ib_timout: 20\n", 3, "defaults.nccl.ib_timout",
-     "did you mean 'ib_timeout'"),
-    ("vpc.yaml", "partition: vpc\nfabric:\n  type: tcp\n  socket_ifname: ens5\ncache:\n"
-                 "  high_watermark: 0.5\n  low_watermark: 0.6\n", 7, "cache.low_watermark", "below high_watermark"),
-])
+@pytest.mark.parametrize(
+    "name, text, line, key, words",
+    [
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n  speed: 200\n",
+            5,
+            "fabric.speed",
+            "unknown key",
+        ),
+        ("hdr.yaml", "partition: hdr\nfabric:\n  type: infiniband\n", 3, "fabric.type", "not one of"),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0, port: one}]\n",
+            4,
+            "fabric.hcas[0].port",
+            "expected an integer",
+        ),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\nnccl:\n  ib_timeout: 40\n",
+            6,
+            "nccl.ib_timeout",
+            "above the maximum 31",
+        ),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: []\n",
+            4,
+            "fabric.hcas",
+            "at least one HCA",
+        ),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\ncache:\n  quota: lots\n",
+            6,
+            "cache.quota",
+            "not a size",
+        ),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n"
+            "nccl:\n  env: {IB_HCA: mlx5_0}\n",
+            6,
+            "nccl.env.IB_HCA",
+            "must start with 'NCCL_'",
+        ),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  hcas: [{device: mlx5_0}]\n"
+            "versions:\n  gpu_driver: {min: '535.1', allowed: ['535.2']}\n",
+            6,
+            "versions.gpu_driver",
+            "either `min` or `allowed`",
+        ),
+        (
+            "hdr.yaml",
+            "partition: hdr\nfabric:\n  type: ib\n  type: roce\n",
+            4,
+            "fabric.type",
+            "duplicate key",
+        ),
+        ("hdr.yaml", "partition: hdr\nfabric: {type: ib\n", 3, "", "invalid YAML"),
+        ("hdr.yaml", "partition: hdr\n", 1, "fabric.type", "is required"),
+        (
+            "roce.yaml",
+            "partition: roce\nfabric:\n  type: roce\n  hcas:\n    - {device: mlx5_0}\n",
+            5,
+            "fabric.hcas[0].netdev",
+            "netdev",
+        ),
+        (
+            "site.yaml",
+            "defaults:\n  nccl:\n    ib_timout: 20\n",
+            3,
+            "defaults.nccl.ib_timout",
+            "did you mean 'ib_timeout'",
+        ),
+        (
+            "vpc.yaml",
+            "partition: vpc\nfabric:\n  type: tcp\n  socket_ifname: ens5\ncache:\n"
+            "  high_watermark: 0.5\n  low_watermark: 0.6\n",
+            7,
+            "cache.low_watermark",
+            "below high_watermark",
+        ),
+    ],
+)
 def test_a_bad_file_names_file_line_and_key(profiles, name, text, line, key, words):
     path = write(profiles, name, text)
     with pytest.raises(ConfigError) as info:
@@ -113,8 +180,10 @@ def test_unknown_partition_lists_the_known_ones(profiles):
 
 def test_cache_is_used_and_invalidated_by_an_edit(profiles):
     first = load_profile("hdr", profiles)
-    probe = ("import sys; from slurm_tune.profiles import load_profile; "
-             f"p = load_profile('hdr', {str(profiles)!r}); print(p.nccl.ib_timeout, 'yaml' in sys.modules)")
+    probe = (
+        "import sys; from slurm_tune.profiles import load_profile; "
+        f"p = load_profile('hdr', {str(profiles)!r}); print(p.nccl.ib_timeout, 'yaml' in sys.modules)"
+    )
     env = dict(os.environ, STUNE_CACHE_DIR=os.environ["STUNE_CACHE_DIR"], PYTHONPATH=str(REPO))
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(first.nccl.ib_timeout), "False"]  # served from the cache, no yaml
@@ -164,12 +233,23 @@ def test_version_key_orders_real_versions():
 
 def test_check_profiles_command_prints_one_line_per_error(profiles):
     write(profiles, "vpc.yaml", "partition: vpc\nfabric:\n  type: tcp\n  socket_ifname: 5\n  mtu: 9000\n")
-    proc = subprocess.run([sys.executable, "-c", "from slurm_tune.cli.admin import main; raise SystemExit(main())",
-                           "check-profiles", str(profiles)], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from slurm_tune.cli.admin import main; raise SystemExit(main())",
+            "check-profiles",
+            str(profiles),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip() == f"stune-admin: {profiles}/vpc.yaml:5: fabric.mtu: unknown key " \
-                                  "(known: type, hcas, rate_gbps, socket_ifname, gid_index)"
+    assert (
+        proc.stderr.strip() == f"stune-admin: {profiles}/vpc.yaml:5: fabric.mtu: unknown key "
+        "(known: type, hcas, rate_gbps, socket_ifname, gid_index)"
+    )
     assert "Traceback" not in proc.stderr
 
 

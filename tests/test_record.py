@@ -1,4 +1,5 @@
 """frozen.Record: the hot paths' namedtuple stand-in must behave as the namedtuples it replaced."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,10 @@ def test_the_replaced_records_keep_their_behaviour():
     assert str(port) == "mlx5_0:1" and port.netdev == "ib0"
     req = StageRequest("/data/imagenet", "IMAGENET")
     assert req.variable == "STUNE_STAGE_IMAGENET" and str(req) == "/data/imagenet:IMAGENET"
-    assert json_text({"req": req}) == '{\n "req": {\n  "name": "IMAGENET",\n  "source": "/data/imagenet"\n }\n}\n'
+    assert (
+        json_text({"req": req})
+        == '{\n "req": {\n  "name": "IMAGENET",\n  "source": "/data/imagenet"\n }\n}\n'
+    )
 
 
 def test_the_health_records_are_frozen_records():
@@ -46,16 +50,26 @@ def test_the_health_records_are_frozen_records():
     check, subject, status, _message, reason = r
     assert (check, subject, status, reason) == ("ib.state", "mlx5_0/1", R.FAIL, "mlx5_0/1 state DOWN")
     assert {r, R.fail("ib.state", "mlx5_0/1", "state DOWN", "mlx5_0/1 state DOWN")} == {r}
-    assert r.as_dict() == r._asdict() == {"check": "ib.state", "subject": "mlx5_0/1", "status": R.FAIL,
-                                          "message": "state DOWN", "reason": "mlx5_0/1 state DOWN"}
+    assert (
+        r.as_dict()
+        == r._asdict()
+        == {
+            "check": "ib.state",
+            "subject": "mlx5_0/1",
+            "status": R.FAIL,
+            "message": "state DOWN",
+            "reason": "mlx5_0/1 state DOWN",
+        }
+    )
     assert repr(r).startswith("Result(check='ib.state', subject='mlx5_0/1'")
     with pytest.raises(AttributeError):
         r.status = R.OK
     v = R.make_verdict([r, R.ok("gpu.ecc", "gpu0", "no errors")])
     assert v == R.Verdict(status=R.FAIL, results=v.results, reason="mlx5_0/1 state DOWN")
     assert json_text(v).count('"check"') == 2
-    s = Settings(node="n1", partition=None, root="/", state_dir="/s", gpu_snapshot=None, prom_path=None,
-                 json_path=None)
+    s = Settings(
+        node="n1", partition=None, root="/", state_dir="/s", gpu_snapshot=None, prom_path=None, json_path=None
+    )
     assert s._replace(partition="vpc").partition == "vpc" and s.partition is None
     with pytest.raises(TypeError):
         Settings("n1", None, "/")

@@ -1,4 +1,5 @@
 """safeio: what root does inside user-writable directories, and what it agrees to load."""
+
 from __future__ import annotations
 
 import os
@@ -146,9 +147,11 @@ def test_lock_file_is_exclusive_across_processes_and_released_on_exit(tmp_path):
     import sys
 
     path = tmp_path / "store" / "gpu.lock"
-    probe = ("import sys\nfrom slurm_tune import safeio\n"
-             "try:\n    safeio.LockFile(sys.argv[1], blocking=False, holder='sweep').__enter__()\n"
-             "except safeio.LockBusy as exc:\n    print(exc); sys.exit(3)\n")
+    probe = (
+        "import sys\nfrom slurm_tune import safeio\n"
+        "try:\n    safeio.LockFile(sys.argv[1], blocking=False, holder='sweep').__enter__()\n"
+        "except safeio.LockBusy as exc:\n    print(exc); sys.exit(3)\n"
+    )
     with safeio.LockFile(str(path), blocking=False, holder="sweep") as held:
         assert held.fd >= 0 and path.is_file()
         busy = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
@@ -180,8 +183,11 @@ def test_open_append_refuses_what_a_user_could_plant(tmp_path):
     os.mkfifo(tmp_path / "read.log")
     reader = os.open(tmp_path / "read.log", os.O_RDONLY | os.O_NONBLOCK)
     try:
-        for name, problem in (("link.log", "symbolic link"), ("hard.log", "hard links"),
-                              ("read.log", "not a regular file")):
+        for name, problem in (
+            ("link.log", "symbolic link"),
+            ("hard.log", "hard links"),
+            ("read.log", "not a regular file"),
+        ):
             with pytest.raises(UnsafePathError, match=problem):
                 safeio.open_append(str(tmp_path / name))
     finally:

@@ -1,4 +1,5 @@
 """The per-user submission history: its JSON, what it keeps of the environment, list and diff."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slurm_tune.fastjson import dumps
 from slurm_tune.sbatch import history
@@ -16,9 +18,13 @@ from slurm_tune.sbatch.history import record, recorded_env
 from slurm_tune.sbatch.historyview import HistoryError, diff, find, format_list, load
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=20,
+    )
+)
 def test_the_records_json_reads_back_with_the_json_module(value):
     assert json.loads(dumps(value)) == value
 
@@ -29,8 +35,17 @@ def test_the_records_json_escapes_what_json_must():
 
 
 def test_recorded_env_drops_session_noise_and_hides_secrets():
-    env = recorded_env({"NCCL_IB_HCA": "=mlx5_0:1", "OLDPWD": "/x", "_": "/usr/bin/stune-sbatch", "SHLVL": "2",
-                        "WANDB_API_KEY": "s3cr3t", "HF_TOKEN": "hf_abc", "BASH_FUNC_module%%": "() {}"})
+    env = recorded_env(
+        {
+            "NCCL_IB_HCA": "=mlx5_0:1",
+            "OLDPWD": "/x",
+            "_": "/usr/bin/stune-sbatch",
+            "SHLVL": "2",
+            "WANDB_API_KEY": "s3cr3t",
+            "HF_TOKEN": "hf_abc",
+            "BASH_FUNC_module%%": "() {}",
+        }
+    )
     assert set(env) == {"NCCL_IB_HCA", "WANDB_API_KEY", "HF_TOKEN"}
     assert "s3cr3t" not in dumps(env) and env["WANDB_API_KEY"].startswith("<secret sha256:")
     # a changed secret still shows as a change
@@ -38,9 +53,20 @@ def test_recorded_env_drops_session_noise_and_hides_secrets():
 
 
 def entry(job, env, partition="roce", argv=None, digest="d1"):
-    return {"time": 1700000000, "job_id": job, "cluster": None, "partition": partition,
-            "argv": argv or ["-p", partition, "train.sh"], "sbatch": [], "added": ["--requeue"], "cwd": "/w",
-            "script": "train.sh", "profile": f"/p/{partition}.yaml", "digest": digest, "env": env}
+    return {
+        "time": 1700000000,
+        "job_id": job,
+        "cluster": None,
+        "partition": partition,
+        "argv": argv or ["-p", partition, "train.sh"],
+        "sbatch": [],
+        "added": ["--requeue"],
+        "cwd": "/w",
+        "script": "train.sh",
+        "profile": f"/p/{partition}.yaml",
+        "digest": digest,
+        "env": env,
+    }
 
 
 def test_record_load_find_and_the_file_is_private(tmp_path):
@@ -76,7 +102,9 @@ def test_a_torn_line_is_skipped_not_fatal(tmp_path):
 
 
 def test_default_location_follows_xdg_state_home(tmp_path):
-    assert history.history_path({"XDG_STATE_HOME": str(tmp_path)}) == str(tmp_path / "stune" / "sbatch-history.jsonl")
+    assert history.history_path({"XDG_STATE_HOME": str(tmp_path)}) == str(
+        tmp_path / "stune" / "sbatch-history.jsonl"
+    )
 
 
 def test_the_first_record_makes_its_private_directory(tmp_path):
@@ -97,7 +125,9 @@ def test_diff_of_two_runs_differing_in_one_variable_shows_exactly_that_variable(
 
 def test_diff_reports_added_removed_partition_profile_and_command():
     a = entry("10", {"A": "1", "B": "2"}, partition="roce", digest="d1")
-    b = entry("11", {"B": "2", "C": "3"}, partition="vpc", argv=["-p", "vpc", "-N", "2", "train.sh"], digest="d2")
+    b = entry(
+        "11", {"B": "2", "C": "3"}, partition="vpc", argv=["-p", "vpc", "-N", "2", "train.sh"], digest="d2"
+    )
     lines = diff(a, b)
     assert "partition: 'roce' -> 'vpc'" in lines
     assert any(line.startswith("profile: /p/roce.yaml digest d1 -> /p/vpc.yaml digest d2") for line in lines)
@@ -118,13 +148,19 @@ def test_history_commands(tmp_path):
     env = dict(os.environ, STUNE_HISTORY=str(tmp_path / "h.jsonl"))
     record(entry("10", {"X": "1"}), env)
     record(entry("11", {"X": "2"}), env)
-    run = lambda *a: subprocess.run([os.path.join(os.path.dirname(sys.executable), "stune-sbatch"), *a],
-                                    capture_output=True, text=True, env=env)
+    run = lambda *a: subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "stune-sbatch"), *a],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     out = run("history")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 3
     out = run("history", "diff", "10", "11")
-    assert out.returncode == 0 and out.stdout.splitlines()[1:] == ["environment (1 variable differ):",
-                                                                  "  ~ X: '1' -> '2'"]
+    assert out.returncode == 0 and out.stdout.splitlines()[1:] == [
+        "environment (1 variable differ):",
+        "  ~ X: '1' -> '2'",
+    ]
     out = run("history", "diff", "10", "99")
     assert out.returncode == 1 and out.stderr.startswith("stune-sbatch: job 99 is not in the history")
     assert "Traceback" not in out.stderr

@@ -1,11 +1,23 @@
 """Reading sbatch's command line and #SBATCH directives the way Slurm 22.05's sbatch does."""
+
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from slurm_tune.sbatch.options import (AMBIGUOUS, LONG, SHORT, Effective, Opt, lookup_long, node_range, parse_args,
-                                       parse_directives, split_directive)
+from slurm_tune.sbatch.options import (
+    AMBIGUOUS,
+    LONG,
+    SHORT,
+    Effective,
+    Opt,
+    lookup_long,
+    node_range,
+    parse_args,
+    parse_directives,
+    split_directive,
+)
 from slurm_tune.sbatch.submit import job_id_from, sbatch_words
 
 
@@ -14,15 +26,23 @@ def keys(parsed):
 
 
 def test_long_options_with_equals_or_separate_value_and_flags():
-    p = parse_args(["--partition=roce", "--nodes", "2", "--requeue", "--job-name", "x y", "job.sh", "a", "-p", "b"])
+    p = parse_args(
+        ["--partition=roce", "--nodes", "2", "--requeue", "--job-name", "x y", "job.sh", "a", "-p", "b"]
+    )
     assert keys(p) == [("partition", "roce"), ("nodes", "2"), ("requeue", None), ("job-name", "x y")]
     assert p.script_index == 6 and not p.problems
 
 
 def test_short_options_glued_separate_and_clustered():
     p = parse_args(["-N2", "-p", "vpc", "-HQn", "4", "-J-dashed", "run.sh"])
-    assert keys(p) == [("nodes", "2"), ("partition", "vpc"), ("hold", None), ("quiet", None), ("ntasks", "4"),
-                       ("job-name", "-dashed")]
+    assert keys(p) == [
+        ("nodes", "2"),
+        ("partition", "vpc"),
+        ("hold", None),
+        ("quiet", None),
+        ("ntasks", "4"),
+        ("job-name", "-dashed"),
+    ]
     assert p.script_index == 6
 
 
@@ -59,16 +79,28 @@ def test_a_word_the_table_cannot_classify_is_unknown_not_a_refusal(tmp_path):
     """Issue 22 §1: an option of a newer release or an unlisted plugin is read, said, and never a refusal."""
     p = parse_args(["--tres-per-task=gres/gpu:1", "-p", "roce", "job.sh"])
     assert not p.problems and p.insert_at is None and p.script_index == 3
-    assert p.unknown == ["'--tres-per-task=gres/gpu:1' (command line) is not in this Slurm's sbatch option table "
-                         "(sbatch --help): passed to sbatch as given"]
+    assert p.unknown == [
+        "'--tres-per-task=gres/gpu:1' (command line) is not in this Slurm's sbatch option table "
+        "(sbatch --help): passed to sbatch as given"
+    ]
     assert keys(p) == [("partition", "roce")]
     # followed by a word and then a script: the word is its value; stune's options go before the option
     argv = ["-N", "2", "--container-image", "img", "-p", "roce", "job.sh", "--lr", "1"]
     p = parse_args(argv)
     assert keys(p) == [("nodes", "2"), ("partition", "roce")] and p.script_index == 6 and p.insert_at == 2
     assert "read 'img' as its value" in p.unknown[0]
-    assert sbatch_words(argv, p, ["--requeue"]) == ["-N", "2", "--requeue", "--container-image", "img", "-p",
-                                                    "roce", "job.sh", "--lr", "1"]
+    assert sbatch_words(argv, p, ["--requeue"]) == [
+        "-N",
+        "2",
+        "--requeue",
+        "--container-image",
+        "img",
+        "-p",
+        "roce",
+        "job.sh",
+        "--lr",
+        "1",
+    ]
     # followed by an existing file and nothing that could be a script: a flag, and the file the script
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n")
@@ -87,11 +119,24 @@ def test_options_stop_at_the_script_and_at_double_dash():
 
 
 def test_stune_options_are_exact_and_removed_from_what_sbatch_sees():
-    argv = ["--dry-run", "-p", "roce", "--stage", "/data/x.tar:X", "--stage=/d/y", "--stage-required", "job.sh",
-            "--dry-run"]
+    argv = [
+        "--dry-run",
+        "-p",
+        "roce",
+        "--stage",
+        "/data/x.tar:X",
+        "--stage=/d/y",
+        "--stage-required",
+        "job.sh",
+        "--dry-run",
+    ]
     p = parse_args(argv)
-    assert [(o.key, o.value) for o in p.stune] == [("stune:dry-run", None), ("stune:stage", "/data/x.tar:X"),
-                                                   ("stune:stage", "/d/y"), ("stune:stage-required", None)]
+    assert [(o.key, o.value) for o in p.stune] == [
+        ("stune:dry-run", None),
+        ("stune:stage", "/data/x.tar:X"),
+        ("stune:stage", "/d/y"),
+        ("stune:stage-required", None),
+    ]
     assert sbatch_words(argv, p, []) == ["-p", "roce", "job.sh", "--dry-run"]
     # stune's additions go right before the script; the script's own arguments stay after it
     assert sbatch_words(argv, p, ["--requeue"]) == ["-p", "roce", "--requeue", "job.sh", "--dry-run"]
@@ -100,7 +145,13 @@ def test_stune_options_are_exact_and_removed_from_what_sbatch_sees():
 
 def test_additions_go_before_double_dash_or_at_the_end_for_wrap_and_stdin():
     p = parse_args(["-p", "x", "--", "job.sh"])
-    assert sbatch_words(["-p", "x", "--", "job.sh"], p, ["--requeue"]) == ["-p", "x", "--requeue", "--", "job.sh"]
+    assert sbatch_words(["-p", "x", "--", "job.sh"], p, ["--requeue"]) == [
+        "-p",
+        "x",
+        "--requeue",
+        "--",
+        "job.sh",
+    ]
     p = parse_args(["--wrap", "hostname"])
     assert sbatch_words(["--wrap", "hostname"], p, ["--requeue"]) == ["--wrap", "hostname", "--requeue"]
 
@@ -120,12 +171,17 @@ def test_directive_words_follow_sbatch_quoting_escapes_and_comments():
 
 
 def test_directives_stop_at_the_first_command_and_need_column_zero():
-    script = ("#!/bin/bash\n\n# a comment\n  #SBATCH -p ignored\n#SBATCH -p roce\n#SBATCH --nodes=2 -J x\n"
-              "#SLURM --requeue\nsrun hostname\n#SBATCH -p too-late\n")
+    script = (
+        "#!/bin/bash\n\n# a comment\n  #SBATCH -p ignored\n#SBATCH -p roce\n#SBATCH --nodes=2 -J x\n"
+        "#SLURM --requeue\nsrun hostname\n#SBATCH -p too-late\n"
+    )
     opts, het = parse_directives(script)
     assert [(o.key, o.value, o.where) for o in opts] == [
-        ("partition", "roce", "script line 5"), ("nodes", "2", "script line 6"), ("job-name", "x", "script line 6"),
-        ("requeue", None, "script line 7")]
+        ("partition", "roce", "script line 5"),
+        ("nodes", "2", "script line 6"),
+        ("job-name", "x", "script line 6"),
+        ("requeue", None, "script line 7"),
+    ]
     assert not het
 
 
@@ -167,9 +223,34 @@ def test_the_table_agrees_with_itself():
         assert LONG[key][0] == has_arg, letter
 
 
-_WORDS = st.sampled_from(["-p", "roce", "--partition=vpc", "-N2", "--nodes", "3", "-HQ", "--requeue",
-                          "--export=NONE", "-J", "name", "--wrap", "true", "--dry-run", "--stage", "/d/x", ":",
-                          "--", "job.sh", "arg", "-x", "n1", "--exclusive", "--bogus"])
+_WORDS = st.sampled_from(
+    [
+        "-p",
+        "roce",
+        "--partition=vpc",
+        "-N2",
+        "--nodes",
+        "3",
+        "-HQ",
+        "--requeue",
+        "--export=NONE",
+        "-J",
+        "name",
+        "--wrap",
+        "true",
+        "--dry-run",
+        "--stage",
+        "/d/x",
+        ":",
+        "--",
+        "job.sh",
+        "arg",
+        "-x",
+        "n1",
+        "--exclusive",
+        "--bogus",
+    ]
+)
 
 
 @given(st.lists(_WORDS, max_size=12))
@@ -181,8 +262,8 @@ def test_parsing_never_raises_and_indices_are_consistent(argv):
     kept = [w for i, w in enumerate(argv) if i not in p.stune_words]
     assert words.count("--requeue") == kept.count("--requeue") + 1
     if p.script_index is not None:  # the script and its arguments are untouched, in order, at the end
-        tail = argv[p.script_index:]
-        assert words[len(words) - len(tail):] == tail
+        tail = argv[p.script_index :]
+        assert words[len(words) - len(tail) :] == tail
 
 
 @pytest.mark.parametrize("script", ["", "\n\n", "#!/bin/sh\n#SBATCH", "#SBATCH '\n", "#SBATCH \\"])
@@ -194,12 +275,15 @@ def test_odd_scripts_do_not_break_the_reader(script):
     assert problems == []
 
 
-@pytest.mark.parametrize("script, want, het", [
-    ("#!/bin/sh\n#SBATCH -N 2\n\n#SBATCH -p vpc\n", [("nodes", "2", 2), ("partition", "vpc", 4)], False),
-    ("#!/bin/sh\necho hi\n#SBATCH -p late\n", [], False),           # after the first command: ignored
-    ("#SBATCH -p a\n#SBATCH hetjob\n#SBATCH -p b\n", [("partition", "a", 1)], True),  # first component
-    ("#SBATCH -J 'two words' # a comment\n", [("job-name", "two words", 1)], False),
-])
+@pytest.mark.parametrize(
+    "script, want, het",
+    [
+        ("#!/bin/sh\n#SBATCH -N 2\n\n#SBATCH -p vpc\n", [("nodes", "2", 2), ("partition", "vpc", 4)], False),
+        ("#!/bin/sh\necho hi\n#SBATCH -p late\n", [], False),  # after the first command: ignored
+        ("#SBATCH -p a\n#SBATCH hetjob\n#SBATCH -p b\n", [("partition", "a", 1)], True),  # first component
+        ("#SBATCH -J 'two words' # a comment\n", [("job-name", "two words", 1)], False),
+    ],
+)
 def test_directives_around_the_odd_ones_are_still_read(script, want, het):
     options, is_het = parse_directives(script)
     assert [(o.key, o.value, int(o.where.rsplit(" ", 1)[1])) for o in options] == want
@@ -211,8 +295,12 @@ def test_the_submission_and_node_environment_modules_stay_under_450_lines():
     from pathlib import Path
 
     package = Path(__file__).resolve().parent.parent / "slurm_tune"
-    long = {str(p.relative_to(package)): n for folder in ("sbatch", "nodeenv") for p in (package / folder).glob("*.py")
-            if (n := len(p.read_text().splitlines())) > 450}
+    long = {
+        str(p.relative_to(package)): n
+        for folder in ("sbatch", "nodeenv")
+        for p in (package / folder).glob("*.py")
+        if (n := len(p.read_text().splitlines())) > 450
+    }
     assert not long, long
 
 
@@ -220,11 +308,16 @@ def test_the_options_in_effect_are_read_once_when_made():
     """Effective resolves command line > SBATCH_* > #SBATCH once: a later get() is a lookup, not another
     walk of the environment."""
     environ = {"SBATCH_PARTITION": "roce", "SBATCH_SIGNAL": "USR2@60"}
-    eff = Effective(parse_args(["-N", "2", "--signal=USR1", "x.sh"]).options,
-                    parse_directives("#SBATCH -p hdr\n#SBATCH -t 5\n#SBATCH -t 10\n")[0], environ)
+    eff = Effective(
+        parse_args(["-N", "2", "--signal=USR1", "x.sh"]).options,
+        parse_directives("#SBATCH -p hdr\n#SBATCH -t 5\n#SBATCH -t 10\n")[0],
+        environ,
+    )
     environ.clear()
     assert (eff.get("partition").value, eff.get("partition").where) == ("roce", "$SBATCH_PARTITION")
-    assert eff.get("signal").value == "USR1" and eff.get("time").value == "10" and eff.get("nodes").value == "2"
+    assert (
+        eff.get("signal").value == "USR1" and eff.get("time").value == "10" and eff.get("nodes").value == "2"
+    )
     assert eff.given("no-requeue", "nodes").key == "nodes" and eff.get("wrap") is None
 
 
@@ -246,11 +339,17 @@ def test_what_the_user_asked_is_one_request_read_once(tmp_path):
 
     environ = {"STUNE_CACHE_DIR": str(tmp_path), "SBATCH_PARTITION": "vpc"}
     script = b"#!/bin/sh\n#SBATCH -N 2\n#SBATCH hetjob\ntrap 'x' USR1\n"
-    req = read_request(["--dry-run", "--json", "--stage", "/a", "--stage=/b:B", "--node-summary", "-t", "5"], environ,
-                       io.BytesIO(script), NoSbatch())
+    req = read_request(
+        ["--dry-run", "--json", "--stage", "/a", "--stage=/b:B", "--node-summary", "-t", "5"],
+        environ,
+        io.BytesIO(script),
+        NoSbatch(),
+    )
     assert req.refusal is None and req.dry_run and req.as_json and req.node_summary and not req.stage_required
     assert req.stage_args == ["/a", "/b:B"] and req.label == "<stdin>" and req.stdin_bytes == script
-    assert req.het and req.eff.get("nodes").where == "script line 2" and req.eff.get("partition").value == "vpc"
+    assert (
+        req.het and req.eff.get("nodes").where == "script line 2" and req.eff.get("partition").value == "vpc"
+    )
     assert req.script == script.decode()
     refused = read_request(["--nodes"], environ, None, NoSbatch())
     assert refused.refusal.what == "this command line" and refused.refusal.problems and refused.eff is None

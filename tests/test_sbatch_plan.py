@@ -1,5 +1,6 @@
 """What stune-sbatch adds for a job, and why: NCCL per fabric, the user's own values, --export, binding,
 recovery, placement. Pure: profiles from partitions/ or a temp directory, no Slurm."""
+
 from __future__ import annotations
 
 import os
@@ -9,10 +10,10 @@ import pytest
 
 from slurm_tune.nodeenv.managed import parse_managed
 from slurm_tune.profiles import load_profile
-from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
-from slurm_tune.sbatch.export import export_with, parse_export, user_value
-from slurm_tune.sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
 from slurm_tune.sbatch.dryrun import explain
+from slurm_tune.sbatch.export import export_with, parse_export, user_value
+from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
+from slurm_tune.sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
 from slurm_tune.sbatch.submit import sbatch_words
 
 
@@ -23,8 +24,18 @@ def own_option_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(optable, "cache_path", lambda environ: str(tmp_path / "cache" / "sbatch-options.txt"))
 
 
-def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partition=None, stage=(), required=False,
-             checkpoint_signal=False):
+def plan_for(
+    argv,
+    *,
+    environ=None,
+    script="",
+    profile=None,
+    degraded=(),
+    partition=None,
+    stage=(),
+    required=False,
+    checkpoint_signal=False,
+):
     parsed = parse_args(argv)
     directives, het = parse_directives(script)
     environ = {} if environ is None else environ
@@ -36,11 +47,20 @@ def plan_for(argv, *, environ=None, script="", profile=None, degraded=(), partit
         calls.append(partition)
         return list(degraded)
 
-    plan = build_plan(partition=partition, partition_source="test", profile=profile or load_profile(partition),
-                      eff=eff, environ=environ, cwd="/home/u/run", stage_args=list(stage), stage_required=required,
-                      degraded_nodes=degraded_nodes, het=het or parsed.het,
-                      script=eff.get("wrap").value if eff.get("wrap") else script,
-                      checkpoint_signal=checkpoint_signal)
+    plan = build_plan(
+        partition=partition,
+        partition_source="test",
+        profile=profile or load_profile(partition),
+        eff=eff,
+        environ=environ,
+        cwd="/home/u/run",
+        stage_args=list(stage),
+        stage_required=required,
+        degraded_nodes=degraded_nodes,
+        het=het or parsed.het,
+        script=eff.get("wrap").value if eff.get("wrap") else script,
+        checkpoint_signal=checkpoint_signal,
+    )
     return plan, calls
 
 
@@ -82,7 +102,10 @@ def test_a_variable_the_user_exported_is_kept_and_the_explanation_says_so():
     plan, _ = plan_for(["-p", "roce"], environ={"NCCL_IB_HCA": "=mlx5_3:1", "NCCL_IB_GID_INDEX": "5"})
     hca = setting(plan, "NCCL_IB_HCA")
     assert not hca.applied and "NCCL_IB_HCA" not in plan.env
-    assert "kept your NCCL_IB_HCA==mlx5_3:1 (your environment)" in hca.note and "stune would set =mlx5_0:1" in hca.note
+    assert (
+        "kept your NCCL_IB_HCA==mlx5_3:1 (your environment)" in hca.note
+        and "stune would set =mlx5_0:1" in hca.note
+    )
     gid = setting(plan, "NCCL_IB_GID_INDEX")
     assert not gid.applied and "NCCL_IB_GID_INDEX" not in parse_managed(plan.env["STUNE_MANAGED"])
     assert "NCCL_IB_HCA" not in parse_managed(plan.env["STUNE_MANAGED"])
@@ -135,14 +158,17 @@ def test_parse_export_forms():
     assert user_value("A", parse_export(None), {}, {"A": "f"}) == ("f", "--export-file")
 
 
-
 def test_export_with_adds_stunes_names_only_where_the_user_narrowed_the_export():
     env = {"NCCL_IB_HCA": "=mlx5_0:1", "MASTER_PORT": "1"}
     assert export_with(parse_export(None), env) is None  # ALL: the job inherits them anyway
     assert export_with(parse_export(Opt("export", "ALL,A=1", "x")), env) is None
-    assert export_with(parse_export(Opt("export", "A,B=2", "x")), env) == "--export=A,B=2,MASTER_PORT,NCCL_IB_HCA"
+    assert (
+        export_with(parse_export(Opt("export", "A,B=2", "x")), env)
+        == "--export=A,B=2,MASTER_PORT,NCCL_IB_HCA"
+    )
     assert export_with(parse_export(Opt("export", "NONE", "x")), env) == "--export=MASTER_PORT,NCCL_IB_HCA"
     assert export_with(parse_export(Opt("export", "NONE", "x")), {}) is None
+
 
 def test_recovery_defaults_unless_the_user_gave_their_own():
     plan, _ = plan_for(["-p", "roce", "--wrap", "trap 'touch stop' USR1; srun train & wait"])
@@ -164,17 +190,22 @@ def write_profiles(tmp_path, body: str):
 
 
 def test_slurm_binding_adds_gpu_bind_and_cpu_bind_default(tmp_path):
-    d = write_profiles(tmp_path, """\
+    d = write_profiles(
+        tmp_path,
+        """\
         partition: gpu
         fabric: {type: ib, hcas: [{device: mlx5_0, port: 1}]}
         numa: {bind: slurm, cpu_bind: sockets}
         gpu: {count: 8}
-        """)
+        """,
+    )
     profile = load_profile("gpu", d)
     plan, _ = plan_for(["-p", "gpu"], profile=profile)
     assert "--gpu-bind=closest" in plan.options and plan.env["SLURM_CPU_BIND"] == "sockets"
     assert setting(plan, "SLURM_CPU_BIND").source.endswith("gpu.yaml:3")
-    plan, _ = plan_for(["-p", "gpu", "--gpu-bind=single:1"], profile=profile, environ={"SLURM_CPU_BIND": "none"})
+    plan, _ = plan_for(
+        ["-p", "gpu", "--gpu-bind=single:1"], profile=profile, environ={"SLURM_CPU_BIND": "none"}
+    )
     assert not any(o.startswith("--gpu-bind") for o in plan.options) and "SLURM_CPU_BIND" not in plan.env
 
 
@@ -219,8 +250,9 @@ def test_a_het_job_gets_the_environment_only():
 
 
 def test_stage_requests_become_stune_stage_relative_to_the_job_directory():
-    plan, _ = plan_for(["-p", "vpc", "-D", "exp1"], stage=["data/imagenet.tar.gz", "/lustre/coco:COCO"],
-                       required=True)
+    plan, _ = plan_for(
+        ["-p", "vpc", "-D", "exp1"], stage=["data/imagenet.tar.gz", "/lustre/coco:COCO"], required=True
+    )
     value = plan.env["STUNE_STAGE"]
     assert value == "v1;required;IMAGENET=/home/u/run/exp1/data/imagenet.tar.gz;COCO=/lustre/coco"
     assert "STUNE_STAGE" in parse_managed(plan.env["STUNE_MANAGED"])
@@ -235,8 +267,9 @@ def test_a_bad_stage_request_is_refused_with_a_clear_error():
 
 def test_explain_names_command_environment_and_origins():
     plan, _ = plan_for(["-p", "hdr", "-N", "2"], degraded=["n3"], script="#!/bin/bash\ntrap ckpt USR1\n")
-    words = sbatch_words(["-p", "hdr", "-N", "2", "job.sh"], parse_args(["-p", "hdr", "-N", "2", "job.sh"]),
-                         plan.options)
+    words = sbatch_words(
+        ["-p", "hdr", "-N", "2", "job.sh"], parse_args(["-p", "hdr", "-N", "2", "job.sh"]), plan.options
+    )
     text = explain(plan, words, "job.sh")
     assert "sbatch -p hdr -N 2 --requeue --signal=B:USR1@300 --switches=1@0:10:00 --exclude=n3 job.sh" in text
     assert "NCCL_IB_HCA==mlx5_0:1" in text and "fabric.hcas @ " in text and "hdr.yaml:7" in text
@@ -277,7 +310,9 @@ def test_a_bug_while_planning_submits_unchanged_with_a_warning(monkeypatch, caps
 
     monkeypatch.setattr(submit, "make_plan", broken)
     fake = FakeSlurm()
-    rc = submit.run(["-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    rc = submit.run(
+        ["-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake
+    )
     assert rc == 0 and fake.ran[0][0] == ["-p", "roce", "--wrap", "true"]
     assert "internal error: KeyError" in capsys.readouterr().err
     with pytest.raises(KeyError):
@@ -288,7 +323,9 @@ def test_a_partition_without_a_profile_is_submitted_unchanged_with_a_note(capsys
     from slurm_tune.sbatch import submit
 
     fake = FakeSlurm()
-    rc = submit.run(["-p", "debug", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    rc = submit.run(
+        ["-p", "debug", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake
+    )
     words, env = fake.ran[0]
     assert rc == 0 and words == ["-p", "debug", "--wrap", "true"] and "NCCL_IB_HCA" not in env
     assert "partition 'debug' has no stune profile" in capsys.readouterr().err
@@ -307,14 +344,21 @@ def test_an_unprofiled_partition_is_told_by_its_type_not_its_words(capsys, tmp_p
     assert info.value.partition == "debug" and isinstance(info.value, ConfigError) and info.value.key == ""
 
     def lookalike(partition, directory=None):
-        raise ConfigError("/etc/stune/partitions", None, "", f"no profile for partition {partition!r} (a lookalike)")
+        raise ConfigError(
+            "/etc/stune/partitions", None, "", f"no profile for partition {partition!r} (a lookalike)"
+        )
 
     monkeypatch.setattr(profilestore, "load_profile", lookalike)
     fake = FakeSlurm()
-    rc = submit.run(["-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
+    rc = submit.run(
+        ["-p", "roce", "--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake
+    )
     err = capsys.readouterr().err
     assert rc == 0 and fake.ran[0][0] == ["-p", "roce", "--wrap", "true"]
-    assert "warning: /etc/stune/partitions: no profile for partition 'roce' (a lookalike); submitting without" in err
+    assert (
+        "warning: /etc/stune/partitions: no profile for partition 'roce' (a lookalike); submitting without"
+        in err
+    )
     assert "has no stune profile" not in err
     with pytest.raises(ConfigError):
         submit.run(["--dry-run", "-p", "roce", "--wrap", "true"], environ={}, slurm=fake)
@@ -333,31 +377,40 @@ def test_the_default_partition_is_asked_only_when_nothing_names_one(tmp_path):
     fake = Counting()
     submit.run(["--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h")}, slurm=fake)
     assert Counting.asked == 1 and fake.ran[0][1]["NCCL_IB_TC"] == "106"
-    submit.run(["--wrap", "true"], environ={"STUNE_HISTORY": str(tmp_path / "h"), "SBATCH_PARTITION": "vpc"},
-               slurm=fake)
+    submit.run(
+        ["--wrap", "true"],
+        environ={"STUNE_HISTORY": str(tmp_path / "h"), "SBATCH_PARTITION": "vpc"},
+        slurm=fake,
+    )
     assert Counting.asked == 1 and fake.ran[1][1]["NCCL_IB_DISABLE"] == "1"
 
 
-@pytest.mark.parametrize("script, line", [
-    ("#!/bin/bash\n#SBATCH -t 10\ntrap 'echo got it; touch ckpt' USR1\nsrun train &\nwait\n", "line 3"),
-    ("#!/bin/bash\nset -e\ntrap checkpoint SIGUSR1 TERM\n", "line 3"),
-    ("#!/bin/bash\nf() { :; }; trap f 10\n", "line 2"),
-    ("#!/bin/bash\nsetup && trap -- 'kill -USR1 $pid' usr1\n", "line 2"),
-])
+@pytest.mark.parametrize(
+    "script, line",
+    [
+        ("#!/bin/bash\n#SBATCH -t 10\ntrap 'echo got it; touch ckpt' USR1\nsrun train &\nwait\n", "line 3"),
+        ("#!/bin/bash\nset -e\ntrap checkpoint SIGUSR1 TERM\n", "line 3"),
+        ("#!/bin/bash\nf() { :; }; trap f 10\n", "line 2"),
+        ("#!/bin/bash\nsetup && trap -- 'kill -USR1 $pid' usr1\n", "line 2"),
+    ],
+)
 def test_the_signal_goes_to_a_script_that_traps_it(script, line):
     plan, _ = plan_for(["-p", "roce"], script=script)
     assert "--signal=B:USR1@300" in plan.options
     assert f"your script traps it ({line})" in setting(plan, "--signal").note
 
 
-@pytest.mark.parametrize("script", [
-    "#!/bin/bash\nsrun sleep 100\n",
-    "#!/bin/bash\ntrap - USR1\nsrun sleep 100\n",          # back to the default action: bash exits
-    "#!/bin/bash\ntrap -p USR1\n",
-    "#!/bin/bash\ntrap cleanup EXIT TERM\n",
-    "#!/bin/bash\necho 'trap USR1 later'\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "#!/bin/bash\nsrun sleep 100\n",
+        "#!/bin/bash\ntrap - USR1\nsrun sleep 100\n",  # back to the default action: bash exits
+        "#!/bin/bash\ntrap -p USR1\n",
+        "#!/bin/bash\ntrap cleanup EXIT TERM\n",
+        "#!/bin/bash\necho 'trap USR1 later'\n",
+        "",
+    ],
+)
 def test_no_signal_for_a_script_that_does_not_trap_it(script):
     """bash's default action for SIGUSR1 is to exit: sending it would fail a job that plain sbatch completes."""
     plan, _ = plan_for(["-p", "roce"], script=script)
@@ -370,15 +423,28 @@ def test_no_signal_for_a_script_that_does_not_trap_it(script):
 def test_the_signal_by_opt_in_on_the_command_line_or_in_the_profile(tmp_path):
     plan, _ = plan_for(["-p", "roce"], script="#!/bin/sh\nsrun x\n", checkpoint_signal=True)
     assert "--signal=B:USR1@300" in plan.options and "--checkpoint-signal" in setting(plan, "--signal").note
-    d = write_profiles(tmp_path, "partition: gpu\nfabric: {type: tcp, socket_ifname: eth0}\nrecovery: {signal_when: always, "
-                                 "signal_seconds: 120}\n")
+    d = write_profiles(
+        tmp_path,
+        "partition: gpu\nfabric: {type: tcp, socket_ifname: eth0}\nrecovery: {signal_when: always, "
+        "signal_seconds: 120}\n",
+    )
     plan, _ = plan_for(["-p", "gpu"], profile=load_profile("gpu", str(d)), script="#!/bin/sh\nsrun x\n")
     assert "--signal=B:USR1@120" in plan.options
     assert "recovery.signal_when: always" in setting(plan, "--signal").note
 
 
-@pytest.mark.parametrize("limit, warned", [("2", True), ("5", True), ("5:01", False), ("0:04:59", True),
-                                           ("1-0", False), ("10", False), ("INFINITE", False)])
+@pytest.mark.parametrize(
+    "limit, warned",
+    [
+        ("2", True),
+        ("5", True),
+        ("5:01", False),
+        ("0:04:59", True),
+        ("1-0", False),
+        ("10", False),
+        ("INFINITE", False),
+    ],
+)
 def test_a_time_limit_not_longer_than_the_signals_lead_is_warned(limit, warned):
     plan, _ = plan_for(["-p", "roce", "-t", limit], script="#!/bin/bash\ntrap ckpt USR1\n")
     assert bool(plan.warnings) == warned
@@ -400,7 +466,14 @@ def test_time_limit_formats():
     from slurm_tune.sbatch.plan import time_limit_seconds
 
     assert [time_limit_seconds(t) for t in ("7", "7:30", "1:00:00", "2-0", "2-3", "2-3:04", "2-3:04:05")] == [
-        420, 450, 3600, 172800, 183600, 183840, 183845]
+        420,
+        450,
+        3600,
+        172800,
+        183600,
+        183840,
+        183845,
+    ]
     assert [time_limit_seconds(t) for t in ("", "x", "1:2:3:4", "a-1", "UNLIMITED")] == [None] * 5
 
 
@@ -415,8 +488,13 @@ def test_a_value_changed_inside_a_parent_stune_job_is_the_users():
 
 def test_a_parent_jobs_per_node_values_are_not_passed_to_a_nested_job():
     """Submitted from inside a stune job: MASTER_ADDR and the detected GID index are the parent's."""
-    environ = {"MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "12001", "NCCL_IB_GID_INDEX": "5", "MY_VAR": "x",
-               "STUNE_MANAGED": "MASTER_ADDR,MASTER_PORT,NCCL_IB_GID_INDEX"}
+    environ = {
+        "MASTER_ADDR": "10.0.0.9",
+        "MASTER_PORT": "12001",
+        "NCCL_IB_GID_INDEX": "5",
+        "MY_VAR": "x",
+        "STUNE_MANAGED": "MASTER_ADDR,MASTER_PORT,NCCL_IB_GID_INDEX",
+    }
     plan, _ = plan_for(["-p", "roce"], environ=environ)
     assert set(plan.unset) == {"MASTER_ADDR", "MASTER_PORT", "NCCL_IB_GID_INDEX"}
     mine = {"MASTER_ADDR": "10.0.0.9", "STUNE_MANAGED": "NCCL_IB_HCA"}  # the user's own: kept

@@ -1,5 +1,6 @@
 """stune-sbatch with a site's SPANK plugin options (pyxis's --container-image ...), --stage checks at submit,
 a partition without a profile, and --help without a Slurm config. No cluster: a fake Slurm answers."""
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,15 @@ def test_plugin_options_are_read_from_sbatch_help():
     assert parse_plugin_help(HELP.split("Options provided by plugins:")[0]) == {}
 
 
-@pytest.mark.parametrize("garbage", ["", "Options provided by plugins:", "Options provided by plugins:\n--\n  --=x\n"
-                                     "  --a b\n  --bad$name\n\x00\xff", "x" * 10000])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "",
+        "Options provided by plugins:",
+        "Options provided by plugins:\n--\n  --=x\n  --a b\n  --bad$name\n\x00\xff",
+        "x" * 10000,
+    ],
+)
 def test_plugin_help_garbage_is_no_options(garbage):
     assert all(all(c.isalnum() or c in "-_" for c in n) for n in parse_plugin_help(garbage))
 
@@ -81,8 +89,21 @@ def test_a_container_image_keeps_stunes_settings_and_mounts_the_staged_data(tmp_
     data = tmp_path / "data"
     data.mkdir()
     fake = FakeSlurm()
-    rc = submit(["-p", "roce", "--container-image", "nvcr.io#nvidia/pytorch:24.05-py3", "--stage",
-                 f"{data}:DATA", "--container-writable", "--wrap", "python train.py"], tmp_path, fake)
+    rc = submit(
+        [
+            "-p",
+            "roce",
+            "--container-image",
+            "nvcr.io#nvidia/pytorch:24.05-py3",
+            "--stage",
+            f"{data}:DATA",
+            "--container-writable",
+            "--wrap",
+            "python train.py",
+        ],
+        tmp_path,
+        fake,
+    )
     assert rc == 0 and fake.asked_help == 1
     words, env = fake.ran[0]
     assert words[:4] == ["-p", "roce", "--container-image", "nvcr.io#nvidia/pytorch:24.05-py3"]
@@ -96,8 +117,21 @@ def test_the_users_own_container_mounts_are_kept_with_a_note(tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
     fake = FakeSlurm()
-    submit(["--dry-run", "-p", "roce", "--container-image=img", "--container-mounts=/a:/a", "--stage",
-            f"{data}:DATA", "--wrap", "true"], tmp_path, fake)
+    submit(
+        [
+            "--dry-run",
+            "-p",
+            "roce",
+            "--container-image=img",
+            "--container-mounts=/a:/a",
+            "--stage",
+            f"{data}:DATA",
+            "--wrap",
+            "true",
+        ],
+        tmp_path,
+        fake,
+    )
     out = capsys.readouterr().out
     assert "sbatch -p roce --container-image=img --container-mounts=/a:/a --wrap true --requeue\n" in out
     assert "kept your --container-mounts=/a:/a (command line): add /local/nvme/stune-cache" in out
@@ -123,13 +157,17 @@ def test_an_option_no_table_knows_warns_in_one_line_and_keeps_stunes_settings(tm
     assert rc == 1 and fake.ran[0][0][:4] == ["--bogus", "-p", "roce", "--wrap"]
     assert fake.ran[0][1]["NCCL_IB_TC"] == "106" and "--requeue" in fake.ran[0][0]
     err = capsys.readouterr().err.splitlines()
-    assert err == ["stune-sbatch: warning: '--bogus' (command line) is not in this Slurm's sbatch option table "
-                   "(sbatch --help): passed to sbatch as given; stune's settings still apply"]
+    assert err == [
+        "stune-sbatch: warning: '--bogus' (command line) is not in this Slurm's sbatch option table "
+        "(sbatch --help): passed to sbatch as given; stune's settings still apply"
+    ]
     assert fake.asked_help == 1
     submit(["--bogus", "-p", "roce", "--wrap", "true"], tmp_path, fake)
     assert fake.asked_help == 2  # the cached table did not know it: sbatch was asked afresh
     capsys.readouterr()
-    assert submit(["--dry-run", "--bogus", "-p", "roce", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 0
+    assert (
+        submit(["--dry-run", "--bogus", "-p", "roce", "--wrap", "true"], tmp_path, FakeSlurm(help_rc=1)) == 0
+    )
     captured = capsys.readouterr()
     assert "'--bogus' (command line) is not in this Slurm's sbatch option table" in captured.out
     assert "refuse" not in captured.out + captured.err
@@ -182,8 +220,11 @@ def test_a_stage_source_that_does_not_exist_is_warned_at_submit(tmp_path, capsys
     submit(["-p", "roce", "--stage", f"{missing}:X", "--wrap", "true"], tmp_path, fake)
     err = capsys.readouterr().err
     assert f"warning: {missing} does not exist on this host" in err and "STUNE_STAGE_X will point at" in err
-    submit(["--dry-run", "-p", "roce", "--stage", f"{missing}:X", "--stage-required", "--wrap", "true"],
-           tmp_path, fake)
+    submit(
+        ["--dry-run", "-p", "roce", "--stage", f"{missing}:X", "--stage-required", "--wrap", "true"],
+        tmp_path,
+        fake,
+    )
     out = capsys.readouterr().out
     assert "the job will fail (--stage-required)" in out
     assert "staged on each node into the cache tier: nothing" in out
@@ -191,6 +232,7 @@ def test_a_stage_source_that_does_not_exist_is_warned_at_submit(tmp_path, capsys
 
 def test_help_answers_with_exit_0_whatever_sbatch_does(tmp_path, capsys):
     """Issue 21 §10: without a Slurm config, --help exited 1 after four lines of sbatch errors."""
+
     class NoConfig(FakeSlurm):
         def run_full(self, argv, timeout=None, env=None, input=None):
             return 1, "", "sbatch: fatal: Could not establish a configuration source\n"
@@ -227,7 +269,8 @@ def test_history_records_a_digest_of_the_script_and_diff_says_it_changed(tmp_pat
     assert history.diff(entries[0], entries[1]) == []
     assert history.diff(entries[1], entries[2]) == [
         f"script content changed: sha256 {entries[1]['script_sha256']} -> {entries[2]['script_sha256']} "
-        f"({script})"]
+        f"({script})"
+    ]
 
 
 def test_the_history_keeps_the_submission_time_and_directory_of_a_waiting_sbatch(tmp_path, monkeypatch):
@@ -281,17 +324,29 @@ def test_devcluster_env_prints_the_profile_directory(tmp_path, capsys, monkeypat
 # A newer release's help: the 22.05 capture above its plugin section, plus lines for options 24.11 and 26.05
 # add, written by hand in the layout sbatch prints (no 24.11/26.05 `sbatch --help` capture is available here;
 # the cluster corpus test, tests/test_sbatch_corpus.py, runs against whatever real sbatch the suite has).
-NEWER_HELP = HELP.split("Options provided by plugins:")[0].rstrip("\n") + """
+NEWER_HELP = (
+    HELP.split("Options provided by plugins:")[0].rstrip("\n")
+    + """
       --tres-per-task=list    list of tres required per task
       --oom-kill-step[=0|1]   set the OOMKillStep behaviour for the job's steps
       --mem-update=interval   update the job's memory limit every interval
       --container-type=type   the container runtime to use
 """
+)
 
 
-@pytest.mark.parametrize("words", [
-    ["--tres-per-task=gres/gpu:1"], ["--tres-per-task", "gres/gpu:1"], ["--oom-kill-step"], ["--oom-kill-step=1"],
-    ["--mem-update=30"], ["--container-type", "oci"], ["--tres-per-t", "cpu:2"]])
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--tres-per-task=gres/gpu:1"],
+        ["--tres-per-task", "gres/gpu:1"],
+        ["--oom-kill-step"],
+        ["--oom-kill-step=1"],
+        ["--mem-update=30"],
+        ["--container-type", "oci"],
+        ["--tres-per-t", "cpu:2"],
+    ],
+)
 def test_options_of_a_newer_release_are_learned_not_warned(words, tmp_path, capsys):
     """Issue 22 §1: with a newer sbatch's table, its options are options: stune's settings, no warning, and the
     words reach sbatch as given (before the script)."""
@@ -299,7 +354,7 @@ def test_options_of_a_newer_release_are_learned_not_warned(words, tmp_path, caps
     rc = submit(["-p", "roce", *words, "--wrap", "true"], tmp_path, fake)
     assert rc == 0 and capsys.readouterr().err == ""
     sent, env = fake.ran[0]
-    assert sent[:2 + len(words)] == ["-p", "roce", *words] and env["NCCL_IB_TC"] == "106"
+    assert sent[: 2 + len(words)] == ["-p", "roce", *words] and env["NCCL_IB_TC"] == "106"
     assert submit(["--dry-run", "-p", "roce", *words, "--wrap", "true"], tmp_path, fake) == 0
     captured = capsys.readouterr()
     assert "option table" not in captured.out + captured.err and "refuse" not in captured.err
@@ -360,10 +415,17 @@ def test_help_without_any_slurm_config_exits_0_in_one_piece(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "STUNE_"))}
     env.update(SLURM_CONF=str(tmp_path / "no-slurm.conf"), STUNE_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "stune-sbatch"), "--help"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "stune-sbatch"), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stderr == "", out.stderr
-    assert out.stdout.startswith("Usage: stune-sbatch [sbatch options]") and "--checkpoint-signal" in out.stdout
+    assert (
+        out.stdout.startswith("Usage: stune-sbatch [sbatch options]") and "--checkpoint-signal" in out.stdout
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root's rule: the cache must be writable by root alone")

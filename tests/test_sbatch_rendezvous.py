@@ -4,6 +4,7 @@ Before, each step's tasks detected their own (srun steps inherit only the listed
 first node, its address on the socket interface, rank 1 the first node's name. The nodes use this machine's
 real interfaces here (no sysfs fixture), so the first node does have an address to find.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,10 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import wait_for_state, wait_until
+
 # The torch tests' set-up: a vpc profile on this machine's default interface, the TaskProlog on real sysfs.
-from test_sbatch_torch import default_interface, real_nodes  # noqa: F401
+from test_sbatch_torch import default_interface, real_nodes
 
 pytestmark = pytest.mark.cluster
 
@@ -30,9 +31,23 @@ def test_every_rank_gets_the_batch_steps_master_addr(export, real_nodes, slurm, 
     # the suite's own Slurm's srun, by its full path: under --export=NONE the batch script has no PATH
     srun = os.path.join(os.environ.get("STUNE_SLURM_BIN", "/usr/bin"), "srun")
     step = 'echo "rank $SLURM_PROCID $SLURMD_NODENAME MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"'
-    out = subprocess.run([os.path.join(BIN, "stune-sbatch"), "--parsable", "-p", "vpc", "-N2", f"--export={export}",
-                          "-o", str(shared_tmp / "out-%j.txt"), "--wrap",
-                          f"{srun} -N2 -n2 /bin/sh -c '{step}'"], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [
+            os.path.join(BIN, "stune-sbatch"),
+            "--parsable",
+            "-p",
+            "vpc",
+            "-N2",
+            f"--export={export}",
+            "-o",
+            str(shared_tmp / "out-%j.txt"),
+            "--wrap",
+            f"{srun} -N2 -n2 /bin/sh -c '{step}'",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     job = int(out.stdout)
     wait_for_state(slurm, job, ("COMPLETED",), timeout=60)

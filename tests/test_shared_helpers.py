@@ -1,5 +1,6 @@
 """Shared helpers, once each: the one line writer (streams.say), the flock wrappers built on safeio.LockFile,
 and the atomic writes that go through safeio.write_atomic."""
+
 from __future__ import annotations
 
 import io
@@ -55,9 +56,11 @@ def _locks(tmp_path):
     from slurm_tune.fairshare.ledger import LedgerLock
     from slurm_tune.health.state import Locked
 
-    return [(lambda: Locked(str(tmp_path / "health")), tmp_path / "health" / "lock"),
-            (lambda: LedgerLock(str(tmp_path / "fs" / "ledger.json")), tmp_path / "fs" / "ledger.json.lock"),
-            (lambda: SweepLock(str(tmp_path / "store"), "gpu"), tmp_path / "store" / "gpu.lock")]
+    return [
+        (lambda: Locked(str(tmp_path / "health")), tmp_path / "health" / "lock"),
+        (lambda: LedgerLock(str(tmp_path / "fs" / "ledger.json")), tmp_path / "fs" / "ledger.json.lock"),
+        (lambda: SweepLock(str(tmp_path / "store"), "gpu"), tmp_path / "store" / "gpu.lock"),
+    ]
 
 
 def test_the_flock_wrappers_are_exclusive_and_released(tmp_path):
@@ -80,8 +83,11 @@ def test_the_non_waiting_locks_say_who_holds_them(tmp_path):
 
     for make, path in _locks(tmp_path)[1:]:
         with make():
-            with pytest.raises(StuneError, match=r"^another (stune-fairshare|sweep of this partition) is running "
-                                                 rf"\(lock {path}\)$"):
+            with pytest.raises(
+                StuneError,
+                match=r"^another (stune-fairshare|sweep of this partition) is running "
+                rf"\(lock {path}\)$",
+            ):
                 make().__enter__()
 
 
@@ -201,8 +207,12 @@ def _raw_uses(names: set[str], module: str) -> dict[str, list[int]]:
         if rel in SAFE_OPEN_HOMES:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Attribute) and node.attr in names and \
-                    isinstance(node.value, ast.Name) and node.value.id == module:
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in names
+                and isinstance(node.value, ast.Name)
+                and node.value.id == module
+            ):
                 out.setdefault(rel, []).append(node.lineno)
     return out
 

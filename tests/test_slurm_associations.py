@@ -3,12 +3,14 @@ live adapter (Slurm.associations) and an admin's export (`stune-fairshare --asso
 
 One rule for a Share that is neither a number nor `parent`: an error naming the command (live) or the file
 and line (export), never a made-up share."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_tune.errors import SlurmError
 from slurm_tune.fairshare.accountant import AccountantError, load_tree_file
@@ -44,11 +46,17 @@ def test_any_other_share_is_refused(text):
 
 
 def test_live_rows_are_this_clusters_in_lft_order(tmp_path):
-    slurm = live(tmp_path, "22.05.8", "stune|root|||1||1\nother|root|||1||1\nstune|physics|stune-alice||parent||4\n"
-                                      "stune|physics||root|2||3\n\n")
-    assert slurm.associations() == [Association("root", "", "", 1, "", 1),
-                                    Association("physics", "", "root", 2, "", 3),
-                                    Association("physics", "stune-alice", "", None, "", 4)]
+    slurm = live(
+        tmp_path,
+        "22.05.8",
+        "stune|root|||1||1\nother|root|||1||1\nstune|physics|stune-alice||parent||4\n"
+        "stune|physics||root|2||3\n\n",
+    )
+    assert slurm.associations() == [
+        Association("root", "", "", 1, "", 1),
+        Association("physics", "", "root", 2, "", 3),
+        Association("physics", "stune-alice", "", None, "", 4),
+    ]
     assert slurm.calls[0][-1] == "format=Cluster,Account,User,ParentName,Share,Partition,LFT"
 
 
@@ -60,9 +68,12 @@ def test_live_rows_of_23_11_on_are_in_lineage_order(tmp_path):
 
 def test_a_live_share_that_is_not_a_number_names_the_command_and_release(tmp_path):
     slurm = live(tmp_path, "22.05.8", "stune|root|||1||1\nstune|physics||root|lots||2\n")
-    with pytest.raises(SlurmError, match=r"^output of `sacctmgr -n -P show assoc format=Cluster,Account,"
-                                         r"User,ParentName,Share,Partition,LFT` from Slurm 22.05.8 .*line 2: Share "
-                                         r"'lots' is not a number"):
+    with pytest.raises(
+        SlurmError,
+        match=r"^output of `sacctmgr -n -P show assoc format=Cluster,Account,"
+        r"User,ParentName,Share,Partition,LFT` from Slurm 22.05.8 .*line 2: Share "
+        r"'lots' is not a number",
+    ):
         slurm.associations()
 
 
@@ -84,8 +95,13 @@ def test_the_captured_outputs_of_every_release_read_the_same_tree():
             fields.append("Lineage" if last.startswith("/") else "LFT")
         rows = parse_associations(text, fields, cluster="stune")
         assert {(a.account, a.user, a.parent, a.shares) for a in rows} == {
-            ("root", "", "", 1), ("root", "root", "", 1), ("biology", "", "root", 1),
-            ("biology", "stune-bob", "", 1), ("physics", "", "root", 1), ("physics", "stune-alice", "", 1)}, capture
+            ("root", "", "", 1),
+            ("root", "root", "", 1),
+            ("biology", "", "root", 1),
+            ("biology", "stune-bob", "", 1),
+            ("physics", "", "root", 1),
+            ("physics", "stune-alice", "", 1),
+        }, capture
         if len(fields) == 7:  # tree order: root first, each account before its users
             keys = [(a.account, a.user) for a in rows]
             assert keys[0] == ("root", "")
@@ -109,19 +125,39 @@ def test_an_export_is_read_with_its_header_and_in_tree_order(tmp_path):
     path.write_text(EXPORT)
     tree = load_tree_file(str(path))
     assert [(a.account, a.user) for a in tree.assocs] == [
-        ("root", ""), ("biology", ""), ("biology", "stune-bob"), ("physics", ""), ("physics", "stune-alice"),
-        ("root", "root")]
+        ("root", ""),
+        ("biology", ""),
+        ("biology", "stune-bob"),
+        ("physics", ""),
+        ("physics", "stune-alice"),
+        ("root", "root"),
+    ]
     assert tree.assocs[2].shares is None and tree.assocs[3].shares == 2
 
 
-@pytest.mark.parametrize("text, where, message", [
-    (EXPORT.replace("physics||root|2|6", "physics||root|two|6"), 4, "Share 'two' is not a number or 'parent'"),
-    (EXPORT.replace("root|root||1|10", "root|root||1.0|10"), 3, "Share '1.0' is not a number or 'parent'"),
-    (EXPORT.replace("root|root||1|10", "root|root||1"), 3, "4 fields, expected 5"),
-    (EXPORT.replace("root|root||1|10", "root|root||1|x"), 3, "LFT 'x' is not a number"),
-    ("\n" + EXPORT.replace("biology|stune-bob||parent|3", "biology|stune-bob|||3"), 8, "Share '' is not a number"),
-    ("Account|User|Share\nroot||1\n", 1, "no parent column; export with sacctmgr -P show assoc format="),
-])
+@pytest.mark.parametrize(
+    "text, where, message",
+    [
+        (
+            EXPORT.replace("physics||root|2|6", "physics||root|two|6"),
+            4,
+            "Share 'two' is not a number or 'parent'",
+        ),
+        (
+            EXPORT.replace("root|root||1|10", "root|root||1.0|10"),
+            3,
+            "Share '1.0' is not a number or 'parent'",
+        ),
+        (EXPORT.replace("root|root||1|10", "root|root||1"), 3, "4 fields, expected 5"),
+        (EXPORT.replace("root|root||1|10", "root|root||1|x"), 3, "LFT 'x' is not a number"),
+        (
+            "\n" + EXPORT.replace("biology|stune-bob||parent|3", "biology|stune-bob|||3"),
+            8,
+            "Share '' is not a number",
+        ),
+        ("Account|User|Share\nroot||1\n", 1, "no parent column; export with sacctmgr -P show assoc format="),
+    ],
+)
 def test_a_bad_export_names_the_file_and_line(tmp_path, text, where, message):
     path = tmp_path / "assoc.txt"
     path.write_text(text)
@@ -132,9 +168,11 @@ def test_a_bad_export_names_the_file_and_line(tmp_path, text, where, message):
 
 def test_export_variants_sacctmgr_writes_are_read(tmp_path):
     # `sacctmgr -p` ends every line with '|'; format names instead of titles; Lineage; no order column
-    for text in ("Account|User|Par Name|Share|\nroot|||1|\nphysics||root|1|\n",
-                 "Account|User|ParentName|Fairshare|Lineage\nphysics||root|1|/physics/\nroot|||1|/\n",
-                 "Account|User|Par Name|Share\nroot|||1\nphysics||root|1\n"):
+    for text in (
+        "Account|User|Par Name|Share|\nroot|||1|\nphysics||root|1|\n",
+        "Account|User|ParentName|Fairshare|Lineage\nphysics||root|1|/physics/\nroot|||1|/\n",
+        "Account|User|Par Name|Share\nroot|||1\nphysics||root|1\n",
+    ):
         path = tmp_path / "assoc.txt"
         path.write_text(text)
         assert [a.account for a in load_tree_file(str(path)).assocs] == ["root", "physics"], text
@@ -150,9 +188,12 @@ def test_an_empty_or_missing_export_is_one_line_error(tmp_path):
 
 
 @settings(max_examples=2000, deadline=None)
-@given(st.binary(max_size=300) | st.lists(st.sampled_from(["root", "", "1", "parent", "x", "|", "/", "\n", "7"]),
-                                          max_size=40).map(lambda ws: ("Account|User|Par Name|Share|LFT\n"
-                                                                       + "".join(ws)).encode()))
+@given(
+    st.binary(max_size=300)
+    | st.lists(st.sampled_from(["root", "", "1", "parent", "x", "|", "/", "\n", "7"]), max_size=40).map(
+        lambda ws: ("Account|User|Par Name|Share|LFT\n" + "".join(ws)).encode()
+    )
+)
 def test_fuzz_any_export_is_rows_or_a_format_error(data):
     try:
         rows = parse_associations(data.decode("utf-8", "replace"))

@@ -7,6 +7,7 @@ is adding its directory. The stand-in commands (fixtures/slurm/replay.py) answer
 captured (or that aliases.json maps to a capture, saying why); a method whose argv a directory lacks is
 skipped there with the argv named, so the run shows what each release proved.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,22 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import reconfigure
 
 from slurm_tune.errors import SlurmError, SlurmFormatError
 from slurm_tune.slurm import INFINITE, Association, Job, Node, Slurm, SlurmVersion
 
-from helpers import reconfigure
-
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "commands.json").exists())
 COMMANDS = ["sinfo", "squeue", "scontrol", "sacct", "sacctmgr", "sshare", "sprio", "sbatch", "scancel"]
-SCENARIO_USERS = {1: "stune-alice", 2: "stune-bob", 3: "stune-alice", 4: "stune-alice", 5: "stune-bob",
-                  6: "stune-alice"}
+SCENARIO_USERS = {
+    1: "stune-alice",
+    2: "stune-bob",
+    3: "stune-alice",
+    4: "stune-alice",
+    5: "stune-bob",
+    6: "stune-alice",
+}
 
 
 class Replay:
@@ -98,8 +104,11 @@ def test_nodes(replay):
 
 
 def test_node_by_name(replay):
-    argv = (["sinfo", "--json", "-n", "n2"] if replay.slurm.version() < (23, 2)
-            else ["scontrol", "--json", "show", "node", "n2"])
+    argv = (
+        ["sinfo", "--json", "-n", "n2"]
+        if replay.slurm.version() < (23, 2)
+        else ["scontrol", "--json", "show", "node", "n2"]
+    )
     replay.need(*argv)
     n2 = replay.slurm.node("n2")
     assert n2.name == "n2" and n2.comment == "stune: degraded: gpu3 PCIe x8"
@@ -107,8 +116,11 @@ def test_node_by_name(replay):
 
 
 def test_an_unknown_node_is_not_found(replay):
-    argv = (["sinfo", "--json", "-n", "n9"] if replay.slurm.version() < (23, 2)
-            else ["scontrol", "--json", "show", "node", "n9"])
+    argv = (
+        ["sinfo", "--json", "-n", "n9"]
+        if replay.slurm.version() < (23, 2)
+        else ["scontrol", "--json", "show", "node", "n9"]
+    )
     replay.need(*argv)
     assert replay.slurm.nodes(["n9"]) == []
     with pytest.raises(SlurmError, match="node n9 not found"):
@@ -139,13 +151,19 @@ def test_jobs_lists_finished_jobs_too(replay):
 def test_jobs_pending(replay):
     pending = replay.slurm.jobs(states=["PENDING"])
     ids = replay.job_ids
-    assert sorted(j.job_id for j in pending) == sorted([ids["bob_pending_resources_3node"],
-                                                        ids["alice_pending_begintime"]])
+    assert sorted(j.job_id for j in pending) == sorted(
+        [ids["bob_pending_resources_3node"], ids["alice_pending_begintime"]]
+    )
     by_id = {j.job_id: j for j in pending}
     big = by_id[ids["bob_pending_resources_3node"]]
     _check_job_types(big)
     assert (big.state, big.reason, big.user, big.account, big.partition) == (
-        "PENDING", "Resources", "stune-bob", "biology", "hdr")
+        "PENDING",
+        "Resources",
+        "stune-bob",
+        "biology",
+        "hdr",
+    )
     assert big.node_count == 3 and big.priority > 0 and "gres/gpu=12" in big.tres_req
     assert big.nodes == "" and big.tres_alloc == "" and big.batch_host == ""
     assert by_id[ids["alice_pending_begintime"]].reason == "BeginTime"
@@ -157,7 +175,13 @@ def test_job_by_id(replay):
     job = replay.slurm.job(job_id)
     _check_job_types(job)
     assert (job.job_id, job.state, job.flags, job.user, job.nodes, job.batch_host) == (
-        job_id, "RUNNING", (), "stune-alice", "n1", "n1")
+        job_id,
+        "RUNNING",
+        (),
+        "stune-alice",
+        "n1",
+        "n1",
+    )
     assert job.node_count == 1 and "gres/gpu=4" in job.tres_alloc
     assert job.submit_time <= job.start_time < job.end_time < INFINITE
     assert job.state.upper() == "RUNNING" and "RUNNING" in job.state_set  # stage/admin.py's use
@@ -173,7 +197,10 @@ def test_jobs_of_a_user(replay):
 def test_partitions_and_default(replay):
     parts = replay.slurm.partitions()
     assert [(p.name, p.default, p.state, p.total_nodes, p.nodes) for p in parts] == [
-        ("hdr", True, "UP", 3, "n[1-3]"), ("roce", False, "UP", 3, "n[1-3]"), ("vpc", False, "UP", 3, "n[1-3]")]
+        ("hdr", True, "UP", 3, "n[1-3]"),
+        ("roce", False, "UP", 3, "n[1-3]"),
+        ("vpc", False, "UP", 3, "n[1-3]"),
+    ]
     assert replay.slurm.default_partition() == "hdr"
 
 
@@ -191,17 +218,24 @@ def test_config(replay):
 
 
 def test_node_features(replay):
-    assert replay.slurm.node_features("hdr") == {"n1": frozenset(), "n2": frozenset({"stune_degraded"}),
-                                                 "n3": frozenset()}
+    assert replay.slurm.node_features("hdr") == {
+        "n1": frozenset(),
+        "n2": frozenset({"stune_degraded"}),
+        "n3": frozenset(),
+    }
 
 
 def test_associations_in_tree_order(replay):
     rows = replay.slurm.associations()
     assert all(isinstance(r, Association) for r in rows)
     assert {(r.account, r.user, r.parent, r.shares, r.partition) for r in rows} == {
-        ("root", "", "", 1, ""), ("root", "root", "", 1, ""), ("biology", "", "root", 1, ""),
-        ("biology", "stune-bob", "", 1, ""), ("physics", "", "root", 1, ""),
-        ("physics", "stune-alice", "", 1, "")}
+        ("root", "", "", 1, ""),
+        ("root", "root", "", 1, ""),
+        ("biology", "", "root", 1, ""),
+        ("biology", "stune-bob", "", 1, ""),
+        ("physics", "", "root", 1, ""),
+        ("physics", "stune-alice", "", 1, ""),
+    }
     assert rows == sorted(rows, key=lambda r: r.order)
     # a preorder walk of the tree: every account after its parent, every user right under its account
     seen_accounts: list[str] = []
@@ -218,8 +252,14 @@ def test_associations_in_tree_order(replay):
 
 def test_sshare(replay):
     rows = {(r.account, r.user): r for r in replay.slurm.sshare()}
-    assert set(rows) == {("root", ""), ("root", "root"), ("biology", ""), ("biology", "stune-bob"),
-                         ("physics", ""), ("physics", "stune-alice")}
+    assert set(rows) == {
+        ("root", ""),
+        ("root", "root"),
+        ("biology", ""),
+        ("biology", "stune-bob"),
+        ("physics", ""),
+        ("physics", "stune-alice"),
+    }
     alice = rows[("physics", "stune-alice")]
     assert alice.raw_shares == 1.0 and alice.norm_shares == 1.0 and alice.raw_usage >= 0
     assert rows[("physics", "")].fairshare is None  # Slurm prints none for an account
@@ -264,7 +304,9 @@ def test_sacct_keeps_a_pipe_in_the_last_free_text_field(replay):
     assert (failed["JobName"], failed["State"]) == ("alice|pipe", "FAILED")
 
 
-@pytest.mark.parametrize("capture, allocations", [("sacct_dump_X.txt", True), ("sacct_dump_steps.txt", False)])
+@pytest.mark.parametrize(
+    "capture, allocations", [("sacct_dump_X.txt", True), ("sacct_dump_steps.txt", False)]
+)
 def test_sacct_dump(replay, capture, allocations):
     argv = replay.captured(capture)
     fields = next(a for a in argv if a.startswith("--format=")).split("=", 1)[1].split(",")
@@ -275,8 +317,10 @@ def test_sacct_dump(replay, capture, allocations):
     assert header.split("|") == fields
     assert all(len(r.split("|", len(fields) - 1)) == len(fields) for r in rows)
     job1 = next(r for r in rows if r.startswith(f"{replay.job_ids['alice_done_hdr_2gpu']}|"))
-    assert job1.endswith("|stune1 held=7200.0 used=6480.2 cov=7195.0 busy=0.0 busy_w=- gpus=2 nodes=1/1 "
-                         "per_gpu=n1/0:90.1:40.2:30517:250.3")
+    assert job1.endswith(
+        "|stune1 held=7200.0 used=6480.2 cov=7195.0 busy=0.0 busy_w=- gpus=2 nodes=1/1 "
+        "per_gpu=n1/0:90.1:40.2:30517:250.3"
+    )
 
 
 def test_writes(replay):
@@ -304,32 +348,70 @@ def test_sbatch_passthrough(replay, capfd):
 
 # ---- output the adapter does not understand: SlurmError naming the command and the release -----------------
 
+
 def _fake(bin_dir: Path, name: str, body: str) -> None:
     path = bin_dir / name
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
 
 
-@pytest.mark.parametrize("version_line, command, document, expect", [
-    # a 25.05-style sinfo --json (grouped) where 22.05's node list is expected
-    ("slurm-wlm 22.05.8", "sinfo", '{"sinfo": [], "meta": {"Slurm": {"release": "22.05.8"}}, "errors": []}',
-     r"^output of `sinfo --json` from Slurm 22.05.8 is not in a format stune knows: no 'nodes' list$"),
-    ("slurm 25.05.8", "scontrol", '{"nodes": {"n1": 1}, "meta": {"slurm": {"release": "25.05.8"}}}',
-     r"^output of `scontrol --json show node` from Slurm 25.05.8 .*no 'nodes' list"),
-    ("slurm 26.05.0", "scontrol", '{"nodes": [{"name": "n1", "state": {"base": "IDLE"}}], "meta": {}}',
-     r"^output of `scontrol --json show node` from Slurm 26.05.0 is not in a format stune knows: node record"),
-    ("slurm 25.05.8", "squeue", '{"jobs": [{"job_id": "4", "job_state": ["RUNNING"]}]}',
-     r"^output of `squeue --json --states=all` from Slurm 25.05.8 .*job record"),
-    ("slurm 24.11.5", "squeue", '{"jobs": [{"job_id": 4, "job_state": ["RUNNING"], "priority": {"number": "x", "set": true}}]}',
-     r"^output of `squeue --json --states=all` from Slurm 24.11.5 .*job record"),
-    ("slurm 24.11.5", "squeue", '[]', r"^output of `squeue --json --states=all` from Slurm 24.11.5 .*not a JSON object"),
-    ("slurm 24.11.5", "squeue", '{"jobs": [', r"^output of `squeue --json --states=all` from Slurm 24.11.5 is not in "
-                                              r"a format stune knows: unreadable JSON"),
-])
-def test_an_unknown_shape_is_a_slurm_error_naming_command_and_release(tmp_path, version_line, command, document,
-                                                                       expect):
-    _fake(tmp_path, "sinfo", f'[ "$1" = --version ] && {{ echo "{version_line}"; exit 0; }}\n'
-                             f"echo '{document}'\n")
+@pytest.mark.parametrize(
+    "version_line, command, document, expect",
+    [
+        # a 25.05-style sinfo --json (grouped) where 22.05's node list is expected
+        (
+            "slurm-wlm 22.05.8",
+            "sinfo",
+            '{"sinfo": [], "meta": {"Slurm": {"release": "22.05.8"}}, "errors": []}',
+            r"^output of `sinfo --json` from Slurm 22.05.8 is not in a format stune knows: no 'nodes' list$",
+        ),
+        (
+            "slurm 25.05.8",
+            "scontrol",
+            '{"nodes": {"n1": 1}, "meta": {"slurm": {"release": "25.05.8"}}}',
+            r"^output of `scontrol --json show node` from Slurm 25.05.8 .*no 'nodes' list",
+        ),
+        (
+            "slurm 26.05.0",
+            "scontrol",
+            '{"nodes": [{"name": "n1", "state": {"base": "IDLE"}}], "meta": {}}',
+            r"^output of `scontrol --json show node` from Slurm 26.05.0 is not in a format stune knows: node record",
+        ),
+        (
+            "slurm 25.05.8",
+            "squeue",
+            '{"jobs": [{"job_id": "4", "job_state": ["RUNNING"]}]}',
+            r"^output of `squeue --json --states=all` from Slurm 25.05.8 .*job record",
+        ),
+        (
+            "slurm 24.11.5",
+            "squeue",
+            '{"jobs": [{"job_id": 4, "job_state": ["RUNNING"], "priority": {"number": "x", "set": true}}]}',
+            r"^output of `squeue --json --states=all` from Slurm 24.11.5 .*job record",
+        ),
+        (
+            "slurm 24.11.5",
+            "squeue",
+            "[]",
+            r"^output of `squeue --json --states=all` from Slurm 24.11.5 .*not a JSON object",
+        ),
+        (
+            "slurm 24.11.5",
+            "squeue",
+            '{"jobs": [',
+            r"^output of `squeue --json --states=all` from Slurm 24.11.5 is not in "
+            r"a format stune knows: unreadable JSON",
+        ),
+    ],
+)
+def test_an_unknown_shape_is_a_slurm_error_naming_command_and_release(
+    tmp_path, version_line, command, document, expect
+):
+    _fake(
+        tmp_path,
+        "sinfo",
+        f'[ "$1" = --version ] && {{ echo "{version_line}"; exit 0; }}\necho \'{document}\'\n',
+    )
     if command != "sinfo":
         _fake(tmp_path, command, f"echo '{document}'\n")
     slurm = Slurm(bin_dir=str(tmp_path))
@@ -348,30 +430,80 @@ def test_associations_without_tree_order_field_is_a_slurm_error(tmp_path):
     _fake(tmp_path, "sinfo", "echo 'slurm 24.11.5'\n")
     _fake(tmp_path, "scontrol", "echo 'ClusterName = stune'\n")
     _fake(tmp_path, "sacctmgr", "echo 'stune|physics||root|1||7'\n")  # an LFT number where Lineage belongs
-    with pytest.raises(SlurmFormatError, match=r"^output of `sacctmgr -n -P show assoc format=Cluster,Account,User,"
-                                               r"ParentName,Share,Partition,Lineage` from Slurm 24.11.5 .*"
-                                               r"Lineage '7' is not a path"):
+    with pytest.raises(
+        SlurmFormatError,
+        match=r"^output of `sacctmgr -n -P show assoc format=Cluster,Account,User,"
+        r"ParentName,Share,Partition,Lineage` from Slurm 24.11.5 .*"
+        r"Lineage '7' is not a path",
+    ):
         Slurm(bin_dir=str(tmp_path)).associations()
 
 
 # ---- fuzz: any document is records or a SlurmError, never a traceback ---------------------------------------
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from slurm_tune.slurm.records import RECORD_ERRORS, job_from_json, node_from_data_parser, node_from_v0038  # noqa: E402
-from slurm_tune.slurm.version import parse_version  # noqa: E402
+from slurm_tune.slurm.records import RECORD_ERRORS, job_from_json, node_from_data_parser, node_from_v0038
+from slurm_tune.slurm.version import parse_version
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.floats(allow_nan=False)
-    | st.text(max_size=8) | st.sampled_from(["RUNNING", "IDLE", "DRAIN", "n1", ""]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["set", "infinite", "number", "name", "state", "job_state", "job_id", "priority",
-                         "partitions", "features", "reason", "x"]), inner, max_size=4),
-    max_leaves=12)
-JOB_KEYS = ["job_id", "job_state", "priority", "node_count", "submit_time", "name", "user_name", "nodes",
-            "restart_cnt", "requeue"]
-NODE_KEYS = ["name", "state", "state_flags", "features", "active_features", "partitions", "reason",
-             "reason_changed_at", "comment", "gres", "tres"]
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+    | st.sampled_from(["RUNNING", "IDLE", "DRAIN", "n1", ""]),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "set",
+                    "infinite",
+                    "number",
+                    "name",
+                    "state",
+                    "job_state",
+                    "job_id",
+                    "priority",
+                    "partitions",
+                    "features",
+                    "reason",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+JOB_KEYS = [
+    "job_id",
+    "job_state",
+    "priority",
+    "node_count",
+    "submit_time",
+    "name",
+    "user_name",
+    "nodes",
+    "restart_cnt",
+    "requeue",
+]
+NODE_KEYS = [
+    "name",
+    "state",
+    "state_flags",
+    "features",
+    "active_features",
+    "partitions",
+    "reason",
+    "reason_changed_at",
+    "comment",
+    "gres",
+    "tres",
+]
 
 
 @settings(max_examples=1500, deadline=None)
@@ -395,8 +527,13 @@ def fuzz_slurm(tmp_path_factory):
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.binary(max_size=200) | st.builds(lambda v: json.dumps({"jobs": v}).encode(), JSON_VALUES)
-       | st.builds(lambda v, w: json.dumps({"jobs": [], "errors": v, "meta": w}).encode(), JSON_VALUES, JSON_VALUES))
+@given(
+    st.binary(max_size=200)
+    | st.builds(lambda v: json.dumps({"jobs": v}).encode(), JSON_VALUES)
+    | st.builds(
+        lambda v, w: json.dumps({"jobs": [], "errors": v, "meta": w}).encode(), JSON_VALUES, JSON_VALUES
+    )
+)
 def test_fuzz_json_documents_are_records_or_slurm_errors(fuzz_slurm, data):
     text = data.decode("utf-8", "replace")
     try:

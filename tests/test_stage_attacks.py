@@ -4,6 +4,7 @@ Each attack is made the way a user on the node would make it: as stune-alice or 
 that dropped root (os.setresuid), or through `runuser`. Root then does what it does for real: `stune-stage
 gc`, `init`, `status` and the epilog's `release --epilog`, in-process or as the command. Every command that
 could hang on a planted FIFO runs under a timeout."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,9 @@ import pytest
 
 from slurm_tune.stage import admin
 from slurm_tune.stage.errors import TierUnavailable
+from slurm_tune.stage.layout import source_key
 from slurm_tune.stage.spec import StageRequest
 from slurm_tune.stage.stager import stage
-from slurm_tune.stage.layout import source_key
 from slurm_tune.stage.tier import Tier, TierConfig
 
 QUARANTINE = ".quarantine"
@@ -51,7 +52,7 @@ def as_user(user: str, fn, *args):
             os.setresuid(pw.pw_uid, pw.pw_uid, pw.pw_uid)
             os.environ["HOME"] = pw.pw_dir
             out = repr(fn(*args))
-        except BaseException:  # noqa: BLE001 - reported to the parent
+        except BaseException:
             out, code = "!" + traceback.format_exc(), 1
         os.write(wfd, out.encode())
         os._exit(code)
@@ -86,8 +87,9 @@ def cli(*args, timeout=60, user=None, check=True, env=None):
     argv = [STAGE, *args]
     if user:
         argv = ["runuser", "-u", user, "--", *argv]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {}))
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     if check:
         assert proc.returncode == 0, proc.stderr
@@ -129,7 +131,10 @@ def _unchanged(path: Path, want_text="root's own\n"):
 
 # ---- hard links planted where root creates lock, hold and ledger files ------------------------------------
 
-def test_gc_and_the_epilog_never_chown_or_write_a_hard_link_planted_as_a_lock(tier, dataset, users, root_file):
+
+def test_gc_and_the_epilog_never_chown_or_write_a_hard_link_planted_as_a_lock(
+    tier, dataset, users, root_file
+):
     status, _path, entry = stage_as(ALICE, tier, dataset, job="7")
     assert status == "copied"
     ns = Path(tier.root, ALICE)
@@ -144,15 +149,24 @@ def test_gc_and_the_epilog_never_chown_or_write_a_hard_link_planted_as_a_lock(ti
         # the names root's ledger and fallback writes used to create without O_EXCL
         for pid in range(os.getppid() - 2, os.getppid() + 3):
             os.link(root_file, Path(tier.root, ".ledger", f".{uid}.{entry}.{pid}.tmp"))
+
     as_user(ALICE, plant)
     Path(tier.root, ".ledger", f"{users[ALICE].pw_uid}.{entry}").unlink()  # gc will write this row for alice
     with Tier(tier) as t:
         report = admin.gc(t, slurm=_NoSlurm())
         assert f"{ALICE}/{entry}: missing row" in report.ledger_fixed
         assert sorted(r.split(" ")[0] for r in report.locks_removed) == sorted(
-            [f"{ALICE}/locks/{key}", f"{ALICE}/locks/{orphan}"])
-    cli("release", "--epilog", "--path", tier.root, "--job", "7",
-        env={"SLURM_JOB_UID": str(users[ALICE].pw_uid), "SLURM_JOB_USER": ALICE})
+            [f"{ALICE}/locks/{key}", f"{ALICE}/locks/{orphan}"]
+        )
+    cli(
+        "release",
+        "--epilog",
+        "--path",
+        tier.root,
+        "--job",
+        "7",
+        env={"SLURM_JOB_UID": str(users[ALICE].pw_uid), "SLURM_JOB_USER": ALICE},
+    )
     _unchanged(root_file)
     row = Path(tier.root, ".ledger", f"{users[ALICE].pw_uid}.{entry}")
     assert row.stat().st_uid == users[ALICE].pw_uid and row.stat().st_nlink == 1
@@ -163,7 +177,9 @@ def test_gc_and_the_epilog_never_chown_or_write_a_hard_link_planted_as_a_lock(ti
     assert lock.stat().st_uid == users[ALICE].pw_uid and lock.stat().st_nlink == 1
 
 
-def test_a_lock_file_linked_to_a_root_file_makes_the_stager_fall_back_not_write(tier, dataset, users, root_file):
+def test_a_lock_file_linked_to_a_root_file_makes_the_stager_fall_back_not_write(
+    tier, dataset, users, root_file
+):
     assert stage_as(ALICE, tier, dataset)[0] == "copied"
     key = source_key(str(dataset))
 
@@ -176,13 +192,15 @@ def test_a_lock_file_linked_to_a_root_file_makes_the_stager_fall_back_not_write(
         except TierUnavailable as exc:
             return exc.kind, str(exc)
         return None
+
     kind, message = as_user(ALICE, relink_and_stage)
     assert kind == "unsafe" and "hard links" in message and key in message
     _unchanged(root_file)
 
 
-def test_root_creating_a_namespace_or_lock_for_a_user_never_chowns_what_is_already_there(tier, dataset, users,
-                                                                                       root_file):
+def test_root_creating_a_namespace_or_lock_for_a_user_never_chowns_what_is_already_there(
+    tier, dataset, users, root_file
+):
     """Root (gc's pending-row check, the epilog) creates lock files for users through O_EXCL only."""
     assert stage_as(ALICE, tier, dataset)[0] == "copied"
     key = "a" * 32
@@ -197,6 +215,7 @@ def test_root_creating_a_namespace_or_lock_for_a_user_never_chowns_what_is_alrea
 
 
 # ---- FIFOs -------------------------------------------------------------------------------------------------
+
 
 def test_fifos_planted_as_lock_hold_ledger_and_stamp_files_never_hang_root(tier, dataset, users):
     status, path, entry = stage_as(ALICE, tier, dataset, job="11")
@@ -214,14 +233,22 @@ def test_fifos_planted_as_lock_hold_ledger_and_stamp_files_never_hang_root(tier,
         os.unlink(Path(tier.root, ".ledger", f"{uid}.{entry}"))
         os.mkfifo(Path(tier.root, ".ledger", f"{uid}.{entry}"))
         os.mkfifo(Path(tier.root, ".ledger", f".{uid}.{entry}.1.tmp"))
+
     as_user(ALICE, plant)
     # the epilog (root) and gc (root): each must finish, whatever alice planted
-    cli("release", "--epilog", "--path", tier.root, "--job", "11", timeout=30,
-        env={"SLURM_JOB_UID": str(uid), "SLURM_JOB_USER": ALICE})
+    cli(
+        "release",
+        "--epilog",
+        "--path",
+        tier.root,
+        "--job",
+        "11",
+        timeout=30,
+        env={"SLURM_JOB_UID": str(uid), "SLURM_JOB_USER": ALICE},
+    )
     cli("status", "--path", tier.root, timeout=30, check=False)
     cli("ls", "--path", tier.root, timeout=30)
-    gc = cli("gc", "--path", tier.root, "--to-low", timeout=30,
-             env={"STUNE_CLUSTER_DIR": "/nonexistent"})
+    gc = cli("gc", "--path", tier.root, "--to-low", timeout=30, env={"STUNE_CLUSTER_DIR": "/nonexistent"})
     assert f"{ALICE}/locks/{key}" in gc.stdout
     # after gc, alice stages normally
     assert not (ns / "locks" / key).exists() or stat.S_ISREG((ns / "locks" / key).lstat().st_mode)
@@ -245,13 +272,17 @@ def test_a_fifo_planted_as_a_jobs_hold_does_not_hang_the_stager(tier, dataset, u
         except TierUnavailable as exc:
             return first, exc.kind
         return first, None
+
     # a hold file that is not a regular file is no hold: the stager checks, refuses to use it, falls back
     assert as_user(ALICE, plant_and_stage) == ("hit", "unsafe")
 
 
 # ---- forged ledger rows ------------------------------------------------------------------------------------
 
-def test_a_forged_huge_ledger_row_neither_fills_the_tier_nor_makes_root_evict(tier, dataset, shared_tmp, users):
+
+def test_a_forged_huge_ledger_row_neither_fills_the_tier_nor_makes_root_evict(
+    tier, dataset, shared_tmp, users
+):
     other = make_tree(open_up(shared_tmp) / "bobs", dirs=2, files=10, size=3000, seed=3)
     assert stage_as(BOB, tier, other)[0] == "copied"
     uid = users[ALICE].pw_uid
@@ -260,15 +291,23 @@ def test_a_forged_huge_ledger_row_neither_fills_the_tier_nor_makes_root_evict(ti
     with Tier(tier) as t:
         assert t.usage() < 1 << 20, "the claim is more than the filesystem holds: garbage"
     assert stage_as(ALICE, tier, dataset)[0] == "copied", "the tier does not look full to anyone"
-    cli("release", "--epilog", "--path", tier.root, "--job", "5",
-        env={"SLURM_JOB_UID": str(uid), "SLURM_JOB_USER": ALICE})
+    cli(
+        "release",
+        "--epilog",
+        "--path",
+        tier.root,
+        "--job",
+        "5",
+        env={"SLURM_JOB_UID": str(uid), "SLURM_JOB_USER": ALICE},
+    )
     assert len(list(Path(tier.root, BOB, "entries").iterdir())) == 1, "bob's entry was not evicted"
     status = cli("status", "--path", tier.root).stdout
     assert "909" not in status and "TiB" not in status
 
 
-def test_a_plausible_forged_claim_is_checked_against_the_entry_before_root_evicts(tier, dataset, shared_tmp,
-                                                                                  users):
+def test_a_plausible_forged_claim_is_checked_against_the_entry_before_root_evicts(
+    tier, dataset, shared_tmp, users
+):
     other = make_tree(open_up(shared_tmp) / "bobs", dirs=2, files=10, size=3000, seed=3)
     assert stage_as(BOB, tier, other)[0] == "copied"
     _status, _path, entry = stage_as(ALICE, tier, dataset)
@@ -300,8 +339,20 @@ def test_a_plausible_forged_claim_is_checked_against_the_entry_before_root_evict
     assert int(row.read_text().split()[0]) == nbytes
 
 
-@pytest.mark.parametrize("text", ["1" * 400 + " ready", "-5 ready", "12 ready\x00", "\xff\xfe", "0x10 ready",
-                                  "12 deleted", "", "1e9 ready", "１２ ready"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1" * 400 + " ready",
+        "-5 ready",
+        "12 ready\x00",
+        "\xff\xfe",
+        "0x10 ready",
+        "12 deleted",
+        "",
+        "1e9 ready",
+        "１２ ready",
+    ],
+)
 def test_garbage_ledger_rows_count_nothing(tier, users, text):
     uid = users[ALICE].pw_uid
     row = Path(tier.root, ".ledger", f"{uid}.{'e' * 32}.1")
@@ -312,6 +363,7 @@ def test_garbage_ledger_rows_count_nothing(tier, users, text):
 
 # ---- squatted namespaces ----------------------------------------------------------------------------------
 
+
 def test_a_squatted_namespace_is_reported_and_repaired_by_init(tier, dataset, users):
     squat = Path(tier.root, ALICE)
     as_user(BOB, lambda: (os.mkdir(squat), os.chmod(squat, 0o777)))
@@ -319,8 +371,11 @@ def test_a_squatted_namespace_is_reported_and_repaired_by_init(tier, dataset, us
     with pytest.raises(AssertionError, match="must be owned by stune-alice with mode 0700"):
         stage_as(ALICE, tier, dataset)
     status = cli("status", "--path", tier.root, check=False)
-    assert status.returncode == 1 and f"{tier.root}/{ALICE}: namespace of {ALICE}" in status.stdout \
+    assert (
+        status.returncode == 1
+        and f"{tier.root}/{ALICE}: namespace of {ALICE}" in status.stdout
         and f"owned by uid {users[BOB].pw_uid}" in status.stdout
+    )
     gc = cli("gc", "--path", tier.root).stdout
     assert "bad namespace" in gc and ALICE in gc and "nothing to do" not in gc
     assert f"{tier.root}/{ALICE}: namespace of {ALICE}" in cli("ls", "--path", tier.root).stderr
@@ -350,6 +405,7 @@ def test_a_symlink_fifo_or_file_squatting_a_namespace_is_moved_aside(tier, datas
             os.mkfifo(squat)
         else:
             squat.write_text("bob's")
+
     as_user(BOB, plant)
     with Tier(tier) as t:
         (bad,) = t.namespace_problems()
@@ -382,6 +438,7 @@ def test_a_ledger_a_user_made_before_init_is_moved_aside_not_adopted(shared_tmp,
         os.mkdir(root / ".ledger")
         os.chmod(root / ".ledger", 0o777)
         (root / ".ledger" / f"{uid}.{'e' * 32}.1").write_text("1000 ready\n")
+
     as_user(BOB, squat_ledger)
     init = cli("init", "--path", str(root)).stdout
     assert "moved aside" in init and "created" in init
@@ -399,22 +456,26 @@ def test_a_directory_named_after_no_user_is_reported(tier):
 
 # ---- published entries ------------------------------------------------------------------------------------
 
+
 def test_a_job_cannot_change_a_published_entry_that_later_jobs_read(tier, dataset, users):
     status, path, _entry = stage_as(ALICE, tier, dataset)
     want = tree_digest(dataset)
 
     def job_writes():
         errors = []
-        for attempt in (lambda: Path(path, "labels.txt").write_text("poisoned"),
-                        lambda: Path(path, "class00", "new.bin").write_bytes(b"x"),
-                        lambda: Path(path, "class00", "img0000.bin").unlink(),
-                        lambda: os.rename(Path(path, "class01"), Path(path, "moved"))):
+        for attempt in (
+            lambda: Path(path, "labels.txt").write_text("poisoned"),
+            lambda: Path(path, "class00", "new.bin").write_bytes(b"x"),
+            lambda: Path(path, "class00", "img0000.bin").unlink(),
+            lambda: os.rename(Path(path, "class01"), Path(path, "moved")),
+        ):
             try:
                 attempt()
                 errors.append("allowed")
             except PermissionError:
                 errors.append("denied")
         return errors
+
     assert as_user(ALICE, job_writes) == ["denied"] * 4
     assert stage_as(ALICE, tier, dataset)[:2] == ("hit", path)
     assert tree_digest(path) == want
@@ -427,6 +488,7 @@ def test_a_copy_its_owner_opened_up_again_is_not_a_hit(tier, dataset, users):
         subprocess.run(["chmod", "-R", "u+w", path], check=True)
         Path(path, "labels.txt").write_text("poisoned")
         return _stage_as(tier, dataset)
+
     status, new_path, new_entry = as_user(ALICE, open_up_and_edit)
     assert status == "copied" and new_entry != entry
     assert tree_digest(new_path) == tree_digest(dataset)
@@ -455,6 +517,7 @@ def test_a_user_can_still_evict_her_read_only_entries(tier, dataset, users, shar
         with Tier(tier) as t, t.namespace() as ns:
             (entry,) = ns.entries()
             return ns.remove_entry(entry.name), os.listdir(ns.sub_path("tmp"))
+
     assert as_user(ALICE, evict) == (True, [])
 
 
@@ -475,6 +538,7 @@ def test_archives_and_single_files_are_published_read_only(tier, dataset, shared
 
 
 # ---- the free-space reserve --------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def tmpfs64(shared_tmp):
@@ -537,6 +601,7 @@ def test_an_archive_that_outgrows_its_estimate_is_stopped_by_the_allowance(share
 
 # ---- freshness modes, messages ----------------------------------------------------------------------------
 
+
 def test_switching_the_freshness_mode_does_not_copy_an_unchanged_dataset_again(tier, dataset):
     first = stage(StageRequest(str(dataset), "DS"), tier, freshness="fast")
     strict = stage(StageRequest(str(dataset), "DS"), tier, freshness="strict")
@@ -562,17 +627,22 @@ def test_the_summary_counts_files_not_directories(tier, shared_tmp):
 
 # ---- the command line -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, words", [
-    (["fetch", "--jobs", "-1"], "copy threads must be 1 to 256"),
-    (["fetch", "--jobs", "0"], "copy threads must be 1 to 256"),
-    (["fetch", "--jobs", "many"], "copy threads must be 1 to 256"),
-    (["fetch", "--job", "12a"], "--job '12a': not a Slurm job id"),
-    (["fetch", "--job", "12_3"], "not a Slurm job id"),
-    (["release", "--job", "12a"], "not a Slurm job id"),
-])
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["fetch", "--jobs", "-1"], "copy threads must be 1 to 256"),
+        (["fetch", "--jobs", "0"], "copy threads must be 1 to 256"),
+        (["fetch", "--jobs", "many"], "copy threads must be 1 to 256"),
+        (["fetch", "--job", "12a"], "--job '12a': not a Slurm job id"),
+        (["fetch", "--job", "12_3"], "not a Slurm job id"),
+        (["release", "--job", "12a"], "not a Slurm job id"),
+    ],
+)
 def test_bad_fetch_and_release_arguments_are_refused_at_once(tier, dataset, args, words):
-    proc = cli(*args, "--path", tier.root, *([str(dataset)] if args[0] == "fetch" else []), timeout=20,
-               check=False)
+    proc = cli(
+        *args, "--path", tier.root, *([str(dataset)] if args[0] == "fetch" else []), timeout=20, check=False
+    )
     assert proc.returncode == 1 and words in proc.stderr  # bad input: exit 1, one line (README)
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not Path(tier.root, "root").exists(), "nothing was staged"
@@ -592,16 +662,20 @@ def test_the_library_refuses_a_copy_parallelism_below_one(tier, dataset):
 
 # ---- fuzz: the ledger and stamp parsers take any bytes a user can write -------------------------------------
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from slurm_tune.stage.layout import ROW_MAX_DIGITS, parse_row  # noqa: E402
+from slurm_tune.stage.layout import ROW_MAX_DIGITS, parse_row
 
 _ROWISH = st.one_of(
     st.binary(max_size=300),
-    st.builds(lambda n, state, junk: f"{n} {state}".encode() + junk,
-              st.integers(min_value=-(10 ** 30), max_value=10 ** 30),
-              st.sampled_from(["ready", "pending 12", "pending", "READY", "ready ready", ""]),
-              st.binary(max_size=8)))
+    st.builds(
+        lambda n, state, junk: f"{n} {state}".encode() + junk,
+        st.integers(min_value=-(10**30), max_value=10**30),
+        st.sampled_from(["ready", "pending 12", "pending", "READY", "ready ready", ""]),
+        st.binary(max_size=8),
+    ),
+)
 
 
 @settings(max_examples=3000, deadline=None)
@@ -644,16 +718,26 @@ def test_the_epilog_hook_finishes_with_fifos_planted_everywhere_root_looks(tier,
         os.mkfifo(ns / "locks" / source_key(str(dataset)))
         os.mkfifo(ns / "holds" / "61" / ("f" * 32 + ".1"))
         os.mkfifo(Path(tier.root, ".ledger", f"{uid}.{'f' * 32}.1"))
+
     as_user(ALICE, plant)
     other = make_tree(open_up(shared_tmp) / "bobs", dirs=1, files=3, size=1000, seed=5)
     assert stage_as(BOB, tier, other)[0] == "copied"
     # far past the high watermark: the eviction step runs, and has to lock alice's key
-    profiles = _profiles(shared_tmp, {"path": tier.root, "quota": "1M", "high_watermark": 0.01,
-                                      "low_watermark": 0.001})
+    profiles = _profiles(
+        shared_tmp, {"path": tier.root, "quota": "1M", "high_watermark": 0.01, "low_watermark": 0.001}
+    )
     hook = Path(__file__).resolve().parent.parent / "epilog" / "30-stune-stage"
-    env = {"PATH": "/usr/bin:/bin", "STUNE_ENV_FILE": "/dev/null", "STUNE_BIN": str(Path(STAGE).parent),
-           "STUNE_PARTITIONS": str(profiles), "SLURM_JOB_ID": "61", "SLURM_JOB_UID": str(uid),
-           "SLURM_JOB_USER": ALICE, "SLURM_JOB_PARTITION": "gpu", "SLURMD_NODENAME": "n1"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STUNE_ENV_FILE": "/dev/null",
+        "STUNE_BIN": str(Path(STAGE).parent),
+        "STUNE_PARTITIONS": str(profiles),
+        "SLURM_JOB_ID": "61",
+        "SLURM_JOB_UID": str(uid),
+        "SLURM_JOB_USER": ALICE,
+        "SLURM_JOB_PARTITION": "gpu",
+        "SLURMD_NODENAME": "n1",
+    }
     proc = subprocess.run(["sh", str(hook)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert not (ns / "holds" / "61").exists(), "the job's holds were released"

@@ -1,6 +1,7 @@
 """Acceptance of the cache tier on the local Slurm cluster, as a new user would try it: real jobs, submitted
 by the unprivileged test user, staging into each node's own tier (cluster.layout.node_dir), the root epilog
 hook, gc asking the real squeue, and the TaskProlog contract that stune-task-prolog builds on."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import slurm_env, slurm_exports, slurm_path, wait_for_state, wait_until
 from test_stage_tier import make_tree, open_up, tree_digest
 
@@ -53,9 +53,14 @@ class Stage:
             shutil.rmtree(root, ignore_errors=True)
 
     def env(self, **extra) -> dict[str, str]:
-        return {"PATH": slurm_path(f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin"), **slurm_env(),
-                "STUNE_PARTITIONS": str(self.profiles), "LANG": "C.UTF-8",
-                "STUNE_CACHE_DIR": str(self.profile_cache), **extra}
+        return {
+            "PATH": slurm_path(f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin"),
+            **slurm_env(),
+            "STUNE_PARTITIONS": str(self.profiles),
+            "LANG": "C.UTF-8",
+            "STUNE_CACHE_DIR": str(self.profile_cache),
+            **extra,
+        }
 
     def stune(self, *args, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         argv = [f"{VENV_BIN}/stune-stage", *args]
@@ -69,9 +74,24 @@ class Stage:
 
     def submit(self, script: str, *args: str, user: str = USER, **env) -> int:
         full = self.env(HOME=f"/home/{user}", USER=user, **env)
-        argv = [RUNUSER, "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in full.items()],
-                "sbatch", "--parsable", "-o", f"{self.tmp}/job-%j.out", "-e", f"{self.tmp}/job-%j.err",
-                "--chdir", str(self.tmp), *args]
+        argv = [
+            RUNUSER,
+            "-u",
+            user,
+            "--",
+            "env",
+            "-i",
+            *[f"{k}={v}" for k, v in full.items()],
+            "sbatch",
+            "--parsable",
+            "-o",
+            f"{self.tmp}/job-%j.out",
+            "-e",
+            f"{self.tmp}/job-%j.err",
+            "--chdir",
+            str(self.tmp),
+            *args,
+        ]
         proc = subprocess.run(argv, input=script, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         return int(proc.stdout.strip().split(";")[0])
@@ -107,8 +127,13 @@ cd "$STUNE_STAGE_DS" && echo "sum=$(find . -type f | LC_ALL=C sort | xargs -d '\
 
 
 def source_sum(path: Path) -> str:
-    out = subprocess.run(f"cd {path} && find . -type f | LC_ALL=C sort | xargs -d '\\n' sha256sum | sha256sum",
-                         shell=True, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        f"cd {path} && find . -type f | LC_ALL=C sort | xargs -d '\\n' sha256sum | sha256sum",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.strip()
 
 
@@ -117,6 +142,7 @@ def field(text: str, key: str) -> str:
 
 
 # ---- acceptance -------------------------------------------------------------------------------------------
+
 
 def test_two_jobs_in_a_row_first_copies_second_copies_nothing(world):
     ds = make_tree(world.tmp / "imagenet", dirs=6, files=50)
@@ -197,7 +223,9 @@ def test_an_unsafe_stage_argument_is_refused_clearly(world, arg, words):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
-def test_quota_smaller_than_the_dataset_runs_the_job_from_the_source_with_a_warning(cluster, slurm, shared_tmp):
+def test_quota_smaller_than_the_dataset_runs_the_job_from_the_source_with_a_warning(
+    cluster, slurm, shared_tmp
+):
     world = Stage(cluster, slurm, shared_tmp, quota="64K")
     try:
         ds = make_tree(world.tmp / "imagenet", dirs=4, files=40, size=5000)
@@ -214,6 +242,7 @@ def test_quota_smaller_than_the_dataset_runs_the_job_from_the_source_with_a_warn
 
 
 # ---- holds: the epilog and gc ----------------------------------------------------------------------------
+
 
 def test_the_epilog_releases_holds_and_gc_reclaims_those_of_dead_jobs(world):
     ds = make_tree(world.tmp / "ds", dirs=2, files=10)
@@ -236,7 +265,7 @@ exec {REPO}/epilog/30-stune-stage
     assert world.wait(orphan) == "COMPLETED", world.err(orphan)
     assert (holds / str(orphan)).is_dir()
     # ... while a running job's hold must survive gc.
-    running = world.submit(f"#!/bin/bash\neval \"$(stune-stage fetch {ds}:DS)\"\nsleep 300\n", "-w", "n1")
+    running = world.submit(f'#!/bin/bash\neval "$(stune-stage fetch {ds}:DS)"\nsleep 300\n', "-w", "n1")
     try:
         _gc_keeps_the_running_jobs_hold(world, holds, orphan, running)
     finally:
@@ -292,8 +321,13 @@ def test_a_taskprolog_exports_the_staged_path_and_required_failures_fail_the_job
     ds = make_tree(world.tmp / "tp", dirs=2, files=10)
     open_up(ds)
     value = encode_requests([StageRequest(str(ds), "TP")], required=False)
-    ok = world.submit("#!/bin/bash\necho \"got=$STUNE_STAGE_TP\"\nsrun -n2 bash -c 'echo \"step=$STUNE_STAGE_TP\"'\n",
-                      "-w", "n3", "-n2", STUNE_STAGE=value)
+    ok = world.submit(
+        '#!/bin/bash\necho "got=$STUNE_STAGE_TP"\nsrun -n2 bash -c \'echo "step=$STUNE_STAGE_TP"\'\n',
+        "-w",
+        "n3",
+        "-n2",
+        STUNE_STAGE=value,
+    )
     assert world.wait(ok) == "COMPLETED", world.err(ok)
     got = field(world.out(ok), "got")
     assert got.startswith(str(world.namespace("n3"))) and tree_digest(got) == tree_digest(ds)

@@ -2,6 +2,7 @@
 copy_file_range, the sendfile and read/write fallbacks, small files in `cp` batches, and a source changed
 under the copy. The tier around it (admission,
 publish, eviction) is in test_stage_tier.py."""
+
 from __future__ import annotations
 
 import errno
@@ -12,13 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_stage_tier import make_tree, new_tier, open_up, tree_digest
 
 from slurm_tune.stage import copy as copymod
 from slurm_tune.stage import fresh
 from slurm_tune.stage.errors import SourceError
 from slurm_tune.stage.spec import StageRequest
 from slurm_tune.stage.stager import stage
-from test_stage_tier import make_tree, new_tier, open_up, tree_digest
 
 
 def _big(path: Path, size: int) -> Path:
@@ -87,12 +88,19 @@ def test_a_users_umask_does_not_change_the_copys_modes(shared_tmp):
     assert modes == {0o444}
 
 
-@pytest.mark.parametrize("broken, expect", [
-    ({"copy_file_range": errno.EXDEV}, "sendfile"),  # a source on another filesystem (Linux >= 5.19)
-    ({"copy_file_range": errno.ENOSYS, "sendfile": errno.EINVAL}, "pread"),  # an old kernel, odd filesystem
-])
-def test_without_copy_file_range_the_copy_falls_back_once_for_all_files(shared_tmp, monkeypatch, small_split,
-                                                                        broken, expect):
+@pytest.mark.parametrize(
+    "broken, expect",
+    [
+        ({"copy_file_range": errno.EXDEV}, "sendfile"),  # a source on another filesystem (Linux >= 5.19)
+        (
+            {"copy_file_range": errno.ENOSYS, "sendfile": errno.EINVAL},
+            "pread",
+        ),  # an old kernel, odd filesystem
+    ],
+)
+def test_without_copy_file_range_the_copy_falls_back_once_for_all_files(
+    shared_tmp, monkeypatch, small_split, broken, expect
+):
     tree = make_tree(shared_tmp / "ds", dirs=2, files=30, size=5000)
     _big(tree / "big.bin", 6 << 20)
     calls = {"copy_file_range": 0, "sendfile": 0, "pread": 0}
@@ -103,6 +111,7 @@ def test_without_copy_file_range_the_copy_falls_back_once_for_all_files(shared_t
             if name in broken:
                 raise OSError(broken[name], os.strerror(broken[name]))
             return real(*args)
+
         return call
 
     for name in calls:
@@ -118,8 +127,9 @@ def test_without_copy_file_range_the_copy_falls_back_once_for_all_files(shared_t
         assert calls["sendfile"] == 1
 
 
-def test_a_filesystem_whose_copy_file_range_copies_nothing_is_read_and_written(shared_tmp, monkeypatch,
-                                                                               small_split):
+def test_a_filesystem_whose_copy_file_range_copies_nothing_is_read_and_written(
+    shared_tmp, monkeypatch, small_split
+):
     """Some filesystems answer copy_file_range with 0 bytes for a file that has data (procfs-like ones)."""
     tree = make_tree(shared_tmp / "ds", dirs=1, files=5, size=3000)
     _big(tree / "big.bin", 5 << 20)
@@ -154,17 +164,27 @@ except SourceError as exc:
 """
 
 
-@pytest.mark.parametrize("kind, words", [("fifo", "no longer a regular file"),
-                                         ("symlink", "replaced by a symlink"),
-                                         ("directory", "no longer a regular file")])
-def test_a_big_source_file_swapped_after_the_walk_is_refused_never_followed_or_waited_on(shared_tmp, kind,
-                                                                                         words):
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("fifo", "no longer a regular file"),
+        ("symlink", "replaced by a symlink"),
+        ("directory", "no longer a regular file"),
+    ],
+)
+def test_a_big_source_file_swapped_after_the_walk_is_refused_never_followed_or_waited_on(
+    shared_tmp, kind, words
+):
     """A symlink planted where the walk saw a file is not followed (to /etc/shadow, as root); a FIFO is not
     waited on for a writer."""
     tree = make_tree(shared_tmp / "ds", dirs=1, files=8)
     _big(tree / "class00" / "big.bin", 2 << 20)
-    proc = subprocess.run([sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind, "big.bin"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind, "big.bin"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("SourceError:") and words in proc.stdout and "big.bin" in proc.stdout
 
@@ -173,8 +193,12 @@ def test_a_big_source_file_swapped_after_the_walk_is_refused_never_followed_or_w
 def test_a_small_source_file_swapped_after_the_walk_is_not_followed_or_waited_on(shared_tmp, kind):
     """The old `cp -P` batches opened a FIFO planted after the walk and waited for a writer forever."""
     tree = make_tree(shared_tmp / "ds", dirs=1, files=8)
-    proc = subprocess.run([sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind,
-                           "img0003.bin"], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", SWAP, str(tree), str(shared_tmp / "copy"), kind, "img0003.bin"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     copied = shared_tmp / "copy" / "class00" / "img0003.bin"
     assert stat.S_ISFIFO(copied.lstat().st_mode) if kind == "fifo" else copied.is_symlink()

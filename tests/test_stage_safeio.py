@@ -1,5 +1,6 @@
 """safeio's additions for the cache tier (open_or_create, read_small, lstat_at, rmtree_at, write_atomic's
 owner): each against what a second user plants, as that user (runuser) where the rule concerns root."""
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,12 @@ def test_open_or_create_refuses_what_a_user_planted_and_never_changes_it(alices_
     as_alice("mkdir", str(alices_dir / "dir"))
     dfd = os.open(alices_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for name, words in (("hard", "hard links"), ("fifo", "not a regular file"), ("sym", "symbolic link"),
-                            ("dir", "not a regular file")):
+        for name, words in (
+            ("hard", "hard links"),
+            ("fifo", "not a regular file"),
+            ("sym", "symbolic link"),
+            ("dir", "not a regular file"),
+        ):
             with pytest.raises(UnsafePathError, match=words):
                 os.close(safeio.open_or_create(name, dfd, owner=alice))  # the FIFO must not block
         fd = safeio.open_or_create("new", dfd, owner=alice)
@@ -113,8 +118,12 @@ print(os.listdir("{alices_dir}"))
 """
     import sys
 
-    out = subprocess.run(["runuser", "-u", ALICE, "--", sys.executable, "-c", script], capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        ["runuser", "-u", ALICE, "--", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert (outside / "keep").read_text() == "keep"

@@ -1,6 +1,7 @@
 """The cache tier on one node, driven directly: hits, freshness, atomic publish, concurrency, eviction,
 fallbacks, and the multi-user security rules. Real processes, real users, real filesystems (a tmpfs for the
 full-disk case); the Slurm side (jobs, the epilog, liveness) is in test_stage_cluster.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,13 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_until
+
 from slurm_tune.stage import admin
 from slurm_tune.stage.errors import SourceError, StageRequiredError, TierUnavailable
+from slurm_tune.stage.layout import source_key
 from slurm_tune.stage.spec import StageRequest, encode_requests
 from slurm_tune.stage.stager import stage
-from slurm_tune.stage.layout import source_key
 from slurm_tune.stage.tier import Tier, TierConfig
 
 PY = sys.executable
@@ -30,6 +31,7 @@ USERS = ("stune-alice", "stune-bob")
 
 
 # ---- helpers (test_stage_cluster imports these) -----------------------------------------------------------
+
 
 def make_tree(root: Path, dirs: int = 4, files: int = 25, size: int = 3000, seed: int = 0) -> Path:
     """A dataset: `dirs` class directories of `files` files each, deterministic content."""
@@ -39,7 +41,7 @@ def make_tree(root: Path, dirs: int = 4, files: int = 25, size: int = 3000, seed
         sub.mkdir(exist_ok=True)
         for f in range(files):
             blob = hashlib.sha256(f"{seed}-{d}-{f}".encode()).digest() * (size // 32 + 1)
-            (sub / f"img{f:04d}.bin").write_bytes(blob[:size + f])
+            (sub / f"img{f:04d}.bin").write_bytes(blob[: size + f])
     (root / "labels.txt").write_text("".join(f"class{d:02d}\n" for d in range(dirs)))
     return root
 
@@ -78,8 +80,9 @@ def ensure_users():
     ensure_unix_users()
 
 
-def new_tier(path: Path, quota: int | None = 1 << 30, high: float = 0.9, low: float = 0.75,
-             freshness: str = "fast") -> TierConfig:
+def new_tier(
+    path: Path, quota: int | None = 1 << 30, high: float = 0.9, low: float = 0.75, freshness: str = "fast"
+) -> TierConfig:
     config = TierConfig(str(path), quota, high, low, freshness)
     admin.init(config)
     return config
@@ -105,6 +108,7 @@ def req(path, name="DS") -> StageRequest:
 
 
 # ---- hits, holds, freshness ------------------------------------------------------------------------------
+
 
 def test_first_stage_copies_second_hits_with_identical_bytes(tier, dataset):
     first = stage(req(dataset), tier, job_id="101")
@@ -153,7 +157,7 @@ def test_touching_mtime_back_does_not_hide_a_change(tier, dataset):
     f = dataset / "labels.txt"
     stage(req(dataset), tier)
     st = f.stat()
-    f.write_text("same size!\n"[:st.st_size].ljust(st.st_size, "x"))
+    f.write_text("same size!\n"[: st.st_size].ljust(st.st_size, "x"))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime restored; ctime cannot be
     assert stage(req(dataset), tier).status == "copied"
 
@@ -173,9 +177,11 @@ def test_a_held_old_copy_survives_a_refresh_until_released(tier, dataset):
 
 def _no_slurm():
     """gc asks Slurm only about jobs that hold something; these tests release holds first."""
+
     class Unreachable:
         def jobs(self):
             raise AssertionError("gc asked Slurm about job liveness with no holds left")
+
     return Unreachable()
 
 
@@ -199,8 +205,12 @@ def test_the_source_is_stamped_before_the_copy(tier, dataset, monkeypatch):
 
 def _set_boot(entry: Path, boot: str) -> None:
     stamp = entry / "stamp"
-    stamp.write_text("".join(f"boot={boot}\n" if line.startswith("boot=") else line + "\n"
-                             for line in stamp.read_text().splitlines()))
+    stamp.write_text(
+        "".join(
+            f"boot={boot}\n" if line.startswith("boot=") else line + "\n"
+            for line in stamp.read_text().splitlines()
+        )
+    )
 
 
 def test_after_a_reboot_an_intact_entry_is_verified_and_kept(tier, dataset):
@@ -227,6 +237,7 @@ def test_after_a_crash_an_entry_whose_data_never_reached_the_disk_is_restaged(ti
 
 # ---- kinds of source --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("suffix, mode", [(".tar", "w"), (".tar.gz", "w:gz"), (".tar.xz", "w:xz")])
 def test_archives_are_extracted_locally(tier, dataset, shared_tmp, suffix, mode):
     archive = shared_tmp / f"imagenet{suffix}"
@@ -242,7 +253,9 @@ def test_archives_are_extracted_locally(tier, dataset, shared_tmp, suffix, mode)
 
 def test_a_zstd_archive_is_extracted(tier, dataset, shared_tmp):
     archive = shared_tmp / "ds.tar.zst"
-    subprocess.run(["tar", "--zstd", "-cf", str(archive), "-C", str(dataset.parent), dataset.name], check=True)
+    subprocess.run(
+        ["tar", "--zstd", "-cf", str(archive), "-C", str(dataset.parent), dataset.name], check=True
+    )
     result = stage(req(archive, "Z"), tier)
     assert tree_digest(Path(result.path, dataset.name)) == tree_digest(dataset)
 
@@ -337,8 +350,9 @@ def _stager(config: TierConfig, source, job: str, user: str | None = None, env=N
     argv = [PY, "-c", STAGER, json.dumps(list(config)), str(source), job]
     if user:
         argv = ["runuser", "-u", user, "--", *argv]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, **(env or {})))
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {}))
+    )
 
 
 def test_sixteen_concurrent_stagers_make_one_copy(tier, dataset):
@@ -375,8 +389,9 @@ def test_kill_9_mid_copy_leaves_nothing_complete_and_the_next_stager_restages(ti
     assert entries_of(tier) == [], "a killed stager must publish nothing"
 
     def orphans():
-        return subprocess.run(["pgrep", "-f", f"cp -R -P --parents -t {tmp}"],
-                              capture_output=True, text=True).stdout.split()
+        return subprocess.run(
+            ["pgrep", "-f", f"cp -R -P --parents -t {tmp}"], capture_output=True, text=True
+        ).stdout.split()
 
     # the workers get their parent-death signal as the stager dies; give the kernel a moment to deliver it
     wait_until("the copy workers to die with their stager", lambda: not orphans(), timeout=10, interval=0.05)
@@ -400,16 +415,19 @@ def test_an_entry_without_a_complete_stamp_is_not_trusted(tier, dataset):
 
 # ---- quota, eviction, fallback ----------------------------------------------------------------------------
 
+
 def test_lru_eviction_between_watermarks_never_touches_held_entries(shared_tmp):
     root = open_up(shared_tmp) / "small-tier"
     sets = [make_tree(shared_tmp / f"set{i}", dirs=2, files=10, size=40_000, seed=i) for i in range(4)]
     one = stage(req(sets[0]), new_tier(root, quota=10 << 30)).bytes
-    config = TierConfig(str(root), int(one * 3.2), 0.9, 0.4, "fast")  # room for 3, evicts above 2.88 down to 1.28
-    stage(req(sets[0]), config, job_id="1")            # held by a running job
-    stage(req(sets[1]), config)                        # unheld, used earlier
-    _wait_for_the_clock_past(config, sets[1])          # (LRU times are the ledger rows' mtimes)
-    stage(req(sets[2]), config)                        # unheld, used later
-    result = stage(req(sets[3]), config)               # 4th: must evict, down to the low watermark
+    config = TierConfig(
+        str(root), int(one * 3.2), 0.9, 0.4, "fast"
+    )  # room for 3, evicts above 2.88 down to 1.28
+    stage(req(sets[0]), config, job_id="1")  # held by a running job
+    stage(req(sets[1]), config)  # unheld, used earlier
+    _wait_for_the_clock_past(config, sets[1])  # (LRU times are the ledger rows' mtimes)
+    stage(req(sets[2]), config)  # unheld, used later
+    result = stage(req(sets[3]), config)  # 4th: must evict, down to the low watermark
     assert result.status == "copied"
     remaining = {s.name for s in sets if _cached(config, s)}
     assert remaining == {"set0", "set3"}, "LRU set1 and then set2 go; held set0 stays"
@@ -461,7 +479,7 @@ def _profiles(shared_tmp: Path, cache: dict) -> Path:
     import yaml
 
     directory = shared_tmp.parent / f"{shared_tmp.name}-profiles"  # root loads profiles only where root alone
-    directory.mkdir(exist_ok=True)                                  # can write: not in the job-writable tmp
+    directory.mkdir(exist_ok=True)  # can write: not in the job-writable tmp
     profile = {"partition": "gpu", "fabric": {"type": "tcp", "socket_ifname": "eth0"}, "cache": cache}
     (directory / "gpu.yaml").write_text(yaml.safe_dump(profile))
     return directory
@@ -476,8 +494,14 @@ def _context(environ):
 
 
 def _job_env(requests, required=False, job="42", node="n1"):
-    return _context({"STUNE_STAGE": encode_requests(requests, required), "SLURM_JOB_PARTITION": "gpu",
-                     "SLURMD_NODENAME": node, "SLURM_JOB_ID": job})
+    return _context(
+        {
+            "STUNE_STAGE": encode_requests(requests, required),
+            "SLURM_JOB_PARTITION": "gpu",
+            "SLURMD_NODENAME": node,
+            "SLURM_JOB_ID": job,
+        }
+    )
 
 
 def test_prepare_for_task_stages_and_expands_the_node_name(shared_tmp, dataset, monkeypatch):
@@ -485,8 +509,15 @@ def test_prepare_for_task_stages_and_expands_the_node_name(shared_tmp, dataset, 
 
     open_up(shared_tmp)
     admin.init(TierConfig(str(shared_tmp / "n1-cache"), None, 0.9, 0.75, "fast"))
-    monkeypatch.setenv("STUNE_PARTITIONS", str(_profiles(shared_tmp, {
-        "path": str(shared_tmp / "%n-cache"), "quota": "1G", "stage": [f"{dataset}:DEFAULT_SET"]})))
+    monkeypatch.setenv(
+        "STUNE_PARTITIONS",
+        str(
+            _profiles(
+                shared_tmp,
+                {"path": str(shared_tmp / "%n-cache"), "quota": "1G", "stage": [f"{dataset}:DEFAULT_SET"]},
+            )
+        ),
+    )
     exports, messages = prepare_for_task(_job_env([req(dataset, "IMAGENET")]))
     assert set(exports) == {"STUNE_STAGE_IMAGENET", "STUNE_STAGE_DEFAULT_SET"}
     assert exports["STUNE_STAGE_IMAGENET"].startswith(str(shared_tmp / "n1-cache" / "root" / "entries"))
@@ -501,8 +532,9 @@ def test_over_quota_warns_and_points_at_the_source_unless_required(shared_tmp, d
 
     open_up(shared_tmp)
     admin.init(TierConfig(str(shared_tmp / "n1-cache"), None, 0.9, 0.75, "fast"))
-    monkeypatch.setenv("STUNE_PARTITIONS", str(_profiles(shared_tmp, {
-        "path": str(shared_tmp / "%n-cache"), "quota": "8K"})))
+    monkeypatch.setenv(
+        "STUNE_PARTITIONS", str(_profiles(shared_tmp, {"path": str(shared_tmp / "%n-cache"), "quota": "8K"}))
+    )
     exports, messages = prepare_for_task(_job_env([req(dataset)]))
     assert exports == {"STUNE_STAGE_DS": str(dataset)}
     assert len(messages) == 1 and "warning" in messages[0] and "quota" in messages[0]
@@ -553,6 +585,7 @@ def test_a_full_disk_stops_the_copy_and_leaves_no_entry(small_disk, shared_tmp):
 
 # ---- security ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def users():
     ensure_users()
@@ -566,8 +599,9 @@ def test_user_namespaces_are_private(tier, dataset, users):
     ns = Path(tier.root, "stune-alice")
     st = ns.stat()
     assert st.st_uid == users["stune-alice"].pw_uid and stat.S_IMODE(st.st_mode) == 0o700
-    peek = subprocess.run(["runuser", "-u", "stune-bob", "--", "ls", str(ns / "entries")],
-                          capture_output=True, text=True)
+    peek = subprocess.run(
+        ["runuser", "-u", "stune-bob", "--", "ls", str(ns / "entries")], capture_output=True, text=True
+    )
     assert peek.returncode != 0 and "Permission denied" in peek.stderr
     bob = _stager(tier, dataset, "2", user="stune-bob")
     out_b, err_b = bob.communicate(timeout=120)
@@ -624,8 +658,9 @@ def test_root_never_follows_symlinks_planted_in_a_namespace(tier, dataset, users
     assert (victim / "77" / "precious").read_text() == "keep me"
     assert (victim / "precious").read_text() == "keep me"
     assert all(not r.entry.endswith(".2") for r in listed), "a symlink in entries/ is never an entry"
-    assert not (ns / "tmp" / "0123456789abcdef0123456789abcdef.1.999.staging").exists(), \
+    assert not (ns / "tmp" / "0123456789abcdef0123456789abcdef.1.999.staging").exists(), (
         "the planted link itself was removed, not followed"
+    )
 
 
 def test_a_symlinked_stamp_or_data_is_not_a_complete_entry(tier, dataset, shared_tmp):
@@ -679,6 +714,7 @@ def test_gc_restores_a_missing_ledger_row_as_the_entrys_user(tier, dataset, user
 
 
 # ---- the hot path -----------------------------------------------------------------------------------------
+
 
 def test_a_hit_does_not_load_the_copy_machinery(tier, dataset, shared_tmp):
     stage(req(dataset), tier, job_id="5")

@@ -1,4 +1,5 @@
 """`stune-sweep checks`: the catalogue, a partition's own checks, --json, and a partition that runs none."""
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,12 @@ def test_checks_json_lists_the_partitions_checks_and_where_their_tools_are(tmp_p
     tool = tmp_path / "iperf3"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
-    directory = with_active(tmp_path, "active:\n  checks:\n    iperf3: {time_limit: 2m}\n"
-                                      "    nccl_allreduce: {command: 'all_reduce_perf -g {gpus} -b 8G'}\n"
-                                      f"  tools:\n    iperf3: {tool}\n    all_reduce_perf: /nonexistent/arp\n")
+    directory = with_active(
+        tmp_path,
+        "active:\n  checks:\n    iperf3: {time_limit: 2m}\n"
+        "    nccl_allreduce: {command: 'all_reduce_perf -g {gpus} -b 8G'}\n"
+        f"  tools:\n    iperf3: {tool}\n    all_reduce_perf: /nonexistent/arp\n",
+    )
     out = sweep_cli("checks", "-p", "vpc", "--json", env={"STUNE_PARTITIONS": str(directory)})
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -1,4 +1,5 @@
 """`stune-admin topology`: ibnetdiscover output (real format, tests/fixtures/ibnetdiscover/) -> topology.conf."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from slurm_tune.admin.topology import (
+    Device,
+    build_topology,
+    host_name,
+    parse_ibnetdiscover,
+    render,
+    switch_name,
+)
 from slurm_tune.errors import ConfigError
-from slurm_tune.admin.topology import build_topology, host_name, parse_ibnetdiscover, render, switch_name, Device
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ibnetdiscover"
 ADMIN = os.path.join(os.path.dirname(sys.executable), "stune-admin")
@@ -51,8 +59,11 @@ def test_choosing_the_rail_by_hca_name_and_filtering_nodes():
     assert topo.leaves == {"stor01": ["node01"]}
     assert "skipped node02: no HCA described as 'mlx5_8'" in topo.notes
     topo = build_topology(load("hdr-fat-tree.txt"), keep=lambda n: n in ("node03", "node04"))
-    assert conf_lines(render(topo, "x")) == ["SwitchName=leaf02 Nodes=node[03-04]",
-                                             "SwitchName=spine01 Switches=leaf02", "SwitchName=spine02 Switches=leaf02"]
+    assert conf_lines(render(topo, "x")) == [
+        "SwitchName=leaf02 Nodes=node[03-04]",
+        "SwitchName=spine01 Switches=leaf02",
+        "SwitchName=spine02 Switches=leaf02",
+    ]
 
 
 def test_two_switches_cabled_directly_get_a_virtual_root_and_unnamed_hcas_are_skipped():
@@ -92,12 +103,20 @@ def test_cli_reads_a_file_or_stdin_and_writes_a_file(tmp_path):
     out = subprocess.run([ADMIN, "topology", str(fixture)], capture_output=True, text=True)
     assert out.returncode == 0 and "SwitchName=leaf01 Nodes=node[01-02]" in out.stdout
     target = tmp_path / "topology.conf"
-    out = subprocess.run([ADMIN, "topology", "-", "-o", str(target), "--match", "node0[34]"],
-                         input=fixture.read_text(), capture_output=True, text=True)
+    out = subprocess.run(
+        [ADMIN, "topology", "-", "-o", str(target), "--match", "node0[34]"],
+        input=fixture.read_text(),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and "wrote" in out.stderr
     assert conf_lines(target.read_text())[0] == "SwitchName=leaf02 Nodes=node[03-04]"
-    out = subprocess.run([ADMIN, "topology", str(fixture), "--match", "nothing*"], capture_output=True, text=True)
-    assert out.returncode == 1 and "no node found on any switch" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run(
+        [ADMIN, "topology", str(fixture), "--match", "nothing*"], capture_output=True, text=True
+    )
+    assert (
+        out.returncode == 1 and "no node found on any switch" in out.stderr and "Traceback" not in out.stderr
+    )
 
 
 def test_grouped_output_with_warning_lines_is_read_and_the_warnings_counted():
@@ -113,9 +132,11 @@ def test_grouped_output_with_warning_lines_is_read_and_the_warnings_counted():
 
 
 def test_warning_lines_alone_say_the_discovery_failed():
-    dump = ("ibwarn: [298726] mad_rpc_open_port: client_register for mgmt 1 failed\n"
-            "/build/rdma-core/libibnetdisc/ibnetdisc.c:802; can't open MAD port ((null):0)\n"
-            "ibnetdiscover: iberror: failed: discover failed\n")
+    dump = (
+        "ibwarn: [298726] mad_rpc_open_port: client_register for mgmt 1 failed\n"
+        "/build/rdma-core/libibnetdisc/ibnetdisc.c:802; can't open MAD port ((null):0)\n"
+        "ibnetdiscover: iberror: failed: discover failed\n"
+    )
     with pytest.raises(ConfigError, match=r"no switch found.*3 ibnetdiscover warning line\(s\)"):
         parse_ibnetdiscover(dump, "dump.txt")
 
@@ -126,16 +147,25 @@ def test_default_descriptions_explain_the_empty_result_and_a_node_name_map_fixes
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "all 5 HCA(s) keep a description that names no host" in out.stderr
     assert "--node-name-map" in out.stderr and "node_desc" in out.stderr
-    out = subprocess.run([ADMIN, "topology", str(fixture), "--node-name-map", str(FIXTURES / "qdr-node-name-map.txt")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [ADMIN, "topology", str(fixture), "--node-name-map", str(FIXTURES / "qdr-node-name-map.txt")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
-    assert conf_lines(out.stdout) == ["SwitchName=ib-sw1 Nodes=cn[101-103]", "SwitchName=ib-sw2 Nodes=cn[201-202]",
-                                      "SwitchName=fabric Switches=ib-sw[1-2]"]
+    assert conf_lines(out.stdout) == [
+        "SwitchName=ib-sw1 Nodes=cn[101-103]",
+        "SwitchName=ib-sw2 Nodes=cn[201-202]",
+        "SwitchName=fabric Switches=ib-sw[1-2]",
+    ]
 
 
 def test_a_bad_node_name_map_line_is_named(tmp_path):
     bad = tmp_path / "map"
     bad.write_text('0x0002c9030009e4f0 "cn101"\nnot a map line\n')
-    out = subprocess.run([ADMIN, "topology", str(FIXTURES / "qdr-two-switches.txt"), "--node-name-map", str(bad)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [ADMIN, "topology", str(FIXTURES / "qdr-two-switches.txt"), "--node-name-map", str(bad)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 1 and f"{bad}:2:" in out.stderr and "Traceback" not in out.stderr

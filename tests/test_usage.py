@@ -1,5 +1,6 @@
 """The node side of per-job GPU usage: summaries, mmap'd accumulators, the sampler, the node epilog and the
 hook scripts. The controller side (EpilogSlurmctld, AdminComment) is in test_fairshare_cluster.py."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from usage_helpers import hermetic_env, write_snapshot
 
 from slurm_tune.hw.nvml import GpuUtilization, open_gpu_source
 from slurm_tune.usage import accum, spool, summary
 from slurm_tune.usage.sampler import Sampler, device_minor
-from usage_helpers import hermetic_env, write_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -24,16 +25,32 @@ BIN = os.path.dirname(sys.executable)
 
 # ---- the summary text ------------------------------------------------------------------------------------
 means = st.one_of(st.none(), st.floats(0, 1e5, allow_nan=False).map(lambda x: round(x, 1)))
-gpu_means = st.builds(summary.GpuMeans, st.sampled_from(["n1", "gpu-a017", "dgx42"]),
-                      st.integers(0, 7).map(str), means, means, means.map(lambda x: None if x is None else
-                                                                           float(round(x))), means)
+gpu_means = st.builds(
+    summary.GpuMeans,
+    st.sampled_from(["n1", "gpu-a017", "dgx42"]),
+    st.integers(0, 7).map(str),
+    means,
+    means,
+    means.map(lambda x: None if x is None else float(round(x))),
+    means,
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.builds(summary.JobSummary, st.floats(0, 1e9).map(lambda x: round(x, 1)),
-                 st.floats(0, 1e9).map(lambda x: round(x, 1)), st.floats(0, 1e9).map(lambda x: round(x, 1)),
-                 st.floats(0, 1e9).map(lambda x: round(x, 1)), means, st.integers(0, 4096), st.integers(0, 512),
-                 st.integers(0, 512), st.lists(gpu_means, max_size=16).map(tuple)))
+@given(
+    st.builds(
+        summary.JobSummary,
+        st.floats(0, 1e9).map(lambda x: round(x, 1)),
+        st.floats(0, 1e9).map(lambda x: round(x, 1)),
+        st.floats(0, 1e9).map(lambda x: round(x, 1)),
+        st.floats(0, 1e9).map(lambda x: round(x, 1)),
+        means,
+        st.integers(0, 4096),
+        st.integers(0, 512),
+        st.integers(0, 512),
+        st.lists(gpu_means, max_size=16).map(tuple),
+    )
+)
 def test_summary_text_round_trips(s):
     text = summary.encode(s)
     assert '"' not in text and "|" not in text and "\n" not in text  # sacctmgr-safe, sacct -P-safe
@@ -53,16 +70,36 @@ def test_parse_ignores_what_is_not_a_summary():
 
 
 def node_doc(node, start, end, gpus):
-    zero = {name: 0.0 for name in summary.ACC_FIELDS}
-    return {"node": node, "start": start, "end": end,
-            "gpus": [{"id": gid, "acc": {**zero, **acc}} for gid, acc in gpus]}
+    zero = dict.fromkeys(summary.ACC_FIELDS, 0.0)
+    return {
+        "node": node,
+        "start": start,
+        "end": end,
+        "gpus": [{"id": gid, "acc": {**zero, **acc}} for gid, acc in gpus],
+    }
 
 
 def test_merging_two_nodes_adds_sums_and_recomputes_means():
-    a = node_doc("n1", 0, 100, [(0, {"sm_dt": 100, "sm_sum": 90, "pw_dt": 100, "pw_sum": 30000,
-                                      "busy_dt": 50, "busy_pw_dt": 50, "busy_pw_sum": 15000})])
-    b = node_doc("n2", 0, 100, [(0, {"sm_dt": 50, "sm_sum": 5, "mib_dt": 50, "mib_sum": 50 * 1024}),
-                                (1, {})])
+    a = node_doc(
+        "n1",
+        0,
+        100,
+        [
+            (
+                0,
+                {
+                    "sm_dt": 100,
+                    "sm_sum": 90,
+                    "pw_dt": 100,
+                    "pw_sum": 30000,
+                    "busy_dt": 50,
+                    "busy_pw_dt": 50,
+                    "busy_pw_sum": 15000,
+                },
+            )
+        ],
+    )
+    b = node_doc("n2", 0, 100, [(0, {"sm_dt": 50, "sm_sum": 5, "mib_dt": 50, "mib_sum": 50 * 1024}), (1, {})])
     merged = summary.merge([b, a], expected_nodes=3)
     assert (merged.held, merged.used, merged.covered, merged.busy) == (300.0, 95.0, 150.0, 50.0)
     assert merged.busy_w == 300.0
@@ -196,8 +233,10 @@ def test_unanswered_readings_add_samples_but_no_coverage(tmp_path):
 
 def test_slurm_gpu_ids_map_to_gpus_by_device_minor(tmp_path):
     proc = tmp_path / "proc"
-    readings = [GpuUtilization(i, f"GPU-{i}", f"00000000:{bus}:00.0", 10 * (i + 1), 0, 0, 0, 100.0)
-                for i, bus in enumerate(("07", "0F", "47", "4E"))]
+    readings = [
+        GpuUtilization(i, f"GPU-{i}", f"00000000:{bus}:00.0", 10 * (i + 1), 0, 0, 0, 100.0)
+        for i, bus in enumerate(("07", "0F", "47", "4E"))
+    ]
     minors = {"07": 3, "0F": 2, "47": 1, "4E": 0}  # the driver numbered them the other way round
     for bus, minor in minors.items():
         d = proc / f"0000:{bus.lower()}:00.0"
@@ -218,7 +257,9 @@ def test_slurm_gpu_ids_map_to_gpus_by_device_minor(tmp_path):
     sampler.sample_once()
     _, gpus = accum.read(str(local / "acc" / "3"))
     assert gpus[0]["nvml_index"] == 3 and gpus[0]["sm_sum"] == pytest.approx(0.4)  # minor 0 is NVML 3
-    plain = Sampler(Source(), str(tmp_path / "u2"), interval=1.0, clock=clock, proc_root=str(tmp_path / "none"))
+    plain = Sampler(
+        Source(), str(tmp_path / "u2"), interval=1.0, clock=clock, proc_root=str(tmp_path / "none")
+    )
     assert plain._build_map(readings) == {0: 0, 1: 1, 2: 2, 3: 3}
 
 
@@ -271,16 +312,20 @@ def run_hook(path: Path, env: dict, tmp_path: Path) -> subprocess.CompletedProce
     """Run a hook with only `env` (and an empty STUNE_ENV_FILE unless env names one): an installed
     /etc/default/stune must not change what it does."""
     base = {k: v for k, v in hermetic_env(tmp_path).items() if k.startswith(("STUNE_", "SLURM_"))}
-    return subprocess.run([str(path)], env={"PATH": "/usr/bin:/bin", **base, **env}, capture_output=True,
-                          text=True)
+    return subprocess.run(
+        [str(path)], env={"PATH": "/usr/bin:/bin", **base, **env}, capture_output=True, text=True
+    )
 
 
 def test_hooks_read_settings_from_the_env_file_they_are_given(tmp_path):
     """The hooks take their settings from STUNE_ENV_FILE (the one file /etc/default/stune is by default)."""
     env_file = tmp_path / "site.env"
     env_file.write_text(f"STUNE_USAGE_DIR={tmp_path / 'from-env-file'}\n")
-    proc = run_hook(REPO / "prolog" / "20-stune-jobgpus",
-                    {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "3", "STUNE_ENV_FILE": str(env_file)}, tmp_path)
+    proc = run_hook(
+        REPO / "prolog" / "20-stune-jobgpus",
+        {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "3", "STUNE_ENV_FILE": str(env_file)},
+        tmp_path,
+    )
     assert proc.returncode == 0 and (tmp_path / "from-env-file" / "jobs" / "5").read_text() == "3\n"
 
 
@@ -302,18 +347,26 @@ def test_epilog_hook_writes_the_node_summary_and_never_fails(tmp_path):
     local, shared = tmp_path / "usage", tmp_path / "spool"
     shared.mkdir()
     prolog(local, "90", "1")
-    env = {"SLURM_JOB_ID": "90", "SLURMD_NODENAME": "n3", "SLURM_JOB_GPUS": "1", "STUNE_BIN": BIN,
-           "STUNE_USAGE_DIR": str(local), "STUNE_USAGE_SPOOL": str(shared)}
+    env = {
+        "SLURM_JOB_ID": "90",
+        "SLURMD_NODENAME": "n3",
+        "SLURM_JOB_GPUS": "1",
+        "STUNE_BIN": BIN,
+        "STUNE_USAGE_DIR": str(local),
+        "STUNE_USAGE_SPOOL": str(shared),
+    }
     proc = run_hook(script, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (shared / "90" / "n3.json").exists() and not (local / "jobs" / "90").exists()
     # CPU-only job: returns at once, without starting Python
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"},
-                    tmp_path)
+    proc = run_hook(
+        script, {**env, "SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "", "STUNE_BIN": "/nonexistent"}, tmp_path
+    )
     assert proc.returncode == 0 and proc.stderr == ""
     # a broken spool: one line on stderr, still exit 0
-    proc = run_hook(script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")},
-                    tmp_path)
+    proc = run_hook(
+        script, {**env, "SLURM_JOB_ID": "92", "STUNE_USAGE_SPOOL": str(tmp_path / "missing")}, tmp_path
+    )
     assert proc.returncode == 0 and "epilog:" in proc.stderr
 
 
@@ -322,15 +375,31 @@ def test_sampler_epilogs_explicit_options_win_over_the_environment(tmp_path):
     local, shared = tmp_path / "usage", tmp_path / "spool"
     shared.mkdir()
     prolog(local, "93", "1")
-    env = hermetic_env(tmp_path, SLURM_JOB_ID="94", SLURMD_NODENAME="n3", SLURM_JOB_GPUS="1",
-                       STUNE_USAGE_DIR=str(local), STUNE_USAGE_SPOOL=str(shared))
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "epilog", "--node", "n9", "--job", "93", "-v"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    env = hermetic_env(
+        tmp_path,
+        SLURM_JOB_ID="94",
+        SLURMD_NODENAME="n3",
+        SLURM_JOB_GPUS="1",
+        STUNE_USAGE_DIR=str(local),
+        STUNE_USAGE_SPOOL=str(shared),
+    )
+    proc = subprocess.run(
+        [f"{BIN}/stune-gpu-sampler", "epilog", "--node", "n9", "--job", "93", "-v"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "job 93 on n9: wrote" in proc.stderr, proc.stderr
     assert (shared / "93" / "n9.json").exists() and not (shared / "93" / "n3.json").exists()
     assert not (shared / "94").exists()
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "epilog", "-v"], capture_output=True, text=True,
-                          env=dict(env, SLURM_JOB_ID="93"), timeout=60)
+    proc = subprocess.run(
+        [f"{BIN}/stune-gpu-sampler", "epilog", "-v"],
+        capture_output=True,
+        text=True,
+        env=dict(env, SLURM_JOB_ID="93"),
+        timeout=60,
+    )
     assert proc.returncode == 0 and "job 93 on n3:" in proc.stderr, proc.stderr
 
 
@@ -340,16 +409,40 @@ def test_sampler_cli_runs_and_reports_status(tmp_path):
     snap = write_snapshot(tmp_path / "snap.json", 60)
     env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("usage:\n  interval: 0.05\n")
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--gpu-snapshot", snap, "--local-dir", str(local),
-                           "--count", "5"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            f"{BIN}/stune-gpu-sampler",
+            "run",
+            "--gpu-snapshot",
+            snap,
+            "--local-dir",
+            str(local),
+            "--count",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "deprecated" not in proc.stderr
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local)], capture_output=True,
-                          text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0
     assert proc.stdout.startswith("job 5: gpu0 sm 60% over") and "gpu1 sm 60%" in proc.stdout
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local), "--json"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [f"{BIN}/stune-gpu-sampler", "status", "--local-dir", str(local), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [j["job"] for j in doc["jobs"]] == ["5"] and [g["gpu"] for g in doc["jobs"][0]["gpus"]] == [0, 1]
@@ -363,8 +456,21 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
     env = hermetic_env(tmp_path, STUNE_FAIRSHARE_CONFIG=tmp_path / "none.yaml")
     (tmp_path / "none.yaml").write_text("")
     # the old spelling of --gpu-snapshot (systemd units written for older releases) still works, with a note
-    proc = subprocess.Popen([f"{BIN}/stune-gpu-sampler", "run", "--snapshot", snap, "--local-dir", str(local),
-                             "--interval", "0.05"], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            f"{BIN}/stune-gpu-sampler",
+            "run",
+            "--snapshot",
+            snap,
+            "--local-dir",
+            str(local),
+            "--interval",
+            "0.05",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not (local / "acc" / "6").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -382,8 +488,8 @@ def test_a_gpu_belongs_to_its_newest_job(tmp_path):
     local = tmp_path / "usage"
     snap = write_snapshot(tmp_path / "snap.json", 40)
     clock = Clock()
-    prolog(local, "50", "0,1", when=clock.t - 100)   # stale
-    prolog(local, "51", "1", when=clock.t)           # new, on GPU 1
+    prolog(local, "50", "0,1", when=clock.t - 100)  # stale
+    prolog(local, "51", "1", when=clock.t)  # new, on GPU 1
     sampler = Sampler(open_gpu_source(snapshot=snap), str(local), interval=1.0, clock=clock)
     for _ in range(3):
         clock.t += 1.0
@@ -417,8 +523,10 @@ class ScriptedSource:
     def utilization(self):
         sm, procs = self.script[min(self.tick, len(self.script) - 1)]
         self.tick += 1
-        return [GpuUtilization(i, f"GPU-{i}", None, sm, 10.0, 1 << 30, 80 << 30, 250.0, procs)
-                for i in range(self.gpus)]
+        return [
+            GpuUtilization(i, f"GPU-{i}", None, sm, 10.0, 1 << 30, 80 << 30, 250.0, procs)
+            for i in range(self.gpus)
+        ]
 
 
 def run_script(tmp_path, script, gpus="0,1", job="70"):
@@ -447,6 +555,7 @@ def test_unmeasurable_utilization_is_unmeasured_not_idle(tmp_path):
     """MIG / NVML_ERROR_NOT_SUPPORTED: no utilization reading. Nothing is sampled (coverage 0, eta None),
     so the accountant charges eta = 1 and `job` says "unmeasured", never 0 %."""
     import fakenvml
+
     from slurm_tune.hw.nvml import LiveGpuSource
 
     fake = fakenvml.FakeNvml([fakenvml.device(i, mig=True, util_gpu=0) for i in range(2)])
@@ -467,10 +576,23 @@ def test_unmeasurable_utilization_is_unmeasured_not_idle(tmp_path):
     assert [g.sm for g in merged.per_gpu] == [None, None]
     from slurm_tune.fairshare import explain
 
-    text = explain.job_text({"job_id": "71", "user": "u", "account": "a", "partition": "p", "state": "RUNNING",
-                             "gpus": 2.0, "elapsed_s": 5, "held_gpu_h": 0.003, "eta": None, "per_gpu": [
-                                 {"node": g.node, "gpu": g.gpu, "sm": g.sm, "watts": g.watts}
-                                 for g in merged.per_gpu], "timeline": [], "why": "not measured", "hints": []})
+    text = explain.job_text(
+        {
+            "job_id": "71",
+            "user": "u",
+            "account": "a",
+            "partition": "p",
+            "state": "RUNNING",
+            "gpus": 2.0,
+            "elapsed_s": 5,
+            "held_gpu_h": 0.003,
+            "eta": None,
+            "per_gpu": [{"node": g.node, "gpu": g.gpu, "sm": g.sm, "watts": g.watts} for g in merged.per_gpu],
+            "timeline": [],
+            "why": "not measured",
+            "hints": [],
+        }
+    )
     assert "utilization unmeasured" in text and " 0%" not in text
 
 
@@ -525,10 +647,22 @@ def test_a_stall_is_flagged_in_the_job_view():
 
 def test_a_short_jobs_timeline_is_filled_not_dotted():
     """A 20 s job has two 10 s buckets: each covers half of the 48 steps (not one step each)."""
-    docs = [{"node": "n1", "start": 0, "end": 20, "gpus": [],
-             "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 10]}},
-            {"node": "n2", "start": 0, "end": 20, "gpus": [],
-             "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 0]}}]
+    docs = [
+        {
+            "node": "n1",
+            "start": 0,
+            "end": 20,
+            "gpus": [],
+            "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 10]},
+        },
+        {
+            "node": "n2",
+            "start": 0,
+            "end": 20,
+            "gpus": [],
+            "series": {"t0": 0, "width": 10, "sm": [9.5, 0.0], "dt": [10, 0]},
+        },
+    ]
     assert summary.merge_timeline(docs) == "9" * 24 + "0" * 24
 
 
@@ -549,10 +683,19 @@ def test_the_sampler_daemon_reads_STUNE_GPU_SNAPSHOT(tmp_path):
     local = tmp_path / "n7" / "usage"
     prolog(local, "8", "0")
     write_snapshot(tmp_path / "gpus-n7.json", 70)
-    env = hermetic_env(tmp_path, STUNE_GPU_SNAPSHOT=tmp_path / "gpus-%n.json", SLURMD_NODENAME="n7",
-                       STUNE_USAGE_DIR=tmp_path / "%n" / "usage")
-    proc = subprocess.run([f"{BIN}/stune-gpu-sampler", "run", "--count", "4", "--interval", "0.05"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    env = hermetic_env(
+        tmp_path,
+        STUNE_GPU_SNAPSHOT=tmp_path / "gpus-%n.json",
+        SLURMD_NODENAME="n7",
+        STUNE_USAGE_DIR=tmp_path / "%n" / "usage",
+    )
+    proc = subprocess.run(
+        [f"{BIN}/stune-gpu-sampler", "run", "--count", "4", "--interval", "0.05"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"snapshot {tmp_path / 'gpus-n7.json'}" in proc.stderr and str(local) in proc.stderr
     _, gpus = accum.read(str(local / "acc" / "8"))
@@ -569,17 +712,26 @@ def test_one_job_travels_the_pipeline_in_the_formats_pipeline_py_names(tmp_path)
     local, shared = tmp_path / "usage", tmp_path / "spool"
     shared.mkdir()
     clock = Clock()
-    hook = run_hook(REPO / "prolog" / "20-stune-jobgpus",
-                    {"SLURM_JOB_ID": "12", "SLURM_JOB_GPUS": "0", "STUNE_USAGE_DIR": str(local)}, tmp_path)
+    hook = run_hook(
+        REPO / "prolog" / "20-stune-jobgpus",
+        {"SLURM_JOB_ID": "12", "SLURM_JOB_GPUS": "0", "STUNE_USAGE_DIR": str(local)},
+        tmp_path,
+    )
     assert hook.returncode == 0 and (local / pipeline.JOBS_DIR / "12").read_text() == "0\n"
     os.utime(local / pipeline.JOBS_DIR / "12", (clock.t - 1, clock.t - 1))
-    sampler = Sampler(open_gpu_source(snapshot=write_snapshot(tmp_path / "snap.json", 50, gpus=1)), str(local),
-                      interval=1.0, clock=clock)
+    sampler = Sampler(
+        open_gpu_source(snapshot=write_snapshot(tmp_path / "snap.json", 50, gpus=1)),
+        str(local),
+        interval=1.0,
+        clock=clock,
+    )
     clock.t += 1.0
     sampler.sample_once()
     assert (local / pipeline.ACC_DIR / "12").read_bytes().startswith(pipeline.ACCUMULATOR_MAGIC)
-    assert spool.node_epilog(str(local), str(shared), "12", "n1", "0", now=clock.t) == \
-        f"wrote {shared}/12/n1{pipeline.NODE_SUMMARY_SUFFIX}"
+    assert (
+        spool.node_epilog(str(local), str(shared), "12", "n1", "0", now=clock.t)
+        == f"wrote {shared}/12/n1{pipeline.NODE_SUMMARY_SUFFIX}"
+    )
     sampler.close()
     docs, _ = spool.read_job_dir(str(shared / "12"))
     line = summary.encode(summary.merge(docs, 1))

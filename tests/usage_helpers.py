@@ -1,4 +1,5 @@
 """Snapshot GPU sources for driving the sampler: real `stune-health capture` files with utilization set."""
+
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,16 @@ from slurm_tune import safeio
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "dgx-a100-ib.json"
 
 
-def write_snapshot(path, sm: float | None, *, gpus: int = 4, mem: float | None = 30.0, power: float | None = 250.0,
-                   mem_used: int | None = 32 << 30, procs: int | None = None) -> str:
+def write_snapshot(
+    path,
+    sm: float | None,
+    *,
+    gpus: int = 4,
+    mem: float | None = 30.0,
+    power: float | None = 250.0,
+    mem_used: int | None = 32 << 30,
+    procs: int | None = None,
+) -> str:
     """A copy of the DGX A100 capture with `gpus` GPUs all reading `sm` % SM utilization (None: no answer).
     Written atomically, so a running sampler never reads half a file."""
     snap = json.loads(FIXTURE.read_text())
@@ -38,7 +47,12 @@ def hermetic_env(tmp_path, **extra) -> dict:
     config = Path(tmp_path) / "fairshare-empty.yaml"
     config.touch()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STUNE_", "SLURM_"))}
-    env.update({"STUNE_ENV_FILE": str(env_file), "STUNE_FAIRSHARE_CONFIG": str(config),
-                "SLURM_CONF": str(Path(tmp_path) / "no-slurm.conf")})
+    env.update(
+        {
+            "STUNE_ENV_FILE": str(env_file),
+            "STUNE_FAIRSHARE_CONFIG": str(config),
+            "SLURM_CONF": str(Path(tmp_path) / "no-slurm.conf"),
+        }
+    )
     env.update({k: str(v) for k, v in extra.items()})
     return env

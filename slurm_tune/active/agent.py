@@ -4,6 +4,7 @@ output file. A missing tool is reported as `unavailable` with what to install, n
 
 The spec comes from the sweep on the command line (JSON), so the node needs no profile.
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,18 +43,37 @@ def fingerprint(environ=None) -> dict:
     kernel = read("proc/sys/kernel/osrelease") or (os.uname().release if root in ("", "/") else "")
     driver = ""
     words = read("proc/driver/nvidia/version").split()
-    if "Module" in words and words.index("Module") + 1 < len(words):  # "... Kernel Module  535.161.08  Release..."
+    if "Module" in words and words.index("Module") + 1 < len(
+        words
+    ):  # "... Kernel Module  535.161.08  Release..."
         driver = words[words.index("Module") + 1]
-    fws = sorted({read(os.path.relpath(p, root)) for p in glob.glob(os.path.join(root, "sys/class/infiniband/*/fw_ver"))}
-                 - {""})
-    return {"driver": driver[:40], "cuda": "", "nccl": "", "hca_fw": ",".join(fws)[:120], "kernel": kernel[:80]}
+    fws = sorted(
+        {
+            read(os.path.relpath(p, root))
+            for p in glob.glob(os.path.join(root, "sys/class/infiniband/*/fw_ver"))
+        }
+        - {""}
+    )
+    return {
+        "driver": driver[:40],
+        "cuda": "",
+        "nccl": "",
+        "hca_fw": ",".join(fws)[:120],
+        "kernel": kernel[:80],
+    }
 
 
 def _run(argv: list[str], timeout: float, env: dict) -> tuple[bytes, int | None]:
     """(stdout+stderr, exit code or None on timeout). The whole process group is killed at the deadline."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as exc:
         return f"cannot start {argv[0]}: {exc.strerror}".encode(), 127
     try:
@@ -78,9 +98,17 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
     check = CATALOGUE[spec["check"]]
     fp = fingerprint(environ)
     env = dict(environ, **check.env)
-    base = {"at": 0.0, "sweep": spec.get("sweep", ""), "partition": spec.get("partition", ""), "check": check.name,
-            "subject": spec["subject"], "nodes": spec["nodes"], "hca": spec.get("hca"),
-            "job": environ.get("SLURM_JOB_ID", ""), "unit": check.unit}
+    base = {
+        "at": 0.0,
+        "sweep": spec.get("sweep", ""),
+        "partition": spec.get("partition", ""),
+        "check": check.name,
+        "subject": spec["subject"],
+        "nodes": spec["nodes"],
+        "hca": spec.get("hca"),
+        "job": environ.get("SLURM_JOB_ID", ""),
+        "unit": check.unit,
+    }
     tool, template = check.tool, spec.get("command") or check.command
     path = tool_path(spec.get("tools") or {}, tool)
     prepare = None
@@ -93,7 +121,9 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
             tool, template, path = "dd", DD_FALLBACK, shutil.which("dd")
             check = check._replace(parser=parse.dd)
         if not directory or not os.path.isdir(directory):
-            return _emit_all(emit, spec, base, fp, "unknown", f"disk check directory {directory!r} does not exist")
+            return _emit_all(
+                emit, spec, base, fp, "unknown", f"disk check directory {directory!r} does not exist"
+            )
         try:  # created here, exclusively, so nothing planted under that name is read or written through
             os.close(safeio.create_exclusive(file))
         except OSError as exc:
@@ -101,12 +131,21 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
         if tool == "dd":
             prepare = _argv(DD_PREPARE, path, "dd", values)
     else:
-        values = {"gpus": str(spec.get("gpus") or 1), "server": spec.get("server_addr", ""),
-                  "tcp_port": str(spec.get("tcp_port") or 18515), "size": "", "file": "", "path": ""}
+        values = {
+            "gpus": str(spec.get("gpus") or 1),
+            "server": spec.get("server_addr", ""),
+            "tcp_port": str(spec.get("tcp_port") or 18515),
+            "size": "",
+            "file": "",
+            "path": "",
+        }
     if path is None:
         configured_at = (spec.get("tools") or {}).get(tool)
-        where = f"{configured_at} (active.tools.{tool}) is not an executable file" if configured_at else \
-            f"{tool} not found"
+        where = (
+            f"{configured_at} (active.tools.{tool}) is not an executable file"
+            if configured_at
+            else f"{tool} not found"
+        )
         return _emit_all(emit, spec, base, fp, "unavailable", f"{where}: install {check.install}")
     try:
         if prepare:
@@ -123,13 +162,30 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
                     if code is None:
                         out += b"\n(stune: killed at the run's deadline)\n"
                 reading = check.parser(out)
-                rfp = dict(fp, nccl=str(reading.extra.get("nccl", ""))[:20],
-                           cuda=str(reading.extra.get("cuda", ""))[:20])
+                rfp = dict(
+                    fp,
+                    nccl=str(reading.extra.get("nccl", ""))[:20],
+                    cuda=str(reading.extra.get("cuda", ""))[:20],
+                )
                 if not rfp["driver"] and reading.extra.get("driver"):
                     rfp["driver"] = str(reading.extra["driver"])[:40]
-                emit(MARK + fastjson.dumps(dict(base, subject=subject, hca=hca, at=round(started, 3), run=run,
-                                                status=reading.status, value=reading.value, detail=reading.detail,
-                                                fingerprint=rfp, tool=tool)))
+                emit(
+                    MARK
+                    + fastjson.dumps(
+                        dict(
+                            base,
+                            subject=subject,
+                            hca=hca,
+                            at=round(started, 3),
+                            run=run,
+                            status=reading.status,
+                            value=reading.value,
+                            detail=reading.detail,
+                            fingerprint=rfp,
+                            tool=tool,
+                        )
+                    )
+                )
     finally:
         if check.name == "disk_read":
             try:
@@ -148,8 +204,22 @@ def targets(spec: dict) -> list[tuple[str, str | None]]:
 def _emit_all(emit, spec, base, fp, status, detail) -> int:
     for subject, hca in targets(spec):
         for run in range(spec.get("runs", 1)):
-            emit(MARK + fastjson.dumps(dict(base, subject=subject, hca=hca, at=round(time.time(), 3), run=run,
-                                            status=status, value=None, detail=detail, fingerprint=fp)))
+            emit(
+                MARK
+                + fastjson.dumps(
+                    dict(
+                        base,
+                        subject=subject,
+                        hca=hca,
+                        at=round(time.time(), 3),
+                        run=run,
+                        status=status,
+                        value=None,
+                        detail=detail,
+                        fingerprint=fp,
+                    )
+                )
+            )
     return 0
 
 
@@ -159,13 +229,20 @@ def _server_client(spec, check, path, values, env) -> bytes:
     a, b = spec["nodes"][:2]
     step = ["srun", "--overlap", "-N1", "-n1", "-w"]
     deadline = time.monotonic() + spec["run_timeout"]
-    server = subprocess.Popen(step + [a] + _argv(check.server, path, check.tool, values), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    server = subprocess.Popen(
+        step + [a] + _argv(check.server, path, check.tool, values),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out = b""
         while time.monotonic() < deadline:
-            out, code = _run(step + [b] + _argv(check.client, path, check.tool, values),
-                             deadline - time.monotonic(), env)
+            out, code = _run(
+                step + [b] + _argv(check.client, path, check.tool, values), deadline - time.monotonic(), env
+            )
             if not any(m.encode() in out for m in CONNECT_MARKERS):  # iperf3 -J exits 0 even when refused
                 return out
             time.sleep(0.5)

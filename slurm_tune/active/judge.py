@@ -10,6 +10,7 @@
   did not pass. One bad run never acts; a later sweep that passes clears it. Bisection's runs (`bisect`)
   are judged by the bisection alone, never as a subject of their own.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -24,10 +25,16 @@ class Settings(namedtuple("Settings", "k n mad_factor min_drop min_peers floors"
     __slots__ = ()
 
     @classmethod
-    def from_profile(cls, profile) -> "Settings":
+    def from_profile(cls, profile) -> Settings:
         a = profile.active
-        return cls(a.k, a.n, a.mad_factor, a.min_drop, a.min_peers,
-                   {name: c["floor"] for name, c in a.checks.to_dict().items() if c["floor"] is not None})
+        return cls(
+            a.k,
+            a.n,
+            a.mad_factor,
+            a.min_drop,
+            a.min_peers,
+            {name: c["floor"] for name, c in a.checks.to_dict().items() if c["floor"] is not None},
+        )
 
 
 class Baseline(namedtuple("Baseline", "check fingerprint median mad threshold floor subjects unit")):
@@ -82,7 +89,9 @@ def baselines(results, settings: Settings) -> tuple[dict, dict]:
         threshold = None
         if len(values) >= settings.min_peers:
             threshold = med - max(settings.mad_factor * MAD_SCALE * mad, settings.min_drop * med)
-        out[(check, fkey)] = Baseline(check, fkey, med, mad, threshold, floor, len(values), units.get(check, ""))
+        out[(check, fkey)] = Baseline(
+            check, fkey, med, mad, threshold, floor, len(values), units.get(check, "")
+        )
     return out, windows
 
 
@@ -108,9 +117,20 @@ def judge(results, settings: Settings) -> tuple[dict, list[Verdict]]:
         has_values = any(r.get("value") is not None for r in rows)
         if has_values and floor is None and (base is None or base.threshold is None):
             peers = base.subjects if base else 0
-            verdicts.append(Verdict(subject, check, UNKNOWN, f"no baseline: {peers} subject(s) with this "
-                                    f"fingerprint, need {settings.min_peers} (or set a floor)", value, base, 0,
-                                    len(rows), fp))
+            verdicts.append(
+                Verdict(
+                    subject,
+                    check,
+                    UNKNOWN,
+                    f"no baseline: {peers} subject(s) with this "
+                    f"fingerprint, need {settings.min_peers} (or set a floor)",
+                    value,
+                    base,
+                    0,
+                    len(rows),
+                    fp,
+                )
+            )
             continue
         slow = [slow_run(r, base, floor) for r in rows]
         latest_sweep = rows[-1].get("sweep")
@@ -119,11 +139,25 @@ def judge(results, settings: Settings) -> tuple[dict, list[Verdict]]:
         unit = rows[-1].get("unit", "")
         if n_slow >= settings.k and any(latest):
             worst = [r for r, s in zip(rows, slow) if s]
-            verdicts.append(Verdict(subject, check, OUTLIER, _reason(check, worst, base, floor, n_slow, len(rows),
-                                                                    unit), value, base, n_slow, len(rows), fp))
+            verdicts.append(
+                Verdict(
+                    subject,
+                    check,
+                    OUTLIER,
+                    _reason(check, worst, base, floor, n_slow, len(rows), unit),
+                    value,
+                    base,
+                    n_slow,
+                    len(rows),
+                    fp,
+                )
+            )
         else:
-            why = (f"{n_slow} of {len(rows)} runs slow (needs {settings.k})" if n_slow else
-                   f"{len(rows)} run(s) within the baseline")
+            why = (
+                f"{n_slow} of {len(rows)} runs slow (needs {settings.k})"
+                if n_slow
+                else f"{len(rows)} run(s) within the baseline"
+            )
             if n_slow and not any(latest):
                 why += "; the latest sweep passed"
             verdicts.append(Verdict(subject, check, OK, why, value, base, n_slow, len(rows), fp))
@@ -142,7 +176,9 @@ def _reason(check, worst, base, floor, n_slow, n_runs, unit) -> str:
     if floor is not None:
         ref.append(f"floor {floor:g}")
     where = worst[-1].get("detail") or ""
-    where = f"; {where[where.index('slowest'):].rstrip(')')[:80]}" if "slowest" in where else ""  # the GPU at fault
+    where = (
+        f"; {where[where.index('slowest') :].rstrip(')')[:80]}" if "slowest" in where else ""
+    )  # the GPU at fault
     return f"active {check}: {seen} vs {', '.join(ref)} ({n_slow} of {n_runs} runs slow{where})"
 
 
@@ -174,8 +210,10 @@ def blame_pairs(verdicts: list[Verdict]) -> tuple[dict, list[Verdict]]:
             if len(vouched) >= 2:
                 hcas = set.intersection(*(others[o] for o in vouched)) - {""}
                 on = f" on {','.join(sorted(hcas))}" if hcas else ""
-                named[node] = (f"active {check}: slow{on} with {len(vouched)} partners that are fast elsewhere "
-                               f"({','.join(sorted(vouched))})")
+                named[node] = (
+                    f"active {check}: slow{on} with {len(vouched)} partners that are fast elsewhere "
+                    f"({','.join(sorted(vouched))})"
+                )
                 break
     still_open = [v for v in slow if not any(m in named for m in pair_members(v.subject))]
     return named, still_open
@@ -189,8 +227,9 @@ def bisect_plan(open_pairs: list[Verdict], good: list[str]) -> list[tuple[str, s
         for m in members:
             if any(m == p[0] for p in plan):
                 continue
-            partner = next((g for g in good if g not in members and g not in used), None) or \
-                next((g for g in good if g not in members), None)
+            partner = next((g for g in good if g not in members and g not in used), None) or next(
+                (g for g in good if g not in members), None
+            )
             if partner is None:
                 continue
             used.add(partner)
@@ -210,6 +249,8 @@ def bisect_verdict(pair_subject: str, tests: dict) -> tuple[list[str], str]:
     if slow:
         return slow, "; ".join(f"{m}{on}: slow with known-good {tests[m][1]} ({tests[m][2]})" for m in slow)
     if len(judged) == 2:
-        return [], (f"{members[0]} and {members[1]} are each fast with known-good partners: the path between "
-                    "them (switch port, cable) is at fault")
+        return [], (
+            f"{members[0]} and {members[1]} are each fast with known-good partners: the path between "
+            "them (switch port, cable) is at fault"
+        )
     return [], "not enough known-good partners to bisect"

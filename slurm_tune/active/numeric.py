@@ -14,6 +14,7 @@ unknown: ...` (installed but sees no GPU).
 The inputs are generated on the CPU from a fixed seed and copied to each GPU, so every GPU multiplies the same
 bytes; the same kernel on the same model must give the same bytes back.
 """
+
 from __future__ import annotations
 
 import argparse

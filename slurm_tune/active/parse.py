@@ -13,17 +13,44 @@ tools print them.
 What a Reading is, and the rules for numbers and cut output, live in reading.py (its names are importable from
 here too); this module holds one parser per tool format.
 """
+
 from __future__ import annotations
 
 import re
 
-from .reading import (FAIL, MAX_VALUE, NUMBER, OK, UNAVAILABLE, UNKNOWN, Reading, complete_lines,  # noqa: F401
-                      fail, first_error, json_number, number, ok, text_of, unavailable, unknown)
+from .reading import (
+    FAIL,
+    MAX_VALUE,
+    NUMBER,
+    OK,
+    UNAVAILABLE,
+    UNKNOWN,
+    Reading,
+    complete_lines,
+    fail,
+    first_error,
+    json_number,
+    number,
+    ok,
+    text_of,
+    unavailable,
+    unknown,
+)
 
 # ---- nccl-tests (all_reduce_perf and friends) -------------------------------------------------------------
-_NCCL_ERRORS = ("Test NCCL failure", "Test CUDA failure", "NCCL WARN", "NCCL error", "Test failure",
-                "unhandled system error", "unhandled cuda error", "srun: error", "mpirun noticed",
-                "cudaErrorNoDevice", "no CUDA-capable device")
+_NCCL_ERRORS = (
+    "Test NCCL failure",
+    "Test CUDA failure",
+    "NCCL WARN",
+    "NCCL error",
+    "Test failure",
+    "unhandled system error",
+    "unhandled cuda error",
+    "srun: error",
+    "mpirun noticed",
+    "cudaErrorNoDevice",
+    "no CUDA-capable device",
+)
 _NCCL_VERSION = re.compile(r"NCCL version ([0-9]+\.[0-9]+\.[0-9]+)(?:\+cuda([0-9]+\.[0-9]+))?")
 _NCCL_TESTS_VERSION = re.compile(r"nccl-library=([0-9]{4,6})")
 
@@ -31,7 +58,11 @@ _NCCL_TESTS_VERSION = re.compile(r"nccl-library=([0-9]{4,6})")
 def _nccl_lib_version(code: str) -> str:
     """nccl-tests prints the library as an integer: 21903 -> 2.19.3 (major*10000 + minor*100 + patch)."""
     n = int(code)
-    return f"{n // 10000}.{n % 10000 // 100}.{n % 100}" if n >= 20900 else f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
+    return (
+        f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+        if n >= 20900
+        else f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
+    )
 
 
 def nccl_tests(output) -> Reading:
@@ -96,8 +127,19 @@ def nccl_tests(output) -> Reading:
 
 
 # ---- perftest (ib_write_bw, ib_read_bw, ib_send_bw) -------------------------------------------------------
-_PERFTEST_ERRORS = ("Couldn't", "Unable to", "Failed to", "failed to", "Error", "error:", "No IB devices",
-                    "IB device", "not found", "Conflicting port", "Connection refused")
+_PERFTEST_ERRORS = (
+    "Couldn't",
+    "Unable to",
+    "Failed to",
+    "failed to",
+    "Error",
+    "error:",
+    "No IB devices",
+    "IB device",
+    "not found",
+    "Conflicting port",
+    "Connection refused",
+)
 
 
 def perftest_bw(output) -> Reading:
@@ -108,14 +150,20 @@ def perftest_bw(output) -> Reading:
     for i, line in enumerate(lines):
         if "BW average[" in line and "#bytes" in line:
             header_at = i
-            unit = "Gb/sec" if "BW average[Gb/sec]" in line else "MB/sec" if "BW average[MB/sec]" in line else None
+            unit = (
+                "Gb/sec"
+                if "BW average[Gb/sec]" in line
+                else "MB/sec"
+                if "BW average[MB/sec]" in line
+                else None
+            )
     if header_at is None:
         error = first_error(lines, _PERFTEST_ERRORS)
         return unknown(f"ib_write_bw error: {error}" if error else "no result table in the perftest output")
     if unit is None:
         return unknown("perftest result table in an unknown unit")
     last, closed = None, False
-    for line in lines[header_at + 1:]:
+    for line in lines[header_at + 1 :]:
         stripped = line.strip()
         if stripped.startswith("-----"):
             closed = True
@@ -257,7 +305,7 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("Running ") and stripped.endswith("."):
-            current = stripped[len("Running "):-1]
+            current = stripped[len("Running ") : -1]
             matrix[current] = []
             continue
         if stripped.startswith("SUM "):
@@ -283,8 +331,9 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
                 columns_next = False
                 continue
             if len(fields) >= 2 and fields[0].isdigit():
-                matrix[current].extend((f"{fields[0]}->{col}", number(v)) for col, v in enumerate(fields[1:])
-                                       if v != "N/A")
+                matrix[current].extend(
+                    (f"{fields[0]}->{col}", number(v)) for col, v in enumerate(fields[1:]) if v != "N/A"
+                )
     if test not in sums:
         if test in matrix and any("Waived" in line for line in lines):
             return unknown(f"nvbandwidth waived {test}", **extra)
@@ -295,8 +344,13 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
         where, slowest = min(cells, key=lambda c: c[1])
         extra.update(slowest=slowest, slowest_at=where)
     extra["sums"] = sums
-    return ok(sums[test], "GB/s", f"{test} {sums[test]:g} GB/s" +
-              (f" (slowest {extra['slowest']:g} at {extra['slowest_at']})" if cells else ""), **extra)
+    return ok(
+        sums[test],
+        "GB/s",
+        f"{test} {sums[test]:g} GB/s"
+        + (f" (slowest {extra['slowest']:g} at {extra['slowest_at']})" if cells else ""),
+        **extra,
+    )
 
 
 # ---- dcgmi diag ------------------------------------------------------------------------------------------
@@ -312,10 +366,12 @@ def _dcgm_unwrap(cells: list[str]) -> str:
     short of the padding): those rows are joined with a space."""
     width = len(cells[0])
     pieces = cells[:-1]
-    cut = len(cells) > 1 and all(len(c) == width and c.startswith(" ") and c.endswith("  ") and
-                                 len(c.rstrip()) >= width - 4 for c in pieces)
+    cut = len(cells) > 1 and all(
+        len(c) == width and c.startswith(" ") and c.endswith("  ") and len(c.rstrip()) >= width - 4
+        for c in pieces
+    )
     if cut:
-        text = "".join(c[1:width - 2] for c in pieces) + cells[-1][1:]
+        text = "".join(c[1 : width - 2] for c in pieces) + cells[-1][1:]
     else:
         text = " ".join(c.strip() for c in cells)
     return " ".join(text.split())
@@ -374,7 +430,9 @@ def dcgmi_diag(output) -> Reading:
         why = "; ".join(n for n in notes[1:] if n)[:160] or notes[0][:160]
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return fail(f"dcgmi diag {name}: {why}{more}", **extra, failed=[t[0] for t in failed])
-    return Reading(OK, None, "", f"dcgmi diag: {len(tests)} tests pass or skip", dict(extra, tests=len(tests)))
+    return Reading(
+        OK, None, "", f"dcgmi diag: {len(tests)} tests pass or skip", dict(extra, tests=len(tests))
+    )
 
 
 # ---- numeric consistency (slurm_tune.active.numeric) -------------------------------------------------------
@@ -389,14 +447,22 @@ def numeric(output) -> Reading:
             missing = line.partition(":")[2].strip()[:160]
         elif line.startswith("stune-numeric unknown:"):
             why = line.partition(":")[2].strip()[:160]
-        elif len(fields) >= 5 and fields[0] == "device" and fields[1].isdigit() and fields[-2] == "sha256" and \
-                len(fields[-1]) == 64 and all(c in "0123456789abcdef" for c in fields[-1]):
+        elif (
+            len(fields) >= 5
+            and fields[0] == "device"
+            and fields[1].isdigit()
+            and fields[-2] == "sha256"
+            and len(fields[-1]) == 64
+            and all(c in "0123456789abcdef" for c in fields[-1])
+        ):
             devices[int(fields[1])] = (" ".join(fields[2:-2])[:60], fields[-1])
         elif len(fields) == 3 and fields[:2] == ["stune-numeric", "done"] and fields[2].isdigit():
             done = int(fields[2])
     if missing:
-        return unavailable(f"{missing}: install PyTorch or CuPy for the Python running stune (or set "
-                           "active.tools.python to one that has them)")
+        return unavailable(
+            f"{missing}: install PyTorch or CuPy for the Python running stune (or set "
+            "active.tools.python to one that has them)"
+        )
     if why:
         return unknown(f"numeric check not run: {why}")
     if done is None or done != len(devices):
@@ -411,11 +477,21 @@ def numeric(output) -> Reading:
         return fail(f"no majority among {len(devices)} GPUs' results ({len(counts)} different)")
     odd = sorted(i for i, (_, d) in devices.items() if d != majority)
     if odd:
-        return fail(f"GPU {','.join(map(str, odd))} ({devices[odd[0]][0]}) computed a different result than the "
-                    f"other {votes} (silent data corruption)", gpus=odd)
+        return fail(
+            f"GPU {','.join(map(str, odd))} ({devices[odd[0]][0]}) computed a different result than the "
+            f"other {votes} (silent data corruption)",
+            gpus=odd,
+        )
     return Reading(OK, None, "", f"{len(devices)} GPUs agree bit for bit", {"devices": len(devices)})
 
 
-PARSERS = {"nccl-tests": nccl_tests, "perftest": perftest_bw, "fio": fio_json, "dd": dd, "iperf3": iperf3_json,
-           "nvbandwidth": nvbandwidth, "dcgmi": dcgmi_diag,
-           "numeric": numeric}
+PARSERS = {
+    "nccl-tests": nccl_tests,
+    "perftest": perftest_bw,
+    "fio": fio_json,
+    "dd": dd,
+    "iperf3": iperf3_json,
+    "nvbandwidth": nvbandwidth,
+    "dcgmi": dcgmi_diag,
+    "numeric": numeric,
+}

@@ -1,6 +1,7 @@
 """Reports over the stored results: per node (or pair) against the partition baseline for its fingerprint, and
 "since the version changed": the same subjects before and after a driver/CUDA/NCCL/firmware/kernel change.
 As a table, CSV, JSON, Prometheus text, or a PNG (matplotlib)."""
+
 from __future__ import annotations
 
 import csv
@@ -9,8 +10,21 @@ import io
 from . import judge
 from .store import FINGERPRINT_KEYS, fingerprint_key
 
-COLUMNS = ("check", "subject", "status", "value", "unit", "baseline", "ratio", "threshold", "floor", "slow",
-           "runs", "fingerprint", "reason")
+COLUMNS = (
+    "check",
+    "subject",
+    "status",
+    "value",
+    "unit",
+    "baseline",
+    "ratio",
+    "threshold",
+    "floor",
+    "slow",
+    "runs",
+    "fingerprint",
+    "reason",
+)
 
 
 def rows(results, settings: judge.Settings) -> list[dict]:
@@ -22,13 +36,25 @@ def rows(results, settings: judge.Settings) -> list[dict]:
     out = []
     for v in verdicts:
         base = v.baseline
-        out.append({"check": v.check, "subject": v.subject, "status": v.status,
-                    "value": _round(v.value), "unit": units.get(v.check, ""),
-                    "baseline": _round(base.median) if base else None,
-                    "ratio": round(v.value / base.median, 3) if base and v.value is not None and base.median else None,
-                    "threshold": _round(base.threshold) if base and base.threshold is not None else None,
-                    "floor": settings.floors.get(v.check), "slow": v.slow, "runs": v.runs,
-                    "fingerprint": fingerprint_key(v.fingerprint), "reason": v.reason})
+        out.append(
+            {
+                "check": v.check,
+                "subject": v.subject,
+                "status": v.status,
+                "value": _round(v.value),
+                "unit": units.get(v.check, ""),
+                "baseline": _round(base.median) if base else None,
+                "ratio": round(v.value / base.median, 3)
+                if base and v.value is not None and base.median
+                else None,
+                "threshold": _round(base.threshold) if base and base.threshold is not None else None,
+                "floor": settings.floors.get(v.check),
+                "slow": v.slow,
+                "runs": v.runs,
+                "fingerprint": fingerprint_key(v.fingerprint),
+                "reason": v.reason,
+            }
+        )
     # what was never measured: the tool is missing, or every run was unreadable
     judged = {(v.check, v.subject) for v in verdicts}
     latest = {}
@@ -36,10 +62,23 @@ def rows(results, settings: judge.Settings) -> list[dict]:
         if (r["check"], r["subject"]) not in judged:
             latest[(r["check"], r["subject"])] = r
     for (check, subject), r in sorted(latest.items()):
-        out.append({"check": check, "subject": subject, "status": r["status"], "value": None,
-                    "unit": units.get(check, ""), "baseline": None, "ratio": None, "threshold": None,
-                    "floor": settings.floors.get(check), "slow": 0, "runs": 0,
-                    "fingerprint": fingerprint_key(r.get("fingerprint") or {}), "reason": r.get("detail", "")[:200]})
+        out.append(
+            {
+                "check": check,
+                "subject": subject,
+                "status": r["status"],
+                "value": None,
+                "unit": units.get(check, ""),
+                "baseline": None,
+                "ratio": None,
+                "threshold": None,
+                "floor": settings.floors.get(check),
+                "slow": 0,
+                "runs": 0,
+                "fingerprint": fingerprint_key(r.get("fingerprint") or {}),
+                "reason": r.get("detail", "")[:200],
+            }
+        )
     return out
 
 
@@ -65,12 +104,24 @@ def drift(results) -> list[dict]:
         prev_fp = older[-1]["fingerprint"]
         prev_key = fingerprint_key(prev_fp)
         prev = [r["value"] for r in older if fingerprint_key(r["fingerprint"]) == prev_key]
-        changed = ", ".join(f"{k} {prev_fp.get(k) or '?'} -> {rs[-1]['fingerprint'].get(k) or '?'}"
-                            for k in FINGERPRINT_KEYS if (prev_fp.get(k) or "") != (rs[-1]["fingerprint"].get(k) or ""))
+        changed = ", ".join(
+            f"{k} {prev_fp.get(k) or '?'} -> {rs[-1]['fingerprint'].get(k) or '?'}"
+            for k in FINGERPRINT_KEYS
+            if (prev_fp.get(k) or "") != (rs[-1]["fingerprint"].get(k) or "")
+        )
         before, after = judge.median(prev), judge.median(cur)
-        out.append({"check": check, "subject": subject, "changed": changed, "before": round(before, 4),
-                    "after": round(after, 4), "change": round(after / before - 1, 4) if before else None,
-                    "runs_before": len(prev), "runs_after": len(cur)})
+        out.append(
+            {
+                "check": check,
+                "subject": subject,
+                "changed": changed,
+                "before": round(before, 4),
+                "after": round(after, 4),
+                "change": round(after / before - 1, 4) if before else None,
+                "runs_before": len(prev),
+                "runs_after": len(cur),
+            }
+        )
     return out
 
 
@@ -94,27 +145,40 @@ def _label(value) -> str:
 
 
 def prometheus(partition: str, data: list[dict]) -> str:
-    lines = ["# HELP stune_active_value A subject's median result over its window, in the check's unit.",
-             "# TYPE stune_active_value gauge"]
+    lines = [
+        "# HELP stune_active_value A subject's median result over its window, in the check's unit.",
+        "# TYPE stune_active_value gauge",
+    ]
     for d in data:
         if d["value"] is not None:
-            lines.append(f'stune_active_value{{partition="{_label(partition)}",check="{_label(d["check"])}",'
-                         f'subject="{_label(d["subject"])}",unit="{_label(d["unit"])}"}} {d["value"]}')
-    lines += ["# HELP stune_active_baseline The partition median for the check and fingerprint.",
-              "# TYPE stune_active_baseline gauge"]
+            lines.append(
+                f'stune_active_value{{partition="{_label(partition)}",check="{_label(d["check"])}",'
+                f'subject="{_label(d["subject"])}",unit="{_label(d["unit"])}"}} {d["value"]}'
+            )
+    lines += [
+        "# HELP stune_active_baseline The partition median for the check and fingerprint.",
+        "# TYPE stune_active_baseline gauge",
+    ]
     seen = set()
     for d in data:
         key = (d["check"], d["fingerprint"])
         if d["baseline"] is not None and key not in seen:
             seen.add(key)
-            lines.append(f'stune_active_baseline{{partition="{_label(partition)}",check="{_label(d["check"])}",'
-                         f'fingerprint="{_label(d["fingerprint"])}"}} {d["baseline"]}')
-    lines += ["# HELP stune_active_outlier 1 when the subject is an outlier (k of n runs slow), 0 when not, "
-              "-1 when it cannot be judged.", "# TYPE stune_active_outlier gauge"]
+            lines.append(
+                f'stune_active_baseline{{partition="{_label(partition)}",check="{_label(d["check"])}",'
+                f'fingerprint="{_label(d["fingerprint"])}"}} {d["baseline"]}'
+            )
+    lines += [
+        "# HELP stune_active_outlier 1 when the subject is an outlier (k of n runs slow), 0 when not, "
+        "-1 when it cannot be judged.",
+        "# TYPE stune_active_outlier gauge",
+    ]
     for d in data:
         value = {judge.OUTLIER: 1, judge.OK: 0}.get(d["status"], -1)  # unknown, unavailable: -1
-        lines.append(f'stune_active_outlier{{partition="{_label(partition)}",check="{_label(d["check"])}",'
-                     f'subject="{_label(d["subject"])}"}} {value}')
+        lines.append(
+            f'stune_active_outlier{{partition="{_label(partition)}",check="{_label(d["check"])}",'
+            f'subject="{_label(d["subject"])}"}} {value}'
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -128,8 +192,9 @@ def png(path: str, partition: str, data: list[dict]) -> None:
     checks = sorted({d["check"] for d in data if d["value"] is not None})
     if not checks:
         raise ValueError("no measured values to plot")
-    fig, axes = plt.subplots(len(checks), 1, figsize=(max(6, 0.25 * len(data) + 4), 3.2 * len(checks)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(checks), 1, figsize=(max(6, 0.25 * len(data) + 4), 3.2 * len(checks)), squeeze=False
+    )
     for ax, check in zip(axes[:, 0], checks):
         ds = [d for d in data if d["check"] == check and d["value"] is not None]
         colors = ["tab:red" if d["status"] == judge.OUTLIER else "tab:blue" for d in ds]
@@ -163,15 +228,36 @@ def checks_listing(profile=None) -> list[dict]:
         if chosen is not None and c.name not in chosen:
             continue
         setting = chosen[c.name] if chosen is not None else None
-        command = (setting.command if setting is not None and setting.command else None) or c.command or \
-            f"server: {c.server}; client: {c.client}"
+        command = (
+            (setting.command if setting is not None and setting.command else None)
+            or c.command
+            or f"server: {c.server}; client: {c.client}"
+        )
         path = tool_path(tools, c.tool)
-        problem = None if path else (f"active.tools.{c.tool} is {tools[c.tool]}, which is not an executable file "
-                                     "here" if tools.get(c.tool) else f"{c.tool} is not on PATH here")
-        out.append({"name": c.name, "kind": c.kind, "tool": c.tool, "metric": c.metric, "unit": c.unit or None,
-                    "command": command, "tool_path": path, "problem": problem, "install": c.install,
-                    "time_limit_s": None if setting is None else setting.time_limit,
-                    "floor": None if setting is None else setting.floor})
+        problem = (
+            None
+            if path
+            else (
+                f"active.tools.{c.tool} is {tools[c.tool]}, which is not an executable file here"
+                if tools.get(c.tool)
+                else f"{c.tool} is not on PATH here"
+            )
+        )
+        out.append(
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "tool": c.tool,
+                "metric": c.metric,
+                "unit": c.unit or None,
+                "command": command,
+                "tool_path": path,
+                "problem": problem,
+                "install": c.install,
+                "time_limit_s": None if setting is None else setting.time_limit,
+                "floor": None if setting is None else setting.floor,
+            }
+        )
     return out
 
 
@@ -179,6 +265,9 @@ def checks_text(listing: list[dict]) -> str:
     lines = []
     for c in listing:
         here = c["tool_path"] or f"not available ({c['problem']}): install {c['install']}"
-        lines += [f"{c['name']:15} {c['kind']:4} {c['metric']} ({c['unit'] or 'pass/fail'})",
-                  f"{'':20}command: {c['command']}", f"{'':20}tool here: {here}"]
+        lines += [
+            f"{c['name']:15} {c['kind']:4} {c['metric']} ({c['unit'] or 'pass/fail'})",
+            f"{'':20}command: {c['command']}",
+            f"{'':20}tool here: {here}",
+        ]
     return "".join(line + "\n" for line in lines)

@@ -6,6 +6,7 @@ read with a size bound; a line that does not parse is skipped, never trusted.
 A result: {at, sweep, partition, check, subject (node, or "a+b" for a pair), nodes, hca, run, status, value,
 unit, detail, fingerprint: {driver, cuda, nccl, hca_fw, kernel}, job}.
 """
+
 from __future__ import annotations
 
 import os
@@ -109,8 +110,12 @@ def valid(r) -> bool:
     """A result stune could have written: its time and value finite and in range (readback's rule)."""
     if not isinstance(r, dict):
         return False
-    if problem(r.get("at"), 0, EPOCH_MAX) or not isinstance(r.get("check"), str) or \
-            not isinstance(r.get("subject"), str) or r.get("status") not in ("ok", "fail", "unknown", "unavailable"):
+    if (
+        problem(r.get("at"), 0, EPOCH_MAX)
+        or not isinstance(r.get("check"), str)
+        or not isinstance(r.get("subject"), str)
+        or r.get("status") not in ("ok", "fail", "unknown", "unavailable")
+    ):
         return False
     v = r.get("value")
     if v is not None and problem(v, 0, VALUE_MAX):
@@ -128,14 +133,23 @@ class SweepLock(safeio.LockFile):
     (LockBusy: "another sweep of this partition is running")."""
 
     def __init__(self, store: str, partition: str):
-        super().__init__(os.path.join(store, f"{_safe_name(partition)}.lock"), blocking=False,
-                         holder="sweep of this partition")
+        super().__init__(
+            os.path.join(store, f"{_safe_name(partition)}.lock"),
+            blocking=False,
+            holder="sweep of this partition",
+        )
 
 
 # Every time a mark holds, as a path of keys: its own, and those health/apply.py writes into it when the sweep
 # drains (applied.*) or reads from the hooks (hook_fail.at).
-MARK_TIMES = (("at",), ("synced_at",), ("retry_at",), ("applied", "synced_at"), ("applied", "retry_at"),
-              ("hook_fail", "at"))
+MARK_TIMES = (
+    ("at",),
+    ("synced_at",),
+    ("retry_at",),
+    ("applied", "synced_at"),
+    ("applied", "retry_at"),
+    ("hook_fail", "at"),
+)
 
 
 def read_state(store: str) -> dict:
@@ -148,13 +162,19 @@ def read_state(store: str) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptFileError(path, None, "", f"unreadable: {getattr(exc, 'strerror', None) or exc} (the file "
-                                               "is kept; move it away to start over)") from None
+        raise CorruptFileError(
+            path,
+            None,
+            "",
+            f"unreadable: {getattr(exc, 'strerror', None) or exc} (the file "
+            "is kept; move it away to start over)",
+        ) from None
     if not isinstance(data, dict):
-        raise CorruptFileError(path, None, "", "not a stune sweep state (the file is kept; move it away to "
-                                               "start over)")
+        raise CorruptFileError(
+            path, None, "", "not a stune sweep state (the file is kept; move it away to start over)"
+        )
     marks = data.get("marks")
-    for node, mark in (marks.items() if isinstance(marks, dict) else ()):
+    for node, mark in marks.items() if isinstance(marks, dict) else ():
         for keys in MARK_TIMES:
             value = mark
             for key in keys:

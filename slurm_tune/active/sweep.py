@@ -10,6 +10,7 @@ feature and a comment `stune: degraded: active <check>: ...` (or, if the partiti
 circuit breaker); a node whose latest sweep passes loses stune's active mark. Marks set by the passive checks
 (a comment without the `active ` tag) are left to them.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,9 @@ import time
 from .. import fastjson
 from ..errors import StuneError
 from ..health import apply
-from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
 from ..hostlist import expand_hostlist
-from . import judge
-from . import store
+from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
+from . import judge, store
 from .agent import MARK, targets
 from .checks import NODE, configured
 
@@ -33,8 +33,19 @@ TCP_PORT_BASE = 18515
 
 
 class Options:
-    def __init__(self, partition, store, spool=None, reservation=None, checks=None, nodes=None, runs=None,
-                 dry_run=False, wait_s=None, agent=None):
+    def __init__(
+        self,
+        partition,
+        store,
+        spool=None,
+        reservation=None,
+        checks=None,
+        nodes=None,
+        runs=None,
+        dry_run=False,
+        wait_s=None,
+        agent=None,
+    ):
         self.partition, self.store, self.reservation = partition, store, reservation
         self.spool = spool or os.path.join(store, "spool")
         self.checks, self.nodes, self.runs, self.dry_run, self.wait_s = checks, nodes, runs, dry_run, wait_s
@@ -78,10 +89,24 @@ def plan_pairs(nodes: list[str]) -> list[tuple[str, str]]:
 def _sbatch_args(profile, opts, check, settings, nodes, job_name) -> list[str]:
     a = profile.active
     limit_min = max(1, -(-int(settings.time_limit) // 60))
-    args = ["--partition", opts.partition, "--nodelist", ",".join(nodes), "--nodes", str(len(nodes)),
-            "--exclusive", f"--time={limit_min}", f"--nice={a.nice}", "--no-requeue", "--job-name", job_name,
-            "--output", os.path.join(opts.spool, "%j.out"), "--open-mode=truncate",
-            f"--deadline=now+{limit_min + 60}minutes"]
+    args = [
+        "--partition",
+        opts.partition,
+        "--nodelist",
+        ",".join(nodes),
+        "--nodes",
+        str(len(nodes)),
+        "--exclusive",
+        f"--time={limit_min}",
+        f"--nice={a.nice}",
+        "--no-requeue",
+        "--job-name",
+        job_name,
+        "--output",
+        os.path.join(opts.spool, "%j.out"),
+        "--open-mode=truncate",
+        f"--deadline=now+{limit_min + 60}minutes",
+    ]
     if check.gpus and profile.gpu.count:
         args.append(f"--gres=gpu:{profile.gpu.count}")
     reservation = opts.reservation or a.reservation
@@ -96,11 +121,23 @@ def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=
     a = profile.active
     runs = opts.runs or a.runs
     run_timeout = max(5.0, settings.time_limit / (runs * max(1, len(hcas or ()))) - RUN_SLACK_S)
-    return {"check": check.name, "subject": subject, "nodes": nodes, "runs": runs, "run_timeout": run_timeout,
-            "command": settings.command, "tools": a.tools.to_dict(), "gpus": profile.gpu.count or 1,
-            "path": a.disk_path or profile.cache.path, "size": a.disk_size, "sweep": sweep_id,
-            "partition": opts.partition, "hcas": hcas or [], "server_addr": addrs.get(nodes[0], nodes[0]),
-            "tcp_port": TCP_PORT_BASE + port_index % 1000}
+    return {
+        "check": check.name,
+        "subject": subject,
+        "nodes": nodes,
+        "runs": runs,
+        "run_timeout": run_timeout,
+        "command": settings.command,
+        "tools": a.tools.to_dict(),
+        "gpus": profile.gpu.count or 1,
+        "path": a.disk_path or profile.cache.path,
+        "size": a.disk_size,
+        "sweep": sweep_id,
+        "partition": opts.partition,
+        "hcas": hcas or [],
+        "server_addr": addrs.get(nodes[0], nodes[0]),
+        "tcp_port": TCP_PORT_BASE + port_index % 1000,
+    }
 
 
 def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None, only=None) -> list[tuple]:
@@ -110,19 +147,24 @@ def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None
     addrs = slurm.node_addresses()
     jobs = []
     for check, settings in configured(profile):
-        if opts.checks and check.name not in opts.checks or only and check.name not in only:
+        if (opts.checks and check.name not in opts.checks) or (only and check.name not in only):
             continue
         if check.kind == NODE:
             targets = [([n], n, None) for n in nodes] if pairs is None else []
         else:
             plan = pairs if pairs is not None else plan_pairs(nodes)
-            hcas = [f"{h.device}:{h.port}" for h in profile.fabric.hcas] if check.name == "ib_write_bw" else None
+            hcas = (
+                [f"{h.device}:{h.port}" for h in profile.fabric.hcas] if check.name == "ib_write_bw" else None
+            )
             targets = [([a, b], f"{a}+{b}", hcas) for a, b in plan]  # one job per pair, its HCAs in turn
         for i, (members, subject, hcas) in enumerate(targets):
             spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
             args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
-            script = "#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in opts.agent + ["--spec",
-                                                                                         fastjson.dumps(spec)]) + "\n"
+            script = (
+                "#!/bin/sh\nexec "
+                + " ".join(shlex.quote(x) for x in opts.agent + ["--spec", fastjson.dumps(spec)])
+                + "\n"
+            )
             if opts.dry_run:
                 jobs.append((None, spec, args))
                 continue
@@ -136,8 +178,11 @@ def wait_jobs(slurm, job_ids: list[int], timeout_s: float) -> list[int]:
     deadline = time.monotonic() + timeout_s
     left = list(job_ids)
     while left:
-        alive = {j.job_id for j in slurm.jobs(job_ids=left)
-                 if j.state.upper() in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")}
+        alive = {
+            j.job_id
+            for j in slurm.jobs(job_ids=left)
+            if j.state.upper() in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
+        }
         left = [j for j in left if j in alive]
         if not left:
             break
@@ -169,7 +214,7 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
         for line in data.split(b"\n"):
             if line.startswith(MARK.encode()):
                 try:
-                    r = fastjson.loads(line[len(MARK):])
+                    r = fastjson.loads(line[len(MARK) :])
                 except (ValueError, UnicodeDecodeError, RecursionError):
                     continue
                 if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
@@ -178,12 +223,26 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
         seen = {r["subject"] for r in found}
         for subject, hca in targets(spec):
             if subject not in seen:
-                found.append({"at": round(time.time(), 3), "sweep": spec["sweep"], "partition": spec["partition"],
-                              "check": spec["check"], "subject": subject, "nodes": spec["nodes"], "hca": hca,
-                              "run": 0, "status": "unknown", "value": None, "unit": "", "job": str(job_id),
-                              "detail": "the job left no result (cancelled, not started in time, or killed at "
-                                        "its limit)", "fingerprint": {}})
-        out.extend(found[:max(1, spec["runs"]) * len(expected)])
+                found.append(
+                    {
+                        "at": round(time.time(), 3),
+                        "sweep": spec["sweep"],
+                        "partition": spec["partition"],
+                        "check": spec["check"],
+                        "subject": subject,
+                        "nodes": spec["nodes"],
+                        "hca": hca,
+                        "run": 0,
+                        "status": "unknown",
+                        "value": None,
+                        "unit": "",
+                        "job": str(job_id),
+                        "detail": "the job left no result (cancelled, not started in time, or killed at "
+                        "its limit)",
+                        "fingerprint": {},
+                    }
+                )
+        out.extend(found[: max(1, spec["runs"]) * len(expected)])
     return out
 
 
@@ -230,7 +289,7 @@ def _marked_check(node) -> str:
     """The check named in stune-sweep's own mark on the node (comment or drain reason), or ''."""
     for text, prefix in ((node.comment, ACTIVE_COMMENT), (node.reason if node.drain else "", ACTIVE_DRAIN)):
         if text.startswith(prefix):
-            return text[len(prefix):].split(":", 1)[0].strip()
+            return text[len(prefix) :].split(":", 1)[0].strip()
     return ""
 
 
@@ -244,7 +303,9 @@ def apply_marks(slurm, profile, wants: dict, store_dir: str, now: float, dry_run
         node = nodes.get(name)
         if node is None or want is None:
             continue
-        ours = node.comment.startswith(ACTIVE_COMMENT) or (node.drain and node.reason.startswith(ACTIVE_DRAIN))
+        ours = node.comment.startswith(ACTIVE_COMMENT) or (
+            node.drain and node.reason.startswith(ACTIVE_DRAIN)
+        )
         if want == "ok":
             if not ours:
                 continue
@@ -270,8 +331,10 @@ def apply_marks(slurm, profile, wants: dict, store_dir: str, now: float, dry_run
             slurm.update_node(name, **fields)
         marks[name] = {"action": w.action, "reason": reason, "at": round(now, 3)}
         if fields or notes:
-            lines.append(f"{name}: {'marked degraded' if w.action == apply.DEGRADE else 'cleared'}"
-                         f"{': ' + reason if reason else ''}" + "".join(f"; {n}" for n in notes))
+            lines.append(
+                f"{name}: {'marked degraded' if w.action == apply.DEGRADE else 'cleared'}"
+                f"{': ' + reason if reason else ''}" + "".join(f"; {n}" for n in notes)
+            )
     if not dry_run:
         store.write_state(store_dir, state)
     return lines
@@ -282,8 +345,9 @@ def sweep(slurm, profile, opts, now=None, log=print) -> dict:
     now = time.time() if now is None else now
     sweep_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
     if not configured(profile):
-        raise StuneError(f"partition {opts.partition}: no active checks configured (active.checks in "
-                         f"{profile.source})")
+        raise StuneError(
+            f"partition {opts.partition}: no active checks configured (active.checks in {profile.source})"
+        )
     nodes = idle_nodes(slurm, opts.partition, opts.reservation or profile.active.reservation, opts.nodes)
     log(f"sweep {sweep_id}: {len(nodes)} idle node(s) in {opts.partition}: {','.join(nodes) or '-'}")
     recheck = [] if opts.dry_run else drained_by_active(slurm, opts.partition, opts.nodes)
@@ -302,8 +366,10 @@ def sweep(slurm, profile, opts, now=None, log=print) -> dict:
             missing.setdefault((r["check"], r["detail"]), set()).add(r["subject"])
     for (check, detail), subjects in sorted(missing.items()):
         names = sorted(subjects)
-        log(f"{check}: not available on {len(names)} node(s) ({','.join(names[:5])}{',...' if len(names) > 5 else ''})"
-            f": {detail}")
+        log(
+            f"{check}: not available on {len(names)} node(s) ({','.join(names[:5])}{',...' if len(names) > 5 else ''})"
+            f": {detail}"
+        )
     store.append(opts.store, opts.partition, results)
     return judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log)
 
@@ -324,14 +390,26 @@ def judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log) -> dict:
     lines = apply_marks(slurm, profile, wants, opts.store, now, opts.dry_run)
     for line in lines:
         log(line)
-    return {"sweep": sweep_id, "nodes": nodes, "verdicts": verdicts, "named": named, "marks": lines,
-            "bisect": findings}
+    return {
+        "sweep": sweep_id,
+        "nodes": nodes,
+        "verdicts": verdicts,
+        "named": named,
+        "marks": lines,
+        "bisect": findings,
+    }
 
 
 def drained_by_active(slurm, partition: str, wanted) -> list[str]:
     """Nodes stune-sweep drained (or the passive checks handed over with active.gate_resume)."""
-    return sorted(n.name for n in slurm.nodes() if partition in n.partitions and n.drain and
-                  n.reason.startswith(ACTIVE_DRAIN) and (not wanted or n.name in wanted))
+    return sorted(
+        n.name
+        for n in slurm.nodes()
+        if partition in n.partitions
+        and n.drain
+        and n.reason.startswith(ACTIVE_DRAIN)
+        and (not wanted or n.name in wanted)
+    )
 
 
 def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> list[dict]:
@@ -352,10 +430,26 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
         for node in nodes:
             slurm.update_node(node, state="RESUME")
         log(f"recheck: {','.join(nodes)} resumed inside reservation {name} for their active checks")
-        sub = Options(opts.partition, opts.store, opts.spool, name, opts.checks, nodes, opts.runs, False,
-                      opts.wait_s, opts.agent)
-        results = run_jobs(slurm, profile, sub, sweep_id, nodes, only={c.name for c, _ in configured(profile)
-                                                                      if c.kind == NODE})
+        sub = Options(
+            opts.partition,
+            opts.store,
+            opts.spool,
+            name,
+            opts.checks,
+            nodes,
+            opts.runs,
+            False,
+            opts.wait_s,
+            opts.agent,
+        )
+        results = run_jobs(
+            slurm,
+            profile,
+            sub,
+            sweep_id,
+            nodes,
+            only={c.name for c, _ in configured(profile) if c.kind == NODE},
+        )
         for node in nodes:  # drained again until the verdict says otherwise
             slurm.update_node(node, state="DRAIN", reason=reasons.get(node) or f"{ACTIVE_DRAIN}re-check")
         return results
@@ -366,16 +460,27 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
 def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:
     """Test each member of an open slow pair against a known-good partner; name the member(s) at fault."""
     bad = {m for v in open_pairs for m in judge.pair_members(v.subject)}
-    good = sorted({m for v in pair_verdicts if v.status == judge.OK for m in judge.pair_members(v.subject)} - bad)
+    good = sorted(
+        {m for v in pair_verdicts if v.status == judge.OK for m in judge.pair_members(v.subject)} - bad
+    )
     plan = judge.bisect_plan(open_pairs, good)
     if not plan:
-        log("bisection: no known-good partners; slow pairs stay unresolved: "
-            + ", ".join(v.subject for v in open_pairs))
+        log(
+            "bisection: no known-good partners; slow pairs stay unresolved: "
+            + ", ".join(v.subject for v in open_pairs)
+        )
         return [([], "no known-good partner to bisect with") for _ in open_pairs]
     log("bisection: testing " + ", ".join(f"{a} with {b}" for a, b in plan))
     checks = {v.check for v in open_pairs}
-    results = run_jobs(slurm, profile, opts, sweep_id + "-bisect", sorted({x for p in plan for x in p}),
-                       pairs=plan, only=checks)
+    results = run_jobs(
+        slurm,
+        profile,
+        opts,
+        sweep_id + "-bisect",
+        sorted({x for p in plan for x in p}),
+        pairs=plan,
+        only=checks,
+    )
     for r in results:
         r["bisect"] = True
     store.append(opts.store, opts.partition, results)
@@ -390,15 +495,22 @@ def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, set
             if partner is None:
                 continue
             subject = f"{member}+{partner}" + (f"/{hca}" if hca else "")
-            runs = [r for r in results if r["check"] == v.check and r["subject"] == subject
-                    and r["status"] in ("ok", "fail")]
+            runs = [
+                r
+                for r in results
+                if r["check"] == v.check and r["subject"] == subject and r["status"] in ("ok", "fail")
+            ]
             if not runs:
                 continue
             slow = sum(judge.slow_run(r, base, floor) for r in runs)
             values = [r["value"] for r in runs if r.get("value") is not None]
-            tests[member] = (slow >= min(settings.k, len(runs)), partner,
-                             f"{judge.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
-                             if values else f"{slow} of {len(runs)} runs failed")
+            tests[member] = (
+                slow >= min(settings.k, len(runs)),
+                partner,
+                f"{judge.median(values):.4g} {runs[0].get('unit', '')} in {slow} of {len(runs)} runs slow"
+                if values
+                else f"{slow} of {len(runs)} runs failed",
+            )
         members, why = judge.bisect_verdict(v.subject, tests)
         log(f"bisection of {v.subject}: {why}")
         findings.append((members, why))

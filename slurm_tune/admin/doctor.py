@@ -6,6 +6,7 @@ capture per node (`stune-health capture -o DIR/<node>.json`, then `--facts DIR`)
 mode, the node's sysfs tree and GPU snapshot named with %n in the env file. A missing fact is said, never
 guessed.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,12 @@ class Doctor(DaemonChecks):
             return False
         problem = trust.untrusted_reason(path, uid=0)
         if problem:
-            self.add(ERROR, what, f"{path} {problem}; root will not trust it",
-                     f"chown root:root {path} && chmod go-w {path}")
+            self.add(
+                ERROR,
+                what,
+                f"{path} {problem}; root will not trust it",
+                f"chown root:root {path} && chmod go-w {path}",
+            )
             return False
         if executable and not os.stat(path).st_mode & 0o111:
             self.add(ERROR, what, f"{path} is not executable (Slurm skips or fails it)", f"chmod 0755 {path}")
@@ -86,14 +91,26 @@ class Doctor(DaemonChecks):
         if os.path.exists(fairshare) and self.trusted(fairshare, "fairshare config"):  # the epilogs read it
             self.add(OK, "fairshare config", fairshare)
         bin_dir = self.env.get("STUNE_BIN", "/opt/stune/bin")
-        for tool in ("stune-health", "stune-task-prolog", "stune-gpu-sampler", "stune-stage", "stune-fairshare"):
+        for tool in (
+            "stune-health",
+            "stune-task-prolog",
+            "stune-gpu-sampler",
+            "stune-stage",
+            "stune-fairshare",
+        ):
             path = os.path.join(bin_dir, tool)
             if not os.path.exists(path):
-                self.add(ERROR, "STUNE_BIN", f"{path} is missing (the hooks find stune through STUNE_BIN)",
-                         f"set STUNE_BIN in {self.env_file} to the venv's bin")
+                self.add(
+                    ERROR,
+                    "STUNE_BIN",
+                    f"{path} is missing (the hooks find stune through STUNE_BIN)",
+                    f"set STUNE_BIN in {self.env_file} to the venv's bin",
+                )
                 break
         else:
-            if self.trusted(os.path.join(bin_dir, "stune-health"), "STUNE_BIN"):  # root runs it from every hook
+            if self.trusted(
+                os.path.join(bin_dir, "stune-health"), "STUNE_BIN"
+            ):  # root runs it from every hook
                 self.add(OK, "STUNE_BIN", bin_dir)
 
     def check_python_start(self, site_dirs: list[str] | None = None) -> None:
@@ -105,10 +122,14 @@ class Doctor(DaemonChecks):
         for directory in site_dirs:
             pth = os.path.join(directory, "distutils-precedence.pth")
             if os.path.exists(pth):
-                self.add(WARNING, "python start", f"{pth} (setuptools) runs at every start of every stune "
-                         "command, ~0.05x of an interpreter start (docs/speed.md)",
-                         f"{sys.executable} -m pip uninstall setuptools, unless something else in this "
-                         "environment needs it (stune does not)")
+                self.add(
+                    WARNING,
+                    "python start",
+                    f"{pth} (setuptools) runs at every start of every stune "
+                    "command, ~0.05x of an interpreter start (docs/speed.md)",
+                    f"{sys.executable} -m pip uninstall setuptools, unless something else in this "
+                    "environment needs it (stune does not)",
+                )
                 return
         self.add(OK, "python start", "no setuptools .pth in stune's environment")
 
@@ -119,12 +140,21 @@ class Doctor(DaemonChecks):
         try:
             st = os.stat(spool)
         except OSError:
-            self.add(WARNING, "usage spool", f"{spool} is missing (job GPU usage is not collected)",
-                     "stune-admin install creates it; on a shared filesystem create it once")
+            self.add(
+                WARNING,
+                "usage spool",
+                f"{spool} is missing (job GPU usage is not collected)",
+                "stune-admin install creates it; on a shared filesystem create it once",
+            )
             return
         if st.st_mode & 0o002:
-            self.add(ERROR, "usage spool", f"{spool} is writable by others (mode {st.st_mode & 0o7777:04o}): "
-                     "users could forge usage records", f"chmod o-w {spool} (root:slurm 2775)")
+            self.add(
+                ERROR,
+                "usage spool",
+                f"{spool} is writable by others (mode {st.st_mode & 0o7777:04o}): "
+                "users could forge usage records",
+                f"chmod o-w {spool} (root:slurm 2775)",
+            )
         else:
             self.add(OK, "usage spool", f"{spool} ({st.st_mode & 0o7777:04o})")
 
@@ -143,19 +173,29 @@ class Doctor(DaemonChecks):
         if not conf.found:
             return
         role = "all" if len(roles) > 1 else next(iter(roles))
-        for need in requirements(conf, self.layout.hook_paths(), role) + partition_needs(conf, gpu_partitions):
+        for need in requirements(conf, self.layout.hook_paths(), role) + partition_needs(
+            conf, gpu_partitions
+        ):
             if need.ok:
                 self.add(OK, need.key, need.have)
             else:
-                self.add(need.severity, need.key, f"{need.have} at {conf.where(need.key.split()[0])}: {need.why}",
-                         need.line)
+                self.add(
+                    need.severity,
+                    need.key,
+                    f"{need.have} at {conf.where(need.key.split()[0])}: {need.why}",
+                    need.line,
+                )
         self.check_other_scripts(conf)
         cgroup = os.path.join(os.path.dirname(conf.path), "cgroup.conf")
         values = read_key_values(cgroup)
         if values is None or values.get("constraindevices", "").lower() != "yes":
-            self.add(ERROR, "cgroup.conf ConstrainDevices",
-                     f"{'missing' if values is None else values.get('constraindevices', '(not set)')} in {cgroup}: "
-                     "a job can open GPUs it was not given", "ConstrainDevices=yes in cgroup.conf")
+            self.add(
+                ERROR,
+                "cgroup.conf ConstrainDevices",
+                f"{'missing' if values is None else values.get('constraindevices', '(not set)')} in {cgroup}: "
+                "a job can open GPUs it was not given",
+                "ConstrainDevices=yes in cgroup.conf",
+            )
         else:
             self.add(OK, "cgroup.conf ConstrainDevices", "yes")
 
@@ -165,7 +205,14 @@ class Doctor(DaemonChecks):
         import glob as globmod
 
         ours = {os.path.join(getattr(self.layout, p.place), p.name) for p in shipped.PIECES}
-        for key in ("Prolog", "Epilog", "HealthCheckProgram", "TaskProlog", "EpilogSlurmctld", "PrologSlurmctld"):
+        for key in (
+            "Prolog",
+            "Epilog",
+            "HealthCheckProgram",
+            "TaskProlog",
+            "EpilogSlurmctld",
+            "PrologSlurmctld",
+        ):
             for pattern in filter(None, (v.strip() for v in conf.get(key).split(","))):
                 for path in sorted(globmod.glob(pattern)):
                     if path not in ours and os.path.isfile(path):
@@ -187,8 +234,12 @@ class Doctor(DaemonChecks):
             self.add(ERROR, "profiles", str(exc), "stune-admin check-profiles")
             return {}
         if not profiles:
-            self.add(ERROR, "profiles", f"no profile in {directory}",
-                     f"copy one of {self.layout.examples}/*.yaml there and set `partition:`")
+            self.add(
+                ERROR,
+                "profiles",
+                f"no profile in {directory}",
+                f"copy one of {self.layout.examples}/*.yaml there and set `partition:`",
+            )
         return profiles
 
     def check_cluster(self, profiles) -> list:
@@ -201,9 +252,13 @@ class Doctor(DaemonChecks):
         by_name = {n.name: n for n in nodes}
         for name, profile in sorted(profiles.items()):
             if name not in partitions:
-                self.add(ERROR, f"profile {name}", f"names partition {name}, which Slurm does not have "
-                         f"(partitions: {', '.join(sorted(partitions)) or 'none'})",
-                         f"fix `partition:` in {profile.source}")
+                self.add(
+                    ERROR,
+                    f"profile {name}",
+                    f"names partition {name}, which Slurm does not have "
+                    f"(partitions: {', '.join(sorted(partitions)) or 'none'})",
+                    f"fix `partition:` in {profile.source}",
+                )
                 continue
             want = profile.gpu.count
             if not want:  # the schema's "0 skips GPU checks": nothing to compare
@@ -215,8 +270,12 @@ class Doctor(DaemonChecks):
                 if have != want:
                     bad.append(f"{node.name} has {have}")
             if bad:
-                self.add(ERROR, f"profile {name}", f"gpu.count is {want} but {', '.join(bad)} GPU(s) in GRES",
-                         f"fix gpu.count in {profile.source} or the nodes' Gres= in slurm.conf")
+                self.add(
+                    ERROR,
+                    f"profile {name}",
+                    f"gpu.count is {want} but {', '.join(bad)} GPU(s) in GRES",
+                    f"fix gpu.count in {profile.source} or the nodes' Gres= in slurm.conf",
+                )
             else:
                 self.add(OK, f"profile {name}", f"partition exists; GRES GPU count {want} on every node")
         return [by_name[n] for n in sorted(by_name)]
@@ -245,14 +304,22 @@ class Doctor(DaemonChecks):
                 except TierUnavailable as exc:
                     bad.append(f"{node} ({exc})")
             if bad:
-                self.add(WARNING, f"cache tier {name}", f"not set up on {', '.join(bad)}: jobs there read from "
-                         "their sources", "`stune-stage init` as root on those nodes, at every boot: systemctl "
-                         "enable --now stune-stage-init (stune-admin install --enable does it)")
+                self.add(
+                    WARNING,
+                    f"cache tier {name}",
+                    f"not set up on {', '.join(bad)}: jobs there read from their sources",
+                    "`stune-stage init` as root on those nodes, at every boot: systemctl "
+                    "enable --now stune-stage-init (stune-admin install --enable does it)",
+                )
             if good:
                 self.add(OK, f"cache tier {name}", f"set up on {', '.join(good)}")
             if len(seen) < len(members):
-                self.add(OK, f"cache tier {name}", f"node-local on {len(members) - len(seen)} other node(s), not "
-                         "visible here: stune-stage-init.service sets it up at boot; `stune-stage status` there")
+                self.add(
+                    OK,
+                    f"cache tier {name}",
+                    f"node-local on {len(members) - len(seen)} other node(s), not "
+                    "visible here: stune-stage-init.service sets it up at boot; `stune-stage status` there",
+                )
 
     # ---- node facts ------------------------------------------------------------------------------------
     def node_facts(self, node: str) -> dict[str, str] | None:
@@ -277,8 +344,11 @@ class Doctor(DaemonChecks):
                 from ..health.collect import full, replay_gpus
 
                 try:
-                    snap = full(root, None, node, gpu_file, timeout_s=5.0, nvml=False) if root \
-                        else {"gpus": replay_gpus(gpu_file)}  # never this host's NVML for another node
+                    snap = (
+                        full(root, None, node, gpu_file, timeout_s=5.0, nvml=False)
+                        if root
+                        else {"gpus": replay_gpus(gpu_file)}
+                    )  # never this host's NVML for another node
                 except Exception as exc:  # a capture problem is a missing fact, not a crash
                     self.add(WARNING, f"node {node}", f"cannot read its recorded hardware: {exc}")
                     return None
@@ -293,9 +363,13 @@ class Doctor(DaemonChecks):
                 continue
             self.matrix[node.name] = facts
         if missing:
-            self.add(WARNING, "node facts", f"nothing recorded for {', '.join(missing)}: versions and homogeneity "
-                     "not checked there", "run `stune-health capture -o DIR/<node>.json` on each node "
-                     "(pdsh/clush), then `stune-admin doctor --facts DIR`")
+            self.add(
+                WARNING,
+                "node facts",
+                f"nothing recorded for {', '.join(missing)}: versions and homogeneity not checked there",
+                "run `stune-health capture -o DIR/<node>.json` on each node "
+                "(pdsh/clush), then `stune-admin doctor --facts DIR`",
+            )
         partitions: dict[str, list[str]] = {}
         for node in nodes:
             for p in node.partitions:
@@ -308,14 +382,22 @@ class Doctor(DaemonChecks):
                 if len(values) > 1:
                     uniform = False
                     majority = values.most_common(1)[0][0]
-                    odd = [f"{n} ({self.matrix[n][key]})" for n in members
-                           if self.matrix[n][key] not in ("?", majority)]
-                    self.add(ERROR, f"partition {part}", f"mixed {key.replace('_', ' ')}: majority {majority}, "
-                             f"differs on {', '.join(odd)}", "one generation and one version per partition: "
-                             "upgrade or move those nodes")
+                    odd = [
+                        f"{n} ({self.matrix[n][key]})"
+                        for n in members
+                        if self.matrix[n][key] not in ("?", majority)
+                    ]
+                    self.add(
+                        ERROR,
+                        f"partition {part}",
+                        f"mixed {key.replace('_', ' ')}: majority {majority}, differs on {', '.join(odd)}",
+                        "one generation and one version per partition: upgrade or move those nodes",
+                    )
             unknown = sorted({k for n in members for k in HOMOGENEOUS if self.matrix[n][k] == "?"})
             if unknown:
-                self.add(WARNING, f"partition {part}", f"not recorded: {', '.join(unknown)} (said, not guessed)")
+                self.add(
+                    WARNING, f"partition {part}", f"not recorded: {', '.join(unknown)} (said, not guessed)"
+                )
             if uniform:
                 self.add(OK, f"partition {part}", f"homogeneous over {len(members)} node(s) with facts")
 
@@ -324,13 +406,16 @@ class Doctor(DaemonChecks):
             return ""
         from ..output import table
 
-        return table([(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)],
-                     ("node",) + FACT_KEYS)
+        return table(
+            [(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)],
+            ("node",) + FACT_KEYS,
+        )
 
 
 def facts_from_snapshot(snap: dict) -> dict[str, str]:
     """The version-matrix row of one capture: '?' where the capture does not say, 'none' where it answered
     that there is none (a TCP-only node has no HCA)."""
+
     def one(values, answered_empty: bool = False) -> str:
         values = sorted({str(v) for v in values if v})
         return "/".join(values) if values else ("none" if answered_empty else "?")
@@ -341,15 +426,20 @@ def facts_from_snapshot(snap: dict) -> dict[str, str]:
     hcas = ib.get("devices") if isinstance(ib.get("devices"), dict) else {}
     kernel = snap.get("kernel") if isinstance(snap.get("kernel"), dict) else {}
     no_hca = ib.get("answered") is True and not hcas
-    return {"gpu_model": one(d.get("name") for d in devices if isinstance(d, dict)),
-            "driver": one([gpus.get("driver_version")]), "cuda": one([gpus.get("cuda_driver_version")]),
-            "nccl": one([snap.get("nccl_version")]),
-            "hca_model": one((h.get("hca_type") for h in hcas.values() if isinstance(h, dict)), no_hca),
-            "hca_fw": one((h.get("fw_ver") for h in hcas.values() if isinstance(h, dict)), no_hca),
-            "kernel": one([kernel.get("release"), snap.get("kernel_release")])}
+    return {
+        "gpu_model": one(d.get("name") for d in devices if isinstance(d, dict)),
+        "driver": one([gpus.get("driver_version")]),
+        "cuda": one([gpus.get("cuda_driver_version")]),
+        "nccl": one([snap.get("nccl_version")]),
+        "hca_model": one((h.get("hca_type") for h in hcas.values() if isinstance(h, dict)), no_hca),
+        "hca_fw": one((h.get("fw_ver") for h in hcas.values() if isinstance(h, dict)), no_hca),
+        "kernel": one([kernel.get("release"), snap.get("kernel_release")]),
+    }
 
 
-def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, conf_given: bool = False) -> Doctor:
+def run(
+    env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, conf_given: bool = False
+) -> Doctor:
     """`conf_given`: layout.slurm_conf is the file to judge; otherwise the env file's SLURM_CONF is."""
     doc = Doctor(env_file, layout, facts_dir, slurm)
     doc.check_env_file()
@@ -374,6 +464,11 @@ def run(env_file: str, layout, roles: set[str], facts_dir: str | None, slurm, co
 def as_json(doc: Doctor) -> str:
     from ..output import json_text
 
-    return json_text({"findings": [asdict(f) for f in doc.findings], "matrix": doc.matrix,
-                      "errors": sum(f.severity == ERROR for f in doc.findings),
-                      "warnings": sum(f.severity == WARNING for f in doc.findings)})
+    return json_text(
+        {
+            "findings": [asdict(f) for f in doc.findings],
+            "matrix": doc.matrix,
+            "errors": sum(f.severity == ERROR for f in doc.findings),
+            "warnings": sum(f.severity == WARNING for f in doc.findings),
+        }
+    )

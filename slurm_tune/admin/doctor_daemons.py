@@ -1,6 +1,7 @@
 """`stune-admin doctor`'s checks of the usage pipeline's daemons (usage/pipeline.py): whether
 stune-gpu-sampler measures on each GPU node and when the fair-share accountant last ran. A part of Doctor
 (doctor.py), which supplies `add`, `env` and `slurm`."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,12 @@ class DaemonChecks:
         try:
             from ..fairshare.accountant import ledger_path
         except ImportError as exc:  # the accountant extra (numpy) lives on the accountant host only
-            self.add(WARNING, "accountant", f"not installed on this host ({exc.name} missing): its last run is "
-                     "not checked here", "run doctor on the accountant host, or pip install 'slurm-tune[accountant]'")
+            self.add(
+                WARNING,
+                "accountant",
+                f"not installed on this host ({exc.name} missing): its last run is not checked here",
+                "run doctor on the accountant host, or pip install 'slurm-tune[accountant]'",
+            )
             return
 
         try:
@@ -34,12 +39,20 @@ class DaemonChecks:
         try:
             age = time.time() - os.stat(path).st_mtime
         except OSError:
-            self.add(WARNING, "accountant", f"no successful run recorded ({path} missing)",
-                     "systemctl enable --now stune-fairshare.timer on the accountant host")
+            self.add(
+                WARNING,
+                "accountant",
+                f"no successful run recorded ({path} missing)",
+                "systemctl enable --now stune-fairshare.timer on the accountant host",
+            )
             return
         sev = OK if age < 3 * 300 else WARNING
-        self.add(sev, "accountant", f"last successful run {age / 60:.0f} min ago ({path})",
-                 "systemctl status stune-fairshare.timer")
+        self.add(
+            sev,
+            "accountant",
+            f"last successful run {age / 60:.0f} min ago ({path})",
+            "systemctl status stune-fairshare.timer",
+        )
 
     def check_sampler(self, nodes) -> None:
         """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
@@ -53,8 +66,9 @@ class DaemonChecks:
         if not gpu_nodes:
             return
         try:
-            rows = self.slurm.sacct(["JobIDRaw", "End", "NodeList", "AllocTRES", "AdminComment"],
-                                    start="now-1days", end="now")
+            rows = self.slurm.sacct(
+                ["JobIDRaw", "End", "NodeList", "AllocTRES", "AdminComment"], start="now-1days", end="now"
+            )
         except StuneError as exc:
             self.add(WARNING, "sampler", f"cannot read the accounting records: {exc}")
             return
@@ -88,16 +102,30 @@ class DaemonChecks:
             if cause:
                 self.add(WARNING, "sampler", f"not measuring on {', '.join(where)}: {cause[0]}", cause[1])
             else:
-                self.add(WARNING, "sampler", f"not sampling on {', '.join(where)}: the last GPU job's usage "
-                         "summary has no measurement from there", "systemctl is-active stune-gpu-sampler there, "
-                         f"then check that the prolog 20-stune-jobgpus records jobs in {self.usage_template()}/jobs")
+                self.add(
+                    WARNING,
+                    "sampler",
+                    f"not sampling on {', '.join(where)}: the last GPU job's usage "
+                    "summary has no measurement from there",
+                    "systemctl is-active stune-gpu-sampler there, "
+                    f"then check that the prolog 20-stune-jobgpus records jobs in {self.usage_template()}/jobs",
+                )
         if unstored:
-            self.add(WARNING, "sampler", f"no usage summary stored for the last GPU job on {', '.join(unstored)}: "
-                     "cannot tell whether the sampler runs there", "check the node epilog 20-stune-usage and "
-                     "EpilogSlurmctld (stune-usage-slurmctld)")
+            self.add(
+                WARNING,
+                "sampler",
+                f"no usage summary stored for the last GPU job on {', '.join(unstored)}: "
+                "cannot tell whether the sampler runs there",
+                "check the node epilog 20-stune-usage and EpilogSlurmctld (stune-usage-slurmctld)",
+            )
         if idle:
-            self.add(WARNING, "sampler", f"no GPU job ended on {', '.join(idle)} within a day: cannot tell whether "
-                     "the sampler runs there", "systemctl is-active stune-gpu-sampler on those nodes")
+            self.add(
+                WARNING,
+                "sampler",
+                f"no GPU job ended on {', '.join(idle)} within a day: cannot tell whether "
+                "the sampler runs there",
+                "systemctl is-active stune-gpu-sampler on those nodes",
+            )
         if sampled:
             self.add(OK, "sampler", f"measured the last GPU job on {', '.join(sampled)}")
 
@@ -119,16 +147,20 @@ class DaemonChecks:
         if uses_node(template) and os.path.isdir(literal):
             records = sorted(os.listdir(literal))
             if records:
-                return (f"job records ({len(records)}, e.g. job {records[-1]}) are in {literal}, a literal %n "
-                        f"directory the sampler does not read (it reads {expanded}): the prolog that wrote them "
-                        "does not expand %n",
-                        "rerun `stune-admin install` on the nodes (the current 20-stune-jobgpus expands %n), "
-                        f"then remove {literal}")
+                return (
+                    f"job records ({len(records)}, e.g. job {records[-1]}) are in {literal}, a literal %n "
+                    f"directory the sampler does not read (it reads {expanded}): the prolog that wrote them "
+                    "does not expand %n",
+                    "rerun `stune-admin install` on the nodes (the current 20-stune-jobgpus expands %n), "
+                    f"then remove {literal}",
+                )
         visible = uses_node(template) or node == socket.gethostname().split(".")[0]
         if visible and not os.path.isdir(expanded):
-            return (f"{expanded} does not exist: no prolog recorded a job there and no sampler runs on it",
-                    "check PrologFlags=Alloc and that the Prolog glob reaches 20-stune-jobgpus; "
-                    "systemctl enable --now stune-gpu-sampler")
+            return (
+                f"{expanded} does not exist: no prolog recorded a job there and no sampler runs on it",
+                "check PrologFlags=Alloc and that the Prolog glob reaches 20-stune-jobgpus; "
+                "systemctl enable --now stune-gpu-sampler",
+            )
         return None
 
 

@@ -1,4 +1,5 @@
 """What `stune-admin doctor` reports: findings, one per line, each an error, a warning or ok (with a fix)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -7,6 +7,7 @@
   still as placed, and directories it created once they are empty.
 - Root's writes go through safeio.write_atomic (exclusive temporary + rename).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -25,8 +26,15 @@ from .. import safeio
 from ..errors import StuneError
 from ..thisnode import uses_node
 from . import shipped
-from .slurmconf import (SlurmConf, diff_against, gpu_partitions, gpu_weight_need, partition_needs, requirements,
-                        with_reason)
+from .slurmconf import (
+    SlurmConf,
+    diff_against,
+    gpu_partitions,
+    gpu_weight_need,
+    partition_needs,
+    requirements,
+    with_reason,
+)
 
 MANIFEST_FORMAT = "stune-install/1"
 CONSTRAIN_WHY = "a job opens only the GPUs Slurm gave it (with TaskPlugin=task/cgroup)"
@@ -51,7 +59,9 @@ class Layout:
         # Slurm's configuration directory: the hook preamble, the non-glob hooks and the default prolog.d and
         # epilog.d go beside slurm.conf; a slurm.conf outside --prefix (the local cluster's) keeps them under it
         conf = self.slurm_conf
-        inside = bool(conf) and os.path.commonpath([self.prefix, os.path.abspath(conf)]) == os.path.abspath(self.prefix)
+        inside = bool(conf) and os.path.commonpath([self.prefix, os.path.abspath(conf)]) == os.path.abspath(
+            self.prefix
+        )
         self.slurm_etc = os.path.dirname(os.path.abspath(conf)) if inside else self.p("etc/slurm")
         self.slurm_conf = conf or os.path.join(self.slurm_etc, "slurm.conf")
         self.prolog_dir = self.prolog_dir or os.path.join(self.slurm_etc, "prolog.d")
@@ -68,10 +78,13 @@ class Layout:
         self.manifest = self.p("var/lib/stune/install-manifest.json")
 
     def hook_paths(self) -> dict[str, str]:
-        return {"prolog_dir": self.prolog_dir, "epilog_dir": self.epilog_dir,
-                "health_run": os.path.join(self.slurm_etc, "stune-health-run"),
-                "task_prolog": os.path.join(self.slurm_etc, "stune-task-prolog"),
-                "epilog_slurmctld": os.path.join(self.slurm_etc, "stune-usage-slurmctld")}
+        return {
+            "prolog_dir": self.prolog_dir,
+            "epilog_dir": self.epilog_dir,
+            "health_run": os.path.join(self.slurm_etc, "stune-health-run"),
+            "task_prolog": os.path.join(self.slurm_etc, "stune-task-prolog"),
+            "epilog_slurmctld": os.path.join(self.slurm_etc, "stune-usage-slurmctld"),
+        }
 
 
 def hook_dir_from(conf: SlurmConf, key: str) -> str | None:
@@ -90,8 +103,11 @@ def detect_roles(conf: SlurmConf) -> tuple[set[str], str]:
 
     host = socket.gethostname().split(".")[0]
     roles = set()
-    ctld = [s.value.split("(")[0].strip() for k in ("slurmctldhost", "controlmachine", "backupcontroller")
-            for s in conf.every.get(k, [])]
+    ctld = [
+        s.value.split("(")[0].strip()
+        for k in ("slurmctldhost", "controlmachine", "backupcontroller")
+        for s in conf.every.get(k, [])
+    ]
     if host in ctld:
         roles.add(shipped.CONTROLLER)
     for rec in conf.nodes():
@@ -115,24 +131,35 @@ def _quote(value: str) -> str:
 
 
 def env_file_text(layout: Layout, settings: dict[str, str]) -> str:
-    lines = ["# The one environment file every stune hook, the TaskProlog and the units read (Slurm gives hooks",
-             "# an empty environment). Written by `stune-admin install` from what it detected; edit freely: a",
-             "# later install shows the difference and keeps your edits unless --force. Keep it root-owned, 0644.",
-             "# %n in STUNE_SYSFS_ROOT, STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR, STUNE_USAGE_DIR is the node name",
-             "# (hardware-less mode: docs/admin.md)."]
+    lines = [
+        "# The one environment file every stune hook, the TaskProlog and the units read (Slurm gives hooks",
+        "# an empty environment). Written by `stune-admin install` from what it detected; edit freely: a",
+        "# later install shows the difference and keeps your edits unless --force. Keep it root-owned, 0644.",
+        "# %n in STUNE_SYSFS_ROOT, STUNE_GPU_SNAPSHOT, STUNE_STATE_DIR, STUNE_USAGE_DIR is the node name",
+        "# (hardware-less mode: docs/admin.md).",
+    ]
     lines += [f"{k}={_quote(v)}" for k, v in settings.items()]
     if "STUNE_HEALTH_PARTITION" not in settings:
-        lines.append("# STUNE_HEALTH_PARTITION=hdr   # the profile this node is judged by (default: its first partition)")
+        lines.append(
+            "# STUNE_HEALTH_PARTITION=hdr   # the profile this node is judged by (default: its first partition)"
+        )
     return "\n".join(lines) + "\n"
 
 
 def env_settings(layout: Layout, extra: dict[str, str]) -> dict[str, str]:
     profiles = (os.environ.get("STUNE_PARTITIONS") if layout.prefix == "/" else None) or layout.profiles
-    settings = {"STUNE_BIN": stune_bin(), "STUNE_PARTITIONS": profiles, "SLURM_CONF": layout.slurm_conf,
-                "STUNE_STATE_DIR": layout.state_dir, "STUNE_USAGE_DIR": layout.usage_dir,
-                "STUNE_USAGE_SPOOL": layout.spool_dir,
-                "STUNE_USAGE_LOG": os.path.join(layout.log_dir, "usage-store.log")}
-    if layout.prefix != "/":  # the ledger moves too; without --prefix fairshare.yaml's accountant.state_dir rules
+    settings = {
+        "STUNE_BIN": stune_bin(),
+        "STUNE_PARTITIONS": profiles,
+        "SLURM_CONF": layout.slurm_conf,
+        "STUNE_STATE_DIR": layout.state_dir,
+        "STUNE_USAGE_DIR": layout.usage_dir,
+        "STUNE_USAGE_SPOOL": layout.spool_dir,
+        "STUNE_USAGE_LOG": os.path.join(layout.log_dir, "usage-store.log"),
+    }
+    if (
+        layout.prefix != "/"
+    ):  # the ledger moves too; without --prefix fairshare.yaml's accountant.state_dir rules
         settings["STUNE_FAIRSHARE_STATE_DIR"] = layout.fairshare_dir
     settings.update(extra)
     return settings
@@ -142,10 +169,14 @@ def relocate(piece: shipped.Piece, data: bytes, layout: Layout, settings: dict[s
     """Point a shipped file at this install: the hook preamble's and the env file's paths in the hooks, the bin
     dir in the units."""
     text = data.decode()
-    text = text.replace('"${0%/*}/../' + shipped.HOOK_ENV + '"',
-                        f'"{os.path.join(layout.slurm_etc, os.path.basename(shipped.HOOK_ENV))}"')
+    text = text.replace(
+        '"${0%/*}/../' + shipped.HOOK_ENV + '"',
+        f'"{os.path.join(layout.slurm_etc, os.path.basename(shipped.HOOK_ENV))}"',
+    )
     if layout.env_file != "/etc/default/stune":
-        text = text.replace("${STUNE_ENV_FILE:-/etc/default/stune}", f"${{STUNE_ENV_FILE:-{layout.env_file}}}")
+        text = text.replace(
+            "${STUNE_ENV_FILE:-/etc/default/stune}", f"${{STUNE_ENV_FILE:-{layout.env_file}}}"
+        )
         text = text.replace("EnvironmentFile=-/etc/default/stune", f"EnvironmentFile=-{layout.env_file}")
     if piece.place == "unit_dir":
         text = text.replace("/opt/stune/bin/", settings["STUNE_BIN"].rstrip("/") + "/")
@@ -164,7 +195,7 @@ class Report:
     kept: list[str] = field(default_factory=list)
     checked: int = 0
     out: list[str] = field(default_factory=list)
-    manifest_dirty: bool = False   # the manifest learned something (a file already as stune would place it)
+    manifest_dirty: bool = False  # the manifest learned something (a file already as stune would place it)
     planned: set[str] = field(default_factory=set)  # directories a dry run would have created by now
 
     def say(self, line: str) -> None:
@@ -186,7 +217,11 @@ def load_manifest(path: str) -> dict:
         doc = json.loads(data or b"")
     except ValueError:
         doc = None
-    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT or not isinstance(doc.get("files"), dict):
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != MANIFEST_FORMAT
+        or not isinstance(doc.get("files"), dict)
+    ):
         raise StuneError(f"{path}: not a stune install manifest; move it away to start over")
     doc.setdefault("dirs", [])
     return doc
@@ -201,9 +236,14 @@ def _read(path: str) -> bytes | None:
 
 
 def _diff(path: str, old: bytes, new: bytes) -> str:
-    return "".join(difflib.unified_diff(old.decode(errors="replace").splitlines(True),
-                                        new.decode(errors="replace").splitlines(True),
-                                        f"{path} (yours)", f"{path} (stune's)"))
+    return "".join(
+        difflib.unified_diff(
+            old.decode(errors="replace").splitlines(True),
+            new.decode(errors="replace").splitlines(True),
+            f"{path} (yours)",
+            f"{path} (stune's)",
+        )
+    )
 
 
 def place_file(report: Report, manifest: dict, path: str, data: bytes, mode: int, force: bool) -> None:
@@ -250,7 +290,9 @@ def make_dirs(report: Report, manifest: dict, path: str, mode: int, group: int |
         probe = os.path.dirname(probe)
     for d in reversed(missing):
         report.changed.append(d)
-        final_mode = mode if d == path else 0o755  # parents: 0755 and root's group, as the real run makes them
+        final_mode = (
+            mode if d == path else 0o755
+        )  # parents: 0755 and root's group, as the real run makes them
         if report.dry_run:  # the same line as the real run, once per directory
             report.planned.add(d)
             report.say(f"would create: {d}/ ({final_mode:04o})")
@@ -270,8 +312,14 @@ def spool_group() -> tuple[int | None, int, str]:
         return None, 0o755, "root:root 0755 (no slurm group here)"
 
 
-def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run: bool, force: bool,
-            cli_filter: bool = False) -> Report:
+def install(
+    layout: Layout,
+    roles: set[str],
+    extra_env: dict[str, str],
+    dry_run: bool,
+    force: bool,
+    cli_filter: bool = False,
+) -> Report:
     for key, value in extra_env.items():
         if not ENV_KEY.match(key) or "\n" in value:
             raise StuneError(f"--set {key}={value!r}: expected NAME=VALUE with NAME like STUNE_SYSFS_ROOT")
@@ -279,14 +327,19 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
     manifest = load_manifest(layout.manifest)
     root = shipped.share_root()
     settings = env_settings(layout, extra_env)
-    login = not roles & {shipped.NODE, shipped.CONTROLLER}  # a login node: profiles and env file, nothing else
+    login = not roles & {
+        shipped.NODE,
+        shipped.CONTROLLER,
+    }  # a login node: profiles and env file, nothing else
     if login:  # no hook or unit reads state, usage or spool there
         settings = {k: v for k, v in settings.items() if k in LOGIN_SETTINGS or k in extra_env}
     for piece in shipped.PIECES:
         if not piece.needed_by(roles):
             continue
         data = relocate(piece, shipped.read_piece(root, piece), layout, settings)
-        place_file(report, manifest, os.path.join(getattr(layout, piece.place), piece.name), data, piece.mode, force)
+        place_file(
+            report, manifest, os.path.join(getattr(layout, piece.place), piece.name), data, piece.mode, force
+        )
     place_file(report, manifest, layout.env_file, env_file_text(layout, settings).encode(), 0o644, force)
     for name in sorted(os.listdir(os.path.join(root, "partitions"))):
         if name.endswith(".yaml"):
@@ -294,8 +347,15 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
                 place_file(report, manifest, os.path.join(layout.examples, name), fh.read(), 0o644, force)
     make_dirs(report, manifest, layout.profiles, 0o755)
     # the directories the env file names (a --set moves them), except per-node ones (%n: the hooks make them)
-    dirs = [] if login else [settings["STUNE_STATE_DIR"], settings["STUNE_USAGE_DIR"],
-                             os.path.dirname(settings["STUNE_USAGE_LOG"])]
+    dirs = (
+        []
+        if login
+        else [
+            settings["STUNE_STATE_DIR"],
+            settings["STUNE_USAGE_DIR"],
+            os.path.dirname(settings["STUNE_USAGE_LOG"]),
+        ]
+    )
     if shipped.CONTROLLER in roles and settings.get("STUNE_FAIRSHARE_STATE_DIR"):
         dirs.append(settings["STUNE_FAIRSHARE_STATE_DIR"])
     for d in dirs:
@@ -304,7 +364,9 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
     if not login:
         gid, mode, _ = spool_group()
         make_dirs(report, manifest, settings["STUNE_USAGE_SPOOL"], mode, gid)
-    if cli_filter:  # --cli-filter: cli_filter.lua and its rendered data beside slurm.conf (slurm_tune/clifilter)
+    if (
+        cli_filter
+    ):  # --cli-filter: cli_filter.lua and its rendered data beside slurm.conf (slurm_tune/clifilter)
         from ..clifilter.render import cli_filter_files
 
         for path, data in cli_filter_files(layout.slurm_conf, settings["STUNE_PARTITIONS"]).items():
@@ -312,7 +374,9 @@ def install(layout: Layout, roles: set[str], extra_env: dict[str, str], dry_run:
     if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
         manifest["prefix"] = layout.prefix
         make_dirs(report, manifest, os.path.dirname(layout.manifest), 0o755)
-        safeio.write_atomic(layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644)
+        safeio.write_atomic(
+            layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644
+        )
     return report
 
 
@@ -328,24 +392,38 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
         missing = [with_reason(n.line, n.why) for n in needs if not n.ok]
         weight = gpu_weight_need("...", "")  # no slurm.conf: no partition known, so the line for each GPU one
         missing.append(with_reason(f"PartitionName=... {weight.line}", weight.why))
-        out.append(f"# {conf.path} not found; stune needs these lines in slurm.conf:\n" + "\n".join(missing) + "\n")
+        out.append(
+            f"# {conf.path} not found; stune needs these lines in slurm.conf:\n" + "\n".join(missing) + "\n"
+        )
     etc = os.path.dirname(conf.path)
     cgroup = os.path.join(etc, "cgroup.conf")
     values = read_key_values(cgroup)
     if (values or {}).get("constraindevices", "").lower() != "yes":
         text = (_read(cgroup) or b"").decode(errors="replace")
         line = with_reason("ConstrainDevices=yes", CONSTRAIN_WHY)
-        new = re.sub(r"(?im)^\s*ConstrainDevices\s*=.*$", line, text) \
-            if re.search(r"(?im)^\s*ConstrainDevices\s*=", text) else text + ("" if text.endswith("\n") or not text
-                                                                               else "\n") + line + "\n"
-        out.append("".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), cgroup,
-                                                cgroup + " (with stune)")))
+        new = (
+            re.sub(r"(?im)^\s*ConstrainDevices\s*=.*$", line, text)
+            if re.search(r"(?im)^\s*ConstrainDevices\s*=", text)
+            else text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
+        )
+        out.append(
+            "".join(
+                difflib.unified_diff(
+                    text.splitlines(True), new.splitlines(True), cgroup, cgroup + " (with stune)"
+                )
+            )
+        )
     gres = os.path.join(etc, "gres.conf")
     text = (_read(gres) or b"").decode(errors="replace")
     if not re.search(r"(?im)^\s*(AutoDetect\s*=\s*nvml|.*Name\s*=\s*gpu)", text):
         line = with_reason("AutoDetect=nvml", GRES_WHY)
-        out.append("".join(difflib.unified_diff(text.splitlines(True), (text + line + "\n").splitlines(True),
-                                                gres, gres + " (with stune)")))
+        out.append(
+            "".join(
+                difflib.unified_diff(
+                    text.splitlines(True), (text + line + "\n").splitlines(True), gres, gres + " (with stune)"
+                )
+            )
+        )
     return "".join(s for s in out if s)
 
 
@@ -388,5 +466,7 @@ def uninstall(layout: Layout, dry_run: bool, force: bool) -> Report:
     if not dry_run and report.kept:
         manifest["files"] = {p: e for p, e in manifest["files"].items() if p in report.kept}
         manifest["dirs"] = kept_dirs
-        safeio.write_atomic(layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644)
+        safeio.write_atomic(
+            layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644
+        )
     return report

@@ -4,6 +4,7 @@ One table (`requirements`) serves both `stune-admin install` (it prints what is 
 the live file) and `stune-admin doctor` (it reports each as a finding). The file is read, not `scontrol show
 config`: Slurm 25.x no longer prints Prolog/Epilog/EpilogSlurmctld there, and the admin edits the file.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -15,9 +16,18 @@ from dataclasses import dataclass
 
 RECORD_KEYS = frozenset(("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname"))
 # Slurm's defaults for the settings judged here, when slurm.conf does not set them.
-DEFAULTS = {"prologflags": "", "prioritytype": "priority/basic", "prioritycalcperiod": "5",
-            "healthcheckinterval": "0", "healthchecknodestate": "ANY", "schedulerparameters": "",
-            "accountingstoragetres": "", "accountingstorageenforce": "", "priorityweightfairshare": "0", "taskplugin": ""}
+DEFAULTS = {
+    "prologflags": "",
+    "prioritytype": "priority/basic",
+    "prioritycalcperiod": "5",
+    "healthcheckinterval": "0",
+    "healthchecknodestate": "ANY",
+    "schedulerparameters": "",
+    "accountingstoragetres": "",
+    "accountingstorageenforce": "",
+    "priorityweightfairshare": "0",
+    "taskplugin": "",
+}
 
 
 @dataclass
@@ -35,7 +45,7 @@ class SlurmConf:
         """`text`: judge this text as the file at `path` (nothing is read)."""
         self.path = path
         self.params: dict[str, Setting] = {}
-        self.every: dict[str, list[Setting]] = {}   # keys given more than once (SlurmctldHost for backups)
+        self.every: dict[str, list[Setting]] = {}  # keys given more than once (SlurmctldHost for backups)
         self.records: list[dict[str, str]] = []
         self.problems: list[str] = []
         self.text = ""
@@ -152,9 +162,9 @@ class Need:
     key: str
     ok: bool
     have: str
-    line: str      # what to write (the whole Key=Value line)
+    line: str  # what to write (the whole Key=Value line)
     why: str
-    severity: str = "error"   # when not ok
+    severity: str = "error"  # when not ok
 
 
 def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> list[Need]:
@@ -167,61 +177,126 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
         needs.append(Need(key, ok, get(key) or "(not set)", line, why, severity))
 
     flags = [f.strip().lower() for f in get("PrologFlags").split(",")]
-    add("PrologFlags", "alloc" in flags,
+    add(
+        "PrologFlags",
+        "alloc" in flags,
         "PrologFlags=" + ",".join([f for f in get("PrologFlags").split(",") if f.strip()] + ["Alloc"]),
-        "the prolog runs on every node of a job at allocation, before any step")
+        "the prolog runs on every node of a job at allocation, before any step",
+    )
     for key, kind in (("Prolog", "prolog_dir"), ("Epilog", "epilog_dir")):
         directory = paths[kind]
-        hooks = [os.path.join(directory, n) for n in (("10-stune-health", "20-stune-jobgpus") if key == "Prolog"
-                                                       else ("10-stune-health", "20-stune-usage", "30-stune-stage"))]
+        hooks = [
+            os.path.join(directory, n)
+            for n in (
+                ("10-stune-health", "20-stune-jobgpus")
+                if key == "Prolog"
+                else ("10-stune-health", "20-stune-usage", "30-stune-stage")
+            )
+        ]
         value = get(key)
         why = f"the glob reaches stune's {key.lower()} hooks in {directory}"
         if value and not value.endswith("*"):
             why += f"; move your current {key} script {value} into {directory} (e.g. as 00-site) so it still runs"
         add(key, bool(value) and all(glob_reaches(value, h) for h in hooks), f"{key}={directory}/*", why)
     sched = [p.strip().lower() for p in get("SchedulerParameters").split(",")]
-    add("SchedulerParameters", "nohold_on_prolog_fail" in sched,
-        "SchedulerParameters=" + ",".join([p for p in get("SchedulerParameters").split(",") if p.strip()]
-                                          + ["nohold_on_prolog_fail"]),
-        "add to your list: a job a failed prolog requeued runs elsewhere, not held")
-    add("HealthCheckProgram", get("HealthCheckProgram") == paths["health_run"],
-        f"HealthCheckProgram={paths['health_run']}", "the periodic full check: drains, marks, resumes")
+    add(
+        "SchedulerParameters",
+        "nohold_on_prolog_fail" in sched,
+        "SchedulerParameters="
+        + ",".join(
+            [p for p in get("SchedulerParameters").split(",") if p.strip()] + ["nohold_on_prolog_fail"]
+        ),
+        "add to your list: a job a failed prolog requeued runs elsewhere, not held",
+    )
+    add(
+        "HealthCheckProgram",
+        get("HealthCheckProgram") == paths["health_run"],
+        f"HealthCheckProgram={paths['health_run']}",
+        "the periodic full check: drains, marks, resumes",
+    )
     interval = seconds(get("HealthCheckInterval"), 1) or 0
-    add("HealthCheckInterval", interval > 0, "HealthCheckInterval=300", "seconds; 0 never runs the health check")
+    add(
+        "HealthCheckInterval",
+        interval > 0,
+        "HealthCheckInterval=300",
+        "seconds; 0 never runs the health check",
+    )
     state = get("HealthCheckNodeState").upper()
-    add("HealthCheckNodeState", "ANY" in state or "MIXED" in state and "ALLOC" in state,
-        "HealthCheckNodeState=ANY,CYCLE", "busy nodes are checked too; CYCLE spreads the runs", "warning")
+    add(
+        "HealthCheckNodeState",
+        "ANY" in state or ("MIXED" in state and "ALLOC" in state),
+        "HealthCheckNodeState=ANY,CYCLE",
+        "busy nodes are checked too; CYCLE spreads the runs",
+        "warning",
+    )
     if role in ("node", "all"):
-        add("TaskProlog", get("TaskProlog") == paths["task_prolog"], f"TaskProlog={paths['task_prolog']}",
-            "per-node NCCL settings and staged datasets for every task")
+        add(
+            "TaskProlog",
+            get("TaskProlog") == paths["task_prolog"],
+            f"TaskProlog={paths['task_prolog']}",
+            "per-node NCCL settings and staged datasets for every task",
+        )
         plugins = [p.strip() for p in get("TaskPlugin").split(",") if p.strip()]
-        add("TaskPlugin", "task/cgroup" in plugins,
-            "TaskPlugin=" + ",".join([p for p in plugins if p != "task/none"] + ["task/cgroup"]
-                                     + ([] if any(p == "task/affinity" for p in plugins) else ["task/affinity"])),
-            "applies cgroup.conf's ConstrainDevices: a job opens only its own GPUs", "warning")
+        add(
+            "TaskPlugin",
+            "task/cgroup" in plugins,
+            "TaskPlugin="
+            + ",".join(
+                [p for p in plugins if p != "task/none"]
+                + ["task/cgroup"]
+                + ([] if any(p == "task/affinity" for p in plugins) else ["task/affinity"])
+            ),
+            "applies cgroup.conf's ConstrainDevices: a job opens only its own GPUs",
+            "warning",
+        )
     if role in ("controller", "all"):
-        add("EpilogSlurmctld", get("EpilogSlurmctld") == paths["epilog_slurmctld"],
+        add(
+            "EpilogSlurmctld",
+            get("EpilogSlurmctld") == paths["epilog_slurmctld"],
             f"EpilogSlurmctld={paths['epilog_slurmctld']}",
-            "each job's GPU usage into AdminComment; read only when slurmctld starts: restart it")
-    add("PriorityType", get("PriorityType") == "priority/multifactor", "PriorityType=priority/multifactor",
-        "the accountant's SiteFactor and fair share weigh in priority")
+            "each job's GPU usage into AdminComment; read only when slurmctld starts: restart it",
+        )
+    add(
+        "PriorityType",
+        get("PriorityType") == "priority/multifactor",
+        "PriorityType=priority/multifactor",
+        "the accountant's SiteFactor and fair share weigh in priority",
+    )
     try:
         weight = float(get("PriorityWeightFairshare") or 0)
     except ValueError:
         weight = 0
-    add("PriorityWeightFairshare", weight > 0, "PriorityWeightFairshare=10000", "any weight > 0: fair share counts")
+    add(
+        "PriorityWeightFairshare",
+        weight > 0,
+        "PriorityWeightFairshare=10000",
+        "any weight > 0: fair share counts",
+    )
     tres = [t.strip().lower() for t in get("AccountingStorageTRES").split(",")]
-    add("AccountingStorageTRES", "gres/gpu" in tres,
-        "AccountingStorageTRES=" + ",".join([t for t in get("AccountingStorageTRES").split(",") if t.strip()]
-                                            + ["gres/gpu"]),
-        "add to your list: GPUs are accounted (gres/gpu in AllocTRES)")
+    add(
+        "AccountingStorageTRES",
+        "gres/gpu" in tres,
+        "AccountingStorageTRES="
+        + ",".join([t for t in get("AccountingStorageTRES").split(",") if t.strip()] + ["gres/gpu"]),
+        "add to your list: GPUs are accounted (gres/gpu in AllocTRES)",
+    )
     enforce = [e.strip().lower() for e in get("AccountingStorageEnforce").split(",")]
-    add("AccountingStorageEnforce", "associations" in enforce and "limits" in enforce,
-        "AccountingStorageEnforce=" + ",".join(dict.fromkeys([e for e in enforce if e] + ["associations", "limits"])),
-        "jobs need an association to be charged; limits: a job's last partial period is charged too", "warning")
+    add(
+        "AccountingStorageEnforce",
+        "associations" in enforce and "limits" in enforce,
+        "AccountingStorageEnforce="
+        + ",".join(dict.fromkeys([e for e in enforce if e] + ["associations", "limits"])),
+        "jobs need an association to be charged; limits: a job's last partial period is charged too",
+        "warning",
+    )
     period = seconds(get("PriorityCalcPeriod"), 60)
-    add("PriorityCalcPeriod", period is not None and period <= 60, "PriorityCalcPeriod=1",
-        "minutes; the default 5 delays what users see in sprio by up to 5 min", "warning")
+    add(
+        "PriorityCalcPeriod",
+        period is not None and period <= 60,
+        "PriorityCalcPeriod=1",
+        "minutes; the default 5 delays what users see in sprio by up to 5 min",
+        "warning",
+    )
     return needs
 
 
@@ -253,9 +328,14 @@ def partition_needs(conf: SlurmConf, gpu_partitions: list[str]) -> list[Need]:
 
 
 def gpu_weight_need(partition: str, weights: str) -> Need:
-    return Need(f"PartitionName={partition} TRESBillingWeights", "gres/gpu" in weights.lower(),
-                weights or "(not set)", 'TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"',
-                "on each GPU partition: the GPU weight the accountant charges by", "error")
+    return Need(
+        f"PartitionName={partition} TRESBillingWeights",
+        "gres/gpu" in weights.lower(),
+        weights or "(not set)",
+        'TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"',
+        "on each GPU partition: the GPU weight the accountant charges by",
+        "error",
+    )
 
 
 def with_reason(line: str, why: str) -> str:
@@ -312,7 +392,7 @@ def _weigh_gpus(lines: list[str], partition: str) -> None:
         m = re.search(r'TRESBillingWeights=("?)([^"\s]*)\1', body, re.I)
         if m:
             weights = m.group(2) + ("," if m.group(2) else "") + "GRES/gpu=8.0"
-            body = body[:m.start()] + f'TRESBillingWeights="{weights}"' + body[m.end():]
+            body = body[: m.start()] + f'TRESBillingWeights="{weights}"' + body[m.end() :]
         else:
             body = body.rstrip() + ' TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"'
         lines[i] = body.rstrip() + (f" {hash_}{comment}" if hash_ else "") + "\n"

@@ -19,6 +19,7 @@ ibnetdiscover prints one block per device: a `Switch N "S-<guid>" # "<descriptio
 - `--node-name-map FILE` (ibnetdiscover's and opensm's format: `<guid> "<name>"` per line, `#` comments)
   names HCAs and switches by GUID, for fabrics whose HCAs keep the driver's default description.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,10 @@ from ..errors import ConfigError
 from ..hostlist import compress_hostlist
 
 _HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"([^"]*)")?')
-_PORT = re.compile(r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s+"([SHR]-[0-9a-fA-F]+)"\[(\d+)\]'
-                   r'(?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s*(?:#\s*(.*))?$')
+_PORT = re.compile(
+    r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s+"([SHR]-[0-9a-fA-F]+)"\[(\d+)\]'
+    r"(?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s*(?:#\s*(.*))?$"
+)
 _KEYS = ("vendid=", "devid=", "sysimgguid=", "switchguid=", "caguid=", "routerguid=")
 _QUOTED = re.compile(r'"([^"]*)"')
 _GROUP = re.compile(r"^(Non-Chassis Nodes|Chassis \d+(\s+\(.*\))?)$")
@@ -111,10 +114,12 @@ def empty_reason(fabric: Fabric, *, matched: bool, hca: str | None) -> str:
     unnamed = [d for d in cas if host_name(d.description) is None]
     if cas and len(unnamed) == len(cas):
         example = unnamed[0].description or "(empty)"
-        return (f"no node found on any switch: all {len(cas)} HCA(s) keep a description that names no host "
-                f"(e.g. {example!r}, the driver's default). Set each node's description (rdma-core's rdma-ndd "
-                "does, or `echo $(hostname -s) mlx5_0 > /sys/class/infiniband/mlx5_0/node_desc`) and rerun "
-                "ibnetdiscover, or pass --node-name-map FILE (GUID -> host name)")
+        return (
+            f"no node found on any switch: all {len(cas)} HCA(s) keep a description that names no host "
+            f"(e.g. {example!r}, the driver's default). Set each node's description (rdma-core's rdma-ndd "
+            "does, or `echo $(hostname -s) mlx5_0 > /sys/class/infiniband/mlx5_0/node_desc`) and rerun "
+            "ibnetdiscover, or pass --node-name-map FILE (GUID -> host name)"
+        )
     if not cas:
         return "no node found on any switch: the dump lists no HCA at all"
     if not matched:
@@ -210,8 +215,11 @@ def build_topology(fabric: Fabric, *, keep=None, hca: str | None = None, all_rai
         above: dict[str, set[str]] = {}
         for switch in level:
             for other in neighbours.get(switch, ()):
-                if devices.get(other) is not None and devices[other].kind == "switch" \
-                        and height.get(other) == height[switch] + 1:
+                if (
+                    devices.get(other) is not None
+                    and devices[other].kind == "switch"
+                    and height.get(other) == height[switch] + 1
+                ):
                     above.setdefault(other, set()).add(switch)
         for switch, children in sorted(above.items(), key=lambda kv: _natural(names[kv[0]])):
             parents.append((names[switch], sorted((names[c] for c in children), key=_natural)))
@@ -219,10 +227,17 @@ def build_topology(fabric: Fabric, *, keep=None, hca: str | None = None, all_rai
     root = _virtual_root(leaves, parents, names)
     if root:
         parents.append(root)
-        notes.append(f"{root[0]} is a virtual root: no switch links all leaves, and Slurm lets no job span "
-                       "switches without a common parent")
-    return Topology({names[s]: sorted(h, key=_natural) for s, h in leaves.items()}, parents, multi_leaf, notes,
-                    fabric.warnings)
+        notes.append(
+            f"{root[0]} is a virtual root: no switch links all leaves, and Slurm lets no job span "
+            "switches without a common parent"
+        )
+    return Topology(
+        {names[s]: sorted(h, key=_natural) for s, h in leaves.items()},
+        parents,
+        multi_leaf,
+        notes,
+        fabric.warnings,
+    )
 
 
 def _virtual_root(leaves, parents, names) -> tuple[str, list[str]] | None:
@@ -265,16 +280,20 @@ def _heights(devices, neighbours) -> dict[str, int]:
 
 def render(topology: Topology, source: str) -> str:
     nodes = sorted({h for hs in topology.leaves.values() for h in hs}, key=_natural)
-    lines = [f"# topology.conf for topology/tree, written by `stune-admin topology` from {source}",
-             f"# {len(topology.leaves)} leaf switch(es), {len(topology.parents)} switch(es) above them, "
-             f"{len(nodes)} node(s)"]
+    lines = [
+        f"# topology.conf for topology/tree, written by `stune-admin topology` from {source}",
+        f"# {len(topology.leaves)} leaf switch(es), {len(topology.parents)} switch(es) above them, "
+        f"{len(nodes)} node(s)",
+    ]
     for host, leaves in sorted(topology.multi_leaf.items(), key=lambda kv: _natural(kv[0])):
         lines.append(f"# {host} reaches leaves {','.join(leaves)}")
     for note in topology.notes:
         lines.append(f"# {note}")
     if topology.warnings:
-        lines.append(f"# skipped {topology.warnings} ibnetdiscover warning line(s): parts of the fabric may be "
-                     "missing; rerun ibnetdiscover")
+        lines.append(
+            f"# skipped {topology.warnings} ibnetdiscover warning line(s): parts of the fabric may be "
+            "missing; rerun ibnetdiscover"
+        )
     for switch in sorted(topology.leaves, key=_natural):
         lines.append(f"SwitchName={switch} Nodes={compress_hostlist(topology.leaves[switch])}")
     for switch, children in topology.parents:

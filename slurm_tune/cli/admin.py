@@ -1,4 +1,5 @@
 """`stune-admin`: tools for the cluster admin (install, doctor, profile validation, topology)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,15 +18,40 @@ def _check_profiles(args) -> int:
     if args.json:
         from ..output import print_json
 
-        print_json({"directory": directory, "profiles": {
-            name: {"source": p.source, "digest": p.digest, "fabric": p.fabric.type, "gpus": p.gpu.count,
-                   "hcas": [f"{h.device}:{h.port}" for h in p.fabric.hcas]} for name, p in profiles.items()}})
+        print_json(
+            {
+                "directory": directory,
+                "profiles": {
+                    name: {
+                        "source": p.source,
+                        "digest": p.digest,
+                        "fabric": p.fabric.type,
+                        "gpus": p.gpu.count,
+                        "hcas": [f"{h.device}:{h.port}" for h in p.fabric.hcas],
+                    }
+                    for name, p in profiles.items()
+                },
+            }
+        )
         return EXIT_OK
     from ..output import table
 
-    print(table([(name, p.fabric.type, f"hcas={','.join(f'{h.device}:{h.port}' for h in p.fabric.hcas) or '-'}",
-                  f"gpus={p.gpu.count}", f"digest={p.digest}", f"({p.source})")
-                 for name, p in sorted(profiles.items())]), end="")
+    print(
+        table(
+            [
+                (
+                    name,
+                    p.fabric.type,
+                    f"hcas={','.join(f'{h.device}:{h.port}' for h in p.fabric.hcas) or '-'}",
+                    f"gpus={p.gpu.count}",
+                    f"digest={p.digest}",
+                    f"({p.source})",
+                )
+                for name, p in sorted(profiles.items())
+            ]
+        ),
+        end="",
+    )
     print(f"{len(profiles)} profile(s) OK in {directory}")
     return EXIT_OK
 
@@ -34,9 +60,15 @@ def _topology(args) -> int:
     import fnmatch
     import sys
 
+    from ..admin.topology import (
+        build_topology,
+        empty_reason,
+        host_name,
+        parse_ibnetdiscover,
+        parse_node_name_map,
+        render,
+    )
     from ..errors import ConfigError
-    from ..admin.topology import (build_topology, empty_reason, host_name, parse_ibnetdiscover, parse_node_name_map,
-                                  render)
 
     def read(path: str) -> str:
         try:
@@ -48,8 +80,13 @@ def _topology(args) -> int:
     source = "<stdin>" if args.input == "-" else args.input
     if args.input == "-":
         if sys.stdin.isatty():
-            raise ConfigError(source, None, "", "give ibnetdiscover output: `ibnetdiscover | stune-admin "
-                                                "topology` or `stune-admin topology FILE`")
+            raise ConfigError(
+                source,
+                None,
+                "",
+                "give ibnetdiscover output: `ibnetdiscover | stune-admin "
+                "topology` or `stune-admin topology FILE`",
+            )
         text = sys.stdin.read()
     else:
         text = read(args.input)
@@ -57,8 +94,11 @@ def _topology(args) -> int:
     keep = (lambda name: any(fnmatch.fnmatchcase(name, g) for g in args.match)) if args.match else None
     fabric = parse_ibnetdiscover(text, source, names)
     if fabric.warnings:
-        print(f"{PROG} topology: skipped {fabric.warnings} ibnetdiscover warning line(s) in {source}: parts of "
-              "the fabric may be missing", file=sys.stderr)
+        print(
+            f"{PROG} topology: skipped {fabric.warnings} ibnetdiscover warning line(s) in {source}: parts of "
+            "the fabric may be missing",
+            file=sys.stderr,
+        )
     topology = build_topology(fabric, keep=keep, hca=args.hca, all_rails=args.all_rails)
     if not topology.leaves:
         hosts = [host_name(d.description) for d in fabric.devices.values() if d.kind == "ca"]
@@ -71,8 +111,11 @@ def _topology(args) -> int:
                 fh.write(conf)
         except OSError as exc:
             raise ConfigError(args.output, None, "", f"cannot write: {exc.strerror}") from None
-        print(f"wrote {args.output}: {len(topology.leaves)} leaf switch(es), "
-              f"{sum(len(v) for v in topology.leaves.values())} node placement(s)", file=sys.stderr)
+        print(
+            f"wrote {args.output}: {len(topology.leaves)} leaf switch(es), "
+            f"{sum(len(v) for v in topology.leaves.values())} node placement(s)",
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(conf)
     return EXIT_OK
@@ -87,12 +130,18 @@ def _layout(args):
     prefix = os.path.abspath(args.prefix)
     conf_path = args.slurm_conf or (os.environ.get("SLURM_CONF") if prefix == "/" else None)
     if not conf_path:  # Debian/RHEL packages, older Debian, a source build's default sysconfdir
-        candidates = [os.path.join(prefix, p) for p in ("etc/slurm/slurm.conf", "etc/slurm-llnl/slurm.conf",
-                                                        "usr/local/etc/slurm.conf")]
+        candidates = [
+            os.path.join(prefix, p)
+            for p in ("etc/slurm/slurm.conf", "etc/slurm-llnl/slurm.conf", "usr/local/etc/slurm.conf")
+        ]
         conf_path = next((c for c in candidates if os.path.exists(c)), candidates[0])
     conf = SlurmConf(conf_path)
-    layout = Layout(prefix=prefix, slurm_conf=conf_path, prolog_dir=hook_dir_from(conf, "Prolog") or "",
-                    epilog_dir=hook_dir_from(conf, "Epilog") or "")
+    layout = Layout(
+        prefix=prefix,
+        slurm_conf=conf_path,
+        prolog_dir=hook_dir_from(conf, "Prolog") or "",
+        epilog_dir=hook_dir_from(conf, "Epilog") or "",
+    )
     return layout, conf
 
 
@@ -126,14 +175,17 @@ def _install(args) -> int:
 
     if os.geteuid() != 0 and not args.dry_run:
         from ..errors import StuneError
+
         raise StuneError("install writes root's files: run it as root (or --dry-run)")
     layout, conf = _layout(args)
     if args.enable and layout.prefix != "/":
         from ..errors import StuneError
+
         raise StuneError("--enable starts this host's units: only without --prefix")
     roles, why = _roles(args, conf)
     if args.enable and args.role == "login":
         from ..errors import StuneError
+
         raise StuneError("--enable: a login node runs no stune unit")
     extra = dict(item.partition("=")[::2] for item in args.set or [])
     report = install(layout, roles, extra, args.dry_run, args.force, cli_filter=args.cli_filter)
@@ -143,13 +195,19 @@ def _install(args) -> int:
         print(line)
     login = args.role == "login"
     if login and (report.changed or args.verbose):
-        print(f"{PROG} install --login: put the profiles your nodes have into {layout.profiles} (the same files, "
-              "or mount one shared directory there): stune-sbatch plans each job by them")
+        print(
+            f"{PROG} install --login: put the profiles your nodes have into {layout.profiles} (the same files, "
+            "or mount one shared directory there): stune-sbatch plans each job by them"
+        )
     diffs = "" if login else slurm_diffs(layout, conf, "all" if len(roles) > 1 else next(iter(roles)))
     if diffs and not (report.changed or report.kept or args.verbose):
-        print(f"{PROG} install: Slurm's config still lacks stune's lines (`{PROG} install -v` shows them as diffs)")
+        print(
+            f"{PROG} install: Slurm's config still lacks stune's lines (`{PROG} install -v` shows them as diffs)"
+        )
     elif diffs:
-        print("\nSlurm needs these lines (then `scontrol reconfigure`; restart slurmctld for EpilogSlurmctld):")
+        print(
+            "\nSlurm needs these lines (then `scontrol reconfigure`; restart slurmctld for EpilogSlurmctld):"
+        )
         print(diffs.rstrip("\n"))
     if not report.changed and not report.kept:
         print(f"{PROG} install: nothing changed ({report.checked} files checked under {layout.prefix})")
@@ -159,10 +217,17 @@ def _install(args) -> int:
         _cli_filter_line(conf)
     if args.enable and not args.dry_run:
         _enable_units(roles)
-    elif report.changed and not args.dry_run and not login and (layout.unit_dir.startswith("/etc/") or args.verbose):
-        print("units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
-              "stune-stage-init on nodes with a cache tier, stune-fairshare.timer on the accountant host "
-              "(or rerun with --enable)")
+    elif (
+        report.changed
+        and not args.dry_run
+        and not login
+        and (layout.unit_dir.startswith("/etc/") or args.verbose)
+    ):
+        print(
+            "units installed, not enabled: systemctl daemon-reload; enable stune-gpu-sampler and stune-idle-policy.timer on GPU nodes, "
+            "stune-stage-init on nodes with a cache tier, stune-fairshare.timer on the accountant host "
+            "(or rerun with --enable)"
+        )
     return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
@@ -178,8 +243,10 @@ def _cli_filter_line(conf) -> None:
     if "cli_filter/lua" in plugins or "lua" in plugins:
         return
     line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join(plugins + ['cli_filter/lua'])}"
-    print(f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
-          f"submission host and node needs the files above):\n{line}")
+    print(
+        f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
+        f"submission host and node needs the files above):\n{line}"
+    )
 
 
 def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
@@ -196,8 +263,10 @@ def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
     if force or not ("cli_filter/lua" in plugins or "lua" in plugins):
         return
     if lua in load_manifest(layout.manifest)["files"] and os.path.exists(lua):
-        raise StuneError(f"{conf.where('CliFilterPlugins')} enables cli_filter/lua: take that line out first "
-                         f"(without {lua}, sbatch, salloc and srun refuse to run); --force removes it anyway")
+        raise StuneError(
+            f"{conf.where('CliFilterPlugins')} enables cli_filter/lua: take that line out first "
+            f"(without {lua}, sbatch, salloc and srun refuse to run); --force removes it anyway"
+        )
 
 
 def _enable_units(roles: set[str]) -> None:
@@ -212,17 +281,21 @@ def _enable_units(roles: set[str]) -> None:
     systemctl = shutil.which("systemctl")
     if systemctl is None:
         raise StuneError("--enable: systemctl not found (no systemd here); start the units your own way")
-    units = (["stune-gpu-sampler.service", "stune-idle-policy.timer", "stune-stage-init.service"]
-             if NODE in roles else []) + \
-        (["stune-fairshare.timer"] if CONTROLLER in roles else [])
+    units = (
+        ["stune-gpu-sampler.service", "stune-idle-policy.timer", "stune-stage-init.service"]
+        if NODE in roles
+        else []
+    ) + (["stune-fairshare.timer"] if CONTROLLER in roles else [])
     for argv in ([systemctl, "daemon-reload"], [systemctl, "enable", "--now", *units]):
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
             raise StuneError(f"--enable: {' '.join(argv[1:])} did not finish within 60s") from None
         if proc.returncode != 0:
-            raise StuneError(f"--enable: systemctl {' '.join(argv[1:])} failed: "
-                             f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+            raise StuneError(
+                f"--enable: systemctl {' '.join(argv[1:])} failed: "
+                f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            )
     print(f"enabled and started: {', '.join(units)}")
 
 
@@ -235,8 +308,10 @@ def _uninstall(args) -> int:
     for line in report.out:
         print(line)
     if report.changed and not args.dry_run:
-        print(f"{PROG} uninstall: remove stune's lines from slurm.conf (Prolog/Epilog hooks are gone, "
-              "HealthCheckProgram, TaskProlog, EpilogSlurmctld) and disable its units if you enabled them")
+        print(
+            f"{PROG} uninstall: remove stune's lines from slurm.conf (Prolog/Epilog hooks are gone, "
+            "HealthCheckProgram, TaskProlog, EpilogSlurmctld) and disable its units if you enabled them"
+        )
     return EXIT_ATTENTION if report.kept else EXIT_OK
 
 
@@ -246,8 +321,11 @@ def _doctor(args) -> int:
     from ..admin import doctor
     from ..slurm import Slurm
 
-    env_file = args.env_file or os.environ.get("STUNE_ENV_FILE") or \
-        os.path.join(os.path.abspath(args.prefix), "etc/default/stune")
+    env_file = (
+        args.env_file
+        or os.environ.get("STUNE_ENV_FILE")
+        or os.path.join(os.path.abspath(args.prefix), "etc/default/stune")
+    )
     env = {}
     if os.path.isfile(env_file):
         try:
@@ -280,82 +358,146 @@ def _doctor(args) -> int:
 
 
 def _common(p) -> None:
-    p.add_argument("--prefix", default="/", help="install root (default /): stune's files, env file, state and "
-                                                  "manifest lie under it; the Prolog/Epilog directories are "
-                                                  "the ones slurm.conf's globs name, when it names them")
-    p.add_argument("--slurm-conf", metavar="FILE", help="the live slurm.conf (default: $SLURM_CONF, else the "
-                                                        "first of PREFIX/etc/slurm/, etc/slurm-llnl/, "
-                                                        "usr/local/etc/)")
-    p.add_argument("--role", choices=("detect", "node", "controller", "all"), default="detect",
-                   help="node part (hooks, TaskProlog, sampler unit), controller part (EpilogSlurmctld, "
-                        "accountant units), or all; default: detected from slurm.conf")
+    p.add_argument(
+        "--prefix",
+        default="/",
+        help="install root (default /): stune's files, env file, state and "
+        "manifest lie under it; the Prolog/Epilog directories are "
+        "the ones slurm.conf's globs name, when it names them",
+    )
+    p.add_argument(
+        "--slurm-conf",
+        metavar="FILE",
+        help="the live slurm.conf (default: $SLURM_CONF, else the "
+        "first of PREFIX/etc/slurm/, etc/slurm-llnl/, "
+        "usr/local/etc/)",
+    )
+    p.add_argument(
+        "--role",
+        choices=("detect", "node", "controller", "all"),
+        default="detect",
+        help="node part (hooks, TaskProlog, sampler unit), controller part (EpilogSlurmctld, "
+        "accountant units), or all; default: detected from slurm.conf",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip())
     sub = parser.add_subparsers(dest="cmd", required=True)
-    check = sub.add_parser("check-profiles", help="validate partitions/*.yaml and site.yaml; one line per error")
-    check.add_argument("directory", nargs="?", help="profile directory (default: $STUNE_PARTITIONS or "
-                                                   "/etc/stune/partitions)")
-    options.add(check, "json", help="each valid profile's source, digest, fabric, GPUs and HCAs as JSON (an "
-                                    "invalid directory is still one line per error on stderr, exit 1)")
-    topo = sub.add_parser("topology", help="ibnetdiscover output to topology.conf",
-                          description="Read `ibnetdiscover` output (a file, or stdin) and write a Slurm "
-                                      "topology.conf for topology/tree.")
+    check = sub.add_parser(
+        "check-profiles", help="validate partitions/*.yaml and site.yaml; one line per error"
+    )
+    check.add_argument(
+        "directory", nargs="?", help="profile directory (default: $STUNE_PARTITIONS or /etc/stune/partitions)"
+    )
+    options.add(
+        check,
+        "json",
+        help="each valid profile's source, digest, fabric, GPUs and HCAs as JSON (an "
+        "invalid directory is still one line per error on stderr, exit 1)",
+    )
+    topo = sub.add_parser(
+        "topology",
+        help="ibnetdiscover output to topology.conf",
+        description="Read `ibnetdiscover` output (a file, or stdin) and write a Slurm "
+        "topology.conf for topology/tree.",
+    )
     topo.add_argument("input", nargs="?", default="-", help="ibnetdiscover output file (default: stdin)")
     topo.add_argument("-o", "--output", help="write topology.conf here (default: stdout)")
-    topo.add_argument("--match", action="append", metavar="GLOB",
-                      help="keep only nodes whose name matches (repeatable), e.g. 'gpu*'")
-    topo.add_argument("--hca", metavar="NAME", help="place each node by the HCA with this name in its "
-                                                    "description (e.g. mlx5_0); default: its first HCA")
+    topo.add_argument(
+        "--match",
+        action="append",
+        metavar="GLOB",
+        help="keep only nodes whose name matches (repeatable), e.g. 'gpu*'",
+    )
+    topo.add_argument(
+        "--hca",
+        metavar="NAME",
+        help="place each node by the HCA with this name in its "
+        "description (e.g. mlx5_0); default: its first HCA",
+    )
     topo.add_argument("--all-rails", action="store_true", help="list a node under every leaf its HCAs reach")
-    topo.add_argument("--node-name-map", metavar="FILE", help="GUID -> name map in ibnetdiscover's format "
-                                                              "(`<guid> \"<name>\"` per line), for HCAs that keep "
-                                                              "the driver's default description")
-    inst = sub.add_parser("install", help="place hooks, TaskProlog, EpilogSlurmctld, units, env file, dirs",
-                          description="Place everything stune ships (idempotent; an admin-edited file is kept "
-                                      "and its diff shown unless --force), write the env file from what it "
-                                      "detects, create the state/usage/spool dirs, install units without "
-                                      "enabling them, and print the Slurm lines it needs as diffs. Exit 3 "
-                                      "(EXIT_ATTENTION) when an edited file was kept.")
+    topo.add_argument(
+        "--node-name-map",
+        metavar="FILE",
+        help="GUID -> name map in ibnetdiscover's format "
+        '(`<guid> "<name>"` per line), for HCAs that keep '
+        "the driver's default description",
+    )
+    inst = sub.add_parser(
+        "install",
+        help="place hooks, TaskProlog, EpilogSlurmctld, units, env file, dirs",
+        description="Place everything stune ships (idempotent; an admin-edited file is kept "
+        "and its diff shown unless --force), write the env file from what it "
+        "detects, create the state/usage/spool dirs, install units without "
+        "enabling them, and print the Slurm lines it needs as diffs. Exit 3 "
+        "(EXIT_ATTENTION) when an edited file was kept.",
+    )
     _common(inst)
-    inst.add_argument("--login", dest="role", action="store_const", const="login",
-                      help="a login (submission) node: the profile directory, example profiles and the env "
-                           "file, nothing else (no hooks, units or state)")
+    inst.add_argument(
+        "--login",
+        dest="role",
+        action="store_const",
+        const="login",
+        help="a login (submission) node: the profile directory, example profiles and the env "
+        "file, nothing else (no hooks, units or state)",
+    )
     options.add(inst, "dry_run", help="say what would change; write nothing")
     inst.add_argument("--force", action="store_true", help="replace files an admin edited")
-    inst.add_argument("--enable", action="store_true", help="also systemctl enable --now the role's units "
-                                                           "(the sampler, the idle-policy timer and the cache "
-                                                           "tier's set-up on a node, "
-                                                           "the accountant's timer on the controller); only "
-                                                           "with --prefix /")
-    inst.add_argument("--cli-filter", action="store_true",
-                      help="also place cli_filter.lua and its data (rendered from the profiles) beside slurm.conf, "
-                           "so plain sbatch/salloc/srun get the partition's settings; prints the slurm.conf line")
-    inst.add_argument("--set", action="append", metavar="NAME=VALUE",
-                      help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs")
+    inst.add_argument(
+        "--enable",
+        action="store_true",
+        help="also systemctl enable --now the role's units "
+        "(the sampler, the idle-policy timer and the cache "
+        "tier's set-up on a node, "
+        "the accountant's timer on the controller); only "
+        "with --prefix /",
+    )
+    inst.add_argument(
+        "--cli-filter",
+        action="store_true",
+        help="also place cli_filter.lua and its data (rendered from the profiles) beside slurm.conf, "
+        "so plain sbatch/salloc/srun get the partition's settings; prints the slurm.conf line",
+    )
+    inst.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="extra env file setting (repeatable), e.g. STUNE_SYSFS_ROOT=/srv/hw/%%n/sysfs",
+    )
     uninst = sub.add_parser("uninstall", help="remove exactly what install placed (its manifest)")
     _common(uninst)
     options.add(uninst, "dry_run", help="say what would be removed; remove nothing")
     uninst.add_argument("--force", action="store_true", help="also remove files edited since install")
-    doc = sub.add_parser("doctor", help="check the live cluster: one line per finding, exit 1 on errors",
-                         description="Check slurm.conf/cgroup.conf, hooks and files root runs, profiles "
-                                     "against partitions and GRES, homogeneous partitions and the version "
-                                     "matrix, the sampler and the accountant.")
+    doc = sub.add_parser(
+        "doctor",
+        help="check the live cluster: one line per finding, exit 1 on errors",
+        description="Check slurm.conf/cgroup.conf, hooks and files root runs, profiles "
+        "against partitions and GRES, homogeneous partitions and the version "
+        "matrix, the sampler and the accountant.",
+    )
     _common(doc)
     options.add(doc, "json", help="findings and the version matrix as JSON")
-    doc.add_argument("--env-file", metavar="FILE", help="default: $STUNE_ENV_FILE, else PREFIX/etc/default/stune")
-    doc.add_argument("--facts", metavar="DIR", help="per-node captures, DIR/<node>.json "
-                                                    "(`stune-health capture -o`)")
+    doc.add_argument(
+        "--env-file", metavar="FILE", help="default: $STUNE_ENV_FILE, else PREFIX/etc/default/stune"
+    )
+    doc.add_argument(
+        "--facts", metavar="DIR", help="per-node captures, DIR/<node>.json (`stune-health capture -o`)"
+    )
     doc.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm call (default 10)")
     return parser
 
 
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"check-profiles": _check_profiles, "install": _install, "uninstall": _uninstall,
-                "doctor": _doctor, "topology": _topology}
+    handlers = {
+        "check-profiles": _check_profiles,
+        "install": _install,
+        "uninstall": _uninstall,
+        "doctor": _doctor,
+        "topology": _topology,
+    }
     return handlers[args.cmd](args)
 
 

@@ -7,6 +7,7 @@ The CPUs are the GPU's local CPUs within the cpuset Slurm gave the task; memory 
 as in VMs) or there is no GPU, CMD runs unbound and one note on stderr says why. Options: -v prints what was
 bound; --show prints it and runs nothing; --node and --sysfs-root as in every stune command.
 """
+
 from __future__ import annotations
 
 import os
@@ -90,9 +91,11 @@ def _main(argv: list[str]) -> int:
         if memory.startswith("not bound"):
             _note(f"memory {memory}")
         if verbose or show:
-            print(f"{PROG}: GPU {plan.gpu} ({plan.pci}) on NUMA node {plan.numa_node}: CPUs "
-                  f"{format_cpus(plan.cpus)} (Slurm gave {format_cpus(allowed)}); memory {memory}",
-                  file=sys.stderr)
+            print(
+                f"{PROG}: GPU {plan.gpu} ({plan.pci}) on NUMA node {plan.numa_node}: CPUs "
+                f"{format_cpus(plan.cpus)} (Slurm gave {format_cpus(allowed)}); memory {memory}",
+                file=sys.stderr,
+            )
     if show:
         return EXIT_OK
     sys.stderr.flush()

@@ -1,12 +1,22 @@
 """Shared by every entry point: the error-to-exit-status boundary."""
+
 from __future__ import annotations
 
 import os
 import sys
 
 # The exit statuses live with the error family (errors.py, imported here anyway); re-exported for the commands.
-from ..errors import (EXIT_ATTENTION, EXIT_CANNOT_RUN, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED,  # noqa: F401
-                      EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, StuneError)
+from ..errors import (
+    EXIT_ATTENTION,
+    EXIT_CANNOT_RUN,
+    EXIT_ERROR,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    StuneError,
+)
 
 
 def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL) -> int:
@@ -24,12 +34,16 @@ def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_I
     except Exception as exc:  # the boundary: never a traceback, unless asked for
         if os.environ.get("STUNE_DEBUG"):
             raise
-        print(f"{prog}: internal error: {type(exc).__name__}: {exc} (set STUNE_DEBUG=1 for a traceback)",
-              file=sys.stderr)
+        print(
+            f"{prog}: internal error: {type(exc).__name__}: {exc} (set STUNE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
         return internal_exit
 
 
-def run_console(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL, outcome=None) -> int:
+def run_console(
+    prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL, outcome=None
+) -> int:
     """guarded() for a hot-path console script (stune-sbatch, stune-task-prolog, stune-health), then
     `outcome(status)` when given (a hook's rule for which statuses may leave it). Called from Python with an
     argv (tests), it returns like any function. As the console script (argv None) it exits without the

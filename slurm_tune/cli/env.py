@@ -5,6 +5,7 @@
 prints `export NAME='value'` lines (the ACTIVE fabric HCAs, the RoCE v2 GID index, the socket interface, staged
 datasets) and says on stderr what it could not find. Outside a job, give the partition with -p.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,17 @@ def _parser():
 
     from .options import add
 
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split(":", 1)[1].strip(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_rules())
-    add(parser, "partition", help="the partition whose profile to use (default: the job's $SLURM_JOB_PARTITION)")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split(":", 1)[1].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_rules(),
+    )
+    add(
+        parser,
+        "partition",
+        help="the partition whose profile to use (default: the job's $SLURM_JOB_PARTITION)",
+    )
     add(parser, "node")
     add(parser, "sysfs_root")
     return parser

@@ -1,13 +1,14 @@
 """`stune-fairshare`: charge idle GPU holding in fair-share, and report who holds GPUs without using them.
 
-    stune-fairshare apply [--dry-run] [--json] [--sacct-file DUMP] [--assoc-file FILE]
-    stune-fairshare report [--wide | --json | --format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
-    stune-fairshare explain [USER] [--json]              ("why is my priority low?")
-    stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
-    stune-fairshare idle-policy [--dry-run] [--node N] [--json]   (per node, from a timer: the opt-in policy)
-    stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
-    stune-fairshare collect                            (sweep the usage spool for late node summaries)
+stune-fairshare apply [--dry-run] [--json] [--sacct-file DUMP] [--assoc-file FILE]
+stune-fairshare report [--wide | --json | --format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
+stune-fairshare explain [USER] [--json]              ("why is my priority low?")
+stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
+stune-fairshare idle-policy [--dry-run] [--node N] [--json]   (per node, from a timer: the opt-in policy)
+stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
+stune-fairshare collect                            (sweep the usage spool for late node summaries)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,14 +44,15 @@ def _slurm(args=None):
 
 
 def _offline_settings(args):
-    from ..fairshare.accountant import PrioritySettings
     from ..durations import option
+    from ..fairshare.accountant import PrioritySettings
 
     if not getattr(args, "sacct_file", None) or args.cluster:
         return None
     half_life = option(args.half_life, "--half-life") if args.half_life is not None else 7 * 86400
-    return PrioritySettings(algorithm=args.algorithm, half_life_s=float(half_life),
-                            weight_fairshare=args.weight_fairshare)
+    return PrioritySettings(
+        algorithm=args.algorithm, half_life_s=float(half_life), weight_fairshare=args.weight_fairshare
+    )
 
 
 def _apply(args) -> int:
@@ -58,12 +60,22 @@ def _apply(args) -> int:
     from ..usage.config import load_config
 
     config = load_config(args.config)
-    result = accountant.run_locked(config, _slurm(args), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
-                                   dry_run=args.dry_run, now=args.now, settings=_offline_settings(args))
+    result = accountant.run_locked(
+        config,
+        _slurm(args),
+        sacct_file=args.sacct_file,
+        assoc_file=args.assoc_file,
+        dry_run=args.dry_run,
+        now=args.now,
+        settings=_offline_settings(args),
+    )
     for warning in result.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
-    where = "dry run, nothing written" if args.dry_run else \
-        (f"ledger {result.ledger_path}" if result.ledger_path else "what-if, no ledger")
+    where = (
+        "dry run, nothing written"
+        if args.dry_run
+        else (f"ledger {result.ledger_path}" if result.ledger_path else "what-if, no ledger")
+    )
     if config.report.prometheus_textfile and not args.dry_run:
         _write_metrics(result, config, None)
     if args.json:
@@ -71,17 +83,30 @@ def _apply(args) -> int:
 
         from ..output import print_json
 
-        print_json({"dry_run": bool(args.dry_run), "changes": [asdict(c) for c in result.changes],
-                    "kept": result.kept, "settled_now": result.settled_now, "provisional": result.provisional,
-                    "ledger": result.ledger_path, "as_of": result.as_of, "warnings": list(result.warnings)})
+        print_json(
+            {
+                "dry_run": bool(args.dry_run),
+                "changes": [asdict(c) for c in result.changes],
+                "kept": result.kept,
+                "settled_now": result.settled_now,
+                "provisional": result.provisional,
+                "ledger": result.ledger_path,
+                "as_of": result.as_of,
+                "warnings": list(result.warnings),
+            }
+        )
         return EXIT_OK
     verb = "would set" if args.dry_run else "set"
     for c in result.changes:
-        print(f"job {c.job_id} ({c.user}/{c.account}): SiteFactor {c.current} -> {c.target}  "
-              f"[{verb}; fair-share slurm {c.fairshare_slurm:.3f}, stune {c.fairshare_stune:.3f}]")
-    print(f"{len(result.changes)} SiteFactor change(s) {'planned' if args.dry_run else 'applied'}, "
-          f"{result.kept} pending job(s) already right; {result.settled_now} run(s) settled, "
-          f"{result.provisional} provisional ({where})")
+        print(
+            f"job {c.job_id} ({c.user}/{c.account}): SiteFactor {c.current} -> {c.target}  "
+            f"[{verb}; fair-share slurm {c.fairshare_slurm:.3f}, stune {c.fairshare_stune:.3f}]"
+        )
+    print(
+        f"{len(result.changes)} SiteFactor change(s) {'planned' if args.dry_run else 'applied'}, "
+        f"{result.kept} pending job(s) already right; {result.settled_now} run(s) settled, "
+        f"{result.provisional} provisional ({where})"
+    )
     return EXIT_OK
 
 
@@ -101,9 +126,18 @@ def _report(args) -> int:
     since = None
     if not args.sacct_file:  # live: the window reaches back at least this far
         since = _since(args.since, now) if args.since else int(now - config.report.window)
-    result = accountant.run_locked(config, _slurm(args), sacct_file=args.sacct_file, assoc_file=args.assoc_file,
-                                   dry_run=True, plan=False, since=since, now=args.now, read_sshare=True,
-                                   settings=_offline_settings(args))
+    result = accountant.run_locked(
+        config,
+        _slurm(args),
+        sacct_file=args.sacct_file,
+        assoc_file=args.assoc_file,
+        dry_run=True,
+        plan=False,
+        since=since,
+        now=args.now,
+        read_sshare=True,
+        settings=_offline_settings(args),
+    )
     if args.sacct_file and args.since:  # a dump's window is relative to its own last record
         since = _since(args.since, result.as_of)
     rep = report_mod.build(result, config, since)
@@ -124,8 +158,9 @@ def _report(args) -> int:
         if args.output:  # a file gets the plain table (no colour codes), as wide as it needs
             Console = report_mod._need("rich.console", "the terminal table").Console
             with open(args.output, "w", encoding="utf-8") as fh:
-                report_mod.to_table(rep, Console(file=fh, width=200, color_system=None, force_terminal=False),
-                                    wide=args.wide)
+                report_mod.to_table(
+                    rep, Console(file=fh, width=200, color_system=None, force_terminal=False), wide=args.wide
+                )
         else:
             report_mod.to_table(rep, wide=args.wide)
     if args.png:
@@ -139,15 +174,17 @@ def _report(args) -> int:
 
 
 def _explain(args) -> int:
-    from ..output import json_text
     from ..fairshare import accountant
     from ..fairshare import explain as explain_mod
-    from ..usage.config import load_config
     from ..fairshare.ledger import LedgerError
+    from ..output import json_text
+    from ..usage.config import load_config
 
     user = args.user or explain_mod.current_user()
     if not explain_mod.may_see(user):
-        raise explain_mod.NotYours(f"{user}: only root explains another user's priority; run it without a name")
+        raise explain_mod.NotYours(
+            f"{user}: only root explains another user's priority; run it without a name"
+        )
     config = load_config(args.config)
     slurm = _slurm()
     now = time.time()
@@ -166,10 +203,10 @@ def _explain(args) -> int:
 
 
 def _job(args) -> int:
-    from ..output import json_text
     from ..fairshare import explain as explain_mod
-    from ..usage.config import load_config
     from ..fairshare.jobview import job_view
+    from ..output import json_text
+    from ..usage.config import load_config
 
     config = load_config(args.config)
     doc = job_view(_slurm(), config, args.job_id)
@@ -182,9 +219,9 @@ def _job(args) -> int:
 
 def _idle_policy(args) -> int:
     from ..fairshare import idlepolicy
-    from ..usage.config import load_config, usage_dirs
     from ..profiles import load_profiles
     from ..thisnode import node_name
+    from ..usage.config import load_config, usage_dirs
 
     config = load_config(args.config)
     node = args.node or node_name()
@@ -196,8 +233,9 @@ def _idle_policy(args) -> int:
     def log(line: str) -> None:
         print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
         if log_file is not None:
-            log_file.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {'dry-run ' if args.dry_run else ''}"
-                           f"{line}\n")
+            log_file.write(
+                f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {'dry-run ' if args.dry_run else ''}{line}\n"
+            )
             log_file.flush()
 
     try:
@@ -212,8 +250,8 @@ def _idle_policy(args) -> int:
 
 
 def _store(args) -> int:
-    from ..usage.config import load_config, usage_dirs
     from ..usage import collect
+    from ..usage.config import load_config, usage_dirs
 
     config = load_config(args.config)
     _, spool = usage_dirs(config)
@@ -224,14 +262,16 @@ def _store(args) -> int:
 
 
 def _collect(args) -> int:
-    from ..usage.config import load_config, usage_dirs
     from ..usage import collect
+    from ..usage.config import load_config, usage_dirs
 
     config = load_config(args.config)
     _, spool = usage_dirs(config)
     # younger directories may still have an EpilogSlurmctld waiting on them
     min_age = args.min_age if args.min_age is not None else config.usage.collect_wait + 30
-    for job, outcome in collect.sweep(_slurm(), spool, min_age_s=min_age, max_age_s=config.usage.spool_max_age):
+    for job, outcome in collect.sweep(
+        _slurm(), spool, min_age_s=min_age, max_age_s=config.usage.spool_max_age
+    ):
         print(f"job {job}: {outcome}")
     return EXIT_OK
 
@@ -241,21 +281,39 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     def common(p, sacct=True):
-        p.add_argument("--config", help="fair-share YAML (default $STUNE_FAIRSHARE_CONFIG or "
-                                        "/etc/stune/fairshare.yaml)")
+        p.add_argument(
+            "--config", help="fair-share YAML (default $STUNE_FAIRSHARE_CONFIG or /etc/stune/fairshare.yaml)"
+        )
         if sacct:
-            p.add_argument("--sacct-file", help="a `sacct -P` dump with header: a what-if, no ledger, offline "
-                                                "unless --cluster")
-            p.add_argument("--assoc-file", help="`sacctmgr -P show assoc format=Account,User,ParentName,Share`")
-            p.add_argument("--cluster", action="store_true",
-                           help="with --sacct-file: take priority settings, associations and pending jobs from "
-                                "the live cluster")
-            p.add_argument("--algorithm", choices=("fair_tree", "classic"), default="fair_tree",
-                           help="offline what-if: Slurm's fair-share algorithm (default fair_tree)")
-            p.add_argument("--half-life", help="offline what-if: PriorityDecayHalfLife, e.g. 7d (default), 2w or "
-                                               "7-00:00:00")
-            p.add_argument("--weight-fairshare", type=int, default=10000,
-                           help="offline what-if: PriorityWeightFairshare (default 10000)")
+            p.add_argument(
+                "--sacct-file",
+                help="a `sacct -P` dump with header: a what-if, no ledger, offline unless --cluster",
+            )
+            p.add_argument(
+                "--assoc-file", help="`sacctmgr -P show assoc format=Account,User,ParentName,Share`"
+            )
+            p.add_argument(
+                "--cluster",
+                action="store_true",
+                help="with --sacct-file: take priority settings, associations and pending jobs from "
+                "the live cluster",
+            )
+            p.add_argument(
+                "--algorithm",
+                choices=("fair_tree", "classic"),
+                default="fair_tree",
+                help="offline what-if: Slurm's fair-share algorithm (default fair_tree)",
+            )
+            p.add_argument(
+                "--half-life",
+                help="offline what-if: PriorityDecayHalfLife, e.g. 7d (default), 2w or 7-00:00:00",
+            )
+            p.add_argument(
+                "--weight-fairshare",
+                type=int,
+                default=10000,
+                help="offline what-if: PriorityWeightFairshare (default 10000)",
+            )
             p.add_argument("--now", type=int, help=argparse.SUPPRESS)
 
     p = sub.add_parser("apply", help="charge new jobs, then set SiteFactor on pending jobs")
@@ -266,8 +324,11 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--format", choices=("table", "csv", "json", "none"), default="table")
     options.add(p, "json", help="the same as --format json")
-    p.add_argument("--wide", action="store_true", help="the table with every column (sshare's live fair share, "
-                                                        "all jobs); about 110 columns")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column (sshare's live fair share, all jobs); about 110 columns",
+    )
     p.add_argument("-o", "--output", help="write the table, CSV or JSON here instead of stdout")
     p.add_argument("--png", help="write a chart of held vs used GPU-hours per account")
     p.add_argument("--prom", help="write Prometheus metrics to this textfile")
@@ -281,12 +342,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("job_id")
     options.add(p, "json")
     p.add_argument("--png", help="write the job's utilization timeline chart here")
-    p = sub.add_parser("idle-policy", help="warn, then cancel, jobs whose GPUs stay idle (per-partition opt-in)")
+    p = sub.add_parser(
+        "idle-policy", help="warn, then cancel, jobs whose GPUs stay idle (per-partition opt-in)"
+    )
     common(p, sacct=False)
     options.add(p, "dry_run", help="list what would be done; change nothing")
     options.add(p, "node", help="judge this node's jobs (default: this node)")
-    p.add_argument("--partitions", help="partition profiles directory (default $STUNE_PARTITIONS or "
-                                        "/etc/stune/partitions)")
+    p.add_argument(
+        "--partitions",
+        help="partition profiles directory (default $STUNE_PARTITIONS or /etc/stune/partitions)",
+    )
     p.add_argument("--log", help="also append every decision to this file")
     options.add(p, "json", help="the decisions as JSON (the log lines go to stderr)")
     p = sub.add_parser("store", help="EpilogSlurmctld: merge a job's node summaries into AdminComment")
@@ -296,15 +361,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, help="seconds to wait for every node (default usage.collect_wait)")
     p = sub.add_parser("collect", help="store summaries that arrived after EpilogSlurmctld gave up")
     common(p, sacct=False)
-    p.add_argument("--min-age", type=float, help="leave job directories younger than this alone "
-                                                 "(default usage.collect_wait + 30 s)")
+    p.add_argument(
+        "--min-age",
+        type=float,
+        help="leave job directories younger than this alone (default usage.collect_wait + 30 s)",
+    )
     return parser
 
 
 def _main(argv: list[str]) -> int:
     args = options.parse(_parser(), argv)
-    return {"apply": _apply, "report": _report, "store": _store, "collect": _collect, "explain": _explain,
-            "job": _job, "idle-policy": _idle_policy}[args.cmd](args)
+    return {
+        "apply": _apply,
+        "report": _report,
+        "store": _store,
+        "collect": _collect,
+        "explain": _explain,
+        "job": _job,
+        "idle-policy": _idle_policy,
+    }[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ The option parser is hand-made (hot path: see docs/speed.md). The shared options
 --sysfs-root, --json, --dry-run) take their spellings from cli/options.py, loaded only when a command line has
 options (the hooks have none).
 """
+
 from __future__ import annotations
 
 import sys
@@ -118,8 +119,15 @@ def _capture(options: dict) -> int:
             timeout = float(options["timeout"])
         except ValueError:
             raise Usage(f"capture: --timeout {options['timeout']!r} is not a number") from None
-    snap = collect.full(cfg.root, None, cfg.node, cfg.gpu_snapshot, gids=True, timeout_s=timeout,
-                        nvml=not options.get("no_nvml"))
+    snap = collect.full(
+        cfg.root,
+        None,
+        cfg.node,
+        cfg.gpu_snapshot,
+        gids=True,
+        timeout_s=timeout,
+        nvml=not options.get("no_nvml"),
+    )
     out = options.get("output")
     if out and out != "-":
         from ..hw.snapshot import save
@@ -164,8 +172,15 @@ def _check(options: dict) -> int:
     verdict, _ = offline.check(snap, profile, previous)
     name = snap.get("node") if isinstance(snap.get("node"), str) else "?"
     at = snap.get("captured_at") if type(snap.get("captured_at")) in (int, float) else 0.0
-    doc = outputs.report(name, profile.partition, policy_digest(profile), "check", at, verdict,
-                         {"snapshot": options["snapshot"]})
+    doc = outputs.report(
+        name,
+        profile.partition,
+        policy_digest(profile),
+        "check",
+        at,
+        verdict,
+        {"snapshot": options["snapshot"]},
+    )
     if options.get("prom"):
         outputs.write_prometheus(options["prom"], doc)
     if options.get("json_out"):
@@ -175,7 +190,9 @@ def _check(options: dict) -> int:
 
         print_json(doc)
     else:
-        _print_verdict(f"{name} ({profile.partition}, policy {doc['policy']})", verdict, options.get("verbose"))
+        _print_verdict(
+            f"{name} ({profile.partition}, policy {doc['policy']})", verdict, options.get("verbose")
+        )
     return EXIT_BY_STATUS[verdict.status]
 
 
@@ -200,16 +217,20 @@ def _run(options: dict) -> int:
 
         print_json(doc)
     else:
-        print(f"{cfg.node} ({doc['partition']}): {doc['status'].upper()}"
-              + (f" - {doc['reason']}" if doc["reason"] else "")
-              + (f"; Slurm: {doc['sync']}" if doc["sync"] else "; no Slurm call (nothing changed)"))
+        print(
+            f"{cfg.node} ({doc['partition']}): {doc['status'].upper()}"
+            + (f" - {doc['reason']}" if doc["reason"] else "")
+            + (f"; Slurm: {doc['sync']}" if doc["sync"] else "; no Slurm call (nothing changed)")
+        )
         for note in doc["notes"]:
             print(f"  {note}")
         for r in sorted(doc["results"], key=lambda r: -_rank(r["status"])):
             if r["status"] != "ok":  # what a dry run is for: every finding behind the verdict, warnings too
                 print(f"  {r['status']:8s} {r['check']:22s} {r['subject']}: {r['message']}")
     if doc["breaker"]["open"]:
-        print(f"{PROG}: {doc['breaker']['message']}", file=sys.stderr)  # "circuit breaker open: ...", as logged
+        print(
+            f"{PROG}: {doc['breaker']['message']}", file=sys.stderr
+        )  # "circuit breaker open: ...", as logged
     if doc["error"]:
         print(f"{PROG}: {doc['error']}", file=sys.stderr)
     return code
@@ -235,8 +256,9 @@ def _clear(options: dict) -> int:
     cfg = node.settings(options)
     what = [k for k in ("xid", "baselines", "trust", "unknown") if options.get(k)]
     if not what:
-        raise Usage("clear: say what to forget: --xid (held Xids, after a GPU reset), --baselines, --trust, "
-                    "--unknown")
+        raise Usage(
+            "clear: say what to forget: --xid (held Xids, after a GPU reset), --baselines, --trust, --unknown"
+        )
     with Locked(cfg.state_dir) as st:
         if "xid" in what:
             st.state["xid_sticky"] = []
@@ -271,14 +293,23 @@ def _main(argv: list[str]) -> int:
             return EXIT_OK
         if str(exc):
             print(f"{PROG}: {exc}", file=sys.stderr)
-        print(__doc__.split("\n\n")[1] + f"\n\n`{PROG} <command> --help` lists a command's options and exit "
-              "codes.", file=sys.stderr if str(exc) else sys.stdout)
+        print(
+            __doc__.split("\n\n")[1] + f"\n\n`{PROG} <command> --help` lists a command's options and exit "
+            "codes.",
+            file=sys.stderr if str(exc) else sys.stdout,
+        )
         return EXIT_USAGE if str(exc) else 0
     try:
         if command in ("prolog", "epilog"):
             return _hook(command, options)
-        return {"capture": _capture, "check": _check, "run": _run, "status": _status, "clear": _clear,
-                "xids": _xids}[command](options)
+        return {
+            "capture": _capture,
+            "check": _check,
+            "run": _run,
+            "status": _status,
+            "clear": _clear,
+            "xids": _xids,
+        }[command](options)
     except Usage as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,19 +9,39 @@ from SHARED. Each command's meaning of an option may be narrower than the help b
 Old spellings that sites may have scripted stay accepted, hidden from --help, with a note on stderr:
 `deprecated(parser, "--snapshot", "--gpu-snapshot", dest=...)`.
 """
+
 from __future__ import annotations
 
 # name: (flags, takes a value, argparse keywords)
 SHARED = {
-    "partition": (("-p", "--partition"), True,
-                  {"metavar": "PARTITION", "help": "the partition whose profile to use"}),
-    "node": (("--node",), True,
-             {"metavar": "NAME", "help": "the node's name (default: $SLURMD_NODENAME, else the host name)"}),
-    "sysfs_root": (("--sysfs-root",), True,
-                   {"metavar": "DIR", "help": "read sysfs under DIR (default: $STUNE_SYSFS_ROOT, else /; %%n = "
-                                              "the node name)"}),
-    "json": (("--json",), False, {"action": "store_true", "help": "print the result as JSON (keys sorted, indent 1)"}),
-    "dry_run": (("--dry-run",), False, {"action": "store_true", "help": "say what would be done; change nothing"}),
+    "partition": (
+        ("-p", "--partition"),
+        True,
+        {"metavar": "PARTITION", "help": "the partition whose profile to use"},
+    ),
+    "node": (
+        ("--node",),
+        True,
+        {"metavar": "NAME", "help": "the node's name (default: $SLURMD_NODENAME, else the host name)"},
+    ),
+    "sysfs_root": (
+        ("--sysfs-root",),
+        True,
+        {
+            "metavar": "DIR",
+            "help": "read sysfs under DIR (default: $STUNE_SYSFS_ROOT, else /; %%n = the node name)",
+        },
+    ),
+    "json": (
+        ("--json",),
+        False,
+        {"action": "store_true", "help": "print the result as JSON (keys sorted, indent 1)"},
+    ),
+    "dry_run": (
+        ("--dry-run",),
+        False,
+        {"action": "store_true", "help": "say what would be done; change nothing"},
+    ),
 }
 
 
@@ -66,11 +86,15 @@ def parse(parser, argv: list[str]):
     if not extra:
         return args
     target = parser
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subcommands here and nowhere public
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             target = action.choices.get(getattr(args, action.dest, None), parser)
-    known = [flag for action in target._actions for flag in action.option_strings  # noqa: SLF001
-             if action.help is not argparse.SUPPRESS]
+    known = [
+        flag
+        for action in target._actions
+        for flag in action.option_strings
+        if action.help is not argparse.SUPPRESS
+    ]
     hint = ""
     for word in extra:
         close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1) if word.startswith("-") else []

@@ -8,6 +8,7 @@
 `run --snapshot FILE` is the old spelling of `--gpu-snapshot FILE` (stune-health's name for the same replay;
 its `--snapshot` is a whole node's snapshot): still accepted, with a note.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,11 +33,10 @@ def _raise_stop(signum, frame):
 def _run(args) -> int:
     import signal
 
-    from ..usage.config import load_config, usage_dirs
     from ..hw.nvml import open_gpu_source
-    from ..usage.sampler import Sampler
-
     from ..thisnode import expand
+    from ..usage.config import load_config, usage_dirs
+    from ..usage.sampler import Sampler
 
     config = load_config(args.config)
     local, _ = usage_dirs(config)
@@ -46,11 +46,17 @@ def _run(args) -> int:
     snapshot = args.gpu_snapshot or os.environ.get("STUNE_GPU_SNAPSHOT") or None
     snapshot = expand(snapshot) if snapshot else None
     source = open_gpu_source(snapshot=snapshot)
-    sampler = Sampler(source, local, interval=interval, busy_util=config.report.busy_util, gpu_map=args.gpu_map)
+    sampler = Sampler(
+        source, local, interval=interval, busy_util=config.report.busy_util, gpu_map=args.gpu_map
+    )
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
-    print(f"{PROG}: sampling every {interval:g}s into {local} "
-          f"({'snapshot ' + snapshot if snapshot else 'NVML'})", file=sys.stderr, flush=True)
+    print(
+        f"{PROG}: sampling every {interval:g}s into {local} "
+        f"({'snapshot ' + snapshot if snapshot else 'NVML'})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         sampler.run(args.count)
     except _Stop:
@@ -63,8 +69,8 @@ def _run(args) -> int:
 def _epilog(args) -> int:
     """Never fails the epilog: a problem is one line on stderr and exit 0 (a non-zero epilog drains the node)."""
     try:
-        from ..usage.config import usage_dirs
         from ..thisnode import job_context
+        from ..usage.config import usage_dirs
         from ..usage.spool import node_epilog
 
         context = job_context(os.environ, node=args.node)  # an explicit --node wins over $SLURMD_NODENAME
@@ -83,8 +89,8 @@ def _epilog(args) -> int:
 
 
 def _status(args) -> int:
-    from ..usage.config import load_config, usage_dirs
     from ..usage import accum, pipeline
+    from ..usage.config import load_config, usage_dirs
 
     local, _ = usage_dirs(load_config(args.config))
     local = args.local_dir or local
@@ -100,10 +106,20 @@ def _status(args) -> int:
         except accum.AccumulatorError as exc:
             jobs.append({"job": name, "error": str(exc), "gpus": []})
             continue
-        jobs.append({"job": name, "error": None,
-                     "gpus": [{"gpu": int(g["gpu_id"]), "sampled_s": round(g["sm_dt"], 3),
-                               "sm_util": round(g["sm_sum"] / g["sm_dt"], 4) if g["sm_dt"] > 0 else None}
-                              for g in gpus]})
+        jobs.append(
+            {
+                "job": name,
+                "error": None,
+                "gpus": [
+                    {
+                        "gpu": int(g["gpu_id"]),
+                        "sampled_s": round(g["sm_dt"], 3),
+                        "sm_util": round(g["sm_sum"] / g["sm_dt"], 4) if g["sm_dt"] > 0 else None,
+                    }
+                    for g in gpus
+                ],
+            }
+        )
     if args.json:
         from ..output import print_json
 
@@ -115,9 +131,14 @@ def _status(args) -> int:
         if job["error"]:
             print(f"job {job['job']}: {job['error']}")
             continue
-        print(f"job {job['job']}: " + ", ".join(
-            f"gpu{g['gpu']} sm {'-' if g['sm_util'] is None else format(100 * g['sm_util'], '.0f') + '%'} "
-            f"over {g['sampled_s']:.0f}s" for g in job["gpus"]))
+        print(
+            f"job {job['job']}: "
+            + ", ".join(
+                f"gpu{g['gpu']} sm {'-' if g['sm_util'] is None else format(100 * g['sm_util'], '.0f') + '%'} "
+                f"over {g['sampled_s']:.0f}s"
+                for g in job["gpus"]
+            )
+        )
     return EXIT_OK
 
 
@@ -125,14 +146,22 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="per-job GPU utilization sampler")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="sample the GPUs until stopped")
-    p.add_argument("--gpu-snapshot", metavar="FILE", help="read GPUs from this snapshot file (re-read when it "
-                                                          "changes) instead of NVML; default $STUNE_GPU_SNAPSHOT "
-                                                          "(%%n: the node name)")
+    p.add_argument(
+        "--gpu-snapshot",
+        metavar="FILE",
+        help="read GPUs from this snapshot file (re-read when it "
+        "changes) instead of NVML; default $STUNE_GPU_SNAPSHOT "
+        "(%%n: the node name)",
+    )
     options.deprecated(p, "--snapshot", "--gpu-snapshot", PROG, dest="gpu_snapshot")
     p.add_argument("--interval", type=float, help="seconds between samples (default usage.interval)")
     p.add_argument("--local-dir", help="node-local state (default $STUNE_USAGE_DIR or usage.local_dir)")
-    p.add_argument("--gpu-map", choices=("auto", "minor", "index"), default="auto",
-                   help="how Slurm GPU ids map to GPUs: device minor (from /proc) or NVML index")
+    p.add_argument(
+        "--gpu-map",
+        choices=("auto", "minor", "index"),
+        default="auto",
+        help="how Slurm GPU ids map to GPUs: device minor (from /proc) or NVML index",
+    )
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)
     p.add_argument("--config")
     p = sub.add_parser("epilog", help="summarize this node's usage of $SLURM_JOB_ID into the shared spool")

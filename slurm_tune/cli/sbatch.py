@@ -1,11 +1,12 @@
 """`stune-sbatch`: drop-in sbatch with the partition's NCCL, binding, placement and recovery settings.
 
-    stune-sbatch [sbatch options] [--dry-run] [--stage SRC[:NAME]]... [--stage-required] [--stage-strict]
-                 [--checkpoint-signal] [--node-summary] [script [args...]]
-    stune-sbatch [sbatch options] --dry-run --json [script]   (the dry run as JSON)
-    stune-sbatch history [-n N] [--json]
-    stune-sbatch history diff A B [--json]   (A, B: job ids, or -1 for the latest run, -2 the one before ...)
+stune-sbatch [sbatch options] [--dry-run] [--stage SRC[:NAME]]... [--stage-required] [--stage-strict]
+             [--checkpoint-signal] [--node-summary] [script [args...]]
+stune-sbatch [sbatch options] --dry-run --json [script]   (the dry run as JSON)
+stune-sbatch history [-n N] [--json]
+stune-sbatch history diff A B [--json]   (A, B: job ids, or -1 for the latest run, -2 the one before ...)
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,10 +22,16 @@ def _history_parser():
 
     from . import options
 
-    parser = argparse.ArgumentParser(prog=f"{PROG} history", description="the submissions recorded for you "
-                                     "(`diff A B`: what changed between two runs)")
-    parser.add_argument("words", nargs="*", metavar="diff A B",
-                        help="A, B: job ids, or -1 for the latest run, -2 the one before ...")
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} history",
+        description="the submissions recorded for you (`diff A B`: what changed between two runs)",
+    )
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="diff A B",
+        help="A, B: job ids, or -1 for the latest run, -2 the one before ...",
+    )
     parser.add_argument("-n", "--last", type=_count, metavar="N", help="only the last N submissions")
     options.add(parser, "json", help="the submissions (or the diff) as JSON")
     return parser
@@ -54,7 +61,9 @@ def _history(argv: list[str]) -> int:
     # `-1`/`-2` name runs, not options: everything after `diff` is positional
     if argv[:1] == ["diff"]:
         rest = [w for w in argv[1:] if w != "--json"]
-        args = parser.parse_args(["--", "diff", *rest] if "--json" not in argv else ["--json", "--", "diff", *rest])
+        args = parser.parse_args(
+            ["--", "diff", *rest] if "--json" not in argv else ["--json", "--", "diff", *rest]
+        )
     else:
         args = parser.parse_args(argv)
     if args.words[:1] == ["diff"]:
@@ -66,14 +75,16 @@ def _history(argv: list[str]) -> int:
         if args.json:
             print_json({"a": a, "b": b, "differences": lines})
             return EXIT_OK
-        print(f"history diff {a.get('job_id')} ({historyview.when(a)}) -> {b.get('job_id')} ({historyview.when(b)})")
+        print(
+            f"history diff {a.get('job_id')} ({historyview.when(a)}) -> {b.get('job_id')} ({historyview.when(b)})"
+        )
         print("\n".join(lines) if lines else "no difference in partition, profile, command or environment")
         return EXIT_OK
     if args.words:
         parser.error(f"unknown words {' '.join(args.words)!r} (history [-n N] [--json] | history diff A B)")
     entries = _history_load(historyview)
     if args.json:
-        print_json(entries[-args.last:] if args.last else entries)
+        print_json(entries[-args.last :] if args.last else entries)
         return EXIT_OK
     sys.stdout.write(historyview.format_list(entries, args.last))
     return EXIT_OK

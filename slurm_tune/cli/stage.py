@@ -17,6 +17,7 @@ every profile's); --node expands %n in cache.path (default: $SLURMD_NODENAME, el
 Old spellings still accepted (hidden from --help, with a note on stderr): `gc -n` (now `--dry-run`; `-n` is a
 count elsewhere), `release --epilog` (now the `epilog` command, as in stune-health and stune-gpu-sampler).
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,10 @@ def _job_id(text: str) -> str:
     from ..text import is_digits
 
     if not is_digits(text):
-        raise StuneError(f"--job {text!r}: not a Slurm job id (digits only; for an array task use its own job "
-                         "id, $SLURM_JOB_ID)")
+        raise StuneError(
+            f"--job {text!r}: not a Slurm job id (digits only; for an array task use its own job "
+            "id, $SLURM_JOB_ID)"
+        )
     return text
 
 
@@ -61,32 +64,52 @@ def _parser():
     def add(name, help_text, aliases=()):
         p = sub.add_parser(name, help=help_text, aliases=list(aliases))
         options.add(p, "partition", help="the partition whose tier to use")
-        options.add(p, "node", help="node name for %%n in cache.path (default: $SLURMD_NODENAME, else the host name)")
+        options.add(
+            p, "node", help="node name for %%n in cache.path (default: $SLURMD_NODENAME, else the host name)"
+        )
         p.add_argument("--path", help="a tier root, instead of the profiles' cache.path")
         return p
 
     fetch = add("fetch", "stage SRC[:NAME] now on this node and print export lines", aliases=("stage",))
     fetch.add_argument("requests", nargs="*", metavar="SRC[:NAME]")
     fetch.add_argument("--required", action="store_true", help="fail instead of falling back to the source")
-    fetch.add_argument("--job", type=_job_id, help="hold the entries for this job id (default: $SLURM_JOB_ID)")
-    fetch.add_argument("--freshness", choices=("fast", "strict"), help="override the profile's freshness mode")
-    fetch.add_argument("--jobs", "-j", type=_copy_jobs, metavar="N",
-                       help="parallel copy threads, 1 to 256 (default: $STUNE_STAGE_JOBS, else 2 per core, 4-16)")
-    fetch.add_argument("--format", choices=("shell", "taskprolog", "paths"), default="shell",
-                       help="shell: export NAME='path' (for eval); taskprolog: unquoted; paths: NAME path")
+    fetch.add_argument(
+        "--job", type=_job_id, help="hold the entries for this job id (default: $SLURM_JOB_ID)"
+    )
+    fetch.add_argument(
+        "--freshness", choices=("fast", "strict"), help="override the profile's freshness mode"
+    )
+    fetch.add_argument(
+        "--jobs",
+        "-j",
+        type=_copy_jobs,
+        metavar="N",
+        help="parallel copy threads, 1 to 256 (default: $STUNE_STAGE_JOBS, else 2 per core, 4-16)",
+    )
+    fetch.add_argument(
+        "--format",
+        choices=("shell", "taskprolog", "paths"),
+        default="shell",
+        help="shell: export NAME='path' (for eval); taskprolog: unquoted; paths: NAME path",
+    )
     for name, text in (("ls", "list the tier's entries"), ("status", "the tier's quota, usage and health")):
         options.add(add(name, text), "json")
     gc = add("gc", "reclaim leftovers of dead stagers and jobs; evict LRU above the high watermark")
     options.add(gc, "dry_run", help="say what would go, change nothing")
     options.deprecated(gc, "-n", "--dry-run", PROG, dest="dry_run", action="store_true")
-    gc.add_argument("--to-low", action="store_true", help="evict down to the low watermark even below the high")
+    gc.add_argument(
+        "--to-low", action="store_true", help="evict down to the low watermark even below the high"
+    )
     gc.add_argument("--evict-all", action="store_true", help="evict every entry no running job holds")
     release = add("release", "drop a job's holds")
     release.add_argument("--job", type=_job_id, help="job id (default: $SLURM_JOB_ID)")
     options.deprecated(release, "--epilog", "`stune-stage epilog`", PROG, dest="epilog", action="store_true")
-    epilog = add("epilog", "the node epilog (as root): release $SLURM_JOB_ID's holds (its user from "
-                           "$SLURM_JOB_UID), then evict above the high watermark; never fails (a cache problem "
-                           "must not drain the node)")
+    epilog = add(
+        "epilog",
+        "the node epilog (as root): release $SLURM_JOB_ID's holds (its user from "
+        "$SLURM_JOB_UID), then evict above the high watermark; never fails (a cache problem "
+        "must not drain the node)",
+    )
     epilog.add_argument("--job", type=_job_id, help="job id (default: $SLURM_JOB_ID)")
     epilog.set_defaults(epilog=True)
     add("init", "create the tier root (root only)")
@@ -100,17 +123,20 @@ def _node(args) -> str:
 
 
 def _tiers(args, partition=None):
-    from ..stage.admin import tiers_for
     from ..errors import StuneError
+    from ..stage.admin import tiers_for
 
     tiers = tiers_for(args.partition or partition, _node(args), args.path)
     if not tiers:
-        raise StuneError("no cache tier: no profile sets cache.path" +
-                         (f" for partition {args.partition}" if args.partition else ""))
+        raise StuneError(
+            "no cache tier: no profile sets cache.path"
+            + (f" for partition {args.partition}" if args.partition else "")
+        )
     return tiers
 
 
 # ---- fetch ------------------------------------------------------------------------------------------------
+
 
 def cmd_fetch(args) -> int:
     from ..errors import StuneError
@@ -138,12 +164,19 @@ def cmd_fetch(args) -> int:
     job = jobenv.resolve(context, with_defaults=not args.requests)
     config, problem = job.config, job.problem
     if args.path:
-        (_label, config), = _tiers(args)
+        ((_label, config),) = _tiers(args)
         problem = None
     if config is not None and args.freshness:
         config = config._replace(freshness=args.freshness)
-    exports, _messages = jobenv.stage_requests(job.requests, job.required or args.required, config, job.job_id,
-                                               sys.stderr, problem=problem, jobs=args.jobs)
+    exports, _messages = jobenv.stage_requests(
+        job.requests,
+        job.required or args.required,
+        config,
+        job.job_id,
+        sys.stderr,
+        problem=problem,
+        jobs=args.jobs,
+    )
     for name, value in exports.items():
         if args.format == "paths":
             print(f"{name} {value}")
@@ -155,6 +188,7 @@ def cmd_fetch(args) -> int:
 
 
 # ---- ls / status ------------------------------------------------------------------------------------------
+
 
 def cmd_ls(args) -> int:
     from ..stage.admin import age, list_entries
@@ -186,9 +220,25 @@ def cmd_ls(args) -> int:
     if unreadable and not rows_out:  # nothing to list: the error lines said why
         return EXIT_ERROR
     header = ("TIER", "USER", "SOURCE", "KIND", "SIZE", "FILES", "LAST USE", "HELD BY", "ENTRY")
-    sys.stdout.write(table([(root, r.user, r.source, r.kind, human(r.bytes), f"{r.files:,}", age(r.last_use),
-                              ",".join(r.holds) or "-", r.entry + ("" if r.current else " (old)"))
-                             for root, r in rows_out], header))
+    sys.stdout.write(
+        table(
+            [
+                (
+                    root,
+                    r.user,
+                    r.source,
+                    r.kind,
+                    human(r.bytes),
+                    f"{r.files:,}",
+                    age(r.last_use),
+                    ",".join(r.holds) or "-",
+                    r.entry + ("" if r.current else " (old)"),
+                )
+                for root, r in rows_out
+            ],
+            header,
+        )
+    )
     return EXIT_ERROR if unreadable else EXIT_OK  # a tier that is missing or unreadable is an error
 
 
@@ -214,11 +264,15 @@ def cmd_status(args) -> int:
             bad += 1
             continue
         pct = 100 * s.usage / s.quota if s.quota else 0
-        print(f"  usage      {human(s.usage)} of {human(s.quota)} quota ({pct:.0f}%); "
-              f"evicts above {s.high:.0%} down to {s.low:.0%}")
+        print(
+            f"  usage      {human(s.usage)} of {human(s.quota)} quota ({pct:.0f}%); "
+            f"evicts above {s.high:.0%} down to {s.low:.0%}"
+        )
         print(f"  disk       {human(s.fs_free)} free of {human(s.fs_size)} ({human(s.reserve)} kept free)")
-        print(f"  entries    {s.entries} ready, {s.pending} being copied, {s.held} held by running jobs, "
-              f"{s.users} namespace(s)")
+        print(
+            f"  entries    {s.entries} ready, {s.pending} being copied, {s.held} held by running jobs, "
+            f"{s.users} namespace(s)"
+        )
         for line in s.ledger_problems:
             print(f"  ledger: {line}")
         for line in s.namespace_problems:
@@ -231,6 +285,7 @@ def cmd_status(args) -> int:
 
 
 # ---- gc / release / init ----------------------------------------------------------------------------------
+
 
 def cmd_gc(args) -> int:
     from ..stage.admin import gc
@@ -251,8 +306,10 @@ def cmd_gc(args) -> int:
         for item in report.old_removed:
             print(f"  {verb} old copy {item}")
         for user, entry, nbytes in report.evicted:
-            print(f"  {'would evict' if args.dry_run else 'evicted'} {user}/{entry} ({human(nbytes)}), "
-                  "least recently used")
+            print(
+                f"  {'would evict' if args.dry_run else 'evicted'} {user}/{entry} ({human(nbytes)}), "
+                "least recently used"
+            )
         for item in report.locks_removed:
             print(f"  {verb} unused lock {item}")
         for problem in report.bad_namespaces:
@@ -268,7 +325,6 @@ def cmd_release(args) -> int:
     from ..errors import StuneError
     from ..stage.admin import evict_above_high, release_job
     from ..stage.tier import Tier
-
     from ..thisnode import job_context
 
     context = job_context(os.environ, node=_node(args))
@@ -296,7 +352,7 @@ def cmd_release(args) -> int:
                 release_job(tier, job, int(uid) if uid else None, user)
                 if args.epilog and os.geteuid() == 0:
                     evict_above_high(tier)
-            except Exception as exc:  # noqa: BLE001 - the epilog reports and carries on
+            except Exception as exc:
                 if not args.epilog:
                     raise
                 from ..stage.errors import TierUnavailable
@@ -319,8 +375,16 @@ def cmd_init(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"fetch": cmd_fetch, "stage": cmd_fetch, "ls": cmd_ls, "status": cmd_status, "gc": cmd_gc,
-            "release": cmd_release, "epilog": cmd_release, "init": cmd_init}
+COMMANDS = {
+    "fetch": cmd_fetch,
+    "stage": cmd_fetch,
+    "ls": cmd_ls,
+    "status": cmd_status,
+    "gc": cmd_gc,
+    "release": cmd_release,
+    "epilog": cmd_release,
+    "init": cmd_init,
+}
 
 
 def _main(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ Common: --store DIR (results and state; default $STUNE_ACTIVE_DIR or /var/lib/st
 Exit status: 0 done; 1 an error (bad profile, Slurm did not answer); 3 (EXIT_ATTENTION) `run`/`judge` found
 outliers. The full table: README's "Exit status".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,16 @@ PROG = "stune-sweep"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)")
+    common.add_argument(
+        "--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
+    )
     common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
     run = sub.add_parser("run", parents=[common], help="submit the partition's checks and judge them")
     options.add(run, "partition", required=True)
@@ -92,17 +98,22 @@ def _main(argv: list[str]) -> int:
         return _report(args, profile, directory)
     if args.command == "history":
         return _history(args, directory)
-    from ..active import judge
-    from ..active import sweep
+    from ..active import judge, sweep
     from ..slurm import Slurm
 
     slurm = Slurm.from_env()
     with store.SweepLock(directory, args.partition):
         if args.command == "run":
-            opts = sweep.Options(args.partition, directory, reservation=args.reservation,
-                                 checks=args.checks.split(",") if args.checks else None,
-                                 nodes=args.nodes.split(",") if args.nodes else None, runs=args.runs,
-                                 dry_run=args.dry_run, wait_s=args.wait)
+            opts = sweep.Options(
+                args.partition,
+                directory,
+                reservation=args.reservation,
+                checks=args.checks.split(",") if args.checks else None,
+                nodes=args.nodes.split(",") if args.nodes else None,
+                runs=args.runs,
+                dry_run=args.dry_run,
+                wait_s=args.wait,
+            )
             out = sweep.sweep(slurm, profile, opts)
         else:
             opts = sweep.Options(args.partition, directory, dry_run=args.dry_run)
@@ -111,25 +122,43 @@ def _main(argv: list[str]) -> int:
     if verdicts:
         from ..active import report
 
-        rows = [{"check": v.check, "subject": v.subject, "status": v.status,
-                 "value": None if v.value is None else round(v.value, 4),
-                 "baseline": round(v.baseline.median, 4) if v.baseline else None, "reason": v.reason}
-                for v in verdicts]
+        rows = [
+            {
+                "check": v.check,
+                "subject": v.subject,
+                "status": v.status,
+                "value": None if v.value is None else round(v.value, 4),
+                "baseline": round(v.baseline.median, 4) if v.baseline else None,
+                "reason": v.reason,
+            }
+            for v in verdicts
+        ]
         sys.stdout.write(report.table(rows, ("check", "subject", "status", "value", "baseline", "reason")))
     for node, why in sorted(out.get("named", {}).items()):
         print(f"{node}: named at fault: {why}")
-    outliers = [v for v in verdicts if v.status == judge.OUTLIER and "+" not in v.subject] + list(out.get("named", {}))
+    outliers = [v for v in verdicts if v.status == judge.OUTLIER and "+" not in v.subject] + list(
+        out.get("named", {})
+    )
     return EXIT_ATTENTION if outliers else EXIT_OK
 
 
-HISTORY_COLUMNS = ("when", "sweep", "check", "subject", "run", "status", "value", "unit", "fingerprint", "job",
-                   "detail")
+HISTORY_COLUMNS = (
+    "when",
+    "sweep",
+    "check",
+    "subject",
+    "run",
+    "status",
+    "value",
+    "unit",
+    "fingerprint",
+    "job",
+    "detail",
+)
 
 
 def _history(args, directory: str) -> int:
-    from ..active import judge
-    from ..active import report
-    from ..active import store
+    from ..active import judge, report, store
     from ..errors import StuneError
     from ..output import json_text
     from ..schema import Duration, Where
@@ -144,9 +173,14 @@ def _history(args, directory: str) -> int:
             continue
         if args.node and args.node not in judge.pair_members(r["subject"]):
             continue
-        rows.append(dict(r, when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
-                         fingerprint=store.fingerprint_key(r.get("fingerprint") or {}),
-                         detail=r.get("detail", "")[:80]))
+        rows.append(
+            dict(
+                r,
+                when=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"])),
+                fingerprint=store.fingerprint_key(r.get("fingerprint") or {}),
+                detail=r.get("detail", "")[:80],
+            )
+        )
     if args.format == "json" or args.json:
         sys.stdout.write(json_text({"partition": args.partition, "results": rows}))
     elif args.format == "csv":
@@ -165,30 +199,37 @@ def _checks(args) -> int:
     if args.json:
         sys.stdout.write(json_text({"partition": args.partition, "checks": listing}))
     elif profile is not None and not listing:
-        print(f"partition {args.partition} runs no active checks: its profile has no active.checks (add an "
-              "`active:` section, docs/active.md); `stune-sweep checks` lists every check stune knows")
+        print(
+            f"partition {args.partition} runs no active checks: its profile has no active.checks (add an "
+            "`active:` section, docs/active.md); `stune-sweep checks` lists every check stune knows"
+        )
     else:
         sys.stdout.write(checks_text(listing))
     return EXIT_OK
 
 
 def _report(args, profile, directory: str) -> int:
-    from ..active import judge
-    from ..active import report
-    from ..active import store
+    from ..active import judge, report, store
     from ..output import json_text
 
     results = store.load(directory, args.partition, since=time.time() - profile.active.window * 12)
     if args.check:
         results = [r for r in results if r["check"] == args.check]
     if args.drift:
-        data, columns = report.drift(results), ("check", "subject", "changed", "before", "after", "change",
-                                                "runs_before", "runs_after")
+        data, columns = (
+            report.drift(results),
+            ("check", "subject", "changed", "before", "after", "change", "runs_before", "runs_after"),
+        )
     else:
-        data, columns = report.rows(store.load(directory, args.partition, since=time.time() - profile.active.window)
-                                    if not args.check else [r for r in results
-                                                            if r["at"] >= time.time() - profile.active.window],
-                                    judge.Settings.from_profile(profile)), report.COLUMNS
+        data, columns = (
+            report.rows(
+                store.load(directory, args.partition, since=time.time() - profile.active.window)
+                if not args.check
+                else [r for r in results if r["at"] >= time.time() - profile.active.window],
+                judge.Settings.from_profile(profile),
+            ),
+            report.COLUMNS,
+        )
     if args.json:
         args.format = "json"
     if args.format == "table":

@@ -10,6 +10,7 @@ for a stune problem; only a dataset that --stage-required could not stage fails 
     stune-task-prolog            (run by slurmstepd; no arguments)
     stune-task-prolog --help
 """
+
 from __future__ import annotations
 
 import os
@@ -102,11 +103,13 @@ def summary_line(job, exports: dict) -> str:
     step = "batch" if step in BATCH_STEP_IDS else step
     words = [f"{name}={final[name]}" if name in final else f"{name}=-" for name in NODE_NAMES]
     for name in sorted(n for n in final if n.startswith(EXPORT_PREFIX) and n != LOG_VAR):
-        source = _stage_source(environ, name[len(EXPORT_PREFIX):])
+        source = _stage_source(environ, name[len(EXPORT_PREFIX) :])
         if source is None:  # a profile default: not in STUNE_STAGE
             words.append(f"{name}={final[name]}")
         else:
-            words.append(f"{name}={final[name]} [{'source: not staged' if final[name] == source else 'cache'}]")
+            words.append(
+                f"{name}={final[name]} [{'source: not staged' if final[name] == source else 'cache'}]"
+            )
     return f"stune: {job.node} step {step}: " + " ".join(words)
 
 

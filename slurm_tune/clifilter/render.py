@@ -10,6 +10,7 @@
 
 Nothing is copied by hand: change a profile, run install again. The filter never starts Python.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,9 +68,20 @@ def partition_entry(profile) -> dict:
     from ..sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
 
     def plan(checkpoint: bool):
-        return build_plan(partition=profile.name, partition_source="cli_filter", profile=profile,
-                          eff=Effective([], [], {}), environ={}, cwd="/", stage_args=[], stage_required=False,
-                          degraded_nodes=lambda: [], het=False, script=None, checkpoint_signal=checkpoint)
+        return build_plan(
+            partition=profile.name,
+            partition_source="cli_filter",
+            profile=profile,
+            eff=Effective([], [], {}),
+            environ={},
+            cwd="/",
+            stage_args=[],
+            stage_required=False,
+            degraded_nodes=lambda: [],
+            het=False,
+            script=None,
+            checkpoint_signal=checkpoint,
+        )
 
     base, opted = plan(False), plan(True)
     env = []
@@ -77,7 +89,9 @@ def partition_entry(profile) -> dict:
     # environment the filter can only give as an --export list (srun, salloc's steps) leaves it to the node.
     for s in base.settings:
         if s.kind == ENV and s.applied:
-            env.append({"name": s.name, "value": s.value, "source": s.source, "node": s.name in REFINED_NAMES})
+            env.append(
+                {"name": s.name, "value": s.value, "source": s.source, "node": s.name in REFINED_NAMES}
+            )
     options = []
     for which, p in (("always", base), ("opt-in", opted)):
         for s in p.settings:
@@ -86,26 +100,60 @@ def partition_entry(profile) -> dict:
             if which == "opt-in" and any(o["option"] == s.name for o in options):
                 continue
             key, commands, user_keys, unset_values = OPTIONS[s.name]
-            options.append({"option": s.name, "key": key, "value": s.value, "commands": list(commands),
-                            "user_keys": list(user_keys), "unset_values": list(unset_values),
-                            "source": s.source, "when": which, "note": s.note})
-    notes = [{"name": s.name, "note": s.note, "source": s.source} for s in base.settings
-             if s.kind == NODE and s.applied]
-    notes += [{"name": s.name, "note": s.note, "source": s.source} for s in base.settings
-              if s.kind == NOTE and s.name == "binding"]
+            options.append(
+                {
+                    "option": s.name,
+                    "key": key,
+                    "value": s.value,
+                    "commands": list(commands),
+                    "user_keys": list(user_keys),
+                    "unset_values": list(unset_values),
+                    "source": s.source,
+                    "when": which,
+                    "note": s.note,
+                }
+            )
+    notes = [
+        {"name": s.name, "note": s.note, "source": s.source}
+        for s in base.settings
+        if s.kind == NODE and s.applied
+    ]
+    notes += [
+        {"name": s.name, "note": s.note, "source": s.source}
+        for s in base.settings
+        if s.kind == NOTE and s.name == "binding"
+    ]
     if profile.placement.switches or profile.placement.exclude_degraded:
-        notes.append({"name": "placement", "source": "placement.*",
-                      "note": "multi-node placement (--switches, --exclude of degraded nodes) needs Slurm's state "
-                              "at submission: stune-sbatch only"})
+        notes.append(
+            {
+                "name": "placement",
+                "source": "placement.*",
+                "note": "multi-node placement (--switches, --exclude of degraded nodes) needs Slurm's state "
+                "at submission: stune-sbatch only",
+            }
+        )
     if profile.cache.stage:
-        notes.append({"name": "staging", "source": profile.origin("cache.stage"),
-                      "note": "cache.stage is staged on each node by the TaskProlog; --stage SRC is "
-                              "stune-sbatch's (or `stune-stage fetch` in the job)"})
-    return {"profile": profile.source, "digest": profile.digest, "fabric": profile.fabric.type,
-            "env": env, "options": options, "notes": notes}
+        notes.append(
+            {
+                "name": "staging",
+                "source": profile.origin("cache.stage"),
+                "note": "cache.stage is staged on each node by the TaskProlog; --stage SRC is "
+                "stune-sbatch's (or `stune-stage fetch` in the job)",
+            }
+        )
+    return {
+        "profile": profile.source,
+        "digest": profile.digest,
+        "fabric": profile.fabric.type,
+        "env": env,
+        "options": options,
+        "notes": notes,
+    }
 
 
-def render(conf_dir: str, profiles_dir: str | None = None, default_partition: str | None = None) -> dict[str, bytes]:
+def render(
+    conf_dir: str, profiles_dir: str | None = None, default_partition: str | None = None
+) -> dict[str, bytes]:
     """{path: content} of everything the filter reads, for a slurm.conf in `conf_dir`: the filter and its
     data."""
     from ..profilestore import load_profiles, profile_dir
@@ -118,11 +166,18 @@ def render(conf_dir: str, profiles_dir: str | None = None, default_partition: st
     for name in sorted(profiles):
         partitions[name] = partition_entry(profiles[name])
     data_path = os.path.join(data_dir, DATA_FILE)
-    doc = {"format": DATA_FORMAT, "profiles_dir": directory, "default_partition": default_partition,
-           "partitions": partitions}
-    files[data_path] = ("-- Written by `stune-admin install --cli-filter` from the profiles in "
-                        f"{directory}; do not edit:\n-- change a profile and run install again.\nreturn "
-                        + lua_value(doc) + "\n").encode()
+    doc = {
+        "format": DATA_FORMAT,
+        "profiles_dir": directory,
+        "default_partition": default_partition,
+        "partitions": partitions,
+    }
+    files[data_path] = (
+        "-- Written by `stune-admin install --cli-filter` from the profiles in "
+        f"{directory}; do not edit:\n-- change a profile and run install again.\nreturn "
+        + lua_value(doc)
+        + "\n"
+    ).encode()
     # the path as a Lua literal: a quote or backslash in it must not break the script (Slurm would then refuse
     # every sbatch, salloc and srun)
     source = lua_source().replace(f'"{DATA_PLACEHOLDER}"', lua_string(data_path))

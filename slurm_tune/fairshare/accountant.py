@@ -26,6 +26,7 @@ user associations so that
 
 With eta = 1 everywhere F_stune = F_slurm, a = W, b = 0 and stune changes nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,14 @@ import numpy as np
 
 from ..durations import DurationError, parse_slurm
 from ..errors import SlurmError, StuneError
-from ..slurm.associations import (EXPORT_FORMAT as ASSOC_EXPORT_FORMAT, AssocColumnsError, AssocFormatError,
-                                  parse_associations)
+from ..slurm.associations import (
+    EXPORT_FORMAT as ASSOC_EXPORT_FORMAT,
+)
+from ..slurm.associations import (
+    AssocColumnsError,
+    AssocFormatError,
+    parse_associations,
+)
 from . import charges as charges_mod
 from . import sacct as sacct_mod
 from . import tree as tree_mod
@@ -65,7 +72,7 @@ class PrioritySettings:
     usage_reset: str = "NONE"
 
     @classmethod
-    def from_config(cls, conf: dict) -> "PrioritySettings":
+    def from_config(cls, conf: dict) -> PrioritySettings:
         plugin = (conf.get("PrioritySiteFactorPlugin") or "").strip()
         return cls(
             algorithm=tree_mod.algorithm_from_flags(conf.get("PriorityFlags", "")),
@@ -75,7 +82,8 @@ class PrioritySettings:
             site_factor_plugin=None if plugin in ("", "(null)") else plugin,
             gpuutil_recorded="gres/gpuutil" in (conf.get("AccountingStorageTRES") or ""),
             priority_type=(conf.get("PriorityType") or "").strip(),
-            usage_reset=(conf.get("PriorityUsageResetPeriod") or "NONE").strip().upper())
+            usage_reset=(conf.get("PriorityUsageResetPeriod") or "NONE").strip().upper(),
+        )
 
     def problems(self) -> list[str]:
         """Why SiteFactor cannot carry stune's factor on this cluster (empty when it can)."""
@@ -83,7 +91,9 @@ class PrioritySettings:
         if self.priority_type != "priority/multifactor":
             out.append(f"PriorityType is {self.priority_type or 'unset'}, not priority/multifactor")
         if self.site_factor_plugin:
-            out.append(f"PrioritySiteFactorPlugin={self.site_factor_plugin} would overwrite stune's SiteFactor")
+            out.append(
+                f"PrioritySiteFactorPlugin={self.site_factor_plugin} would overwrite stune's SiteFactor"
+            )
         return out
 
 
@@ -120,18 +130,18 @@ class RunResult:
     settings: PrioritySettings
     table: sacct_mod.JobTable
     charges: charges_mod.Charges
-    counted: np.ndarray            # rows that count toward usage now (settled now or provisional)
+    counted: np.ndarray  # rows that count toward usage now (settled now or provisional)
     settled_now: int
     provisional: int
-    usage_slurm: dict              # (account, user) -> decayed usage, eta = 1
-    usage_stune: dict              # (account, user) -> decayed usage, penalized
+    usage_slurm: dict  # (account, user) -> decayed usage, eta = 1
+    usage_stune: dict  # (account, user) -> decayed usage, penalized
     shares_slurm: tree_mod.ShareResult
     shares_stune: tree_mod.ShareResult
     tree: tree_mod.AssocTree
-    sshare: list | None = None     # live sshare rows, when read
+    sshare: list | None = None  # live sshare rows, when read
     site_line: tuple = (0.0, 0.0)  # (a, b): fair-share points + SiteFactor = a x F_stune + b (module doc)
     changes: list = field(default_factory=list)
-    kept: int = 0                  # pending jobs already at their target
+    kept: int = 0  # pending jobs already at their target
     applied: bool = False
     ledger_path: str | None = None
     window_start: int | None = None
@@ -163,8 +173,11 @@ def load_tree_file(path: str) -> tree_mod.AssocTree:
     try:
         rows = parse_associations(text)
     except AssocFormatError as exc:
-        hint = (f"; export with sacctmgr -P show assoc format={ASSOC_EXPORT_FORMAT}"
-                if isinstance(exc, AssocColumnsError) else "")
+        hint = (
+            f"; export with sacctmgr -P show assoc format={ASSOC_EXPORT_FORMAT}"
+            if isinstance(exc, AssocColumnsError)
+            else ""
+        )
         raise AccountantError(f"{path}:{exc.line}: {exc}{hint}") from None
     return tree_from_associations(rows, path)
 
@@ -177,8 +190,9 @@ def tree_from_associations(rows, source: str) -> tree_mod.AssocTree:
     """Associations (slurm.Association, in tree order) as the fair-share tree; `source` names where they
     came from in errors."""
     if any(r.partition for r in rows):
-        raise AccountantError("partition-specific associations are not supported by stune's fair-share "
-                              "accountant yet")
+        raise AccountantError(
+            "partition-specific associations are not supported by stune's fair-share accountant yet"
+        )
     try:
         return tree_mod.AssocTree([tree_mod.Assoc(r.account, r.user, r.parent, r.shares) for r in rows])
     except tree_mod.TreeError as exc:
@@ -193,10 +207,20 @@ def _sum_dicts(*dicts) -> dict:
     return out
 
 
-def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | None = None,
-        now: int | None = None, dry_run: bool = False, plan: bool = True, since: int | None = None,
-        read_sshare: bool = False, settings: PrioritySettings | None = None,
-        use_ledger: bool = True) -> RunResult:
+def run(
+    config,
+    slurm=None,
+    *,
+    sacct_file: str | None = None,
+    assoc_file: str | None = None,
+    now: int | None = None,
+    dry_run: bool = False,
+    plan: bool = True,
+    since: int | None = None,
+    read_sshare: bool = False,
+    settings: PrioritySettings | None = None,
+    use_ledger: bool = True,
+) -> RunResult:
     """One accountant run. Live (slurm given, no sacct_file): incremental from the ledger's watermark, and
     the ledger is saved unless dry_run. With sacct_file: a stateless what-if over the whole dump, offline
     unless `slurm` is given (then the cluster's settings, tree and pending jobs are used).
@@ -212,12 +236,16 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
     elif settings is None:
         settings = PrioritySettings()
     if slurm is None and sacct_file is not None and not assoc_file:
-        warnings.append("offline what-if: flat association tree (every account and user with Fairshare=1); "
-                        "give --assoc-file or --cluster for the real one")
+        warnings.append(
+            "offline what-if: flat association tree (every account and user with Fairshare=1); "
+            "give --assoc-file or --cluster for the real one"
+        )
     if settings.weight_fairshare <= 0:
         warnings.append("PriorityWeightFairshare is 0: fair-share (and so stune's SiteFactor) has no weight")
     if settings.usage_reset not in ("NONE", ""):
-        warnings.append(f"PriorityUsageResetPeriod={settings.usage_reset} is not modelled: usage is decayed only")
+        warnings.append(
+            f"PriorityUsageResetPeriod={settings.usage_reset} is not modelled: usage is decayed only"
+        )
     if sacct_file is None and slurm is None:
         raise AccountantError("no sacct source: give --sacct-file or run where Slurm answers")
     as_of = int(now if now is not None else time.time())
@@ -241,18 +269,27 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         window_start = None
     else:
         ledger = Ledger.load(path) if use_ledger else Ledger()
-        history = acc.initial_history if acc.initial_history is not None else \
-            (10 * half_life if half_life > 0 else 365 * 86400)
-        window_start = (ledger.watermark - acc.settle_delay) if ledger.watermark is not None \
-            else as_of - int(history)
+        history = (
+            acc.initial_history
+            if acc.initial_history is not None
+            else (10 * half_life if half_life > 0 else 365 * 86400)
+        )
+        window_start = (
+            (ledger.watermark - acc.settle_delay) if ledger.watermark is not None else as_of - int(history)
+        )
         if since is not None:
             window_start = min(window_start, since)
         fields = list(sacct_mod.FIELDS)
         gpuutil = settings.gpuutil_recorded and acc.read_gpuutil
         if gpuutil:
             fields[-1:-1] = ["NTasks", "TRESUsageInAve"]
-        text = slurm.sacct_dump(fields, start=_sacct_time(window_start), end=_sacct_time(as_of + 1),
-                                allocations=not gpuutil, timeout=max(slurm.timeout, 600.0))
+        text = slurm.sacct_dump(
+            fields,
+            start=_sacct_time(window_start),
+            end=_sacct_time(as_of + 1),
+            allocations=not gpuutil,
+            timeout=max(slurm.timeout, 600.0),
+        )
         table = sacct_mod.parse(text, "sacct")
         new_watermark = as_of - acc.settle_delay
         if ledger.watermark is not None:
@@ -264,28 +301,45 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
         done = ended & (table.end < new_watermark)
         # runs that ended before the previous read window are in the ledger already (a report reaching
         # further back reads them for its tables, not to charge them again)
-        fresh = table.end >= (ledger.watermark - acc.settle_delay) if ledger.watermark is not None \
+        fresh = (
+            table.end >= (ledger.watermark - acc.settle_delay)
+            if ledger.watermark is not None
             else np.ones(table.n, dtype=bool)
+        )
         settle = ran & done & ~known & fresh
         provisional = ran & ~done
     counted = settle | provisional
     warnings += table.warnings()
-    ch = charges_mod.compute(table, counted, as_of=as_of, half_life_s=half_life, alpha=acc.alpha,
-                             coverage_min=acc.coverage_min, basis=acc.basis, qos_usage_factor=qos_factors,
-                             alpha_by=acc.alpha_by)
+    ch = charges_mod.compute(
+        table,
+        counted,
+        as_of=as_of,
+        half_life_s=half_life,
+        alpha=acc.alpha,
+        coverage_min=acc.coverage_min,
+        basis=acc.basis,
+        qos_usage_factor=qos_factors,
+        alpha_by=acc.alpha_by,
+    )
 
     base_slurm, base_stune = {}, {}
     if ledger.as_of is not None and ledger.usage:
         if ledger.half_life_s not in (None, half_life):
-            warnings.append(f"PriorityDecayHalfLife changed ({ledger.half_life_s:g}s -> {half_life:g}s); "
-                            "stored usage is decayed with the new value from now on")
+            warnings.append(
+                f"PriorityDecayHalfLife changed ({ledger.half_life_s:g}s -> {half_life:g}s); "
+                "stored usage is decayed with the new value from now on"
+            )
         factor = float(charges_mod.decay_to(1.0, as_of - ledger.as_of, half_life))
         base_slurm = {k: v[0] * factor for k, v in ledger.usage.items()}
         base_stune = {k: v[1] * factor for k, v in ledger.usage.items()}
     settled_slurm = _sum_dicts(base_slurm, charges_mod.per_assoc(table, np.where(settle, ch.slurm, 0.0)))
     settled_stune = _sum_dicts(base_stune, charges_mod.per_assoc(table, np.where(settle, ch.stune, 0.0)))
-    usage_slurm = _sum_dicts(settled_slurm, charges_mod.per_assoc(table, np.where(provisional, ch.slurm, 0.0)))
-    usage_stune = _sum_dicts(settled_stune, charges_mod.per_assoc(table, np.where(provisional, ch.stune, 0.0)))
+    usage_slurm = _sum_dicts(
+        settled_slurm, charges_mod.per_assoc(table, np.where(provisional, ch.slurm, 0.0))
+    )
+    usage_stune = _sum_dicts(
+        settled_stune, charges_mod.per_assoc(table, np.where(provisional, ch.stune, 0.0))
+    )
 
     if assoc_file:
         tree = load_tree_file(assoc_file)
@@ -296,24 +350,40 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
     unknown = sorted({k for k in usage_slurm if k not in tree.index})
     if unknown:
         shown = ", ".join(f"{u}/{a}" for a, u in unknown[:5])
-        warnings.append(f"{len(unknown)} association(s) with usage are not in the tree and are ignored: {shown}")
+        warnings.append(
+            f"{len(unknown)} association(s) with usage are not in the tree and are ignored: {shown}"
+        )
     shares_slurm = tree_mod.compute(tree, usage_slurm, settings.algorithm, settings.damping)
     shares_stune = tree_mod.compute(tree, usage_stune, settings.algorithm, settings.damping)
 
-    result = RunResult(as_of=as_of, settings=settings, table=table, charges=ch, counted=counted,
-                       settled_now=int(settle.sum()) if sacct_file is None else 0,
-                       provisional=int(provisional.sum()), usage_slurm=usage_slurm, usage_stune=usage_stune,
-                       shares_slurm=shares_slurm, shares_stune=shares_stune, tree=tree,
-                       ledger_path=None if sacct_file is not None or not use_ledger else path,
-                       window_start=window_start,
-                       warnings=warnings)
-    line = site_factor_line(settings.weight_fairshare, shares_slurm, shares_stune, config.site_factor.min,
-                            config.site_factor.max)
+    result = RunResult(
+        as_of=as_of,
+        settings=settings,
+        table=table,
+        charges=ch,
+        counted=counted,
+        settled_now=int(settle.sum()) if sacct_file is None else 0,
+        provisional=int(provisional.sum()),
+        usage_slurm=usage_slurm,
+        usage_stune=usage_stune,
+        shares_slurm=shares_slurm,
+        shares_stune=shares_stune,
+        tree=tree,
+        ledger_path=None if sacct_file is not None or not use_ledger else path,
+        window_start=window_start,
+        warnings=warnings,
+    )
+    line = site_factor_line(
+        settings.weight_fairshare, shares_slurm, shares_stune, config.site_factor.min, config.site_factor.max
+    )
     if line is None:
         safe = 1 - settings.weight_fairshare
-        raise config.error("site_factor.min", f"{config.site_factor.min} is too high for these users: Slurm's "
-                           "own fair-share points already spread wider, so the clamp would tie users stune "
-                           f"orders apart; set it to {safe} (1 - PriorityWeightFairshare) or lower, or remove it")
+        raise config.error(
+            "site_factor.min",
+            f"{config.site_factor.min} is too high for these users: Slurm's "
+            "own fair-share points already spread wider, so the clamp would tie users stune "
+            f"orders apart; set it to {safe} (1 - PriorityWeightFairshare) or lower, or remove it",
+        )
     result.site_line = line
     if read_sshare and slurm is not None:
         try:
@@ -330,12 +400,16 @@ def run(config, slurm=None, *, sacct_file: str | None = None, assoc_file: str | 
             for change in result.changes:
                 by_target.setdefault(change.target, []).append(str(change.job_id))
             for target, ids in sorted(by_target.items()):
-                for at in range(0, len(ids), 500):  # scontrol takes a job list: one RPC per value, not per job
-                    slurm.set_site_factor(",".join(ids[at:at + 500]), target)
+                for at in range(
+                    0, len(ids), 500
+                ):  # scontrol takes a job list: one RPC per value, not per job
+                    slurm.set_site_factor(",".join(ids[at : at + 500]), target)
             result.applied = True
     if sacct_file is None and not dry_run:
-        ledger.usage = {k: [settled_slurm.get(k, 0.0), settled_stune.get(k, 0.0)]
-                        for k in set(settled_slurm) | set(settled_stune)}
+        ledger.usage = {
+            k: [settled_slurm.get(k, 0.0), settled_stune.get(k, 0.0)]
+            for k in set(settled_slurm) | set(settled_stune)
+        }
         keep_from = new_watermark - acc.settle_delay
         settled = {k: e for k, e in ledger.settled.items() if e >= keep_from}
         for i in np.flatnonzero(settle).tolist():  # only runs the next read window can still return
@@ -358,13 +432,16 @@ def run_locked(config, slurm=None, **kwargs) -> RunResult:
 FLOOR_POINTS = 1.0  # Slurm raises a job priority below 1 to 1
 
 
-def site_factor_line(weight: int, shares_slurm, shares_stune, lo: int | None = None,
-                     hi: int = 0) -> tuple[float, float] | None:
+def site_factor_line(
+    weight: int, shares_slurm, shares_stune, lo: int | None = None, hi: int = 0
+) -> tuple[float, float] | None:
     """(a, b) of the module doc: every pending job's fair-share points plus SiteFactor become a x F_stune + b,
     chosen so that every SiteFactor also lies in the configured [lo, hi] (site_factor.min/max): a clamp after
     the line would tie (or swap) the associations it cuts. None when no line with a > 0 fits in that range
     (Slurm's own fair-share points spread wider than the range allows)."""
-    pairs = [(shares_slurm.factors[k], f) for k, f in shares_stune.factors.items() if k in shares_slurm.factors]
+    pairs = [
+        (shares_slurm.factors[k], f) for k, f in shares_stune.factors.items() if k in shares_slurm.factors
+    ]
     if not pairs or weight <= 0:
         return float(weight), 0.0
     s = np.array([f for _, f in pairs], dtype=float)
@@ -383,6 +460,7 @@ def _widest_slope(weight: int, s, low, high) -> float | None:
     """The largest a in (0, W] for which one b puts low <= a x s + b <= high for every association, or None.
     The room left for b, min(high - a s) - max(low - a s), is concave in a (a min of lines minus a max of
     lines): find where it peaks, then the largest a past the peak where it is still >= 0."""
+
     def room(a: float) -> float:
         return float(np.min(high - a * s) - np.max(low - a * s))
 
@@ -414,12 +492,15 @@ def site_factor_floor(config, weight: int) -> int:
     return lo if lo is not None else -2 * weight
 
 
-def site_factor_target(config, weight: int, f_slurm: float, f_stune: float,
-                       line: tuple[float, float] | None = None) -> int:
+def site_factor_target(
+    config, weight: int, f_slurm: float, f_stune: float, line: tuple[float, float] | None = None
+) -> int:
     """The SiteFactor of a pending job whose association has these two fair-share factors (module doc)."""
     scale, offset = line if line is not None else (float(weight), 0.0)
-    return max(site_factor_floor(config, weight),
-               min(config.site_factor.max, int(round(scale * f_stune + offset - weight * f_slurm))))
+    return max(
+        site_factor_floor(config, weight),
+        min(config.site_factor.max, int(round(scale * f_stune + offset - weight * f_slurm))),
+    )
 
 
 def _plan(result: RunResult, slurm, config) -> None:

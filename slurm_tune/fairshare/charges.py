@@ -9,6 +9,7 @@ In the continuous limit a run over [s, e] contributes, as of time T,
 which is what `decayed_seconds` computes (and e - s when PriorityDecayHalfLife is 0: no decay).
 stune's charge is the same times (1 + alpha x (1 - eta)).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,14 +54,14 @@ class Charges:
     both already decayed to `as_of`; `eta` is the utilization used (1 where not trusted)."""
 
     as_of: int
-    alpha: object              # float, or a per-row array where accountant.alpha_by overrides it
+    alpha: object  # float, or a per-row array where accountant.alpha_by overrides it
     eta: np.ndarray
-    eta_measured: np.ndarray   # NaN where there is no measurement
-    coverage: np.ndarray       # sampled share of held GPU-seconds (0 without a summary)
-    trusted: np.ndarray        # bool: eta came from a measurement
-    source: np.ndarray         # int8: 0 none, 1 stune summary, 2 Slurm gres/gpuutil
-    held_gpu_s: np.ndarray     # GPUs x elapsed (undecayed)
-    used_gpu_s: np.ndarray     # held x eta_measured where measured, else NaN
+    eta_measured: np.ndarray  # NaN where there is no measurement
+    coverage: np.ndarray  # sampled share of held GPU-seconds (0 without a summary)
+    trusted: np.ndarray  # bool: eta came from a measurement
+    source: np.ndarray  # int8: 0 none, 1 stune summary, 2 Slurm gres/gpuutil
+    held_gpu_s: np.ndarray  # GPUs x elapsed (undecayed)
+    used_gpu_s: np.ndarray  # held x eta_measured where measured, else NaN
     slurm: np.ndarray
     stune: np.ndarray
 
@@ -83,8 +84,11 @@ def measured_eta(table: JobTable, coverage_min: float):
     source = np.where(stune_ok, 1, np.where(slurm_ok, 2, 0)).astype(np.int8)
     coverage = np.where(slurm_ok, table.gpuutil_cover, coverage)
     # a summary that says "measured" for part of the job still tells the report what was seen
-    eta_seen = np.where(np.isnan(eta_measured) & table.has_summary & (table.covered_s > 0),
-                        np.clip(from_summary, 0.0, 1.0), eta_measured)
+    eta_seen = np.where(
+        np.isnan(eta_measured) & table.has_summary & (table.covered_s > 0),
+        np.clip(from_summary, 0.0, 1.0),
+        eta_measured,
+    )
     return eta, eta_seen, coverage, trusted, source
 
 
@@ -114,9 +118,18 @@ def alpha_per_row(table: JobTable, alpha: float, alpha_by: dict | None) -> np.nd
     return out
 
 
-def compute(table: JobTable, rows: np.ndarray, *, as_of: int, half_life_s: float, alpha: float,
-            coverage_min: float, basis: str = "billing", qos_usage_factor: dict | None = None,
-            alpha_by: dict | None = None) -> Charges:
+def compute(
+    table: JobTable,
+    rows: np.ndarray,
+    *,
+    as_of: int,
+    half_life_s: float,
+    alpha: float,
+    coverage_min: float,
+    basis: str = "billing",
+    qos_usage_factor: dict | None = None,
+    alpha_by: dict | None = None,
+) -> Charges:
     """Charges for the rows selected by the boolean mask or index array `rows`, as of `as_of`."""
     alpha = alpha_per_row(table, alpha, alpha_by)
     eta, eta_seen, coverage, trusted, source = measured_eta(table, coverage_min)
@@ -133,8 +146,19 @@ def compute(table: JobTable, rows: np.ndarray, *, as_of: int, half_life_s: float
     slurm = np.where(mask, rate * seconds, 0.0)
     stune = slurm * (1.0 + alpha * (1.0 - eta))
     held = table.gpus * table.elapsed.astype(np.float64)
-    return Charges(alpha=alpha, as_of=as_of, eta=eta, eta_measured=eta_seen, coverage=coverage, trusted=trusted,
-                   source=source, held_gpu_s=held, used_gpu_s=held * eta_seen, slurm=slurm, stune=stune)
+    return Charges(
+        alpha=alpha,
+        as_of=as_of,
+        eta=eta,
+        eta_measured=eta_seen,
+        coverage=coverage,
+        trusted=trusted,
+        source=source,
+        held_gpu_s=held,
+        used_gpu_s=held * eta_seen,
+        slurm=slurm,
+        stune=stune,
+    )
 
 
 def per_assoc(table: JobTable, values: np.ndarray) -> dict:

@@ -19,6 +19,7 @@ for its first hour escapes for hours): the last `warn_after` below the threshold
 A multi-node job is judged by its GPUs on this node: a node whose GPUs sit idle in a multi-node job is the
 same waste.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,13 +43,13 @@ class Decision:
     user: str
     account: str
     partition: str
-    action: str            # warn, cancel, ok, skip
+    action: str  # warn, cancel, ok, skip
     why: str
     util: float | None = None
     window_s: float = 0.0
-    done: bool = False     # the action was carried out (False in a dry run)
-    stderr: str = ""       # the job's stderr file (scontrol's StdErr)
-    uid: str = ""          # scontrol's UserId, e.g. alice(1001)
+    done: bool = False  # the action was carried out (False in a dry run)
+    stderr: str = ""  # the job's stderr file (scontrol's StdErr)
+    uid: str = ""  # scontrol's UserId, e.g. alice(1001)
 
 
 def window_util(series: dict, gpus: int, now: float, window_s: float) -> tuple[float | None, float]:
@@ -80,8 +81,12 @@ def _policy_of(profiles: dict, partition: str):
         return None, None
     policy = profile.idle_policy
     if policy.enabled and policy.cancel_after <= policy.warn_after:
-        raise ConfigError(profile.origin("idle_policy.cancel_after"), None, "idle_policy.cancel_after",
-                          f"{policy.cancel_after:g}s is not after warn_after ({policy.warn_after:g}s)")
+        raise ConfigError(
+            profile.origin("idle_policy.cancel_after"),
+            None,
+            "idle_policy.cancel_after",
+            f"{policy.cancel_after:g}s is not after warn_after ({policy.warn_after:g}s)",
+        )
     return profile, policy
 
 
@@ -107,8 +112,16 @@ def evaluate(slurm, profiles: dict, local_dir: str, node: str, now: float | None
         if policy is None or not policy.enabled:
             continue  # off for this partition: not even listed
         user = record.get("UserId", "").partition("(")[0]
-        d = Decision(job_id, user, record.get("Account", ""), partition, "ok", "",
-                     stderr=record.get("StdErr", ""), uid=record.get("UserId", ""))
+        d = Decision(
+            job_id,
+            user,
+            record.get("Account", ""),
+            partition,
+            "ok",
+            "",
+            stderr=record.get("StdErr", ""),
+            uid=record.get("UserId", ""),
+        )
         qos = record.get("QOS", "")
         if policy.exempt_interactive and record.get("BatchFlag") == "0":
             d.action, d.why = "skip", "interactive job (exempt)"
@@ -142,8 +155,10 @@ def _judge(d: Decision, path: str, policy, now: float) -> None:
         d.util, d.window_s = util, window
         if util is None or coverage < policy.min_coverage:
             d.action = "skip"
-            d.why = (f"only {100 * coverage:.0f}% of the last {compact(window)} was measured (unmeasurable GPU or "
-                     "sampler gaps): not judged")
+            d.why = (
+                f"only {100 * coverage:.0f}% of the last {compact(window)} was measured (unmeasurable GPU or "
+                "sampler gaps): not judged"
+            )
             return
         if util < policy.threshold:
             d.action = action
@@ -165,8 +180,10 @@ def act(slurm, decisions: list[Decision], profiles: dict, local_dir: str, *, dry
         if d.action in ("warn", "cancel") and not dry_run:
             _, policy = _policy_of(profiles, d.partition)
             if d.action == "warn":
-                message = (f"stune: this job's GPUs have been idle ({d.why}); it will be cancelled once they stay "
-                           f"idle for {compact(policy.cancel_after)}")
+                message = (
+                    f"stune: this job's GPUs have been idle ({d.why}); it will be cancelled once they stay "
+                    f"idle for {compact(policy.cancel_after)}"
+                )
                 _write_as_owner(d.stderr, d.uid, message, log)
                 slurm.set_job_comment(d.job_id, f"stune: idle GPUs warned: {d.why}")
                 os.makedirs(state_dir, exist_ok=True)
@@ -220,10 +237,20 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
         return False
     kwargs = {}
     if os.getuid() != uid:
-        kwargs = {"user": uid, "group": entry.pw_gid, "extra_groups": os.getgrouplist(entry.pw_name, entry.pw_gid)}
+        kwargs = {
+            "user": uid,
+            "group": entry.pw_gid,
+            "extra_groups": os.getgrouplist(entry.pw_name, entry.pw_gid),
+        }
     try:
-        proc = subprocess.run([sys.executable, "-I", "-S", "-c", _APPEND, path, message, _PACKAGE_PARENT],
-                              capture_output=True, text=True, timeout=10, cwd="/", **kwargs)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _APPEND, path, message, _PACKAGE_PARENT],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd="/",
+            **kwargs,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         log(f"  stderr of the job not written: {exc}")
         return False

@@ -1,5 +1,6 @@
 """`stune-fairshare job JOBID`: one job's record from sacct, its usage summary, or for a running job the
 sampler's live accumulators (node-local: readable where the job runs, or through a `%n` usage dir)."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ def check_job_id(job_id: str) -> str:
     line, before sacct (whose own message for `abc` is a fatal error about its -j option)."""
     head, sep, task = job_id.partition("_")
     if not (is_digits(head) and (not sep or is_digits(task))) or len(job_id) > 40:
-        raise StuneError(f"job {job_id!r}: not a Slurm job id (a number like 12345, or 12345_7 for an array task)")
+        raise StuneError(
+            f"job {job_id!r}: not a Slurm job id (a number like 12345, or 12345_7 for an array task)"
+        )
     return job_id
 
 
@@ -31,8 +34,12 @@ def _table(slurm, job_id: str):
     rows = slurm.sacct(list(sacct_mod.FIELDS), job_ids=[job_id])
     if not rows:
         raise StuneError(f"job {job_id}: not found in sacct (too old, or not a job id)")
-    text = "\n".join(["|".join(sacct_mod.FIELDS)] + ["|".join(r.get(f, "") for f in sacct_mod.FIELDS)
-                                                     for r in rows]) + "\n"
+    text = (
+        "\n".join(
+            ["|".join(sacct_mod.FIELDS)] + ["|".join(r.get(f, "") for f in sacct_mod.FIELDS) for r in rows]
+        )
+        + "\n"
+    )
     table = sacct_mod.parse(text, "sacct")
     if not table.n:
         raise StuneError(f"job {job_id}: sacct's record could not be read")
@@ -76,18 +83,36 @@ def job_view(slurm, config, job_id: str) -> dict:
     live = live_summary(slurm, config, table, i) if table.state_of(i) == "RUNNING" else None
     if live is not None:
         # the accountant's rules on the live numbers: the summary the epilog would store now
-        table.has_summary[i], table.held_s[i], table.used_s[i], table.covered_s[i] = \
-            True, live.held, live.used, live.covered
+        table.has_summary[i], table.held_s[i], table.used_s[i], table.covered_s[i] = (
+            True,
+            live.held,
+            live.used,
+            live.covered,
+        )
     eta, eta_seen, coverage, trusted, source = charges_mod.measured_eta(table, acc.coverage_min)
     bad = bool(table.bad_summary[i]) if table.bad_summary is not None else False
-    row = {"eta": None if np.isnan(eta_seen[i]) else float(eta_seen[i]), "trusted": bool(trusted[i]),
-           "coverage": float(coverage[i]), "source": {0: "none", 1: "stune", 2: "slurm-gpuutil"}[int(source[i])]
-           + (" (live)" if live is not None else ""), "held_gpu_s": float(table.gpus[i] * table.elapsed[i]), "bad": bad}
+    row = {
+        "eta": None if np.isnan(eta_seen[i]) else float(eta_seen[i]),
+        "trusted": bool(trusted[i]),
+        "coverage": float(coverage[i]),
+        "source": {0: "none", 1: "stune", 2: "slurm-gpuutil"}[int(source[i])]
+        + (" (live)" if live is not None else ""),
+        "held_gpu_s": float(table.gpus[i] * table.elapsed[i]),
+        "bad": bad,
+    }
     summary = live if live is not None else summary_mod.parse(table.admin_comment[i])
     if summary is not None and bad:
         summary = None
     alpha = charges_mod.alpha_per_row(table, acc.alpha, acc.alpha_by)
     alpha = float(alpha[i]) if isinstance(alpha, np.ndarray) else float(alpha)
-    doc = explain_mod.job_doc(table, i, row, summary, None, alpha, idle_power_w=config.report.idle_power_w,
-                              alpha_source=explain_mod.alpha_rule(acc.alpha_by, table, i))
+    doc = explain_mod.job_doc(
+        table,
+        i,
+        row,
+        summary,
+        None,
+        alpha,
+        idle_power_w=config.report.idle_power_w,
+        alpha_source=explain_mod.alpha_rule(acc.alpha_by, table, i),
+    )
     return doc

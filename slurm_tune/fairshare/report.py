@@ -10,6 +10,7 @@ Outputs: a terminal table (rich), CSV, JSON, a PNG chart (matplotlib, Agg) of he
 account, and a Prometheus textfile (prometheus_client). rich, matplotlib and prometheus_client come with the
 `reports` extra; without it the table, PNG and metrics say so in one line, and CSV/JSON still work.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,13 +37,14 @@ def _need(module: str, what: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ReportsUnavailable(f"{what} needs the `reports` extra ({module} is not installed): "
-                                 f"{EXTRA_HINT}") from None
+        raise ReportsUnavailable(
+            f"{what} needs the `reports` extra ({module} is not installed): {EXTRA_HINT}"
+        ) from None
 
 
 @dataclass
 class AssocRow:
-    level: str                 # "account" or "user"
+    level: str  # "account" or "user"
     account: str
     user: str
     jobs: int
@@ -52,7 +54,7 @@ class AssocRow:
     used_gpu_h: float
     idle_gpu_h: float
     unmeasured_gpu_h: float
-    efficiency: float | None   # used / measured
+    efficiency: float | None  # used / measured
     fairshare_sshare: float | None = None
     fairshare_slurm: float | None = None
     fairshare_stune: float | None = None
@@ -71,11 +73,11 @@ class JobRow:
     eta: float | None
     idle_gpu_h: float | None
     coverage: float
-    source: str                # stune, slurm-gpuutil, none
+    source: str  # stune, slurm-gpuutil, none
     busy_share: float | None
     busy_w: float | None
-    charged_x: float = 1.0     # Slurm's charge times this: 1 + alpha x idle share (1.0: not measured, or exempt)
-    exempt: bool = False       # measured, but its alpha is 0 (accountant.alpha_by): idle time is not charged
+    charged_x: float = 1.0  # Slurm's charge times this: 1 + alpha x idle share (1.0: not measured, or exempt)
+    exempt: bool = False  # measured, but its alpha is 0 (accountant.alpha_by): idle time is not charged
     flag: str = ""
 
 
@@ -85,7 +87,7 @@ class Report:
     window_start: int | None
     algorithm: str
     weight_fairshare: int
-    alpha: float = 1.0         # the idle penalty (accountant.alpha): idle GPU time is charged x(1 + alpha)
+    alpha: float = 1.0  # the idle penalty (accountant.alpha): idle GPU time is charged x(1 + alpha)
     accounts: list = field(default_factory=list)
     users: list = field(default_factory=list)
     top_idle: list = field(default_factory=list)
@@ -120,31 +122,61 @@ def build(result, config, since: int | None) -> Report:
     def sums(values):
         return np.bincount(table.assoc, weights=values, minlength=k) if table.n else np.zeros(k)
 
-    per = {name: sums(v) for name, v in (
-        ("jobs", ran.astype(float)), ("gpu_jobs", gpu_job.astype(float)), ("held", held_h),
-        ("measured", measured_h), ("used", used_h), ("unmeasured", unmeasured_h))}
+    per = {
+        name: sums(v)
+        for name, v in (
+            ("jobs", ran.astype(float)),
+            ("gpu_jobs", gpu_job.astype(float)),
+            ("held", held_h),
+            ("measured", measured_h),
+            ("used", used_h),
+            ("unmeasured", unmeasured_h),
+        )
+    }
     sshare = {(r.account, r.user): r.fairshare for r in (result.sshare or []) if r.user}
     weight = result.settings.weight_fairshare
 
     def row(level, account, user, idx):
-        jobs, gjobs, held, meas, used, unmeas = (float(per[n][idx].sum()) for n in
-                                                 ("jobs", "gpu_jobs", "held", "measured", "used", "unmeasured"))
-        out = AssocRow(level, account, user, int(jobs), int(gjobs), held, meas, used, max(meas - used, 0.0),
-                       unmeas, used / meas if meas > 0 else None)
+        jobs, gjobs, held, meas, used, unmeas = (
+            float(per[n][idx].sum()) for n in ("jobs", "gpu_jobs", "held", "measured", "used", "unmeasured")
+        )
+        out = AssocRow(
+            level,
+            account,
+            user,
+            int(jobs),
+            int(gjobs),
+            held,
+            meas,
+            used,
+            max(meas - used, 0.0),
+            unmeas,
+            used / meas if meas > 0 else None,
+        )
         if level == "user":
             out.fairshare_sshare = sshare.get((account, user))
             out.fairshare_slurm = result.shares_slurm.factor(account, user)
             out.fairshare_stune = result.shares_stune.factor(account, user)
             if out.fairshare_slurm is not None and out.fairshare_stune is not None:
-                out.site_factor = site_factor_target(config, weight, out.fairshare_slurm, out.fairshare_stune,
-                                                      result.site_line)
+                out.site_factor = site_factor_target(
+                    config, weight, out.fairshare_slurm, out.fairshare_stune, result.site_line
+                )
         return out
 
-    report = Report(result.as_of, since, result.settings.algorithm, weight, alpha=float(config.accountant.alpha),
-                    warnings=list(result.warnings))
+    report = Report(
+        result.as_of,
+        since,
+        result.settings.algorithm,
+        weight,
+        alpha=float(config.accountant.alpha),
+        warnings=list(result.warnings),
+    )
     bad = table.bad_summary if table.bad_summary is not None else np.zeros(table.n, dtype=bool)
-    report.data_quality = {"bad_summaries": int((bad & ran).sum()), "skipped_rows": int(table.skipped),
-                           "duplicate_rows": int(table.duplicates)}
+    report.data_quality = {
+        "bad_summaries": int((bad & ran).sum()),
+        "skipped_rows": int(table.skipped),
+        "duplicate_rows": int(table.duplicates),
+    }
     users = sorted(set(table.assoc_keys) | {k for k in result.shares_slurm.factors})
     index = {key: i for i, key in enumerate(table.assoc_keys)}
     for account, user in users:
@@ -166,19 +198,32 @@ def build(result, config, since: int | None) -> Report:
         share = float(busy_share[i]) if not np.isnan(busy_share[i]) else None
         watts = float(table.busy_w[i]) if not np.isnan(table.busy_w[i]) else None
         alpha = float(ch.alpha[i]) if isinstance(ch.alpha, np.ndarray) else float(ch.alpha)
-        return JobRow(table.job_id[i], account, user, table.partition[i], table.state_of(i),
-                      float(table.gpus[i]), float(held_h[i]), eta,
-                      float(held_h[i] * (1 - ch.eta[i])) if measured[i] else None, float(ch.coverage[i]),
-                      SOURCES[int(ch.source[i])], share, watts,
-                      charged_x=1.0 + alpha * (1.0 - float(ch.eta[i])) if measured[i] else 1.0,
-                      exempt=bool(measured[i]) and alpha == 0)
+        return JobRow(
+            table.job_id[i],
+            account,
+            user,
+            table.partition[i],
+            table.state_of(i),
+            float(table.gpus[i]),
+            float(held_h[i]),
+            eta,
+            float(held_h[i] * (1 - ch.eta[i])) if measured[i] else None,
+            float(ch.coverage[i]),
+            SOURCES[int(ch.source[i])],
+            share,
+            watts,
+            charged_x=1.0 + alpha * (1.0 - float(ch.eta[i])) if measured[i] else 1.0,
+            exempt=bool(measured[i]) and alpha == 0,
+        )
 
-    report.top_idle = [job_row(i) for i in order[:rep.top_jobs].tolist() if idle[i] > 0]
+    report.top_idle = [job_row(i) for i in order[: rep.top_jobs].tolist() if idle[i] > 0]
     suspicious = jobs[(busy_share[jobs] >= BUSY_SHARE_FOR_FLAG) & (table.busy_w[jobs] < rep.idle_power_w)]
     for i in suspicious.tolist():
         r = job_row(i)
-        r.flag = (f"{100 * r.busy_share:.0f}% of sampled time at >= {rep.busy_util:g}% SM utilization, "
-                  f"but {r.busy_w:.0f} W mean power (< {rep.idle_power_w:g} W): review")
+        r.flag = (
+            f"{100 * r.busy_share:.0f}% of sampled time at >= {rep.busy_util:g}% SM utilization, "
+            f"but {r.busy_w:.0f} W mean power (< {rep.idle_power_w:g} W): review"
+        )
         report.flagged.append(r)
     return report
 
@@ -221,19 +266,25 @@ def amount(value, scale: float = 1.0) -> str:
 
 def legend(report: Report, unit: str, wide: bool) -> list[str]:
     """What the table's columns mean, in words: printed under it."""
-    lines = [f"held: {unit} the jobs held (GPUs x run time); used: held x measured GPU utilization (the share in "
-             "brackets); idle: held minus used, over the measured jobs; not measured: held with no trustworthy "
-             "usage record (charged as Slurm charges).",
-             "fair share, 0 to 1 (higher runs sooner): Slurm's own factor (Slurm FS), computed as Slurm does "
-             "from the GPU time held, every GPU counted as used; then stune's (stune FS), the same with idle GPU "
-             f"time charged x(1 + {report.alpha:g} x idle share). SiteFactor: the priority points stune gives the "
-             "user's pending jobs (0 or below) so that they sort by stune FS."]
+    lines = [
+        f"held: {unit} the jobs held (GPUs x run time); used: held x measured GPU utilization (the share in "
+        "brackets); idle: held minus used, over the measured jobs; not measured: held with no trustworthy "
+        "usage record (charged as Slurm charges).",
+        "fair share, 0 to 1 (higher runs sooner): Slurm's own factor (Slurm FS), computed as Slurm does "
+        "from the GPU time held, every GPU counted as used; then stune's (stune FS), the same with idle GPU "
+        f"time charged x(1 + {report.alpha:g} x idle share). SiteFactor: the priority points stune gives the "
+        "user's pending jobs (0 or below) so that they sort by stune FS.",
+    ]
     if wide:
-        lines.append("sshare FS: the FairShare Slurm shows now (`sshare`), which lags by up to PriorityCalcPeriod; "
-                     "it should match Slurm FS.")
+        lines.append(
+            "sshare FS: the FairShare Slurm shows now (`sshare`), which lags by up to PriorityCalcPeriod; "
+            "it should match Slurm FS."
+        )
     else:
-        lines.append("--wide adds sshare's live value and each user's job counts; --json and --format csv have "
-                     "every number.")
+        lines.append(
+            "--wide adds sshare's live value and each user's job counts; --json and --format csv have "
+            "every number."
+        )
     return lines
 
 
@@ -244,16 +295,30 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
     box = _need("rich.box", "the terminal table")
     if console is None:
         console = rich_console.Console()
-        if wide and not console.is_terminal and "COLUMNS" not in os.environ:  # a pipe: do not squeeze it to 80
+        if (
+            wide and not console.is_terminal and "COLUMNS" not in os.environ
+        ):  # a pipe: do not squeeze it to 80
             console = rich_console.Console(width=160)
     rows = report.accounts + report.users + report.top_idle
     unit, scale = time_unit([r.held_gpu_h for r in rows])
-    window = "all history in the dump" if report.window_start is None else \
-        f"since {_when(report.window_start)}"
-    t = rich_table.Table(title=f"GPU usage by account and user, in {unit} ({window}; as of {_when(report.as_of)})",
-                         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    columns = [("account / user", "left"), ("GPU\njobs", "right"), ("held", "right"), ("used", "right"),
-               ("idle", "right"), ("not\nmeasured", "right")]
+    window = (
+        "all history in the dump" if report.window_start is None else f"since {_when(report.window_start)}"
+    )
+    t = rich_table.Table(
+        title=f"GPU usage by account and user, in {unit} ({window}; as of {_when(report.as_of)})",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    columns = [
+        ("account / user", "left"),
+        ("GPU\njobs", "right"),
+        ("held", "right"),
+        ("used", "right"),
+        ("idle", "right"),
+        ("not\nmeasured", "right"),
+    ]
     if wide:
         columns[1:1] = [("jobs", "right")]
         columns += [("sshare\nFS", "right"), ("Slurm\nFS", "right"), ("stune\nFS", "right")]
@@ -265,8 +330,13 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
 
     def cells(r) -> list[str]:
         used = amount(r.used_gpu_h, scale) + ("" if r.efficiency is None else f" ({_pct(r.efficiency)})")
-        out = [str(r.gpu_jobs), amount(r.held_gpu_h, scale), used, amount(r.idle_gpu_h, scale),
-               amount(r.unmeasured_gpu_h, scale)]
+        out = [
+            str(r.gpu_jobs),
+            amount(r.held_gpu_h, scale),
+            used,
+            amount(r.idle_gpu_h, scale),
+            amount(r.unmeasured_gpu_h, scale),
+        ]
         if wide:
             out.insert(0, str(r.jobs))
         if r.level == "account":
@@ -274,8 +344,11 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
         if wide:
             out += [_fmt(r.fairshare_sshare, 3), _fmt(r.fairshare_slurm, 3), _fmt(r.fairshare_stune, 3)]
         else:
-            out.append("-" if r.fairshare_slurm is None or r.fairshare_stune is None else
-                       f"{r.fairshare_slurm:.3f}->{r.fairshare_stune:.3f}")
+            out.append(
+                "-"
+                if r.fairshare_slurm is None or r.fairshare_stune is None
+                else f"{r.fairshare_slurm:.3f}->{r.fairshare_stune:.3f}"
+            )
         return out + ["-" if r.site_factor is None else str(r.site_factor)]
 
     by_account: dict = {}
@@ -289,20 +362,39 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
     for line in legend(report, unit, wide):
         console.print(line, highlight=False)
     if report.top_idle:
-        j = rich_table.Table(title=f"Jobs with the most idle GPU time, in {unit}", box=box.SIMPLE_HEAD,
-                             show_edge=False, pad_edge=False, collapse_padding=True)
+        j = rich_table.Table(
+            title=f"Jobs with the most idle GPU time, in {unit}",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
         for name in ("job", "user", "GPUs", "held", "used", "idle", "charged"):
             j.add_column(name, justify="left" if name in ("job", "user") else "right")
         for r in report.top_idle:
-            j.add_row(r.job_id, f"{r.user} ({r.account})", f"{r.gpus:g}", amount(r.held_gpu_h, scale),
-                      _pct(r.eta), amount(r.idle_gpu_h, scale),
-                      "exempt" if r.exempt else f"x{r.charged_x:.2f}")
+            j.add_row(
+                r.job_id,
+                f"{r.user} ({r.account})",
+                f"{r.gpus:g}",
+                amount(r.held_gpu_h, scale),
+                _pct(r.eta),
+                amount(r.idle_gpu_h, scale),
+                "exempt" if r.exempt else f"x{r.charged_x:.2f}",
+            )
         console.print(j)
-        console.print("charged: Slurm's charge for the job is multiplied by this; exempt: its QOS, partition or "
-                      "account is not charged for idle GPUs (accountant.alpha_by).", highlight=False)
+        console.print(
+            "charged: Slurm's charge for the job is multiplied by this; exempt: its QOS, partition or "
+            "account is not charged for idle GPUs (accountant.alpha_by).",
+            highlight=False,
+        )
     if report.flagged:
-        f = rich_table.Table(title="Flagged for review: ~100% utilization at near-idle power", box=box.SIMPLE_HEAD,
-                             show_edge=False, pad_edge=False, collapse_padding=True)
+        f = rich_table.Table(
+            title="Flagged for review: ~100% utilization at near-idle power",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
         for name in ("job", "account", "user", "why"):
             f.add_column(name)
         for r in report.flagged:
@@ -310,16 +402,32 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
         console.print(f)
     quality = report.data_quality
     if any(quality.values()):
-        console.print(f"Not trusted: {quality.get('bad_summaries', 0)} damaged or out-of-range usage "
-                      f"summaries (charged as Slurm charges, eta = 1); {quality.get('skipped_rows', 0)} "
-                      f"unreadable sacct rows skipped; {quality.get('duplicate_rows', 0)} duplicate rows dropped")
+        console.print(
+            f"Not trusted: {quality.get('bad_summaries', 0)} damaged or out-of-range usage "
+            f"summaries (charged as Slurm charges, eta = 1); {quality.get('skipped_rows', 0)} "
+            f"unreadable sacct rows skipped; {quality.get('duplicate_rows', 0)} duplicate rows dropped"
+        )
     for w in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-CSV_COLUMNS = ("level", "account", "user", "jobs", "gpu_jobs", "held_gpu_h", "used_gpu_h", "efficiency",
-               "idle_gpu_h", "measured_gpu_h", "unmeasured_gpu_h", "fairshare_sshare", "fairshare_slurm",
-               "fairshare_stune", "site_factor")
+CSV_COLUMNS = (
+    "level",
+    "account",
+    "user",
+    "jobs",
+    "gpu_jobs",
+    "held_gpu_h",
+    "used_gpu_h",
+    "efficiency",
+    "idle_gpu_h",
+    "measured_gpu_h",
+    "unmeasured_gpu_h",
+    "fairshare_sshare",
+    "fairshare_slurm",
+    "fairshare_stune",
+    "site_factor",
+)
 
 
 def to_csv(report: Report) -> str:
@@ -328,8 +436,12 @@ def to_csv(report: Report) -> str:
     writer.writerow(CSV_COLUMNS)
     for r in report.accounts + report.users:
         d = asdict(r)
-        writer.writerow(["" if d[c] is None else (f"{d[c]:.6g}" if isinstance(d[c], float) else d[c])
-                         for c in CSV_COLUMNS])
+        writer.writerow(
+            [
+                "" if d[c] is None else (f"{d[c]:.6g}" if isinstance(d[c], float) else d[c])
+                for c in CSV_COLUMNS
+            ]
+        )
     return out.getvalue()
 
 
@@ -359,8 +471,15 @@ def to_png(report: Report, path: str) -> None:
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)  # GPU-hours
     for i, a in enumerate(accounts):
         if a.efficiency is not None:
-            ax.annotate(f"{100 * a.efficiency:.0f}% used", (x[i], max(held[i], used[i], unmeasured[i])),
-                        ha="center", xytext=(0, 14), textcoords="offset points", fontsize=8, color="#333333")
+            ax.annotate(
+                f"{100 * a.efficiency:.0f}% used",
+                (x[i], max(held[i], used[i], unmeasured[i])),
+                ha="center",
+                xytext=(0, 14),
+                textcoords="offset points",
+                fontsize=8,
+                color="#333333",
+            )
     ax.set_xticks(x, names)
     ax.set_ylabel("GPU-hours")
     ax.set_ylim(0, max(held + used + unmeasured + [1e-6]) * 1.3)
@@ -379,15 +498,23 @@ def to_prometheus(report: Report, path: str) -> None:
     registry = prom.CollectorRegistry()
     labels = ["account", "user"]
     gauges = {
-        "held": prom.Gauge("stune_gpu_hours_held", "GPU-hours held in the report window", labels, registry=registry),
-        "used": prom.Gauge("stune_gpu_hours_used", "GPU-hours used (held x utilization)", labels, registry=registry),
-        "idle": prom.Gauge("stune_gpu_hours_idle", "GPU-hours held but idle (measured jobs)", labels,
-                           registry=registry),
-        "unmeasured": prom.Gauge("stune_gpu_hours_unmeasured", "GPU-hours without a trusted measurement", labels,
-                                 registry=registry),
+        "held": prom.Gauge(
+            "stune_gpu_hours_held", "GPU-hours held in the report window", labels, registry=registry
+        ),
+        "used": prom.Gauge(
+            "stune_gpu_hours_used", "GPU-hours used (held x utilization)", labels, registry=registry
+        ),
+        "idle": prom.Gauge(
+            "stune_gpu_hours_idle", "GPU-hours held but idle (measured jobs)", labels, registry=registry
+        ),
+        "unmeasured": prom.Gauge(
+            "stune_gpu_hours_unmeasured", "GPU-hours without a trusted measurement", labels, registry=registry
+        ),
         "eff": prom.Gauge("stune_gpu_efficiency", "used / measured GPU-hours", labels, registry=registry),
         "fs": prom.Gauge("stune_fairshare_factor", "fair-share factor", labels + ["kind"], registry=registry),
-        "site": prom.Gauge("stune_site_factor", "SiteFactor stune sets on pending jobs", labels, registry=registry),
+        "site": prom.Gauge(
+            "stune_site_factor", "SiteFactor stune sets on pending jobs", labels, registry=registry
+        ),
     }
     for u in report.users:
         gauges["held"].labels(u.account, u.user).set(u.held_gpu_h)
@@ -396,24 +523,38 @@ def to_prometheus(report: Report, path: str) -> None:
         gauges["unmeasured"].labels(u.account, u.user).set(u.unmeasured_gpu_h)
         if u.efficiency is not None:
             gauges["eff"].labels(u.account, u.user).set(u.efficiency)
-        for kind, value in (("sshare", u.fairshare_sshare), ("slurm", u.fairshare_slurm),
-                            ("stune", u.fairshare_stune)):
+        for kind, value in (
+            ("sshare", u.fairshare_sshare),
+            ("slurm", u.fairshare_slurm),
+            ("stune", u.fairshare_stune),
+        ):
             if value is not None:
                 gauges["fs"].labels(u.account, u.user, kind).set(value)
         if u.site_factor is not None:
             gauges["site"].labels(u.account, u.user).set(u.site_factor)
-    quality = prom.Gauge("stune_fairshare_rows_untrusted", "sacct rows the accountant could not trust, by kind",
-                         ["kind"], registry=registry)
+    quality = prom.Gauge(
+        "stune_fairshare_rows_untrusted",
+        "sacct rows the accountant could not trust, by kind",
+        ["kind"],
+        registry=registry,
+    )
     for kind, count in report.data_quality.items():
         quality.labels(kind).set(count)
-    flagged = prom.Gauge("stune_jobs_flagged", "jobs at ~100% utilization with near-idle power", registry=registry)
+    flagged = prom.Gauge(
+        "stune_jobs_flagged", "jobs at ~100% utilization with near-idle power", registry=registry
+    )
     flagged.set(len(report.flagged))
-    stalled = prom.Gauge("stune_job_stalled", "1: this job ran at ~100% utilization with near-idle power (a hung "
-                         "collective or a spin loop)", ["job_id", "account", "user"], registry=registry)
+    stalled = prom.Gauge(
+        "stune_job_stalled",
+        "1: this job ran at ~100% utilization with near-idle power (a hung collective or a spin loop)",
+        ["job_id", "account", "user"],
+        registry=registry,
+    )
     for r in report.flagged:
         stalled.labels(r.job_id, r.account, r.user).set(1)
-    stamp = prom.Gauge("stune_fairshare_report_timestamp_seconds", "when the report was computed",
-                       registry=registry)
+    stamp = prom.Gauge(
+        "stune_fairshare_report_timestamp_seconds", "when the report was computed", registry=registry
+    )
     stamp.set(report.as_of)
     prom.write_to_textfile(path, registry)
 

@@ -16,6 +16,7 @@ Start/End. Only a dump with no readable row at all is refused. The text is read 
 lines are split with str.split, transposed, and its columns read by sacct_values.py; repeated strings
 (users, accounts, QOS, AllocTRES) are kept as codes into their distinct values.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,11 +33,25 @@ from ..slurm.tres import tres_count
 from . import sacct_values as values
 from .sacct_values import BAD_TIME
 
-FIELDS = ("JobIDRaw", "JobID", "User", "Account", "Partition", "QOS", "State", "Start", "End", "ElapsedRaw",
-          "AllocTRES", "AdminComment")
+FIELDS = (
+    "JobIDRaw",
+    "JobID",
+    "User",
+    "Account",
+    "Partition",
+    "QOS",
+    "State",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "AllocTRES",
+    "AdminComment",
+)
 STEP_FIELDS = ("NTasks", "TRESUsageInAve")
 REQUIRED = ("JobIDRaw", "User", "Account", "State", "Start", "End", "ElapsedRaw", "AllocTRES")
-BLOCK = 1 << 22  # characters read and split at a time (a block's strings stay in cache; a whole dump's would not)
+BLOCK = (
+    1 << 22
+)  # characters read and split at a time (a block's strings stay in cache; a whole dump's would not)
 
 
 class SacctFormatError(StuneError):
@@ -48,30 +63,30 @@ class JobTable:
     """Allocation rows, one per job run (requeued runs are separate rows). Arrays have one entry per row."""
 
     job_id_raw: list[str]
-    job_id: list[str]         # as users know it (array jobs: 123_4)
-    assoc: np.ndarray         # int32 code into assoc_keys
+    job_id: list[str]  # as users know it (array jobs: 123_4)
+    assoc: np.ndarray  # int32 code into assoc_keys
     assoc_keys: list[tuple[str, str]]  # (account, user)
-    partition: list[str]      # kept as read: only reports look at it, for a few rows
-    qos: np.ndarray           # int32 code into qos_names
+    partition: list[str]  # kept as read: only reports look at it, for a few rows
+    qos: np.ndarray  # int32 code into qos_names
     qos_names: list[str]
-    state_raw: list[str]      # as sacct prints it ("CANCELLED by 0")
-    start: np.ndarray         # int64 epoch, -1 unknown
-    end: np.ndarray           # int64 epoch, -1 unknown (running)
-    elapsed: np.ndarray       # int64 seconds
-    billing: np.ndarray       # float64, Slurm's billable TRES
-    gpus: np.ndarray          # float64, gres/gpu allocated
-    has_summary: np.ndarray   # bool
-    held_s: np.ndarray        # float64 GPU-seconds per the summary (NaN without one)
+    state_raw: list[str]  # as sacct prints it ("CANCELLED by 0")
+    start: np.ndarray  # int64 epoch, -1 unknown
+    end: np.ndarray  # int64 epoch, -1 unknown (running)
+    elapsed: np.ndarray  # int64 seconds
+    billing: np.ndarray  # float64, Slurm's billable TRES
+    gpus: np.ndarray  # float64, gres/gpu allocated
+    has_summary: np.ndarray  # bool
+    held_s: np.ndarray  # float64 GPU-seconds per the summary (NaN without one)
     used_s: np.ndarray
     covered_s: np.ndarray
     busy_s: np.ndarray
     busy_w: np.ndarray
     admin_comment: list[str]  # raw, for the report's per-GPU details
-    gpuutil: np.ndarray       # float64 percent from Slurm's gres/gpuutil (NaN when not recorded)
+    gpuutil: np.ndarray  # float64 percent from Slurm's gres/gpuutil (NaN when not recorded)
     gpuutil_cover: np.ndarray  # float64 0..1: step time with a gpuutil reading over the job's time
-    bad_summary: np.ndarray   # bool: a stune summary that is damaged or out of range (unmeasured)
-    skipped: int = 0          # rows dropped: unreadable (cut lines, unreadable Start/End)
-    duplicates: int = 0       # rows dropped: the same job run twice in the dump (overlapping exports)
+    bad_summary: np.ndarray  # bool: a stune summary that is damaged or out of range (unmeasured)
+    skipped: int = 0  # rows dropped: unreadable (cut lines, unreadable Start/End)
+    duplicates: int = 0  # rows dropped: the same job run twice in the dump (overlapping exports)
     skip_reasons: list[str] = field(default_factory=list)  # the first few skipped rows, "file:line: why"
 
     @property
@@ -93,7 +108,7 @@ class JobTable:
         words = [name.split(" ", 1)[0] for name in names]
         return [words[c] for c in codes.tolist()]
 
-    def subset(self, keep: np.ndarray) -> "JobTable":
+    def subset(self, keep: np.ndarray) -> JobTable:
         """The rows where `keep` is True (association and QOS codes keep their tables)."""
         at = np.flatnonzero(keep).tolist()
         out = {}
@@ -113,12 +128,16 @@ class JobTable:
             shown = "; ".join(self.skip_reasons[:3])
             out.append(f"{self.skipped} unreadable sacct row(s) skipped" + (f": {shown}" if shown else ""))
         if self.duplicates:
-            out.append(f"{self.duplicates} duplicate row(s) of the same job run dropped "
-                       "(overlapping exports?); each run is counted once")
+            out.append(
+                f"{self.duplicates} duplicate row(s) of the same job run dropped "
+                "(overlapping exports?); each run is counted once"
+            )
         bad = int(self.bad_summary.sum())
         if bad:
-            out.append(f"{bad} damaged or out-of-range usage summary(ies) not trusted: charged as Slurm "
-                       "charges (eta = 1)")
+            out.append(
+                f"{bad} damaged or out-of-range usage summary(ies) not trusted: charged as Slurm "
+                "charges (eta = 1)"
+            )
         return out
 
     def keys(self) -> list[str]:
@@ -138,7 +157,9 @@ class _Codes:
     first-seen order, added block by block."""
 
     def __init__(self) -> None:
-        self.index: defaultdict[str, int] = defaultdict(itertools.count().__next__)  # a new value: the next code
+        self.index: defaultdict[str, int] = defaultdict(
+            itertools.count().__next__
+        )  # a new value: the next code
         self.codes: list[int] = []
 
     def add(self, column: Sequence[str]) -> None:
@@ -190,10 +211,18 @@ class _Columns:
             self.kept[name].extend(columns.get(name, ("",) * n))
         start, end = values.epochs(columns["Start"]), values.epochs(columns["End"])
         if len(self.bad_times) < 5:
-            self.bad_times += [(ids[i], columns["Start"][i], columns["End"][i])
-                               for i in np.flatnonzero((start == BAD_TIME) | (end == BAD_TIME))[:5].tolist()]
-        self.numbers.append((start, end, values.counts(columns["ElapsedRaw"]),
-                             *values.summaries(columns.get("AdminComment", ()), n)))
+            self.bad_times += [
+                (ids[i], columns["Start"][i], columns["End"][i])
+                for i in np.flatnonzero((start == BAD_TIME) | (end == BAD_TIME))[:5].tolist()
+            ]
+        self.numbers.append(
+            (
+                start,
+                end,
+                values.counts(columns["ElapsedRaw"]),
+                *values.summaries(columns.get("AdminComment", ()), n),
+            )
+        )
         if numeric is None:
             self.numeric_ids = None
         elif self.numeric_ids is not None:
@@ -205,7 +234,7 @@ def parse(text: str, source: str = "sacct") -> JobTable:
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     with _gc_paused():
-        return _parse((text[at:at + BLOCK] for at in range(0, len(text), BLOCK)), source)
+        return _parse((text[at : at + BLOCK] for at in range(0, len(text), BLOCK)), source)
 
 
 def read_file(path: str) -> JobTable:
@@ -249,8 +278,10 @@ def _header(line: str, number: int, source: str) -> list[str]:
     header = line.rstrip("\r").split("|")
     missing = [f for f in REQUIRED if f not in header]
     if missing:
-        raise SacctFormatError(f"{source}:{number}: header lacks {', '.join(missing)} (got {'|'.join(header)}); "
-                               f"export with --format={','.join(FIELDS)}")
+        raise SacctFormatError(
+            f"{source}:{number}: header lacks {', '.join(missing)} (got {'|'.join(header)}); "
+            f"export with --format={','.join(FIELDS)}"
+        )
     if "AdminComment" in header and header[-1] != "AdminComment":
         raise SacctFormatError(f"{source}:{number}: AdminComment must be the last column (it is free text)")
     return header
@@ -261,8 +292,11 @@ def _rows(lines: list[str], number: int, width: int, source: str, cut: list[str]
     a blank line is passed over, and a cut or mangled line (fewer fields) is skipped and described in `cut`."""
     rows = list(map(str.split, lines, itertools.repeat("|"), itertools.repeat(width - 1)))
     if rows and min(map(len, rows)) < width:  # (a blank line too: one field)
-        cut += [f"{source}:{number + k}: {line.count('|') + 1} fields, the header has {width}"
-                for k, line in enumerate(lines) if line and line.count("|") < width - 1]
+        cut += [
+            f"{source}:{number + k}: {line.count('|') + 1} fields, the header has {width}"
+            for k, line in enumerate(lines)
+            if line and line.count("|") < width - 1
+        ]
         rows = [row for row in rows if len(row) == width]
     return rows
 
@@ -297,25 +331,46 @@ def _parse(blocks: Iterable[str], source: str) -> JobTable:
     billing = np.array([tres_count(t, "billing") for t in tres.names] or [0.0])[tres_codes]
     gpus = np.array([tres_count(t, "gres/gpu") for t in tres.names] or [0.0])[tres_codes]
     comments = columns.kept["AdminComment"]
-    start, end, elapsed, has_summary, bad_summary, held, used, covered, busy, busy_w = \
-        [np.concatenate(parts) for parts in zip(*columns.numbers)] if columns.numbers \
+    start, end, elapsed, has_summary, bad_summary, held, used, covered, busy, busy_w = (
+        [np.concatenate(parts) for parts in zip(*columns.numbers)]
+        if columns.numbers
         else [np.zeros(0, dtype=np.int64)] * 3 + [np.zeros(0, dtype=bool)] * 2 + [np.zeros(0)] * 5
+    )
     gpuutil = np.full(n, np.nan)
     gpuutil_cover = np.zeros(n)
     if columns.steps["JobIDRaw"] and "TRESUsageInAve" in header:
         values.join_gpuutil(ids, elapsed, columns.steps, gpuutil, gpuutil_cover)
     qos = columns.coded["QOS"]
     table = JobTable(
-        job_id_raw=ids, job_id=columns.kept["JobID"], assoc=assoc, assoc_keys=assoc_keys,
-        partition=columns.kept["Partition"], qos=qos.array(), qos_names=qos.names,
-        state_raw=columns.kept["State"], start=start, end=end, elapsed=elapsed,
-        billing=billing, gpus=gpus, has_summary=has_summary, held_s=held, used_s=used, covered_s=covered,
-        busy_s=busy, busy_w=busy_w, admin_comment=comments, gpuutil=gpuutil, gpuutil_cover=gpuutil_cover,
-        bad_summary=bad_summary)
+        job_id_raw=ids,
+        job_id=columns.kept["JobID"],
+        assoc=assoc,
+        assoc_keys=assoc_keys,
+        partition=columns.kept["Partition"],
+        qos=qos.array(),
+        qos_names=qos.names,
+        state_raw=columns.kept["State"],
+        start=start,
+        end=end,
+        elapsed=elapsed,
+        billing=billing,
+        gpus=gpus,
+        has_summary=has_summary,
+        held_s=held,
+        used_s=used,
+        covered_s=covered,
+        busy_s=busy,
+        busy_w=busy_w,
+        admin_comment=comments,
+        gpuutil=gpuutil,
+        gpuutil_cover=gpuutil_cover,
+        bad_summary=bad_summary,
+    )
     readable = (start != BAD_TIME) & (end != BAD_TIME)
     table.skipped = len(cut) + n - int(readable.sum())
-    table.skip_reasons = cut[:5] + [f"{source}: job {job}: unreadable Start/End ({s!r}, {e!r})"
-                                    for job, s, e in columns.bad_times[:5]]
+    table.skip_reasons = cut[:5] + [
+        f"{source}: job {job}: unreadable Start/End ({s!r}, {e!r})" for job, s, e in columns.bad_times[:5]
+    ]
     numeric_ids = None if columns.numeric_ids is None else np.concatenate(columns.numeric_ids or [start[:0]])
     duplicate = _duplicate_runs(ids, start, end, elapsed, numeric_ids)
     keep = readable if duplicate is None else readable & ~duplicate
@@ -337,8 +392,9 @@ def _factorize_pairs(first: _Codes, second: _Codes) -> tuple[np.ndarray, list[tu
     return codes.astype(np.int32).ravel(), keys
 
 
-def _duplicate_runs(ids: list[str], start: np.ndarray, end: np.ndarray, elapsed: np.ndarray,
-                    numeric: np.ndarray | None) -> np.ndarray | None:
+def _duplicate_runs(
+    ids: list[str], start: np.ndarray, end: np.ndarray, elapsed: np.ndarray, numeric: np.ndarray | None
+) -> np.ndarray | None:
     """Rows that repeat an earlier row's job run (same JobIDRaw and Start), as two overlapping sacct exports
     concatenated give: of each run the most finished row is kept (ended, then longest). None when every run
     appears once; sacct prints jobs in id order, so the common case is one O(n) check. `numeric`: the ids as

@@ -5,14 +5,15 @@ column's "unknown" (a bad Start/End is BAD_TIME, and the row is then skipped and
 an exception. Each has one quick check over the whole column (every value a plain number, say) and reads
 row by row only when that fails.
 """
+
 from __future__ import annotations
 
 import itertools
 import math
-from operator import methodcaller
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from operator import methodcaller
 
 import numpy as np
 
@@ -21,20 +22,22 @@ from ..usage.summary import PREFIX as SUMMARY_PREFIX
 from ..usage.summary import parse_head
 
 UNKNOWN_TIMES = frozenset(("", "Unknown", "None", "N/A"))
-BAD_TIME = -3         # an unreadable Start/End: the row is skipped (and counted)
-MAX_EPOCH = 1 << 40   # a plain number: ASCII digits, below this
+BAD_TIME = -3  # an unreadable Start/End: the row is skipped (and counted)
+MAX_EPOCH = 1 << 40  # a plain number: ASCII digits, below this
 SUMMARY_SLACK = 1.001  # rounding in encode() (one decimal) may put used a hair above cov
 
 
 _UNKNOWN_MARK = str(MAX_EPOCH)  # (a plain number, out of range: read as -1 after the column's conversion)
-_MARKED = {word: _UNKNOWN_MARK for word in UNKNOWN_TIMES}
+_MARKED = dict.fromkeys(UNKNOWN_TIMES, _UNKNOWN_MARK)
 
 
 def plain_column(column: Sequence[str], limit: int = MAX_EPOCH) -> np.ndarray | None:
     """The column as int64 when every value is a plain number (ASCII digits, below `limit`), else None:
     one check and one conversion for the whole column (the common case), rows one by one only when it fails."""
     joined = "".join(column)
-    if not (joined.isascii() and joined.isdigit()):  # (int() would also read signs, spaces, '_', other digits)
+    if not (
+        joined.isascii() and joined.isdigit()
+    ):  # (int() would also read signs, spaces, '_', other digits)
         return None
     try:
         out = np.array(list(map(int, column)), dtype=np.int64)
@@ -63,12 +66,16 @@ def epochs(column: Sequence[str]) -> np.ndarray:
     out = plain_column(column)
     if out is not None:
         return out
-    out = plain_column(list(map(_MARKED.get, column, column)), MAX_EPOCH + 1)  # (each unknown word as the mark)
+    out = plain_column(
+        list(map(_MARKED.get, column, column)), MAX_EPOCH + 1
+    )  # (each unknown word as the mark)
     if out is not None:
         for i in np.flatnonzero(out == MAX_EPOCH).tolist():  # (the mark, or the number itself: out of range)
             out[i] = -1 if column[i] in UNKNOWN_TIMES else BAD_TIME
         return out
-    return np.array([_plain_int(v, BAD_TIME) if v.isdigit() else _other_time(v) for v in column], dtype=np.int64)
+    return np.array(
+        [_plain_int(v, BAD_TIME) if v.isdigit() else _other_time(v) for v in column], dtype=np.int64
+    )
 
 
 def _other_time(text: str) -> int:
@@ -116,8 +123,10 @@ def _heads(texts: list[str]) -> list[tuple | None]:
     """parse_head of each text; the heads in encode()'s form are read by one pattern (when some text does not
     match, or a number is not one float() reads, each text goes through parse_head)."""
     try:
-        return [(float(h), float(u), float(c), float(b), None if w == "-" else float(w))
-                for h, u, c, b, w in (match.groups() for match in map(_HEAD.match, texts))]
+        return [
+            (float(h), float(u), float(c), float(b), None if w == "-" else float(w))
+            for h, u, c, b, w in (match.groups() for match in map(_HEAD.match, texts))
+        ]
     except (ValueError, AttributeError):  # (AttributeError: a text did not match)
         return [parse_head(text) for text in texts]
 
@@ -125,10 +134,20 @@ def _heads(texts: list[str]) -> list[tuple | None]:
 def distrust_insane(has, bad, held, used, covered, busy, busy_w) -> tuple[np.ndarray, ...]:
     """Summaries whose numbers are not finite or out of range become unmeasured (has False, bad True)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        sane = np.isfinite(held) & np.isfinite(used) & np.isfinite(covered) & np.isfinite(busy) \
-            & (held >= 0) & (used >= 0) & (covered >= 0) & (busy >= 0) \
-            & (used <= covered * SUMMARY_SLACK + 0.1) & (busy <= covered * SUMMARY_SLACK + 0.1) \
-            & ~(busy_w < 0) & ~np.isinf(busy_w)
+        sane = (
+            np.isfinite(held)
+            & np.isfinite(used)
+            & np.isfinite(covered)
+            & np.isfinite(busy)
+            & (held >= 0)
+            & (used >= 0)
+            & (covered >= 0)
+            & (busy >= 0)
+            & (used <= covered * SUMMARY_SLACK + 0.1)
+            & (busy <= covered * SUMMARY_SLACK + 0.1)
+            & ~(busy_w < 0)
+            & ~np.isinf(busy_w)
+        )
     insane = has & ~sane
     if insane.any():
         bad |= insane
@@ -146,8 +165,13 @@ def _gpuutil(tres_usage: str) -> float:
         return float("nan")
 
 
-def join_gpuutil(job_ids: list[str], job_elapsed: np.ndarray, steps: dict[str, list[str]],
-                 out_util: np.ndarray, out_cover: np.ndarray) -> None:
+def join_gpuutil(
+    job_ids: list[str],
+    job_elapsed: np.ndarray,
+    steps: dict[str, list[str]],
+    out_util: np.ndarray,
+    out_cover: np.ndarray,
+) -> None:
     """Per job: the step-time-weighted mean of Slurm's gres/gpuutil per GPU, and the share of the job's time
     it covers, from the step rows' columns (`steps`: JobIDRaw, ElapsedRaw, TRESUsageInAve, AllocTRES and,
     when the dump has it, NTasks). The batch and extern steps count like any other step.
@@ -161,8 +185,9 @@ def join_gpuutil(job_ids: list[str], job_elapsed: np.ndarray, steps: dict[str, l
     weight = np.zeros(len(job_ids))
     total = np.zeros(len(job_ids))
     ntasks = steps.get("NTasks")
-    for k, (sid, secs, usage) in enumerate(zip(steps["JobIDRaw"], counts(steps["ElapsedRaw"]).tolist(),
-                                                steps["TRESUsageInAve"])):
+    for k, (sid, secs, usage) in enumerate(
+        zip(steps["JobIDRaw"], counts(steps["ElapsedRaw"]).tolist(), steps["TRESUsageInAve"])
+    ):
         i = where.get(sid.split(".", 1)[0])
         if i is None or secs <= 0:
             continue

@@ -18,6 +18,7 @@ Usage is per association as slurmctld keeps it: a user association's own charged
 sum over its subtree. The math here is per association (thousands, not millions), so it is plain Python;
 the per-job arithmetic that feeds it is vectorized elsewhere.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -135,7 +136,7 @@ class AssocTree:
         return total
 
     @classmethod
-    def flat(cls, pairs) -> "AssocTree":
+    def flat(cls, pairs) -> AssocTree:
         """A tree for what-if runs without sacctmgr: every account under root, every user under its account,
         all with Fairshare=1."""
         accounts: dict[str, list[str]] = {}
@@ -175,7 +176,9 @@ class AssocTree:
             if a.shares is USE_PARENT and self.fs_parent[i] is not None:
                 fs = self.fs_parent[i]
             level = self.level_shares[fs]
-            out.append(self.assocs[fs].shares / level if level and self.assocs[fs].shares is not None else 0.0)
+            out.append(
+                self.assocs[fs].shares / level if level and self.assocs[fs].shares is not None else 0.0
+            )
         return out
 
     def norm_shares_classic(self) -> list[float]:
@@ -210,8 +213,9 @@ def algorithm_from_flags(priority_flags: str) -> str:
     return "classic" if "NO_FAIR_TREE" in flags else "fair_tree"
 
 
-def compute(tree: AssocTree, user_usage: dict, algorithm: str = "fair_tree",
-            damping: float = 1.0) -> ShareResult:
+def compute(
+    tree: AssocTree, user_usage: dict, algorithm: str = "fair_tree", damping: float = 1.0
+) -> ShareResult:
     """FairShare for every user association from per-(account, user) usage, by Slurm's algorithm."""
     if algorithm == "fair_tree":
         return _fair_tree(tree, user_usage)
@@ -263,12 +267,21 @@ def _fair_tree(tree: AssocTree, user_usage: dict) -> ShareResult:
             k += 1
 
     walk(list(tree.children[tree.root]), False)
-    rows = tuple(ShareRowOut(
-        a.account, a.user, tree.depth[i], a.shares, norm_shares[i] if i != tree.root else 0.0, raw[i],
-        min(raw[i] / root_raw, 1.0) if root_raw else 0.0,
-        efctv[i] if i != tree.root else 1.0,
-        None if i == tree.root else level_fs[i], factors.get(a.key) if a.is_user else None)
-        for i, a in enumerate(tree.assocs))
+    rows = tuple(
+        ShareRowOut(
+            a.account,
+            a.user,
+            tree.depth[i],
+            a.shares,
+            norm_shares[i] if i != tree.root else 0.0,
+            raw[i],
+            min(raw[i] / root_raw, 1.0) if root_raw else 0.0,
+            efctv[i] if i != tree.root else 1.0,
+            None if i == tree.root else level_fs[i],
+            factors.get(a.key) if a.is_user else None,
+        )
+        for i, a in enumerate(tree.assocs)
+    )
     return ShareResult("fair_tree", rows, factors)
 
 
@@ -307,8 +320,11 @@ def _classic(tree: AssocTree, user_usage: dict, damping: float) -> ShareResult:
             value = effective(p)
         else:
             level = tree.level_shares[i]
-            value = effective(p) if not level else \
-                usage_norm[i] + (effective(p) - usage_norm[i]) * (a.shares / level)
+            value = (
+                effective(p)
+                if not level
+                else usage_norm[i] + (effective(p) - usage_norm[i]) * (a.shares / level)
+            )
         efctv[i] = value
         return value
 
@@ -316,10 +332,21 @@ def _classic(tree: AssocTree, user_usage: dict, damping: float) -> ShareResult:
     for i in tree.user_indices:
         fs = tree.fs_parent[i] if tree.assocs[i].shares is USE_PARENT and tree.fs_parent[i] is not None else i
         factors[tree.assocs[i].key] = classic_factor(effective(fs), norm_shares[fs], damping)
-    rows = tuple(ShareRowOut(
-        a.account, a.user, tree.depth[i], a.shares, norm_shares[i] if i != tree.root else 0.0, raw[i],
-        usage_norm[i], effective(i) if i != tree.root else 1.0, None,
-        factors.get(a.key) if a.is_user else None) for i, a in enumerate(tree.assocs))
+    rows = tuple(
+        ShareRowOut(
+            a.account,
+            a.user,
+            tree.depth[i],
+            a.shares,
+            norm_shares[i] if i != tree.root else 0.0,
+            raw[i],
+            usage_norm[i],
+            effective(i) if i != tree.root else 1.0,
+            None,
+            factors.get(a.key) if a.is_user else None,
+        )
+        for i, a in enumerate(tree.assocs)
+    )
     return ShareResult("classic", rows, factors)
 
 

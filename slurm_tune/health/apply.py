@@ -18,6 +18,7 @@ Rules (see docs/health.md):
   so every drain that sorts before its own is visible: every node computes its true place in one order,
   and at most `limit` drains survive.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -28,9 +29,11 @@ from . import result
 DRAIN, DEGRADE, CLEAR, HOLD = "drain", "degraded", "ok", "hold"
 # What slurmctld writes as the reason when a prolog or epilog exits non-zero.
 HOOK_REASONS = ("Prolog error", "Epilog error", "prolog error", "epilog error")
-HOOK_SLACK_S = 120  # the drain follows the hook's exit by a moment; clocks of node and controller differ a bit
-RESYNC_S = 3600     # re-read Slurm this often while a node is not healthy (an admin may have resumed it)
-RETRY_S = 600       # and this often while the breaker holds a drain back or Slurm did not answer
+HOOK_SLACK_S = (
+    120  # the drain follows the hook's exit by a moment; clocks of node and controller differ a bit
+)
+RESYNC_S = 3600  # re-read Slurm this often while a node is not healthy (an admin may have resumed it)
+RETRY_S = 600  # and this often while the breaker holds a drain back or Slurm did not answer
 BREAKER_SETTLE_S = 2.0  # reason times have 1 s resolution: wait past it before reading the others' drains
 
 
@@ -94,15 +97,20 @@ def drain_kind(node, state: dict) -> str:
     if node.reason.startswith(REASON_PREFIX):
         return "ours"
     hook = state.get("hook_fail") if isinstance(state.get("hook_fail"), dict) else {}
-    if hook and node.reason.startswith(HOOK_REASONS) and \
-            _num(node.reason_time) >= _num(hook.get("at")) - HOOK_SLACK_S:
+    if (
+        hook
+        and node.reason.startswith(HOOK_REASONS)
+        and _num(node.reason_time) >= _num(hook.get("at")) - HOOK_SLACK_S
+    ):
         return "hook"
     return "admin"
 
 
 def marks(node) -> tuple[bool, bool]:
     """(has stune's degraded feature, has a stune comment)."""
-    return DEGRADED_FEATURE in (node.feature_set | node.active_feature_set), node.comment.startswith(REASON_PREFIX)
+    return DEGRADED_FEATURE in (node.feature_set | node.active_feature_set), node.comment.startswith(
+        REASON_PREFIX
+    )
 
 
 def plan(node, want: Want, kind: str, keep_active: bool = True) -> tuple[dict, list]:
@@ -159,8 +167,14 @@ def breaker_limit(members: int, fraction: float) -> int:
 
 
 def _recent(nodes, partition: str, since: float) -> list:
-    return [n for n in nodes if partition in n.partitions and n.drain and n.reason.startswith(REASON_PREFIX)
-            and _num(n.reason_time) >= since]
+    return [
+        n
+        for n in nodes
+        if partition in n.partitions
+        and n.drain
+        and n.reason.startswith(REASON_PREFIX)
+        and _num(n.reason_time) >= since
+    ]
 
 
 def breaker_check(nodes, partition: str, me: str, now: float, window: float, fraction: float) -> Breaker:
@@ -169,9 +183,14 @@ def breaker_check(nodes, partition: str, me: str, now: float, window: float, fra
     limit = breaker_limit(len(members), fraction)
     recent = sorted(n.name for n in _recent(members, partition, now - window) if n.name != me)
     allowed = len(recent) + 1 <= limit
-    message = "" if allowed else (
-        f"circuit breaker open: {len(recent)} of {len(members)} nodes in partition {partition} were drained by "
-        f"stune within {window:g}s (limit {fraction:.0%} = {limit}); not draining {me}")
+    message = (
+        ""
+        if allowed
+        else (
+            f"circuit breaker open: {len(recent)} of {len(members)} nodes in partition {partition} were drained by "
+            f"stune within {window:g}s (limit {fraction:.0%} = {limit}); not draining {me}"
+        )
+    )
     return Breaker(allowed, limit, len(members), recent, message)
 
 
@@ -182,9 +201,14 @@ def breaker_confirm(nodes, partition: str, me: str, now: float, window: float, f
     recent = sorted(_recent(members, partition, now - window), key=lambda n: (_num(n.reason_time), n.name))
     names = [n.name for n in recent]
     allowed = me not in names or names.index(me) < limit
-    message = "" if allowed else (
-        f"circuit breaker open: {names.index(me)} of {len(members)} nodes in partition {partition} were drained "
-        f"by stune just before {me} (limit {fraction:.0%} = {limit}); undid the drain of {me}")
+    message = (
+        ""
+        if allowed
+        else (
+            f"circuit breaker open: {names.index(me)} of {len(members)} nodes in partition {partition} were drained "
+            f"by stune just before {me} (limit {fraction:.0%} = {limit}); undid the drain of {me}"
+        )
+    )
     return Breaker(allowed, limit, len(members), names, message)
 
 
@@ -201,13 +225,18 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
     fields, notes = plan(node, want, kind)
     if fields.get("state") == "RESUME" and profile.active.gate_resume:
         # the partition gates return to service on the active checks: hand the drain over to stune-sweep
-        fields.update(state="DRAIN", reason=f"{ACTIVE_DRAIN}awaiting active checks (was: {node.reason})"[:200])
-        notes = [n for n in notes if not n.startswith("resumed")] + ["passive checks pass: awaiting the active checks"]
+        fields.update(
+            state="DRAIN", reason=f"{ACTIVE_DRAIN}awaiting active checks (was: {node.reason})"[:200]
+        )
+        notes = [n for n in notes if not n.startswith("resumed")] + [
+            "passive checks pass: awaiting the active checks"
+        ]
     breaker = None
     health = profile.health
     if fields.get("state") == "DRAIN" and kind == "none":
-        breaker = breaker_check(nodes, profile.partition, node_name, now, health.drain_window,
-                                health.drain_max_fraction)
+        breaker = breaker_check(
+            nodes, profile.partition, node_name, now, health.drain_window, health.drain_max_fraction
+        )
         if not breaker.allowed:
             _record(state, want, now, retry=True)
             return Outcome(True, kind, [], notes + [breaker.message], breaker)
@@ -219,8 +248,9 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
 
             sleep = time.sleep
         sleep(BREAKER_SETTLE_S)
-        after = breaker_confirm(slurm.nodes(), profile.partition, node_name, now, health.drain_window,
-                                health.drain_max_fraction)
+        after = breaker_confirm(
+            slurm.nodes(), profile.partition, node_name, now, health.drain_window, health.drain_max_fraction
+        )
         if not after.allowed:
             _update(slurm, node_name, {"state": "RESUME"}, notes)
             _record(state, want, now, retry=True)
@@ -252,5 +282,9 @@ def _update(slurm, node_name: str, fields: dict, notes: list) -> None:
 
 
 def _record(state: dict, want: Want, now: float, retry: bool) -> None:
-    state["applied"] = {"action": want.action, "reason": want.reason, "synced_at": round(now, 3),
-                        "retry_at": round(now + RETRY_S, 3) if retry else None}
+    state["applied"] = {
+        "action": want.action,
+        "reason": want.reason,
+        "synced_at": round(now, 3),
+        "retry_at": round(now + RETRY_S, 3) if retry else None,
+    }

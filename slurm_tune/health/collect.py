@@ -5,6 +5,7 @@ through the hardware layer's section readers, each under the profile's probe dea
 NVML. The epilog and the periodic run take a full capture. In tests and replays the NVML part comes from a
 snapshot file (`--gpu-snapshot`, `$STUNE_GPU_SNAPSHOT`) instead of the driver.
 """
+
 from __future__ import annotations
 
 import time
@@ -44,7 +45,11 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
         plan.append(("net", list(dict.fromkeys(names)), sysfs.netdev))
     if profile.gpu.count:
         # the GPUs NVML listed last time, by address; a scan of the whole bus only until that is known
-        known = [a for a in known_gpus if isinstance(a, str) and "/" not in a] if isinstance(known_gpus, list) else []
+        known = (
+            [a for a in known_gpus if isinstance(a, str) and "/" not in a]
+            if isinstance(known_gpus, list)
+            else []
+        )
         plan.append(("pci_gpus", known if len(known) >= profile.gpu.count else None, sysfs.pci_device))
     finished: list = []
 
@@ -62,21 +67,38 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
 
     result = run_probe("sysfs", probe, profile.health.probe_timeout_s)
     read = result.value if isinstance(result.value, dict) else {}
-    snap = {"format": FORMAT, "node": node, "captured_at": round(time.time(), 3), "sysfs_root": root,
-            "scope": "fast"}
+    snap = {
+        "format": FORMAT,
+        "node": node,
+        "captured_at": round(time.time(), 3),
+        "sysfs_root": root,
+        "scope": "fast",
+    }
     for section, _, _ in plan:
-        snap[section] = {"answered": section in finished, "devices": read.get(section, {}),
-                         "elapsed_s": round(result.elapsed_s, 4)}
+        snap[section] = {
+            "answered": section in finished,
+            "devices": read.get(section, {}),
+            "elapsed_s": round(result.elapsed_s, 4),
+        }
         if section not in finished:
-            snap[section]["error"] = result.message if result.status != ERROR else f"sysfs probe failed: " \
-                                                                                   f"{result.message}"
+            snap[section]["error"] = (
+                result.message if result.status != ERROR else f"sysfs probe failed: {result.message}"
+            )
     add_known_gpus(sysfs, snap, known_gpus)
     snap["problems"] = list(sysfs.problems)
     return snap
 
 
-def full(root: str, profile, node: str, gpu_snapshot: str | None = None, gids: bool = False,
-         timeout_s: float | None = None, known_gpus=None, nvml: bool = True) -> dict:
+def full(
+    root: str,
+    profile,
+    node: str,
+    gpu_snapshot: str | None = None,
+    gids: bool = False,
+    timeout_s: float | None = None,
+    known_gpus=None,
+    nvml: bool = True,
+) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
     only when asked for: the checks do not need them, a capture for triage does. A profile without GPUs
     (gpu.count 0) neither imports pynvml nor probes NVML."""
@@ -84,8 +106,14 @@ def full(root: str, profile, node: str, gpu_snapshot: str | None = None, gids: b
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
     if profile is not None and not profile.gpu.count:  # a CPU/IB-only partition: no pynvml, no NVML probe
-        return capture(root, timeout_s=timeout, nvml=False, node=node, gids=gids,
-                       no_nvml=f"not captured (partition {profile.partition} has gpu.count 0)")
+        return capture(
+            root,
+            timeout_s=timeout,
+            nvml=False,
+            node=node,
+            gids=gids,
+            no_nvml=f"not captured (partition {profile.partition} has gpu.count 0)",
+        )
     snap = capture(root, timeout_s=timeout, nvml=nvml and gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:
         snap["gpus"] = replay_gpus(gpu_snapshot)

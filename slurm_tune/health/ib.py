@@ -6,9 +6,17 @@ unknown; `rate` below the profile's rate is degraded; the error counters are jud
 the last periodic run against the profile's thresholds (first sight: baseline only; a counter that went down
 was reset by a driver reload or reboot: re-baseline, no alarm). RoCE ports need their netdev up.
 """
+
 from __future__ import annotations
 
-from ..hw.sysfs import IB_ERROR_COUNTERS, netdev_is_up, parse_counter, parse_int, parse_port_state, parse_rate_gbps
+from ..hw.sysfs import (
+    IB_ERROR_COUNTERS,
+    netdev_is_up,
+    parse_counter,
+    parse_int,
+    parse_port_state,
+    parse_rate_gbps,
+)
 from . import result
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
@@ -17,12 +25,23 @@ LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 # RFC 2863 operational states, as /sys/class/net/*/operstate spells them.
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
-PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining", 5: "LinkUp",
-               6: "LinkErrorRecovery", 7: "Phy Test"}
+PHYS_STATES = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "Phy Test",
+}
 # Width of each error counter in the IB PortCounters attribute that sysfs shows: they stop at their maximum
 # instead of wrapping, after which increases cannot be measured until the counters are reset.
-COUNTER_MAX = {"symbol_error": 0xFFFF, "link_error_recovery": 0xFF, "link_downed": 0xFF,
-               "port_rcv_errors": 0xFFFF}
+COUNTER_MAX = {
+    "symbol_error": 0xFFFF,
+    "link_error_recovery": 0xFF,
+    "link_downed": 0xFF,
+    "port_rcv_errors": 0xFFFF,
+}
 
 
 def _dict(value) -> dict | None:
@@ -61,13 +80,22 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
                 results.append(result.unknown("ib.link", subject, f"cannot judge: {why}"))
                 continue
             try:  # one port's bad data (or a bug it triggers) is that port's finding, never its neighbours'
-                port_results, counters = _check_port(devices, hca, fabric, profile.health.counters,
-                                                     _dict(baselines_in.get(subject)) or {})
+                port_results, counters = _check_port(
+                    devices, hca, fabric, profile.health.counters, _dict(baselines_in.get(subject)) or {}
+                )
                 if fabric.type == "roce" and hca.netdev:
                     port_results.append(_check_roce_netdev(devices, nets, nets_why, hca))
             except Exception as exc:
-                port_results, counters = [result.unknown("ib.internal", subject, f"internal error judging {subject}: "
-                                                    f"{type(exc).__name__}: {exc}")], None
+                port_results, counters = (
+                    [
+                        result.unknown(
+                            "ib.internal",
+                            subject,
+                            f"internal error judging {subject}: {type(exc).__name__}: {exc}",
+                        )
+                    ],
+                    None,
+                )
                 if type(baselines_in.get(subject)) is dict:
                     counters = baselines_in[subject]
             results += port_results
@@ -82,28 +110,53 @@ def _check_port(devices: dict, hca, fabric, thresholds, baseline: dict) -> tuple
     subject = f"{hca.device}/{hca.port}"
     dev = _dict(devices.get(hca.device))
     if hca.device not in devices:
-        return [result.fail("ib.link", subject, f"HCA {hca.device} is missing (not in /sys/class/infiniband); "
-                                           f"the {fabric.type} profile requires it", f"{hca.device} missing")], None
+        return [
+            result.fail(
+                "ib.link",
+                subject,
+                f"HCA {hca.device} is missing (not in /sys/class/infiniband); "
+                f"the {fabric.type} profile requires it",
+                f"{hca.device} missing",
+            )
+        ], None
     if dev is None:
         return [result.unknown("ib.link", subject, f"unreadable entry for {hca.device}")], None
     if isinstance(dev.get("unreadable"), str):
-        return [result.unknown("ib.link", subject, f"HCA {hca.device} is there but cannot be read: "
-                                              f"{dev['unreadable']}")], None
+        return [
+            result.unknown(
+                "ib.link", subject, f"HCA {hca.device} is there but cannot be read: {dev['unreadable']}"
+            )
+        ], None
     ports = _dict(dev.get("ports"))
     port = _dict(ports.get(str(hca.port))) if ports is not None else None
     if ports is None or (port is None and str(hca.port) in ports):
         return [result.unknown("ib.link", subject, f"unreadable port list for {hca.device}")], None
     if port is None and isinstance(dev.get("ports_error"), str):
-        return [result.unknown("ib.link", subject,
-                               f"cannot list the ports of {hca.device}: {dev['ports_error']}")], None
+        return [
+            result.unknown("ib.link", subject, f"cannot list the ports of {hca.device}: {dev['ports_error']}")
+        ], None
     if port is not None and isinstance(port.get("unreadable"), str):
-        return [result.unknown("ib.link", subject, f"port {hca.port} of {hca.device} is there but cannot be read: "
-                                              f"{port['unreadable']}")], None
+        return [
+            result.unknown(
+                "ib.link",
+                subject,
+                f"port {hca.port} of {hca.device} is there but cannot be read: {port['unreadable']}",
+            )
+        ], None
     if port is None or port.get("present") is False:
-        return [result.fail("ib.link", subject, f"port {hca.port} of {hca.device} is missing; the profile requires it",
-                       f"{subject} missing")], None
+        return [
+            result.fail(
+                "ib.link",
+                subject,
+                f"port {hca.port} of {hca.device} is missing; the profile requires it",
+                f"{subject} missing",
+            )
+        ], None
     counters, new_baseline = _check_counters(port, subject, thresholds, baseline)
-    return [_check_link(port, subject, fabric), _check_rate(port, subject, fabric.rate_gbps)] + counters, new_baseline
+    return [
+        _check_link(port, subject, fabric),
+        _check_rate(port, subject, fabric.rate_gbps),
+    ] + counters, new_baseline
 
 
 def _check_link(port: dict, subject: str, fabric) -> result.Result:
@@ -111,16 +164,35 @@ def _check_link(port: dict, subject: str, fabric) -> result.Result:
     parsed_state, parsed_phys = _known(state, PORT_STATES), _known(phys, PHYS_STATES)
     expected_layer = LINK_LAYER[fabric.type]
     if parsed_state is not None and parsed_state[1] != "ACTIVE":
-        return result.fail("ib.link", subject, f"state {parsed_state[1]} ({state!s}), phys_state {phys!s}; "
-                                          "expected ACTIVE and LinkUp", f"{subject} state {parsed_state[1]}")
+        return result.fail(
+            "ib.link",
+            subject,
+            f"state {parsed_state[1]} ({state!s}), phys_state {phys!s}; expected ACTIVE and LinkUp",
+            f"{subject} state {parsed_state[1]}",
+        )
     if parsed_phys is not None and parsed_phys[1] != "LinkUp":
-        return result.fail("ib.link", subject, f"phys_state {parsed_phys[1]} ({phys!s}); expected LinkUp",
-                      f"{subject} phys_state {parsed_phys[1]}")
+        return result.fail(
+            "ib.link",
+            subject,
+            f"phys_state {parsed_phys[1]} ({phys!s}); expected LinkUp",
+            f"{subject} phys_state {parsed_phys[1]}",
+        )
     if layer in LINK_LAYER.values() and layer != expected_layer:
-        return result.fail("ib.link", subject, f"link_layer {layer}; expected {expected_layer} for a "
-                                          f"{fabric.type} fabric", f"{subject} link_layer {layer}")
-    unreadable = [name for name, ok in (("state", parsed_state), ("phys_state", parsed_phys),
-                                        ("link_layer", layer in LINK_LAYER.values())) if not ok]
+        return result.fail(
+            "ib.link",
+            subject,
+            f"link_layer {layer}; expected {expected_layer} for a {fabric.type} fabric",
+            f"{subject} link_layer {layer}",
+        )
+    unreadable = [
+        name
+        for name, ok in (
+            ("state", parsed_state),
+            ("phys_state", parsed_phys),
+            ("link_layer", layer in LINK_LAYER.values()),
+        )
+        if not ok
+    ]
     if unreadable:
         shown = ", ".join(f"{n} {port.get(n)!r}" for n in unreadable)
         return result.unknown("ib.link", subject, f"unreadable {shown}")
@@ -139,10 +211,16 @@ def _check_rate(port: dict, subject: str, expected) -> result.Result:
     if expected is None:
         return result.ok("ib.rate", subject, f"{text} (no rate required)")
     if rate is None:
-        return result.unknown("ib.rate", subject, f"unreadable rate {text!r}; expected at least {expected} Gb/s")
+        return result.unknown(
+            "ib.rate", subject, f"unreadable rate {text!r}; expected at least {expected} Gb/s"
+        )
     if rate < expected:
-        return result.degraded("ib.rate", subject, f"rate {rate:g} Gb/s ({text}); expected at least {expected} Gb/s",
-                          f"{subject} rate {rate:g} Gb/s < {expected}")
+        return result.degraded(
+            "ib.rate",
+            subject,
+            f"rate {rate:g} Gb/s ({text}); expected at least {expected} Gb/s",
+            f"{subject} rate {rate:g} Gb/s < {expected}",
+        )
     return result.ok("ib.rate", subject, f"{rate:g} Gb/s; expected at least {expected}")
 
 
@@ -195,7 +273,9 @@ def _check_counters(port: dict, subject: str, thresholds, baseline: dict) -> tup
     elif unreadable:
         counters = result.unknown("ib.counters", subject, "unreadable " + "; ".join(unreadable))
     else:
-        counters = result.ok("ib.counters", subject, "; ".join(notes) if notes else "no error counter increases")
+        counters = result.ok(
+            "ib.counters", subject, "; ".join(notes) if notes else "no error counter increases"
+        )
     return [counters], new_baseline
 
 
@@ -205,26 +285,45 @@ def _check_roce_netdev(devices: dict, nets: dict | None, nets_why: str | None, h
         return result.unknown("ib.netdev", subject, f"cannot see {hca.netdev}: {nets_why}")
     info = _dict(nets.get(hca.netdev))
     if info is not None and isinstance(info.get("unreadable"), str):
-        return result.unknown("ib.netdev", subject, f"{hca.netdev} is there but cannot be read: {info['unreadable']}")
+        return result.unknown(
+            "ib.netdev", subject, f"{hca.netdev} is there but cannot be read: {info['unreadable']}"
+        )
     if info is None or info.get("present") is False:
         if hca.netdev in nets and info is None:
             return result.unknown("ib.netdev", subject, f"unreadable entry for {hca.netdev}")
-        return result.fail("ib.netdev", subject, f"netdev {hca.netdev} is missing; the profile binds it to {subject}",
-                      f"{hca.netdev} missing")
+        return result.fail(
+            "ib.netdev",
+            subject,
+            f"netdev {hca.netdev} is missing; the profile binds it to {subject}",
+            f"{hca.netdev} missing",
+        )
     if info.get("present") is not True:
         return result.unknown("ib.netdev", subject, f"unreadable entry for {hca.netdev}")
     dev = _dict(devices.get(hca.device)) or {}
     bound = dev.get("netdevs")
-    if isinstance(bound, list) and bound and all(isinstance(b, str) for b in bound) and hca.netdev not in bound:
-        return result.fail("ib.netdev", subject, f"{hca.device} is bound to {', '.join(bound)}; the profile expects "
-                                            f"{hca.netdev}", f"{hca.device} netdev {','.join(bound)}")
+    if (
+        isinstance(bound, list)
+        and bound
+        and all(isinstance(b, str) for b in bound)
+        and hca.netdev not in bound
+    ):
+        return result.fail(
+            "ib.netdev",
+            subject,
+            f"{hca.device} is bound to {', '.join(bound)}; the profile expects {hca.netdev}",
+            f"{hca.device} netdev {','.join(bound)}",
+        )
     state = info.get("operstate")
     if state not in OPERSTATES or (state == "unknown" and parse_int(info.get("flags")) is None):
-        return result.unknown("ib.netdev", subject, f"unreadable operstate {state!r} (flags {info.get('flags')!r}) "
-                                               f"of {hca.netdev}")
+        return result.unknown(
+            "ib.netdev",
+            subject,
+            f"unreadable operstate {state!r} (flags {info.get('flags')!r}) of {hca.netdev}",
+        )
     if not netdev_is_up(info):
-        return result.fail("ib.netdev", subject, f"{hca.netdev} operstate {state}; expected up",
-                      f"{hca.netdev} {state}")
+        return result.fail(
+            "ib.netdev", subject, f"{hca.netdev} operstate {state}; expected up", f"{hca.netdev} {state}"
+        )
     return result.ok("ib.netdev", subject, f"{hca.netdev} up")
 
 
@@ -238,13 +337,16 @@ def _check_socket_ifname(snapshot, name: str) -> result.Result:
     if info is None or info.get("present") is False:
         if name in nets and info is None:
             return result.unknown("net.socket", name, "unreadable entry")
-        return result.fail("net.socket", name, "the socket interface (NCCL bootstrap) is missing",
-                      f"{name} missing")
+        return result.fail(
+            "net.socket", name, "the socket interface (NCCL bootstrap) is missing", f"{name} missing"
+        )
     if info.get("present") is not True:
         return result.unknown("net.socket", name, "unreadable entry")
     state = info.get("operstate")
     if state not in OPERSTATES or (state == "unknown" and parse_int(info.get("flags")) is None):
-        return result.unknown("net.socket", name, f"unreadable operstate {state!r} (flags {info.get('flags')!r})")
+        return result.unknown(
+            "net.socket", name, f"unreadable operstate {state!r} (flags {info.get('flags')!r})"
+        )
     if not netdev_is_up(info):
         return result.fail("net.socket", name, f"operstate {state}; expected up", f"{name} {state}")
     return result.ok("net.socket", name, "up")

@@ -1,8 +1,8 @@
 """Run every check family over one snapshot. A family that raises yields "unknown", never "fail"."""
+
 from __future__ import annotations
 
-from . import gpu, ib, versions
-from . import result
+from . import gpu, ib, result, versions
 
 
 def _xid(snapshot, profile, previous):
@@ -22,15 +22,25 @@ def judge(snapshot, profile, previous: dict | None = None) -> tuple[result.Verdi
     """(verdict, state updates) for `snapshot` under `profile`, given the node's previous state."""
     previous = previous if isinstance(previous, dict) else {}
     if not isinstance(snapshot, dict):
-        return result.make_verdict([result.unknown("snapshot", "node", "not a snapshot (expected a JSON object)")]), {}
+        return result.make_verdict(
+            [result.unknown("snapshot", "node", "not a snapshot (expected a JSON object)")]
+        ), {}
     results: list = []
     updates: dict = {}
     for name, family in FAMILIES:
         try:
             found, changes = family(snapshot, profile, previous)
         except Exception as exc:  # a bug in a check must never drain a node
-            found, changes = [result.unknown(f"{name}.internal", "node",
-                                        f"internal error in the {name} checks: {type(exc).__name__}: {exc}")], {}
+            found, changes = (
+                [
+                    result.unknown(
+                        f"{name}.internal",
+                        "node",
+                        f"internal error in the {name} checks: {type(exc).__name__}: {exc}",
+                    )
+                ],
+                {},
+            )
         results += found
         updates.update(changes)
     return result.make_verdict(results), updates
@@ -50,8 +60,12 @@ def escalate_unknowns(verdict: result.Verdict, state: dict, after: int) -> resul
             count = before.get(key)
             runs[key] = count = (count if type(count) is int and 0 < count < 1 << 30 else 0) + 1
             if after and count >= after:
-                r = result.degraded(r.check, r.subject, f"{r.message} (unknown in {count} runs in a row)",
-                               f"{r.subject} unknown for {count} runs: {r.message}")
+                r = result.degraded(
+                    r.check,
+                    r.subject,
+                    f"{r.message} (unknown in {count} runs in a row)",
+                    f"{r.subject} unknown for {count} runs: {r.message}",
+                )
         results.append(r)
     state["unknown_runs"] = runs
     return result.make_verdict(results)

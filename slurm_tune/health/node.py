@@ -12,19 +12,17 @@ Which profile applies to a node: $STUNE_HEALTH_PARTITION (per node, from /etc/de
 when it has a profile, and for the periodic run, the node's first partition with a profile (one Slurm
 lookup). The first answer is kept, so a node in several partitions judges itself by one profile.
 """
+
 from __future__ import annotations
 
 import os
 import time
 
-from ..errors import ConfigError
-from ..errors import EXIT_BREAKER, EXIT_HOOK_FAIL
+from ..errors import EXIT_BREAKER, EXIT_HOOK_FAIL, ConfigError
 from ..frozen import Record
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand, job_partition, node_name
-from . import judge, outputs
-from . import result
-from . import state
+from . import judge, outputs, result, state
 
 HOOK_MODES = ("prolog", "epilog")
 
@@ -46,7 +44,8 @@ def settings(options: dict, environ=None) -> Settings:
         state_dir=state.state_dir(options.get("state_dir"), environ, node),
         gpu_snapshot=expand(gpu_snapshot, node) if gpu_snapshot else None,
         prom_path=options.get("prom") or environ.get("STUNE_HEALTH_PROM") or None,
-        json_path=options.get("json_out") or environ.get("STUNE_HEALTH_JSON") or None)
+        json_path=options.get("json_out") or environ.get("STUNE_HEALTH_JSON") or None,
+    )
 
 
 def _profiles():
@@ -78,18 +77,39 @@ def resolve_profile(cfg: Settings, held: dict, mode: str, environ=None, slurm=No
         for name in node.partitions if node is not None else ():
             if name in profiles:
                 return profiles[name], f"first profiled partition of {cfg.node} in Slurm"
-    raise ConfigError(profile_dir(), None, "", f"no profile applies to node {cfg.node}: set STUNE_HEALTH_PARTITION "
-                                               "(e.g. in /etc/default/stune) or pass --partition")
+    raise ConfigError(
+        profile_dir(),
+        None,
+        "",
+        f"no profile applies to node {cfg.node}: set STUNE_HEALTH_PARTITION "
+        "(e.g. in /etc/default/stune) or pass --partition",
+    )
 
 
-def _record_last(held: dict, mode: str, now: float, verdict: result.Verdict, policy: str, enforced: bool,
-                 seen: str | None = None) -> None:
+def _record_last(
+    held: dict,
+    mode: str,
+    now: float,
+    verdict: result.Verdict,
+    policy: str,
+    enforced: bool,
+    seen: str | None = None,
+) -> None:
     """`seen`: the status before unknowns were escalated (an unknown marked degraded passed nothing)."""
-    held["last"] = {"mode": mode, "at": round(now, 3), "status": verdict.status, "reason": verdict.reason,
-                     "policy": policy, "enforced": enforced}
-    if (seen or verdict.status) in (result.OK, result.DEGRADED):  # passed: not a failure, and not merely unseen
+    held["last"] = {
+        "mode": mode,
+        "at": round(now, 3),
+        "status": verdict.status,
+        "reason": verdict.reason,
+        "policy": policy,
+        "enforced": enforced,
+    }
+    if (seen or verdict.status) in (
+        result.OK,
+        result.DEGRADED,
+    ):  # passed: not a failure, and not merely unseen
         trusted = [p for p in held.get("trusted") or [] if p != policy]
-        held["trusted"] = ([policy] + trusted)[:state.TRUSTED_KEEP]
+        held["trusted"] = ([policy] + trusted)[: state.TRUSTED_KEEP]
 
 
 def breaker_open(held: dict, policy: str) -> bool:
@@ -104,8 +124,10 @@ def enforce_decision(held: dict, verdict: result.Verdict, policy: str) -> tuple[
     if breaker_open(held, policy):
         return False, "not failing the job: the circuit breaker is open for this policy"
     if policy not in (held.get("trusted") or []):
-        return False, (f"not failing the job: this node has never passed policy {policy}, so the policy itself "
-                       "may be wrong; the periodic run judges it, with the circuit breaker")
+        return False, (
+            f"not failing the job: this node has never passed policy {policy}, so the policy itself "
+            "may be wrong; the periodic run judges it, with the circuit breaker"
+        )
     return True, "failing the job: Slurm drains the node and requeues the job"
 
 
@@ -149,15 +171,30 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
         enforced, why = enforce_decision(st.state, verdict, policy)
         _record_last(st.state, mode, now, verdict, policy, enforced)
         if enforced:
-            st.state["hook_fail"] = {"mode": mode, "at": round(now, 3), "reason": verdict.reason,
-                                     "policy": policy}
+            st.state["hook_fail"] = {
+                "mode": mode,
+                "at": round(now, 3),
+                "reason": verdict.reason,
+                "policy": policy,
+            }
         st.state["node"] = cfg.node
         st.save()
         problem = st.problem
-    doc = outputs.report(cfg.node, profile.partition, policy, mode, now, verdict,
-                         {"enforced": enforced, "note": why, "elapsed_s": round(time.monotonic() - start, 4)})
+    doc = outputs.report(
+        cfg.node,
+        profile.partition,
+        policy,
+        mode,
+        now,
+        verdict,
+        {"enforced": enforced, "note": why, "elapsed_s": round(time.monotonic() - start, 4)},
+    )
     problems = _outputs(cfg, doc, mode) + ([problem] if problem else [])
-    line = f"{mode} {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "") + (f"; {why}" if why else "")
+    line = (
+        f"{mode} {verdict.status}"
+        + (f": {verdict.reason}" if verdict.reason else "")
+        + (f"; {why}" if why else "")
+    )
     state.log(cfg.state_dir, line + "".join(f"; {p}" for p in problems), now)
     return (1 if enforced else 0), doc
 
@@ -198,8 +235,7 @@ def _say_and_log(prog: str, cfg, line: str) -> None:
 def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int, dict]:
     """The periodic run: full checks, then apply to Slurm only if the wanted state changed."""
     from ..errors import SlurmError
-    from . import apply
-    from . import collect
+    from . import apply, collect
 
     start = time.monotonic()
     now = time.time()
@@ -232,8 +268,12 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     with state.Locked(cfg.state_dir) as st:
         if outcome is not None:
             st.state["applied"] = snapshot_of_state["applied"]
-            st.state["breaker"] = {"open": held_back, "at": round(now, 3), "policy": policy,
-                                   "message": breaker.message if breaker else ""}
+            st.state["breaker"] = {
+                "open": held_back,
+                "at": round(now, 3),
+                "policy": policy,
+                "message": breaker.message if breaker else "",
+            }
         elif error is not None:
             applied = st.state.get("applied") if isinstance(st.state.get("applied"), dict) else {}
             applied["retry_at"] = round(now + apply.RETRY_S, 3)
@@ -245,13 +285,22 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
             st.save()
     if held_back and breaker is None:
         breaker = apply.Breaker(False, None, None, [], breaker_message)
-    extra = {"action": want.action, "sync": why or "", "profile_from": how,
-             "applied": [] if outcome is None else outcome.updates,
-             "notes": [] if outcome is None else outcome.notes,
-             "breaker": {"open": held_back, "message": breaker.message if breaker else "",
-                         "limit": breaker.limit if breaker else None,
-                         "recent": list(breaker.recent) if breaker else []},
-             "dry_run": dry_run, "error": error, "elapsed_s": round(time.monotonic() - start, 4)}
+    extra = {
+        "action": want.action,
+        "sync": why or "",
+        "profile_from": how,
+        "applied": [] if outcome is None else outcome.updates,
+        "notes": [] if outcome is None else outcome.notes,
+        "breaker": {
+            "open": held_back,
+            "message": breaker.message if breaker else "",
+            "limit": breaker.limit if breaker else None,
+            "recent": list(breaker.recent) if breaker else [],
+        },
+        "dry_run": dry_run,
+        "error": error,
+        "elapsed_s": round(time.monotonic() - start, 4),
+    }
     doc = outputs.report(cfg.node, profile.partition, policy, "run", now, verdict, extra)
     if dry_run:
         return 0, doc
@@ -260,7 +309,9 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     if why:
         line += f"; Slurm: {why}" + (f", changed {','.join(outcome.updates) or 'nothing'}" if outcome else "")
     held = [breaker_message] if held_back and outcome is None and breaker_message else []
-    for note in (outcome.notes if outcome else []) + held + ([f"Slurm error: {error}"] if error else []) + problems:
+    for note in (
+        (outcome.notes if outcome else []) + held + ([f"Slurm error: {error}"] if error else []) + problems
+    ):
         line += f"; {note}"
     state.log(cfg.state_dir, line, now)
     if held_back:

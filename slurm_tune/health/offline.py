@@ -1,14 +1,13 @@
 """The offline check (`stune-health check`): judge a snapshot file by a partition's profile, away from the node
 it was taken on. Apart from node.py so that judging a file loads none of the hooks' and the periodic run's
 code (the hot-path rule, docs/speed.md)."""
+
 from __future__ import annotations
 
 import os
 
 from ..errors import ConfigError
-from . import judge
-from . import result
-from . import state
+from . import judge, result, state
 
 
 def choose_profile(partition: str | None, environ=None):
@@ -22,8 +21,12 @@ def choose_profile(partition: str | None, environ=None):
     profiles = load_profiles()
     if len(profiles) == 1:
         return next(iter(profiles.values()))
-    raise ConfigError(profile_dir(), None, "", "several profiles (" + ", ".join(sorted(profiles)) +
-                      "): say which with --partition")
+    raise ConfigError(
+        profile_dir(),
+        None,
+        "",
+        "several profiles (" + ", ".join(sorted(profiles)) + "): say which with --partition",
+    )
 
 
 def check(snapshot: dict, profile, previous_snapshot: dict | None = None) -> tuple[result.Verdict, dict]:

@@ -2,6 +2,7 @@
 export the hook environment file as `set -a; . FILE` would, then run the prolog or the epilog and turn its
 verdict into the hook's exit status. Here rather than in the hook script so that it is compiled once (bytecode
 cache), not at every job. The script has already checked that root alone can write the file."""
+
 from __future__ import annotations
 
 import os
@@ -22,20 +23,25 @@ def simple_assignments(text):
         if line.startswith("export "):
             line = line[7:].lstrip()
         name, eq, value = line.partition("=")
-        if not eq or not name or not (name[0].isalpha() or name[0] == "_") or \
-                not all(c.isalnum() or c == "_" for c in name) or not name.isascii():
+        if (
+            not eq
+            or not name
+            or not (name[0].isalpha() or name[0] == "_")
+            or not all(c.isalnum() or c == "_" for c in name)
+            or not name.isascii()
+        ):
             return None
         if value[:1] in ("'", '"'):
             end = value.find(value[0], 1)
-            inner, rest = value[1:end], value[end + 1:]
-            if end < 0 or value[0] == '"' and set('$`\\') & set(inner):
+            inner, rest = value[1:end], value[end + 1 :]
+            if end < 0 or (value[0] == '"' and set("$`\\") & set(inner)):
                 return None
             value = inner
         else:
             value, _, rest = value.partition(" ")
             if _UNSAFE_VALUE & set(value) or "#" in value[:1]:
                 return None
-        if rest.strip() and not rest.lstrip().startswith("#") or rest[:1] not in ("", " ", "\t"):
+        if (rest.strip() and not rest.lstrip().startswith("#")) or rest[:1] not in ("", " ", "\t"):
             return None
         out[name] = value
     return out
@@ -44,8 +50,12 @@ def simple_assignments(text):
 def shell_assignments(path):
     """What `set -a; . FILE` exports, asked of /bin/sh (for an env file with more than plain assignments)."""
     read, write = os.pipe()
-    pid = os.posix_spawn("/bin/sh", ["sh", "-c", 'set -a; . "$1" >&2 && exec env -0', "sh", path], os.environ,
-                         file_actions=[(os.POSIX_SPAWN_DUP2, write, 1), (os.POSIX_SPAWN_CLOSE, read)])
+    pid = os.posix_spawn(
+        "/bin/sh",
+        ["sh", "-c", 'set -a; . "$1" >&2 && exec env -0', "sh", path],
+        os.environ,
+        file_actions=[(os.POSIX_SPAWN_DUP2, write, 1), (os.POSIX_SPAWN_CLOSE, read)],
+    )
     os.close(write)
     with os.fdopen(read, "rb") as fh:
         data = fh.read()
@@ -68,6 +78,7 @@ def main(env_file: str | None, bindir: str, mode: str = "prolog") -> int:
     if rc == 10:
         return 1  # judged failed: Slurm drains the node (and requeues the job a prolog held back)
     if rc != 0:
-        sys.stderr.write(f"{NAME}: stune-health {mode} exited {rc}; not failing job "
-                         f"{os.environ.get('SLURM_JOB_ID', '')}\n")
+        sys.stderr.write(
+            f"{NAME}: stune-health {mode} exited {rc}; not failing job {os.environ.get('SLURM_JOB_ID', '')}\n"
+        )
     return 0

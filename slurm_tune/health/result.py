@@ -1,5 +1,6 @@
 """What a check returns: frozen.Record subclasses, not namedtuples or dataclasses: this module is on the
 prolog path (the hot-path rule, docs/speed.md)."""
+
 from __future__ import annotations
 
 from ..frozen import Record
@@ -84,5 +85,5 @@ def make_verdict(results: list) -> Verdict:
         if len(worst_ones) > 1:
             reason += f" (+{len(worst_ones) - 1} more)"
         if len(reason) > REASON_MAX:
-            reason = reason[:REASON_MAX - 3] + "..."
+            reason = reason[: REASON_MAX - 3] + "..."
     return Verdict(status, results, reason)

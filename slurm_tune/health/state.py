@@ -21,6 +21,7 @@ A missing, unreadable or garbled state file, or one holding a number stune never
 range: slurm_tune.readback's rule), starts over (baselines are re-taken), said in one line naming the file
 and the key; the bad file is kept as `state.json.bad`. It never stops a hook.
 """
+
 from __future__ import annotations
 
 import os
@@ -84,8 +85,13 @@ def read(directory: str) -> tuple[dict, str | None]:
 
 COUNTER_MAX = float(1 << 64)  # an error counter is a 64-bit number
 # the times the state holds (section, field); bad_number checks them and the counters by readback's rule
-_TIMES = (("last", "at"), ("hook_fail", "at"), ("applied", "synced_at"), ("applied", "retry_at"),
-          ("breaker", "at"))
+_TIMES = (
+    ("last", "at"),
+    ("hook_fail", "at"),
+    ("applied", "synced_at"),
+    ("applied", "retry_at"),
+    ("breaker", "at"),
+)
 
 
 def bad_number(data: dict) -> str | None:
@@ -100,7 +106,7 @@ def bad_number(data: dict) -> str | None:
             if why:
                 return f"{section}.{key}: {why}"
     for port, counters in data["baselines"].items():
-        for name, value in (counters.items() if isinstance(counters, dict) else ()):
+        for name, value in counters.items() if isinstance(counters, dict) else ():
             why = problem(value, 0, COUNTER_MAX, integer=True)
             if why:
                 return f"baselines.{port}.{name}: {why}"
@@ -124,7 +130,7 @@ class Locked(LockFile):
         self.state: dict = {}
         self.problem: str | None = None
 
-    def __enter__(self) -> "Locked":
+    def __enter__(self) -> Locked:
         require_trusted_dir(self.directory)
         super().__enter__()
         try:
@@ -147,7 +153,9 @@ class Locked(LockFile):
         return f"{self.problem} (the old file is kept as {path}.bad)"
 
     def save(self) -> None:
-        write_json(os.path.join(self.directory, STATE_FILE), self.state)  # atomic, like the node's other outputs
+        write_json(
+            os.path.join(self.directory, STATE_FILE), self.state
+        )  # atomic, like the node's other outputs
 
 
 def policy_digest(profile) -> str:

@@ -6,6 +6,7 @@ A rule is `{min: V}` (V or newer) or `{allowed: [V, ...]}` (exactly one of these
 matrix fails: the combination was never validated for this partition. A version, board_id or model that is
 not fully well formed is unknown, naming where it was read: garbage is never a lower version.
 """
+
 from __future__ import annotations
 
 from ..hw.sysfs import IB_CLASS
@@ -29,7 +30,9 @@ def judge(text, rule, hex_parts: bool = False) -> tuple[str, str]:
         return result.UNKNOWN, expected
     if rule.min is not None:
         return (result.OK if key >= parse_version(rule.min, hex_parts) else result.FAIL), expected
-    return (result.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else result.FAIL), expected
+    return (
+        result.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else result.FAIL
+    ), expected
 
 
 def well_formed_id(text) -> bool:
@@ -98,8 +101,9 @@ def _hca_firmware(snapshot, profile) -> list:
         try:  # one HCA's bad data (or a bug it triggers) is that HCA's finding only
             found = _one_hca(name, devices, rules)
         except Exception as exc:
-            found = result.unknown("versions.internal", name, f"internal error judging {name}: {type(exc).__name__}: "
-                                                         f"{exc}")
+            found = result.unknown(
+                "versions.internal", name, f"internal error judging {name}: {type(exc).__name__}: {exc}"
+            )
         if found is not None:
             out.append(found)
     return out
@@ -114,39 +118,60 @@ def hca_seen(fw, board, model) -> str:
     """What was read of an HCA, for a message: `fw 20.31.1014 on board MT_0000000223 (MT4123)`; a field that
     is missing says so (`fw unreadable on board MT_0000000223 (hca_type unreadable)`), never `None`."""
     fw_s, board_s, model_s = _shown(fw), _shown(board), _shown(model)
-    return (f"fw {fw_s or 'unreadable'} on " + (f"board {board_s}" if board_s else "an unreadable board_id")
-            + f" ({model_s or 'hca_type unreadable'})")
+    return (
+        f"fw {fw_s or 'unreadable'} on "
+        + (f"board {board_s}" if board_s else "an unreadable board_id")
+        + f" ({model_s or 'hca_type unreadable'})"
+    )
 
 
 def _one_hca(name: str, devices: dict, rules):
     """The firmware finding for one HCA the profile lists (None: missing, which the link check fails)."""
     dev = devices.get(name)
     if not isinstance(dev, dict):
-        return result.unknown("versions.hca_firmware", name, "unreadable HCA entry") if name in devices else None
+        return (
+            result.unknown("versions.hca_firmware", name, "unreadable HCA entry") if name in devices else None
+        )
     if isinstance(dev.get("unreadable"), str):
-        return result.unknown("versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}")
+        return result.unknown(
+            "versions.hca_firmware", name, f"unreadable {IB_CLASS}/{name}: {dev['unreadable']}"
+        )
     fw, board, model = dev.get("fw_ver"), dev.get("board_id"), dev.get("hca_type")
     seen = hca_seen(fw, board, model)
     if not list(rules):
         return result.ok("versions.hca_firmware", name, f"{seen}: the profile has no firmware rules")
     key, problem = match_rule(rules, board, model)
     if problem:
-        return result.unknown("versions.hca_firmware", name, f"{problem} ({IB_CLASS}/{name}/"
-                         f"{'board_id' if 'board_id' in problem else 'hca_type'}); cannot tell which firmware "
-                         "rule applies")
+        return result.unknown(
+            "versions.hca_firmware",
+            name,
+            f"{problem} ({IB_CLASS}/{name}/"
+            f"{'board_id' if 'board_id' in problem else 'hca_type'}); cannot tell which firmware "
+            "rule applies",
+        )
     if key is None:
-        return result.warning("versions.hca_firmware", name,
-                         f"{seen}: no firmware rule matches this HCA "
-                         f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model")
+        return result.warning(
+            "versions.hca_firmware",
+            name,
+            f"{seen}: no firmware rule matches this HCA "
+            f"(rules: {', '.join(rules)}); add its PSID, a PSID pattern or its model",
+        )
     if rules[key] is None:
         return result.ok("versions.hca_firmware", name, f"{seen}: rule {key} switched off")
     status, expected = judge(fw, rules[key])
     if status == result.FAIL:
-        return result.fail("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})",
-                      f"{name} fw {fw} not validated")
+        return result.fail(
+            "versions.hca_firmware",
+            name,
+            f"{seen}; expected {expected} (rule {key})",
+            f"{name} fw {fw} not validated",
+        )
     if status == result.UNKNOWN:
-        return result.unknown("versions.hca_firmware", name, f"unreadable fw_ver {fw!r} ({IB_CLASS}/{name}/fw_ver); "
-                                                        f"expected {expected}")
+        return result.unknown(
+            "versions.hca_firmware",
+            name,
+            f"unreadable fw_ver {fw!r} ({IB_CLASS}/{name}/fw_ver); expected {expected}",
+        )
     return result.ok("versions.hca_firmware", name, f"{seen}; expected {expected} (rule {key})")
 
 
@@ -154,22 +179,38 @@ def _gpu_versions(snapshot, versions) -> list:
     gpus = snapshot.get("gpus")
     if not isinstance(gpus, dict) or gpus.get("answered") is not True:
         # the GPU check reports why NVML did not answer; versions just cannot be judged
-        return [result.unknown(f"versions.{name}", "node", "not judged: NVML did not answer")
-                for name in ("gpu_driver", "cuda_driver", "vbios") if versions[name] is not None]
+        return [
+            result.unknown(f"versions.{name}", "node", "not judged: NVML did not answer")
+            for name in ("gpu_driver", "cuda_driver", "vbios")
+            if versions[name] is not None
+        ]
     out = []
-    for name, field, label in (("gpu_driver", "driver_version", "NVIDIA driver"),
-                               ("cuda_driver", "cuda_driver_version", "CUDA driver API")):
+    for name, field, label in (
+        ("gpu_driver", "driver_version", "NVIDIA driver"),
+        ("cuda_driver", "cuda_driver_version", "CUDA driver API"),
+    ):
         rule = versions[name]
         if rule is None:
             continue
         text = gpus.get(field)
         status, expected = judge(text, rule)
         if status == result.FAIL:
-            out.append(result.fail(f"versions.{name}", "node", f"{label} {text}; expected {expected}",
-                              f"{label} {text} not validated"))
+            out.append(
+                result.fail(
+                    f"versions.{name}",
+                    "node",
+                    f"{label} {text}; expected {expected}",
+                    f"{label} {text} not validated",
+                )
+            )
         elif status == result.UNKNOWN:
-            out.append(result.unknown(f"versions.{name}", "node", f"unreadable {label} version {text!r} (NVML "
-                                                             f"{field}); expected {expected}"))
+            out.append(
+                result.unknown(
+                    f"versions.{name}",
+                    "node",
+                    f"unreadable {label} version {text!r} (NVML {field}); expected {expected}",
+                )
+            )
         else:
             out.append(result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
     rule = versions.vbios
@@ -184,11 +225,22 @@ def _gpu_versions(snapshot, versions) -> list:
             elif status == result.UNKNOWN:
                 unreadable.append(f"gpu{pos} {text!r}")
         if bad:
-            out.append(result.fail("versions.vbios", "node", f"VBIOS {', '.join(bad)}; expected {expected}",
-                              f"{bad[0]} VBIOS not validated"))
+            out.append(
+                result.fail(
+                    "versions.vbios",
+                    "node",
+                    f"VBIOS {', '.join(bad)}; expected {expected}",
+                    f"{bad[0]} VBIOS not validated",
+                )
+            )
         elif unreadable:
-            out.append(result.unknown("versions.vbios", "node", f"unreadable VBIOS {', '.join(unreadable)} "
-                                                             "(NVML vbios_version)"))
+            out.append(
+                result.unknown(
+                    "versions.vbios", "node", f"unreadable VBIOS {', '.join(unreadable)} (NVML vbios_version)"
+                )
+            )
         else:
-            out.append(result.ok("versions.vbios", "node", f"{len(devices)} GPUs; expected {expected or 'any'}"))
+            out.append(
+                result.ok("versions.vbios", "node", f"{len(devices)} GPUs; expected {expected or 'any'}")
+            )
     return out

@@ -13,6 +13,7 @@ hardware needs a reset or a technician. Severities follow NVIDIA's Xid catalogue
 An Xid not in the table is reported as info with "not in stune's Xid table" so a new driver's codes show
 up without draining anything.
 """
+
 from __future__ import annotations
 
 from . import result
@@ -64,8 +65,12 @@ def _events(snapshot) -> list | None:
 
 
 def _valid(ev) -> bool:
-    return (isinstance(ev, dict) and type(ev.get("seq")) is int and type(ev.get("xid")) is int
-            and isinstance(ev.get("pci", ""), str))
+    return (
+        isinstance(ev, dict)
+        and type(ev.get("seq")) is int
+        and type(ev.get("xid")) is int
+        and isinstance(ev.get("pci", ""), str)
+    )
 
 
 def boot_id(snapshot) -> str | None:
@@ -109,12 +114,17 @@ def _gpu_name(snapshot, pci: str) -> str:
 def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
     """Xid events since the last evaluation. Returns (results, state updates: xid_seq, xid_sticky)."""
     sticky = [ev for ev in previous.get("xid_sticky") or [] if _valid(ev)]
-    if not isinstance(snapshot, dict) or "kernel" not in snapshot:  # not captured (the prolog): held ones only
+    if (
+        not isinstance(snapshot, dict) or "kernel" not in snapshot
+    ):  # not captured (the prolog): held ones only
         return [_sticky_result(snapshot, ev) for ev in sticky], {}
     if _events(snapshot) is None:
         kernel = snapshot.get("kernel") if isinstance(snapshot, dict) else None
-        why = kernel.get("error") if isinstance(kernel, dict) and isinstance(kernel.get("error"), str) else \
-            "no kernel log in the snapshot"
+        why = (
+            kernel.get("error")
+            if isinstance(kernel, dict) and isinstance(kernel.get("error"), str)
+            else "no kernel log in the snapshot"
+        )
         results = [result.unknown("gpu.xid", "kernel log", f"could not read Xid events: {why}")]
         results += [_sticky_result(snapshot, ev) for ev in sticky]
         return results, {}
@@ -125,16 +135,32 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
     for ev in fresh:
         severity, meaning = classify(ev["xid"])
         if severity == FAIL and not any(s["seq"] == ev["seq"] for s in sticky):
-            sticky.append({"seq": ev["seq"], "xid": ev["xid"], "pci": ev.get("pci", ""),
-                           "text": str(ev.get("text", ""))[:200]})
+            sticky.append(
+                {
+                    "seq": ev["seq"],
+                    "xid": ev["xid"],
+                    "pci": ev.get("pci", ""),
+                    "text": str(ev.get("text", ""))[:200],
+                }
+            )
         elif severity == DEGRADED:
             where = _gpu_name(snapshot, ev.get("pci", ""))
-            results.append(result.degraded("gpu.xid", where, f"Xid {ev['xid']} ({meaning}) at kernel log seq "
-                                                        f"{ev['seq']}; expected no hardware Xid",
-                                      f"{where.split()[0]} Xid {ev['xid']}"))
+            results.append(
+                result.degraded(
+                    "gpu.xid",
+                    where,
+                    f"Xid {ev['xid']} ({meaning}) at kernel log seq {ev['seq']}; expected no hardware Xid",
+                    f"{where.split()[0]} Xid {ev['xid']}",
+                )
+            )
         else:
-            results.append(result.ok("gpu.xid", _gpu_name(snapshot, ev.get("pci", "")),
-                                f"Xid {ev['xid']} ({meaning}): not held against the node"))
+            results.append(
+                result.ok(
+                    "gpu.xid",
+                    _gpu_name(snapshot, ev.get("pci", "")),
+                    f"Xid {ev['xid']} ({meaning}): not held against the node",
+                )
+            )
     results += [_sticky_result(snapshot, ev) for ev in sticky]
     if not results:
         results.append(result.ok("gpu.xid", "kernel log", "no new Xid events"))
@@ -147,6 +173,10 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
 def _sticky_result(snapshot, ev) -> result.Result:
     _, meaning = classify(ev["xid"])
     where = _gpu_name(snapshot, ev.get("pci", ""))
-    return result.fail("gpu.xid", where, f"Xid {ev['xid']} ({meaning}) at kernel log seq {ev['seq']}; held until "
-                                    f"reboot or `stune-health clear --xid`",
-                  f"{where.split()[0]} Xid {ev['xid']}")
+    return result.fail(
+        "gpu.xid",
+        where,
+        f"Xid {ev['xid']} ({meaning}) at kernel log seq {ev['seq']}; held until "
+        f"reboot or `stune-health clear --xid`",
+        f"{where.split()[0]} Xid {ev['xid']}",
+    )

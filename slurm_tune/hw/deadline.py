@@ -7,6 +7,7 @@ process still exits, as with a daemon thread: threads started through `_thread` 
 
 `_thread` rather than `threading`: hot path, see docs/speed.md.
 """
+
 from __future__ import annotations
 
 import _thread
@@ -57,7 +58,9 @@ def run_probe(name: str, probe, timeout_s: float, *args, **kwargs) -> ProbeResul
     finished = done.acquire(timeout=max(0.0, timeout_s))
     elapsed = time.monotonic() - start
     if not finished:
-        return ProbeResult(name, TIMEOUT, partial.value, elapsed, f"{name} did not answer within {timeout_s:g}s")
+        return ProbeResult(
+            name, TIMEOUT, partial.value, elapsed, f"{name} did not answer within {timeout_s:g}s"
+        )
     if "error" in box:
         return ProbeResult(name, ERROR, partial.value, elapsed, box["error"])
     return ProbeResult(name, OK, box.get("value"), elapsed, "")

@@ -7,6 +7,7 @@ pynvml is imported only when NVML is really used (the hot-path rule, docs/speed.
 touches this module. Values are NVML's own (mW become W, bytes stay bytes); a field the device does not
 support is None; a field whose read failed is None and named in the device's `errors`.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ from .deadline import OK, run_probe
 MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS is 18 on Hopper-era drivers; absent links answer NotSupported
 
 
-class GpuUtilization(namedtuple("GpuUtilization", "index uuid pci_bus_id sm_util mem_util mem_used_bytes "
-                                                  "mem_total_bytes power_w procs", defaults=(None,))):
+class GpuUtilization(
+    namedtuple(
+        "GpuUtilization",
+        "index uuid pci_bus_id sm_util mem_util mem_used_bytes mem_total_bytes power_w procs",
+        defaults=(None,),
+    )
+):
     """One sample of one GPU for the sampler. Percentages are 0-100; None where the GPU did not answer.
     procs: compute processes running on the GPU (None: not known)."""
 
@@ -42,7 +48,7 @@ class NvmlSession:
 
     def __init__(self, nvml=None):
         if nvml is None:
-            import pynvml as nvml  # noqa: N813 - the module's own name
+            import pynvml as nvml
         self.nvml = nvml
         self._handles: dict[int, object] = {}
         self._identity: dict[int, tuple] = {}  # index -> (uuid, pci bus id): fixed for a session
@@ -75,10 +81,12 @@ class NvmlSession:
     def system(self) -> dict:
         n, errors = self.nvml, {}
         cuda = self._field(errors, "cuda_driver_version", n.nvmlSystemGetCudaDriverVersion)
-        return {"driver_version": _text(self._field(errors, "driver_version", n.nvmlSystemGetDriverVersion)),
-                "cuda_driver_version": cuda_version_text(cuda),
-                "nvml_version": _text(self._field(errors, "nvml_version", n.nvmlSystemGetNVMLVersion)),
-                "errors": errors}
+        return {
+            "driver_version": _text(self._field(errors, "driver_version", n.nvmlSystemGetDriverVersion)),
+            "cuda_driver_version": cuda_version_text(cuda),
+            "nvml_version": _text(self._field(errors, "nvml_version", n.nvmlSystemGetNVMLVersion)),
+            "errors": errors,
+        }
 
     def device(self, index: int) -> dict:
         """Everything the health checks judge about one GPU."""
@@ -93,11 +101,20 @@ class NvmlSession:
         power_mw = f(errors, "power", n.nvmlDeviceGetPowerUsage, h)
         limit_mw = f(errors, "power_limit", n.nvmlDeviceGetEnforcedPowerLimit, h)
         retired_pending = f(errors, "retired_pages_pending", n.nvmlDeviceGetRetiredPagesPendingStatus, h)
-        dbe_pages = f(errors, "retired_pages_dbe", n.nvmlDeviceGetRetiredPages, h,
-                      getattr(n, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
-        reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            n.nvmlDeviceGetCurrentClocksThrottleReasons
-        max_gen_fn = getattr(n, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None) or n.nvmlDeviceGetMaxPcieLinkGeneration
+        dbe_pages = f(
+            errors,
+            "retired_pages_dbe",
+            n.nvmlDeviceGetRetiredPages,
+            h,
+            getattr(n, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),
+        )
+        reasons_fn = (
+            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or n.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        max_gen_fn = (
+            getattr(n, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None) or n.nvmlDeviceGetMaxPcieLinkGeneration
+        )
         nvlinks = []
         for link in range(MAX_NVLINKS):
             try:
@@ -114,26 +131,44 @@ class NvmlSession:
             "vbios_version": _text(f(errors, "vbios_version", n.nvmlDeviceGetVbiosVersion, h)),
             "persistence_mode": f(errors, "persistence_mode", n.nvmlDeviceGetPersistenceMode, h),
             "performance_state": f(errors, "performance_state", n.nvmlDeviceGetPerformanceState, h),
-            "temperature_c": f(errors, "temperature", n.nvmlDeviceGetTemperature, h,
-                               getattr(n, "NVML_TEMPERATURE_GPU", 0)),
+            "temperature_c": f(
+                errors, "temperature", n.nvmlDeviceGetTemperature, h, getattr(n, "NVML_TEMPERATURE_GPU", 0)
+            ),
             "power_w": power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
             "power_limit_w": limit_mw / 1000.0 if isinstance(limit_mw, (int, float)) else None,
             "ecc_mode_current": ecc[0] if isinstance(ecc, (list, tuple)) and ecc else None,
-            "ecc_uncorrected_volatile": f(errors, "ecc_uncorrected_volatile", n.nvmlDeviceGetTotalEccErrors, h,
-                                          getattr(n, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
-                                          getattr(n, "NVML_VOLATILE_ECC", 0)),
-            "ecc_corrected_volatile": f(errors, "ecc_corrected_volatile", n.nvmlDeviceGetTotalEccErrors, h,
-                                        getattr(n, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
-                                        getattr(n, "NVML_VOLATILE_ECC", 0)),
+            "ecc_uncorrected_volatile": f(
+                errors,
+                "ecc_uncorrected_volatile",
+                n.nvmlDeviceGetTotalEccErrors,
+                h,
+                getattr(n, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+                getattr(n, "NVML_VOLATILE_ECC", 0),
+            ),
+            "ecc_corrected_volatile": f(
+                errors,
+                "ecc_corrected_volatile",
+                n.nvmlDeviceGetTotalEccErrors,
+                h,
+                getattr(n, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+                getattr(n, "NVML_VOLATILE_ECC", 0),
+            ),
             "retired_pages_pending": bool(retired_pending) if retired_pending is not None else None,
             "retired_pages_dbe": len(dbe_pages) if isinstance(dbe_pages, (list, tuple)) else None,
-            "remapped_rows": None if not isinstance(remap, (list, tuple)) or len(remap) < 4 else {
-                "correctable": remap[0], "uncorrectable": remap[1], "pending": bool(remap[2]),
-                "failure": bool(remap[3])},
-            "pcie": {"gen": f(errors, "pcie_gen", n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-                     "max_gen": f(errors, "pcie_max_gen", max_gen_fn, h),
-                     "width": f(errors, "pcie_width", n.nvmlDeviceGetCurrPcieLinkWidth, h),
-                     "max_width": f(errors, "pcie_max_width", n.nvmlDeviceGetMaxPcieLinkWidth, h)},
+            "remapped_rows": None
+            if not isinstance(remap, (list, tuple)) or len(remap) < 4
+            else {
+                "correctable": remap[0],
+                "uncorrectable": remap[1],
+                "pending": bool(remap[2]),
+                "failure": bool(remap[3]),
+            },
+            "pcie": {
+                "gen": f(errors, "pcie_gen", n.nvmlDeviceGetCurrPcieLinkGeneration, h),
+                "max_gen": f(errors, "pcie_max_gen", max_gen_fn, h),
+                "width": f(errors, "pcie_width", n.nvmlDeviceGetCurrPcieLinkWidth, h),
+                "max_width": f(errors, "pcie_max_width", n.nvmlDeviceGetMaxPcieLinkWidth, h),
+            },
             "clock_event_reasons": f(errors, "clock_event_reasons", reasons_fn, h),
             "nvlinks": nvlinks,
             "utilization": None if util is None else {"gpu": util.gpu, "memory": util.memory},
@@ -148,17 +183,29 @@ class NvmlSession:
         util = self._field(errors, "utilization", n.nvmlDeviceGetUtilizationRates, h)
         mem = self._field(errors, "memory", n.nvmlDeviceGetMemoryInfo, h)
         power_mw = self._field(errors, "power", n.nvmlDeviceGetPowerUsage, h)
-        procs = self._field(errors, "processes", n.nvmlDeviceGetComputeRunningProcesses, h) \
-            if hasattr(n, "nvmlDeviceGetComputeRunningProcesses") else None
+        procs = (
+            self._field(errors, "processes", n.nvmlDeviceGetComputeRunningProcesses, h)
+            if hasattr(n, "nvmlDeviceGetComputeRunningProcesses")
+            else None
+        )
         if index not in self._identity:
             pci = self._field(errors, "pci", n.nvmlDeviceGetPciInfo, h)
-            self._identity[index] = (_text(self._field(errors, "uuid", n.nvmlDeviceGetUUID, h)),
-                                     _text(getattr(pci, "busId", None)) if pci is not None else None)
+            self._identity[index] = (
+                _text(self._field(errors, "uuid", n.nvmlDeviceGetUUID, h)),
+                _text(getattr(pci, "busId", None)) if pci is not None else None,
+            )
         uuid, bus = self._identity[index]
-        return GpuUtilization(index, uuid, bus, getattr(util, "gpu", None), getattr(util, "memory", None),
-                              getattr(mem, "used", None), getattr(mem, "total", None),
-                              power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
-                              len(procs) if isinstance(procs, (list, tuple)) else None)
+        return GpuUtilization(
+            index,
+            uuid,
+            bus,
+            getattr(util, "gpu", None),
+            getattr(util, "memory", None),
+            getattr(mem, "used", None),
+            getattr(mem, "total", None),
+            power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
+            len(procs) if isinstance(procs, (list, tuple)) else None,
+        )
 
 
 def read_gpus(timeout_s: float = 5.0, nvml=None) -> dict:
@@ -166,8 +213,14 @@ def read_gpus(timeout_s: float = 5.0, nvml=None) -> dict:
     devices read before the stall are kept and `answered` is False."""
 
     def probe(partial, nvml_module):
-        out = {"answered": False, "devices": [], "driver_version": None, "cuda_driver_version": None,
-               "nvml_version": None, "error": None}
+        out = {
+            "answered": False,
+            "devices": [],
+            "driver_version": None,
+            "cuda_driver_version": None,
+            "nvml_version": None,
+            "error": None,
+        }
         partial.value = out
         session = NvmlSession(nvml_module)
         try:
@@ -208,13 +261,15 @@ class LiveGpuSource:
         result = run_probe("nvml-init", lambda partial: NvmlSession(nvml), timeout_s)
         if result.status != OK:
             from ..errors import StuneError
+
             raise StuneError(_nvml_problem(result.message))
         self.session = result.value
         self.indices = list(range(self.session.count()))
 
     def utilization(self) -> list[GpuUtilization]:
-        result = run_probe("nvml-sample", lambda partial: [self.session.utilization(i) for i in self.indices],
-                           self.timeout_s)
+        result = run_probe(
+            "nvml-sample", lambda partial: [self.session.utilization(i) for i in self.indices], self.timeout_s
+        )
         if result.status == OK:
             return result.value
         return [GpuUtilization(i, None, None, None, None, None, None, None) for i in self.indices]
@@ -265,16 +320,26 @@ def utilization_from_snapshot(snapshot) -> list[GpuUtilization]:
             continue
         util = dev.get("utilization") if isinstance(dev.get("utilization"), dict) else {}
         mem = dev.get("memory") if isinstance(dev.get("memory"), dict) else {}
-        out.append(GpuUtilization(
-            _int(dev.get("index"), pos), _str(dev.get("uuid")), _str(dev.get("pci_bus_id")),
-            _num(util.get("gpu")), _num(util.get("memory")), _num(mem.get("used")), _num(mem.get("total")),
-            _num(dev.get("power_w")),
-            len(dev["processes"]) if isinstance(dev.get("processes"), list) else None))
+        out.append(
+            GpuUtilization(
+                _int(dev.get("index"), pos),
+                _str(dev.get("uuid")),
+                _str(dev.get("pci_bus_id")),
+                _num(util.get("gpu")),
+                _num(util.get("memory")),
+                _num(mem.get("used")),
+                _num(mem.get("total")),
+                _num(dev.get("power_w")),
+                len(dev["processes"]) if isinstance(dev.get("processes"), list) else None,
+            )
+        )
     return out
 
 
 def _num(value):
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+    return (
+        value if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+    )
 
 
 def _int(value, default):

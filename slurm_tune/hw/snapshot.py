@@ -6,6 +6,7 @@ raw (`4: ACTIVE`), exactly as the node showed them; parsing happens in the check
 
 Each section is read by its own probe under a deadline and says whether it `answered`.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,12 @@ def _capture_each(probe_name: str, timeout_s: float, names, read) -> dict:
 
 def capture_ib(sysfs: Sysfs, timeout_s: float, gids: bool = True, devices: list[str] | None = None) -> dict:
     """The `ib` section: every HCA (or just `devices`) with its ports, counters, firmware and GID tables."""
-    return _capture_each("sysfs-ib", timeout_s, sysfs.ib_devices if devices is None else lambda: devices,
-                         lambda dev: sysfs.ib_device(dev, gids=gids))
+    return _capture_each(
+        "sysfs-ib",
+        timeout_s,
+        sysfs.ib_devices if devices is None else lambda: devices,
+        lambda dev: sysfs.ib_device(dev, gids=gids),
+    )
 
 
 def capture_net(sysfs: Sysfs, timeout_s: float) -> dict:
@@ -125,17 +130,26 @@ def parse_xid_record(line: str) -> dict | None:
     if at < 0:
         return None
     fields = header.split(",")
-    if len(fields) < 3 or not _bounded_digits(fields[1].strip(), 20) or not _bounded_digits(fields[2].strip(), 20):
+    if (
+        len(fields) < 3
+        or not _bounded_digits(fields[1].strip(), 20)
+        or not _bounded_digits(fields[2].strip(), 20)
+    ):
         return None
-    rest = message[at + len(marker):]
+    rest = message[at + len(marker) :]
     pci, sep, tail = rest.partition("):")
     if not sep:
         return None
     code = tail.strip().split(",", 1)[0].strip()
     if not _bounded_digits(code, 6):
         return None
-    return {"seq": int(fields[1]), "usec": int(fields[2]), "pci": pci.strip().lower(), "xid": int(code),
-            "text": message[at:].strip()[:400]}
+    return {
+        "seq": int(fields[1]),
+        "usec": int(fields[2]),
+        "pci": pci.strip().lower(),
+        "xid": int(code),
+        "text": message[at:].strip()[:400],
+    }
 
 
 def _read_gpus(timeout_s: float, nvml_module) -> dict:
@@ -144,8 +158,16 @@ def _read_gpus(timeout_s: float, nvml_module) -> dict:
     return read_gpus(timeout_s, nvml_module)
 
 
-def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_module=None,
-            gids: bool = True, node: str | None = None, no_nvml: str = "not captured (--no-nvml)") -> dict:
+def capture(
+    root: str = "/",
+    *,
+    timeout_s: float = 5.0,
+    nvml: bool = True,
+    nvml_module=None,
+    gids: bool = True,
+    node: str | None = None,
+    no_nvml: str = "not captured (--no-nvml)",
+) -> dict:
     """The whole node. Never raises on hardware trouble: every section records whether it answered. NVML
     (and pynvml: hot path, see docs/speed.md) only when `nvml`."""
     sysfs = Sysfs(root)
@@ -158,8 +180,9 @@ def capture(root: str = "/", *, timeout_s: float = 5.0, nvml: bool = True, nvml_
         "net": capture_net(sysfs, timeout_s),
         "pci_gpus": capture_pci_gpus(sysfs, timeout_s),
         "kernel": capture_kernel(root, timeout_s),
-        "gpus": _read_gpus(timeout_s, nvml_module) if nvml else {"answered": False, "devices": [],
-                                                                   "error": no_nvml},
+        "gpus": _read_gpus(timeout_s, nvml_module)
+        if nvml
+        else {"answered": False, "devices": [], "error": no_nvml},
     }
     snap["problems"] = list(sysfs.problems)
     return snap
@@ -186,8 +209,9 @@ def load(path: str) -> dict:
         raise SnapshotError(f"{path}: not a text file") from None
     except ValueError as exc:
         line = getattr(exc, "lineno", None)
-        raise SnapshotError(f"{path}:{line}: not JSON: {getattr(exc, 'msg', exc)}" if line
-                            else f"{path}: not JSON: {exc}") from None
+        raise SnapshotError(
+            f"{path}:{line}: not JSON: {getattr(exc, 'msg', exc)}" if line else f"{path}: not JSON: {exc}"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SnapshotError(f"{path}: not a stune snapshot (expected \"format\": \"{FORMAT}\")")
+        raise SnapshotError(f'{path}: not a stune snapshot (expected "format": "{FORMAT}")')
     return data

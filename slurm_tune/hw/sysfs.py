@@ -5,6 +5,7 @@ Reads return the raw text Linux gives (`4: ACTIVE`, `200 Gb/sec (4X HDR)`); the 
 values and return None for anything they do not recognise, so garbage never raises. Hot path: see
 docs/speed.md.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,9 @@ import os
 from ..text import is_digits
 from ..thisnode import expand
 
-FORMAT = "stune-snapshot/1"  # a node snapshot's format tag (hw/snapshot.py); here: hot path: see docs/speed.md
+FORMAT = (
+    "stune-snapshot/1"  # a node snapshot's format tag (hw/snapshot.py); here: hot path: see docs/speed.md
+)
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -23,7 +26,7 @@ GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 IFF_UP = 0x1
 COUNTER_MAX = (1 << 64) - 1  # sysfs counters are at most 64 bits wide; anything larger is garbage
-INT_TEXT_MAX = 24            # longest integer text any parsed sysfs value can have (a 64-bit value has 20 digits)
+INT_TEXT_MAX = 24  # longest integer text any parsed sysfs value can have (a 64-bit value has 20 digits)
 
 
 MISSING = "missing"
@@ -125,8 +128,14 @@ class Sysfs:
     def ib_ports(self, device: str) -> list[str]:
         return [p for p in self.listdir(f"{IB_CLASS}/{device}/ports") if is_digits(p)]
 
-    def ib_device(self, device: str, *, ports: list[str] | None = None, gids: bool = False,
-                  counters: tuple[str, ...] | None = None) -> dict | None:
+    def ib_device(
+        self,
+        device: str,
+        *,
+        ports: list[str] | None = None,
+        gids: bool = False,
+        counters: tuple[str, ...] | None = None,
+    ) -> dict | None:
         """Raw facts of one HCA (None when it is not there): fw_ver, board_id, hca_type, node_guid, PCI address, netdevs, and its ports.
         An HCA entry that is there but cannot be read is {"unreadable": why}; a port list that cannot be
         read leaves `ports_error`, so no port is taken for missing."""
@@ -152,8 +161,9 @@ class Sysfs:
         out["ports"] = {p: self.ib_port(device, p, gids=gids, counters=counters) for p in ports}
         return out
 
-    def ib_port(self, device: str, port: str | int, *, gids: bool = False,
-                counters: tuple[str, ...] | None = None) -> dict:
+    def ib_port(
+        self, device: str, port: str | int, *, gids: bool = False, counters: tuple[str, ...] | None = None
+    ) -> dict:
         """One port's raw facts. `counters`: just these counter files (the prolog reads the four it judges),
         default every file in counters/."""
         base = f"{IB_CLASS}/{device}/ports/{port}"
@@ -166,8 +176,10 @@ class Sysfs:
             "phys_state": self.read(f"{base}/phys_state"),
             "rate": self.read(f"{base}/rate"),
             "link_layer": self.read(f"{base}/link_layer"),
-            "counters": {name: self.read(f"{base}/counters/{name}")
-                         for name in (self.listdir(f"{base}/counters") if counters is None else counters)},
+            "counters": {
+                name: self.read(f"{base}/counters/{name}")
+                for name in (self.listdir(f"{base}/counters") if counters is None else counters)
+            },
         }
         if gids:
             out["gids"] = self.gid_table(device, port)
@@ -183,9 +195,14 @@ class Sysfs:
             gid = self.read(f"{base}/gids/{name}")
             if gid is None or parse_gid(gid) in (None, 0):
                 continue  # empty slot: its attributes read as EINVAL
-            table.append({"index": int(name), "gid": gid,
-                          "type": self.read(f"{base}/gid_attrs/types/{name}"),
-                          "ndev": self.read(f"{base}/gid_attrs/ndevs/{name}")})
+            table.append(
+                {
+                    "index": int(name),
+                    "gid": gid,
+                    "type": self.read(f"{base}/gid_attrs/types/{name}"),
+                    "ndev": self.read(f"{base}/gid_attrs/ndevs/{name}"),
+                }
+            )
         table.sort(key=lambda g: g["index"])
         return table
 
@@ -198,9 +215,15 @@ class Sysfs:
         problem = self.entry(base)
         if problem is not None:
             return {"present": False} if problem == MISSING else {"unreadable": problem}
-        return {"present": True, "operstate": self.read(f"{base}/operstate"), "flags": self.read(f"{base}/flags"),
-                "carrier": self.read(f"{base}/carrier"), "mtu": self.read(f"{base}/mtu"),
-                "type": self.read(f"{base}/type"), "address": self.read(f"{base}/address")}
+        return {
+            "present": True,
+            "operstate": self.read(f"{base}/operstate"),
+            "flags": self.read(f"{base}/flags"),
+            "carrier": self.read(f"{base}/carrier"),
+            "mtu": self.read(f"{base}/mtu"),
+            "type": self.read(f"{base}/type"),
+            "address": self.read(f"{base}/address"),
+        }
 
     # ---- PCI and NUMA ------------------------------------------------------------------------------------
     def pci_device(self, address: str) -> dict:
@@ -208,8 +231,17 @@ class Sysfs:
         problem = self.entry(base)
         if problem is not None:
             return {"present": False} if problem == MISSING else {"unreadable": problem}
-        fields = ("vendor", "device", "class", "numa_node", "local_cpulist", "current_link_speed",
-                  "current_link_width", "max_link_speed", "max_link_width")
+        fields = (
+            "vendor",
+            "device",
+            "class",
+            "numa_node",
+            "local_cpulist",
+            "current_link_speed",
+            "current_link_width",
+            "max_link_speed",
+            "max_link_width",
+        )
         out = {"present": True}
         out.update({f: self.read(f"{base}/{f}") for f in fields})
         return out
@@ -229,10 +261,13 @@ class Sysfs:
         return self.read(f"{NUMA_NODES}/node{node}/cpulist")
 
     def numa_nodes(self) -> list[int]:
-        return sorted(int(n[4:]) for n in self.listdir(NUMA_NODES) if n.startswith("node") and is_digits(n[4:]))
+        return sorted(
+            int(n[4:]) for n in self.listdir(NUMA_NODES) if n.startswith("node") and is_digits(n[4:])
+        )
 
 
 # ---- parsing raw sysfs text (pure; None for anything unrecognised) --------------------------------------------
+
 
 def parse_port_state(text: str | None) -> tuple[int, str] | None:
     """`4: ACTIVE` -> (4, 'ACTIVE'); `5: LinkUp` -> (5, 'LinkUp'); `7: Phy Test` -> (7, 'Phy Test'). The name
@@ -287,7 +322,7 @@ def parse_gid(text: str | None) -> int | None:
         v4 = parse_ipv4(last)
         if v4 is None or not head:
             return None
-        text = f"{head}:{v4 >> 16:x}:{v4 & 0xffff:x}"
+        text = f"{head}:{v4 >> 16:x}:{v4 & 0xFFFF:x}"
     if text.count("::") > 1:
         return None
     head, sep, tail = text.partition("::")

@@ -8,6 +8,7 @@ minor (/proc/driver/nvidia/gpus/*/information) when the driver shows it, else th
 (nvidia-smi's order). A UUID (GPU-..., MIG-...) needs NVML. From the PCI address, sysfs gives numa_node and
 local_cpulist; the CPUs are intersected with the cpuset Slurm already gave the task, so stune never widens it.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from ..text import is_digits
 class BindPlan(Record):
     """cpus: what to bind to (None: run unbound, `note` says why); allowed: the task's CPUs before."""
 
-    __slots__ = ('gpu', 'pci', 'numa_node', 'cpus', 'allowed', 'note')
+    __slots__ = ("gpu", "pci", "numa_node", "cpus", "allowed", "note")
 
 
 def _split(text: str | None) -> list[str]:
@@ -87,15 +88,27 @@ def plan_binding(environ, sysfs: Sysfs, allowed: frozenset[int]) -> BindPlan:
     info = sysfs.pci_device(pci)
     node = parse_int(info.get("numa_node")) if info.get("present") else None
     if node is None or node < 0:
-        return BindPlan(gpu, pci, None, None, allowed,
-                        f"GPU {gpu} ({pci}) has no NUMA node (numa_node {info.get('numa_node') or 'missing'}, "
-                        "as in most VMs): running unbound, since binding to a guessed node can hurt")
+        return BindPlan(
+            gpu,
+            pci,
+            None,
+            None,
+            allowed,
+            f"GPU {gpu} ({pci}) has no NUMA node (numa_node {info.get('numa_node') or 'missing'}, "
+            "as in most VMs): running unbound, since binding to a guessed node can hurt",
+        )
     local = parse_cpulist(info.get("local_cpulist")) or parse_cpulist(sysfs.numa_cpulist(node)) or frozenset()
     cpus = local & allowed
     if not cpus:
-        return BindPlan(gpu, pci, node, None, allowed,
-                        f"GPU {gpu} ({pci}) is on NUMA node {node} (CPUs {format_cpus(local)}), but Slurm gave "
-                        f"this task CPUs {format_cpus(allowed)}: keeping Slurm's")
+        return BindPlan(
+            gpu,
+            pci,
+            node,
+            None,
+            allowed,
+            f"GPU {gpu} ({pci}) is on NUMA node {node} (CPUs {format_cpus(local)}), but Slurm gave "
+            f"this task CPUs {format_cpus(allowed)}: keeping Slurm's",
+        )
     return BindPlan(gpu, pci, node, cpus, allowed, "")
 
 

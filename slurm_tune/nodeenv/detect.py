@@ -1,17 +1,17 @@
 """Detection on the node: which fabric ports are ACTIVE, which GID index is RoCE v2, which socket interface
 is up. Each function returns its answer and, when the answer is empty or partial, the reason in words, so the
 caller can say so instead of guessing."""
+
 from __future__ import annotations
 
-
 from ..frozen import Record
-from ..hw.sysfs import (Sysfs, gid_ipv4, gid_is_link_local, netdev_is_up, parse_gid, parse_port_state)
+from ..hw.sysfs import Sysfs, gid_ipv4, gid_is_link_local, netdev_is_up, parse_gid, parse_port_state
 
 ROCE_V2 = "RoCE v2"
 
 
 class Port(Record):
-    __slots__ = ('device', 'port', 'netdev')
+    __slots__ = ("device", "port", "netdev")
 
     def __str__(self):
         return f"{self.device}:{self.port}"
@@ -91,10 +91,15 @@ def socket_interfaces(sysfs: Sysfs, spec: str) -> tuple[list[str], str]:
     if up:
         return up, ""
     if matching:
-        return [], f"socket interface {spec}: {', '.join(matching)} {'is' if len(matching) == 1 else 'are'} not up"
+        return (
+            [],
+            f"socket interface {spec}: {', '.join(matching)} {'is' if len(matching) == 1 else 'are'} not up",
+        )
     others = [n for n in names if netdev_is_up(sysfs.netdev(n))]
-    return [], (f"socket interface {spec} does not exist on this node"
-                + (f" (up: {', '.join(others)})" if others else ""))
+    return [], (
+        f"socket interface {spec} does not exist on this node"
+        + (f" (up: {', '.join(others)})" if others else "")
+    )
 
 
 def ipv4_address(ifname: str) -> str | None:
@@ -107,7 +112,9 @@ def ipv4_address(ifname: str) -> str | None:
         import struct
 
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", ifname.encode()[:15]))  # SIOCGIFADDR
+            packed = fcntl.ioctl(
+                sock.fileno(), 0x8915, struct.pack("256s", ifname.encode()[:15])
+            )  # SIOCGIFADDR
         return socket.inet_ntoa(packed[20:24])
     except (OSError, ValueError, UnicodeError):
         return None

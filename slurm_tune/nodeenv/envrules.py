@@ -12,6 +12,7 @@ derived, and whose value wins. The readers:
 
 Plain data and small functions: the TaskProlog imports it before every task (the hot-path import rule).
 """
+
 from __future__ import annotations
 
 from .managed import MASTER_PORT_BASE, MASTER_PORT_SPAN
@@ -55,10 +56,34 @@ class Rule:
     (`{ifname}`: the profile's socket interface); `many(profile)`: for a family of variables, the
     (name, value, key) of each."""
 
-    __slots__ = ("name", "applies", "when", "decided", "value", "cites", "rule", "how", "note", "user", "many")
+    __slots__ = (
+        "name",
+        "applies",
+        "when",
+        "decided",
+        "value",
+        "cites",
+        "rule",
+        "how",
+        "note",
+        "user",
+        "many",
+    )
 
-    def __init__(self, name: str, applies: str, when, decided: str, value, cites: tuple[str, ...], rule: str,
-                 how: str, note: str = "", user: str = USER, many=None):
+    def __init__(
+        self,
+        name: str,
+        applies: str,
+        when,
+        decided: str,
+        value,
+        cites: tuple[str, ...],
+        rule: str,
+        how: str,
+        note: str = "",
+        user: str = USER,
+        many=None,
+    ):
         self.name, self.applies, self.when, self.decided, self.value = name, applies, when, decided, value
         self.cites, self.rule, self.how, self.note, self.user, self.many = cites, rule, how, note, user, many
 
@@ -71,7 +96,9 @@ class Rule:
     def source(self, profile, cites: tuple[str, ...]) -> str:
         """Where a value comes from, for the dry run: `key @ file:line`, or `rule: ... @ file:line`."""
         if self.rule:
-            return f"rule: {self.rule}" + (" @ " + "; ".join(profile.origin(k) for k in cites) if cites else "")
+            return f"rule: {self.rule}" + (
+                " @ " + "; ".join(profile.origin(k) for k in cites) if cites else ""
+            )
         return "; ".join(f"{k} @ {profile.origin(k)}" for k in cites)
 
     def note_for(self, profile) -> str:
@@ -79,7 +106,10 @@ class Rule:
 
 
 def _nccl_env(profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
-    return [(name, str(value), (f"nccl.env.{name}",)) for name, value in sorted(profile.nccl.env.to_dict().items())]
+    return [
+        (name, str(value), (f"nccl.env.{name}",))
+        for name, value in sorted(profile.nccl.env.to_dict().items())
+    ]
 
 
 def _always(profile) -> bool:
@@ -88,46 +118,141 @@ def _always(profile) -> bool:
 
 # In the order the plan lists them (and STUNE_MANAGED records them).
 RULES: tuple[Rule, ...] = (
-    Rule("NCCL_IB_HCA", "ib, roce", lambda p: rdma(p.fabric), REFINED, lambda p: hca_value(p.fabric.hcas),
-         ("fabric.hcas",), "", "`=device:port` of each fabric HCA (exact match: the storage HCA is left out); on "
-         "each node, only the ACTIVE ports (none ACTIVE: unset)",
-         "narrowed to the ACTIVE ports on each node by stune-task-prolog / stune-env"),
-    Rule("NCCL_IB_GID_INDEX", "roce, `fabric.gid_index` set", lambda p: gid_fixed(p.fabric), SUBMIT,
-         lambda p: str(p.fabric.gid_index), ("fabric.gid_index",), "",
-         "the profile's index; each node warns when it is not a RoCE v2 GID there"),
-    Rule("NCCL_IB_GID_INDEX", "roce, `fabric.gid_index` empty", lambda p: gid_detected(p.fabric), NODE, None, (),
-         "roce fabric with fabric.gid_index empty", "the RoCE v2, IPv4-mapped GID index on each ACTIVE port's "
-         "netdev (the ports disagree: the most common, and a message)",
-         "the RoCE v2, IPv4-mapped GID on each HCA's netdev, detected on each node"),
-    Rule("NCCL_IB_TIMEOUT", "ib, roce", lambda p: rdma(p.fabric), SUBMIT, lambda p: str(p.nccl.ib_timeout),
-         ("nccl.ib_timeout",), "", "the profile's value"),
-    Rule("NCCL_IB_RETRY_CNT", "ib, roce", lambda p: rdma(p.fabric), SUBMIT, lambda p: str(p.nccl.ib_retry_cnt),
-         ("nccl.ib_retry_cnt",), "", "the profile's value"),
-    Rule("NCCL_NET_GDR_LEVEL", "ib, roce, `nccl.net_gdr_level` set",
-         lambda p: rdma(p.fabric) and bool(p.nccl.net_gdr_level), SUBMIT, lambda p: p.nccl.net_gdr_level,
-         ("nccl.net_gdr_level",), "", "the profile's value"),
-    Rule("NCCL_IB_DISABLE", "tcp", lambda p: not rdma(p.fabric), SUBMIT, lambda p: "1", ("fabric.type",),
-         "fabric.type tcp (no RDMA)", "`1`: no RDMA"),
-    Rule("NCCL_NET_GDR_LEVEL", "tcp", lambda p: not rdma(p.fabric), SUBMIT, lambda p: "0", ("fabric.type",),
-         "fabric.type tcp: no GPUDirect RDMA", "`0`: no GPUDirect RDMA"),
-    Rule("NCCL_SOCKET_IFNAME", "`fabric.socket_ifname` set", lambda p: socket(p.fabric), REFINED,
-         lambda p: p.fabric.socket_ifname, ("fabric.socket_ifname",), "",
-         "the profile's interface (NCCL's prefix syntax); unset on a node where none that matches is up",
-         "checked on each node: the interface must exist and be up"),
-    Rule("GLOO_SOCKET_IFNAME", "`fabric.socket_ifname` set", lambda p: socket(p.fabric), NODE, None,
-         ("fabric.socket_ifname",), "", "the first interface up on the node that matches `fabric.socket_ifname` "
-         "(gloo takes exact names)",
-         "the first interface matching {ifname} that is up on each node (gloo takes exact names)"),
-    Rule("MASTER_ADDR", "all", _always, NODE, None, (), "distributed training rendezvous",
-         "the job's first node: its IPv4 address on the first up `fabric.socket_ifname` interface, set by the "
-         "batch step there (else the node's name); later steps inherit it",
-         "the job's first node: its IPv4 address on {ifname} (else its name), once per job, the same on every "
-         "rank", ONCE),
-    Rule("MASTER_PORT", "all", _always, NODE, None, (), "distributed training rendezvous",
-         f"`{MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}`",
-         f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node do not collide",
-         ONCE),
-    Rule("nccl.env", "all", _always, SUBMIT, None, (), "", "every `nccl.env` entry, verbatim", many=_nccl_env),
+    Rule(
+        "NCCL_IB_HCA",
+        "ib, roce",
+        lambda p: rdma(p.fabric),
+        REFINED,
+        lambda p: hca_value(p.fabric.hcas),
+        ("fabric.hcas",),
+        "",
+        "`=device:port` of each fabric HCA (exact match: the storage HCA is left out); on "
+        "each node, only the ACTIVE ports (none ACTIVE: unset)",
+        "narrowed to the ACTIVE ports on each node by stune-task-prolog / stune-env",
+    ),
+    Rule(
+        "NCCL_IB_GID_INDEX",
+        "roce, `fabric.gid_index` set",
+        lambda p: gid_fixed(p.fabric),
+        SUBMIT,
+        lambda p: str(p.fabric.gid_index),
+        ("fabric.gid_index",),
+        "",
+        "the profile's index; each node warns when it is not a RoCE v2 GID there",
+    ),
+    Rule(
+        "NCCL_IB_GID_INDEX",
+        "roce, `fabric.gid_index` empty",
+        lambda p: gid_detected(p.fabric),
+        NODE,
+        None,
+        (),
+        "roce fabric with fabric.gid_index empty",
+        "the RoCE v2, IPv4-mapped GID index on each ACTIVE port's "
+        "netdev (the ports disagree: the most common, and a message)",
+        "the RoCE v2, IPv4-mapped GID on each HCA's netdev, detected on each node",
+    ),
+    Rule(
+        "NCCL_IB_TIMEOUT",
+        "ib, roce",
+        lambda p: rdma(p.fabric),
+        SUBMIT,
+        lambda p: str(p.nccl.ib_timeout),
+        ("nccl.ib_timeout",),
+        "",
+        "the profile's value",
+    ),
+    Rule(
+        "NCCL_IB_RETRY_CNT",
+        "ib, roce",
+        lambda p: rdma(p.fabric),
+        SUBMIT,
+        lambda p: str(p.nccl.ib_retry_cnt),
+        ("nccl.ib_retry_cnt",),
+        "",
+        "the profile's value",
+    ),
+    Rule(
+        "NCCL_NET_GDR_LEVEL",
+        "ib, roce, `nccl.net_gdr_level` set",
+        lambda p: rdma(p.fabric) and bool(p.nccl.net_gdr_level),
+        SUBMIT,
+        lambda p: p.nccl.net_gdr_level,
+        ("nccl.net_gdr_level",),
+        "",
+        "the profile's value",
+    ),
+    Rule(
+        "NCCL_IB_DISABLE",
+        "tcp",
+        lambda p: not rdma(p.fabric),
+        SUBMIT,
+        lambda p: "1",
+        ("fabric.type",),
+        "fabric.type tcp (no RDMA)",
+        "`1`: no RDMA",
+    ),
+    Rule(
+        "NCCL_NET_GDR_LEVEL",
+        "tcp",
+        lambda p: not rdma(p.fabric),
+        SUBMIT,
+        lambda p: "0",
+        ("fabric.type",),
+        "fabric.type tcp: no GPUDirect RDMA",
+        "`0`: no GPUDirect RDMA",
+    ),
+    Rule(
+        "NCCL_SOCKET_IFNAME",
+        "`fabric.socket_ifname` set",
+        lambda p: socket(p.fabric),
+        REFINED,
+        lambda p: p.fabric.socket_ifname,
+        ("fabric.socket_ifname",),
+        "",
+        "the profile's interface (NCCL's prefix syntax); unset on a node where none that matches is up",
+        "checked on each node: the interface must exist and be up",
+    ),
+    Rule(
+        "GLOO_SOCKET_IFNAME",
+        "`fabric.socket_ifname` set",
+        lambda p: socket(p.fabric),
+        NODE,
+        None,
+        ("fabric.socket_ifname",),
+        "",
+        "the first interface up on the node that matches `fabric.socket_ifname` (gloo takes exact names)",
+        "the first interface matching {ifname} that is up on each node (gloo takes exact names)",
+    ),
+    Rule(
+        "MASTER_ADDR",
+        "all",
+        _always,
+        NODE,
+        None,
+        (),
+        "distributed training rendezvous",
+        "the job's first node: its IPv4 address on the first up `fabric.socket_ifname` interface, set by the "
+        "batch step there (else the node's name); later steps inherit it",
+        "the job's first node: its IPv4 address on {ifname} (else its name), once per job, the same on every "
+        "rank",
+        ONCE,
+    ),
+    Rule(
+        "MASTER_PORT",
+        "all",
+        _always,
+        NODE,
+        None,
+        (),
+        "distributed training rendezvous",
+        f"`{MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}`",
+        f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node do not collide",
+        ONCE,
+    ),
+    Rule(
+        "nccl.env", "all", _always, SUBMIT, None, (), "", "every `nccl.env` entry, verbatim", many=_nccl_env
+    ),
 )
 
 # What the node sets or refines, in the table's order (stune-task-prolog --node-summary prints these).
@@ -138,7 +263,10 @@ REFINED_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RULES if r.
 
 def markdown_table() -> str:
     """docs/sbatch.md's table of the rules (tests/test_nodeenv.py checks the docs hold exactly this)."""
-    rows = ["| variable | fabric | decided | from | how | who wins |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| variable | fabric | decided | from | how | who wins |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in RULES:
         name = f"`{r.name}.NAME` → `NAME`" if r.many else f"`{r.name}`"
         where = ", ".join(f"`{k}`" for k in r.cites) or ("`nccl.env`" if r.many else f"rule: {r.rule}")

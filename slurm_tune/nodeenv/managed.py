@@ -14,6 +14,7 @@ is still read, so a job submitted before an upgrade keeps its node-side refineme
 taken to be stune's when it is read (`parse_managed(text, environ)`), and the TaskProlog writes the new form
 back for the job's later steps.
 """
+
 from __future__ import annotations
 
 MANAGED_VAR = "STUNE_MANAGED"
@@ -43,8 +44,10 @@ def parse_managed(text: str | None, environ=None) -> dict[str, str | None]:
 def format_managed(managed: dict[str, str | None]) -> str:
     """The new form always holds a `=`: when no name has a value, an empty `=` item comes first (read as
     nothing), so it is never taken for the old form."""
-    text = ",".join(name if value is None else f"{name}={value.replace('%', '%25').replace(',', '%2C')}"
-                    for name, value in managed.items())
+    text = ",".join(
+        name if value is None else f"{name}={value.replace('%', '%25').replace(',', '%2C')}"
+        for name, value in managed.items()
+    )
     return text if not text or "=" in text else "=," + text
 
 

@@ -14,14 +14,23 @@ unset (a value None in the exports) and a message says so.
 Everything here takes the job context (thisnode.JobContext) its entry point built: the environment, node,
 partition's profile and job id are never re-derived below it.
 """
+
 from __future__ import annotations
 
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
 from .envrules import gid_detected, gid_fixed, hca_value, rdma, socket
-from .managed import (BATCH_STEP_IDS, MANAGED_VAR, MASTER_PORT_BASE, MASTER_PORT_SPAN, RENDEZVOUS, format_managed,
-                      is_stunes, parse_managed)
+from .managed import (
+    BATCH_STEP_IDS,
+    MANAGED_VAR,
+    MASTER_PORT_BASE,
+    MASTER_PORT_SPAN,
+    RENDEZVOUS,
+    format_managed,
+    is_stunes,
+    parse_managed,
+)
 
 
 def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict[str, str | None], list[str]]:
@@ -50,8 +59,11 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
         ports = [Port(h.device, h.port, h.netdev) for h in fabric.hcas]
         active, down = active_ports(sysfs, ports)
         if not active:
-            unset("NCCL_IB_HCA", f"none of the fabric HCA ports is ACTIVE ({_states(down)}): NCCL will not find a "
-                  "usable RDMA port of the fabric")
+            unset(
+                "NCCL_IB_HCA",
+                f"none of the fabric HCA ports is ACTIVE ({_states(down)}): NCCL will not find a "
+                "usable RDMA port of the fabric",
+            )
         elif mine("NCCL_IB_HCA"):
             exports["NCCL_IB_HCA"] = hca_value(active)
             if down:
@@ -65,7 +77,9 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
         elif active and gid_fixed(fabric):
             wrong = [str(p) for p in active if gid_type(sysfs, p, fabric.gid_index) != "RoCE v2"]
             if wrong:
-                messages.append(f"fabric.gid_index {fabric.gid_index} is not a RoCE v2 GID on {', '.join(wrong)}")
+                messages.append(
+                    f"fabric.gid_index {fabric.gid_index} is not a RoCE v2 GID on {', '.join(wrong)}"
+                )
     up: list[str] = []
     if socket(fabric):
         up, problem = socket_interfaces(sysfs, fabric.socket_ifname)
@@ -150,8 +164,10 @@ def _gid_index(sysfs: Sysfs, active: list[Port]) -> tuple[int | None, str]:
     problems = []
     if len(found) > 1:
         others = "; ".join(f"{', '.join(ports)} use {i}" for i, ports in sorted(found.items()) if i != best)
-        problems.append(f"the ports disagree on the RoCE v2 GID index: NCCL_IB_GID_INDEX={best} "
-                        f"(from {', '.join(found[best])}) but {others}")
+        problems.append(
+            f"the ports disagree on the RoCE v2 GID index: NCCL_IB_GID_INDEX={best} "
+            f"(from {', '.join(found[best])}) but {others}"
+        )
     if missing:
         problems.append(_first(missing))
     return best, " | ".join(problems)
@@ -169,15 +185,20 @@ def shell_quote(value: str) -> str:
 
 def as_shell(exports: dict[str, str | None]) -> str:
     """`export NAME=value` (or `unset NAME`) lines for eval in a job script."""
-    return "".join(f"unset {name}\n" if value is None else f"export {name}={shell_quote(value)}\n"
-                   for name, value in exports.items())
+    return "".join(
+        f"unset {name}\n" if value is None else f"export {name}={shell_quote(value)}\n"
+        for name, value in exports.items()
+    )
 
 
 def as_taskprolog(exports: dict[str, str | None]) -> str:
     """TaskProlog lines: Slurm takes the rest of an `export NAME=` line verbatim (no quoting, one line), and
     `unset NAME` removes a variable."""
-    return "".join(f"unset {name}\n" if value is None else f"export {name}={value}\n"
-                   for name, value in exports.items() if value is None or "\n" not in value)
+    return "".join(
+        f"unset {name}\n" if value is None else f"export {name}={value}\n"
+        for name, value in exports.items()
+        if value is None or "\n" not in value
+    )
 
 
 def task_environment(job, progress=None, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:

@@ -1,6 +1,7 @@
 """sbatch's --export and --export-file: which environment a job starts with, and whose value of a variable
 wins (the user's own, or what stune would set). A model of sbatch's rules; the plan (plan.py) asks it.
 """
+
 from __future__ import annotations
 
 from ..frozen import Record

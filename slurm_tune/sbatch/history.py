@@ -10,6 +10,7 @@ The environment is the job's, minus what only describes the login session (`_`, 
 of variables whose names say they hold secrets (TOKEN, SECRET, PASSWORD, ...) are stored as a short hash, so a
 changed secret still shows in a diff without being written down.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,15 +20,61 @@ from .. import fastjson
 FORMAT = 1
 # Variables that describe the login session, not the job: left out so two submissions from different
 # shells compare equal.
-NOISE = frozenset(("_", "OLDPWD", "PWD", "SHLVL", "TERM", "COLORTERM", "DISPLAY", "LS_COLORS", "PS1", "PS2",
-                   "PS4", "PROMPT_COMMAND", "MAIL", "WINDOWID", "COLUMNS", "LINES", "SSH_AUTH_SOCK",
-                   "SSH_AGENT_PID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "DBUS_SESSION_BUS_ADDRESS",
-                   "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS", "XDG_RUNTIME_DIR", "HISTFILE",
-                   "HISTSIZE", "HISTCONTROL", "TMUX", "TMUX_PANE", "STY", "KRB5CCNAME", "GPG_AGENT_INFO",
-                   "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "LESSOPEN", "LESSCLOSE", "SECURITYSESSIONID"))
+NOISE = frozenset(
+    (
+        "_",
+        "OLDPWD",
+        "PWD",
+        "SHLVL",
+        "TERM",
+        "COLORTERM",
+        "DISPLAY",
+        "LS_COLORS",
+        "PS1",
+        "PS2",
+        "PS4",
+        "PROMPT_COMMAND",
+        "MAIL",
+        "WINDOWID",
+        "COLUMNS",
+        "LINES",
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_SESSION_ID",
+        "XDG_SESSION_TYPE",
+        "XDG_SESSION_CLASS",
+        "XDG_RUNTIME_DIR",
+        "HISTFILE",
+        "HISTSIZE",
+        "HISTCONTROL",
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "KRB5CCNAME",
+        "GPG_AGENT_INFO",
+        "TERM_PROGRAM",
+        "TERM_PROGRAM_VERSION",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "SECURITYSESSIONID",
+    )
+)
 NOISE_PREFIXES = ("BASH_FUNC_",)
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY",
-                "CREDENTIAL")
+SECRET_WORDS = (
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+    "CREDENTIAL",
+)
 
 
 def history_path(environ=None) -> str:
@@ -83,7 +130,9 @@ def record(entry: dict, environ=None) -> str:
     try:
         try:
             fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:  # the first submission: its directory is made then, not checked at every one
+        except (
+            FileNotFoundError
+        ):  # the first submission: its directory is made then, not checked at every one
             os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
             fd = os.open(path, flags, 0o600)
     except OSError as exc:

@@ -1,6 +1,7 @@
 """Reading the submission history back (`stune-sbatch history`): load it, find a run, list, diff two runs.
 history.py writes it, on the submission path; this module is not on that path.
 """
+
 from __future__ import annotations
 
 from ..errors import StuneError
@@ -82,7 +83,9 @@ def when(entry: dict) -> str:
     import time
 
     stamp = entry.get("time")
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if isinstance(stamp, (int, float)) else "?"
+    return (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if isinstance(stamp, (int, float)) else "?"
+    )
 
 
 def command_text(argv) -> str:
@@ -97,30 +100,50 @@ def format_list(entries: list[dict], limit: int | None = None) -> str:
         return "no submissions recorded yet\n"
     from ..output import table
 
-    return table(((when(entry), str(entry.get("job_id") or "?"), str(entry.get("partition") or "?"),
-                   str(entry.get("digest") or "-")[:8], command_text(["stune-sbatch", *entry.get("argv", [])]))
-                  for entry in shown), ("when", "job", "partition", "digest", "command"))
+    return table(
+        (
+            (
+                when(entry),
+                str(entry.get("job_id") or "?"),
+                str(entry.get("partition") or "?"),
+                str(entry.get("digest") or "-")[:8],
+                command_text(["stune-sbatch", *entry.get("argv", [])]),
+            )
+            for entry in shown
+        ),
+        ("when", "job", "partition", "digest", "command"),
+    )
 
 
 def diff(a: dict, b: dict) -> list[str]:
     """The lines that differ between two runs; an empty list when nothing that stune records changed."""
     out = []
-    for key, label in (("partition", "partition"), ("cluster", "cluster"), ("cwd", "directory"),
-                       ("script", "script")):
+    for key, label in (
+        ("partition", "partition"),
+        ("cluster", "cluster"),
+        ("cwd", "directory"),
+        ("script", "script"),
+    ):
         if a.get(key) != b.get(key):
             out.append(f"{label}: {a.get(key)!r} -> {b.get(key)!r}")
     if a.get("script_sha256") and b.get("script_sha256") and a["script_sha256"] != b["script_sha256"]:
-        out.append(f"script content changed: sha256 {a['script_sha256']} -> {b['script_sha256']}"
-                   + (f" ({b.get('script')})" if a.get("script") == b.get("script") else ""))
+        out.append(
+            f"script content changed: sha256 {a['script_sha256']} -> {b['script_sha256']}"
+            + (f" ({b.get('script')})" if a.get("script") == b.get("script") else "")
+        )
     if a.get("digest") != b.get("digest"):
-        out.append(f"profile: {a.get('profile')} digest {a.get('digest')} -> {b.get('profile')} digest "
-                   f"{b.get('digest')} (the partition profile changed)")
+        out.append(
+            f"profile: {a.get('profile')} digest {a.get('digest')} -> {b.get('profile')} digest "
+            f"{b.get('digest')} (the partition profile changed)"
+        )
     if a.get("argv") != b.get("argv"):
         out.append(f"command: {command_text(a.get('argv'))}")
         out.append(f"     ->  {command_text(b.get('argv'))}")
     if a.get("added") != b.get("added"):
-        out.append(f"options stune added: {' '.join(a.get('added') or []) or '-'} -> "
-                   f"{' '.join(b.get('added') or []) or '-'}")
+        out.append(
+            f"options stune added: {' '.join(a.get('added') or []) or '-'} -> "
+            f"{' '.join(b.get('added') or []) or '-'}"
+        )
     env_a, env_b = a.get("env") or {}, b.get("env") or {}
     changed = []
     for name in sorted(set(env_a) | set(env_b)):

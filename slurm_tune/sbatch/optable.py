@@ -14,6 +14,7 @@ plugstack.conf.d). A hit costs a few stat calls and one small read; `sbatch --he
 cache is plain text, read only from a regular file of the user's own with one link (trust.open_regular), and
 written atomically (safeio.write_atomic): garbage in it is a miss, never an option.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,6 +34,7 @@ PLUGIN_HEADER = "Options provided by plugins:"
 
 
 # ---- reading `sbatch --help` -----------------------------------------------------------------------------------
+
 
 def parse_help(text: str) -> tuple[dict[str, int], dict[str, str]]:
     """({long name: NO/REQUIRED/OPTIONAL}, {short letter: long name}) from `sbatch --help` output: every line
@@ -55,7 +57,7 @@ def parse_help(text: str) -> tuple[dict[str, int], dict[str, str]]:
         name = word[:cut]
         if not name or not name[0].isalnum() or not all(c.isalnum() or c in "-_" for c in name):
             continue
-        has_arg = OPTIONAL if word[cut:cut + 2] == "[=" else REQUIRED if word[cut:cut + 1] == "=" else NO
+        has_arg = OPTIONAL if word[cut : cut + 2] == "[=" else REQUIRED if word[cut : cut + 1] == "=" else NO
         if longs.get(name) == OPTIONAL:  # `--exclusive[=user]`, then `--exclusive[=mcs]`: one option
             has_arg = OPTIONAL
         longs[name] = has_arg
@@ -84,7 +86,6 @@ def add_plugin_options(found: dict[str, tuple[int, str]]) -> None:
 # ---- the cache ---------------------------------------------------------------------------------------------
 
 
-
 def fingerprint(slurm, environ) -> str:
     """What the table depends on, as one line: the sbatch binary, slurm.conf, the plugin stack's files."""
     exe = slurm.executable("sbatch") if hasattr(slurm, "executable") else "sbatch"
@@ -92,7 +93,12 @@ def fingerprint(slurm, environ) -> str:
     conf = environ.get("SLURM_CONF") or getattr(slurm, "conf", None) or "/etc/slurm/slurm.conf"
     conf_dir = os.path.dirname(conf) or "."
     parts = [path or exe]
-    for name in (path, conf, os.path.join(conf_dir, "plugstack.conf"), os.path.join(conf_dir, "plugstack.conf.d")):
+    for name in (
+        path,
+        conf,
+        os.path.join(conf_dir, "plugstack.conf"),
+        os.path.join(conf_dir, "plugstack.conf.d"),
+    ):
         parts.append(_stamp(name))
     return " ".join(parts)
 
@@ -121,15 +127,18 @@ def cache_path(environ) -> str:
     return os.path.join(cache_dir(environ), "sbatch-options.txt")
 
 
-def format_cache(key: str, longs: dict[str, int] | None, shorts: dict[str, str], plugins: set[str],
-                 now: float = 0) -> str:
+def format_cache(
+    key: str, longs: dict[str, int] | None, shorts: dict[str, str], plugins: set[str], now: float = 0
+) -> str:
     """The cache's text: the format, the key, then one line per option (`r- name`: required argument, not a
     plugin's; `op name`: optional, a plugin's; `s X name`: a short option), or `built-in TIME` when sbatch
     did not answer at TIME."""
     lines = [CACHE_FORMAT, key.replace("\n", " ")]
     if longs is None:
         return "\n".join(lines + [f"{UNANSWERED} {int(now)}"]) + "\n"
-    lines += [f"{_ARG_CHAR[arg]}{'p' if name in plugins else '-'} {name}" for name, arg in sorted(longs.items())]
+    lines += [
+        f"{_ARG_CHAR[arg]}{'p' if name in plugins else '-'} {name}" for name, arg in sorted(longs.items())
+    ]
     lines += [f"s {letter} {name}" for letter, name in sorted(shorts.items())]
     return "\n".join(lines) + "\n"
 
@@ -201,7 +210,6 @@ def write_cache(environ, key: str, longs, shorts, plugins) -> None:
     import time
 
     from ..safeio import write_atomic
-
     from ..trust import load_problem
 
     path = cache_path(environ)

@@ -18,6 +18,7 @@ group, a backslash escapes, an unquoted `#` starts a comment. A `hetjob` line st
 Precedence is sbatch's (man sbatch, INPUT ENVIRONMENT VARIABLES): the command line beats SBATCH_*
 variables, which beat `#SBATCH` directives.
 """
+
 from __future__ import annotations
 
 from ..text import is_digits
@@ -32,9 +33,12 @@ _REQUIRED_LONG = (
     "licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nodefile "
     "nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket ntasks-per-tres "
     "open-mode output partition power prefer priority profile qos reservation signal sockets-per-node "
-    "switches tasks-per-node thread-spec threads-per-core time time-min tmp uid wait-all-nodes wckey wrap")
-_FLAG_LONG = ("contiguous help hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot "
-              "requeue spread-job test-only usage use-min-nodes verbose version wait")
+    "switches tasks-per-node thread-spec threads-per-core time time-min tmp uid wait-all-nodes wckey wrap"
+)
+_FLAG_LONG = (
+    "contiguous help hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot "
+    "requeue spread-job test-only usage use-min-nodes verbose version wait"
+)
 _OPTIONAL_LONG = "exclusive get-user-env nice no-kill propagate"
 # Long spellings that are another option's alias: their canonical key.
 _ALIASES = {"cluster": "clusters", "tasks-per-node": "ntasks-per-node"}
@@ -48,12 +52,40 @@ for _name in _OPTIONAL_LONG.split():
     LONG[_name] = (OPTIONAL, _name)
 
 _SHORT_KEYS = {
-    "a": "array", "A": "account", "b": "begin", "B": "extra-node-info", "c": "cpus-per-task", "C": "constraint",
-    "d": "dependency", "D": "chdir", "e": "error", "F": "nodefile", "G": "gpus", "h": "help", "H": "hold",
-    "i": "input", "J": "job-name", "k": "no-kill", "L": "licenses", "m": "distribution", "M": "clusters",
-    "n": "ntasks", "N": "nodes", "o": "output", "O": "overcommit", "p": "partition", "q": "qos", "Q": "quiet",
-    "s": "oversubscribe", "S": "core-spec", "t": "time", "v": "verbose", "V": "version", "w": "nodelist",
-    "W": "wait", "x": "exclude",
+    "a": "array",
+    "A": "account",
+    "b": "begin",
+    "B": "extra-node-info",
+    "c": "cpus-per-task",
+    "C": "constraint",
+    "d": "dependency",
+    "D": "chdir",
+    "e": "error",
+    "F": "nodefile",
+    "G": "gpus",
+    "h": "help",
+    "H": "hold",
+    "i": "input",
+    "J": "job-name",
+    "k": "no-kill",
+    "L": "licenses",
+    "m": "distribution",
+    "M": "clusters",
+    "n": "ntasks",
+    "N": "nodes",
+    "o": "output",
+    "O": "overcommit",
+    "p": "partition",
+    "q": "qos",
+    "Q": "quiet",
+    "s": "oversubscribe",
+    "S": "core-spec",
+    "t": "time",
+    "v": "verbose",
+    "V": "version",
+    "w": "nodelist",
+    "W": "wait",
+    "x": "exclude",
 }
 SHORT: dict[str, tuple[int, str]] = {c: (LONG[k][0], k) for c, k in _SHORT_KEYS.items()}
 BUILTIN_LONG, BUILTIN_SHORT = dict(LONG), dict(SHORT)
@@ -75,9 +107,14 @@ STUNE_LONG: dict[str, tuple[int, str]] = {
 
 # SBATCH_* input variables that set an option stune reads (man sbatch, INPUT ENVIRONMENT VARIABLES).
 ENV_OPTIONS = {
-    "partition": "SBATCH_PARTITION", "export": "SBATCH_EXPORT", "requeue": "SBATCH_REQUEUE",
-    "no-requeue": "SBATCH_NO_REQUEUE", "signal": "SBATCH_SIGNAL", "switches": "SBATCH_REQ_SWITCH",
-    "gpu-bind": "SBATCH_GPU_BIND", "wait": "SBATCH_WAIT",
+    "partition": "SBATCH_PARTITION",
+    "export": "SBATCH_EXPORT",
+    "requeue": "SBATCH_REQUEUE",
+    "no-requeue": "SBATCH_NO_REQUEUE",
+    "signal": "SBATCH_SIGNAL",
+    "switches": "SBATCH_REQ_SWITCH",
+    "gpu-bind": "SBATCH_GPU_BIND",
+    "wait": "SBATCH_WAIT",
 }
 
 
@@ -91,7 +128,11 @@ class Opt:
         self.key, self.value, self.where = key, value, where
 
     def __eq__(self, other):
-        return isinstance(other, Opt) and (self.key, self.value, self.where) == (other.key, other.value, other.where)
+        return isinstance(other, Opt) and (self.key, self.value, self.where) == (
+            other.key,
+            other.value,
+            other.where,
+        )
 
     def __repr__(self):
         return f"Opt({self.key!r}, {self.value!r}, {self.where!r})"
@@ -106,18 +147,30 @@ class ParsedArgs:
     option table cannot classify (how it was read, where); `insert_at`: the argv index before which stune's
     own sbatch options must go (an unknown option that may take the next word as its value), else None."""
 
-    __slots__ = ("options", "stune", "script_index", "problems", "het", "dashdash", "stune_words", "unknown",
-                 "insert_at")
+    __slots__ = (
+        "options",
+        "stune",
+        "script_index",
+        "problems",
+        "het",
+        "dashdash",
+        "stune_words",
+        "unknown",
+        "insert_at",
+    )
 
-    def __init__(self, options, stune, script_index, problems, het, dashdash, stune_words, unknown=(),
-                 insert_at=None):
+    def __init__(
+        self, options, stune, script_index, problems, het, dashdash, stune_words, unknown=(), insert_at=None
+    ):
         self.options, self.stune, self.script_index, self.problems = options, stune, script_index, problems
         self.het, self.dashdash, self.stune_words = het, dashdash, stune_words
         self.unknown, self.insert_at = list(unknown), insert_at
 
     def __repr__(self):
-        return (f"ParsedArgs(options={self.options!r}, stune={self.stune!r}, script_index={self.script_index!r}, "
-                f"problems={self.problems!r}, het={self.het!r})")
+        return (
+            f"ParsedArgs(options={self.options!r}, stune={self.stune!r}, script_index={self.script_index!r}, "
+            f"problems={self.problems!r}, het={self.het!r})"
+        )
 
 
 AMBIGUOUS = (-1, "")
@@ -155,8 +208,14 @@ def use_learned(longs: dict[str, int], shorts: dict[str, str], plugins=()) -> No
     PLUGIN_KEYS.update(n for n in plugins if n not in BUILTIN_LONG)
 
 
-def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str] | None = None,
-               allow_stune: bool = True, stune_json: bool = True) -> ParsedArgs:
+def parse_args(
+    argv: list[str],
+    *,
+    where: str = "command line",
+    wheres: list[str] | None = None,
+    allow_stune: bool = True,
+    stune_json: bool = True,
+) -> ParsedArgs:
     """Read sbatch options from argv (without the program name) the way getopt_long("+...") does.
     Each option records `where` it came from, or wheres[i] for the word i it started at."""
     options: list[Opt] = []
@@ -168,7 +227,9 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
     stune_words: list[int] = []
 
     def done(script_index, dashdash=None) -> ParsedArgs:
-        return ParsedArgs(options, stune, script_index, problems, het, dashdash, stune_words, unknown, insert_at)
+        return ParsedArgs(
+            options, stune, script_index, problems, het, dashdash, stune_words, unknown, insert_at
+        )
 
     i, n = 0, len(argv)
     while i < n:
@@ -222,7 +283,9 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
             j = 1
             while j < len(tok):
                 entry = SHORT.get(tok[j])
-                if entry is None:  # an option letter this sbatch's table does not list: the rest may be its value
+                if (
+                    entry is None
+                ):  # an option letter this sbatch's table does not list: the rest may be its value
                     glued = j + 1 < len(tok)
                     took, line = _unknown_option(argv, i, f"-{tok[j]}", glued, at)
                     unknown.append(line)
@@ -235,7 +298,7 @@ def parse_args(argv: list[str], *, where: str = "command line", wheres: list[str
                     options.append(Opt(key, None, at))
                     j += 1
                     continue
-                rest = tok[j + 1:]
+                rest = tok[j + 1 :]
                 if has_arg == REQUIRED and not rest:
                     if i + 1 >= n:
                         problems.append(f"option requires an argument -- '{tok[j]}'")
@@ -261,7 +324,7 @@ def _unknown_option(argv: list[str], i: int, option: str, has_value: bool, at: s
     nxt = argv[i + 1] if i + 1 < len(argv) else None
     if has_value or nxt is None or nxt.startswith("-") or nxt == ":":
         return 0, f"{head}: passed to sbatch as given"
-    rest = parse_args(argv[i + 2:], allow_stune=False)
+    rest = parse_args(argv[i + 2 :], allow_stune=False)
     import os
 
     if rest.script_index is not None or any(o.key == "wrap" for o in rest.options) or not os.path.isfile(nxt):
@@ -282,7 +345,7 @@ def directive_tokens(script: str) -> tuple[list[tuple[int, str]], bool]:
         rest = None
         for magic in MAGIC_WORDS:
             if line.startswith(magic):
-                rest = line[len(magic):]
+                rest = line[len(magic) :]
                 break
         if rest is None:
             stripped = line.strip()
@@ -334,16 +397,18 @@ def split_directive(text: str) -> list[str]:
         words.append("".join(chars))
 
 
-def parse_directives(script: str, problems: list[str] | None = None,
-                     unknown: list[str] | None = None) -> tuple[list[Opt], bool]:
+def parse_directives(
+    script: str, problems: list[str] | None = None, unknown: list[str] | None = None
+) -> tuple[list[Opt], bool]:
     """The sbatch options a script's directives set (first component), and whether it is a het job.
     What sbatch would refuse is appended to `problems`, and the words the table cannot classify to `unknown`,
     when given."""
     words, het = directive_tokens(script)
     if not words:
         return [], het
-    parsed = parse_args([w for _, w in words], wheres=[f"script line {ln}" for ln, _ in words],
-                        allow_stune=False)
+    parsed = parse_args(
+        [w for _, w in words], wheres=[f"script line {ln}" for ln, _ in words], allow_stune=False
+    )
     if problems is not None:
         problems.extend(parsed.problems)
     if unknown is not None:
@@ -357,6 +422,7 @@ PLUGIN_KEYS: set[str] = set()  # the options learned from the site's plugins (fo
 
 
 # ---- the options in effect ---------------------------------------------------------------------------------
+
 
 class Effective:
     """The value each option ends up with, and where it came from: command line > SBATCH_* > #SBATCH. Resolved

@@ -6,19 +6,20 @@ Every Setting names the profile key (file:line) or the rule it came from, and on
 kept (applied=False) with a note saying so. The plan itself is pure: the only Slurm call it may make (the
 degraded nodes of a multi-node job's partition) goes through the `degraded_nodes` callable it is given.
 """
+
 from __future__ import annotations
 
 from ..frozen import Record
-from ..text import is_digits
-from .export import UsersOwn, export_with, parse_export, read_export_file
-from .options import Effective, node_range
-from .setting import ENV, NODE, NOTE, OPTION, WARNING, Setting, origin
-from .staging import container_settings, stage_settings
 
 # MANAGED_VAR (STUNE_MANAGED): what stune set (not the user), with the values: the TaskProlog refines a
 # variable only while it still has stune's value, and a nested stune-sbatch does not mistake them for the
 # user's own.
 from ..nodeenv.managed import MANAGED_VAR, RENDEZVOUS, SUMMARY_VAR, format_managed
+from ..text import is_digits
+from .export import UsersOwn, export_with, parse_export, read_export_file
+from .options import Effective, node_range
+from .setting import ENV, NODE, NOTE, OPTION, WARNING, Setting, origin
+from .staging import container_settings, stage_settings
 
 
 class Plan(Record):
@@ -26,8 +27,18 @@ class Plan(Record):
     `export_option`: a rewritten --export (the user's list plus stune's names), or None; `unset`: names to
     drop from sbatch's environment (a parent stune job's per-node values, which each node detects anew)."""
 
-    __slots__ = ("partition", "partition_source", "profile", "settings", "options", "env", "export_option",
-                 "multi_node", "node_reason", "unset")
+    __slots__ = (
+        "partition",
+        "partition_source",
+        "profile",
+        "settings",
+        "options",
+        "env",
+        "export_option",
+        "multi_node",
+        "node_reason",
+        "unset",
+    )
 
     @property
     def warnings(self) -> list[str]:
@@ -75,11 +86,21 @@ def nccl_settings(profile) -> list[Setting]:
             continue
         note = rule.note_for(profile)
         for name, value, cites in rule.values(profile):
-            out.append(Setting(NODE if value is None else ENV, name, value, rule.source(profile, cites), True, note))
+            out.append(
+                Setting(NODE if value is None else ENV, name, value, rule.source(profile, cites), True, note)
+            )
     return out
 
 
-_GPU_KEYS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres", "tres-per-task", "tres-per-node")
+_GPU_KEYS = (
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-task",
+    "gpus-per-socket",
+    "gres",
+    "tres-per-task",
+    "tres-per-node",
+)
 
 
 def asks_gpus(eff: Effective) -> bool:
@@ -98,30 +119,73 @@ def binding_settings(profile, eff: Effective) -> list[Setting]:
         out = []
         gpu_bind = eff.get("gpu-bind")
         if not gpus:
-            out.append(Setting(NOTE, "binding", None, origin(profile, "numa.bind", "gpu.count"), True,
-                               "no GPU (gpu.count 0, and the job asks for none): no --gpu-bind; tasks are "
-                               "bound by SLURM_CPU_BIND"))
+            out.append(
+                Setting(
+                    NOTE,
+                    "binding",
+                    None,
+                    origin(profile, "numa.bind", "gpu.count"),
+                    True,
+                    "no GPU (gpu.count 0, and the job asks for none): no --gpu-bind; tasks are "
+                    "bound by SLURM_CPU_BIND",
+                )
+            )
         elif gpu_bind is None:
             out.append(Setting(OPTION, "--gpu-bind", "closest", origin(profile, "numa.bind"), True, ""))
         else:
-            out.append(Setting(OPTION, "--gpu-bind", "closest", origin(profile, "numa.bind"), False,
-                               f"kept your --gpu-bind={gpu_bind.value} ({gpu_bind.where})"))
+            out.append(
+                Setting(
+                    OPTION,
+                    "--gpu-bind",
+                    "closest",
+                    origin(profile, "numa.bind"),
+                    False,
+                    f"kept your --gpu-bind={gpu_bind.value} ({gpu_bind.where})",
+                )
+            )
         # sbatch has no --cpu-bind; srun reads SLURM_CPU_BIND as its default.
-        out.append(Setting(ENV, "SLURM_CPU_BIND", profile.numa.cpu_bind,
-                           origin(profile, "numa.bind", "numa.cpu_bind"), True,
-                           "srun's --cpu-bind default for every step (sbatch has no --cpu-bind)"))
+        out.append(
+            Setting(
+                ENV,
+                "SLURM_CPU_BIND",
+                profile.numa.cpu_bind,
+                origin(profile, "numa.bind", "numa.cpu_bind"),
+                True,
+                "srun's --cpu-bind default for every step (sbatch has no --cpu-bind)",
+            )
+        )
         return out
     if bind == "stune" and not gpus:
-        return [Setting(NOTE, "binding", None, origin(profile, "numa.bind", "gpu.count"), True,
-                        "no GPU (gpu.count 0, and the job asks for none): stune-bind has no GPU to bind a "
-                        "task near; bind with srun's --cpu-bind")]
+        return [
+            Setting(
+                NOTE,
+                "binding",
+                None,
+                origin(profile, "numa.bind", "gpu.count"),
+                True,
+                "no GPU (gpu.count 0, and the job asks for none): stune-bind has no GPU to bind a "
+                "task near; bind with srun's --cpu-bind",
+            )
+        ]
     if bind == "stune":
-        return [Setting(NOTE, "binding", None, origin(profile, "numa.bind"), True,
-                        "run each task as `srun stune-bind CMD` to bind it to its GPU's NUMA node")]
-    return [Setting(NOTE, "binding", None, origin(profile, "numa.bind"), True, "numa.bind is none: no binding")]
+        return [
+            Setting(
+                NOTE,
+                "binding",
+                None,
+                origin(profile, "numa.bind"),
+                True,
+                "run each task as `srun stune-bind CMD` to bind it to its GPU's NUMA node",
+            )
+        ]
+    return [
+        Setting(NOTE, "binding", None, origin(profile, "numa.bind"), True, "numa.bind is none: no binding")
+    ]
 
 
-def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in: bool = False) -> list[Setting]:
+def recovery_settings(
+    profile, eff: Effective, script: str | None = None, opt_in: bool = False
+) -> list[Setting]:
     """--requeue and the checkpoint signal. The signal goes only to a batch script that traps it (or when the
     profile's recovery.signal_when is `always`, or --checkpoint-signal asks for it): bash's default action for
     SIGUSR1 is to exit, so an untrapped signal would end FAILED a job that plain sbatch completes."""
@@ -129,15 +193,27 @@ def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in
     rec = profile.recovery
     if rec.requeue:
         mine = eff.given("requeue", "no-requeue")
-        out.append(Setting(OPTION, "--requeue", None, origin(profile, "recovery.requeue"), mine is None,
-                           f"kept your --{mine.key} ({mine.where})" if mine else ""))
+        out.append(
+            Setting(
+                OPTION,
+                "--requeue",
+                None,
+                origin(profile, "recovery.requeue"),
+                mine is None,
+                f"kept your --{mine.key} ({mine.where})" if mine else "",
+            )
+        )
     if not rec.signal:
         return out
     value = f"B:{rec.signal}@{rec.signal_seconds}"
     source = origin(profile, "recovery.signal", "recovery.signal_seconds")
     mine = eff.get("signal")
     if mine is not None:
-        out.append(Setting(OPTION, "--signal", value, source, False, f"kept your --signal={mine.value} ({mine.where})"))
+        out.append(
+            Setting(
+                OPTION, "--signal", value, source, False, f"kept your --signal={mine.value} ({mine.where})"
+            )
+        )
         seconds = signal_seconds(mine.value)
         if seconds is not None:
             out.extend(_short_limit(eff, seconds, f"your --signal={mine.value}"))
@@ -145,15 +221,36 @@ def recovery_settings(profile, eff: Effective, script: str | None = None, opt_in
     trap = trapped_at(script, rec.signal)
     when = getattr(rec, "signal_when", "trapped")
     if trap is None and when != "always" and not opt_in:
-        out.append(Setting(NOTE, "signal", None, source + "; " + origin(profile, "recovery.signal_when"), True,
-                           f"not added: the script does not trap {rec.signal} (bash would exit on it); trap it, "
-                           "or pass --checkpoint-signal, to get it"))
+        out.append(
+            Setting(
+                NOTE,
+                "signal",
+                None,
+                source + "; " + origin(profile, "recovery.signal_when"),
+                True,
+                f"not added: the script does not trap {rec.signal} (bash would exit on it); trap it, "
+                "or pass --checkpoint-signal, to get it",
+            )
+        )
         return out
-    why = (f"your script traps it ({trap})" if trap is not None else
-           "--checkpoint-signal" if opt_in else "recovery.signal_when: always")
-    out.append(Setting(OPTION, "--signal", value, source, True,
-                       f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit, to "
-                       f"checkpoint: {why}"))
+    why = (
+        f"your script traps it ({trap})"
+        if trap is not None
+        else "--checkpoint-signal"
+        if opt_in
+        else "recovery.signal_when: always"
+    )
+    out.append(
+        Setting(
+            OPTION,
+            "--signal",
+            value,
+            source,
+            True,
+            f"SIG{rec.signal} to the batch shell {rec.signal_seconds}s before the time limit, to "
+            f"checkpoint: {why}",
+        )
+    )
     out.extend(_short_limit(eff, rec.signal_seconds, f"--signal={value}"))
     return out
 
@@ -166,9 +263,17 @@ def _short_limit(eff: Effective, seconds: int, what: str) -> list[Setting]:
     total = time_limit_seconds(limit.value)
     if total is None or total > seconds:
         return []
-    return [Setting(WARNING, "signal", None, f"-t {limit.value} ({limit.where})", True,
-                    f"the time limit ({total}s) is not longer than the {seconds}s of {what}: the signal is sent "
-                    "as soon as the job starts (Slurm may send it up to 60s early)")]
+    return [
+        Setting(
+            WARNING,
+            "signal",
+            None,
+            f"-t {limit.value} ({limit.where})",
+            True,
+            f"the time limit ({total}s) is not longer than the {seconds}s of {what}: the signal is sent "
+            "as soon as the job starts (Slurm may send it up to 60s early)",
+        )
+    ]
 
 
 def trapped_at(script: str | None, signal: str) -> str | None:
@@ -203,7 +308,9 @@ def _commands(line: str) -> list[list[str]]:
     """The simple commands of one shell line, as words (quotes group; `;`, `&&`, `||`, `&`, `|` split)."""
     from .options import split_directive
 
-    words = split_directive(line.replace(";", " ; ").replace("&", " & ").replace("|", " | ").replace("{", " { "))
+    words = split_directive(
+        line.replace(";", " ; ").replace("&", " & ").replace("|", " | ").replace("{", " { ")
+    )
     out: list[list[str]] = [[]]
     for word in words:
         if word in (";", "&", "|", "{", "then", "do", "else"):
@@ -231,7 +338,9 @@ def time_limit_seconds(text: str | None) -> int | None:
     if not text:
         return None
     try:
-        return parse_slurm(text) or None  # sbatch: "a time limit of zero requests that no time limit be imposed"
+        return (
+            parse_slurm(text) or None
+        )  # sbatch: "a time limit of zero requests that no time limit be imposed"
     except DurationError:
         return None
 
@@ -241,18 +350,34 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
     out = []
     if not multi:
         if place.exclude_degraded:
-            out.append(Setting(NOTE, "placement", None, origin(profile, "placement.exclude_degraded"), True,
-                               "single-node job: nodes marked degraded may run it"))
+            out.append(
+                Setting(
+                    NOTE,
+                    "placement",
+                    None,
+                    origin(profile, "placement.exclude_degraded"),
+                    True,
+                    "single-node job: nodes marked degraded may run it",
+                )
+            )
         return out
     if place.switches:
         from ..durations import clock
 
         value = f"{place.switches}@{clock(place.switches_max_wait)}"
         mine = eff.get("switches")
-        out.append(Setting(OPTION, "--switches", value,
-                           origin(profile, "placement.switches", "placement.switches_max_wait"), mine is None,
-                           f"kept your --switches={mine.value} ({mine.where})" if mine else
-                           "keep the job under one leaf switch, waiting at most that long for it"))
+        out.append(
+            Setting(
+                OPTION,
+                "--switches",
+                value,
+                origin(profile, "placement.switches", "placement.switches_max_wait"),
+                mine is None,
+                f"kept your --switches={mine.value} ({mine.where})"
+                if mine
+                else "keep the job under one leaf switch, waiting at most that long for it",
+            )
+        )
     if place.exclude_degraded:
         from ..nodestate import DEGRADED_FEATURE
 
@@ -269,12 +394,28 @@ def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> 
                 note += f" (added to your --exclude={mine.value}, {mine.where})"
             out.append(Setting(OPTION, "--exclude", value, source, True, note))
         else:
-            out.append(Setting(NOTE, "placement", None, source, True,
-                               f"no node of the partition is marked {DEGRADED_FEATURE}"))
+            out.append(
+                Setting(
+                    NOTE,
+                    "placement",
+                    None,
+                    source,
+                    True,
+                    f"no node of the partition is marked {DEGRADED_FEATURE}",
+                )
+            )
         if wanted:
-            out.append(Setting(NOTE, "placement", None, source, False,
-                               f"kept {','.join(wanted)}: your --nodelist asks for them although they are "
-                               f"marked {DEGRADED_FEATURE}"))
+            out.append(
+                Setting(
+                    NOTE,
+                    "placement",
+                    None,
+                    source,
+                    False,
+                    f"kept {','.join(wanted)}: your --nodelist asks for them although they are "
+                    f"marked {DEGRADED_FEATURE}",
+                )
+            )
     return out
 
 
@@ -287,20 +428,45 @@ def _node_names(opt) -> frozenset[str]:
     return frozenset(expand_hostlist(opt.value))
 
 
-def build_plan(*, partition: str, partition_source: str, profile, eff: Effective, environ, cwd: str,
-               stage_args: list[str], stage_required: bool, degraded_nodes, het: bool, script: str | None = None,
-               checkpoint_signal: bool = False, stage_strict: bool = False, node_summary: bool = False,
-               unknown: list[str] | tuple = ()) -> Plan:
+def build_plan(
+    *,
+    partition: str,
+    partition_source: str,
+    profile,
+    eff: Effective,
+    environ,
+    cwd: str,
+    stage_args: list[str],
+    stage_required: bool,
+    degraded_nodes,
+    het: bool,
+    script: str | None = None,
+    checkpoint_signal: bool = False,
+    stage_strict: bool = False,
+    node_summary: bool = False,
+    unknown: list[str] | tuple = (),
+) -> Plan:
     export = parse_export(eff.get("export"))
     export_file_opt = eff.get("export-file")
     export_file = read_export_file(export_file_opt.value if export_file_opt else None)
     multi, node_reason = multi_node(eff, het)
-    settings = (nccl_settings(profile) + binding_settings(profile, eff)
-                + recovery_settings(profile, eff, script, checkpoint_signal))
+    settings = (
+        nccl_settings(profile)
+        + binding_settings(profile, eff)
+        + recovery_settings(profile, eff, script, checkpoint_signal)
+    )
     if het:
         settings = [s for s in settings if s.kind not in (OPTION, WARNING)]
-        settings.append(Setting(NOTE, "placement", None, "rule: heterogeneous job", True,
-                                "a het job: stune sets the environment only, no sbatch options"))
+        settings.append(
+            Setting(
+                NOTE,
+                "placement",
+                None,
+                "rule: heterogeneous job",
+                True,
+                "a het job: stune sets the environment only, no sbatch options",
+            )
+        )
     else:
         settings += placement_settings(profile, eff, multi, degraded_nodes)
     settings += stage_settings(stage_args, stage_required, cwd, eff, environ)
@@ -309,34 +475,72 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
     if stage_strict:
         from ..stage.jobenv import FRESHNESS_VAR
 
-        settings.append(Setting(ENV, FRESHNESS_VAR, "strict", "rule: --stage-strict", True,
-                                "a cached copy is used only when every file's size and mtime still match the "
-                                "source (the tier's default `fast` checks the top level only)"))
+        settings.append(
+            Setting(
+                ENV,
+                FRESHNESS_VAR,
+                "strict",
+                "rule: --stage-strict",
+                True,
+                "a cached copy is used only when every file's size and mtime still match the "
+                "source (the tier's default `fast` checks the top level only)",
+            )
+        )
     if node_summary:
-        settings.append(Setting(ENV, SUMMARY_VAR, "1", "rule: --node-summary", True,
-                                "each node writes one line with its final settings to the job's stderr"))
+        settings.append(
+            Setting(
+                ENV,
+                SUMMARY_VAR,
+                "1",
+                "rule: --node-summary",
+                True,
+                "each node writes one line with its final settings to the job's stderr",
+            )
+        )
     from .options import PLUGIN_KEYS
 
     for opt in eff.directives + eff.command_line:
         if opt.key in PLUGIN_KEYS:
-            settings.append(Setting(NOTE, f"--{opt.key}", None, f"{opt.where}", True,
-                                    "a site plugin's option (learned from sbatch --help): passed to sbatch"))
+            settings.append(
+                Setting(
+                    NOTE,
+                    f"--{opt.key}",
+                    None,
+                    f"{opt.where}",
+                    True,
+                    "a site plugin's option (learned from sbatch --help): passed to sbatch",
+                )
+            )
     for line in unknown:  # words sbatch's table cannot classify: said, and stune's settings still apply
-        settings.append(Setting(WARNING, "option", None, "rule: sbatch's option table",
-                                True, f"{line}; stune's settings still apply"))
+        settings.append(
+            Setting(
+                WARNING,
+                "option",
+                None,
+                "rule: sbatch's option table",
+                True,
+                f"{line}; stune's settings still apply",
+            )
+        )
     users = UsersOwn(export, environ, export_file)
     final: list[Setting] = []
     for s in settings:
         if s.kind in (ENV, NODE) and s.applied:
             mine = users.value(s.name)
             if mine is not None:
-                s = s._replace(applied=False, note=f"kept your {s.name}={mine[0]} ({mine[1]}); "
-                               + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"))
+                s = s._replace(
+                    applied=False,
+                    note=f"kept your {s.name}={mine[0]} ({mine[1]}); "
+                    + (f"stune would set {s.value}" if s.value is not None else "stune would detect it"),
+                )
         final.append(s)
     env = {s.name: s.value for s in final if s.kind == ENV and s.applied}
     # values only for what the TaskProlog refines (STUNE_STAGE is long, and never refined)
-    managed = {s.name: (s.value if s.kind == ENV and s.name != "STUNE_STAGE" else None)
-               for s in final if s.kind in (ENV, NODE) and s.applied}
+    managed = {
+        s.name: (s.value if s.kind == ENV and s.name != "STUNE_STAGE" else None)
+        for s in final
+        if s.kind in (ENV, NODE) and s.applied
+    }
     if managed:
         env[MANAGED_VAR] = format_managed(managed)
     options = []
@@ -351,7 +555,6 @@ def build_plan(*, partition: str, partition_source: str, profile, eff: Effective
         options.append(export_option)
     # Per-node values a parent stune job detected (a submission from inside a job): not this job's.
     unset = tuple(s.name for s in final if s.kind == NODE and s.applied and s.name in environ)
-    return Plan(partition, partition_source, profile, final, options, env, export_option, multi, node_reason,
-                unset)
-
-
+    return Plan(
+        partition, partition_source, profile, final, options, env, export_option, multi, node_reason, unset
+    )

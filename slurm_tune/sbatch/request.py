@@ -5,6 +5,7 @@ afresh when a word is unknown to a cached table), the batch script (file or stdi
 directives, and the options in effect (options.Effective: command line > SBATCH_* > directives). Everything
 later stages need is in the one Request it returns; none of them reads the command line or the script again.
 """
+
 from __future__ import annotations
 
 from .options import INFO_KEYS, Effective, Opt, ParsedArgs, parse_args, parse_directives
@@ -29,9 +30,26 @@ class Request:
     --version (sbatch only prints); `help`: --help. stune's own options: `dry_run`, `as_json`, `stage_args`
     (each --stage), `stage_required`, `stage_strict`, `checkpoint_signal`, `node_summary`."""
 
-    __slots__ = ("argv", "parsed", "eff", "text", "stdin_bytes", "label", "het", "unknown", "refusal", "info",
-                 "help", "dry_run", "as_json", "stage_args", "stage_required", "stage_strict", "checkpoint_signal",
-                 "node_summary")
+    __slots__ = (
+        "argv",
+        "parsed",
+        "eff",
+        "text",
+        "stdin_bytes",
+        "label",
+        "het",
+        "unknown",
+        "refusal",
+        "info",
+        "help",
+        "dry_run",
+        "as_json",
+        "stage_args",
+        "stage_required",
+        "stage_strict",
+        "checkpoint_signal",
+        "node_summary",
+    )
 
     def __init__(self, argv: list[str], parsed: ParsedArgs):
         self.argv, self.parsed = argv, parsed
@@ -75,7 +93,9 @@ def read_request(argv: list[str], environ, stdin, slurm) -> Request:
     info = any(o.key in INFO_KEYS for o in first.options)
     how = "built-in" if info else learn(slurm, environ)  # the installed sbatch's table (cached)
     parsed = parse_args(argv)
-    if parsed.unknown and how == "cached":  # the plugin stack may have changed under the same files: ask afresh
+    if (
+        parsed.unknown and how == "cached"
+    ):  # the plugin stack may have changed under the same files: ask afresh
         how = learn(slurm, environ, fresh=True)
         parsed = parse_args(argv)
     keys = {o.key for o in parsed.stune}
@@ -95,7 +115,9 @@ def read_request(argv: list[str], environ, stdin, slurm) -> Request:
     req.text, req.stdin_bytes, req.label = read_script(argv, parsed, stdin)
     problems: list[str] = []
     directives, script_het = parse_directives(req.text, problems, req.unknown) if req.text else ([], False)
-    if len(req.unknown) > len(parsed.unknown) and how == "cached":  # a directive's: ask afresh, read both again
+    if (
+        len(req.unknown) > len(parsed.unknown) and how == "cached"
+    ):  # a directive's: ask afresh, read both again
         learn(slurm, environ, fresh=True)
         parsed = parse_args(argv, stune_json=as_json)
         req.parsed, req.unknown, problems = parsed, list(parsed.unknown), []

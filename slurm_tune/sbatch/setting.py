@@ -1,5 +1,6 @@
 """One thing stune considered for a submission (a Setting), its kinds, and where a profile value comes from:
 the vocabulary the plan (plan.py) and the staging rules (staging.py) share."""
+
 from __future__ import annotations
 
 from ..frozen import Record

@@ -10,6 +10,7 @@ give it, then stune's, and exits 0. The options are read with the installed sbat
 cached); a word that table cannot classify gets a one-line warning, asked of `sbatch --help` afresh first,
 and stune's settings still apply. sbatch's stdout, stderr and exit status are always the user's to see.
 """
+
 from __future__ import annotations
 
 import os
@@ -100,8 +101,13 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     except Exception as exc:  # a bug in stune must not stop a submission: fail open, loudly
         if req.dry_run or environ.get("STUNE_DEBUG"):
             raise
-        return _plain(req, slurm, environ, f"warning: internal error: {type(exc).__name__}: {exc}; submitting "
-                      "without stune settings (set STUNE_DEBUG=1 for a traceback)")
+        return _plain(
+            req,
+            slurm,
+            environ,
+            f"warning: internal error: {type(exc).__name__}: {exc}; submitting "
+            "without stune settings (set STUNE_DEBUG=1 for a traceback)",
+        )
     words = sbatch_words(argv, req.parsed, plan.options)
     if req.dry_run:
         return _explain(req, plan, words)
@@ -117,8 +123,10 @@ def _refused(req, slurm, environ) -> int:
             warn(f"sbatch would refuse {refusal.what}: {problem}")
         return 2 if refusal else 0
     if refusal:
-        warn(f"warning: sbatch will refuse {refusal.what} ({'; '.join(refusal.problems)}): passed to it as given, "
-             "without stune's settings")
+        warn(
+            f"warning: sbatch will refuse {refusal.what} ({'; '.join(refusal.problems)}): passed to it as given, "
+            "without stune's settings"
+        )
     return _sbatch(slurm, sbatch_words(req.argv, req.parsed, []), req.stdin_bytes, environ)
 
 
@@ -139,8 +147,17 @@ def _unprofiled(req, exc: _NoProfile, slurm, environ) -> int:
     if req.as_json:
         from ..output import print_json
 
-        print_json({"submitted": False, "partition": exc.partition, "profile": None, "note": str(exc),
-                    "sbatch": ["sbatch", *words], "env": stage_env, "warnings": list(stage_warnings)})
+        print_json(
+            {
+                "submitted": False,
+                "partition": exc.partition,
+                "profile": None,
+                "note": str(exc),
+                "sbatch": ["sbatch", *words],
+                "env": stage_env,
+                "warnings": list(stage_warnings),
+            }
+        )
         return 0
     if req.dry_run:
         from .dryrun import command_text
@@ -181,7 +198,10 @@ def _submit(req, plan, words: list[str], slurm, environ) -> int:
         env.pop(name, None)
     env.update(plan.env)
     sys.stdout.flush()
-    submitted = {"time": int(time.time()), "cwd": os.getcwd()}  # now: with --wait, sbatch returns at the job's end
+    submitted = {
+        "time": int(time.time()),
+        "cwd": os.getcwd(),
+    }  # now: with --wait, sbatch returns at the job's end
     rc, stdout = slurm.sbatch_passthrough(words, req.stdin_bytes, env)
     # A job id in the output means a submission, whatever the exit status (--wait returns the job's);
     # rc 0 without one is a --quiet submission. --test-only submits nothing.
@@ -198,9 +218,11 @@ def _help(slurm, environ) -> int:
     if text:
         sys.stdout.write(text)
     else:
-        sys.stdout.write(f"Usage: {PROG} [sbatch options] [stune-sbatch options] [script [args...]]\n"
-                         "(sbatch's own options: `sbatch --help`, which cannot answer here: no reachable Slurm "
-                         "configuration, or no sbatch)\n")
+        sys.stdout.write(
+            f"Usage: {PROG} [sbatch options] [stune-sbatch options] [script [args...]]\n"
+            "(sbatch's own options: `sbatch --help`, which cannot answer here: no reachable Slurm "
+            "configuration, or no sbatch)\n"
+        )
     sys.stdout.write(STUNE_HELP)
     return 0
 
@@ -252,11 +274,23 @@ def make_plan(req, environ, slurm):
         features = slurm.queries().node_features(partition)
         return sorted(n for n, feats in features.items() if DEGRADED_FEATURE in feats)
 
-    return build_plan(partition=partition, partition_source=source, profile=profile, eff=req.eff, environ=environ,
-                      cwd=os.getcwd(), stage_args=req.stage_args, stage_required=req.stage_required,
-                      degraded_nodes=degraded_nodes, het=req.het, script=req.script,
-                      checkpoint_signal=req.checkpoint_signal, stage_strict=req.stage_strict,
-                      node_summary=req.node_summary, unknown=req.unknown)
+    return build_plan(
+        partition=partition,
+        partition_source=source,
+        profile=profile,
+        eff=req.eff,
+        environ=environ,
+        cwd=os.getcwd(),
+        stage_args=req.stage_args,
+        stage_required=req.stage_required,
+        degraded_nodes=degraded_nodes,
+        het=req.het,
+        script=req.script,
+        checkpoint_signal=req.checkpoint_signal,
+        stage_strict=req.stage_strict,
+        node_summary=req.node_summary,
+        unknown=req.unknown,
+    )
 
 
 def _stdin_buffer():
@@ -276,11 +310,22 @@ def _entry(submitted: dict, req, words, plan, environ) -> dict:
 
     text = req.text
     return {
-        "time": submitted["time"], "job_id": None, "cluster": None, "partition": plan.partition,
-        "argv": list(req.argv), "sbatch": words, "added": plan.options, "cwd": submitted["cwd"],
-        "script": req.label, "profile": plan.profile.source, "digest": plan.profile.digest,
-        "script_sha256": (history.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-                          if text is not None else None),
+        "time": submitted["time"],
+        "job_id": None,
+        "cluster": None,
+        "partition": plan.partition,
+        "argv": list(req.argv),
+        "sbatch": words,
+        "added": plan.options,
+        "cwd": submitted["cwd"],
+        "script": req.label,
+        "profile": plan.profile.source,
+        "digest": plan.profile.digest,
+        "script_sha256": (
+            history.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+            if text is not None
+            else None
+        ),
         "env": history.recorded_env(job_environment(plan.env, parse_export(req.eff.get("export")), environ)),
     }
 

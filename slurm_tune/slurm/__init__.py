@@ -16,10 +16,23 @@ Host lists (`n[1-3]`) are slurm_tune/hostlist.py: readers that need no adapter t
 `from slurm_tune.slurm import Slurm, SlurmError, Node, ...` is the public import path. Each name loads its
 module on first use (__getattr__ below; hot path: see docs/speed.md).
 """
+
 from ..errors import SlurmError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "INFINITE", "Association", "Job", "Node", "Partition", "PrioRow", "ShareRow",
-           "Slurm", "SlurmCommands", "SlurmError", "SlurmVersion"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "INFINITE",
+    "Association",
+    "Job",
+    "Node",
+    "Partition",
+    "PrioRow",
+    "ShareRow",
+    "Slurm",
+    "SlurmCommands",
+    "SlurmError",
+    "SlurmVersion",
+]
 
 
 def __getattr__(name: str):

@@ -14,15 +14,16 @@ it.
 Hot path (stune-sbatch): see docs/speed.md. Processes start through spawn.py; json, the records,
 associations.py and version.py are imported by the methods that read them.
 """
+
 from __future__ import annotations
 
 import os
 
 from ..errors import SlurmError, SlurmFormatError
 from ..text import is_digits
-from .scontrol import parse_config, parse_records
 from .commands import SlurmCommands
 from .sacctargs import free_text_last, sacct_argv
+from .scontrol import parse_config, parse_records
 from .spawn import spawn_capture
 
 # The release per (sinfo executable, PATH): read once per process.
@@ -34,7 +35,7 @@ class Slurm(SlurmCommands):
     running them, `calls`), and every query and update stune makes."""
 
     # ---- the Slurm release ------------------------------------------------------------------------------
-    def version(self) -> "SlurmVersion":
+    def version(self) -> SlurmVersion:
         """The release of the Slurm client commands this handle runs, read once per process and executable
         directory (`sinfo --version`: 'slurm 24.11.5', Debian's 'slurm-wlm 22.05.8')."""
         key = (self.executable("sinfo"), os.environ.get("PATH", ""))
@@ -75,8 +76,11 @@ class Slurm(SlurmCommands):
             raise self._unknown(argv, doc, "'errors' is not a list")
         errors = [e for e in errors if e]
         if errors:
-            raise SlurmError(argv, 0, "; ".join(str(e.get("error") or e) if isinstance(e, dict) else str(e)
-                                                for e in errors))
+            raise SlurmError(
+                argv,
+                0,
+                "; ".join(str(e.get("error") or e) if isinstance(e, dict) else str(e) for e in errors),
+            )
         records = doc.get(key)
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise self._unknown(argv, doc, f"no '{key}' list")
@@ -143,8 +147,14 @@ class Slurm(SlurmCommands):
             raise SlurmError(["scontrol", "show", "node", name], 1, f"node {name} not found")
         return found[0]
 
-    def jobs(self, *, job_ids: list[int] | None = None, states: list[str] | None = None,
-             users: list[str] | None = None, partition: str | None = None) -> list[Job]:
+    def jobs(
+        self,
+        *,
+        job_ids: list[int] | None = None,
+        states: list[str] | None = None,
+        users: list[str] | None = None,
+        partition: str | None = None,
+    ) -> list[Job]:
         """Jobs slurmctld knows, finished ones included (until MinJobAge) unless `states` narrows them.
         The filters go to squeue (23.02+ honours them under --json; 22.05 ignores them) and are applied
         here as well. A state filter matches the base state or a flag (REQUEUED, COMPLETING)."""
@@ -168,11 +178,16 @@ class Slurm(SlurmCommands):
                 job = job_from_json(record)
             except RECORD_ERRORS as exc:
                 raise self._unknown(argv, None, f"job record {exc!r}") from None
-            if ((wanted_ids is None or job.job_id in wanted_ids)
-                    and (wanted_states is None or job.state in wanted_states
-                         or not wanted_states.isdisjoint(job.flags))
-                    and (wanted_users is None or job.user in wanted_users)
-                    and (partition is None or job.partition == partition)):
+            if (
+                (wanted_ids is None or job.job_id in wanted_ids)
+                and (
+                    wanted_states is None
+                    or job.state in wanted_states
+                    or not wanted_states.isdisjoint(job.flags)
+                )
+                and (wanted_users is None or job.user in wanted_users)
+                and (partition is None or job.partition == partition)
+            ):
                 out.append(job)
         return out
 
@@ -188,9 +203,15 @@ class Slurm(SlurmCommands):
 
         out = []
         for rec in parse_records(self.run(["scontrol", "show", "partition", "-o"])):
-            out.append(Partition(name=rec.get("PartitionName", ""), nodes=rec.get("Nodes", ""),
-                                 default=rec.get("Default") == "YES", state=rec.get("State", ""),
-                                 total_nodes=int(rec.get("TotalNodes") or 0)))
+            out.append(
+                Partition(
+                    name=rec.get("PartitionName", ""),
+                    nodes=rec.get("Nodes", ""),
+                    default=rec.get("Default") == "YES",
+                    state=rec.get("State", ""),
+                    total_nodes=int(rec.get("TotalNodes") or 0),
+                )
+            )
         return out
 
     def default_partition(self) -> str | None:
@@ -200,9 +221,18 @@ class Slurm(SlurmCommands):
         """`scontrol show config` as a dict (PriorityDecayHalfLife, PriorityFlags, ...)."""
         return parse_config(self.run(["scontrol", "show", "config"]))
 
-    def sacct(self, fields: list[str], *, start: int | str | None = None, end: int | str | None = None,
-              job_ids: list[str] | None = None, states: list[str] | None = None, all_users: bool = True,
-              allocations: bool = True, extra: list[str] | None = None) -> list[dict[str, str]]:
+    def sacct(
+        self,
+        fields: list[str],
+        *,
+        start: int | str | None = None,
+        end: int | str | None = None,
+        job_ids: list[str] | None = None,
+        states: list[str] | None = None,
+        all_users: bool = True,
+        allocations: bool = True,
+        extra: list[str] | None = None,
+    ) -> list[dict[str, str]]:
         """Accounting rows as dicts keyed by the requested field names.
 
         Princeton jobstats style: -P, an explicit field list, free text last, SLURM_TIME_FORMAT=%s. At most
@@ -221,16 +251,28 @@ class Slurm(SlurmCommands):
                 continue
             values = line.split("|", len(ordered) - 1)
             if len(values) != len(ordered):
-                raise self._unknown(argv, None, f"line {number} has {len(values)} fields, expected "
-                                                f"{len(ordered)}: {line[:120]!r}")
+                raise self._unknown(
+                    argv,
+                    None,
+                    f"line {number} has {len(values)} fields, expected {len(ordered)}: {line[:120]!r}",
+                )
             rows.append(dict(zip(ordered, values)))
         return rows
 
     def sshare(self) -> list[ShareRow]:
         from .records import ShareRow
 
-        fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
-                  "FairShare", "LevelFS"]
+        fields = [
+            "Account",
+            "User",
+            "RawShares",
+            "NormShares",
+            "RawUsage",
+            "NormUsage",
+            "EffectvUsage",
+            "FairShare",
+            "LevelFS",
+        ]
         argv = ["sshare", "-P", "-n", "-a", "-l", f"--format={','.join(fields)}"]
         rows = []
         # Every line is a row: one that is not (a changed layout) fails the read rather than going missing.
@@ -253,8 +295,9 @@ class Slurm(SlurmCommands):
                 continue
             cols = line.split("|")
             if len(cols) != width:
-                raise self._unknown(argv, None, f"line {number} has {len(cols)} columns, expected {width}: "
-                                                f"{line[:120]!r}")
+                raise self._unknown(
+                    argv, None, f"line {number} has {len(cols)} columns, expected {width}: {line[:120]!r}"
+                )
             yield number, cols
 
     def pending_jobs(self) -> list[tuple[int, str, str]]:
@@ -284,8 +327,16 @@ class Slurm(SlurmCommands):
             try:
                 if not is_digits(cols[0]):
                     raise ValueError(f"job id {cols[0]!r} is not a number")
-                row = PrioRow(int(cols[0]), cols[1], int(cols[2]), int(cols[3]), int(cols[4]), int(cols[5]),
-                              float(cols[6]), cols[7])
+                row = PrioRow(
+                    int(cols[0]),
+                    cols[1],
+                    int(cols[2]),
+                    int(cols[3]),
+                    int(cols[4]),
+                    int(cols[5]),
+                    float(cols[6]),
+                    cols[7],
+                )
             except ValueError as exc:
                 raise self._unknown(argv, None, f"line {number}: {exc}") from None
             if wanted is None or row.job_id in wanted:
@@ -299,8 +350,9 @@ class Slurm(SlurmCommands):
         try:
             return int(out.strip().split(";")[0])
         except ValueError:
-            raise self._unknown(["sbatch", "--parsable", *args], None,
-                                f"no job id in {out.strip()[:120]!r}") from None
+            raise self._unknown(
+                ["sbatch", "--parsable", *args], None, f"no job id in {out.strip()[:120]!r}"
+            ) from None
 
     def drain(self, nodes: list[str] | str, reason: str) -> None:
         self.update_node(_names(nodes), state="DRAIN", reason=reason)
@@ -313,7 +365,9 @@ class Slurm(SlurmCommands):
 
     def set_admin_comment(self, job_id: int | str, text: str) -> None:
         """Write a finished job's AdminComment in the accounting DB (admins only; users are refused)."""
-        self.run(["sacctmgr", "-i", "modify", "job", "where", f"JobID={job_id}", "set", f"AdminComment={text}"])
+        self.run(
+            ["sacctmgr", "-i", "modify", "job", "where", f"JobID={job_id}", "set", f"AdminComment={text}"]
+        )
 
     def job_record(self, job_id: int | str) -> dict[str, str]:
         """`scontrol show job -o` as Key=Value (StdErr, BatchFlag, QOS, UserId, Comment...); {} when unknown."""
@@ -332,8 +386,11 @@ class Slurm(SlurmCommands):
     # ---- active checks: node addresses and maintenance reservations ---------------------------------
     def node_addresses(self) -> dict[str, str]:
         """NodeName -> NodeAddr (scontrol's one-line records; sinfo --json has no address in 22.05)."""
-        return {rec["NodeName"]: rec.get("NodeAddr") or rec["NodeName"]
-                for rec in parse_records(self.run(["scontrol", "show", "node", "-o"])) if rec.get("NodeName")}
+        return {
+            rec["NodeName"]: rec.get("NodeAddr") or rec["NodeName"]
+            for rec in parse_records(self.run(["scontrol", "show", "node", "-o"]))
+            if rec.get("NodeName")
+        }
 
     def reservation(self, name: str) -> dict[str, str]:
         """`scontrol show reservation NAME -o` as Key=Value (Nodes, StartTime, Users, Flags...); {} when
@@ -341,20 +398,39 @@ class Slurm(SlurmCommands):
         records = parse_records(self.run(["scontrol", "show", "reservation", name, "-o"]))
         return records[0] if records else {}
 
-    def create_reservation(self, name: str, nodes: list[str] | str, *, minutes: int, users: str,
-                           flags: str = "maint,ignore_jobs") -> None:
+    def create_reservation(
+        self, name: str, nodes: list[str] | str, *, minutes: int, users: str, flags: str = "maint,ignore_jobs"
+    ) -> None:
         """A reservation of `nodes` from now for `minutes`, for `users` only (maint: no accounting charge;
         ignore_jobs: even while jobs still run there)."""
-        self.run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={_names(nodes)}",
-                  "StartTime=now", f"Duration={int(minutes)}", f"Users={users}", f"Flags={flags}"])
+        self.run(
+            [
+                "scontrol",
+                "create",
+                "reservation",
+                f"ReservationName={name}",
+                f"Nodes={_names(nodes)}",
+                "StartTime=now",
+                f"Duration={int(minutes)}",
+                f"Users={users}",
+                f"Flags={flags}",
+            ]
+        )
 
     def delete_reservation(self, name: str) -> None:
         """Delete a reservation; one that is already gone is no error (cleanup paths call this)."""
         self.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
 
     # ---- node health -----------------------------------------------------------------------------
-    def update_node(self, node: str, *, state: str | None = None, reason: str | None = None,
-                    features: list[str] | frozenset[str] | None = None, comment: str | None = None) -> None:
+    def update_node(
+        self,
+        node: str,
+        *,
+        state: str | None = None,
+        reason: str | None = None,
+        features: list[str] | frozenset[str] | None = None,
+        comment: str | None = None,
+    ) -> None:
         """Change several things of a node (or a comma list of nodes) in ONE `scontrol update` (one RPC):
         State (DRAIN needs a reason; RESUME), Reason, the available and active features together (no
         node_features plugin: both are the same), and the Comment ('' clears)."""
@@ -382,8 +458,15 @@ class Slurm(SlurmCommands):
         from .associations import AssocFormatError, parse_associations
         from .version import ASSOC_ORDER_BY_LINEAGE
 
-        fields = ["Cluster", "Account", "User", "ParentName", "Share", "Partition",
-                  "Lineage" if self.version() >= ASSOC_ORDER_BY_LINEAGE else "LFT"]
+        fields = [
+            "Cluster",
+            "Account",
+            "User",
+            "ParentName",
+            "Share",
+            "Partition",
+            "Lineage" if self.version() >= ASSOC_ORDER_BY_LINEAGE else "LFT",
+        ]
         argv = ["sacctmgr", "-n", "-P", "show", "assoc", f"format={','.join(fields)}"]
         out = self.run(argv)
         try:
@@ -407,11 +490,21 @@ class Slurm(SlurmCommands):
                 factors[name.strip()] = factor
         return factors
 
-    def sacct_dump(self, fields: list[str], *, start: int | str | None = None, end: int | str | None = None,
-                   allocations: bool = True, duplicates: bool = True, timeout: float | None = None) -> str:
+    def sacct_dump(
+        self,
+        fields: list[str],
+        *,
+        start: int | str | None = None,
+        end: int | str | None = None,
+        allocations: bool = True,
+        duplicates: bool = True,
+        timeout: float | None = None,
+    ) -> str:
         """Raw `sacct -P` text WITH its header line, for bulk readers that parse columns themselves (the
         fair-share accountant reads a million rows this way). Free text goes last, as in sacct()."""
-        argv = sacct_argv(free_text_last(fields), ["-a", *(["-D"] if duplicates else [])], allocations, start, end)
+        argv = sacct_argv(
+            free_text_last(fields), ["-a", *(["-D"] if duplicates else [])], allocations, start, end
+        )
         return self.run(argv, timeout=timeout)
 
     # ---- stune-sbatch ----------------------------------------------------------------------------

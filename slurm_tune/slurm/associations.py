@@ -12,6 +12,7 @@ Rules, the same for both:
   for them (Par Name, Share). `sacctmgr -p`'s trailing '|' is allowed; every other line must have exactly
   as many fields as there are columns.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -19,9 +20,19 @@ from collections import namedtuple
 from ..text import is_digits
 
 # A field name or header title (lower case) -> the column it is
-COLUMNS = {"cluster": "cluster", "account": "account", "user": "user", "parentname": "parent",
-           "par name": "parent", "parent": "parent", "share": "share", "fairshare": "share",
-           "partition": "partition", "lft": "lft", "lineage": "lineage"}
+COLUMNS = {
+    "cluster": "cluster",
+    "account": "account",
+    "user": "user",
+    "parentname": "parent",
+    "par name": "parent",
+    "parent": "parent",
+    "share": "share",
+    "fairshare": "share",
+    "partition": "partition",
+    "lft": "lft",
+    "lineage": "lineage",
+}
 REQUIRED = ("account", "user", "parent", "share")
 EXPORT_FORMAT = "Account,User,ParentName,Share,LFT"  # LFT is Lineage from Slurm 23.11 on
 
@@ -60,8 +71,9 @@ def parse_share(text: str) -> int | None:
     raise ValueError(f"Share {text.strip()!r} is not a number or 'parent'")
 
 
-def parse_associations(text: str, fields: list[str] | None = None, *,
-                       cluster: str | None = None) -> list[Association]:
+def parse_associations(
+    text: str, fields: list[str] | None = None, *, cluster: str | None = None
+) -> list[Association]:
     """Rows of `sacctmgr -P show assoc`. `fields` names the columns of header-less output (`-n`, the
     format= list asked for); without it the first non-blank line is the header. `cluster`: only its rows
     (the Cluster column). Raises AssocFormatError."""
@@ -109,8 +121,16 @@ def parse_associations(text: str, fields: list[str] | None = None, *,
             order = cols[at["lineage"]].strip()
             if not order.startswith("/"):
                 raise AssocFormatError(lineno, f"Lineage {order!r} is not a path")
-        rows.append(Association(cols[at["account"]].strip(), cols[at["user"]].strip(), cols[at["parent"]].strip(),
-                                shares, cols[at["partition"]].strip() if "partition" in at else "", order))
+        rows.append(
+            Association(
+                cols[at["account"]].strip(),
+                cols[at["user"]].strip(),
+                cols[at["parent"]].strip(),
+                shares,
+                cols[at["partition"]].strip() if "partition" in at else "",
+                order,
+            )
+        )
     if order_key is not None:
         rows.sort(key=lambda a: a.order)
     return rows

@@ -7,13 +7,19 @@ and flags, a number or {set,infinite,number}), which _state() and _int() normali
 raises one of RECORD_ERRORS on a record it does not understand; the adapter turns that into a SlurmError
 naming the command and the release.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
 
 
-class Node(namedtuple("Node", "name state flags reason reason_user reason_time features active_features "
-                              "comment partitions gres gres_used tres")):
+class Node(
+    namedtuple(
+        "Node",
+        "name state flags reason reason_user reason_time features active_features "
+        "comment partitions gres gres_used tres",
+    )
+):
     """A node, the same on every Slurm release. `state` is the lower-case base state (idle, mixed,
     allocated, down...), `flags` the upper-case state flags (DRAIN, NOT_RESPONDING, ...), features
     comma-separated text, reason_time epoch seconds (0: none)."""
@@ -33,9 +39,15 @@ class Node(namedtuple("Node", "name state flags reason reason_user reason_time f
         return frozenset(f for f in self.active_features.split(",") if f)
 
 
-class Job(namedtuple("Job", "job_id name user account partition state reason nodes node_count priority "
-                            "tres_req tres_alloc submit_time start_time end_time admin_comment comment "
-                            "requeue restart_count batch_host flags", defaults=((),))):
+class Job(
+    namedtuple(
+        "Job",
+        "job_id name user account partition state reason nodes node_count priority "
+        "tres_req tres_alloc submit_time start_time end_time admin_comment comment "
+        "requeue restart_count batch_host flags",
+        defaults=((),),
+    )
+):
     """A job, the same on every Slurm release. `state` is one upper-case base state (PENDING, RUNNING,
     COMPLETED...), `flags` the upper-case state flags newer releases list beside it (REQUEUED, COMPLETING,
     ...). Numbers are plain ints: 0 when Slurm has no value, INFINITE when it says infinite."""
@@ -53,8 +65,12 @@ class Partition(namedtuple("Partition", "name nodes default state total_nodes"))
     __slots__ = ()
 
 
-class ShareRow(namedtuple("ShareRow", "account user raw_shares norm_shares raw_usage norm_usage "
-                                      "effective_usage fairshare level_fs")):
+class ShareRow(
+    namedtuple(
+        "ShareRow",
+        "account user raw_shares norm_shares raw_usage norm_usage effective_usage fairshare level_fs",
+    )
+):
     """One `sshare -l` row. user is '' for an account row. Numbers are float, or None when Slurm prints none."""
 
     __slots__ = ()
@@ -67,10 +83,24 @@ class PrioRow(namedtuple("PrioRow", "job_id user priority site age fairshare fai
 
 
 # Slurm's "no value" and "infinite" become 0 and INFINITE, so every number is a plain int.
-INFINITE = 2 ** 63 - 1
+INFINITE = 2**63 - 1
 NODE_BASE_STATES = frozenset({"IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN"})
-JOB_BASE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-                             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+JOB_BASE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 
 
 def _int(value) -> int:
@@ -132,22 +162,42 @@ def node_from_v0038(n: dict) -> Node:
     """A node record of 22.05's `sinfo --json` (openapi v0.0.38): state 'idle', state_flags ['DRAIN']."""
     base, flags = _state(n.get("state") or "", NODE_BASE_STATES)
     extra = tuple(f.upper() for f in _name_tuple(n.get("state_flags")))
-    return Node(name=_name(n), state=base.lower(), flags=flags + extra, reason=_str(n.get("reason")),
-                reason_user=_str(n.get("reason_set_by_user")), reason_time=_int(n.get("reason_changed_at")),
-                features=_text(n.get("features")), active_features=_text(n.get("active_features")),
-                comment=_str(n.get("comment")), partitions=_name_tuple(n.get("partitions")),
-                gres=_str(n.get("gres")), gres_used=_str(n.get("gres_used")), tres=_str(n.get("tres")))
+    return Node(
+        name=_name(n),
+        state=base.lower(),
+        flags=flags + extra,
+        reason=_str(n.get("reason")),
+        reason_user=_str(n.get("reason_set_by_user")),
+        reason_time=_int(n.get("reason_changed_at")),
+        features=_text(n.get("features")),
+        active_features=_text(n.get("active_features")),
+        comment=_str(n.get("comment")),
+        partitions=_name_tuple(n.get("partitions")),
+        gres=_str(n.get("gres")),
+        gres_used=_str(n.get("gres_used")),
+        tres=_str(n.get("tres")),
+    )
 
 
 def node_from_data_parser(n: dict) -> Node:
     """A node record of `scontrol --json show node` (data_parser v0.0.39+): state ['IDLE', 'DRAIN'],
     features and partitions as lists, times as {set, infinite, number}."""
     base, flags = _state(n.get("state") or [], NODE_BASE_STATES)
-    return Node(name=_name(n), state=base.lower(), flags=flags, reason=_str(n.get("reason")),
-                reason_user=_str(n.get("reason_set_by_user")), reason_time=_int(n.get("reason_changed_at")),
-                features=_text(n.get("features")), active_features=_text(n.get("active_features")),
-                comment=_str(n.get("comment")), partitions=_name_tuple(n.get("partitions")),
-                gres=_str(n.get("gres")), gres_used=_str(n.get("gres_used")), tres=_str(n.get("tres")))
+    return Node(
+        name=_name(n),
+        state=base.lower(),
+        flags=flags,
+        reason=_str(n.get("reason")),
+        reason_user=_str(n.get("reason_set_by_user")),
+        reason_time=_int(n.get("reason_changed_at")),
+        features=_text(n.get("features")),
+        active_features=_text(n.get("active_features")),
+        comment=_str(n.get("comment")),
+        partitions=_name_tuple(n.get("partitions")),
+        gres=_str(n.get("gres")),
+        gres_used=_str(n.get("gres_used")),
+        tres=_str(n.get("tres")),
+    )
 
 
 def _name(record: dict) -> str:
@@ -167,12 +217,26 @@ def job_from_json(j: dict) -> Job:
     job_id = j["job_id"]
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise ValueError(f"job_id {job_id!r}")
-    return Job(job_id=job_id, name=_str(j.get("name")), user=_str(j.get("user_name")),
-               account=_str(j.get("account")), partition=_str(j.get("partition")), state=state,
-               reason=_str(j.get("state_reason")), nodes=_str(j.get("nodes")), node_count=_int(j.get("node_count")),
-               priority=_int(j.get("priority")), tres_req=_str(j.get("tres_req_str")),
-               tres_alloc=_str(j.get("tres_alloc_str")), submit_time=_int(j.get("submit_time")),
-               start_time=_int(j.get("start_time")), end_time=_int(j.get("end_time")),
-               admin_comment=_str(j.get("admin_comment")), comment=_str(j.get("comment")),
-               requeue=bool(j.get("requeue")), restart_count=_int(j.get("restart_cnt")),
-               batch_host=_str(j.get("batch_host")), flags=flags)
+    return Job(
+        job_id=job_id,
+        name=_str(j.get("name")),
+        user=_str(j.get("user_name")),
+        account=_str(j.get("account")),
+        partition=_str(j.get("partition")),
+        state=state,
+        reason=_str(j.get("state_reason")),
+        nodes=_str(j.get("nodes")),
+        node_count=_int(j.get("node_count")),
+        priority=_int(j.get("priority")),
+        tres_req=_str(j.get("tres_req_str")),
+        tres_alloc=_str(j.get("tres_alloc_str")),
+        submit_time=_int(j.get("submit_time")),
+        start_time=_int(j.get("start_time")),
+        end_time=_int(j.get("end_time")),
+        admin_comment=_str(j.get("admin_comment")),
+        comment=_str(j.get("comment")),
+        requeue=bool(j.get("requeue")),
+        restart_count=_int(j.get("restart_cnt")),
+        batch_host=_str(j.get("batch_host")),
+        flags=flags,
+    )

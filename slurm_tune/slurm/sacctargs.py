@@ -1,11 +1,24 @@
 """How stune asks sacct: the field list with its one free-text field last, and the command line around it
 (used by Slurm.sacct and Slurm.sacct_dump, adapter.py)."""
+
 from __future__ import annotations
 
 # sacct fields whose text is free (may hold '|'); at most one is allowed, and it is always asked for last.
-FREE_TEXT_FIELDS = frozenset(f.lower() for f in (
-    "AdminComment", "Comment", "SystemComment", "JobName", "Constraints", "Reason", "WorkDir", "SubmitLine",
-    "Reservation", "WCKey"))
+FREE_TEXT_FIELDS = frozenset(
+    f.lower()
+    for f in (
+        "AdminComment",
+        "Comment",
+        "SystemComment",
+        "JobName",
+        "Constraints",
+        "Reason",
+        "WorkDir",
+        "SubmitLine",
+        "Reservation",
+        "WCKey",
+    )
+)
 
 
 def free_text_last(fields: list[str]) -> list[str]:

@@ -2,6 +2,7 @@
 
 Slurm 22.05's scontrol has no --json, so these are read as text on every release.
 """
+
 from __future__ import annotations
 
 from ..text import is_digits

@@ -3,13 +3,15 @@
 Built on os.posix_spawn and select.poll rather than subprocess (hot path: see docs/speed.md). Both functions
 raise OSError when the program cannot start.
 """
+
 from __future__ import annotations
 
 import os
 
 
-def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeout: float,
-                  executable: str | None = None) -> tuple[int, str, str]:
+def spawn_capture(
+    argv: list[str], input: str | None, env: dict[str, str], timeout: float, executable: str | None = None
+) -> tuple[int, str, str]:
     """Run argv, feed `input`, collect stdout/stderr, kill it after `timeout` s. Raises TimeoutError/OSError."""
     import select
     import signal as _signal
@@ -18,7 +20,11 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
-    actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    actions = [
+        (os.POSIX_SPAWN_DUP2, in_r, 0),
+        (os.POSIX_SPAWN_DUP2, out_w, 1),
+        (os.POSIX_SPAWN_DUP2, err_w, 2),
+    ]
     try:
         # the program's own name stays argv[0]: Slurm's messages start with it ("sbatch: error: ...")
         pid = os.posix_spawnp(executable or argv[0], argv, env, file_actions=actions, setsid=True)
@@ -80,12 +86,16 @@ def spawn_capture(argv: list[str], input: str | None, env: dict[str, str], timeo
                     os.close(fd)
                 except OSError:
                     pass
-    return (os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]).decode("utf-8", "replace"),
-            b"".join(chunks[err_r]).decode("utf-8", "replace"))
+    return (
+        os.waitstatus_to_exitcode(status),
+        b"".join(chunks[out_r]).decode("utf-8", "replace"),
+        b"".join(chunks[err_r]).decode("utf-8", "replace"),
+    )
 
 
-def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str],
-                executable: str | None = None) -> tuple[int, str]:
+def spawn_relay(
+    argv: list[str], stdin_data: bytes | None, env: dict[str, str], executable: str | None = None
+) -> tuple[int, str]:
     """Run argv with our stderr, `stdin_data` (or our stdin) as its stdin, and its stdout copied to ours
     as it arrives. Returns (exit status, stdout text). Raises OSError when it cannot start."""
     out_r, out_w = os.pipe()
@@ -104,7 +114,7 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str],
         try:  # sbatch reads its whole script before it writes anything, so this cannot deadlock
             view = memoryview(stdin_data)
             while view:
-                view = view[os.write(in_w, view):]
+                view = view[os.write(in_w, view) :]
         except BrokenPipeError:  # it exited early (a bad option); its own message says why
             pass
         finally:
@@ -119,7 +129,7 @@ def spawn_relay(argv: list[str], stdin_data: bytes | None, env: dict[str, str],
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(1, view):]
+                    view = view[os.write(1, view) :]
             except OSError:  # our stdout is gone: keep reading so sbatch is not blocked
                 pass
     finally:

@@ -1,5 +1,6 @@
 """Slurm's TRES strings: `billing=2,cpu=2,gres/gpu=4,node=2` (sacct AllocTRES, squeue tres_alloc_str), and
 the GPUs of a node's GRES string (`gpu:a100:8(S:0-1)`)."""
+
 from __future__ import annotations
 
 

@@ -4,6 +4,7 @@ One adapter serves Slurm 22.05 through 26.05 (docs/slurm-versions.md). The adapt
 process (`sinfo --version`) and only for the methods whose command depends on it; each quirk below names the
 first release that behaves the new way.
 """
+
 from __future__ import annotations
 
 import sys
@@ -53,8 +54,9 @@ def parse_version(text: str, argv: list[str] | None = None) -> SlurmVersion:
         parts = words[1].split("-")[0].split(".")
         if len(parts) == 3 and all(is_digits(p) for p in parts):
             return SlurmVersion(int(parts[0]), int(parts[1]), int(parts[2]), words[1])
-    raise SlurmFormatError(argv or ["sinfo", "--version"], None,
-                           f"cannot tell the Slurm release from {text.strip()[:80]!r}")
+    raise SlurmFormatError(
+        argv or ["sinfo", "--version"], None, f"cannot tell the Slurm release from {text.strip()[:80]!r}"
+    )
 
 
 def warn_if_untested(version: SlurmVersion, stream=None) -> bool:
@@ -65,10 +67,12 @@ def warn_if_untested(version: SlurmVersion, stream=None) -> bool:
     from ..streams import say
 
     _WARNED.add(version.release)
-    return say(sys.stderr if stream is None else stream,
-               f"stune: Slurm {version.release} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]:02d}, the newest "
-               f"release stune is tested on; an output stune does not know is reported as an error naming "
-               f"the command")
+    return say(
+        sys.stderr if stream is None else stream,
+        f"stune: Slurm {version.release} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]:02d}, the newest "
+        f"release stune is tested on; an output stune does not know is reported as an error naming "
+        f"the command",
+    )
 
 
 def document_release(doc) -> str | None:

@@ -3,6 +3,7 @@
 Run as root these see every user's namespace (always through O_NOFOLLOW descriptors, see dirfd.py); run as
 a user they see that user's own.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,27 +12,53 @@ import time
 from collections import namedtuple
 
 from ..errors import StuneError
+from ..safeio import lstat_at, rmtree_at
 from .dirfd import open_dir
 from .errors import TierUnavailable
-from .stager import evict_lru, ledger_from_stamp
-from ..safeio import lstat_at, rmtree_at
 from .layout import LEDGER, LOCKS, QUARANTINE, TMP, generation, new_gen, parse_entry_name
 from .namespace import Namespace
+from .stager import evict_lru, ledger_from_stamp
 from .tier import Tier, TierConfig
 
 # squeue states in which a job may still be using its node's cache.
-LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
-                         "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "REQUEUED", "PENDING"})
+LIVE_STATES = frozenset(
+    {
+        "RUNNING",
+        "COMPLETING",
+        "CONFIGURING",
+        "SUSPENDED",
+        "STOPPED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "REQUEUED",
+        "PENDING",
+    }
+)
 
 
-def tiers_for(partition: str | None, node: str | None, path: str | None = None) -> list[tuple[str, TierConfig]]:
+def tiers_for(
+    partition: str | None, node: str | None, path: str | None = None
+) -> list[tuple[str, TierConfig]]:
     """(partitions, tier) for each distinct tier: one partition's, an explicit --path, or every profile's."""
     from ..profiles import PROFILE_SCHEMA, load_profile, load_profiles
 
     if path:  # no profile: the built-in cache defaults
         cache = PROFILE_SCHEMA.fields["cache"].complete({}, "cache", None)
-        return [("(path)", TierConfig(os.path.normpath(path), None, cache["high_watermark"], cache["low_watermark"],
-                                      cache["freshness"]))]
+        return [
+            (
+                "(path)",
+                TierConfig(
+                    os.path.normpath(path),
+                    None,
+                    cache["high_watermark"],
+                    cache["low_watermark"],
+                    cache["freshness"],
+                ),
+            )
+        ]
     profiles = [load_profile(partition)] if partition else list(load_profiles().values())
     seen: dict[str, tuple[list[str], TierConfig]] = {}
     for profile in profiles:
@@ -62,7 +89,9 @@ def list_entries(tier: Tier, problems: list[str] | None = None) -> list[Listing]
     rows = {(r.uid, r.entry): r for r in _ledger_or_empty(tier)}
     out = []
     if problems is not None and os.geteuid() == 0:
-        problems += [f"{bad.problem}: skipped (`stune-stage init` repairs it)" for bad in tier.namespace_problems()]
+        problems += [
+            f"{bad.problem}: skipped (`stune-stage init` repairs it)" for bad in tier.namespace_problems()
+        ]
     for ns in my_namespaces(tier):
         with ns:
             try:
@@ -84,10 +113,20 @@ def _list_namespace(ns: Namespace, rows) -> list[Listing]:
     for e in entries:
         stamp = ns.read_stamp(e.name) or {}
         row = rows.get((ns.uid, e.name))
-        out.append(Listing(ns.user, e.name, stamp.get("source", "?"), stamp.get("kind", "?"),
-                           int(stamp.get("bytes", 0) or 0), int(stamp.get("files", 0) or 0),
-                           row.last_use if row else None, float(stamp.get("published", 0) or 0),
-                           sorted(held_by.get(e.name, []), key=int), newest[e.key] == e))
+        out.append(
+            Listing(
+                ns.user,
+                e.name,
+                stamp.get("source", "?"),
+                stamp.get("kind", "?"),
+                int(stamp.get("bytes", 0) or 0),
+                int(stamp.get("files", 0) or 0),
+                row.last_use if row else None,
+                float(stamp.get("published", 0) or 0),
+                sorted(held_by.get(e.name, []), key=int),
+                newest[e.key] == e,
+            )
+        )
     return out
 
 
@@ -100,8 +139,11 @@ def _ledger_or_empty(tier: Tier):
 
 # ---- status -----------------------------------------------------------------------------------------------
 
-Status = namedtuple("Status", "root quota usage high low fs_size fs_free entries held pending users problem "
-                             "namespace_problems ledger_problems reserve")
+Status = namedtuple(
+    "Status",
+    "root quota usage high low fs_size fs_free entries held pending users problem "
+    "namespace_problems ledger_problems reserve",
+)
 
 
 def status(tier: Tier) -> Status:
@@ -109,7 +151,9 @@ def status(tier: Tier) -> Status:
     try:
         tier.fd
     except TierUnavailable as exc:
-        return Status(config.root, config.quota, 0, config.high, config.low, 0, 0, 0, 0, 0, 0, str(exc), [], [], 0)
+        return Status(
+            config.root, config.quota, 0, config.high, config.low, 0, 0, 0, 0, 0, 0, str(exc), [], [], 0
+        )
     vfs = tier.statvfs()
     problem = None
     ledger_problems: list[str] = []
@@ -127,14 +171,27 @@ def status(tier: Tier) -> Status:
         with ns:
             users += 1
             held += len(ns.held_entries())
-    return Status(config.root, tier.quota(), tier.usage(ledger), config.high, config.low,
-                  vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize,
-                  sum(1 for r in ledger if r.state == "ready"), held,
-                  sum(1 for r in ledger if r.state != "ready"), users, problem, bad, ledger_problems,
-                  tier.reserve())
+    return Status(
+        config.root,
+        tier.quota(),
+        tier.usage(ledger),
+        config.high,
+        config.low,
+        vfs.f_blocks * vfs.f_frsize,
+        vfs.f_bavail * vfs.f_frsize,
+        sum(1 for r in ledger if r.state == "ready"),
+        held,
+        sum(1 for r in ledger if r.state != "ready"),
+        users,
+        problem,
+        bad,
+        ledger_problems,
+        tier.reserve(),
+    )
 
 
 # ---- release (the epilog) ---------------------------------------------------------------------------------
+
 
 def release_job(tier: Tier, job_id: str, uid: int | None = None, user: str | None = None) -> bool:
     """Drop a finished job's holds in its user's namespace. True if it held anything."""
@@ -167,8 +224,10 @@ def evict_above_high(tier: Tier, dry_run: bool = False) -> list[tuple[str, str, 
 
 # ---- gc ---------------------------------------------------------------------------------------------------
 
-GcReport = namedtuple("GcReport", "stale_holds tmp_removed ledger_fixed old_removed evicted locks_removed "
-                                  "bad_namespaces problems")
+GcReport = namedtuple(
+    "GcReport",
+    "stale_holds tmp_removed ledger_fixed old_removed evicted locks_removed bad_namespaces problems",
+)
 
 
 def live_job_ids(slurm) -> set[str]:
@@ -177,7 +236,9 @@ def live_job_ids(slurm) -> set[str]:
     return {str(j.job_id) for j in slurm.jobs() if not LIVE_STATES.isdisjoint(j.state_set)}
 
 
-def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evict_all: bool = False) -> GcReport:
+def gc(
+    tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evict_all: bool = False
+) -> GcReport:
     """Reclaim what dead stagers and dead jobs left behind, then evict LRU past the high watermark
     (with to_low: down to the low watermark in any case; with evict_all: every unheld entry)."""
     namespaces = my_namespaces(tier)
@@ -237,8 +298,9 @@ def gc(tier: Tier, slurm=None, dry_run: bool = False, to_low: bool = False, evic
     finally:
         for ns in namespaces:
             ns.close()
-    return GcReport(stale, tmp_removed, ledger_fixed, old_removed, evicted, locks_removed, bad_namespaces,
-                    problems)
+    return GcReport(
+        stale, tmp_removed, ledger_fixed, old_removed, evicted, locks_removed, bad_namespaces, problems
+    )
 
 
 def _remove_bad_locks(ns: Namespace, dry_run: bool) -> list[str]:
@@ -365,6 +427,7 @@ def _clean_locks(ns: Namespace, dry_run: bool) -> list[str]:
 
 # ---- init -------------------------------------------------------------------------------------------------
 
+
 def init(config: TierConfig) -> list[str]:
     """Create (or repair) a tier root: root-owned, mode 1777, with the ledger directory. Root only."""
     if os.geteuid() != 0:
@@ -400,8 +463,10 @@ def init(config: TierConfig) -> list[str]:
                     os.rename(LEDGER, aside, src_dir_fd=fd, dst_dir_fd=qfd)
                 finally:
                     os.close(qfd)
-            done.append(f"{config.root}/{LEDGER}: owned by uid {ledger.st_uid}, mode {ledger.st_mode:o}: "
-                        f"moved aside to {config.root}/{QUARANTINE}/{aside}")
+            done.append(
+                f"{config.root}/{LEDGER}: owned by uid {ledger.st_uid}, mode {ledger.st_mode:o}: "
+                f"moved aside to {config.root}/{QUARANTINE}/{aside}"
+            )
             ledger = None
         if ledger is None:
             os.mkdir(LEDGER, 0o755, dir_fd=fd)

@@ -5,6 +5,7 @@ members. The extracted tree is made read-only like every published copy (copy.re
 The tar process dies with the stager (PR_SET_PDEATHSIG) and runs in its own process group, so killing it takes
 its decompressor too (workers.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,12 @@ from .fresh import Source
 from .workers import failure, kill, spawn, wait_any
 
 # First bytes of compressed streams -> tar's option to read them (GNU tar picks the tool itself).
-_MAGIC = ((b"\x1f\x8b", "--gzip"), (b"BZh", "--bzip2"), (b"\xfd7zXZ\x00", "--xz"), (b"\x28\xb5\x2f\xfd", "--zstd"))
+_MAGIC = (
+    (b"\x1f\x8b", "--gzip"),
+    (b"BZh", "--bzip2"),
+    (b"\xfd7zXZ\x00", "--xz"),
+    (b"\x28\xb5\x2f\xfd", "--zstd"),
+)
 
 
 def _decompress_option(fd: int) -> list[str]:
@@ -34,7 +40,9 @@ def _which(name: str) -> bool:
     return any(os.access(os.path.join(d, name), os.X_OK) for d in os.environ.get("PATH", "").split(":") if d)
 
 
-def extract(source: Source, dst: str, *, progress: Progress | None = None, guard: Guard | None = None) -> None:
+def extract(
+    source: Source, dst: str, *, progress: Progress | None = None, guard: Guard | None = None
+) -> None:
     """Extract the archive into the existing directory `dst`. Progress is how far tar has read the archive:
     it reads from a descriptor this process shares with it."""
     try:
@@ -42,8 +50,19 @@ def extract(source: Source, dst: str, *, progress: Progress | None = None, guard
     except OSError as exc:
         raise SourceError(f"cannot open {source.path}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as archive, tempfile.TemporaryFile() as errlog:
-        argv = ["tar", "-x", "-f", "-", "-C", dst, "--no-same-owner", "--no-same-permissions",
-                "--delay-directory-restore", "--warning=no-timestamp", *_decompress_option(fd)]
+        argv = [
+            "tar",
+            "-x",
+            "-f",
+            "-",
+            "-C",
+            dst,
+            "--no-same-owner",
+            "--no-same-permissions",
+            "--delay-directory-restore",
+            "--warning=no-timestamp",
+            *_decompress_option(fd),
+        ]
         proc = spawn(argv, None, errlog, stdin=archive)
         try:
             while not wait_any([proc], TICK_S):

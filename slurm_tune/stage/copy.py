@@ -21,6 +21,7 @@ A published copy is read-only (no write bit on any file or directory under data/
 $STUNE_STAGE_X gets EACCES instead of silently changing what every later job reads. The `cp` workers run
 with umask 0222 and big files get read_only(mode) when their ranges are in; directories are set at the end.
 """
+
 from __future__ import annotations
 
 import errno
@@ -34,12 +35,12 @@ from ..safeio import O_DIR, O_FILE, UnsafePathError, create_exclusive, open_file
 from .errors import SourceError, TierUnavailable
 from .fresh import Plan, Source
 
-CHUNK = 256 << 20        # bytes per copy_file_range or sendfile call: the kernel loops inside it
-SPLIT = 128 << 20        # a file this big is cut into ranges copied by several workers at once
-BATCH_BYTES = 64 << 20   # a `cp` process's batch of smaller files: at most this many bytes ...
-BATCH_FILES = 4000       # ... or names (~200 KiB of argv: well inside ARG_MAX)
-RW_CHUNK = 1 << 20       # pread/pwrite buffer, the last fallback
-TICK_S = 0.5             # progress and disk-space cadence; the last worker's exit wakes the stager at once
+CHUNK = 256 << 20  # bytes per copy_file_range or sendfile call: the kernel loops inside it
+SPLIT = 128 << 20  # a file this big is cut into ranges copied by several workers at once
+BATCH_BYTES = 64 << 20  # a `cp` process's batch of smaller files: at most this many bytes ...
+BATCH_FILES = 4000  # ... or names (~200 KiB of argv: well inside ARG_MAX)
+RW_CHUNK = 1 << 20  # pread/pwrite buffer, the last fallback
+TICK_S = 0.5  # progress and disk-space cadence; the last worker's exit wakes the stager at once
 
 CFR, SENDFILE, RW = 0, 1, 2  # how bytes move, best first; a copy only ever moves down
 _NO_CFR = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ETXTBSY}
@@ -71,8 +72,15 @@ class Progress:
     """Progress lines for a long copy: the first after `delay` seconds, then one every `every` seconds, and
     a last one when done. Short copies print nothing."""
 
-    def __init__(self, stream, label: str, total_bytes: int, total_files: int | None = None,
-                 delay: float = 2.0, every: float = 10.0):
+    def __init__(
+        self,
+        stream,
+        label: str,
+        total_bytes: int,
+        total_files: int | None = None,
+        delay: float = 2.0,
+        every: float = 10.0,
+    ):
         self.stream, self.label = stream, label
         self.total_bytes, self.total_files = total_bytes, total_files
         self.start = time.monotonic()
@@ -125,10 +133,14 @@ class Guard:
     def check(self) -> None:
         free = self._free()
         if free < self.reserve:
-            raise TierUnavailable("disk-full", f"the cache disk is full ({human(free)} left, {human(self.reserve)} "
-                                               "is kept in reserve)")
+            raise TierUnavailable(
+                "disk-full",
+                f"the cache disk is full ({human(free)} left, {human(self.reserve)} is kept in reserve)",
+            )
         if self.allowance is not None and self.free_at_start - free > self.allowance:
-            raise TierUnavailable("over-quota", f"the copy outgrew its quota allowance of {human(self.allowance)}")
+            raise TierUnavailable(
+                "over-quota", f"the copy outgrew its quota allowance of {human(self.allowance)}"
+            )
 
 
 def read_only(mode: int) -> int:
@@ -187,9 +199,11 @@ class _Copier:
 
     # ---- the workers ----
 
-    def run(self, progress: "Progress | None", guard: "Guard | None") -> None:
-        threads = [threading.Thread(target=self._worker, args=(k,), name=f"stune-copy-{k}", daemon=True)
-                   for k in range(min(self.jobs, len(self.work)))]
+    def run(self, progress: Progress | None, guard: Guard | None) -> None:
+        threads = [
+            threading.Thread(target=self._worker, args=(k,), name=f"stune-copy-{k}", daemon=True)
+            for k in range(min(self.jobs, len(self.work)))
+        ]
         self.running = len(threads)
         try:
             for thread in threads:
@@ -276,11 +290,12 @@ class _Copier:
                     data = os.pread(src, count, off)
                     n, view = len(data), memoryview(data)
                     while view:
-                        view = view[os.pwrite(dst, view, off + n - len(view)):]
+                        view = view[os.pwrite(dst, view, off + n - len(view)) :]
             except OSError as exc:
                 if exc.errno in _FULL:
-                    raise TierUnavailable("disk-full", f"{self.what}: the cache disk is full ({path}: "
-                                                       f"{exc.strerror})") from None
+                    raise TierUnavailable(
+                        "disk-full", f"{self.what}: the cache disk is full ({path}: {exc.strerror})"
+                    ) from None
                 self._regular(src, path)  # a source replaced by a FIFO or a directory since the walk
                 if method == RW or exc.errno not in (_NO_CFR if method == CFR else _NO_SENDFILE):
                     raise self._failure(exc, path) from None
@@ -301,8 +316,11 @@ class _Copier:
         if fd is None or os.fstat(fd).st_ino != ino:
             if fd is not None:
                 os.close(fd)
-            raise TierUnavailable("copy-failed", f"{self.what}: {os.path.basename(path)} was replaced in the "
-                                                 "staging directory during the copy")
+            raise TierUnavailable(
+                "copy-failed",
+                f"{self.what}: {os.path.basename(path)} was replaced in the "
+                "staging directory during the copy",
+            )
         return fd
 
     # ---- errors ----
@@ -325,8 +343,9 @@ class _Copier:
             return fn(*args, **kwargs)
         except OSError as exc:
             if exc.errno in _FULL:
-                raise TierUnavailable("disk-full", f"{self.what}: the cache disk is full ({path}: "
-                                                   f"{exc.strerror})") from None
+                raise TierUnavailable(
+                    "disk-full", f"{self.what}: the cache disk is full ({path}: {exc.strerror})"
+                ) from None
             raise self._failure(exc, path) from None
 
     def _failure(self, exc: OSError, path: str) -> TierUnavailable:
@@ -342,8 +361,9 @@ def _chunks(files: list, links: list, total: int, jobs: int) -> list[tuple[list[
     target = max(1 << 20, min(BATCH_BYTES, total // (jobs * 2) + 1))
     big = [([_path(rel, name)], size) for rel, name, size, _mode in files if size >= target]
     chunks, cur, cur_bytes = [], [], 0
-    for path, size in [(_path(rel, name), size) for rel, name, size, _mode in files if size < target] + \
-            [(_path(rel, name), 0) for rel, name in links]:
+    for path, size in [(_path(rel, name), size) for rel, name, size, _mode in files if size < target] + [
+        (_path(rel, name), 0) for rel, name in links
+    ]:
         if cur and (cur_bytes + size > target or len(cur) >= BATCH_FILES):
             chunks.append((cur, cur_bytes))
             cur, cur_bytes = [], 0
@@ -354,8 +374,16 @@ def _chunks(files: list, links: list, total: int, jobs: int) -> list[tuple[list[
     return sorted(big, key=lambda c: -c[1]) + chunks
 
 
-def _copy_batches(src: str, dst: str, chunks: list, jobs: int, progress: Progress | None, guard: Guard | None,
-                  done_bytes: int, done_files: int) -> tuple[int, int]:
+def _copy_batches(
+    src: str,
+    dst: str,
+    chunks: list,
+    jobs: int,
+    progress: Progress | None,
+    guard: Guard | None,
+    done_bytes: int,
+    done_files: int,
+) -> tuple[int, int]:
     """Run the batches in up to `jobs` `cp -R -P --parents` processes at once. -P copies a symlink as a
     symlink; -R recreates a FIFO planted after the walk instead of waiting on it for a writer."""
     import tempfile  # here, not at the top: a single file's copy needs no process (subprocess costs ~8 ms)
@@ -402,8 +430,15 @@ def _big_files(files: list) -> list:
     return [f for f in files if f[2] >= SPLIT]
 
 
-def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progress: Progress | None = None,
-              guard: Guard | None = None) -> None:
+def copy_tree(
+    src: str,
+    plan: Plan,
+    dst: str,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    guard: Guard | None = None,
+) -> None:
     """Copy the walked tree `src` into the new directory `dst` (which must exist, empty): files of SPLIT
     bytes or more in ranges by this process's threads, then the rest in batches by `cp` processes."""
     jobs = default_jobs() if jobs is None else jobs
@@ -420,8 +455,9 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
     finally:
         os.umask(umask)
     small = [f for f in plan.files if f[2] < SPLIT]
-    done = _copy_batches(src, dst, _chunks(small, plan.links, plan.bytes, jobs), jobs, progress, guard,
-                         *copier.totals())
+    done = _copy_batches(
+        src, dst, _chunks(small, plan.links, plan.bytes, jobs), jobs, progress, guard, *copier.totals()
+    )
     # Directory modes and times last: the workers filled them meanwhile. Read-only, like the files
     # (rmtree_at opens them up again to evict the entry).
     for rel, mode, atime, mtime in reversed(plan.dirs):
@@ -432,8 +468,14 @@ def copy_tree(src: str, plan: Plan, dst: str, *, jobs: int | None = None, progre
         progress.done(*done)
 
 
-def copy_file(source: Source, dst_dir: str, *, jobs: int | None = None, progress: Progress | None = None,
-              guard: Guard | None = None) -> str:
+def copy_file(
+    source: Source,
+    dst_dir: str,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    guard: Guard | None = None,
+) -> str:
     """Copy one regular file into the directory `dst_dir`, under its own name, keeping its mode (less the
     write bits) and times. Returns the copy's path."""
     jobs = default_jobs() if jobs is None else jobs

@@ -5,6 +5,7 @@ relative to their parent's descriptor, files with O_NOFOLLOW|O_NONBLOCK and chec
 on the descriptor, new files made with O_EXCL. Root never writes, truncates or chowns a file it did not just
 create, and trusts no size a user wrote without checking it on disk (allocated_bytes).
 """
+
 from __future__ import annotations
 
 import errno
@@ -15,8 +16,9 @@ from .. import safeio
 from ..safeio import UnsafePathError, lstat_at
 
 
-def open_dir(name: str, dir_fd: int | None = None, owner: int | None = None, *,
-             follow_symlinks: bool = False) -> int:
+def open_dir(
+    name: str, dir_fd: int | None = None, owner: int | None = None, *, follow_symlinks: bool = False
+) -> int:
     """safeio.open_dir, raising OSError like os.open does (callers here treat a planted symlink or file where
     a directory belongs as "not usable", the same as missing). follow_symlinks: the tier root only."""
     try:

@@ -1,4 +1,5 @@
 """Errors of the staging tier, all in the StuneError family. Light: imported on the TaskProlog path."""
+
 from __future__ import annotations
 
 from ..errors import StuneError

@@ -9,6 +9,7 @@ Two modes (docs/stage.md says exactly what each guarantees):
 Each status compared is (inode, type and mode, size, mtime, ctime). ctime cannot be set back by an
 unprivileged user (unlike mtime: `touch -d`), so a write, chmod, rename or replacement always shows.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,7 +71,7 @@ def _digest(parts) -> str:
     return h.hexdigest()
 
 
-def stamp(source: Source, mode: str, plan: "Plan | None" = None) -> str:
+def stamp(source: Source, mode: str, plan: Plan | None = None) -> str:
     """The freshness stamp of a source in `mode` ("fast" or "strict"). For a strict directory stamp, pass
     the walk's `plan` when there is one, so the tree is walked once."""
     parts = [source.kind, source.real, _status(source.st)]
@@ -138,8 +139,9 @@ def walk(root: str) -> Plan:
             else:
                 skipped.append(child)
     dirs.sort()  # parents before children
-    return Plan(dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts),
-                _digest(tree))
+    return Plan(
+        dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts), _digest(tree)
+    )
 
 
 def manifest(root: str) -> tuple[int, int, str]:

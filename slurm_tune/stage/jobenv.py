@@ -18,6 +18,7 @@ How a TaskProlog turns that into output (verified on Slurm 22.05):
 
 This module is on the TaskProlog path: the copy machinery (subprocess, tempfile) loads only on a miss.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,15 @@ def prepare_for_task(job, progress=None) -> tuple[dict[str, str], list[str]]:
     freshness = job.environ.get(FRESHNESS_VAR) or None
     if freshness not in (None, "fast", "strict"):
         freshness = None  # user input: an unknown mode keeps the tier's own
-    return stage_requests(stage.requests, stage.required, stage.config, stage.job_id, progress,
-                          problem=stage.problem, freshness=freshness)
+    return stage_requests(
+        stage.requests,
+        stage.required,
+        stage.config,
+        stage.job_id,
+        progress,
+        problem=stage.problem,
+        freshness=freshness,
+    )
 
 
 # stune-sbatch --stage-strict sets it: this job's requests are checked with `strict` freshness (every file's
@@ -53,7 +61,7 @@ class JobStage(Record):
     """What a task must stage: requests (profile defaults merged), the tier (config) or why there is none
     (problem, a TierUnavailable), and the job id holds are taken for."""
 
-    __slots__ = ('requests', 'required', 'config', 'problem', 'job_id')
+    __slots__ = ("requests", "required", "config", "problem", "job_id")
 
 
 def resolve(job, with_defaults: bool = True) -> JobStage:
@@ -78,8 +86,16 @@ def resolve(job, with_defaults: bool = True) -> JobStage:
     return JobStage(requests, required, config, problem, job.job_id)
 
 
-def stage_requests(requests, required: bool, config, job_id: str | None, progress=None, problem=None,
-                   jobs: int | None = None, freshness: str | None = None) -> tuple[dict[str, str], list[str]]:
+def stage_requests(
+    requests,
+    required: bool,
+    config,
+    job_id: str | None,
+    progress=None,
+    problem=None,
+    jobs: int | None = None,
+    freshness: str | None = None,
+) -> tuple[dict[str, str], list[str]]:
     """Stage each request into `config`'s tier (or fall back, for `problem`): (exports, messages)."""
     exports: dict[str, str] = {}
     messages: list[str] = []
@@ -116,8 +132,9 @@ def _stage_one(req, config, problem, job_id, required, progress, jobs, freshness
     except OSError as exc:  # the tier's disk misbehaving: the job can still read the source
         return _fallback(req, TierUnavailable("copy-failed", f"{exc.strerror or exc}"), required)
     except Exception as exc:  # a bug in stune must not kill the job, unless it insisted on a local copy
-        return _fallback(req, TierUnavailable("copy-failed", f"internal error: {type(exc).__name__}: {exc}"),
-                         required)
+        return _fallback(
+            req, TierUnavailable("copy-failed", f"internal error: {type(exc).__name__}: {exc}"), required
+        )
     if result.status == "fallback":  # an earlier task of this job on this node already fell back
         if required:
             raise StageRequiredError(req.name, TierUnavailable("copy-failed", result.note or "not staged"))
@@ -128,8 +145,10 @@ def _stage_one(req, config, problem, job_id, required, progress, jobs, freshness
 def _fallback(req, exc: StuneError, required: bool) -> tuple[str, str]:
     if required:
         raise StageRequiredError(req.name, exc)
-    return req.source, (f"stune-stage: warning: {req.name}: not staged ({exc}); "
-                        f"{req.variable} points at the source {req.source}")
+    return req.source, (
+        f"stune-stage: warning: {req.name}: not staged ({exc}); "
+        f"{req.variable} points at the source {req.source}"
+    )
 
 
 class JobLog:
@@ -162,7 +181,9 @@ class JobLog:
         except StuneError:
             return None
         path = record.get("StdErr") or record.get("StdOut")
-        if path and "%N" in path:  # slurmd's %N is its short host name, not the NodeName (fname.c: conf->hostname)
+        if (
+            path and "%N" in path
+        ):  # slurmd's %N is its short host name, not the NodeName (fname.c: conf->hostname)
             from ..thisnode import host_name
 
             path = path.replace("%N", host_name())

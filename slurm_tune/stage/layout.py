@@ -16,6 +16,7 @@ Under the tier root (see docs/stage.md):
 
 On the TaskProlog and epilog paths: imports only collections (and safeio) up front.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -24,10 +25,10 @@ from .. import safeio
 from ..readback import parse
 
 LEDGER = ".ledger"
-QUARANTINE = ".quarantine"      # bad namespaces moved aside by root (root-only, for the admin to inspect)
+QUARANTINE = ".quarantine"  # bad namespaces moved aside by root (root-only, for the admin to inspect)
 ENTRIES, TMP, LOCKS, HOLDS = "entries", "tmp", "locks", "holds"
 STAMP, DATA = "stamp", "data"
-ROW_MAX_DIGITS = 19         # a ledger size has at most this many digits (below 2**63)
+ROW_MAX_DIGITS = 19  # a ledger size has at most this many digits (below 2**63)
 NS_SUBDIRS = (ENTRIES, TMP, LOCKS, HOLDS)
 _HEX = frozenset("0123456789abcdef")
 
@@ -88,6 +89,6 @@ def new_gen() -> str:
 
 def write_stamp(entry_fd: int, stamp: dict[str, str]) -> None:
     """An entry's stamp as key=value lines (Namespace.read_stamp reads it back), flushed to disk."""
-    safeio.write_atomic(STAMP, "".join(f"{k}={v}\n" for k, v in stamp.items()), mode=0o600, dir_fd=entry_fd,
-                        sync=True)
-
+    safeio.write_atomic(
+        STAMP, "".join(f"{k}={v}\n" for k, v in stamp.items()), mode=0o600, dir_fd=entry_fd, sync=True
+    )

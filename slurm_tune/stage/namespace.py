@@ -1,5 +1,6 @@
 """One user's namespace in the cache tier: published entries and their stamps, the per-source locks, and
 the holds of running jobs. Reached through the namespace's directory descriptor (Tier.namespace opens it)."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,19 @@ from ..readback import COUNT_MAX, EPOCH_MAX, parse
 from ..safeio import UnsafePathError, lstat_at, rmtree_at
 from .dirfd import allocated_bytes, open_dir, read_text
 from .errors import TierUnavailable
-from .layout import DATA, ENTRIES, HOLDS, LOCKS, STAMP, STAMP_NUMBERS, TMP, Entry, check_job_id, generation, parse_entry_name
+from .layout import (
+    DATA,
+    ENTRIES,
+    HOLDS,
+    LOCKS,
+    STAMP,
+    STAMP_NUMBERS,
+    TMP,
+    Entry,
+    check_job_id,
+    generation,
+    parse_entry_name,
+)
 
 
 class Namespace:
@@ -60,8 +73,11 @@ class Namespace:
             except FileNotFoundError:
                 raise
             except (OSError, UnsafePathError) as exc:
-                raise TierUnavailable("unsafe", f"{self.path}/{name} is not a directory of {self.user}'s "
-                                                f"(a symlink?): {getattr(exc, 'strerror', None) or exc}") from None
+                raise TierUnavailable(
+                    "unsafe",
+                    f"{self.path}/{name} is not a directory of {self.user}'s "
+                    f"(a symlink?): {getattr(exc, 'strerror', None) or exc}",
+                ) from None
             self._sub[name] = fd
         return fd
 
@@ -103,7 +119,10 @@ class Namespace:
             if sep:
                 out[k] = v
         for key, integer in STAMP_NUMBERS:  # a size or time stune never writes: not a sound entry
-            if key in out and parse(out[key], 0, COUNT_MAX if integer else EPOCH_MAX, integer=integer) is None:
+            if (
+                key in out
+                and parse(out[key], 0, COUNT_MAX if integer else EPOCH_MAX, integer=integer) is None
+            ):
                 return None
         return out if out.get("complete") == "1" else None
 
@@ -146,8 +165,9 @@ class Namespace:
             try:
                 fd = safeio.open_or_create(key, locks, owner=self.uid)
             except UnsafePathError as exc:
-                raise TierUnavailable("unsafe", f"lock file {exc.path} {exc.problem}: remove it "
-                                                "(`stune-stage gc` does)") from None
+                raise TierUnavailable(
+                    "unsafe", f"lock file {exc.path} {exc.problem}: remove it (`stune-stage gc` does)"
+                ) from None
             try:
                 locked = safeio.lock_fd(fd, blocking=blocking)
             except BaseException:
@@ -194,7 +214,9 @@ class Namespace:
         try:
             return open_dir(job_id, holds, owner=self.uid)
         except (OSError, UnsafePathError) as exc:
-            raise TierUnavailable("unsafe", f"{self.path}/{HOLDS}/{job_id} is not a directory: {exc}") from None
+            raise TierUnavailable(
+                "unsafe", f"{self.path}/{HOLDS}/{job_id} is not a directory: {exc}"
+            ) from None
 
     def add_hold(self, job_id: str, entry: str) -> None:
         """The hold is an empty file made with O_EXCL; one already there must be a regular file (a FIFO
@@ -206,8 +228,9 @@ class Namespace:
             except FileExistsError:
                 st = lstat_at(entry, jfd)
                 if st is None or not stat.S_ISREG(st.st_mode):
-                    raise TierUnavailable("unsafe", f"{self.path}/{HOLDS}/{job_id}/{entry} is not a regular "
-                                                    "file") from None
+                    raise TierUnavailable(
+                        "unsafe", f"{self.path}/{HOLDS}/{job_id}/{entry} is not a regular file"
+                    ) from None
         finally:
             os.close(jfd)
 
@@ -222,7 +245,9 @@ class Namespace:
             return None
         try:
             with os.scandir(jfd) as it:  # regular files only: a FIFO or link planted here is no record
-                names = sorted(e.name for e in it if e.name.startswith(key + ".") and e.is_file(follow_symlinks=False))
+                names = sorted(
+                    e.name for e in it if e.name.startswith(key + ".") and e.is_file(follow_symlinks=False)
+                )
             for name in names:
                 if name == f"{key}.fallback":
                     reason = read_text(name, jfd, 4096)
@@ -254,8 +279,11 @@ class Namespace:
                 continue
             try:
                 with os.scandir(jfd) as it:
-                    out[job] = [e.name for e in it if parse_entry_name(e.name) is not None
-                                and e.is_file(follow_symlinks=False)]
+                    out[job] = [
+                        e.name
+                        for e in it
+                        if parse_entry_name(e.name) is not None and e.is_file(follow_symlinks=False)
+                    ]
             finally:
                 os.close(jfd)
         return out

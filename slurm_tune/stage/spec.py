@@ -11,6 +11,7 @@ The encoded form is readable text, one field per `;`:
 
 A source path escapes `%` as `%25` and `;` as `%3B` (names cannot hold either).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,24 @@ MAX_NAME = 64
 _NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_REST = _NAME_FIRST | frozenset("0123456789")
 # Archive suffixes, longest first: a default NAME drops them ("imagenet.tar.gz" -> "IMAGENET").
-ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tbz2", ".txz", ".tzst",
-                    ".tar")
+ARCHIVE_SUFFIXES = (
+    ".tar.gz",
+    ".tar.bz2",
+    ".tar.xz",
+    ".tar.zst",
+    ".tar.zstd",
+    ".tgz",
+    ".tbz2",
+    ".txz",
+    ".tzst",
+    ".tar",
+)
 
 
 class StageRequest(Record):
     """Stage `source` (an absolute, normalized path) and export it as STUNE_STAGE_<name>."""
 
-    __slots__ = ('source', 'name')
+    __slots__ = ("source", "name")
 
     @property
     def variable(self) -> str:
@@ -50,13 +61,16 @@ def check_name(name: str, arg: str | None = None) -> str:
     if not name:
         raise StageRequestError(f"{where}NAME is empty (use SRC or SRC:NAME)")
     if "/" in name or ".." in name:
-        raise StageRequestError(f"{where}NAME {name!r} must not contain '/' or '..': it names a variable, "
-                                "not a path")
+        raise StageRequestError(
+            f"{where}NAME {name!r} must not contain '/' or '..': it names a variable, not a path"
+        )
     if len(name) > MAX_NAME:
         raise StageRequestError(f"{where}NAME {name!r} is longer than {MAX_NAME} characters")
     if name[0] not in _NAME_FIRST or any(c not in _NAME_REST for c in name):
-        raise StageRequestError(f"{where}NAME {name!r} is not a valid variable suffix for "
-                                f"{EXPORT_PREFIX}<NAME> (letters, digits and '_'; not starting with a digit)")
+        raise StageRequestError(
+            f"{where}NAME {name!r} is not a valid variable suffix for "
+            f"{EXPORT_PREFIX}<NAME> (letters, digits and '_'; not starting with a digit)"
+        )
     return name
 
 
@@ -67,7 +81,7 @@ def default_name(source: str) -> str:
     lower = base.lower()
     for suffix in ARCHIVE_SUFFIXES:
         if lower.endswith(suffix) and len(base) > len(suffix):
-            base = base[:-len(suffix)]
+            base = base[: -len(suffix)]
             break
     name = "".join(c if c in _NAME_REST else "_" for c in base.upper())
     if name and name[0].isdigit():
@@ -85,8 +99,10 @@ def check_source(source: str, cwd: str | None = None, arg: str | None = None) ->
         raise StageRequestError(f"{where}SRC contains a NUL or newline")
     if not source.startswith("/"):
         if ".." in source.split("/"):
-            raise StageRequestError(f"{where}SRC {source!r} climbs out of the submission directory with '..'; "
-                                    "give an absolute path")
+            raise StageRequestError(
+                f"{where}SRC {source!r} climbs out of the submission directory with '..'; "
+                "give an absolute path"
+            )
         source = os.path.join(cwd or os.getcwd(), source)
     resolved = os.path.normpath(source)
     if resolved.startswith("//"):  # normpath keeps a POSIX double slash
@@ -148,8 +164,9 @@ def encode_requests(requests, required: bool) -> str:
         if check_source(req.source) != req.source:
             raise StageRequestError(f"source {req.source!r} is not an absolute, normalized path")
         if req.name in seen:
-            raise StageRequestError(f"--stage NAME {req.name!r} is given twice ({seen[req.name]} and "
-                                    f"{req.source})")
+            raise StageRequestError(
+                f"--stage NAME {req.name!r} is given twice ({seen[req.name]} and {req.source})"
+            )
         seen[req.name] = req.source
         fields.append(f"{req.name}={_escape(req.source)}")
     return ";".join(fields)
@@ -159,8 +176,10 @@ def decode_requests(text: str) -> tuple[list[StageRequest], bool]:
     """(requests, required) from a STUNE_STAGE value; every field is re-checked (the value is user input)."""
     fields = (text or "").rstrip("\n").split(";")
     if fields[0] != FORMAT or len(fields) < 2 or fields[1] not in ("required", "optional"):
-        raise StageRequestError(f"{ENV_VAR}={text!r} is not a stage request list "
-                                f"(expected '{FORMAT};optional|required;NAME=SRC;...')")
+        raise StageRequestError(
+            f"{ENV_VAR}={text!r} is not a stage request list "
+            f"(expected '{FORMAT};optional|required;NAME=SRC;...')"
+        )
     required = fields[1] == "required"
     requests, names = [], set()
     for field in fields[2:]:
@@ -171,7 +190,9 @@ def decode_requests(text: str) -> tuple[list[StageRequest], bool]:
             raise StageRequestError(f"{ENV_VAR}: field {field!r} is not NAME=SRC")
         req = StageRequest(check_source(_unescape(source)), check_name(name))
         if req.source != _unescape(source):
-            raise StageRequestError(f"{ENV_VAR}: source {_unescape(source)!r} is not an absolute, normalized path")
+            raise StageRequestError(
+                f"{ENV_VAR}: source {_unescape(source)!r} is not an absolute, normalized path"
+            )
         if name in names:
             raise StageRequestError(f"{ENV_VAR}: NAME {name!r} is given twice")
         names.add(name)

@@ -16,26 +16,31 @@ The protocol, per user namespace and source key (layout.py has the layout):
 The source's stamp is taken before copying, so a source that changes during the copy is seen as changed
 by the next job.
 """
+
 from __future__ import annotations
 
 import os
 import time
 from collections import namedtuple
 
+from ..safeio import rmtree_at
 from .dirfd import open_dir
 from .errors import SourceError, TierUnavailable
-from .fresh import boot_id, manifest as fresh_manifest
-from .spec import StageRequest
-from ..safeio import rmtree_at
+from .fresh import boot_id
+from .fresh import manifest as fresh_manifest
 from .layout import DATA, ENTRIES, TMP, check_job_id, new_gen, source_key, write_stamp
 from .namespace import Namespace
+from .spec import StageRequest
 from .tier import Tier, TierConfig
 
 STAMP_FORMAT = "1"
 
 
-class StageResult(namedtuple("StageResult", "request path status entry bytes files seconds note freshness",
-                             defaults=(None,))):
+class StageResult(
+    namedtuple(
+        "StageResult", "request path status entry bytes files seconds note freshness", defaults=(None,)
+    )
+):
     """status: "hit" (already in the tier), "copied", "held" (this job already staged it on this node), or
     "fallback" (path is the source; note says why). `files` counts files and symlinks, not directories.
     `freshness`: the mode the source was checked in ("fast" or "strict"; None when it was not checked)."""
@@ -48,16 +53,25 @@ class StageResult(namedtuple("StageResult", "request path status entry bytes fil
 
         name = self.request.name
         if self.status == "copied":
-            return (f"stune-stage: {name}: staged {self.request.source} -> {self.path} "
-                    f"({human(self.bytes)}, {self.files:,} file{'' if self.files == 1 else 's'}, "
-                    f"{self.seconds:.1f}s)")
+            return (
+                f"stune-stage: {name}: staged {self.request.source} -> {self.path} "
+                f"({human(self.bytes)}, {self.files:,} file{'' if self.files == 1 else 's'}, "
+                f"{self.seconds:.1f}s)"
+            )
         if self.status == "hit":
             return f"stune-stage: {name}: cache hit {self.path} (source unchanged, {self.freshness} freshness check)"
         return ""
 
 
-def stage(request: StageRequest, config: TierConfig, *, job_id: str | None = None, progress_stream=None,
-          jobs: int | None = None, freshness: str | None = None) -> StageResult:
+def stage(
+    request: StageRequest,
+    config: TierConfig,
+    *,
+    job_id: str | None = None,
+    progress_stream=None,
+    jobs: int | None = None,
+    freshness: str | None = None,
+) -> StageResult:
     """Stage `request` for this process's user. Raises TierUnavailable (the tier cannot take it) or
     SourceError (the source is unusable); the caller decides between falling back and failing. ValueError
     for a job id that is not digits or a copy parallelism below 1."""
@@ -83,8 +97,17 @@ def stage(request: StageRequest, config: TierConfig, *, job_id: str | None = Non
                     if settled is not None:
                         return settled
                 try:
-                    return _stage_locked(request, tier, ns, key, job_id, progress_stream, jobs,
-                                         freshness or config.freshness, started)
+                    return _stage_locked(
+                        request,
+                        tier,
+                        ns,
+                        key,
+                        job_id,
+                        progress_stream,
+                        jobs,
+                        freshness or config.freshness,
+                        started,
+                    )
                 except (TierUnavailable, SourceError) as exc:
                     if job_id:  # the job's other tasks on this node read the source too, without retrying
                         ns.record_fallback(job_id, key, str(exc))
@@ -104,12 +127,21 @@ def _settled(request, ns: Namespace, record, started) -> StageResult | None:
     stamp = ns.read_stamp(value)
     if stamp is None:
         return None
-    return StageResult(request, ns.entry_path(value, stamp.get("export", DATA)), "held", value,
-                       int(stamp.get("bytes", 0)), int(stamp.get("files", 0)), time.monotonic() - started, "")
+    return StageResult(
+        request,
+        ns.entry_path(value, stamp.get("export", DATA)),
+        "held",
+        value,
+        int(stamp.get("bytes", 0)),
+        int(stamp.get("files", 0)),
+        time.monotonic() - started,
+        "",
+    )
 
 
-def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, jobs, mode: str,
-                  started: float) -> StageResult:
+def _stage_locked(
+    request, tier: Tier, ns: Namespace, key: str, job_id, stream, jobs, mode: str, started: float
+) -> StageResult:
     from . import fresh
 
     source = fresh.inspect(request.source)
@@ -118,15 +150,28 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
     stamp_now = fresh.stamp(source, mode, plan)
     if current is not None:
         stored = ns.read_stamp(current.name)
-        if stored is not None and stored_stamp(stored, mode) == stamp_now and stored.get("source") == request.source \
-                and _still_read_only(ns, current.name, stored) and _verified(ns, current.name, stored):
+        if (
+            stored is not None
+            and stored_stamp(stored, mode) == stamp_now
+            and stored.get("source") == request.source
+            and _still_read_only(ns, current.name, stored)
+            and _verified(ns, current.name, stored)
+        ):
             if job_id:
                 ns.add_hold(job_id, current.name)
             tier.ledger_touch(ns.uid, current.name)
             _drop_old(tier, ns, key, keep=current.name)
-            return StageResult(request, ns.entry_path(current.name, stored.get("export", DATA)), "hit",
-                               current.name, int(stored.get("bytes", 0)), int(stored.get("files", 0)),
-                               time.monotonic() - started, "", mode)
+            return StageResult(
+                request,
+                ns.entry_path(current.name, stored.get("export", DATA)),
+                "hit",
+                current.name,
+                int(stored.get("bytes", 0)),
+                int(stored.get("files", 0)),
+                time.monotonic() - started,
+                "",
+                mode,
+            )
     if source.kind == "dir" and plan is None:
         plan = fresh.walk(source.real)
     # Both modes' stamps, taken before the copy: a later check in the other mode (`--freshness`, a changed
@@ -144,14 +189,32 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
     published = False
     try:
         os.mkdir(tmp_name, 0o700, dir_fd=ns.sub(TMP))
-        nbytes, nfiles, tree, export = _copy(source, plan, ns.sub_path(TMP, tmp_name), request, stream, jobs,
-                                             allowance, tier.reserve())
-        _publish(ns, tmp_name, entry, {
-            "format": STAMP_FORMAT, "source": request.source, "real": source.real, "kind": source.kind,
-            "freshness": mode, "stamp": stamp_now, **{f"stamp.{m}": v for m, v in stamps.items()},
-            "bytes": str(nbytes), "files": str(nfiles), "tree": tree,
-            "boot": boot_id(), "export": export, "readonly": "1", "published": f"{time.time():.3f}",
-            "ranges": "1" if _in_ranges(source, plan) else "0", "complete": "1"})
+        nbytes, nfiles, tree, export = _copy(
+            source, plan, ns.sub_path(TMP, tmp_name), request, stream, jobs, allowance, tier.reserve()
+        )
+        _publish(
+            ns,
+            tmp_name,
+            entry,
+            {
+                "format": STAMP_FORMAT,
+                "source": request.source,
+                "real": source.real,
+                "kind": source.kind,
+                "freshness": mode,
+                "stamp": stamp_now,
+                **{f"stamp.{m}": v for m, v in stamps.items()},
+                "bytes": str(nbytes),
+                "files": str(nfiles),
+                "tree": tree,
+                "boot": boot_id(),
+                "export": export,
+                "readonly": "1",
+                "published": f"{time.time():.3f}",
+                "ranges": "1" if _in_ranges(source, plan) else "0",
+                "complete": "1",
+            },
+        )
         published = True
         tier.ledger_write(ns.uid, entry, nbytes, "ready")
         if job_id:
@@ -164,15 +227,27 @@ def _stage_locked(request, tier: Tier, ns: Namespace, key: str, job_id, stream, 
             except OSError:
                 pass
     _drop_old(tier, ns, key, keep=entry)
-    return StageResult(request, ns.entry_path(entry, export), "copied", entry, nbytes, nfiles,
-                       time.monotonic() - started, "", mode)
+    return StageResult(
+        request,
+        ns.entry_path(entry, export),
+        "copied",
+        entry,
+        nbytes,
+        nfiles,
+        time.monotonic() - started,
+        "",
+        mode,
+    )
 
 
 def stored_stamp(stored: dict[str, str], mode: str) -> str | None:
     """The source stamp an entry recorded for freshness `mode` (entries made before both modes were
     recorded have only their own mode's)."""
-    return stored.get(f"stamp.{mode}") or (stored.get("stamp") if stored.get("freshness") == mode else None) \
+    return (
+        stored.get(f"stamp.{mode}")
+        or (stored.get("stamp") if stored.get("freshness") == mode else None)
         or (stored.get("stamp") if (stored.get("stamp") or "").startswith("file:") else None)
+    )
 
 
 def _clear_leftovers(tier: Tier, ns: Namespace, key: str) -> None:
@@ -237,8 +312,11 @@ def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve
         os.chmod(data, 0o555)
         export = f"{DATA}/{source.basename}"
     if plan is not None and plan.skipped:
-        _say(stream, f"{request.name}: skipped {len(plan.skipped)} special file(s) (sockets, FIFOs, devices), "
-                     f"e.g. {plan.skipped[0]}")
+        _say(
+            stream,
+            f"{request.name}: skipped {len(plan.skipped)} special file(s) (sockets, FIFOs, devices), "
+            f"e.g. {plan.skipped[0]}",
+        )
     if plan is not None:  # the walk already knows what the copy holds: no second walk
         return plan.alloc, plan.count, plan.tree, export
     nbytes, nfiles, tree = fresh_manifest(data)
@@ -332,23 +410,37 @@ def admit(tier: Tier, ns: Namespace, need: int, exclude_key: str | None = None) 
     when the entry cannot fit."""
     quota = tier.quota()
     if need > quota:
-        raise TierUnavailable("over-quota", f"needs {_h(need)}, more than the tier's whole quota of {_h(quota)}")
+        raise TierUnavailable(
+            "over-quota", f"needs {_h(need)}, more than the tier's whole quota of {_h(quota)}"
+        )
     usage = tier.usage()
     if usage + need > tier.config.high * quota:
         evict_lru(tier, [ns], target=int(tier.config.low * quota) - need, exclude_key=exclude_key)
         usage = tier.usage()
     if usage + need > quota:
-        raise TierUnavailable("over-quota", f"needs {_h(need)} but the tier holds {_h(usage)} of its "
-                                            f"{_h(quota)} quota in entries in use or not this user's")
+        raise TierUnavailable(
+            "over-quota",
+            f"needs {_h(need)} but the tier holds {_h(usage)} of its "
+            f"{_h(quota)} quota in entries in use or not this user's",
+        )
     free, reserve = tier.free_bytes(), tier.reserve()
     if need > free - reserve:
-        raise TierUnavailable("disk-full", f"needs {_h(need)} but the cache disk has {_h(free)} free, of which "
-                                           f"{_h(reserve)} is kept in reserve")
+        raise TierUnavailable(
+            "disk-full",
+            f"needs {_h(need)} but the cache disk has {_h(free)} free, of which "
+            f"{_h(reserve)} is kept in reserve",
+        )
     return quota - usage
 
 
-def evict_lru(tier: Tier, namespaces: list[Namespace], target: int, exclude_key: str | None = None,
-              dry_run: bool = False, rows=None) -> list[tuple[str, str, int]]:
+def evict_lru(
+    tier: Tier,
+    namespaces: list[Namespace],
+    target: int,
+    exclude_key: str | None = None,
+    dry_run: bool = False,
+    rows=None,
+) -> list[tuple[str, str, int]]:
     """Delete unheld entries of `namespaces`, least recently used first, until the tier's usage is at most
     `target`. Entries being staged or checked right now (their key lock is busy) are skipped. Returns the
     (user, entry, bytes) evicted."""

@@ -6,6 +6,7 @@ Root reaches everything here through directory descriptors (dirfd.py, slurm_tune
 This module is on the TaskProlog and epilog paths: it imports only os, stat and collections up front (pwd when
 it needs a user name).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from .errors import TierUnavailable
 from .layout import LEDGER, QUARANTINE, LedgerRow, new_gen, parse_entry_name, parse_row
 from .namespace import Namespace
 
-RESERVE_MAX = 64 << 20      # free space kept on the tier's filesystem (see reserve_bytes)
+RESERVE_MAX = 64 << 20  # free space kept on the tier's filesystem (see reserve_bytes)
 
 
 class TierConfig(namedtuple("TierConfig", "root quota high low freshness")):
@@ -30,19 +31,29 @@ class TierConfig(namedtuple("TierConfig", "root quota high low freshness")):
     __slots__ = ()
 
     @classmethod
-    def from_profile(cls, profile, node: str | None) -> "TierConfig":
+    def from_profile(cls, profile, node: str | None) -> TierConfig:
         cache = profile.cache
         if not cache.path:
-            raise TierUnavailable("missing", f"partition {profile.name!r} has no cache tier (cache.path is empty)")
-        return cls(root=expand_path(cache.path, node), quota=cache.quota, high=cache.high_watermark,
-                   low=cache.low_watermark, freshness=cache.freshness)
+            raise TierUnavailable(
+                "missing", f"partition {profile.name!r} has no cache tier (cache.path is empty)"
+            )
+        return cls(
+            root=expand_path(cache.path, node),
+            quota=cache.quota,
+            high=cache.high_watermark,
+            low=cache.low_watermark,
+            freshness=cache.freshness,
+        )
 
 
 def expand_path(path: str, node: str | None) -> str:
     """`%n` is the node name (one profile serves every node of a one-machine test cluster); `%%` is `%`."""
     if uses_node(path) and not node:
-        raise TierUnavailable("missing", f"cache.path {path!r} uses %n but the node name is unknown "
-                                         "(SLURMD_NODENAME is not set; pass --node)")
+        raise TierUnavailable(
+            "missing",
+            f"cache.path {path!r} uses %n but the node name is unknown "
+            "(SLURMD_NODENAME is not set; pass --node)",
+        )
     return os.path.normpath(expand(path, node or ""))
 
 
@@ -82,8 +93,11 @@ class Tier:
         try:
             fd = open_dir(self.root, follow_symlinks=True)
         except FileNotFoundError:
-            raise TierUnavailable("missing", f"cache tier {self.root} does not exist (is the local disk "
-                                             "mounted? `stune-stage init` creates it)") from None
+            raise TierUnavailable(
+                "missing",
+                f"cache tier {self.root} does not exist (is the local disk "
+                "mounted? `stune-stage init` creates it)",
+            ) from None
         except NotADirectoryError:
             raise TierUnavailable("missing", f"cache tier {self.root} is not a directory") from None
         except PermissionError:
@@ -126,8 +140,9 @@ class Tier:
         try:
             fd = open_dir(LEDGER, self.fd)
         except FileNotFoundError:
-            raise TierUnavailable("missing", f"cache tier {self.root} is not initialised "
-                                             "(run `stune-stage init` as root)") from None
+            raise TierUnavailable(
+                "missing", f"cache tier {self.root} is not initialised (run `stune-stage init` as root)"
+            ) from None
         except OSError as exc:
             raise TierUnavailable("unsafe", f"{self.root}/{LEDGER}: {exc.strerror}") from None
         problem = unsafe_shared_dir(os.fstat(fd))
@@ -149,8 +164,14 @@ class Tier:
                 names = [(e.name, e.stat(follow_symlinks=False)) for e in it if not e.name.startswith(".")]
             for name, st in names:
                 uid, dot, entry = name.partition(".")
-                if not dot or not uid.isdigit() or len(uid) > 10 or int(uid) != st.st_uid \
-                        or not stat.S_ISREG(st.st_mode) or parse_entry_name(entry) is None:
+                if (
+                    not dot
+                    or not uid.isdigit()
+                    or len(uid) > 10
+                    or int(uid) != st.st_uid
+                    or not stat.S_ISREG(st.st_mode)
+                    or parse_entry_name(entry) is None
+                ):
                     continue
                 row = parse_row(read_text(name, fd, 256, owner=int(uid)) or "", limit)
                 if row is not None:
@@ -194,8 +215,10 @@ class Tier:
                         if fix and row.state == "ready":
                             self.ledger_remove(uid, row.entry)
                     elif row.bytes > real:
-                        problems.append(f"{ns.user}/{row.entry}: the ledger claims {row.bytes} bytes, the entry "
-                                        f"takes {real}; counted as {real}")
+                        problems.append(
+                            f"{ns.user}/{row.entry}: the ledger claims {row.bytes} bytes, the entry "
+                            f"takes {real}; counted as {real}"
+                        )
                         rows.append(row._replace(bytes=real))
                         if fix and row.state == "ready":
                             self.ledger_write(uid, row.entry, real, "ready")
@@ -208,8 +231,13 @@ class Tier:
         it just created to that user before renaming it into place, or ledger() would ignore the row."""
         fd = self.ledger_fd()
         try:
-            safeio.write_atomic(f"{uid}.{entry}", f"{nbytes} {state}\n", mode=0o644, dir_fd=fd,
-                                owner=uid if os.geteuid() == 0 else None)
+            safeio.write_atomic(
+                f"{uid}.{entry}",
+                f"{nbytes} {state}\n",
+                mode=0o644,
+                dir_fd=fd,
+                owner=uid if os.geteuid() == 0 else None,
+            )
         finally:
             os.close(fd)
 
@@ -242,7 +270,7 @@ class Tier:
             os.close(fd)
 
     # ---- namespaces --------------------------------------------------------------------------------------
-    def namespace(self, uid: int | None = None, user: str | None = None, create: bool = True) -> "Namespace":
+    def namespace(self, uid: int | None = None, user: str | None = None, create: bool = True) -> Namespace:
         """The namespace of `uid` (default: this process's user). Created 0700 when missing (by its own user,
         or by root on the user's behalf). Refused when it is not a directory owned by uid with mode 0700."""
         import pwd
@@ -262,13 +290,18 @@ class Tier:
                 raise TierUnavailable("missing", f"{self.root}/{user} does not exist") from None
             fd = self._create_namespace(user, uid)
         except OSError as exc:  # a symlink planted where the namespace should be, or someone else's dir
-            raise TierUnavailable("unsafe", f"namespace {self.root}/{user} must be a directory owned by {user} "
-                                            f"with mode 0700; it is {self._what(user, uid, exc)}") from None
+            raise TierUnavailable(
+                "unsafe",
+                f"namespace {self.root}/{user} must be a directory owned by {user} "
+                f"with mode 0700; it is {self._what(user, uid, exc)}",
+            ) from None
         problem = namespace_problem(os.fstat(fd), uid)
         if problem:
             os.close(fd)
-            raise TierUnavailable("unsafe", f"namespace {self.root}/{user} must be owned by {user} with mode "
-                                            f"0700; it is {problem}")
+            raise TierUnavailable(
+                "unsafe",
+                f"namespace {self.root}/{user} must be owned by {user} with mode 0700; it is {problem}",
+            )
         return Namespace(self, user, uid, fd)
 
     def _what(self, name: str, uid: int, exc: OSError | None = None) -> str:
@@ -289,15 +322,18 @@ class Tier:
         except FileExistsError:
             return open_dir(user, self.fd)
         except OSError as exc:
-            raise TierUnavailable("unsafe", f"cannot create namespace {self.root}/{user}: {exc.strerror} "
-                                            "(the tier root should be mode 1777: `stune-stage init`)") from None
+            raise TierUnavailable(
+                "unsafe",
+                f"cannot create namespace {self.root}/{user}: {exc.strerror} "
+                "(the tier root should be mode 1777: `stune-stage init`)",
+            ) from None
         fd = open_dir(user, self.fd)
         st = os.fstat(fd)
         if os.geteuid() == 0 and uid != 0 and st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o700:
             os.fchown(fd, uid, -1)  # ours (root's, 0700, in a sticky root nobody else can rename it in)
         return fd
 
-    def namespaces(self) -> list["Namespace"]:
+    def namespaces(self) -> list[Namespace]:
         """Every user's sound namespace (for root: gc, ls, status). Anything else is skipped here and
         reported by namespace_problems()."""
         import pwd
@@ -316,7 +352,7 @@ class Tier:
                 continue
         return out
 
-    def namespace_problems(self) -> list["BadNamespace"]:
+    def namespace_problems(self) -> list[BadNamespace]:
         """Names in the tier root that are not a sound namespace: a symlink, file or FIFO, a directory of a
         user name that does not exist, or one not owned by its user with mode 0700 (squatted by another
         user with `mkdir -m 0777`, or opened up by its owner). Jobs of that user fall back until it is
@@ -341,11 +377,17 @@ class Tier:
                     continue
             else:
                 problem = self._what(name, uid)
-            out.append(BadNamespace(name, uid, f"{self.root}/{name}: namespace of {name} must be a directory "
-                                               f"owned by {name} with mode 0700; it is {problem}"))
+            out.append(
+                BadNamespace(
+                    name,
+                    uid,
+                    f"{self.root}/{name}: namespace of {name} must be a directory "
+                    f"owned by {name} with mode 0700; it is {problem}",
+                )
+            )
         return out
 
-    def repair_namespace(self, bad: "BadNamespace") -> str:
+    def repair_namespace(self, bad: BadNamespace) -> str:
         """Root's repair of a bad namespace: its owner's own directory with a wrong mode gets mode 0700
         back (through a no-follow descriptor); anything else (another user's directory, a symlink, a file) is
         moved aside into ROOT/.quarantine/ (root-only) for the admin to inspect, and the user's namespace is
@@ -385,7 +427,6 @@ class Tier:
         if stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
             os.fchmod(fd, 0o700)
         return fd
-
 
 
 BadNamespace = namedtuple("BadNamespace", "name uid problem")

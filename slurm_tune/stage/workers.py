@@ -1,6 +1,7 @@
 """The copy's worker processes (`cp` for batches of small files, `tar` for an archive): started so that they
 die with the stager, in their own process group, their exit awaited on a pidfd, their stderr read into one
 clear error."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,9 @@ def _setpriv() -> str | None:
     preexec_fn, measured with 9 `cp` batches; serialised in the stager, that was 0.06-0.18 s of a 20k-file
     copy)."""
     if not _SETPRIV:
-        found = [os.path.join(d, "setpriv") for d in os.environ.get("PATH", "").split(":") + ["/usr/bin"] if d]
+        found = [
+            os.path.join(d, "setpriv") for d in os.environ.get("PATH", "").split(":") + ["/usr/bin"] if d
+        ]
         _SETPRIV.append(next((path for path in found if os.access(path, os.X_OK)), None))
     return _SETPRIV[0]
 
@@ -45,8 +48,15 @@ def spawn(argv: list[str], cwd: str | None, errlog, stdin=None, umask: int = -1)
     where it is installed; else a pre-exec hook that also checks the stager did not die before the
     signal was set (setpriv leaves that window of a few microseconds open)."""
     # start_new_session: killing a worker's process group takes its children (tar's decompressor) too.
-    common = dict(cwd=cwd, stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                  stderr=errlog, start_new_session=True, close_fds=True, umask=umask)
+    common = dict(
+        cwd=cwd,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=errlog,
+        start_new_session=True,
+        close_fds=True,
+        umask=umask,
+    )
     setpriv = _setpriv()
     if setpriv:
         return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *argv], **common)
@@ -73,8 +83,11 @@ def kill(procs) -> None:
 def failure(errlog, what: str) -> TierUnavailable | SourceError:
     errlog.seek(0)
     text = errlog.read().decode("utf-8", "replace").strip()
-    useful = [line for line in text.splitlines()
-              if "Exiting with failure status" not in line and "Removing leading" not in line]
+    useful = [
+        line
+        for line in text.splitlines()
+        if "Exiting with failure status" not in line and "Removing leading" not in line
+    ]
     last = useful[-1] if useful else (text.splitlines()[-1] if text else "no message")
     if "No space left" in text or "Disk quota exceeded" in text:
         return TierUnavailable("disk-full", f"{what}: the cache disk is full ({last})")

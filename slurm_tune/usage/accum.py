@@ -14,6 +14,7 @@ the width doubles, so a job of any length keeps SERIES_LEN buckets. Memory per j
 + 16 x SERIES_LEN bytes (3,168 bytes for 8 GPUs, one 4 KiB page mapped); per node, one such file per running
 GPU job (at most one per GPU: 32 KiB for 8 GPUs), plus an in-memory mirror of the same size.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -24,16 +25,16 @@ from .pipeline import ACCUMULATOR_MAGIC, ACCUMULATOR_MAGIC_V1
 from .summary import ACC_FIELDS
 
 MAGIC, MAGIC_V1 = ACCUMULATOR_MAGIC, ACCUMULATOR_MAGIC_V1  # pipeline.py names the formats
-HEADER = struct.Struct("<8sIIdd")       # magic, gpu count, reserved, created, series bucket width
+HEADER = struct.Struct("<8sIIdd")  # magic, gpu count, reserved, created, series bucket width
 RECORD = struct.Struct("<19d")
 RECORD_V1 = struct.Struct("<16d")
 assert RECORD.size == 8 * len(ACC_FIELDS)
 F = {name: i for i, name in enumerate(ACC_FIELDS)}
 SERIES_LEN = 120
-SERIES_WIDTH_S = 10.0                   # the first bucket width; doubles as the job outlives the series
+SERIES_WIDTH_S = 10.0  # the first bucket width; doubles as the job outlives the series
 BUCKET = struct.Struct("<2d")
 SERIES = struct.Struct(f"<{2 * SERIES_LEN}d")
-DROP_HIGH, DROP_LOW = 60.0, 20.0        # a "drop": utilization falls from >= 60 % to <= 20 %
+DROP_HIGH, DROP_LOW = 60.0, 20.0  # a "drop": utilization falls from >= 60 % to <= 20 %
 
 
 class AccumulatorError(Exception):
@@ -77,7 +78,9 @@ class JobAccumulator:
                 values[F["nvml_index"]] = -1.0
                 RECORD.pack_into(self.map, _record_offset(slot), *values)
         # an in-memory mirror: the sampler updates it and writes each record back with one pack_into
-        self.records = [list(RECORD.unpack_from(self.map, _record_offset(slot))) for slot in range(len(gpu_ids))]
+        self.records = [
+            list(RECORD.unpack_from(self.map, _record_offset(slot))) for slot in range(len(gpu_ids))
+        ]
         self.gpu_ids = [int(r[F["gpu_id"]]) for r in self.records]
         self.created, self.width = HEADER.unpack_from(self.map, 0)[3:5]
         if not self.width > 0:
@@ -93,7 +96,9 @@ class JobAccumulator:
         if bucket >= SERIES_LEN:
             series = self.series
             while bucket >= SERIES_LEN:
-                series = [series[4 * i + k] + series[4 * i + 2 + k] for i in range(SERIES_LEN // 2) for k in (0, 1)]
+                series = [
+                    series[4 * i + k] + series[4 * i + 2 + k] for i in range(SERIES_LEN // 2) for k in (0, 1)
+                ]
                 series += [0.0] * SERIES_LEN
                 self.width *= 2
                 bucket = int((now - self.created) / self.width)
@@ -105,8 +110,19 @@ class JobAccumulator:
         self.series[at + 1] += dt
         BUCKET.pack_into(self.map, self._series_at + 16 * bucket, self.series[at], self.series[at + 1])
 
-    def add(self, slot: int, now: float, dt: float, sm, mem, mib, watts, busy_util: float, nvml_index: int,
-            procs=None) -> None:
+    def add(
+        self,
+        slot: int,
+        now: float,
+        dt: float,
+        sm,
+        mem,
+        mib,
+        watts,
+        busy_util: float,
+        nvml_index: int,
+        procs=None,
+    ) -> None:
         """Add one sample of the GPU in `slot`, standing for `dt` seconds. None readings add nothing. `procs`
         is the number of compute processes on the GPU (None: unknown); with none the GPU is idle, whatever a
         stale utilization reading says."""

@@ -13,6 +13,7 @@ which nodes make the job complete. A directory without that list (no EpilogSlurm
 slurmdbd (sacct NodeList) before anything is stored: a node that never reports is never counted as the
 job's last one (`nodes=k/k`).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,9 @@ def _store(slurm, job_id: str, summaries: list[dict], expected: list[str] | None
     return merged
 
 
-def store_job(slurm, spool_dir: str, job_id: str, nodes_expr: str | None, wait_s: float = 30.0,
-              poll_s: float = 0.2) -> str:
+def store_job(
+    slurm, spool_dir: str, job_id: str, nodes_expr: str | None, wait_s: float = 30.0, poll_s: float = 0.2
+) -> str:
     """EpilogSlurmctld: wait for the job's node summaries, merge, write AdminComment. Returns what it did."""
     job_dir = os.path.join(spool_dir, job_id)
     expected = expand_hostlist(nodes_expr) if nodes_expr else None
@@ -90,8 +92,10 @@ def store_job(slurm, spool_dir: str, job_id: str, nodes_expr: str | None, wait_s
         spool.remove_job_dir(job_dir)
         return f"stored ({merged.nodes_reported}/{merged.nodes_expected} nodes, eta {_eta(merged)})"
     _remember(job_dir, sorted(present), expected)
-    return (f"stored partial ({merged.nodes_reported}/{merged.nodes_expected} nodes); the rest is left to "
-            f"`stune-fairshare collect`")
+    return (
+        f"stored partial ({merged.nodes_reported}/{merged.nodes_expected} nodes); the rest is left to "
+        f"`stune-fairshare collect`"
+    )
 
 
 def _eta(s: summary.JobSummary) -> str:
@@ -106,7 +110,9 @@ def _remember(job_dir: str, stored: list[str], expected: list[str] | None) -> No
         pass
 
 
-def sweep(slurm, spool_dir: str, min_age_s: float = 60.0, max_age_s: float = 86400.0, now: float | None = None):
+def sweep(
+    slurm, spool_dir: str, min_age_s: float = 60.0, max_age_s: float = 86400.0, now: float | None = None
+):
     """Store jobs whose node summaries changed since the last store; drop finished or expired directories.
     Yields (job id, outcome)."""
     now = time.time() if now is None else now

@@ -4,6 +4,7 @@ file:line errors. Here, below both, so the sampler, the epilogs and `stune-fairs
 Looked up as --config, else $STUNE_FAIRSHARE_CONFIG, else /etc/stune/fairshare.yaml. A missing default file
 means "all defaults"; a file named explicitly must exist.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,53 +14,104 @@ from ..schema import Bool, Duration, Float, Frozen, Int, Map, Nullable, Section,
 
 DEFAULT_PATH = "/etc/stune/fairshare.yaml"
 ENV_PATH = "STUNE_FAIRSHARE_CONFIG"
-ENV_STATE_DIR = "STUNE_FAIRSHARE_STATE_DIR"  # wins over accountant.state_dir (`stune-admin install --prefix` sets it)
+ENV_STATE_DIR = (
+    "STUNE_FAIRSHARE_STATE_DIR"  # wins over accountant.state_dir (`stune-admin install --prefix` sets it)
+)
 
-SCHEMA = Section({
-    "accountant": Section({
-        "alpha": Float(1.0, min=0.0, max=100.0,
-                       doc="idle penalty: charge = Slurm's charge x (1 + alpha x (1 - eta))"),
-        "alpha_by": Section({
-            "qos": Map(Float(min=0.0, max=100.0), doc="alpha for jobs of this QOS, e.g. {debug: 0}"),
-            "partition": Map(Float(min=0.0, max=100.0), doc="alpha for jobs in this partition"),
-            "account": Map(Float(min=0.0, max=100.0), doc="alpha for jobs of this account"),
-        }, doc="alpha per QOS, partition or account (the first that names the job wins, in that order); "
-               "0 exempts (e.g. an interactive or debug QOS is never charged for idleness)"),
-        "coverage_min": Float(0.8, min=0.0, max=1.0,
-                              doc="share of held GPU-seconds that must be sampled before eta is trusted"),
-        "basis": Str("billing", choices=("billing", "gpu"),
-                     doc="billing: Slurm's own charge (billing TRES x time), so eta = 1 reproduces Slurm "
-                         "exactly; gpu: GPUs x time"),
-        "settle_delay": Duration(300, doc="jobs that ended less than this ago are re-read each run"),
-        "initial_history": Nullable(Duration(), doc="first run reads this far back; default 10 half-lives"),
-        "state_dir": Str("/var/lib/stune/fairshare", absolute_path=True,
-                         doc="the ledger (settled usage and the sacct watermark)"),
-        "read_gpuutil": Bool(True, doc="also read Slurm's gres/gpuutil where AccountingStorageTRES has it"),
-    }),
-    "site_factor": Section({
-        "min": Nullable(Int(), doc="lowest SiteFactor; default -2 x PriorityWeightFairshare. The line is chosen "
-                                    "within it (never clamped after); a minimum no line fits is refused"),
-        "max": Int(0, doc="highest SiteFactor; 0 means penalties only"),
-        "deadband": Int(2, min=0, doc="a pending job's SiteFactor is left alone when within this of the target"),
-    }),
-    "usage": Section({
-        "local_dir": Str("/var/lib/stune/usage", absolute_path=True,
-                         doc="node-local: the prolog's GPU records and the sampler's per-job accumulators"),
-        "spool_dir": Str("/var/spool/stune/usage", absolute_path=True,
-                         doc="shared by the nodes and the controller: per-node job summaries"),
-        "interval": Float(1.0, min=0.05, max=3600.0, doc="sampler period, seconds"),
-        "collect_wait": Duration(30, doc="EpilogSlurmctld waits this long for every node's summary"),
-        "spool_max_age": Duration(86400, doc="an incomplete job directory is stored as-is and removed after this"),
-    }),
-    "report": Section({
-        "window": Duration(7 * 86400, doc="how far back `report` looks by default"),
-        "top_jobs": Int(10, min=0, max=1000),
-        "busy_util": Float(95.0, min=0.0, max=100.0, doc="SM utilization counted as 'busy' (~100%)"),
-        "idle_power_w": Float(100.0, min=0.0, doc="mean power below which a busy GPU is flagged for review"),
-        "prometheus_textfile": Nullable(Str(absolute_path=True),
-                                        doc="node_exporter textfile path written by every report/apply"),
-    }),
-})
+SCHEMA = Section(
+    {
+        "accountant": Section(
+            {
+                "alpha": Float(
+                    1.0,
+                    min=0.0,
+                    max=100.0,
+                    doc="idle penalty: charge = Slurm's charge x (1 + alpha x (1 - eta))",
+                ),
+                "alpha_by": Section(
+                    {
+                        "qos": Map(
+                            Float(min=0.0, max=100.0), doc="alpha for jobs of this QOS, e.g. {debug: 0}"
+                        ),
+                        "partition": Map(Float(min=0.0, max=100.0), doc="alpha for jobs in this partition"),
+                        "account": Map(Float(min=0.0, max=100.0), doc="alpha for jobs of this account"),
+                    },
+                    doc="alpha per QOS, partition or account (the first that names the job wins, in that order); "
+                    "0 exempts (e.g. an interactive or debug QOS is never charged for idleness)",
+                ),
+                "coverage_min": Float(
+                    0.8,
+                    min=0.0,
+                    max=1.0,
+                    doc="share of held GPU-seconds that must be sampled before eta is trusted",
+                ),
+                "basis": Str(
+                    "billing",
+                    choices=("billing", "gpu"),
+                    doc="billing: Slurm's own charge (billing TRES x time), so eta = 1 reproduces Slurm "
+                    "exactly; gpu: GPUs x time",
+                ),
+                "settle_delay": Duration(300, doc="jobs that ended less than this ago are re-read each run"),
+                "initial_history": Nullable(
+                    Duration(), doc="first run reads this far back; default 10 half-lives"
+                ),
+                "state_dir": Str(
+                    "/var/lib/stune/fairshare",
+                    absolute_path=True,
+                    doc="the ledger (settled usage and the sacct watermark)",
+                ),
+                "read_gpuutil": Bool(
+                    True, doc="also read Slurm's gres/gpuutil where AccountingStorageTRES has it"
+                ),
+            }
+        ),
+        "site_factor": Section(
+            {
+                "min": Nullable(
+                    Int(),
+                    doc="lowest SiteFactor; default -2 x PriorityWeightFairshare. The line is chosen "
+                    "within it (never clamped after); a minimum no line fits is refused",
+                ),
+                "max": Int(0, doc="highest SiteFactor; 0 means penalties only"),
+                "deadband": Int(
+                    2, min=0, doc="a pending job's SiteFactor is left alone when within this of the target"
+                ),
+            }
+        ),
+        "usage": Section(
+            {
+                "local_dir": Str(
+                    "/var/lib/stune/usage",
+                    absolute_path=True,
+                    doc="node-local: the prolog's GPU records and the sampler's per-job accumulators",
+                ),
+                "spool_dir": Str(
+                    "/var/spool/stune/usage",
+                    absolute_path=True,
+                    doc="shared by the nodes and the controller: per-node job summaries",
+                ),
+                "interval": Float(1.0, min=0.05, max=3600.0, doc="sampler period, seconds"),
+                "collect_wait": Duration(30, doc="EpilogSlurmctld waits this long for every node's summary"),
+                "spool_max_age": Duration(
+                    86400, doc="an incomplete job directory is stored as-is and removed after this"
+                ),
+            }
+        ),
+        "report": Section(
+            {
+                "window": Duration(7 * 86400, doc="how far back `report` looks by default"),
+                "top_jobs": Int(10, min=0, max=1000),
+                "busy_util": Float(95.0, min=0.0, max=100.0, doc="SM utilization counted as 'busy' (~100%)"),
+                "idle_power_w": Float(
+                    100.0, min=0.0, doc="mean power below which a busy GPU is flagged for review"
+                ),
+                "prometheus_textfile": Nullable(
+                    Str(absolute_path=True), doc="node_exporter textfile path written by every report/apply"
+                ),
+            }
+        ),
+    }
+)
 
 
 class FairshareConfig(Frozen):
@@ -101,8 +153,9 @@ def load_config(explicit: str | None = None) -> FairshareConfig:
     return FairshareConfig(data)
 
 
-def usage_dirs(config: FairshareConfig | None = None, node: str | None = None,
-               expand: bool = True) -> tuple[str, str]:
+def usage_dirs(
+    config: FairshareConfig | None = None, node: str | None = None, expand: bool = True
+) -> tuple[str, str]:
     """(node-local dir, shared spool dir): $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL win over the config, so a
     hook can point at per-node directories without a config file of its own. `%n` in either becomes this
     node's name (or `node`), as in every other stune path; expand=False returns the templates."""

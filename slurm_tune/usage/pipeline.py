@@ -25,6 +25,7 @@ Nodes never call Slurm commands (stages 1-3); the controller's stage 4 is the on
 the accountant (stage 5) reads only sacct. The directories come from one config file (usage/config.py:
 `usage.local_dir`, `usage.spool_dir`). docs/fairshare.md tells the same story for admins.
 """
+
 from __future__ import annotations
 
 # stage 1 -> 2: the prolog's record of a job's GPUs, and stage 2 -> 3: the accumulators, under usage.local_dir

@@ -18,6 +18,7 @@ coverage drops and the accountant charges it as Slurm does (eta = 1).
 
 This module imports no numpy and nothing heavy: it runs for the node's lifetime next to the jobs.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,16 @@ def device_minor(pci_bus_id: str | None, proc_root: str = "/proc/driver/nvidia/g
 class Sampler:
     """`source` has .utilization() -> [GpuUtilization] (slurm_tune.hw.nvml.open_gpu_source)."""
 
-    def __init__(self, source, local_dir: str, interval: float = 1.0, busy_util: float = 95.0,
-                 gpu_map: str = "auto", proc_root: str = "/proc/driver/nvidia/gpus", clock=time.time):
+    def __init__(
+        self,
+        source,
+        local_dir: str,
+        interval: float = 1.0,
+        busy_util: float = 95.0,
+        gpu_map: str = "auto",
+        proc_root: str = "/proc/driver/nvidia/gpus",
+        clock=time.time,
+    ):
         self.source = source
         self.jobs_dir = os.path.join(local_dir, pipeline.JOBS_DIR)
         self.acc_dir = os.path.join(local_dir, pipeline.ACC_DIR)

@@ -15,6 +15,7 @@ jobs at once would flood slurmctld/slurmdbd). A file drop on a filesystem every 
 EpilogSlurmctld (one process per job, on the controller) does the single slurmdbd write, as Princeton's
 jobstats does. Sites that run Prometheus can still scrape the sampler; the accounting copy lives in Slurm.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,14 +87,21 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
     if start is None:
         start = created or now
     by_id = {int(r["gpu_id"]): r for r in records}
-    zero = {name: 0.0 for name in ACC_FIELDS}
+    zero = dict.fromkeys(ACC_FIELDS, 0.0)
     gpus = []
     for gpu in gpu_ids:
         acc = dict(by_id.get(gpu, zero))
         acc["gpu_id"] = float(gpu)
         gpus.append({"id": gpu, "acc": acc})
-    out = {"v": 1, "job": job_id, "node": node, "start": start, "end": now, "gpus": gpus,
-           "sampled": bool(records)}
+    out = {
+        "v": 1,
+        "job": job_id,
+        "node": node,
+        "start": start,
+        "end": now,
+        "gpus": gpus,
+        "sampled": bool(records),
+    }
     if series is not None:
         out["series"] = series
     return out
@@ -112,8 +120,9 @@ def write_node_summary(spool_dir: str, summary: dict) -> str:
     return final
 
 
-def node_epilog(local_dir: str, spool_dir: str, job_id: str, node: str, env_gpus: str | None,
-                now: float | None = None) -> str:
+def node_epilog(
+    local_dir: str, spool_dir: str, job_id: str, node: str, env_gpus: str | None, now: float | None = None
+) -> str:
     """The node epilog: summarize, drop into the spool, forget the job locally. Returns what it did."""
     _safe_name(job_id, "job id")
     now = time.time() if now is None else now

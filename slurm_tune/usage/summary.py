@@ -13,6 +13,7 @@
 Plain key=value text rather than JSON: sacctmgr turns '"' into '`', and `sacct -o AdminComment` stays
 readable. The job-level numbers come first in a fixed order so the accountant parses a million of them fast.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -26,9 +27,27 @@ MAX_PER_GPU = 1024  # keeps one AdminComment well under MySQL's TEXT limit (64 K
 # noproc_dt: sampled seconds with no compute process on the GPU (counted as idle whatever the reading said);
 # drops: falls from >= 60 % to <= 20 % utilization (the sawtooth of a loop waiting for data); hi: the
 # hysteresis state behind `drops`.
-ACC_FIELDS = ("gpu_id", "last_ts", "samples", "sm_dt", "sm_sum", "mem_dt", "mem_sum", "mib_dt", "mib_sum",
-              "mib_max", "pw_dt", "pw_sum", "busy_dt", "busy_pw_dt", "busy_pw_sum", "nvml_index",
-              "noproc_dt", "drops", "hi")
+ACC_FIELDS = (
+    "gpu_id",
+    "last_ts",
+    "samples",
+    "sm_dt",
+    "sm_sum",
+    "mem_dt",
+    "mem_sum",
+    "mib_dt",
+    "mib_sum",
+    "mib_max",
+    "pw_dt",
+    "pw_sum",
+    "busy_dt",
+    "busy_pw_dt",
+    "busy_pw_sum",
+    "nvml_index",
+    "noproc_dt",
+    "drops",
+    "hi",
+)
 TIMELINE_LEN = 48  # characters of the job's utilization timeline in the summary ('0'-'9', '-' unmeasured)
 
 
@@ -38,8 +57,13 @@ class GpuMeans(namedtuple("GpuMeans", "node gpu sm mem mib watts")):
     __slots__ = ()
 
 
-class JobSummary(namedtuple("JobSummary", "held used covered busy busy_w gpus nodes_reported nodes_expected "
-                                          "per_gpu drops noproc timeline", defaults=(0, 0.0, ""))):
+class JobSummary(
+    namedtuple(
+        "JobSummary",
+        "held used covered busy busy_w gpus nodes_reported nodes_expected per_gpu drops noproc timeline",
+        defaults=(0, 0.0, ""),
+    )
+):
     """A job's GPU usage. Seconds are GPU-seconds; busy_w is None when there was no busy time."""
 
     __slots__ = ()
@@ -63,12 +87,16 @@ def _num(value, digits: int = 1) -> str:
 
 
 def encode(summary: JobSummary) -> str:
-    per_gpu = ",".join(f"{g.node}/{g.gpu}:{_num(g.sm)}:{_num(g.mem)}:{_num(g.mib, 0)}:{_num(g.watts)}"
-                       for g in summary.per_gpu[:MAX_PER_GPU])
-    return (f"{PREFIX}held={summary.held:.1f} used={summary.used:.1f} cov={summary.covered:.1f} "
-            f"busy={summary.busy:.1f} busy_w={_num(summary.busy_w)} gpus={summary.gpus} "
-            f"nodes={summary.nodes_reported}/{summary.nodes_expected} per_gpu={per_gpu} drops={summary.drops} "
-            f"noproc={summary.noproc:.1f} tl={summary.timeline or '-'}")
+    per_gpu = ",".join(
+        f"{g.node}/{g.gpu}:{_num(g.sm)}:{_num(g.mem)}:{_num(g.mib, 0)}:{_num(g.watts)}"
+        for g in summary.per_gpu[:MAX_PER_GPU]
+    )
+    return (
+        f"{PREFIX}held={summary.held:.1f} used={summary.used:.1f} cov={summary.covered:.1f} "
+        f"busy={summary.busy:.1f} busy_w={_num(summary.busy_w)} gpus={summary.gpus} "
+        f"nodes={summary.nodes_reported}/{summary.nodes_expected} per_gpu={per_gpu} drops={summary.drops} "
+        f"noproc={summary.noproc:.1f} tl={summary.timeline or '-'}"
+    )
 
 
 def _float(text: str):
@@ -85,18 +113,27 @@ def parse(text: str) -> JobSummary | None:
     if not text or not text.startswith(PREFIX):
         return None
     try:
-        fields = dict(token.split("=", 1) for token in text[len(PREFIX):].split(" ") if "=" in token)
+        fields = dict(token.split("=", 1) for token in text[len(PREFIX) :].split(" ") if "=" in token)
         reported, _, expected = fields.get("nodes", "0/0").partition("/")
         per_gpu = []
         for item in filter(None, fields.get("per_gpu", "").split(",")):
             where, sm, mem, mib, watts = item.rsplit(":", 4)
             node, _, gpu = where.rpartition("/")
             per_gpu.append(GpuMeans(node, gpu, _float(sm), _float(mem), _float(mib), _float(watts)))
-        return JobSummary(float(fields["held"]), float(fields["used"]), float(fields["cov"]),
-                          float(fields.get("busy", "0")), _float(fields.get("busy_w", "-")),
-                          int(fields.get("gpus", "0")), int(reported or 0), int(expected or 0), tuple(per_gpu),
-                          int(fields.get("drops", "0")), float(fields.get("noproc", "0")),
-                          _timeline(fields.get("tl", "")))
+        return JobSummary(
+            float(fields["held"]),
+            float(fields["used"]),
+            float(fields["cov"]),
+            float(fields.get("busy", "0")),
+            _float(fields.get("busy_w", "-")),
+            int(fields.get("gpus", "0")),
+            int(reported or 0),
+            int(expected or 0),
+            tuple(per_gpu),
+            int(fields.get("drops", "0")),
+            float(fields.get("noproc", "0")),
+            _timeline(fields.get("tl", "")),
+        )
     except (KeyError, ValueError):
         return None
 
@@ -108,11 +145,21 @@ def parse_head(text: str):
         return None
     parts = text.split(" ", 6)
     try:
-        if parts[1][:5] == "held=" and parts[2][:5] == "used=" and parts[3][:4] == "cov=" \
-                and parts[4][:5] == "busy=" and parts[5][:7] == "busy_w=":
+        if (
+            parts[1][:5] == "held="
+            and parts[2][:5] == "used="
+            and parts[3][:4] == "cov="
+            and parts[4][:5] == "busy="
+            and parts[5][:7] == "busy_w="
+        ):
             w = parts[5][7:]
-            return (float(parts[1][5:]), float(parts[2][5:]), float(parts[3][4:]), float(parts[4][5:]),
-                    None if w == "-" else float(w))
+            return (
+                float(parts[1][5:]),
+                float(parts[2][5:]),
+                float(parts[3][4:]),
+                float(parts[4][5:]),
+                None if w == "-" else float(w),
+            )
     except (IndexError, ValueError):
         pass
     full = parse(text)
@@ -140,15 +187,30 @@ def merge(node_summaries: list[dict], expected_nodes: int | None = None) -> JobS
             busy_pw_sum += acc["busy_pw_sum"]
             noproc += acc.get("noproc_dt", 0.0)
             drops += acc.get("drops", 0.0)
-            per_gpu.append(GpuMeans(
-                node_summary["node"], str(gpu["id"]),
-                100.0 * acc["sm_sum"] / acc["sm_dt"] if acc["sm_dt"] > 0 else None,
-                100.0 * acc["mem_sum"] / acc["mem_dt"] if acc["mem_dt"] > 0 else None,
-                acc["mib_sum"] / acc["mib_dt"] if acc["mib_dt"] > 0 else None,
-                acc["pw_sum"] / acc["pw_dt"] if acc["pw_dt"] > 0 else None))
-    return JobSummary(held, used, covered, busy, busy_pw_sum / busy_pw_dt if busy_pw_dt > 0 else None, gpus,
-                      len(nodes), expected_nodes if expected_nodes is not None else len(nodes), tuple(per_gpu),
-                      int(drops), noproc, merge_timeline(node_summaries))
+            per_gpu.append(
+                GpuMeans(
+                    node_summary["node"],
+                    str(gpu["id"]),
+                    100.0 * acc["sm_sum"] / acc["sm_dt"] if acc["sm_dt"] > 0 else None,
+                    100.0 * acc["mem_sum"] / acc["mem_dt"] if acc["mem_dt"] > 0 else None,
+                    acc["mib_sum"] / acc["mib_dt"] if acc["mib_dt"] > 0 else None,
+                    acc["pw_sum"] / acc["pw_dt"] if acc["pw_dt"] > 0 else None,
+                )
+            )
+    return JobSummary(
+        held,
+        used,
+        covered,
+        busy,
+        busy_pw_sum / busy_pw_dt if busy_pw_dt > 0 else None,
+        gpus,
+        len(nodes),
+        expected_nodes if expected_nodes is not None else len(nodes),
+        tuple(per_gpu),
+        int(drops),
+        noproc,
+        merge_timeline(node_summaries),
+    )
 
 
 def merge_timeline(node_summaries: list[dict], length: int = TIMELINE_LEN) -> str:
@@ -167,7 +229,7 @@ def merge_timeline(node_summaries: list[dict], length: int = TIMELINE_LEN) -> st
         for b, (sm, dt) in enumerate(zip(one.get("sm", ()), one.get("dt", ()))):
             if dt <= 0 or width <= 0:
                 continue
-            lo = (t0 + b * width - start) / span * length       # the bucket's span in steps
+            lo = (t0 + b * width - start) / span * length  # the bucket's span in steps
             hi = (min(t0 + (b + 1) * width, end) - start) / span * length
             lo, hi = max(lo, 0.0), min(max(hi, lo), float(length))
             if hi - lo < 1e-9:
