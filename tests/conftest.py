@@ -118,6 +118,23 @@ def slurm(cluster, shared_tmp, monkeypatch):
 
 
 @pytest.fixture
+def unix_user():
+    """`unix_user(name)`: the pwd entry of one of the dev cluster's unprivileged test users, made when missing
+    (as `stune-devcluster up` makes them), so a test that acts as a second user needs no cluster first."""
+    import pwd
+
+    from stune_dev.host import ensure_unix_users
+
+    def get(name: str) -> pwd.struct_passwd:
+        if os.geteuid() != 0:
+            pytest.skip("making the test users takes root")
+        ensure_unix_users()
+        return pwd.getpwnam(name)
+
+    return get
+
+
+@pytest.fixture
 def shared_tmp(tmp_path):
     """A temp dir the unprivileged test users can write to (job output files)."""
     tmp_path.chmod(0o777)

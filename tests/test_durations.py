@@ -99,7 +99,7 @@ def test_slurm_text_counts_bare_numbers_in_minutes_and_knows_its_keywords():
 
 
 def test_sbatch_time_limits_follow_slurms_rules():
-    from slurm_tune.sbatch.plan import time_limit_seconds
+    from slurm_tune.sbatch.recovery import time_limit_seconds
 
     assert [time_limit_seconds(t) for t in ("7", "7:30", "1:00:00", "2-0", "2-3:04:05", " 10 ")] == [
         420,

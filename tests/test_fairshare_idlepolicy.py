@@ -222,11 +222,9 @@ def test_the_stderr_write_refuses_fifos_and_symlinks(tmp_path):
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="switching to another user needs root")
-def test_the_stderr_write_runs_as_the_jobs_owner(shared_tmp):
+def test_the_stderr_write_runs_as_the_jobs_owner(shared_tmp, unix_user):
     """A root-owned file the job's user cannot write (a hard link the user made to it) stays untouched."""
-    import pwd
-
-    bob = pwd.getpwnam("stune-bob")
+    bob = unix_user("stune-bob")
     tmp_path = shared_tmp  # a directory bob can reach
     victim = tmp_path / "victim"
     victim.write_text("keep\n")

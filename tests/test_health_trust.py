@@ -24,10 +24,16 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="root's trust rules apply
 
 
 def alice() -> int:
+    """The uid of the dev cluster's test user stune-alice, made when missing (as the cluster makes it)."""
+    from stune_dev.host import ensure_unix_users
+
     try:
         return pwd.getpwnam("stune-alice").pw_uid
     except KeyError:
-        pytest.skip("the test user stune-alice does not exist")
+        if os.geteuid() != 0:
+            pytest.skip("the test user stune-alice does not exist, and making it takes root")
+        ensure_unix_users()
+        return pwd.getpwnam("stune-alice").pw_uid
 
 
 @pytest.fixture

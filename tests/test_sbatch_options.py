@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slurm_tune.sbatch.directives import parse_directives, split_directive
 from slurm_tune.sbatch.options import (
     AMBIGUOUS,
     LONG,
@@ -15,8 +16,6 @@ from slurm_tune.sbatch.options import (
     lookup_long,
     node_range,
     parse_args,
-    parse_directives,
-    split_directive,
 )
 from slurm_tune.sbatch.submit import job_id_from, sbatch_words
 

@@ -10,9 +10,10 @@ import pytest
 
 from slurm_tune.nodeenv.managed import parse_managed
 from slurm_tune.profiles import load_profile
+from slurm_tune.sbatch.directives import parse_directives
 from slurm_tune.sbatch.dryrun import explain
 from slurm_tune.sbatch.export import export_with, parse_export, user_value
-from slurm_tune.sbatch.options import Effective, Opt, parse_args, parse_directives
+from slurm_tune.sbatch.options import Effective, Opt, parse_args
 from slurm_tune.sbatch.plan import ENV, NODE, NOTE, OPTION, build_plan
 from slurm_tune.sbatch.submit import sbatch_words
 
@@ -463,7 +464,7 @@ def test_the_users_own_signal_is_checked_against_the_time_limit_too():
 
 
 def test_time_limit_formats():
-    from slurm_tune.sbatch.plan import time_limit_seconds
+    from slurm_tune.sbatch.recovery import time_limit_seconds
 
     assert [time_limit_seconds(t) for t in ("7", "7:30", "1:00:00", "2-0", "2-3", "2-3:04", "2-3:04:05")] == [
         420,

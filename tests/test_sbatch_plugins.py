@@ -10,8 +10,9 @@ import pytest
 
 from slurm_tune.errors import SlurmError
 from slurm_tune.sbatch import optable, options
+from slurm_tune.sbatch.directives import parse_directives
 from slurm_tune.sbatch.optable import parse_plugin_help
-from slurm_tune.sbatch.options import LONG, NO, OPTIONAL, REQUIRED, parse_args, parse_directives
+from slurm_tune.sbatch.options import LONG, NO, OPTIONAL, REQUIRED, parse_args
 
 HELP = (Path(__file__).parent / "fixtures" / "sbatch" / "help-22.05-pyxis.txt").read_text()
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import wait_for_state, wait_until
 
 # The torch tests' set-up: a vpc profile on this machine's default interface, the TaskProlog on real sysfs.
-from test_sbatch_torch import default_interface, real_nodes
+from test_sbatch_torch import default_interface, real_nodes  # noqa: F401 (real_nodes: a fixture)
 
 pytestmark = pytest.mark.cluster
 

@@ -8,7 +8,8 @@ later stages need is in the one Request it returns; none of them reads the comma
 
 from __future__ import annotations
 
-from .options import INFO_KEYS, Effective, Opt, ParsedArgs, parse_args, parse_directives
+from .directives import parse_directives
+from .options import INFO_KEYS, Effective, Opt, ParsedArgs, parse_args
 
 
 class Refusal:
