@@ -179,9 +179,11 @@ def test_an_invalid_profile_is_one_line_naming_the_file(tmp_path, capsys):
 LUA_DRIVER = """
 slurm = {SUCCESS = 0, ERROR = -1}
 dofile(arg[1])
-local options = {partition = "roce"}
-assert(slurm_cli_pre_submit(options, 0) == slurm.SUCCESS)
-print(options["export"])
+-- sbatch (the options Slurm gives sbatch have an export-file key), then srun starting a job (it has none)
+for _, options in ipairs({{partition = "roce"}, {partition = "roce", ["export-file"] = "invalid-context"}}) do
+  assert(slurm_cli_pre_submit(options, 0) == slurm.SUCCESS)
+  print(tostring(options["export"]))
+end
 """
 
 
@@ -211,4 +213,84 @@ def test_the_filter_reads_its_data_on_lua_51_and_on_54(lua, tmp_path):
         timeout=30,
     )
     assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
-    assert out.stdout.startswith("ALL,") and "NCCL_IB_TC=106" in out.stdout, out.stdout  # the roce profile
+    sbatch, srun = out.stdout.splitlines()
+    # sbatch's default --export stays ALL (a list would load the user's login environment): the TaskProlog
+    # sets the environment; srun takes it as items
+    assert sbatch == "nil", out.stdout
+    assert srun.startswith("ALL,") and "NCCL_IB_TC=106" in srun, out.stdout  # the roce profile
+
+
+def _site(tmp_path, conf_lines: str, data: bool = True) -> dict[str, str]:
+    etc = tmp_path / "etc"
+    etc.mkdir(exist_ok=True)
+    (etc / "slurm.conf").write_text(conf_lines)
+    if data:
+        (etc / render.DATA_DIR).mkdir(exist_ok=True)
+        (etc / render.DATA_DIR / render.DATA_FILE).write_text("return {format = 1, partitions = {}}\n")
+    return {"SLURM_CONF": str(etc / "slurm.conf")}
+
+
+@pytest.mark.parametrize(
+    ("conf", "data", "enabled"),
+    [
+        ("ClusterName=c\nCliFilterPlugins=cli_filter/lua\n", True, True),
+        ("clifilterplugins = cli_filter/syslog, cli_filter/lua  # both\n", True, True),
+        ("CliFilterPlugins=cli_filter/lua\n", False, False),  # the filter's data is not on this host
+        ("#CliFilterPlugins=cli_filter/lua\n", True, False),  # commented out: the plugin is off
+        ("CliFilterPlugins=cli_filter/syslog\n", True, False),
+        ("ClusterName=c\n", True, False),
+    ],
+)
+def test_the_node_knows_whether_the_site_runs_the_filter(tmp_path, conf, data, enabled):
+    assert render.enabled_here(_site(tmp_path, conf, data)) is enabled
+
+
+def test_an_unreadable_slurm_conf_reads_as_not_enabled(tmp_path):
+    env = _site(tmp_path, "CliFilterPlugins=cli_filter/lua\n")
+    os.unlink(env["SLURM_CONF"])
+    assert render.enabled_here(env) is False
+
+
+def test_a_plain_sbatch_job_gets_stune_sbatchs_environment_from_the_taskprolog(tmp_path):
+    """With the filter enabled, a job without STUNE_MANAGED gets on the node what stune-sbatch would have set
+    at submission; a value the job has is kept; STUNE_MANAGED records what the node set."""
+    from slurm_tune.nodeenv.managed import MANAGED_VAR, parse_managed
+    from slurm_tune.nodeenv.taskenv import plain_job_exports, task_environment
+    from slurm_tune.profiles import load_profile
+    from slurm_tune.thisnode import job_context
+
+    profile = load_profile("roce", PARTITIONS)
+    site = _site(tmp_path, "CliFilterPlugins=cli_filter/lua\n")
+    base = dict(
+        site, SLURMD_NODENAME="n1", SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n1", STUNE_SYSFS_ROOT=str(tmp_path)
+    )
+    expected = render.plain_job_environment(profile)
+    assert expected["NCCL_IB_TC"] == "106" and expected["NCCL_IB_TIMEOUT"] == "22"
+    assert "NCCL_IB_HCA" not in expected, "the node decides it"
+
+    got = plain_job_exports(job_context(dict(base, NCCL_IB_TIMEOUT="18"), profile=profile))
+    assert got == {k: v for k, v in expected.items() if k != "NCCL_IB_TIMEOUT"}, "the job's own value is kept"
+    exports, _ = task_environment(job_context(dict(base), profile=profile))
+    assert {k: exports[k] for k in expected} == expected
+    assert {k: v for k, v in parse_managed(exports[MANAGED_VAR]).items() if k in expected} == expected
+
+    # a stune-sbatch job (STUNE_MANAGED), or a site without the filter: nothing from here
+    assert (
+        plain_job_exports(job_context(dict(base, **{MANAGED_VAR: "NCCL_IB_TC=106"}), profile=profile)) == {}
+    )
+    (tmp_path / "off").mkdir()
+    off = dict(base, **_site(tmp_path / "off", "ClusterName=c\n"))
+    assert plain_job_exports(job_context(off, profile=profile)) == {}
+
+
+def test_the_filter_line_may_come_from_an_included_file(tmp_path):
+    env = _site(tmp_path, "ClusterName=c\nInclude extra/*.conf\n")
+    extra = tmp_path / "etc" / "extra"
+    extra.mkdir()
+    (extra / "a.conf").write_text("PartitionName=p Nodes=n1\n")
+    assert render.enabled_here(env) is False
+    (extra / "b.conf").write_text("CliFilterPlugins=cli_filter/lua\n")
+    assert render.enabled_here(env) is True
+    (extra / "a.conf").write_text("Include extra/a.conf\n")  # a loop ends at the file limit
+    (extra / "b.conf").write_text("")
+    assert render.enabled_here(env) is False

@@ -68,6 +68,8 @@ def filtered(cluster, taskprolog, tmp_path_factory):
         f"STUNE_PARTITIONS={world.profiles}; export STUNE_PARTITIONS\n"
         f"STUNE_CACHE_DIR={world.profile_cache}-tp; export STUNE_CACHE_DIR\n"
         f"STUNE_SYSFS_ROOT={cluster.layout.root}/nodes/%n/{SYSFS}; export STUNE_SYSFS_ROOT\n"
+        # as a site's /etc/default/stune gives it: where the node finds whether the filter is enabled
+        f"SLURM_CONF={cluster.layout.slurm_conf}; export SLURM_CONF\n"
         "exec stune-task-prolog\n"
     )
     wrapper.chmod(0o755)
@@ -163,6 +165,23 @@ def test_plain_sbatch_gets_stune_sbatchs_nccl_and_staging_settings(filtered, slu
     for name, value in json.loads(dry.stdout)["env"].items():
         if name != "STUNE_MANAGED":
             assert p_step[name] == value, name
+
+
+def test_plain_sbatch_keeps_sbatchs_default_export(filtered, slurm, env, shared_tmp):
+    """The filter leaves sbatch's default --export alone: sbatch reads any --export list (ALL,NAME=value too)
+    as --get-user-env, and the node would load the user's login environment first. The TaskProlog sets the
+    variables instead, in the batch step, and every step inherits them."""
+    script = JOB + 'echo "batch GET_USER_ENV=${SLURM_GET_USER_ENV-<unset>}"\n'
+    script += 'echo "batch EXPORT_ENV=${SLURM_EXPORT_ENV-<unset>}"\n'
+    env["STUNE_EXPLAIN"] = "1"
+    b, step, err = batch(slurm, shared_tmp, ["sbatch", "-p", "roce"], env, script)
+    assert (b["GET_USER_ENV"], b["EXPORT_ENV"]) == ("<unset>", "<unset>")
+    assert (b["NCCL_IB_TIMEOUT"], b["NCCL_IB_TC"], b["NCCL_NET_GDR_LEVEL"]) == ("22", "106", "SYS")
+    assert (step["NCCL_IB_TIMEOUT"], step["NCCL_IB_TC"]) == ("22", "106")
+    assert "(set by the TaskProlog on each node, not as --export items" in err and "(as --export=" not in err
+    # the user's own list: sbatch loads the login environment anyway, and stune's values go as items
+    b, _, err = batch(slurm, shared_tmp, ["sbatch", "-p", "roce", "--export=ALL,FOO=1"], env, script)
+    assert b["GET_USER_ENV"] == "1" and "(as --export=ALL,FOO=1,NCCL_IB_TIMEOUT=22," in err
 
 
 def test_salloc_and_srun_jobs_get_the_same_settings(filtered, slurm, env, shared_tmp):

@@ -5,9 +5,13 @@ CliFilterPlugins=cli_filter/lua. Slurm (22.05 and later) runs it inside sbatch, 
 starts a process. What it applies per partition comes from the data file install renders from the profiles
 through stune-sbatch's own plan (slurm_tune/clifilter/render.py): nothing here names a setting.
 
-- sbatch, and srun starting a job: the environment as --export NAME=value items after yours (--export=ALL,...),
-  and the options (--requeue, --gpu-bind, ...) unless you gave your own. What the TaskProlog sets on each node
-  (NCCL_IB_HCA narrowed to the ACTIVE ports, NCCL_SOCKET_IFNAME once it is up, the GID index, gloo's
+- sbatch with the default --export (ALL): the options (--requeue, --gpu-bind, ...) unless you gave your own;
+  the environment is left to the TaskProlog, which sets it on each node for a job without STUNE_MANAGED when
+  slurm.conf enables this filter (nodeenv/taskenv.py): sbatch reads any --export list, even ALL,NAME=value,
+  as --get-user-env, and the node would load your login environment first.
+- sbatch with your own --export list or NONE (sbatch loads your login environment then anyway), and srun
+  starting a job: the environment as --export NAME=value items after yours. What the TaskProlog sets on each
+  node (NCCL_IB_HCA narrowed to the ACTIVE ports, NCCL_SOCKET_IFNAME once it is up, the GID index, gloo's
   interface, MASTER_ADDR/PORT) and STUNE_MANAGED are left to it: --export cannot carry a value with a comma
   (an --export-file would replace the whole environment).
 - salloc: the options; salloc has no --export, so each srun step inside the allocation gets the environment.
@@ -174,6 +178,9 @@ local function apply_env(options, cmd, entry, explain)
   end
   local export = parse_export(option_value(options, "export"))
   local managed = parent_managed()
+  -- sbatch with the default --export: the TaskProlog sets the environment (any list would make sbatch load
+  -- the user's login environment: SLURM_GET_USER_ENV)
+  local to_node = cmd == "sbatch" and (export.raw == nil or export.raw:match("^%s*(.-)%s*$"):upper() == "ALL")
   local items = {}
   for _, item in ipairs(entry.env) do
     local value, where = user_value(item.name, export, managed)
@@ -189,6 +196,10 @@ local function apply_env(options, cmd, entry, explain)
         say("  node " .. item.name .. ": set by the TaskProlog on each node (" .. item.value .. ", checked there)  ["
             .. item.source .. "]")
       end
+    elseif to_node then
+      if explain then
+        say("  env " .. item.name .. "=" .. item.value .. "  <- " .. item.source)
+      end
     elseif item.value:find(",", 1, true) then
       say("warning: " .. item.name .. "=" .. item.value .. " not set: --export cannot carry a value with a comma "
           .. "(stune-sbatch can)  [" .. item.source .. "]")
@@ -198,6 +209,13 @@ local function apply_env(options, cmd, entry, explain)
         say("  env " .. item.name .. "=" .. item.value .. "  <- " .. item.source)
       end
     end
+  end
+  if to_node then
+    if explain then
+      say("  (set by the TaskProlog on each node, not as --export items: an --export list would make sbatch "
+          .. "load your login environment)")
+    end
+    return
   end
   if #items == 0 then
     return

@@ -201,12 +201,30 @@ def as_taskprolog(exports: dict[str, str | None]) -> str:
     )
 
 
+def plain_job_exports(job) -> dict[str, str]:
+    """For a job that did not come through stune-sbatch (no STUNE_MANAGED) on a site that enabled stune's
+    cli_filter: the variables stune-sbatch would have set at submission that the job lacks. The filter gives
+    a plain sbatch job these here rather than as --export items: sbatch reads any --export list as
+    --get-user-env (SLURM_GET_USER_ENV=1), and the node would load the user's login environment. A variable
+    the job has (the user's, or the filter's --export item) is kept; the batch step's values, recorded in
+    STUNE_MANAGED, go to every later step, which then skips this."""
+    environ = job.environ
+    if MANAGED_VAR in environ:
+        return {}
+    from ..clifilter.render import enabled_here, plain_job_environment
+
+    if not enabled_here(environ):
+        return {}
+    return {name: value for name, value in plain_job_environment(job.profile).items() if name not in environ}
+
+
 def task_environment(job, progress=None, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:
     """Everything a task of `job` (a JobContext with its profile) gets on this node: the NCCL exports above,
     then the staged datasets (STUNE_STAGE_<NAME>) when the job asked for any or the profile stages some for
     every job. Staging writes its own messages to `progress`; raises StageRequiredError when
     --stage-required fails."""
     exports, messages = node_exports(job, sysfs)
+    exports = dict(plain_job_exports(job), **exports)
     exports = with_managed(exports, job.environ)
     if job.environ.get(STAGE_VAR, "").strip() or job.profile.cache.stage:
         from ..stage.jobenv import prepare_for_task
