@@ -431,7 +431,8 @@ def test_importing_the_adapter_loads_no_records_or_collections():
         "def loaded(): return ' '.join(sorted(m for m in sys.modules if m.startswith('slurm_tune.slurm.') "
         "or m == 'collections'))\n"
         "print(loaded())\nfrom slurm_tune.slurm import Slurm\nprint(loaded())\n"
-        "assert isinstance(SlurmCommands().queries(), Slurm)\n"
+        "from slurm_tune.slurm.adapter import queries_on\n"
+        "assert isinstance(queries_on(SlurmCommands()), Slurm)\n"
         "from slurm_tune.slurm import Association, Job, Node, SlurmVersion, INFINITE\n"
         "print(Node.__module__, Association.__module__, SlurmVersion.__module__)" % root
     )

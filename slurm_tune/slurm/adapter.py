@@ -521,6 +521,17 @@ class Slurm(SlurmCommands):
         return nodes
 
 
+def queries_on(commands: SlurmCommands) -> Slurm:
+    """The whole adapter on the cluster of `commands` (a submission's handle: the commands alone), recording
+    its calls in the same list (a Slurm is returned as it is): for a submission's rare path that asks Slurm
+    something (its default partition, its nodes' features)."""
+    if isinstance(commands, Slurm):
+        return commands
+    full = Slurm(commands.conf, commands.timeout, commands.bin_dir)
+    full.calls = commands.calls
+    return full
+
+
 def _is_unknown_node_error(message: str) -> bool:
     low = message.lower()
     return "not found" in low or "invalid node name" in low
