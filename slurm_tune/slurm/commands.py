@@ -1,8 +1,9 @@
 """Slurm's client commands: `SlurmCommands`, the part of the adapter that knows where the commands are, which
 slurm.conf they read and how long they may take, and runs them (through spawn.py). `Slurm` (adapter.py)
-builds every query and update on it. A submission needs only this part: stune-sbatch passes the job to sbatch
-and asks Slurm nothing on its plain path (the hot-path rules: docs/speed.md); on the rare path that asks,
-adapter.queries_on() makes the whole adapter of the same handle.
+builds every query and update on it, through SlurmReader (reader.py) and SlurmAccounting (accounting.py). A
+submission needs only this part: stune-sbatch passes the job to sbatch and asks Slurm nothing on its plain
+path (the hot-path rules: docs/speed.md); on the rare path that asks, adapter.queries_on() makes the whole
+adapter of the same handle.
 """
 
 from __future__ import annotations
