@@ -1,7 +1,7 @@
-"""A sweep's checks as Slurm jobs: the pairs a pair check runs on, each job's sbatch arguments and the spec its
-agent (agent.py) runs, submitting them, waiting until they are gone (cancelling those still there at the
-timeout), and reading the agents' results back from the jobs' output files in the spool. A job that left none
-gives one unknown result per planned run. The sweep (sweep.py) decides which nodes and checks.
+"""A sweep's checks as Slurm jobs: the pairs a pair check runs on, each job's sbatch arguments and the spec
+its agent (agent.py) runs, submitting them, waiting until they are gone (cancelling those still there at the
+timeout), and reading the agents' results back from the jobs' output files in the spool. A job that left
+none gives one unknown result per planned run. The sweep (sweep.py) decides which nodes and checks.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ by the time limit is unknown, not slow.
 Units: bandwidths come out in GB/s (1e9 bytes/s) for GPUs and disks, Gb/s (1e9 bits/s) for networks, as the
 tools print them.
 
-What a Reading is, and the rules for numbers and cut output, live in reading.py. This module holds the parsers of the GPU tools (nccl-tests, nvbandwidth, dcgmi diag, the numeric
-consistency check); parse_io.py those of the network and storage tools (perftest, iperf3, fio, dd). PARSERS
-names them all by tool.
+What a Reading is, and the rules for numbers and cut output, live in reading.py. This module holds the
+parsers of the GPU tools (nccl-tests, nvbandwidth, dcgmi diag, the numeric consistency check); parse_io.py
+those of the network and storage tools (perftest, iperf3, fio, dd). PARSERS names them all by tool.
 """
 
 from __future__ import annotations

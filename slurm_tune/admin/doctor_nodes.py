@@ -1,7 +1,7 @@
-"""`stune-admin doctor`'s node facts and version matrix: per node, the GPU model, driver, CUDA, NCCL, HCA model
-and firmware, and kernel, from a capture (`--facts DIR`) or, in hardware-less mode, the node's %n sysfs tree
-and GPU snapshot; then each partition checked for one of each. A fact nothing recorded is '?': said, never
-guessed. A part of Doctor (doctor.py), which supplies `add`, `env`, `facts_dir` and `matrix`."""
+"""`stune-admin doctor`'s node facts and version matrix: per node, the GPU model, driver, CUDA, NCCL, HCA
+model and firmware, and kernel, from a capture (`--facts DIR`) or, in hardware-less mode, the node's %n sysfs
+tree and GPU snapshot; then each partition checked for one of each. A fact nothing recorded is '?': said,
+never guessed. A part of Doctor (doctor.py), which supplies `add`, `env`, `facts_dir` and `matrix`."""
 
 from __future__ import annotations
 
