@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from common import BARE, bare_start, compare, time_once
 
 from slurm_tune import fastjson
+from slurm_tune.active import jobs as JOBS
 from slurm_tune.active import judge as J
 from slurm_tune.active import store as S
 from slurm_tune.active import sweep as W
@@ -115,12 +116,12 @@ def main() -> int:
         store = tmp / "store"
         shutil.rmtree(store, ignore_errors=True)
         t = time.perf_counter()
-        got = W.collect(str(spool), list(specs), specs)
+        got = JOBS.collect(str(spool), list(specs), specs)
         S.append(str(store), "hdr", got)
         S.load(str(store), "hdr")
         return time.perf_counter() - t
 
-    assert len(W.collect(str(spool), list(specs), specs)) == 3 * NODES
+    assert len(JOBS.collect(str(spool), list(specs), specs)) == 3 * NODES
     _, verdicts = J.judge(data, settings)
     outliers = [v.subject for v in verdicts if v.status == J.OUTLIER]
     assert len(outliers) == len(range(0, NODES, 97)), outliers

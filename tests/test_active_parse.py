@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_tune.active import parse as P
+from slurm_tune.active import parse_io as IO
+from slurm_tune.active.reading import FAIL, MAX_VALUE, OK, UNAVAILABLE, UNKNOWN, number
 
 FIX = Path(__file__).parent / "fixtures" / "active"
 
@@ -21,18 +23,18 @@ def fixture(name: str) -> bytes:
 
 def test_nccl_two_nodes_takes_largest_size_busbw_and_rank_count():
     r = P.nccl_tests(fixture("nccl-allreduce-2node.txt"))
-    assert r.status == P.OK and r.value == 338.82 and r.unit == "GB/s"
+    assert r.status == OK and r.value == 338.82 and r.unit == "GB/s"
     assert r.extra["ranks"] == 16 and r.extra["avg_busbw"] == 70.742 and r.extra["size"] == 8589934592
 
 
 def test_nccl_single_node_reads_library_version():
     r = P.nccl_tests(fixture("nccl-allreduce-1node.txt"))
-    assert (r.status, r.value, r.extra["nccl"]) == (P.OK, 235.91, "2.19.3")
+    assert (r.status, r.value, r.extra["nccl"]) == (OK, 235.91, "2.19.3")
 
 
 def test_nccl_wrong_results_fail():
     r = P.nccl_tests(fixture("nccl-allreduce-wrong.txt"))
-    assert r.status == P.FAIL and "1024 wrong" in r.detail and r.value is None
+    assert r.status == FAIL and "1024 wrong" in r.detail and r.value is None
 
 
 @pytest.mark.parametrize(
@@ -41,24 +43,24 @@ def test_nccl_wrong_results_fail():
 )
 def test_nccl_truncated_or_failed_is_unknown(name, why):
     r = P.nccl_tests(fixture(name))
-    assert r.status == P.UNKNOWN and why in r.detail and r.value is None
+    assert r.status == UNKNOWN and why in r.detail and r.value is None
 
 
 def test_nccl_cut_after_some_rows_is_unknown_not_slow():
     text = fixture("nccl-allreduce-1node.txt").decode()
     cut = text[: text.index("# Out of bounds")]
     r = P.nccl_tests(cut)
-    assert r.status == P.UNKNOWN and "truncated" in r.detail
+    assert r.status == UNKNOWN and "truncated" in r.detail
 
 
 def test_perftest_gbit_table_with_interleaved_warning():
-    r = P.perftest_bw(fixture("ib_write_bw-hdr.txt"))
-    assert (r.status, r.value, r.unit) == (P.OK, 196.79, "Gb/s")
+    r = IO.perftest_bw(fixture("ib_write_bw-hdr.txt"))
+    assert (r.status, r.value, r.unit) == (OK, 196.79, "Gb/s")
 
 
 def test_perftest_mbsec_all_sizes_takes_last_and_converts():
-    r = P.perftest_bw(fixture("ib_write_bw-mbsec-all.txt"))
-    assert r.status == P.OK and r.value == pytest.approx(23451.98 * 1048576 * 8 / 1e9, rel=1e-4)
+    r = IO.perftest_bw(fixture("ib_write_bw-mbsec-all.txt"))
+    assert r.status == OK and r.value == pytest.approx(23451.98 * 1048576 * 8 / 1e9, rel=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -66,32 +68,32 @@ def test_perftest_mbsec_all_sizes_takes_last_and_converts():
     [("ib_write_bw-refused.txt", "Couldn't connect"), ("ib_write_bw-truncated.txt", "no readable row")],
 )
 def test_perftest_errors_are_unknown(name, why):
-    r = P.perftest_bw(fixture(name))
-    assert r.status == P.UNKNOWN and why in r.detail
+    r = IO.perftest_bw(fixture(name))
+    assert r.status == UNKNOWN and why in r.detail
 
 
 def test_perftest_table_without_closing_line_is_unknown():
     text = fixture("ib_write_bw-hdr.txt").decode().rstrip().rsplit("\n", 1)[0]
-    assert P.perftest_bw(text).status == P.UNKNOWN
+    assert IO.perftest_bw(text).status == UNKNOWN
 
 
 def test_fio_real_capture():
-    r = P.fio_json(fixture("fio-read.json"))
-    assert r.status == P.OK and r.value == pytest.approx(1766022736 / 1e9) and r.extra["fio"] == "fio-3.33"
+    r = IO.fio_json(fixture("fio-read.json"))
+    assert r.status == OK and r.value == pytest.approx(1766022736 / 1e9) and r.extra["fio"] == "fio-3.33"
 
 
 def test_fio_error_line_before_json_and_job_error_is_unknown():
-    r = P.fio_json(fixture("fio-error.json"))
-    assert r.status == P.UNKNOWN and "error 1" in r.detail
+    r = IO.fio_json(fixture("fio-error.json"))
+    assert r.status == UNKNOWN and "error 1" in r.detail
 
 
 def test_fio_truncated_json_is_unknown():
-    assert P.fio_json(fixture("fio-read.json")[:900]).status == P.UNKNOWN
+    assert IO.fio_json(fixture("fio-read.json")[:900]).status == UNKNOWN
 
 
 def test_dd_real_capture_uses_exact_bytes_over_seconds():
-    r = P.dd(fixture("dd-read.txt"))
-    assert r.status == P.OK and r.value == pytest.approx(67108864 / 0.0578272 / 1e9, rel=1e-6)
+    r = IO.dd(fixture("dd-read.txt"))
+    assert r.status == OK and r.value == pytest.approx(67108864 / 0.0578272 / 1e9, rel=1e-6)
 
 
 def test_dd_progress_lines_and_old_format():
@@ -99,24 +101,24 @@ def test_dd_progress_lines_and_old_format():
         "1048576000 bytes (1.0 GB, 1000 MiB) copied, 1 s, 1.0 GB/s\r2097152000 bytes (2.1 GB, 2.0 GiB) copied,"
         " 2 s, 1.0 GB/s\n2000+0 records in\n2000+0 records out\n2097152000 bytes (2.1 GB) copied, 2.5 s, 839 MB/s\n"
     )
-    assert P.dd(text).value == pytest.approx(2097152000 / 2.5 / 1e9)
+    assert IO.dd(text).value == pytest.approx(2097152000 / 2.5 / 1e9)
 
 
 def test_dd_error_is_unknown():
-    r = P.dd(fixture("dd-error.txt"))
-    assert r.status == P.UNKNOWN and "failed to open" in r.detail
+    r = IO.dd(fixture("dd-error.txt"))
+    assert r.status == UNKNOWN and "failed to open" in r.detail
 
 
 def test_iperf3_real_capture_and_refused():
-    r = P.iperf3_json(fixture("iperf3-client.json"))
-    assert r.status == P.OK and r.value > 0 and r.unit == "Gb/s" and r.extra["iperf3"].startswith("iperf 3")
-    bad = P.iperf3_json(fixture("iperf3-refused.json"))
-    assert bad.status == P.UNKNOWN and "Connection refused" in bad.detail
+    r = IO.iperf3_json(fixture("iperf3-client.json"))
+    assert r.status == OK and r.value > 0 and r.unit == "Gb/s" and r.extra["iperf3"].startswith("iperf 3")
+    bad = IO.iperf3_json(fixture("iperf3-refused.json"))
+    assert bad.status == UNKNOWN and "Connection refused" in bad.detail
 
 
 def test_nvbandwidth_sum_and_slowest_gpu():
     r = P.nvbandwidth(fixture("nvbandwidth-h2d.txt"))
-    assert r.status == P.OK and r.value == 428.53 and r.extra["slowest"] == 41.02
+    assert r.status == OK and r.value == 428.53 and r.extra["slowest"] == 41.02
     assert r.extra["slowest_at"] == "0->6" and r.extra["cuda"] == "13.3"
     assert P.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_to_host_memcpy_ce").value == 441.72
     old = P.nvbandwidth(fixture("nvbandwidth-v05.txt"))
@@ -125,25 +127,25 @@ def test_nvbandwidth_sum_and_slowest_gpu():
 
 def test_nvbandwidth_waived_or_missing_is_unknown():
     assert "waived" in P.nvbandwidth(fixture("nvbandwidth-waived.txt")).detail
-    assert P.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_local_copy").status == P.UNKNOWN
+    assert P.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_local_copy").status == UNKNOWN
 
 
 def test_dcgmi_pass_fail_and_error():
     ok = P.dcgmi_diag(fixture("dcgmi-diag-r2-pass.txt"))
-    assert ok.status == P.OK and ok.extra["tests"] == 12 and ok.extra["driver"] == "535.104.12"
+    assert ok.status == OK and ok.extra["tests"] == 12 and ok.extra["driver"] == "535.104.12"
     v4 = P.dcgmi_diag(fixture("dcgmi-diag-r2-fail-v4.txt"))
-    assert v4.status == P.FAIL and "pcie" in v4.detail and "link width" in v4.detail
+    assert v4.status == FAIL and "pcie" in v4.detail and "link width" in v4.detail
     legacy = P.dcgmi_diag(fixture("dcgmi-diag-legacy-fail.txt"))
-    assert legacy.status == P.FAIL and "GPU Memory" in legacy.detail and "cudaMalloc" in legacy.detail
+    assert legacy.status == FAIL and "GPU Memory" in legacy.detail and "cudaMalloc" in legacy.detail
     err = P.dcgmi_diag(fixture("dcgmi-diag-error.txt"))
-    assert err.status == P.UNKNOWN and "Host engine" in err.detail
+    assert err.status == UNKNOWN and "Host engine" in err.detail
 
 
 def test_dcgmi_keeps_the_error_row_and_joins_rows_cut_mid_word():
     """DCGM 3.x (the published 3.1.8 capture's layout): an `Error` row under the failing test, its text cut
     into 45-character pieces in the middle of words ("disab|led", "currently |  disabled")."""
     r = P.dcgmi_diag(fixture("dcgmi-diag-r1-error-wrapped.txt"))
-    assert r.status == P.FAIL and r.extra["failed"] == ["Persistence Mode"]
+    assert r.status == FAIL and r.extra["failed"] == ["Persistence Mode"]
     assert r.detail.startswith(
         "dcgmi diag Persistence Mode: Persistence mode for GPU 0 is currently disabled. "
         "The DCGM diagnostic requires peristence mode to be enabled. Enable persistence "
@@ -181,7 +183,7 @@ def _dcgm_table(test: str, label: str, message: str) -> str:
 def test_dcgmi_message_cut_anywhere_comes_back_whole(words, label):
     message = " ".join(words)
     r = P.dcgmi_diag(_dcgm_table("Persistence Mode", label, message))
-    assert r.status == P.FAIL and r.detail == f"dcgmi diag Persistence Mode: {message[:160]}"
+    assert r.status == FAIL and r.detail == f"dcgmi diag Persistence Mode: {message[:160]}"
 
 
 def test_dcgmi_failure_words_are_never_split():
@@ -195,15 +197,15 @@ def test_dcgmi_failure_words_are_never_split():
 
 def test_dcgmi_truncated_table_is_unknown():
     text = fixture("dcgmi-diag-r2-pass.txt").decode().rstrip().rsplit("\n", 1)[0]
-    assert P.dcgmi_diag(text).status == P.UNKNOWN
+    assert P.dcgmi_diag(text).status == UNKNOWN
 
 
 ALL = [
     (P.nccl_tests, "nccl-allreduce-1node.txt"),
-    (P.perftest_bw, "ib_write_bw-hdr.txt"),
-    (P.fio_json, "fio-read.json"),
-    (P.dd, "dd-read.txt"),
-    (P.iperf3_json, "iperf3-client.json"),
+    (IO.perftest_bw, "ib_write_bw-hdr.txt"),
+    (IO.fio_json, "fio-read.json"),
+    (IO.dd, "dd-read.txt"),
+    (IO.iperf3_json, "iperf3-client.json"),
     (P.nvbandwidth, "nvbandwidth-h2d.txt"),
     (P.dcgmi_diag, "dcgmi-diag-r2-pass.txt"),
     (P.numeric, "numeric-8gpu.txt"),
@@ -211,11 +213,11 @@ ALL = [
 
 
 def _sane(r):
-    assert r.status in (P.OK, P.FAIL, P.UNKNOWN)
-    if r.status == P.UNKNOWN:
+    assert r.status in (OK, FAIL, UNKNOWN)
+    if r.status == UNKNOWN:
         assert r.value is None
     if r.value is not None:
-        assert isinstance(r.value, float) and 0 <= r.value <= P.MAX_VALUE * 10 and r.value == r.value
+        assert isinstance(r.value, float) and 0 <= r.value <= MAX_VALUE * 10 and r.value == r.value
     assert isinstance(r.detail, str) and "\n" not in r.detail
 
 
@@ -227,7 +229,7 @@ def test_every_truncation_is_never_a_different_number(parser, name):
     for cut in range(0, len(data), max(1, len(data) // 300)):
         r = parser(data[:cut])
         _sane(r)
-        assert r.status == P.UNKNOWN or r.value == full.value, (cut, r)
+        assert r.status == UNKNOWN or r.value == full.value, (cut, r)
 
 
 @pytest.mark.parametrize("parser,name", ALL)
@@ -257,31 +259,31 @@ def test_byte_level_fuzz_never_raises(parser, name, data):
 def test_random_bytes_are_unknown(parser, name, blob):
     r = parser(blob)
     _sane(r)
-    assert r.status == P.UNKNOWN
+    assert r.status == UNKNOWN
 
 
 @pytest.mark.parametrize(
     "token", ["nan", "inf", "1e999", "1_000", "-5", "+5", "٣", "1.2.3", "", " 5", "9" * 30]
 )
 def test_number_rejects_foreign_notations(token):
-    assert P.number(token) is None
+    assert number(token) is None
 
 
 def test_numeric_consistency_agree_differ_and_unavailable():
     text = fixture("numeric-8gpu.txt").decode()
-    assert P.numeric(text).status == P.OK and P.numeric(text).extra["devices"] == 8
+    assert P.numeric(text).status == OK and P.numeric(text).extra["devices"] == 8
     bad = text.replace(
         "device 5 NVIDIA H100 80GB HBM3 sha256 "
         + text.split("device 5 NVIDIA H100 80GB HBM3 sha256 ")[1][:64],
         "device 5 NVIDIA H100 80GB HBM3 sha256 " + "0" * 64,
     )
     r = P.numeric(bad)
-    assert r.status == P.FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
-    assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == P.UNKNOWN
+    assert r.status == FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
+    assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == UNKNOWN
     gone = P.numeric("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python\n")
-    assert gone.status == P.UNAVAILABLE and "install PyTorch or CuPy" in gone.detail  # a missing tool
+    assert gone.status == UNAVAILABLE and "install PyTorch or CuPy" in gone.detail  # a missing tool
     blind = P.numeric("stune-numeric unknown: PyTorch sees no CUDA GPU\n")  # installed, no GPU: the node's
-    assert blind.status == P.UNKNOWN and "PyTorch sees no CUDA GPU" in blind.detail
+    assert blind.status == UNKNOWN and "PyTorch sees no CUDA GPU" in blind.detail
 
 
 def test_numeric_agent_without_torch_or_cupy_is_not_available_never_fail(tmp_path):

@@ -10,7 +10,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_tune.admin import doctor
+from slurm_tune.admin import doctor, doctor_nodes
 from slurm_tune.admin.slurmconf import SlurmConf, gpu_partitions, partition_needs, requirements, seconds
 from slurm_tune.admin.topology import build_topology, parse_ibnetdiscover, parse_node_name_map
 from slurm_tune.errors import ConfigError
@@ -118,8 +118,10 @@ JSON = st.recursive(
 @given(JSON)
 def test_facts_from_any_json_are_strings(snap):
     if isinstance(snap, dict):
-        facts = doctor.facts_from_snapshot(snap)
-        assert set(facts) == set(doctor.FACT_KEYS) and all(isinstance(v, str) and v for v in facts.values())
+        facts = doctor_nodes.facts_from_snapshot(snap)
+        assert set(facts) == set(doctor_nodes.FACT_KEYS) and all(
+            isinstance(v, str) and v for v in facts.values()
+        )
 
 
 IB_WORDS = [

@@ -257,9 +257,6 @@ class FakeSlurm:
     def default_partition(self):
         return "roce"
 
-    def queries(self):  # SlurmCommands.queries: the adapter's queries on the same handle
-        return self
-
     def degraded_nodes(self):
         return []
 

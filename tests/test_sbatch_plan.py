@@ -299,9 +299,6 @@ class FakeSlurm:
     def default_partition(self):
         return "roce"
 
-    def queries(self):  # SlurmCommands.queries: the adapter's queries on the same handle
-        return self
-
 
 def test_a_bug_while_planning_submits_unchanged_with_a_warning(monkeypatch, capsys, tmp_path):
     from slurm_tune.sbatch import submit
@@ -384,6 +381,31 @@ def test_the_default_partition_is_asked_only_when_nothing_names_one(tmp_path):
         slurm=fake,
     )
     assert Counting.asked == 1 and fake.ran[1][1]["NCCL_IB_DISABLE"] == "1"
+
+
+def test_a_submission_asks_slurm_through_the_adapter_on_its_own_handle(tmp_path):
+    """The commands alone (a plain submission's handle) become the whole adapter only on the rare path that
+    asks Slurm something, on the same cluster, with its calls recorded on the submission's handle."""
+    from slurm_tune.sbatch.submit import _queries
+    from slurm_tune.slurm import Slurm
+    from slurm_tune.slurm.adapter import queries_on
+    from slurm_tune.slurm.commands import SlurmCommands
+
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text('#!/bin/sh\necho "PartitionName=a Default=NO"\necho "PartitionName=b Default=YES"\n')
+    scontrol.chmod(0o755)
+    commands = SlurmCommands(conf="/etc/x/slurm.conf", timeout=5, bin_dir=str(tmp_path))
+    full = _queries(commands)
+    assert isinstance(full, Slurm) and (full.conf, full.timeout, full.bin_dir) == (
+        "/etc/x/slurm.conf",
+        5,
+        str(tmp_path),
+    )
+    assert full.default_partition() == "b"
+    assert commands.calls == [["scontrol", "show", "partition", "-o"]]
+    assert queries_on(full) is full and _queries(full) is full
+    fake = FakeSlurm()  # a test's stand-in answers the queries itself
+    assert _queries(fake) is fake
 
 
 @pytest.mark.parametrize(

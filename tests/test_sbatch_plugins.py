@@ -50,9 +50,6 @@ class FakeSlurm:
     def default_partition(self):
         return "roce"
 
-    def queries(self):  # SlurmCommands.queries: the adapter's queries on the same handle
-        return self
-
 
 def test_plugin_options_are_read_from_sbatch_help():
     found = parse_plugin_help(HELP)

@@ -310,7 +310,7 @@ def test_what_slurm_leaves_empty_is_none_and_a_parent_share_is_no_error(tmp_path
 
 
 def test_a_release_newer_than_the_newest_tested_is_said_once_on_stderr(tmp_path, capfd):
-    from slurm_tune.slurm import adapter, version
+    from slurm_tune.slurm import reader, version
 
     for release, newer in (("26.05.9", False), ("26.11.0", True), ("27.05.1", True)):
         bin_dir = tmp_path / release
@@ -327,7 +327,7 @@ def test_a_release_newer_than_the_newest_tested_is_said_once_on_stderr(tmp_path,
         else:
             assert err == ""
     # once per process, even when the release is read afresh (another PATH, a cleared cache)
-    adapter._VERSIONS.clear()
+    reader._VERSIONS.clear()
     assert Slurm(bin_dir=str(tmp_path / "26.11.0")).version().release == "26.11.0"
     assert capfd.readouterr().err == ""
     assert version.NEWEST_TESTED == (26, 5)
@@ -431,7 +431,8 @@ def test_importing_the_adapter_loads_no_records_or_collections():
         "def loaded(): return ' '.join(sorted(m for m in sys.modules if m.startswith('slurm_tune.slurm.') "
         "or m == 'collections'))\n"
         "print(loaded())\nfrom slurm_tune.slurm import Slurm\nprint(loaded())\n"
-        "assert isinstance(SlurmCommands().queries(), Slurm)\n"
+        "from slurm_tune.slurm.adapter import queries_on\n"
+        "assert isinstance(queries_on(SlurmCommands()), Slurm)\n"
         "from slurm_tune.slurm import Association, Job, Node, SlurmVersion, INFINITE\n"
         "print(Node.__module__, Association.__module__, SlurmVersion.__module__)" % root
     )
@@ -441,8 +442,10 @@ def test_importing_the_adapter_loads_no_records_or_collections():
     commands, first, second = out.splitlines()
     assert commands.split() == ["slurm_tune.slurm.commands", "slurm_tune.slurm.spawn"]
     assert first.split() == [
+        "slurm_tune.slurm.accounting",
         "slurm_tune.slurm.adapter",
         "slurm_tune.slurm.commands",
+        "slurm_tune.slurm.reader",
         "slurm_tune.slurm.sacctargs",
         "slurm_tune.slurm.scontrol",
         "slurm_tune.slurm.spawn",

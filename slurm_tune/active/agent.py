@@ -17,7 +17,7 @@ import time
 
 from .. import fastjson, safeio
 from ..hw.sysfs import resolve_root
-from . import parse
+from . import parse_io
 from .checks import CATALOGUE, DD_FALLBACK, DD_PREPARE, tool_path
 
 MARK = "STUNE-ACTIVE "
@@ -119,7 +119,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
         values = {"file": file, "path": directory, "size": str(size), "count": str(max(1, size >> 20))}
         if path is None:  # fio absent: dd with direct I/O
             tool, template, path = "dd", DD_FALLBACK, shutil.which("dd")
-            check = check._replace(parser=parse.dd)
+            check = check._replace(parser=parse_io.dd)
         if not directory or not os.path.isdir(directory):
             return _emit_all(
                 emit, spec, base, fp, "unknown", f"disk check directory {directory!r} does not exist"

@@ -15,7 +15,7 @@ import shutil
 import sys
 from collections import namedtuple
 
-from . import parse
+from . import parse, parse_io
 
 NODE, PAIR = "node", "pair"
 
@@ -86,7 +86,7 @@ CATALOGUE = {
             "fio",
             "fio --name=stune-read --filename={file} --rw=read --bs=1M --size={size} "
             "--direct=1 --ioengine=psync --output-format=json",
-            parse.fio_json,
+            parse_io.fio_json,
             "cache-disk read",
             "GB/s",
             "fio (apt-get install fio); without it dd with direct I/O is used",
@@ -96,7 +96,7 @@ CATALOGUE = {
             PAIR,
             "ib_write_bw",
             "",
-            parse.perftest_bw,
+            parse_io.perftest_bw,
             "RDMA write bandwidth",
             "Gb/s",
             "perftest (apt-get install perftest)",
@@ -129,7 +129,7 @@ CATALOGUE = {
             PAIR,
             "iperf3",
             "",
-            parse.iperf3_json,
+            parse_io.iperf3_json,
             "TCP bandwidth",
             "Gb/s",
             "iperf3 (apt-get install iperf3)",

@@ -1,6 +1,6 @@
 """What an active check's parser returns: a Reading (ok with a number, fail, unavailable, or unknown with the
-reason), and the rules every parser (parse.py) reads numbers and output by: numbers only in the tools' own
-notation, finite and below a sanity bound, and only from complete lines."""
+reason), and the rules every parser (parse.py, parse_io.py) reads numbers and output by: numbers only in the
+tools' own notation, finite and below a sanity bound, and only from complete lines."""
 
 from __future__ import annotations
 

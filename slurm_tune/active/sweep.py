@@ -5,6 +5,10 @@ of the maintenance reservation the admin names), at `--nice` below every user jo
 QOS), with the check's time limit, `--no-requeue`, and a `--deadline` so a job that could not start in time
 is dropped by Slurm instead of waiting. So a user job is delayed at most by one check's time limit.
 
+The jobs themselves (their sbatch arguments, the agent's spec, waiting for them and reading their results
+back) are jobs.py's; this module picks the nodes, judges, marks, re-checks drained nodes and bisects slow
+pairs.
+
 Marking goes through the health hooks' path (slurm_tune.health.apply): an outlier gets the `stune_degraded`
 feature and a comment `stune: degraded: active <check>: ...` (or, if the partition opted in, a drain with the
 circuit breaker); a node whose latest sweep passes loses stune's active mark. Marks set by the passive checks
@@ -14,22 +18,16 @@ circuit breaker); a node whose latest sweep passes loses stune's active mark. Ma
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
 
-from .. import fastjson
 from ..errors import StuneError
 from ..health import apply
 from ..hostlist import expand_hostlist
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
 from . import judge, store
-from .agent import MARK, targets
 from .checks import NODE, configured
-
-POLL_S = 1.0
-RUN_SLACK_S = 10  # per run: starting the tool, srun steps
-TCP_PORT_BASE = 18515
+from .jobs import run_jobs, submit_all
 
 
 class Options:
@@ -74,186 +72,6 @@ def idle_nodes(slurm, partition: str, reservation: str | None, wanted: list[str]
             continue
         out.append(n.name)
     return sorted(out)
-
-
-def plan_pairs(nodes: list[str]) -> list[tuple[str, str]]:
-    """Neighbours in sorted order: (n0,n1), (n2,n3)... and, for an odd count, the last with the first (that
-    pair runs after the first one: a node is in one job at a time). Partners are the same every sweep, so a
-    pair's k-of-n compares like with like; a slow pair is resolved by bisection against other partners."""
-    pairs = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
-    if len(nodes) % 2 and len(nodes) > 1:
-        pairs.append((nodes[-1], nodes[0]))
-    return pairs
-
-
-def _sbatch_args(profile, opts, check, settings, nodes, job_name) -> list[str]:
-    a = profile.active
-    limit_min = max(1, -(-int(settings.time_limit) // 60))
-    args = [
-        "--partition",
-        opts.partition,
-        "--nodelist",
-        ",".join(nodes),
-        "--nodes",
-        str(len(nodes)),
-        "--exclusive",
-        f"--time={limit_min}",
-        f"--nice={a.nice}",
-        "--no-requeue",
-        "--job-name",
-        job_name,
-        "--output",
-        os.path.join(opts.spool, "%j.out"),
-        "--open-mode=truncate",
-        f"--deadline=now+{limit_min + 60}minutes",
-    ]
-    if check.gpus and profile.gpu.count:
-        args.append(f"--gres=gpu:{profile.gpu.count}")
-    reservation = opts.reservation or a.reservation
-    if reservation:
-        args += ["--reservation", reservation]
-    if a.qos:
-        args += ["--qos", a.qos]
-    return args
-
-
-def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=None, port_index=0) -> dict:
-    a = profile.active
-    runs = opts.runs or a.runs
-    run_timeout = max(5.0, settings.time_limit / (runs * max(1, len(hcas or ()))) - RUN_SLACK_S)
-    return {
-        "check": check.name,
-        "subject": subject,
-        "nodes": nodes,
-        "runs": runs,
-        "run_timeout": run_timeout,
-        "command": settings.command,
-        "tools": a.tools.to_dict(),
-        "gpus": profile.gpu.count or 1,
-        "path": a.disk_path or profile.cache.path,
-        "size": a.disk_size,
-        "sweep": sweep_id,
-        "partition": opts.partition,
-        "hcas": hcas or [],
-        "server_addr": addrs.get(nodes[0], nodes[0]),
-        "tcp_port": TCP_PORT_BASE + port_index % 1000,
-    }
-
-
-def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None, only=None) -> list[tuple]:
-    """Submit the checks; [(job_id, spec)]. `pairs` overrides the pair plan (bisection); `only` limits checks."""
-    if not opts.dry_run:
-        os.makedirs(opts.spool, mode=0o755, exist_ok=True)
-    addrs = slurm.node_addresses()
-    jobs = []
-    for check, settings in configured(profile):
-        if (opts.checks and check.name not in opts.checks) or (only and check.name not in only):
-            continue
-        if check.kind == NODE:
-            targets = [([n], n, None) for n in nodes] if pairs is None else []
-        else:
-            plan = pairs if pairs is not None else plan_pairs(nodes)
-            hcas = (
-                [f"{h.device}:{h.port}" for h in profile.fabric.hcas] if check.name == "ib_write_bw" else None
-            )
-            targets = [([a, b], f"{a}+{b}", hcas) for a, b in plan]  # one job per pair, its HCAs in turn
-        for i, (members, subject, hcas) in enumerate(targets):
-            spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
-            args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
-            script = (
-                "#!/bin/sh\nexec "
-                + " ".join(shlex.quote(x) for x in opts.agent + ["--spec", fastjson.dumps(spec)])
-                + "\n"
-            )
-            if opts.dry_run:
-                jobs.append((None, spec, args))
-                continue
-            jobs.append((slurm.submit(args, script=script), spec, args))
-    return jobs
-
-
-def wait_jobs(slurm, job_ids: list[int], timeout_s: float) -> list[int]:
-    """Wait until none of the jobs is pending or running; the ones still there at the timeout are cancelled
-    and returned."""
-    deadline = time.monotonic() + timeout_s
-    left = list(job_ids)
-    while left:
-        alive = {
-            j.job_id
-            for j in slurm.jobs(job_ids=left)
-            if j.state.upper() in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
-        }
-        left = [j for j in left if j in alive]
-        if not left:
-            break
-        if time.monotonic() > deadline:
-            slurm.cancel(left)
-            return left
-        time.sleep(POLL_S)
-    return []
-
-
-def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
-    """The agents' result lines from the jobs' output files. A job that left none (cancelled, failed to
-    start, killed at its time limit) gives one unknown result per planned run."""
-    from .. import safeio
-
-    out = []
-    for job_id in job_ids:
-        spec = specs[job_id]
-        expected = {subject for subject, _ in targets(spec)}
-        found = []
-        try:
-            fd = safeio.open_file(os.path.join(spool, f"{job_id}.out"))
-            try:
-                data = safeio.read_bounded(fd, 16 << 20) or b""
-            finally:
-                os.close(fd)
-        except (OSError, safeio.UnsafePathError):
-            data = b""
-        for line in data.split(b"\n"):
-            if line.startswith(MARK.encode()):
-                try:
-                    r = fastjson.loads(line[len(MARK) :])
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    continue
-                if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
-                    r["job"] = str(job_id)
-                    found.append(r)
-        seen = {r["subject"] for r in found}
-        for subject, hca in targets(spec):
-            if subject not in seen:
-                found.append(
-                    {
-                        "at": round(time.time(), 3),
-                        "sweep": spec["sweep"],
-                        "partition": spec["partition"],
-                        "check": spec["check"],
-                        "subject": subject,
-                        "nodes": spec["nodes"],
-                        "hca": hca,
-                        "run": 0,
-                        "status": "unknown",
-                        "value": None,
-                        "unit": "",
-                        "job": str(job_id),
-                        "detail": "the job left no result (cancelled, not started in time, or killed at "
-                        "its limit)",
-                        "fingerprint": {},
-                    }
-                )
-        out.extend(found[: max(1, spec["runs"]) * len(expected)])
-    return out
-
-
-def run_jobs(slurm, profile, opts, sweep_id, nodes, pairs=None, only=None) -> list[dict]:
-    jobs = submit_all(slurm, profile, opts, sweep_id, nodes, pairs, only)
-    if opts.dry_run or not jobs:
-        return []
-    specs = {j: spec for j, spec, _ in jobs}
-    limit = max(s.time_limit for _, s in configured(profile))
-    wait_jobs(slurm, list(specs), opts.wait_s if opts.wait_s is not None else limit * len(jobs) + 120)
-    return collect(opts.spool, list(specs), specs)
 
 
 # ---- marking ----------------------------------------------------------------------------------------------

@@ -4,30 +4,28 @@ Every Slurm call goes through the adapter with a timeout, so doctor never hangs 
 Node facts (GPU model, driver, CUDA, HCA model and firmware, kernel) come from what stune records: a
 capture per node (`stune-health capture -o DIR/<node>.json`, then `--facts DIR`), or, in hardware-less
 mode, the node's sysfs tree and GPU snapshot named with %n in the env file. A missing fact is said, never
-guessed.
+guessed. Doctor's checks of the node facts and the version matrix are doctor_nodes.py's, those of the usage
+pipeline's daemons doctor_daemons.py's.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
-from collections import Counter
 from dataclasses import asdict
 
 from .. import trust
 from ..errors import StuneError
 from ..slurm.tres import gres_gpus
-from ..thisnode import expand, uses_node
+from ..thisnode import uses_node
 from . import shipped
 from .doctor_daemons import DaemonChecks
+from .doctor_nodes import NodeChecks
 from .findings import ERROR, OK, WARNING, Finding
 from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
 
 SLURM_TIMEOUT_S = 10.0
-FACT_KEYS = ("gpu_model", "driver", "cuda", "nccl", "hca_model", "hca_fw", "kernel")
-HOMOGENEOUS = ("gpu_model", "driver", "cuda", "hca_model", "hca_fw")
 
 
 def read_env_file(path: str) -> dict[str, str]:
@@ -48,7 +46,7 @@ def read_env_file(path: str) -> dict[str, str]:
     return out
 
 
-class Doctor(DaemonChecks):
+class Doctor(NodeChecks, DaemonChecks):
     def __init__(self, env_file: str, layout, facts_dir: str | None, slurm=None):
         self.env_file, self.layout, self.facts_dir = env_file, layout, facts_dir
         self.findings: list[Finding] = []
@@ -320,121 +318,6 @@ class Doctor(DaemonChecks):
                     f"node-local on {len(members) - len(seen)} other node(s), not "
                     "visible here: stune-stage-init.service sets it up at boot; `stune-stage status` there",
                 )
-
-    # ---- node facts ------------------------------------------------------------------------------------
-    def node_facts(self, node: str) -> dict[str, str] | None:
-        snap = None
-        if self.facts_dir:
-            path = os.path.join(self.facts_dir, f"{node}.json")
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    snap = json.load(fh)
-            except (OSError, ValueError):
-                snap = None
-        if snap is None:
-            sysfs = self.env.get("STUNE_SYSFS_ROOT", "")
-            gpus = self.env.get("STUNE_GPU_SNAPSHOT", "")
-            # hardware-less mode: a per-node (%n) sysfs tree and GPU snapshot are this node's hardware, and
-            # readable here; a path without %n would be this host's, not the node's: not used
-            root = expand(sysfs, node) if uses_node(sysfs) else None
-            gpu_file = expand(gpus, node) if uses_node(gpus) else None
-            root = root if root and os.path.isdir(root) else None
-            gpu_file = gpu_file if gpu_file and os.path.isfile(gpu_file) else None
-            if root or gpu_file:
-                from ..health.collect import full, replay_gpus
-
-                try:
-                    snap = (
-                        full(root, None, node, gpu_file, timeout_s=5.0, nvml=False)
-                        if root
-                        else {"gpus": replay_gpus(gpu_file)}
-                    )  # never this host's NVML for another node
-                except Exception as exc:  # a capture problem is a missing fact, not a crash
-                    self.add(WARNING, f"node {node}", f"cannot read its recorded hardware: {exc}")
-                    return None
-        return facts_from_snapshot(snap) if isinstance(snap, dict) else None
-
-    def check_nodes(self, nodes) -> None:
-        missing = []
-        for node in nodes:
-            facts = self.node_facts(node.name)
-            if facts is None:
-                missing.append(node.name)
-                continue
-            self.matrix[node.name] = facts
-        if missing:
-            self.add(
-                WARNING,
-                "node facts",
-                f"nothing recorded for {', '.join(missing)}: versions and homogeneity not checked there",
-                "run `stune-health capture -o DIR/<node>.json` on each node "
-                "(pdsh/clush), then `stune-admin doctor --facts DIR`",
-            )
-        partitions: dict[str, list[str]] = {}
-        for node in nodes:
-            for p in node.partitions:
-                if node.name in self.matrix:
-                    partitions.setdefault(p, []).append(node.name)
-        for part, members in sorted(partitions.items()):
-            uniform = True
-            for key in HOMOGENEOUS:
-                values = Counter(self.matrix[n][key] for n in members if self.matrix[n][key] != "?")
-                if len(values) > 1:
-                    uniform = False
-                    majority = values.most_common(1)[0][0]
-                    odd = [
-                        f"{n} ({self.matrix[n][key]})"
-                        for n in members
-                        if self.matrix[n][key] not in ("?", majority)
-                    ]
-                    self.add(
-                        ERROR,
-                        f"partition {part}",
-                        f"mixed {key.replace('_', ' ')}: majority {majority}, differs on {', '.join(odd)}",
-                        "one generation and one version per partition: upgrade or move those nodes",
-                    )
-            unknown = sorted({k for n in members for k in HOMOGENEOUS if self.matrix[n][k] == "?"})
-            if unknown:
-                self.add(
-                    WARNING, f"partition {part}", f"not recorded: {', '.join(unknown)} (said, not guessed)"
-                )
-            if uniform:
-                self.add(OK, f"partition {part}", f"homogeneous over {len(members)} node(s) with facts")
-
-    def matrix_table(self) -> str:
-        if not self.matrix:
-            return ""
-        from ..output import table
-
-        return table(
-            [(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)],
-            ("node",) + FACT_KEYS,
-        )
-
-
-def facts_from_snapshot(snap: dict) -> dict[str, str]:
-    """The version-matrix row of one capture: '?' where the capture does not say, 'none' where it answered
-    that there is none (a TCP-only node has no HCA)."""
-
-    def one(values, answered_empty: bool = False) -> str:
-        values = sorted({str(v) for v in values if v})
-        return "/".join(values) if values else ("none" if answered_empty else "?")
-
-    gpus = snap.get("gpus") if isinstance(snap.get("gpus"), dict) else {}
-    devices = gpus.get("devices") if isinstance(gpus.get("devices"), list) else []
-    ib = snap.get("ib") if isinstance(snap.get("ib"), dict) else {}
-    hcas = ib.get("devices") if isinstance(ib.get("devices"), dict) else {}
-    kernel = snap.get("kernel") if isinstance(snap.get("kernel"), dict) else {}
-    no_hca = ib.get("answered") is True and not hcas
-    return {
-        "gpu_model": one(d.get("name") for d in devices if isinstance(d, dict)),
-        "driver": one([gpus.get("driver_version")]),
-        "cuda": one([gpus.get("cuda_driver_version")]),
-        "nccl": one([snap.get("nccl_version")]),
-        "hca_model": one((h.get("hca_type") for h in hcas.values() if isinstance(h, dict)), no_hca),
-        "hca_fw": one((h.get("fw_ver") for h in hcas.values() if isinstance(h, dict)), no_hca),
-        "kernel": one([kernel.get("release"), snap.get("kernel_release")]),
-    }
 
 
 def run(

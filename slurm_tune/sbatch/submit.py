@@ -79,7 +79,7 @@ def run(argv: list[str], environ=None, stdin=None, slurm=None) -> int:
     # One copy of os.environ: each later dict() of it (the job's environment, the history's) is then a plain
     # dict's copy, not one more decoding of every variable.
     environ = dict(os.environ) if environ is None else environ
-    if slurm is None:  # the commands alone: a plain submission asks Slurm nothing (queries() when it must)
+    if slurm is None:  # the commands alone: a plain submission asks Slurm nothing (_queries when it must)
         from ..slurm.commands import SlurmCommands
 
         slurm = SlurmCommands.from_env()
@@ -244,6 +244,19 @@ def _stage_error(exc: StuneError) -> bool:
     return isinstance(exc, StageRequestError)  # a bad --stage is the user's to fix: refuse
 
 
+def _queries(slurm):
+    """The adapter's queries on the submission's handle, for the rare path that asks Slurm something (its
+    default partition, its nodes' features): the commands alone (SlurmCommands, a plain submission's) become
+    the whole adapter, loaded only here; any other handle (a Slurm, a test's stand-in) answers as it is."""
+    from ..slurm.commands import SlurmCommands
+
+    if not isinstance(slurm, SlurmCommands):
+        return slurm
+    from ..slurm.adapter import queries_on
+
+    return queries_on(slurm)
+
+
 def make_plan(req, environ, slurm):
     """The plan for the Request `req`: its partition (the options in effect, else Slurm's default), that
     partition's profile, then plan.build_plan. Raises _NoProfile when there is no profile to apply."""
@@ -255,7 +268,7 @@ def make_plan(req, environ, slurm):
         partition, source = opt.value, ("command line" if opt.where == "command line" else opt.where)
     else:
         try:
-            partition, source = slurm.queries().default_partition(), "Slurm's default partition"
+            partition, source = _queries(slurm).default_partition(), "Slurm's default partition"
         except StuneError:
             raise _NoProfile("cannot ask Slurm for its default partition", None) from None
         if not partition:
@@ -271,7 +284,7 @@ def make_plan(req, environ, slurm):
     def degraded_nodes() -> list[str]:
         from ..nodestate import DEGRADED_FEATURE
 
-        features = slurm.queries().node_features(partition)
+        features = _queries(slurm).node_features(partition)
         return sorted(n for n, feats in features.items() if DEGRADED_FEATURE in feats)
 
     return build_plan(

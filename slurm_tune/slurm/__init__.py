@@ -1,9 +1,14 @@
 """The one Slurm adapter: every other part of stune talks to Slurm through `Slurm` (adapter.py).
 
 One file per job (docs/slurm-versions.md has the releases):
-- adapter.py: `Slurm`, a handle on one cluster: builds each query and update and reads the answer;
-- commands.py: `SlurmCommands`, Slurm's base: where the client commands are, slurm.conf, the timeout, running
-  them (all a plain submission needs);
+- adapter.py: `Slurm`, a handle on one cluster: builds each node, job and partition query and every update,
+  and reads the answer;
+- accounting.py: `SlurmAccounting`, Slurm's base: the accounting and fair-share reads (sacct, sshare, sprio,
+  sacctmgr's associations and QOS, scontrol's config);
+- reader.py: `SlurmReader`, its base: the release of the client commands, Slurm's JSON documents and `-P`
+  listings, and the error for output of a layout stune does not know;
+- commands.py: `SlurmCommands`, the base of all: where the client commands are, slurm.conf, the timeout,
+  running them (all a plain submission needs);
 - sacctargs.py: how stune asks sacct (the field order, free text last; the command line);
 - spawn.py: starting a client command and collecting its output (os.posix_spawn, not subprocess);
 - records.py: the typed records (Node, Job, ...) and the parsers of each release's JSON records;

@@ -1,8 +1,9 @@
 """Slurm's client commands: `SlurmCommands`, the part of the adapter that knows where the commands are, which
 slurm.conf they read and how long they may take, and runs them (through spawn.py). `Slurm` (adapter.py)
-builds every query and update on it. A submission needs only this part: stune-sbatch passes the job to sbatch
-and asks Slurm nothing on its plain path (the hot-path rules: docs/speed.md); `queries()` gives the whole
-adapter for the rare path that asks.
+builds every query and update on it, through SlurmReader (reader.py) and SlurmAccounting (accounting.py). A
+submission needs only this part: stune-sbatch passes the job to sbatch and asks Slurm nothing on its plain
+path (the hot-path rules: docs/speed.md); on the rare path that asks, adapter.queries_on() makes the whole
+adapter of the same handle.
 """
 
 from __future__ import annotations
@@ -121,14 +122,3 @@ class SlurmCommands:
         except OSError as exc:
             raise SlurmError(argv, 127, f"cannot run sbatch: {exc.strerror}") from None
         return rc, out
-
-    def queries(self):
-        """The whole adapter (`Slurm`) on this handle's cluster, recording its calls here too: for the rare
-        path of a submission that asks Slurm something (its default partition, its nodes' features)."""
-        from .adapter import Slurm
-
-        if isinstance(self, Slurm):
-            return self
-        full = Slurm(self.conf, self.timeout, self.bin_dir)
-        full.calls = self.calls
-        return full

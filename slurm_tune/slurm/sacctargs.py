@@ -1,5 +1,5 @@
 """How stune asks sacct: the field list with its one free-text field last, and the command line around it
-(used by Slurm.sacct and Slurm.sacct_dump, adapter.py)."""
+(used by Slurm.sacct and Slurm.sacct_dump, accounting.py)."""
 
 from __future__ import annotations
 
