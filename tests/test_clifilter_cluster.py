@@ -184,6 +184,26 @@ def test_plain_sbatch_keeps_sbatchs_default_export(filtered, slurm, env, shared_
     assert b["GET_USER_ENV"] == "1" and "(as --export=ALL,FOO=1,NCCL_IB_TIMEOUT=22," in err
 
 
+def test_a_plain_sbatch_from_inside_a_stune_job_gets_its_own_settings(filtered, slurm, env, shared_tmp):
+    """The inner job inherits the outer job's STUNE_MANAGED and values: its node sets its own partition's
+    settings and rendezvous (MASTER_PORT from its own job id) and unsets what only the outer's partition set."""
+    inner = shared_tmp / "inner.sh"
+    inner.write_text(JOB + 'echo "batch PORT=$MASTER_PORT"\n')
+    outer = (
+        "#!/bin/bash\n"
+        f"sbatch --parsable -p vpc -w n2 -o {shared_tmp}/inner-%j.txt {inner} > {shared_tmp}/inner-id\n"
+        'echo "batch OUTER_PORT=$MASTER_PORT"\n'
+    )
+    b, _, err = batch(slurm, shared_tmp, [os.path.join(BIN, "stune-sbatch"), "-p", "roce"], env, outer)
+    job = int((shared_tmp / "inner-id").read_text().split(";")[0])
+    assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
+    got = values((shared_tmp / f"inner-{job}.txt").read_text(), "batch")
+    assert got["PORT"] == str(12000 + job % 8000) != b["OUTER_PORT"]
+    assert got["MASTER_ADDR"] != "<unset>"
+    assert got["NCCL_IB_DISABLE"] == "1" and got["NCCL_IB_HCA"] == "<unset>", got  # vpc's, not roce's
+    assert got["NCCL_IB_TIMEOUT"] == "<unset>" and got["NCCL_IB_TC"] == "<unset>", got
+
+
 def test_salloc_and_srun_jobs_get_the_same_settings(filtered, slurm, env, shared_tmp):
     _, s_step, _ = batch(slurm, shared_tmp, [os.path.join(BIN, "stune-sbatch"), "-p", "roce"], env)
     step = ["bash", "-c", f"{REPORT_FN}; report step"]

@@ -9,6 +9,10 @@ Format: comma-separated items, `NAME=value` (the value stune set, `%` and `,` es
 or a bare `NAME` (stune detects it on each node and has not set it yet, or unset it). Imports nothing: it
 is read by stune-sbatch and before every task.
 
+The TaskProlog also records the job it wrote it for, as `@job=<id>` (OWNER): a job submitted from inside
+another without stune-sbatch (a plain sbatch, the cli_filter's) inherits the parent's STUNE_MANAGED and its
+values, and the owner tells them apart from its own (`inherited_from_another_job`).
+
 The old form (stune-sbatch before values were recorded: bare names only, every one a variable stune set)
 is still read, so a job submitted before an upgrade keeps its node-side refinement: each name's value is
 taken to be stune's when it is read (`parse_managed(text, environ)`), and the TaskProlog writes the new form
@@ -25,6 +29,7 @@ MASTER_PORT_BASE, MASTER_PORT_SPAN = 12000, 8000
 # gives its id (0xfffffffb) signed, as -5.
 BATCH_STEP_IDS = frozenset({"4294967294", "4294967291", "-5"})
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # set once per job, the same on every rank; never refined
+OWNER = "@job"  # not a variable: the job whose TaskProlog wrote STUNE_MANAGED
 
 
 def parse_managed(text: str | None, environ=None) -> dict[str, str | None]:
@@ -49,6 +54,17 @@ def format_managed(managed: dict[str, str | None]) -> str:
         for name, value in managed.items()
     )
     return text if not text or "=" in text else "=," + text
+
+
+def inherited_from_another_job(environ, job_id: str | None) -> dict[str, str | None]:
+    """The variables a parent job's stune set that this job inherited ({name: the parent's value, None for a
+    rendezvous name}), when STUNE_MANAGED names another job as its owner; else {}. A name whose value is no
+    longer the parent stune's (the user exported their own) is the user's and not listed."""
+    managed = parse_managed(environ.get(MANAGED_VAR), environ)
+    owner = managed.pop(OWNER, None)
+    if owner is None or job_id is None or owner == job_id:
+        return {}
+    return {n: v for n, v in managed.items() if n in environ and (v is None or environ[n] == v)}
 
 
 def is_stunes(name: str, environ, managed: dict[str, str | None]) -> bool:

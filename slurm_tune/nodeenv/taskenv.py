@@ -18,7 +18,7 @@ partition's profile and job id are never re-derived below it.
 from __future__ import annotations
 
 from ..hw.sysfs import Sysfs, resolve_root
-from ..thisnode import STAGE_VAR
+from ..thisnode import STAGE_VAR, JobContext
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
 from .envrules import gid_detected, gid_fixed, hca_value, rdma, socket
 from .managed import (
@@ -26,8 +26,10 @@ from .managed import (
     MANAGED_VAR,
     MASTER_PORT_BASE,
     MASTER_PORT_SPAN,
+    OWNER,
     RENDEZVOUS,
     format_managed,
+    inherited_from_another_job,
     is_stunes,
     parse_managed,
 )
@@ -128,13 +130,17 @@ def rendezvous(job, interfaces: list[str], address_of=None) -> dict[str, str]:
     return out
 
 
-def with_managed(exports: dict[str, str | None], environ) -> dict[str, str | None]:
-    """`exports` (node_exports') plus STUNE_MANAGED recording their values: the job's later steps inherit
-    these values from the batch step, and re-detect them on their own nodes only while they still have
-    stune's value. The rendezvous is recorded by name only: set once per job, never refined."""
-    if not exports:
-        return exports
+def with_managed(exports: dict[str, str | None], environ, job_id: str | None = None) -> dict[str, str | None]:
+    """`exports` (node_exports') plus STUNE_MANAGED recording their values and the job (OWNER): the job's
+    later steps inherit these values from the batch step, and re-detect them on their own nodes only while
+    they still have stune's value. The rendezvous is recorded by name only: set once per job, never refined.
+    A STUNE_MANAGED another job wrote is rewritten for this one even with nothing to export."""
     managed = parse_managed(environ.get(MANAGED_VAR), environ)
+    owner = managed.pop(OWNER, None)
+    if not exports and (not managed or job_id is None or owner == job_id):
+        return exports
+    if job_id is not None:
+        managed = {OWNER: job_id, **managed}
     for name, value in exports.items():
         if name in RENDEZVOUS:
             managed.setdefault(name, None)
@@ -223,9 +229,15 @@ def task_environment(job, progress=None, sysfs: Sysfs | None = None) -> tuple[di
     then the staged datasets (STUNE_STAGE_<NAME>) when the job asked for any or the profile stages some for
     every job. Staging writes its own messages to `progress`; raises StageRequiredError when
     --stage-required fails."""
+    parents = inherited_from_another_job(job.environ, job.job_id)
+    if parents:  # a submission from inside a stune job that did not go through stune-sbatch: not this job's
+        environ = {k: v for k, v in job.environ.items() if k not in parents and k != MANAGED_VAR}
+        job = JobContext(environ, job.node, job.partition, job.job_id, job.profile, job.profile_error)
     exports, messages = node_exports(job, sysfs)
     exports = dict(plain_job_exports(job), **exports)
-    exports = with_managed(exports, job.environ)
+    # what the parent's stune set and this job's does not: unset (another partition's settings)
+    exports.update({name: None for name in parents if name not in exports})
+    exports = with_managed(exports, job.environ, job.job_id)
     if job.environ.get(STAGE_VAR, "").strip() or job.profile.cache.stage:
         from ..stage.jobenv import prepare_for_task
 
