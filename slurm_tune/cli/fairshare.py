@@ -203,7 +203,7 @@ def _explain(args) -> int:
 
 
 def _job(args) -> int:
-    from ..fairshare import explain as explain_mod
+    from ..fairshare import jobdoc
     from ..fairshare.jobview import job_view
     from ..output import json_text
     from ..usage.config import load_config
@@ -211,9 +211,9 @@ def _job(args) -> int:
     config = load_config(args.config)
     doc = job_view(_slurm(), config, args.job_id)
     if args.png:
-        explain_mod.timeline_png(doc, args.png)
+        jobdoc.timeline_png(doc, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
-    sys.stdout.write(json_text(doc) if args.json else explain_mod.job_text(doc))
+    sys.stdout.write(json_text(doc) if args.json else jobdoc.job_text(doc))
     return EXIT_OK
 
 
