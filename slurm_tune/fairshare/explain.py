@@ -16,7 +16,7 @@ import numpy as np
 from ..durations import compact
 from ..errors import StuneError
 from ..text import counted
-from .accountant import site_factor_target
+from .sitefactor import site_factor_target
 
 
 class NotYours(StuneError):

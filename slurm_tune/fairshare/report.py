@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..errors import StuneError
-from .accountant import site_factor_target
+from .sitefactor import site_factor_target
 
 EXTRA_HINT = "pip install 'slurm-tune[reports]'"
 BUSY_SHARE_FOR_FLAG = 0.5  # at least half the sampled time at ~100 % before a low power draw is suspicious
