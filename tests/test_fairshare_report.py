@@ -81,7 +81,7 @@ def test_the_wide_report_has_every_column_and_explains_sshare(tmp_path):
 
 
 def test_gpu_time_is_shown_in_a_unit_that_keeps_three_digits():
-    from slurm_tune.fairshare.report import amount, time_unit
+    from slurm_tune.fairshare.report_render import amount, time_unit
 
     assert time_unit([0.011, 0.005]) == ("GPU-minutes", 60.0)
     assert time_unit([0.0001]) == ("GPU-seconds", 3600.0)

@@ -203,7 +203,7 @@ def _rank(factors: dict, key) -> int | None:
 def explain_text(doc: dict) -> str:
     """In plain words: what you used, where Slurm and stune rank you, what that does to your pending jobs,
     which jobs cost you the most, and what you can do about it."""
-    from .report import amount, time_unit
+    from .report_render import amount, time_unit
 
     assocs = doc["associations"]
     unit, scale = time_unit(

@@ -169,7 +169,7 @@ def job_text(doc: dict) -> str:
         f"job {doc['job_id']} ({doc['user']}/{doc['account']}, {doc['partition']}): {doc['state']}, "
         f"{counted(doc['gpus'], 'GPU')} for {clock(doc['elapsed_s'])}"
     ]
-    from .report import amount, time_unit
+    from .report_render import amount, time_unit
 
     unit, scale = time_unit([doc["held_gpu_h"]])
     if doc["eta"] is not None:
@@ -192,7 +192,7 @@ def job_text(doc: dict) -> str:
 
 
 def timeline_png(doc: dict, path: str) -> None:
-    from .report import _need
+    from .report_render import _need
 
     matplotlib = _need("matplotlib", "the PNG chart")
     matplotlib.use("Agg")
