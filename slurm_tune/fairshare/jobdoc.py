@@ -1,7 +1,8 @@
 """`stune-fairshare job JOBID`'s document ("was my job idle?"): what one job held and used, per GPU and over
 time, what it was charged and why, and what to do about it; rendered as text or a PNG timeline. jobview.py
-reads the job's sacct record and usage summary, or for a running job the sampler's accumulators on this node
-(run it on the job's node, e.g. `srun --jobid JOBID --overlap stune-fairshare job JOBID`), and builds it here."""
+reads the job's sacct record and usage summary, or for a running job the sampler's accumulators on this
+node (run it on the job's node, e.g. `srun --jobid JOBID --overlap stune-fairshare job JOBID`), and builds
+it here."""
 
 from __future__ import annotations
 

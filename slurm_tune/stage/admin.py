@@ -15,9 +15,10 @@ from ..errors import StuneError
 from ..safeio import lstat_at, rmtree_at
 from .dirfd import open_dir
 from .errors import TierUnavailable
+from .evict import evict_lru
 from .layout import LEDGER, LOCKS, QUARANTINE, TMP, generation, new_gen, parse_entry_name
 from .namespace import Namespace
-from .stager import evict_lru, ledger_from_stamp
+from .stager import ledger_from_stamp
 from .tier import Tier, TierConfig
 
 # squeue states in which a job may still be using its node's cache.
