@@ -288,8 +288,8 @@ def cmd_status(args) -> int:
 
 
 def cmd_gc(args) -> int:
-    from ..stage.admin import gc
     from ..stage.copy import human
+    from ..stage.gc import gc
     from ..stage.tier import Tier
 
     verb = "would remove" if args.dry_run else "removed"
