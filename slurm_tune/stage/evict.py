@@ -90,6 +90,6 @@ def evict_lru(
 
 
 def _h(n: int) -> str:
-    from .copy import human
+    from .watch import human
 
     return human(n)

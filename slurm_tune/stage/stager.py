@@ -50,7 +50,7 @@ class StageResult(
 
     def message(self) -> str:
         """The line for the job's stderr ("" when there is nothing to say)."""
-        from .copy import human
+        from .watch import human
 
         name = self.request.name
         if self.status == "copied":
@@ -286,29 +286,29 @@ def _file_estimate(source) -> int:
 
 
 def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve):
-    from . import copy
+    from . import copy, watch
 
     # The allowance is watched through free-space deltas, which also see every other writer on the disk
     # (concurrent stagers, jobs): only an archive, whose output size is a guess, needs it. A directory or
     # file was sized exactly by admission; for them the guard keeps the reserve only.
-    guard = copy.Guard(tmp_path, allowance if source.kind == "archive" else None, reserve)
+    guard = watch.Guard(tmp_path, allowance if source.kind == "archive" else None, reserve)
     data = os.path.join(tmp_path, DATA)
     os.mkdir(data, 0o700)
     label = f"{request.name}: staging {request.source}"
     if source.kind == "dir":
-        progress = copy.Progress(stream, label, plan.bytes, plan.count)
+        progress = watch.Progress(stream, label, plan.bytes, plan.count)
         copy.copy_tree(source.real, plan, data, jobs=jobs, progress=progress, guard=guard)
         os.chmod(data, copy.read_only(stat_mode(source.st)) | 0o500)
         export = DATA
     elif source.kind == "archive":
         from .archive import extract
 
-        progress = copy.Progress(stream, label + " (extracting)", source.st.st_size)
+        progress = watch.Progress(stream, label + " (extracting)", source.st.st_size)
         extract(source, data, progress=progress, guard=guard)
         os.chmod(data, 0o555)
         export = DATA
     else:
-        progress = copy.Progress(stream, label, source.st.st_size)
+        progress = watch.Progress(stream, label, source.st.st_size)
         copy.copy_file(source, data, jobs=jobs, progress=progress, guard=guard)
         os.chmod(data, 0o555)
         export = f"{DATA}/{source.basename}"
