@@ -710,7 +710,7 @@ def test_explain_says_why_in_priority_points_and_names_the_costly_jobs(tmp_path)
 
 def test_job_view_text_json_and_png(tmp_path):
     """`job` on a finished job: per-GPU means, the timeline as a sparkline and a PNG, the charge and why."""
-    from slurm_tune.fairshare import explain, jobview
+    from slurm_tune.fairshare import explain, jobdoc, jobview
     from slurm_tune.usage import summary as summary_mod
 
     s = summary_mod.JobSummary(
@@ -741,11 +741,11 @@ def test_job_view_text_json_and_png(tmp_path):
     doc = jobview.job_view(OneJob(), config, "7")
     assert doc["eta"] == pytest.approx(0.5) and doc["charged_x"] == pytest.approx(1.5)
     assert doc["timeline"][0] == pytest.approx(100.0) and doc["timeline"][-1] == 0
-    text = explain.job_text(doc)
+    text = jobdoc.job_text(doc)
     assert "n1 GPU 1: utilization unmeasured" in text and "n1 GPU 0: utilization 50%, 200 W" in text
     assert "timeline |" + "█" * 24 in text and "x (1 + 1 x 0.50) = x1.50" in text
     png = tmp_path / "job.png"
-    explain.timeline_png(doc, str(png))
+    jobdoc.timeline_png(doc, str(png))
     assert png.read_bytes()[:4] == b"\x89PNG"
     if os.getuid() == 0:  # root sees every job; a user only their own (tested as a user on the cluster)
         assert explain.may_see("stune-bob")

@@ -8,7 +8,7 @@ import json
 import pytest
 from test_fairshare_accountant import EQUAL, HEADER, RowsSlurm, _cli, pending_job, row, summary, write_config
 
-from slurm_tune.fairshare import accountant, explain, jobview
+from slurm_tune.fairshare import accountant, explain, jobdoc, jobview
 from slurm_tune.text import counted
 
 NOW = 1_800_000_000
@@ -81,7 +81,7 @@ def test_the_wide_report_has_every_column_and_explains_sshare(tmp_path):
 
 
 def test_gpu_time_is_shown_in_a_unit_that_keeps_three_digits():
-    from slurm_tune.fairshare.report import amount, time_unit
+    from slurm_tune.fairshare.report_render import amount, time_unit
 
     assert time_unit([0.011, 0.005]) == ("GPU-minutes", 60.0)
     assert time_unit([0.0001]) == ("GPU-seconds", 3600.0)
@@ -131,13 +131,13 @@ def test_job_names_the_exemption_and_counts_gpus_in_words(tmp_path):
 
     doc = jobview.job_view(Sacct(), config, "3")
     assert doc["exempt"] and doc["charged_x"] == 1.0
-    text = explain.job_text(doc)
+    text = jobdoc.job_text(doc)
     assert text.startswith("job 3 (stune-bob/biology, hdr): COMPLETED, 1 GPU for 0:00:20\n")
     assert (
         "exempt from idle charges (QOS debug, accountant.alpha_by.qos.debug = 0): charged as Slurm charges, "
         "x1.00" in text
     )
-    charged = explain.job_text(jobview.job_view(Sacct(), config, "2"))
+    charged = jobdoc.job_text(jobview.job_view(Sacct(), config, "2"))
     assert "2 GPUs for" in charged and "x (1 + 1 x 1.00) = x2.00" in charged and "exempt" not in charged
 
 

@@ -32,13 +32,13 @@ def test_say_writes_one_line_and_reports_a_failed_stream():
 def test_every_note_writer_survives_a_dead_stream(monkeypatch):
     from slurm_tune.health import node
     from slurm_tune.sbatch import submit
-    from slurm_tune.stage import copy, stager
+    from slurm_tune.stage import stager, watch
 
     closed = io.StringIO()
     closed.close()
     stager._say(closed, "waiting")
     stager._say(Broken(), "waiting")
-    progress = copy.Progress(Broken(), "data", 10, delay=0)
+    progress = watch.Progress(Broken(), "data", 10, delay=0)
     progress.emit("1 of 10 bytes")
     assert progress.stream is None  # dropped after the first failure
     monkeypatch.setattr(sys, "stderr", Broken())

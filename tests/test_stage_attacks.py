@@ -19,6 +19,7 @@ import pytest
 
 from slurm_tune.stage import admin
 from slurm_tune.stage.errors import TierUnavailable
+from slurm_tune.stage.gc import gc
 from slurm_tune.stage.layout import source_key
 from slurm_tune.stage.spec import StageRequest
 from slurm_tune.stage.stager import stage
@@ -153,7 +154,7 @@ def test_gc_and_the_epilog_never_chown_or_write_a_hard_link_planted_as_a_lock(
     as_user(ALICE, plant)
     Path(tier.root, ".ledger", f"{users[ALICE].pw_uid}.{entry}").unlink()  # gc will write this row for alice
     with Tier(tier) as t:
-        report = admin.gc(t, slurm=_NoSlurm())
+        report = gc(t, slurm=_NoSlurm())
         assert f"{ALICE}/{entry}: missing row" in report.ledger_fixed
         assert sorted(r.split(" ")[0] for r in report.locks_removed) == sorted(
             [f"{ALICE}/locks/{key}", f"{ALICE}/locks/{orphan}"]
@@ -333,7 +334,7 @@ def test_a_plausible_forged_claim_is_checked_against_the_entry_before_root_evict
     # gc reports a new forgery of the same kind and corrects it
     as_user(ALICE, lambda: row.write_text(f"{claim} ready\n"))
     with Tier(tier) as t:
-        report = admin.gc(t, slurm=_NoSlurm())
+        report = gc(t, slurm=_NoSlurm())
     assert any(f"{ALICE}/{entry}: claimed {claim} bytes" in line for line in report.ledger_fixed)
     assert report.evicted == []
     assert int(row.read_text().split()[0]) == nbytes

@@ -21,6 +21,7 @@ from helpers import wait_until
 
 from slurm_tune.stage import admin
 from slurm_tune.stage.errors import SourceError, StageRequiredError, TierUnavailable
+from slurm_tune.stage.gc import gc
 from slurm_tune.stage.layout import source_key
 from slurm_tune.stage.spec import StageRequest, encode_requests
 from slurm_tune.stage.stager import stage
@@ -645,14 +646,14 @@ def test_root_never_follows_symlinks_planted_in_a_namespace(tier, dataset, users
     with Tier(tier) as t:
         with pytest.raises(TierUnavailable, match="holds is not a directory"):
             admin.release_job(t, "77", users["stune-alice"].pw_uid, "stune-alice")
-        report = admin.gc(t, slurm=_no_slurm(), to_low=True)
+        report = gc(t, slurm=_no_slurm(), to_low=True)
         assert any("stune-alice" in p and "holds" in p for p in report.problems), "skipped, and said so"
     assert (victim / "77" / "precious").read_text() == "keep me"
     os.unlink(ns / "holds")
     os.rename(ns / "holds.real", ns / "holds")
     shutil.rmtree(ns / "holds" / "77")  # job 77 has ended and released its hold
     with Tier(tier) as t:
-        report = admin.gc(t, slurm=_no_slurm(), to_low=True)
+        report = gc(t, slurm=_no_slurm(), to_low=True)
         assert report.problems == []
         listed = admin.list_entries(t)
     assert (victim / "77" / "precious").read_text() == "keep me"
@@ -707,7 +708,7 @@ def test_gc_restores_a_missing_ledger_row_as_the_entrys_user(tier, dataset, user
     nbytes = int(row.read_text().split()[0])
     row.unlink()
     with Tier(tier) as t:
-        report = admin.gc(t, slurm=_no_slurm())
+        report = gc(t, slurm=_no_slurm())
         assert report.ledger_fixed == [f"stune-alice/{row.name.split('.', 1)[1]}: missing row"]
         assert [(r.uid, r.bytes) for r in t.ledger()] == [(alice, nbytes)]
     assert row.stat().st_uid == alice

@@ -574,9 +574,9 @@ def test_unmeasurable_utilization_is_unmeasured_not_idle(tmp_path):
     merged = summary.merge([node])
     assert merged.covered == 0 and merged.eta is None
     assert [g.sm for g in merged.per_gpu] == [None, None]
-    from slurm_tune.fairshare import explain
+    from slurm_tune.fairshare import jobdoc
 
-    text = explain.job_text(
+    text = jobdoc.job_text(
         {
             "job_id": "71",
             "user": "u",
@@ -620,29 +620,29 @@ def test_the_series_is_bounded_and_keeps_the_shape_of_a_long_job(tmp_path):
 def test_a_sawtooth_counts_drops_and_gives_the_data_hint(tmp_path):
     """Utilization that keeps rising and dropping (a loop waiting for data): drops are counted, and `job`
     says to look at storage (stage the dataset) before NCCL. A steady job gets no such hint."""
-    from slurm_tune.fairshare import explain
+    from slurm_tune.fairshare import jobdoc
 
     saw = ([(95.0, 1)] * 5 + [(5.0, 1)] * 5) * 60  # 10 s period, 10 minutes
     local, clock = run_script(tmp_path, saw)
     merged = summary.merge([spool.node_summary(str(local), "70", "n1", None, clock.t)])
     assert merged.drops == 2 * 60  # 60 falls on each of 2 GPUs
-    hints = explain.usage_hints(merged, eta=merged.eta, idle_power_w=100.0)
+    hints = jobdoc.usage_hints(merged, eta=merged.eta, idle_power_w=100.0)
     assert any("stage the dataset" in h and "before tuning NCCL" in h for h in hints)
     steady = [(50.0, 1)] * 600
     local, clock = run_script(tmp_path / "steady", steady)
     flat = summary.merge([spool.node_summary(str(local), "70", "n1", None, clock.t)])
-    assert flat.drops == 0 and not any("stage" in h for h in explain.usage_hints(flat, flat.eta, 100.0))
+    assert flat.drops == 0 and not any("stage" in h for h in jobdoc.usage_hints(flat, flat.eta, 100.0))
 
 
 def test_a_stall_is_flagged_in_the_job_view():
     """~100 % utilization at near-idle power most of the time: a hung collective or a spin loop."""
-    from slurm_tune.fairshare import explain
+    from slurm_tune.fairshare import jobdoc
 
     stalled = summary.JobSummary(7200.0, 7100.0, 7200.0, 7000.0, 70.0, 2, 1, 1, ())
-    hints = explain.usage_hints(stalled, eta=stalled.eta, idle_power_w=100.0)
+    hints = jobdoc.usage_hints(stalled, eta=stalled.eta, idle_power_w=100.0)
     assert any("near-idle power" in h and "hung" in h for h in hints)
     busy = stalled._replace(busy_w=350.0)
-    assert not any("near-idle power" in h for h in explain.usage_hints(busy, busy.eta, 100.0))
+    assert not any("near-idle power" in h for h in jobdoc.usage_hints(busy, busy.eta, 100.0))
 
 
 def test_a_short_jobs_timeline_is_filled_not_dotted():

@@ -112,12 +112,13 @@ def _apply(args) -> int:
 
 def _write_metrics(result, config, since) -> None:
     from ..fairshare import report as report_mod
+    from ..fairshare import report_render
 
-    report_mod.to_prometheus(report_mod.build(result, config, since), config.report.prometheus_textfile)
+    report_render.to_prometheus(report_mod.build(result, config, since), config.report.prometheus_textfile)
 
 
 def _report(args) -> int:
-    from ..fairshare import accountant
+    from ..fairshare import accountant, report_render
     from ..fairshare import report as report_mod
     from ..usage.config import load_config
 
@@ -145,9 +146,9 @@ def _report(args) -> int:
         args.format = "json"
     text = None
     if args.format == "csv":
-        text = report_mod.to_csv(rep)
+        text = report_render.to_csv(rep)
     elif args.format == "json":
-        text = report_mod.to_json(rep)
+        text = report_render.to_json(rep)
     if text is not None:
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -156,19 +157,19 @@ def _report(args) -> int:
             sys.stdout.write(text)
     elif args.format == "table":
         if args.output:  # a file gets the plain table (no colour codes), as wide as it needs
-            Console = report_mod._need("rich.console", "the terminal table").Console
+            Console = report_render._need("rich.console", "the terminal table").Console
             with open(args.output, "w", encoding="utf-8") as fh:
-                report_mod.to_table(
+                report_render.to_table(
                     rep, Console(file=fh, width=200, color_system=None, force_terminal=False), wide=args.wide
                 )
         else:
-            report_mod.to_table(rep, wide=args.wide)
+            report_render.to_table(rep, wide=args.wide)
     if args.png:
-        report_mod.to_png(rep, args.png)
+        report_render.to_png(rep, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
     prom = args.prom or config.report.prometheus_textfile
     if prom:
-        report_mod.to_prometheus(rep, prom)
+        report_render.to_prometheus(rep, prom)
         print(f"{PROG}: wrote {prom}", file=sys.stderr)
     return EXIT_OK
 
@@ -203,7 +204,7 @@ def _explain(args) -> int:
 
 
 def _job(args) -> int:
-    from ..fairshare import explain as explain_mod
+    from ..fairshare import jobdoc
     from ..fairshare.jobview import job_view
     from ..output import json_text
     from ..usage.config import load_config
@@ -211,9 +212,9 @@ def _job(args) -> int:
     config = load_config(args.config)
     doc = job_view(_slurm(), config, args.job_id)
     if args.png:
-        explain_mod.timeline_png(doc, args.png)
+        jobdoc.timeline_png(doc, args.png)
         print(f"{PROG}: wrote {args.png}", file=sys.stderr)
-    sys.stdout.write(json_text(doc) if args.json else explain_mod.job_text(doc))
+    sys.stdout.write(json_text(doc) if args.json else jobdoc.job_text(doc))
     return EXIT_OK
 
 

@@ -192,9 +192,9 @@ def cmd_fetch(args) -> int:
 
 def cmd_ls(args) -> int:
     from ..stage.admin import age, list_entries
-    from ..stage.copy import human
     from ..stage.errors import TierUnavailable
     from ..stage.tier import Tier
+    from ..stage.watch import human
 
     rows_out = []
     unreadable = 0
@@ -244,8 +244,8 @@ def cmd_ls(args) -> int:
 
 def cmd_status(args) -> int:
     from ..stage.admin import status
-    from ..stage.copy import human
     from ..stage.tier import Tier
+    from ..stage.watch import human
 
     results = []
     for label, config in _tiers(args):
@@ -288,9 +288,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_gc(args) -> int:
-    from ..stage.admin import gc
-    from ..stage.copy import human
+    from ..stage.gc import gc
     from ..stage.tier import Tier
+    from ..stage.watch import human
 
     verb = "would remove" if args.dry_run else "removed"
     for label, config in _tiers(args):

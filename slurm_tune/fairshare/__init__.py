@@ -14,5 +14,7 @@ exactly as Slurm charges them: penalties only.
 - `tree`: the association tree and Slurm's two fair-share formulas (Fair Tree, classic).
 - `ledger`: settled, decayed usage per association plus the sacct watermark (idempotent incremental runs).
 - `accountant`: one run: read, charge, compute factors, plan and apply SiteFactor.
-- `report`: per-account/user tables, CSV, JSON, PNG, Prometheus.
+- `sitefactor`: the SiteFactor a pending job gets from its association's two fair-share factors.
+- `report`: the per-account/user report's numbers; `report_render`: it as a table, CSV, JSON, PNG, Prometheus.
+- `explain`: "why is my priority low?"; `jobview` and `jobdoc`: "was my job idle?" (`job JOBID`).
 """

@@ -15,6 +15,7 @@ from ..usage import accum, spool
 from ..usage import summary as summary_mod
 from . import charges as charges_mod
 from . import explain as explain_mod
+from . import jobdoc
 from . import sacct as sacct_mod
 
 
@@ -105,7 +106,7 @@ def job_view(slurm, config, job_id: str) -> dict:
         summary = None
     alpha = charges_mod.alpha_per_row(table, acc.alpha, acc.alpha_by)
     alpha = float(alpha[i]) if isinstance(alpha, np.ndarray) else float(alpha)
-    doc = explain_mod.job_doc(
+    doc = jobdoc.job_doc(
         table,
         i,
         row,

@@ -12,9 +12,10 @@ import os
 import stat
 import tempfile
 
-from .copy import TICK_S, Guard, Progress, read_only
+from .copy import read_only
 from .errors import SourceError
 from .fresh import Source
+from .watch import TICK_S, Guard, Progress
 from .workers import failure, kill, spawn, wait_any
 
 # First bytes of compressed streams -> tar's option to read them (GNU tar picks the tool itself).

@@ -14,8 +14,8 @@
 
 A big file's source is opened O_NOFOLLOW|O_NONBLOCK (replaced by a symlink or a FIFO since the walk: refused,
 never followed or waited on), its copy created O_EXCL|O_NOFOLLOW, and each range's writer checks that it
-reopened the file this copy created. Every copy reports progress (`Progress`) and watches the tier's free
-space and its byte allowance: when either runs out it stops its workers and raises TierUnavailable.
+reopened the file this copy created. Every copy reports progress and watches the tier's free space and its
+byte allowance (watch.py): when either runs out it stops its workers and raises TierUnavailable.
 
 A published copy is read-only (no write bit on any file or directory under data/): a job that writes into
 $STUNE_STAGE_X gets EACCES instead of silently changing what every later job reads. The `cp` workers run
@@ -28,19 +28,18 @@ import errno
 import os
 import stat
 import threading
-import time
 from collections import deque
 
 from ..safeio import O_DIR, O_FILE, UnsafePathError, create_exclusive, open_file
 from .errors import SourceError, TierUnavailable
 from .fresh import Plan, Source
+from .watch import TICK_S, Guard, Progress
 
 CHUNK = 256 << 20  # bytes per copy_file_range or sendfile call: the kernel loops inside it
 SPLIT = 128 << 20  # a file this big is cut into ranges copied by several workers at once
 BATCH_BYTES = 64 << 20  # a `cp` process's batch of smaller files: at most this many bytes ...
 BATCH_FILES = 4000  # ... or names (~200 KiB of argv: well inside ARG_MAX)
 RW_CHUNK = 1 << 20  # pread/pwrite buffer, the last fallback
-TICK_S = 0.5  # progress and disk-space cadence; the last worker's exit wakes the stager at once
 
 CFR, SENDFILE, RW = 0, 1, 2  # how bytes move, best first; a copy only ever moves down
 _NO_CFR = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ETXTBSY}
@@ -58,89 +57,6 @@ def default_jobs() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 2
     return max(4, min(16, 2 * cpus))
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-class Progress:
-    """Progress lines for a long copy: the first after `delay` seconds, then one every `every` seconds, and
-    a last one when done. Short copies print nothing."""
-
-    def __init__(
-        self,
-        stream,
-        label: str,
-        total_bytes: int,
-        total_files: int | None = None,
-        delay: float = 2.0,
-        every: float = 10.0,
-    ):
-        self.stream, self.label = stream, label
-        self.total_bytes, self.total_files = total_bytes, total_files
-        self.start = time.monotonic()
-        self.next = self.start + delay
-        self.every = every
-        self.printed = False
-
-    def update(self, done_bytes: int, done_files: int | None = None, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.stream is None or (now < self.next and not force):
-            return
-        self.next = now + self.every
-        elapsed = max(now - self.start, 1e-6)
-        rate = done_bytes / elapsed
-        parts = [f"{human(done_bytes)}"]
-        if self.total_bytes:
-            parts[0] += f" / {human(self.total_bytes)} ({100 * done_bytes / self.total_bytes:.0f}%)"
-        if self.total_files:
-            parts.append(f"{done_files or 0:,} / {self.total_files:,} files")
-        parts.append(f"{human(rate)}/s")
-        if self.total_bytes and rate > 0 and done_bytes < self.total_bytes:
-            parts.append(f"ETA {max(0, (self.total_bytes - done_bytes) / rate):.0f}s")
-        self.emit(f"{self.label}: {', '.join(parts)}")
-        self.printed = True
-
-    def emit(self, line: str) -> None:
-        from ..streams import say
-
-        if self.stream is not None and not say(self.stream, f"stune-stage: {line}"):
-            self.stream = None  # a closed job log must not fail the copy
-
-    def done(self, done_bytes: int, done_files: int | None = None) -> None:
-        if self.printed:
-            self.update(done_bytes, done_files, force=True)
-
-
-class Guard:
-    """Stops a copy before it overfills the tier: the filesystem keeps `reserve` bytes free (the rule in
-    tier.reserve_bytes, which admission applies too), and the copy writes at most `allowance` bytes
-    (statvfs deltas: cheap, and conservative when others write too)."""
-
-    def __init__(self, path: str, allowance: int | None, reserve: int = 0):
-        self.path, self.allowance, self.reserve = path, allowance, reserve
-        self.free_at_start = self._free()
-
-    def _free(self) -> int:
-        vfs = os.statvfs(self.path)
-        return vfs.f_bavail * vfs.f_frsize
-
-    def check(self) -> None:
-        free = self._free()
-        if free < self.reserve:
-            raise TierUnavailable(
-                "disk-full",
-                f"the cache disk is full ({human(free)} left, {human(self.reserve)} is kept in reserve)",
-            )
-        if self.allowance is not None and self.free_at_start - free > self.allowance:
-            raise TierUnavailable(
-                "over-quota", f"the copy outgrew its quota allowance of {human(self.allowance)}"
-            )
 
 
 def read_only(mode: int) -> int:

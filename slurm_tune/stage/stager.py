@@ -7,7 +7,7 @@ The protocol, per user namespace and source key (layout.py has the layout):
    when they get the lock the first one has published, and they hit.
 3. Under the lock: the current entry's stamp equals the source's stamp -> hit: hold it, touch its LRU time.
 4. Otherwise copy: admit the size (evicting this user's unheld LRU entries when the tier is past its high
-   watermark), reserve it in the ledger, copy into tmp/, write the stamp (fsync), then rename into
+   watermark; evict.py), reserve it in the ledger, copy into tmp/, write the stamp (fsync), then rename into
    entries/<key>.<gen>. Only a complete copy ever has that name: a killed stager leaves a tmp/ directory and
    a pending ledger row, both reclaimed once their lock is free. After a reboot an entry is trusted again
    only if its files still match the manifest in its stamp (see _publish for why that replaces a flush).
@@ -26,6 +26,7 @@ from collections import namedtuple
 from ..safeio import rmtree_at
 from .dirfd import open_dir
 from .errors import SourceError, TierUnavailable
+from .evict import admit
 from .fresh import boot_id
 from .fresh import manifest as fresh_manifest
 from .layout import DATA, ENTRIES, TMP, check_job_id, new_gen, source_key, write_stamp
@@ -49,7 +50,7 @@ class StageResult(
 
     def message(self) -> str:
         """The line for the job's stderr ("" when there is nothing to say)."""
-        from .copy import human
+        from .watch import human
 
         name = self.request.name
         if self.status == "copied":
@@ -285,29 +286,29 @@ def _file_estimate(source) -> int:
 
 
 def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve):
-    from . import copy
+    from . import copy, watch
 
     # The allowance is watched through free-space deltas, which also see every other writer on the disk
     # (concurrent stagers, jobs): only an archive, whose output size is a guess, needs it. A directory or
     # file was sized exactly by admission; for them the guard keeps the reserve only.
-    guard = copy.Guard(tmp_path, allowance if source.kind == "archive" else None, reserve)
+    guard = watch.Guard(tmp_path, allowance if source.kind == "archive" else None, reserve)
     data = os.path.join(tmp_path, DATA)
     os.mkdir(data, 0o700)
     label = f"{request.name}: staging {request.source}"
     if source.kind == "dir":
-        progress = copy.Progress(stream, label, plan.bytes, plan.count)
+        progress = watch.Progress(stream, label, plan.bytes, plan.count)
         copy.copy_tree(source.real, plan, data, jobs=jobs, progress=progress, guard=guard)
         os.chmod(data, copy.read_only(stat_mode(source.st)) | 0o500)
         export = DATA
     elif source.kind == "archive":
         from .archive import extract
 
-        progress = copy.Progress(stream, label + " (extracting)", source.st.st_size)
+        progress = watch.Progress(stream, label + " (extracting)", source.st.st_size)
         extract(source, data, progress=progress, guard=guard)
         os.chmod(data, 0o555)
         export = DATA
     else:
-        progress = copy.Progress(stream, label, source.st.st_size)
+        progress = watch.Progress(stream, label, source.st.st_size)
         copy.copy_file(source, data, jobs=jobs, progress=progress, guard=guard)
         os.chmod(data, 0o555)
         export = f"{DATA}/{source.basename}"
@@ -403,92 +404,7 @@ def _drop_old(tier: Tier, ns: Namespace, key: str, keep: str) -> None:
             tier.ledger_remove(ns.uid, entry.name)
 
 
-def admit(tier: Tier, ns: Namespace, need: int, exclude_key: str | None = None) -> int:
-    """Make room for `need` bytes and return the bytes this copy may write. Past the high watermark,
-    evict this user's least recently used unheld entries until usage + need is down to the low watermark
-    (other users' entries are root's to evict: the epilog and `stune-stage gc`). Raises TierUnavailable
-    when the entry cannot fit."""
-    quota = tier.quota()
-    if need > quota:
-        raise TierUnavailable(
-            "over-quota", f"needs {_h(need)}, more than the tier's whole quota of {_h(quota)}"
-        )
-    usage = tier.usage()
-    if usage + need > tier.config.high * quota:
-        evict_lru(tier, [ns], target=int(tier.config.low * quota) - need, exclude_key=exclude_key)
-        usage = tier.usage()
-    if usage + need > quota:
-        raise TierUnavailable(
-            "over-quota",
-            f"needs {_h(need)} but the tier holds {_h(usage)} of its "
-            f"{_h(quota)} quota in entries in use or not this user's",
-        )
-    free, reserve = tier.free_bytes(), tier.reserve()
-    if need > free - reserve:
-        raise TierUnavailable(
-            "disk-full",
-            f"needs {_h(need)} but the cache disk has {_h(free)} free, of which "
-            f"{_h(reserve)} is kept in reserve",
-        )
-    return quota - usage
-
-
-def evict_lru(
-    tier: Tier,
-    namespaces: list[Namespace],
-    target: int,
-    exclude_key: str | None = None,
-    dry_run: bool = False,
-    rows=None,
-) -> list[tuple[str, str, int]]:
-    """Delete unheld entries of `namespaces`, least recently used first, until the tier's usage is at most
-    `target`. Entries being staged or checked right now (their key lock is busy) are skipped. Returns the
-    (user, entry, bytes) evicted."""
-    rows = {(r.uid, r.entry): r for r in (tier.ledger() if rows is None else rows)}
-    usage = tier.usage(list(rows.values()))
-    candidates = []
-    for ns in namespaces:
-        try:
-            held = ns.held_entries()
-            entries = ns.entries()
-        except (TierUnavailable, OSError):  # a namespace its owner broke: not ours to fix here
-            continue
-        for entry in entries:
-            row = rows.get((ns.uid, entry.name))
-            if entry.name in held or entry.key == exclude_key:
-                continue
-            candidates.append((row.last_use if row else 0.0, ns, entry, row.bytes if row else 0))
-    evicted = []
-    for _last_use, ns, entry, nbytes in sorted(candidates, key=lambda c: c[0]):
-        if usage <= target:
-            break
-        try:
-            lock = ns.lock(entry.key, blocking=False)
-        except TierUnavailable:  # a lock file its user broke (gc removes it): skip, evict the others
-            continue
-        if lock is None:
-            continue
-        try:
-            if entry.name in ns.held_entries():  # a hold taken since we looked
-                continue
-            if not dry_run:
-                if not ns.remove_entry(entry.name):
-                    continue
-                tier.ledger_remove(ns.uid, entry.name)
-        finally:
-            os.close(lock)
-        usage -= nbytes
-        evicted.append((ns.user, entry.name, nbytes))
-    return evicted
-
-
 def _say(stream, line: str) -> None:
     from ..streams import say
 
     say(stream, f"stune-stage: {line}")
-
-
-def _h(n: int) -> str:
-    from .copy import human
-
-    return human(n)
