@@ -22,6 +22,12 @@ class BindPlan(Record):
     """cpus: what to bind to (None: run unbound, `note` says why); allowed: the task's CPUs before."""
 
     __slots__ = ("gpu", "pci", "numa_node", "cpus", "allowed", "note")
+    gpu: str | None
+    pci: str | None
+    numa_node: int | None
+    cpus: frozenset[int] | None
+    allowed: frozenset[int]
+    note: str
 
 
 def _split(text: str | None) -> list[str]:
