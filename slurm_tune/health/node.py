@@ -31,6 +31,13 @@ class Settings(Record):
     """Where one evaluation reads and writes. partition may be None until resolved."""
 
     __slots__ = ("node", "partition", "root", "state_dir", "gpu_snapshot", "prom_path", "json_path")
+    node: str
+    partition: str | None
+    root: str
+    state_dir: str
+    gpu_snapshot: str | None
+    prom_path: str | None
+    json_path: str | None
 
 
 def settings(options: dict, environ=None) -> Settings:
