@@ -120,7 +120,8 @@ def plan_binding(environ, sysfs: Sysfs, allowed: frozenset[int]) -> BindPlan:
 
 def format_cpus(cpus) -> str:
     """{0,1,2,5} -> '0-2,5'."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for c in sorted(cpus or ()):
         if run and c == run[-1] + 1:
             run.append(c)
