@@ -3,6 +3,10 @@ and small read-only records (cheaper to define than a namedtuple)."""
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
+if TYPE_CHECKING:  # for annotations only
+    from typing import Self
+
 
 def _copy(value):
     if isinstance(value, dict):
@@ -63,9 +67,10 @@ class Record:
     """A small read-only record built from positional values, its fields named by the subclass's __slots__.
     It behaves as a namedtuple does (unpacking, indexing, equality with a plain tuple, hashing, ordering,
     `_replace`, `_asdict`) but is cheaper to define: `collections` costs ~0.2x of a bare interpreter start
-    on the hot paths (docs/speed.md)."""
+    on the hot paths (docs/speed.md). Subclasses annotate their slots at class level, for mypy: bare
+    annotations make no class attributes, so they sit beside __slots__ at no cost."""
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def __init__(self, *values, **named):
         if len(values) > len(self.__slots__):
@@ -86,7 +91,7 @@ class Record:
     def _values(self) -> tuple:
         return tuple(getattr(self, n) for n in self.__slots__)
 
-    def _replace(self, **changes):
+    def _replace(self, **changes) -> Self:
         return type(self)(*(changes.get(n, getattr(self, n)) for n in self.__slots__))
 
     def _asdict(self) -> dict:

@@ -40,7 +40,7 @@ def _expand_term(term: str) -> list[str]:
     body, closed, tail = rest.partition("]")
     if not sep or not closed:
         return [term]
-    heads = []
+    heads: list[str] = []
     for part in body.split(","):
         lo, dash, hi = part.partition("-")
         if dash and is_digits(lo) and is_digits(hi) and int(hi) - int(lo) < MAX_RANGE:
@@ -75,8 +75,8 @@ def compress_hostlist(names) -> str:
                 width = max((w for w in padded if w <= len(digits)), default=1)
             groups.setdefault((prefix, width), set()).add(int(digits))
     parts = []
-    for (prefix, width), numbers in sorted(groups.items()):
-        ordered = sorted(numbers)
+    for (prefix, width), members in sorted(groups.items()):
+        ordered = sorted(members)
         if len(ordered) == 1:
             parts.append(f"{prefix}{ordered[0]:0{width}d}")
             continue

@@ -15,6 +15,10 @@ from .errors import ConfigError, NoProfileError, UnsafePathError
 from .frozen import Frozen
 from .trust import open_regular, read_bounded, require_trusted, trusted_stat_or_raise
 
+TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
+if TYPE_CHECKING:  # for annotations only
+    from collections.abc import Mapping
+
 DEFAULT_DIR = "/etc/stune/partitions"
 CACHE_FORMAT = 2
 # The cache is keyed by the validating code too: an upgrade of stune invalidates it.
@@ -133,7 +137,7 @@ def _write_cache(cache: str, fingerprint: tuple, profiles: dict) -> None:
         pass
 
 
-def _load_raw(directory: str) -> dict[str, dict | bytes]:
+def _load_raw(directory: str) -> Mapping[str, dict | bytes]:
     """Every profile's data, validated: from the cache still marshalled (`_unpacked` reads one), else as
     validated now. Run as root, the profile directory (and every directory above it), each profile and the
     cache must be writable by root alone: root refuses with one line naming the path (trust.py's rules; the
@@ -152,7 +156,7 @@ def _load_raw(directory: str) -> dict[str, dict | bytes]:
     return profiles
 
 
-def _unpacked(directory: str, raw: dict, name: str) -> dict:
+def _unpacked(directory: str, raw: Mapping[str, dict | bytes], name: str) -> dict:
     """The data of profile `name` from _load_raw's answer. A cached profile that does not read back is
     validated again from the YAML (as on a miss)."""
     value = raw[name]

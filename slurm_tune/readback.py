@@ -47,6 +47,7 @@ def parse(text: str, lo: float = 0.0, hi: float = COUNT_MAX, *, integer: bool = 
     """A number written as text (a tier ledger row, a stamp line): plain ASCII digits for an integer, a
     decimal for a float; None when it is not one, or fails `problem`."""
     text = text.strip()
+    value: float  # an int when `integer`
     if not text.isascii() or len(text) > 40:
         return None
     if integer:

@@ -96,7 +96,7 @@ class Str(Spec):
 
 
 class Int(Spec):
-    def __init__(self, default=REQUIRED, min: int | None = None, max: int | None = None, doc: str = ""):
+    def __init__(self, default=REQUIRED, min: float | None = None, max: float | None = None, doc: str = ""):
         super().__init__(default, doc)
         self.min, self.max = min, max
 
@@ -344,7 +344,7 @@ def _construct(loader, node, key: str, where: Where):
         return None
     where.lines.setdefault(key, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
-        out = {}
+        out: dict[str, object] = {}
         loader.flatten_mapping(node)
         for key_node, value_node in node.value:
             name = loader.construct_object(key_node, deep=True)
@@ -358,12 +358,12 @@ def _construct(loader, node, key: str, where: Where):
             out[name] = _construct(loader, value_node, sub, where)
         return out
     if isinstance(node, yaml.SequenceNode):
-        out = []
+        items = []
         for i, item in enumerate(node.value):
             sub = f"{key}[{i}]"
             where.lines[sub] = item.start_mark.line + 1
-            out.append(_construct(loader, item, sub, where))
-        return out
+            items.append(_construct(loader, item, sub, where))
+        return items
     try:
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError as exc:

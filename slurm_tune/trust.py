@@ -38,7 +38,8 @@ def open_regular(name: str, flags: int = O_READ, mode: int = 0, dir_fd=None, own
 
 def read_bounded(fd: int, limit: int):
     """At most `limit` bytes from fd; None when the file holds more (a size nobody should be trusted for)."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while total <= limit:
         data = os.read(fd, min(65536, limit + 1 - total))
         if not data:

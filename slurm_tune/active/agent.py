@@ -128,7 +128,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
             os.close(safeio.create_exclusive(file))
         except OSError as exc:
             return _emit_all(emit, spec, base, fp, "unknown", f"cannot create {file}: {exc.strerror}")
-        if tool == "dd":
+        if tool == "dd" and path is not None:  # no dd either: said below, before anything runs
             prepare = _argv(DD_PREPARE, path, "dd", values)
     else:
         values = {

@@ -15,6 +15,7 @@ import shutil
 import sys
 from collections import namedtuple
 
+from ..frozen import Frozen
 from . import parse, parse_io
 
 NODE, PAIR = "node", "pair"
@@ -142,7 +143,7 @@ DD_FALLBACK = "dd if={file} of=/dev/null bs=1M iflag=direct"
 DD_PREPARE = "dd if=/dev/zero of={file} bs=1M count={count} oflag=direct conv=fsync"
 
 
-def configured(profile) -> list[tuple[Check, dict]]:
+def configured(profile) -> list[tuple[Check, Frozen]]:
     """The checks the partition's profile asks for, in catalogue order, with their settings."""
     chosen = profile.active.checks
     return [(CATALOGUE[name], chosen[name]) for name in CATALOGUE if name in chosen]

@@ -221,7 +221,8 @@ def blame_pairs(verdicts: list[Verdict]) -> tuple[dict, list[Verdict]]:
 
 def bisect_plan(open_pairs: list[Verdict], good: list[str]) -> list[tuple[str, str]]:
     """For each member of an open slow pair, a known-good partner (not the other member): the pairs to test."""
-    plan, used = [], set()
+    plan: list[tuple[str, str]] = []
+    used: set[str] = set()
     for v in open_pairs:
         members = pair_members(v.subject)[:2]
         for m in members:

@@ -60,7 +60,8 @@ def append(store: str, partition: str, results: list[dict]) -> None:
 
 
 def months_between(since: float, until: float) -> list[str]:
-    out, t = [], since
+    out: list[str] = []
+    t = since
     while True:
         m = _month(t)
         if not out or out[-1] != m:

@@ -13,8 +13,18 @@ from ..thisnode import expand, uses_node
 from ..usage import pipeline
 from .findings import ERROR, OK, WARNING
 
+TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
+if TYPE_CHECKING:  # for annotations only
+    from ..slurm.adapter import Slurm
+
 
 class DaemonChecks:
+    if TYPE_CHECKING:  # what Doctor (doctor.py) supplies, declared for mypy only
+        env: dict[str, str]
+        slurm: Slurm
+
+        def add(self, severity: str, subject: str, message: str, fix: str = "") -> None: ...
+
     # ---- daemons -------------------------------------------------------------------------------------
     def check_accountant(self) -> None:
         from ..usage.config import load_config

@@ -160,7 +160,8 @@ class Topology(namedtuple("Topology", "leaves parents multi_leaf notes warnings"
 
 def build_topology(fabric: Fabric, *, keep=None, hca: str | None = None, all_rails: bool = False) -> Topology:
     """`keep(name)` filters node names; `hca` picks the rail by the HCA's description word (e.g. mlx5_0)."""
-    devices, neighbours = fabric.devices, {}
+    devices = fabric.devices
+    neighbours: dict[str, set[str]] = {}
     for link in fabric.links:
         ends = tuple(link)
         if len(ends) != 2:

@@ -83,7 +83,7 @@ def _main(argv: list[str]) -> int:
     allowed = frozenset(os.sched_getaffinity(0))
     plan = plan_binding(environ, Sysfs(resolve_root(options.get("sysfs_root"), environ, job.node)), allowed)
     command = list(args)
-    if plan.cpus is None:
+    if plan.cpus is None or plan.numa_node is None:  # a plan with CPUs always has its NUMA node
         _note(plan.note)
     else:
         os.sched_setaffinity(0, plan.cpus)

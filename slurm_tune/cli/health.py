@@ -72,6 +72,7 @@ def parse(argv: list[str]) -> tuple[str, dict]:
         return command, options
     allowed = allowed_options(command)
     args = iter(argv[1:])
+    value: str | bool | None
     for arg in args:
         if arg in ("-h", "--help"):
             raise Usage("", help_for=command)
@@ -170,8 +171,9 @@ def _check(options: dict) -> int:
     previous = load(options["previous"]) if options.get("previous") else None
     profile = offline.choose_profile(options.get("partition"))
     verdict, _ = offline.check(snap, profile, previous)
-    name = snap.get("node") if isinstance(snap.get("node"), str) else "?"
-    at = snap.get("captured_at") if type(snap.get("captured_at")) in (int, float) else 0.0
+    name, at = snap.get("node"), snap.get("captured_at")
+    name = name if isinstance(name, str) else "?"
+    at = at if type(at) is int or type(at) is float else 0.0
     doc = outputs.report(
         name,
         profile.partition,
@@ -191,7 +193,7 @@ def _check(options: dict) -> int:
         print_json(doc)
     else:
         _print_verdict(
-            f"{name} ({profile.partition}, policy {doc['policy']})", verdict, options.get("verbose")
+            f"{name} ({profile.partition}, policy {doc['policy']})", verdict, bool(options.get("verbose"))
         )
     return EXIT_BY_STATUS[verdict.status]
 

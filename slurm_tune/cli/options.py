@@ -88,7 +88,8 @@ def parse(parser, argv: list[str]):
     target = parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            target = action.choices.get(getattr(args, action.dest, None), parser)
+            chosen = getattr(args, action.dest, None)
+            target = action.choices.get(chosen, parser) if chosen is not None else parser
     known = [
         flag
         for action in target._actions

@@ -99,7 +99,7 @@ def _status(args) -> int:
         names = sorted(os.listdir(acc_dir))
     except FileNotFoundError:
         names = []
-    jobs = []
+    jobs: list[dict] = []
     for name in names:
         try:
             _, gpus = accum.read(os.path.join(acc_dir, name))

@@ -215,6 +215,7 @@ def _report(args, profile, directory: str) -> int:
     results = store.load(directory, args.partition, since=time.time() - profile.active.window * 12)
     if args.check:
         results = [r for r in results if r["check"] == args.check]
+    columns: tuple[str, ...]
     if args.drift:
         data, columns = (
             report.drift(results),

@@ -92,7 +92,7 @@ def partition_entry(profile) -> dict:
             env.append(
                 {"name": s.name, "value": s.value, "source": s.source, "node": s.name in REFINED_NAMES}
             )
-    options = []
+    options: list[dict] = []
     for which, p in (("always", base), ("opt-in", opted)):
         for s in p.settings:
             if s.kind != OPTION or not s.applied or s.name not in OPTIONS:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..frozen import Frozen
 from .sacct import JobTable
 from .sacct import _factorize as sacct_factorize
 
@@ -92,10 +93,10 @@ def measured_eta(table: JobTable, coverage_min: float):
     return eta, eta_seen, coverage, trusted, source
 
 
-def alpha_per_row(table: JobTable, alpha: float, alpha_by: dict | None) -> np.ndarray | float:
+def alpha_per_row(table: JobTable, alpha: float, alpha_by: Frozen | dict | None) -> np.ndarray | float:
     """The idle penalty of each row: accountant.alpha_by's QOS, else partition, else account entry, else the
     default `alpha`. A plain float when no override exists (the common case costs nothing)."""
-    by = alpha_by.to_dict() if hasattr(alpha_by, "to_dict") else (alpha_by or {})
+    by = alpha_by.to_dict() if isinstance(alpha_by, Frozen) else (alpha_by or {})
     qos, part, acct = (by.get(k) or {} for k in ("qos", "partition", "account"))
     if not (qos or part or acct) or not table.n:
         return alpha
@@ -128,10 +129,10 @@ def compute(
     coverage_min: float,
     basis: str = "billing",
     qos_usage_factor: dict | None = None,
-    alpha_by: dict | None = None,
+    alpha_by: Frozen | dict | None = None,
 ) -> Charges:
     """Charges for the rows selected by the boolean mask or index array `rows`, as of `as_of`."""
-    alpha = alpha_per_row(table, alpha, alpha_by)
+    alphas = alpha_per_row(table, alpha, alpha_by)
     eta, eta_seen, coverage, trusted, source = measured_eta(table, coverage_min)
     rate = table.gpus.copy() if basis == "gpu" else table.billing.copy()
     if qos_usage_factor:
@@ -144,10 +145,10 @@ def compute(
     mask = np.zeros(table.n, dtype=bool)
     mask[rows] = True
     slurm = np.where(mask, rate * seconds, 0.0)
-    stune = slurm * (1.0 + alpha * (1.0 - eta))
+    stune = slurm * (1.0 + alphas * (1.0 - eta))
     held = table.gpus * table.elapsed.astype(np.float64)
     return Charges(
-        alpha=alpha,
+        alpha=alphas,
         as_of=as_of,
         eta=eta,
         eta_measured=eta_seen,

@@ -235,7 +235,7 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
     except KeyError:
         log(f"  stderr of the job not written: no passwd entry for uid {uid}")
         return False
-    kwargs = {}
+    kwargs: dict = {}
     if os.getuid() != uid:
         kwargs = {
             "user": uid,

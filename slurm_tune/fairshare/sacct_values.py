@@ -125,7 +125,10 @@ def _heads(texts: list[str]) -> list[tuple | None]:
     try:
         return [
             (float(h), float(u), float(c), float(b), None if w == "-" else float(w))
-            for h, u, c, b, w in (match.groups() for match in map(_HEAD.match, texts))
+            for h, u, c, b, w in (
+                match.groups()  # type: ignore[union-attr]  # no match: AttributeError, caught below
+                for match in map(_HEAD.match, texts)
+            )
         ]
     except (ValueError, AttributeError):  # (AttributeError: a text did not match)
         return [parse_head(text) for text in texts]

@@ -112,9 +112,9 @@ class AssocTree:
                 p = self.parent[p]
             self.fs_parent[i] = p
         self.children: list[list[int]] = [[] for _ in range(n)]
-        for i in range(n):
-            if self.fs_parent[i] is not None:
-                self.children[self.fs_parent[i]].append(i)
+        for i, p in enumerate(self.fs_parent):
+            if p is not None:
+                self.children[p].append(i)
         self.level_shares = [0] * n
         for i in range(n):
             total = self._children_level_shares(i)
@@ -154,6 +154,11 @@ class AssocTree:
             assocs.append(Assoc("root", user))
         return cls(assocs)
 
+    def share_holder(self, i: int) -> int:
+        """The association whose shares `i` goes by: its fs parent for Fairshare=parent, else itself."""
+        p = self.fs_parent[i]
+        return p if self.assocs[i].shares is USE_PARENT and p is not None else i
+
     # ---- usage ------------------------------------------------------------------------------------------
     def raw_usage(self, user_usage: dict) -> list[float]:
         """usage_raw for every association: each user association's own usage, summed up the direct-parent
@@ -171,34 +176,32 @@ class AssocTree:
     # ---- shares -----------------------------------------------------------------------------------------
     def norm_shares_fair_tree(self) -> list[float]:
         out = []
-        for i, a in enumerate(self.assocs):
-            fs = i
-            if a.shares is USE_PARENT and self.fs_parent[i] is not None:
-                fs = self.fs_parent[i]
-            level = self.level_shares[fs]
-            out.append(
-                self.assocs[fs].shares / level if level and self.assocs[fs].shares is not None else 0.0
-            )
+        for i in range(len(self.assocs)):
+            fs = self.share_holder(i)
+            level, shares = self.level_shares[fs], self.assocs[fs].shares
+            out.append(shares / level if level and shares is not None else 0.0)
         return out
 
     def norm_shares_classic(self) -> list[float]:
         out: list[float | None] = [None] * len(self.assocs)
 
         def norm(i: int) -> float:
-            if out[i] is not None:
-                return out[i]
+            known = out[i]
+            if known is not None:
+                return known
             a = self.assocs[i]
-            if a.shares is USE_PARENT and self.fs_parent[i] is not None:
-                value = norm(self.fs_parent[i])
+            if a.shares is USE_PARENT and (p := self.fs_parent[i]) is not None:
+                value = norm(p)
             else:
                 value, x = 1.0, i
-                while self.parent[x] is not None:
-                    if self.assocs[x].shares is not USE_PARENT:
+                while (up := self.parent[x]) is not None:
+                    shares = self.assocs[x].shares
+                    if shares is not USE_PARENT:
                         if not self.level_shares[x]:
                             value = 0.0
                         else:
-                            value *= self.assocs[x].shares / self.level_shares[x]
-                    x = self.parent[x]
+                            value *= shares / self.level_shares[x]
+                    x = up
             out[i] = value
             return value
 
@@ -309,8 +312,9 @@ def _classic(tree: AssocTree, user_usage: dict, damping: float) -> ShareResult:
     efctv: list[float | None] = [None] * n
 
     def effective(i: int) -> float:
-        if efctv[i] is not None:
-            return efctv[i]
+        known = efctv[i]
+        if known is not None:
+            return known
         a, p = tree.assocs[i], tree.fs_parent[i]
         if i == tree.root or p is None:
             value = usage_norm[i]
@@ -330,7 +334,7 @@ def _classic(tree: AssocTree, user_usage: dict, damping: float) -> ShareResult:
 
     factors = {}
     for i in tree.user_indices:
-        fs = tree.fs_parent[i] if tree.assocs[i].shares is USE_PARENT and tree.fs_parent[i] is not None else i
+        fs = tree.share_holder(i)
         factors[tree.assocs[i].key] = classic_factor(effective(fs), norm_shares[fs], damping)
     rows = tuple(
         ShareRowOut(

@@ -73,8 +73,9 @@ def needs_sync(want: Want, state: dict, now: float) -> str | None:
     """Why Slurm must be read now, or None: the decision that keeps unchanged nodes off slurmctld."""
     if want.action == HOLD:
         return None
-    applied = state.get("applied") if isinstance(state.get("applied"), dict) else {}
-    hook = state.get("hook_fail") if isinstance(state.get("hook_fail"), dict) else {}
+    applied, hook = state.get("applied"), state.get("hook_fail")
+    applied = applied if isinstance(applied, dict) else {}
+    hook = hook if isinstance(hook, dict) else {}
     synced_at = _num(applied.get("synced_at"))
     if hook and _num(hook.get("at")) > synced_at:
         return f"the {hook.get('mode', 'hook')} failed this node"

@@ -18,8 +18,10 @@ def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
     """Read the GPUs NVML listed before by address as well, even if the bus no longer shows them as NVIDIA
     GPUs: a GPU gone from the bus must say which one, and a garbled vendor id must not look like one gone."""
     section = snap.get("pci_gpus")
-    devices = section.get("devices") if isinstance(section, dict) else None
-    if not isinstance(devices, dict) or not isinstance(known, list) or section.get("answered") is not True:
+    if not isinstance(section, dict) or section.get("answered") is not True or not isinstance(known, list):
+        return
+    devices = section.get("devices")
+    if not isinstance(devices, dict):
         return
     for address in known:
         if isinstance(address, str) and address not in devices and "/" not in address:
@@ -34,7 +36,7 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
     from ..hw.deadline import ERROR, run_probe
 
     sysfs = Sysfs(root)
-    plan = []  # (section, names, read one)
+    plan: list[tuple] = []  # (section, names or None for every NVIDIA GPU, read one)
     if profile.fabric.type in ("ib", "roce"):
         devices = list(dict.fromkeys(h.device for h in profile.fabric.hcas))
         # an absent HCA reads as None and is left out: judged missing; an unreadable one says why
@@ -67,7 +69,7 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
 
     result = run_probe("sysfs", probe, profile.health.probe_timeout_s)
     read = result.value if isinstance(result.value, dict) else {}
-    snap = {
+    snap: dict = {
         "format": FORMAT,
         "node": node,
         "captured_at": round(time.time(), 3),

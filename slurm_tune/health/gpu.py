@@ -46,7 +46,8 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
 def _nvml_problem(gpus: dict) -> tuple[str, str]:
     """(status, message) when NVML did not answer: fail for the node's GPUs or driver, unknown for stune's own
     installation (pynvml missing) or a snapshot taken without NVML."""
-    error = gpus.get("error") if isinstance(gpus.get("error"), str) else "no answer"
+    error = gpus.get("error")
+    error = error if isinstance(error, str) else "no answer"
     if "not installed" in error or "not captured" in error:
         return result.UNKNOWN, error
     stalled = _int(gpus.get("stalled_at"))
@@ -130,7 +131,8 @@ def _subject(dev: dict, pos: int) -> str:
 def _check_device(dev: dict, pos: int, spec, health) -> list:
     subject = _subject(dev, pos)
     short = subject.split()[0]
-    errors = dev.get("errors") if isinstance(dev.get("errors"), dict) else {}
+    errors = dev.get("errors")
+    errors = errors if isinstance(errors, dict) else {}
     if any(isinstance(e, str) and "GPU is lost" in e for e in errors.values()):
         return [
             result.fail(

@@ -51,7 +51,8 @@ def escalate_unknowns(verdict: result.Verdict, state: dict, after: int) -> resul
     keeps hanging, a counter stuck saturated) becomes degraded, so the node is kept out of multi-node jobs
     instead of being trusted forever on what nobody can see; never fail. Updates state["unknown_runs"]
     (finding -> runs in a row); a finding that reads again drops out, and so does its mark."""
-    before = state.get("unknown_runs") if isinstance(state.get("unknown_runs"), dict) else {}
+    before = state.get("unknown_runs")
+    before = before if isinstance(before, dict) else {}
     runs: dict = {}
     results = []
     for r in verdict.results:
@@ -76,7 +77,8 @@ def merge_state(state: dict, updates: dict, *, rebaseline: bool) -> None:
     periodic run: thresholds are per run); a hook only adds baselines for ports that had none."""
     new = updates.get("baselines")
     if isinstance(new, dict):
-        old = state.get("baselines") if isinstance(state.get("baselines"), dict) else {}
+        old = state.get("baselines")
+        old = old if isinstance(old, dict) else {}
         if rebaseline:
             old.update(new)
         else:

@@ -31,6 +31,13 @@ class Settings(Record):
     """Where one evaluation reads and writes. partition may be None until resolved."""
 
     __slots__ = ("node", "partition", "root", "state_dir", "gpu_snapshot", "prom_path", "json_path")
+    node: str
+    partition: str | None
+    root: str
+    state_dir: str
+    gpu_snapshot: str | None
+    prom_path: str | None
+    json_path: str | None
 
 
 def settings(options: dict, environ=None) -> Settings:
@@ -275,7 +282,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
                 "message": breaker.message if breaker else "",
             }
         elif error is not None:
-            applied = st.state.get("applied") if isinstance(st.state.get("applied"), dict) else {}
+            applied = st.state.get("applied")
+            applied = applied if isinstance(applied, dict) else {}
             applied["retry_at"] = round(now + apply.RETRY_S, 3)
             st.state["applied"] = applied
         elif want.action == apply.DRAIN and breaker_open(st.state, policy):

@@ -25,6 +25,11 @@ class Result(Record):
     """
 
     __slots__ = ("check", "subject", "status", "message", "reason")
+    check: str
+    subject: str
+    status: str
+    message: str
+    reason: str
 
     def __init__(self, check: str, subject: str, status: str, message: str, reason: str = ""):
         Record.__init__(self, check, subject, status, message, reason)
@@ -71,6 +76,9 @@ class Verdict(Record):
     `mlx5_2/1 state DOWN` or `mlx5_2/1 state DOWN (+2 more)`."""
 
     __slots__ = ("status", "results", "reason")
+    status: str
+    results: list[Result]
+    reason: str
 
 
 REASON_MAX = 120  # Slurm keeps long reasons, but sinfo/squeue columns and pagers do not

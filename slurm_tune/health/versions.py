@@ -29,7 +29,10 @@ def judge(text, rule, hex_parts: bool = False) -> tuple[str, str]:
     if key is None:
         return result.UNKNOWN, expected
     if rule.min is not None:
-        return (result.OK if key >= parse_version(rule.min, hex_parts) else result.FAIL), expected
+        floor = parse_version(rule.min, hex_parts)
+        if floor is None:  # profilecheck refuses such a profile; one that slipped through cannot judge
+            return result.UNKNOWN, expected
+        return (result.OK if key >= floor else result.FAIL), expected
     return (
         result.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else result.FAIL
     ), expected

@@ -164,7 +164,7 @@ def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
     results += [_sticky_result(snapshot, ev) for ev in sticky]
     if not results:
         results.append(result.ok("gpu.xid", "kernel log", "no new Xid events"))
-    updates = {"xid_sticky": sticky, "xid_seq": seq}
+    updates: dict[str, object] = {"xid_sticky": sticky, "xid_seq": seq}
     if boot_id(snapshot) is not None:
         updates["boot_id"] = boot_id(snapshot)
     return results, updates

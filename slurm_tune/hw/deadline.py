@@ -15,6 +15,10 @@ import time
 
 from ..frozen import Record
 
+TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
+if TYPE_CHECKING:  # for annotations only
+    from typing import Any
+
 OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 
 
@@ -23,6 +27,11 @@ class ProbeResult(Record):
     probe published before it stalled, or None), error (the probe raised; message says what)."""
 
     __slots__ = ("name", "status", "value", "elapsed_s", "message")
+    name: str
+    status: str
+    value: Any
+    elapsed_s: float
+    message: str
 
     @property
     def answered(self) -> bool:

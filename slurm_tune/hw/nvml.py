@@ -48,7 +48,9 @@ class NvmlSession:
 
     def __init__(self, nvml=None):
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self.nvml = nvml
         self._handles: dict[int, object] = {}
         self._identity: dict[int, tuple] = {}  # index -> (uuid, pci bus id): fixed for a session
@@ -79,7 +81,8 @@ class NvmlSession:
             return None
 
     def system(self) -> dict:
-        n, errors = self.nvml, {}
+        n = self.nvml
+        errors: dict[str, str] = {}
         cuda = self._field(errors, "cuda_driver_version", n.nvmlSystemGetCudaDriverVersion)
         return {
             "driver_version": _text(self._field(errors, "driver_version", n.nvmlSystemGetDriverVersion)),
@@ -90,7 +93,8 @@ class NvmlSession:
 
     def device(self, index: int) -> dict:
         """Everything the health checks judge about one GPU."""
-        n, errors = self.nvml, {}
+        n = self.nvml
+        errors: dict[str, str] = {}
         h = self.handle(index)
         f = self._field
         pci = f(errors, "pci", n.nvmlDeviceGetPciInfo, h)
@@ -178,7 +182,8 @@ class NvmlSession:
 
     def utilization(self, index: int) -> GpuUtilization:
         """The sampler's read: 4 NVML calls, no allocation beyond the tuple."""
-        n, errors = self.nvml, {}
+        n = self.nvml
+        errors: dict[str, str] = {}
         h = self.handle(index)
         util = self._field(errors, "utilization", n.nvmlDeviceGetUtilizationRates, h)
         mem = self._field(errors, "memory", n.nvmlDeviceGetMemoryInfo, h)
@@ -213,7 +218,7 @@ def read_gpus(timeout_s: float = 5.0, nvml=None) -> dict:
     devices read before the stall are kept and `answered` is False."""
 
     def probe(partial, nvml_module):
-        out = {
+        out: dict = {
             "answered": False,
             "devices": [],
             "driver_version": None,
@@ -284,7 +289,7 @@ class SnapshotGpuSource:
 
     def __init__(self, path: str):
         self.path = path
-        self._stamp = None
+        self._stamp: tuple[int, int, int] | None = None
         self._readings: list[GpuUtilization] = []
 
     def utilization(self) -> list[GpuUtilization]:
@@ -318,8 +323,9 @@ def utilization_from_snapshot(snapshot) -> list[GpuUtilization]:
     for pos, dev in enumerate(devices if isinstance(devices, list) else []):
         if not isinstance(dev, dict):
             continue
-        util = dev.get("utilization") if isinstance(dev.get("utilization"), dict) else {}
-        mem = dev.get("memory") if isinstance(dev.get("memory"), dict) else {}
+        util, mem = dev.get("utilization"), dev.get("memory")
+        util = util if isinstance(util, dict) else {}
+        mem = mem if isinstance(mem, dict) else {}
         out.append(
             GpuUtilization(
                 _int(dev.get("index"), pos),

@@ -145,7 +145,7 @@ class Sysfs:
             return None
         if problem is not None:
             return {"unreadable": problem}
-        out = {
+        out: dict[str, object] = {
             "fw_ver": self.read(f"{base}/fw_ver"),
             "board_id": self.read(f"{base}/board_id"),
             "hca_type": self.read(f"{base}/hca_type"),
@@ -170,7 +170,7 @@ class Sysfs:
         problem = self.entry(base)
         if problem is not None:
             return {"present": False} if problem == MISSING else {"unreadable": problem}
-        out = {
+        out: dict[str, object] = {
             "present": True,
             "state": self.read(f"{base}/state"),
             "phys_state": self.read(f"{base}/phys_state"),
@@ -188,7 +188,7 @@ class Sysfs:
     def gid_table(self, device: str, port: str | int) -> list[dict]:
         """Populated GID slots: index, gid (sysfs form), type (`RoCE v2`, `IB/RoCE v1`), ndev (netdev)."""
         base = f"{IB_CLASS}/{device}/ports/{port}"
-        table = []
+        table: list[dict] = []
         for name in self.listdir(f"{base}/gids"):
             if not is_digits(name):
                 continue
@@ -242,7 +242,7 @@ class Sysfs:
             "max_link_speed",
             "max_link_width",
         )
-        out = {"present": True}
+        out: dict[str, object] = {"present": True}
         out.update({f: self.read(f"{base}/{f}") for f in fields})
         return out
 

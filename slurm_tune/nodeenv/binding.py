@@ -22,6 +22,12 @@ class BindPlan(Record):
     """cpus: what to bind to (None: run unbound, `note` says why); allowed: the task's CPUs before."""
 
     __slots__ = ("gpu", "pci", "numa_node", "cpus", "allowed", "note")
+    gpu: str | None
+    pci: str | None
+    numa_node: int | None
+    cpus: frozenset[int] | None
+    allowed: frozenset[int]
+    note: str
 
 
 def _split(text: str | None) -> list[str]:
@@ -114,7 +120,8 @@ def plan_binding(environ, sysfs: Sysfs, allowed: frozenset[int]) -> BindPlan:
 
 def format_cpus(cpus) -> str:
     """{0,1,2,5} -> '0-2,5'."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for c in sorted(cpus or ()):
         if run and c == run[-1] + 1:
             run.append(c)

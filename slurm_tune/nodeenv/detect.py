@@ -12,6 +12,9 @@ ROCE_V2 = "RoCE v2"
 
 class Port(Record):
     __slots__ = ("device", "port", "netdev")
+    device: str
+    port: str | int
+    netdev: str | None
 
     def __str__(self):
         return f"{self.device}:{self.port}"

@@ -224,7 +224,9 @@ def plain_job_exports(job) -> dict[str, str]:
     return {name: value for name, value in plain_job_environment(job.profile).items() if name not in environ}
 
 
-def task_environment(job, progress=None, sysfs: Sysfs | None = None) -> tuple[dict[str, str], list[str]]:
+def task_environment(
+    job, progress=None, sysfs: Sysfs | None = None
+) -> tuple[dict[str, str | None], list[str]]:
     """Everything a task of `job` (a JobContext with its profile) gets on this node: the NCCL exports above,
     then the staged datasets (STUNE_STAGE_<NAME>) when the job asked for any or the profile stages some for
     every job. Staging writes its own messages to `progress`; raises StageRequiredError when

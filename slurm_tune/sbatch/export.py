@@ -13,6 +13,11 @@ class ExportSpec(Record):
     `names`: listed without a value (their value comes from the environment); `assigned`: NAME=value."""
 
     __slots__ = ("mode", "names", "assigned", "raw", "where")
+    mode: str
+    names: tuple[str, ...]
+    assigned: dict[str, str]
+    raw: str | None
+    where: str | None
 
 
 def parse_export(opt) -> ExportSpec:
@@ -94,7 +99,7 @@ def export_with(export: ExportSpec, names) -> str | None:
     variables or says NONE; None when the job inherits the whole environment anyway."""
     if not names or export.mode not in ("list", "none"):
         return None
-    kept = [] if export.mode == "none" else [export.raw]
+    kept = [] if export.mode == "none" or export.raw is None else [export.raw]
     return "--export=" + ",".join(kept + sorted(names))
 
 

@@ -250,7 +250,7 @@ def learn(slurm, environ, *, fresh: bool = False) -> str:
             return "cached"
     text = ask_sbatch(slurm, environ)
     longs, shorts = parse_help(text or "")
-    if not CORE <= longs.keys():  # no answer, or not sbatch's help
+    if not text or not CORE <= longs.keys():  # no answer, or not sbatch's help
         write_cache(environ, key, None, {}, set())
         return "built-in"
     plugins = set(parse_help(text.partition(PLUGIN_HEADER)[2])[0]) if PLUGIN_HEADER in text else set()

@@ -371,10 +371,11 @@ def node_range(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
     lo, sep, hi = text.partition("-")
-    lo_n, hi_n = _count(lo), _count(hi) if sep else None
-    if lo_n is None or (sep and hi_n is None):
+    lo_n = _count(lo)
+    hi_n = _count(hi) if sep else lo_n
+    if lo_n is None or hi_n is None:
         return None
-    return lo_n, (hi_n if sep else lo_n)
+    return lo_n, hi_n
 
 
 def _count(text: str) -> int | None:

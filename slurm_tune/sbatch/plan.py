@@ -21,6 +21,10 @@ from .recovery import recovery_settings
 from .setting import ENV, NODE, NOTE, OPTION, WARNING, Setting, origin
 from .staging import container_settings, stage_settings
 
+TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
+if TYPE_CHECKING:  # for annotations only
+    from ..profilestore import Profile
+
 
 class Plan(Record):
     """`options`: the sbatch words stune adds; `env`: the variables stune sets in sbatch's environment;
@@ -39,6 +43,16 @@ class Plan(Record):
         "node_reason",
         "unset",
     )
+    partition: str
+    partition_source: str
+    profile: Profile
+    settings: list[Setting]
+    options: list[str]
+    env: dict[str, str | None]
+    export_option: str | None
+    multi_node: bool
+    node_reason: str
+    unset: tuple[str, ...]
 
     @property
     def warnings(self) -> list[str]:

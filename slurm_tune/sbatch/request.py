@@ -125,7 +125,9 @@ def read_request(argv: list[str], environ, stdin, slurm) -> Request:
         dry_run = req.dry_run
         req._stune(parsed.stune)  # the stage options as read again; the dry run stays what it was
         req.dry_run, req.as_json = dry_run, as_json
-        directives, script_het = parse_directives(req.text, problems, req.unknown)
+        directives, script_het = (
+            parse_directives(req.text, problems, req.unknown) if req.text else ([], False)
+        )
     if problems:  # the script's directives hold what sbatch refuses: the same verdict as for the command line
         req.refusal = Refusal("this script's #SBATCH lines", problems)
         return req

@@ -16,6 +16,12 @@ class Setting(Record):
     `applied`: False when the user's own value wins; `note` then says so."""
 
     __slots__ = ("kind", "name", "value", "source", "applied", "note")
+    kind: str
+    name: str
+    value: str | None
+    source: str
+    applied: bool
+    note: str
 
 
 def origin(profile, *keys: str) -> str:

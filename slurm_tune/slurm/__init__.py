@@ -42,18 +42,26 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "Slurm":
-        from . import adapter as home
-    elif name in ("SlurmCommands", "DEFAULT_TIMEOUT_S"):
-        from . import commands as home
-    elif name in ("INFINITE", "Job", "Node", "Partition", "PrioRow", "ShareRow"):
-        from . import records as home
-    elif name == "Association":
-        from . import associations as home
-    elif name == "SlurmVersion":
-        from . import version as home
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(home, name)
+        from . import adapter
+
+        return adapter.Slurm
+    if name in ("SlurmCommands", "DEFAULT_TIMEOUT_S"):
+        from . import commands
+
+        return getattr(commands, name)
+    if name in ("INFINITE", "Job", "Node", "Partition", "PrioRow", "ShareRow"):
+        from . import records
+
+        return getattr(records, name)
+    if name == "Association":
+        from . import associations
+
+        return associations.Association
+    if name == "SlurmVersion":
+        from . import version
+
+        return version.SlurmVersion
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():

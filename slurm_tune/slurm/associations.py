@@ -111,7 +111,7 @@ def parse_associations(
             shares = parse_share(cols[at["share"]])
         except ValueError as exc:
             raise AssocFormatError(lineno, str(exc)) from None
-        order = None
+        order: int | str | None = None
         if order_key == "lft":
             order = cols[at["lft"]].strip()
             if not is_digits(order):

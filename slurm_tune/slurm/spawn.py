@@ -35,7 +35,7 @@ def spawn_capture(
         raise
     for fd in (out_w, err_w, in_r):
         os.close(fd)
-    chunks = {out_r: [], err_r: []}
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     pending = input.encode() if input is not None else b""
     poller = select.poll()
     poller.register(out_r, select.POLLIN)
@@ -109,7 +109,7 @@ def spawn_relay(
                 os.close(fd)
         raise
     os.close(out_w)
-    if in_r >= 0:
+    if stdin_data is not None:  # in_r, in_w are its pipe
         os.close(in_r)
         try:  # sbatch reads its whole script before it writes anything, so this cannot deadlock
             view = memoryview(stdin_data)

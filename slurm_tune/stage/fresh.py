@@ -98,8 +98,8 @@ class Plan(namedtuple("Plan", "dirs files links skipped bytes alloc digest tree"
 
     __slots__ = ()
 
-    @property
-    def count(self) -> int:
+    @property  # shadows tuple.count on purpose: the copy's file count is what callers (stager.py) read
+    def count(self) -> int:  # type: ignore[override]
         return len(self.files) + len(self.links)
 
 

@@ -27,7 +27,11 @@ from ..errors import StuneError
 from ..frozen import Record
 from ..streams import say
 from .errors import SourceError, StageRequestError, StageRequiredError, TierUnavailable
-from .spec import ENV_VAR, LOG_VAR, decode_requests, merge_requests, parse_profile_stage
+from .spec import ENV_VAR, LOG_VAR, StageRequest, decode_requests, merge_requests, parse_profile_stage
+
+TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
+if TYPE_CHECKING:  # for annotations only: tier is imported when a task stages
+    from .tier import TierConfig
 
 
 def prepare_for_task(job, progress=None) -> tuple[dict[str, str], list[str]]:
@@ -62,6 +66,11 @@ class JobStage(Record):
     (problem, a TierUnavailable), and the job id holds are taken for."""
 
     __slots__ = ("requests", "required", "config", "problem", "job_id")
+    requests: list[StageRequest]
+    required: bool
+    config: TierConfig | None
+    problem: TierUnavailable | None
+    job_id: str | None
 
 
 def resolve(job, with_defaults: bool = True) -> JobStage:

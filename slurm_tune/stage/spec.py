@@ -45,6 +45,8 @@ class StageRequest(Record):
     """Stage `source` (an absolute, normalized path) and export it as STUNE_STAGE_<name>."""
 
     __slots__ = ("source", "name")
+    source: str
+    name: str
 
     @property
     def variable(self) -> str:

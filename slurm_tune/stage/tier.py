@@ -307,12 +307,12 @@ class Tier:
     def _what(self, name: str, uid: int, exc: OSError | None = None) -> str:
         st = lstat_at(name, self.fd)
         if st is None:
-            return exc.strerror if exc is not None else "missing"
+            return (exc.strerror or str(exc)) if exc is not None else "missing"
         if stat.S_ISLNK(st.st_mode):
             return "a symlink"
         if not stat.S_ISDIR(st.st_mode):
             return f"not a directory (mode {st.st_mode:o}, owned by uid {st.st_uid})"
-        return namespace_problem(st, uid) or (exc.strerror if exc is not None else "unusable")
+        return namespace_problem(st, uid) or ((exc.strerror or str(exc)) if exc is not None else "unusable")
 
     def _create_namespace(self, user: str, uid: int) -> int:
         """mkdir the namespace 0700; root creating it for a user hands the directory it just made over

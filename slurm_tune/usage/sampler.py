@@ -81,7 +81,7 @@ class Sampler:
         self.proc_root = proc_root
         self.clock = clock
         self.jobs: dict[str, _Job] = {}
-        self._stamp = None
+        self._stamp: int | None = None
         self._retry = False
         self._slot_of: dict[int, int] | None = None  # Slurm GPU id -> position in the source's readings
         self._owner: dict[int, str] = {}
