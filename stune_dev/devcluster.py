@@ -3,7 +3,8 @@
 Everything binds to loopback and keeps its state under one directory (STUNE_CLUSTER_DIR, default
 /var/tmp/stune-cluster). `up` is idempotent. Debian's packages are installed when missing, by
 `scripts/setup.sh --packages`: stune-devcluster is a developer's tool, run from a checkout (`python -m stune_dev`).
-The cluster's shape and places are layout.py, what it needs of the machine host.py, its config files conffiles.py.
+The cluster's shape and places are layout.py, what it needs of the machine host.py, its config files
+conffiles.py, starting and stopping its daemons daemons.py.
 
 Three Slurm series: 22.05 (Debian 12's packages, the default), 26.05 (Debian sid's packages, unpacked by
 scripts/build-slurm.sh into /var/cache/stune/slurm-26.05.5) and 24.11 (Debian 13's source, compiled by
@@ -17,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import pwd
 import shutil
-import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from slurm_tune.cli import options
@@ -32,12 +30,12 @@ from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
 from .conffiles import ConfFiles
+from .daemons import Daemons
 from .host import (
     ensure_node_names_resolve,
     ensure_packages,
     ensure_unix_users,
     pid_alive,
-    port_open,
     wait_for,
 )
 from .layout import (
@@ -49,7 +47,6 @@ from .layout import (
     NVIDIA_MAJOR,
     REPO,
     SERIES_FILE,
-    START_TIMEOUT_S,
     TEST_ACCOUNTS,
     ClusterError,
     Layout,
@@ -60,7 +57,7 @@ from .layout import (
 RECONFIGURE = ["scontrol", "reconfigure"]  # the dev cluster's own; production stune never reconfigures
 
 
-class DevCluster(ConfFiles):
+class DevCluster(ConfFiles, Daemons):
     def __init__(
         self,
         layout: Layout | None = None,
@@ -142,160 +139,6 @@ class DevCluster(ConfFiles):
             if not path.exists():
                 os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, i))
         return changed
-
-    # ---- daemons -------------------------------------------------------------------------------------
-    def start_munge(self) -> None:
-        L = self.layout
-        pidfile = L.run / "munge" / "munged.pid"
-        if pid_alive(pidfile):
-            return
-        key = L.etc / "munge.key"
-        if not key.exists():
-            key.write_bytes(os.urandom(1024))
-        # munged runs as its own user and refuses keys, sockets and logs that others could tamper with.
-        munge = pwd.getpwnam("munge")
-        (L.log / "munge").mkdir(exist_ok=True)
-        for path in (key, L.run / "munge", L.log / "munge"):
-            os.chown(path, munge.pw_uid, munge.pw_gid)
-            path.chmod(0o400 if path == key else 0o755)
-        L.munge_socket.unlink(missing_ok=True)
-        proc = subprocess.run(
-            [
-                "runuser",
-                "-u",
-                "munge",
-                "--",
-                "munged",
-                f"--socket={L.munge_socket}",
-                f"--key-file={key}",
-                f"--pid-file={pidfile}",
-                f"--log-file={L.log}/munge/munged.log",
-                f"--seed-file={L.run}/munge/munged.seed",
-                "--num-threads=8",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise ClusterError(f"munged failed: {proc.stderr.strip()}")
-        wait_for("munged", lambda: L.munge_socket.exists(), logfile=L.log / "munge" / "munged.log")
-
-    def start_mysql(self) -> None:
-        L = self.layout
-        if pid_alive(L.pidfile("mysqld")):
-            return
-        if not (L.mysql_data / "mysql").exists():
-            proc = subprocess.run(
-                [
-                    "mariadb-install-db",
-                    f"--datadir={L.mysql_data}",
-                    "--user=root",
-                    "--auth-root-authentication-method=socket",
-                    "--skip-test-db",
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if proc.returncode != 0:
-                raise ClusterError(f"mariadb-install-db failed: {proc.stderr.strip()[-300:]}")
-        with open(L.log / "mysqld.log", "ab") as out:
-            subprocess.Popen(
-                [
-                    "mariadbd",
-                    "--no-defaults",
-                    f"--datadir={L.mysql_data}",
-                    "--user=root",
-                    f"--socket={L.mysql_socket}",
-                    f"--port={L.mysql_port}",
-                    "--bind-address=127.0.0.1",
-                    f"--pid-file={L.pidfile('mysqld')}",
-                    f"--log-error={L.log}/mysqld.log",
-                    "--innodb-buffer-pool-size=64M",
-                    "--innodb-log-file-size=32M",
-                    "--skip-name-resolve",
-                ],
-                stdout=out,
-                stderr=out,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        wait_for(
-            "mariadb",
-            lambda: port_open(L.mysql_port) and L.mysql_socket.exists(),
-            logfile=L.log / "mysqld.log",
-        )
-        sql = (
-            "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'stune';"
-            "GRANT ALL ON stune_acct.* TO 'slurm'@'127.0.0.1';"
-            "CREATE DATABASE IF NOT EXISTS stune_acct;"
-        )
-        proc = subprocess.run(
-            ["mariadb", f"--socket={L.mysql_socket}", "-uroot", "-e", sql], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise ClusterError(f"mariadb setup failed: {proc.stderr.strip()}")
-
-    def _daemon(self, name: str, argv: list[str], pidfile: Path, ready, logfile: Path) -> None:
-        if pid_alive(pidfile):
-            return
-        pidfile.unlink(missing_ok=True)  # a stale one would read as "exited" before the daemon writes it
-        env = self.install.env()
-        env["SLURM_CONF"] = str(self.layout.slurm_conf)
-        with open(self.layout.log / f"{name}.stdout", "ab") as out:
-            proc = subprocess.run(
-                argv, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, timeout=START_TIMEOUT_S
-            )
-        if proc.returncode != 0:
-            tail = " | ".join(
-                (self.layout.log / f"{name}.stdout").read_text(errors="replace").strip().splitlines()[-3:]
-            )
-            raise ClusterError(f"{name} exited {proc.returncode}: {tail}")
-        wait_for(name, ready, logfile=logfile, pidfile=pidfile)
-
-    def start_slurmdbd(self) -> None:
-        L = self.layout
-        self._daemon(
-            "slurmdbd",
-            [self.install.daemon("slurmdbd")],
-            L.pidfile("slurmdbd"),
-            lambda: port_open(L.dbd_port),
-            L.log / "slurmdbd.log",
-        )
-
-    def start_slurmctld(self) -> None:
-        L = self.layout
-        self._daemon(
-            "slurmctld",
-            [self.install.daemon("slurmctld"), "-f", str(L.slurm_conf)],
-            L.pidfile("slurmctld"),
-            lambda: port_open(L.ctld_port),
-            L.log / "slurmctld.log",
-        )
-
-    def restart_controller(self) -> None:
-        """Stop slurmctld (it saves its state on SIGTERM) and start it again, for settings that slurmctld
-        reads only at start, such as EpilogSlurmctld in 22.05; then reconfigure the slurmds."""
-        L = self.layout
-        pid = pid_alive(L.pidfile("slurmctld"))
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-            # gone, and its port free: a new slurmctld would otherwise exit on "address in use"
-            wait_for(
-                "slurmctld to stop", lambda: not os.path.exists(f"/proc/{pid}") and not port_open(L.ctld_port)
-            )
-        self.start_slurmctld()
-        self.reconfigure()
-
-    def start_slurmd(self) -> None:
-        L = self.layout
-        for i, node in enumerate(NODES):
-            self._daemon(
-                f"slurmd-{node}",
-                self.install.slurmd_argv(node, L.slurm_conf),
-                L.pidfile(f"slurmd-{node}"),
-                lambda i=i: port_open(L.node_port(i)),
-                L.log / f"slurmd-{node}.log",
-            )
 
     def ensure_associations(self) -> None:
         existing = self.slurm.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user"])
@@ -486,37 +329,9 @@ class DevCluster(ConfFiles):
         accounting; production stune reads it through the adapter."""
         return self.slurm.run(["sacctmgr", "-i", *args])
 
-    def pidfiles(self) -> dict[str, Path]:
-        """Each daemon's pidfile, in start order (down() stops them in the reverse order)."""
-        L = self.layout
-        daemons = {
-            "munged": L.run / "munge" / "munged.pid",
-            "mariadb": L.pidfile("mysqld"),
-            "slurmdbd": L.pidfile("slurmdbd"),
-            "slurmctld": L.pidfile("slurmctld"),
-        }
-        daemons.update({f"slurmd-{n}": L.pidfile(f"slurmd-{n}") for n in NODES})
-        return daemons
-
-    def down(self) -> None:
-        for pidfile in reversed(self.pidfiles().values()):
-            pid = pid_alive(pidfile)
-            if pid is None:
-                continue
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and pid_alive(pidfile) == pid:
-                time.sleep(0.1)
-            if pid_alive(pidfile) == pid:
-                os.kill(pid, signal.SIGKILL)
-        log("down")
-
     def destroy(self) -> None:
         self.down()
         shutil.rmtree(self.layout.root, ignore_errors=True)
-
-    def status(self) -> dict[str, bool]:
-        return {name: pid_alive(p) is not None for name, p in self.pidfiles().items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,21 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from stune_dev import demo
+from stune_dev import demo, demo_checks, demo_fairshare
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_a_claim_that_does_not_hold_stops_the_demo_named(capsys, monkeypatch):
-    demo.claim("three nodes with 4 GPUs each", True, "n1 gpu:4")
+    demo_checks.claim("three nodes with 4 GPUs each", True, "n1 gpu:4")
     assert capsys.readouterr().out == "  checked: three nodes with 4 GPUs each (n1 gpu:4)\n"
     with pytest.raises(
-        demo.ClaimFailed, match=r"^claim not true: bob's job is below alice's \(5000 vs 5000\)$"
+        demo_checks.ClaimFailed, match=r"^claim not true: bob's job is below alice's \(5000 vs 5000\)$"
     ):
-        demo.claim("bob's job is below alice's", False, "5000 vs 5000")
+        demo_checks.claim("bob's job is below alice's", False, "5000 vs 5000")
 
     def broken():
-        demo.claim("bob's job is below alice's", 5000 < 5000, "5000 vs 5000")
+        demo_checks.claim("bob's job is below alice's", 5000 < 5000, "5000 vs 5000")
         return 0
 
     monkeypatch.setattr(demo, "demo", broken)
@@ -36,11 +36,11 @@ def test_a_claim_that_does_not_hold_stops_the_demo_named(capsys, monkeypatch):
 
 
 def test_the_checks_read_what_the_demo_shows():
-    assert demo.summary_eta(
+    assert demo_fairshare.summary_eta(
         "stune1 held=40.0 used=38.0 cov=40.0 busy=0.0 busy_w=- gpus=2 nodes=1/1 per_gpu="
     ) == pytest.approx(0.95)
-    assert demo.summary_eta("admin: re-run after maintenance") is None
-    assert demo.fairshare_alike(5000, 4990) and not demo.fairshare_alike(5000, 2500)
+    assert demo_fairshare.summary_eta("admin: re-run after maintenance") is None
+    assert demo_fairshare.fairshare_alike(5000, 4990) and not demo_fairshare.fairshare_alike(5000, 2500)
 
 
 @pytest.mark.cluster

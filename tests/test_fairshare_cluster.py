@@ -761,7 +761,7 @@ def test_a_poisoned_ledger_changes_no_site_factor(world, slurm, shared_tmp):
 def _stop_slurmdbd(cluster) -> None:
     import signal
 
-    from stune_dev.devcluster import port_open
+    from stune_dev.host import port_open
 
     pid = int(cluster.layout.pidfile("slurmdbd").read_text().split()[0])
     os.kill(pid, signal.SIGTERM)
@@ -774,7 +774,8 @@ def _stop_slurmdbd(cluster) -> None:
 
 def _start_slurmdbd(cluster) -> None:
     """Start it again; a second try when the first start is judged too early (its pidfile read mid-fork)."""
-    from stune_dev.devcluster import ClusterError, port_open
+    from stune_dev.devcluster import ClusterError
+    from stune_dev.host import port_open
 
     try:
         cluster.start_slurmdbd()

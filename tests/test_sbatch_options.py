@@ -289,20 +289,6 @@ def test_directives_around_the_odd_ones_are_still_read(script, want, het):
     assert is_het is het
 
 
-def test_the_submission_and_node_environment_modules_stay_under_450_lines():
-    """Issue 23: no module above 450 lines (plan.py was 484, options.py 452: split by a clear boundary)."""
-    from pathlib import Path
-
-    package = Path(__file__).resolve().parent.parent / "slurm_tune"
-    long = {
-        str(p.relative_to(package)): n
-        for folder in ("sbatch", "nodeenv")
-        for p in (package / folder).glob("*.py")
-        if (n := len(p.read_text().splitlines())) > 450
-    }
-    assert not long, long
-
-
 def test_the_options_in_effect_are_read_once_when_made():
     """Effective resolves command line > SBATCH_* > #SBATCH once: a later get() is a lookup, not another
     walk of the environment."""

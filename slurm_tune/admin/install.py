@@ -6,26 +6,26 @@
 - Everything placed is listed in a manifest (path, sha256), so `uninstall` removes exactly that: files
   still as placed, and directories it created once they are empty.
 - Root's writes go through safeio.write_atomic (exclusive temporary + rename).
+
+This module holds what is placed where (Layout, the roles, the env file, the Slurm lines still needed);
+manifest.py holds how one file or directory is placed and recorded.
 """
 
 from __future__ import annotations
 
 import difflib
 import grp
-import hashlib
-import json
 import os
 import re
 import shlex
 import socket
-import stat
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .. import safeio
 from ..errors import StuneError
 from ..thisnode import uses_node
 from . import shipped
+from .manifest import Report, load_manifest, make_dirs, place_file, read_or_none, save_manifest, sha256
 from .slurmconf import (
     SlurmConf,
     diff_against,
@@ -36,7 +36,6 @@ from .slurmconf import (
     with_reason,
 )
 
-MANIFEST_FORMAT = "stune-install/1"
 CONSTRAIN_WHY = "a job opens only the GPUs Slurm gave it (with TaskPlugin=task/cgroup)"
 GRES_WHY = "Slurm finds each node's GPUs (or name them: Name=gpu File=/dev/nvidia[0-3])"
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -184,126 +183,6 @@ def relocate(piece: shipped.Piece, data: bytes, layout: Layout, settings: dict[s
     return text.encode()
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass
-class Report:
-    dry_run: bool
-    changed: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    checked: int = 0
-    out: list[str] = field(default_factory=list)
-    manifest_dirty: bool = False  # the manifest learned something (a file already as stune would place it)
-    planned: set[str] = field(default_factory=set)  # directories a dry run would have created by now
-
-    def say(self, line: str) -> None:
-        self.out.append(line)
-
-
-def load_manifest(path: str) -> dict:
-    try:
-        fd = safeio.open_file(path)
-    except FileNotFoundError:
-        return {"format": MANIFEST_FORMAT, "files": {}, "dirs": []}
-    except OSError as exc:
-        raise StuneError(f"{path}: cannot read the install manifest: {exc}") from None
-    try:
-        data = safeio.read_bounded(fd, 1 << 20)
-    finally:
-        os.close(fd)
-    try:
-        doc = json.loads(data or b"")
-    except ValueError:
-        doc = None
-    if (
-        not isinstance(doc, dict)
-        or doc.get("format") != MANIFEST_FORMAT
-        or not isinstance(doc.get("files"), dict)
-    ):
-        raise StuneError(f"{path}: not a stune install manifest; move it away to start over")
-    doc.setdefault("dirs", [])
-    return doc
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
-
-
-def _diff(path: str, old: bytes, new: bytes) -> str:
-    return "".join(
-        difflib.unified_diff(
-            old.decode(errors="replace").splitlines(True),
-            new.decode(errors="replace").splitlines(True),
-            f"{path} (yours)",
-            f"{path} (stune's)",
-        )
-    )
-
-
-def place_file(report: Report, manifest: dict, path: str, data: bytes, mode: int, force: bool) -> None:
-    report.checked += 1
-    current = _read(path)
-    recorded = manifest["files"].get(path, {}).get("sha256")
-    if current == data:
-        st = os.lstat(path)
-        if stat.S_IMODE(st.st_mode) != mode or st.st_uid != os.geteuid():
-            if not report.dry_run:  # through a no-follow descriptor: never the target of a planted symlink
-                fd = safeio.open_file(path, single_link=False)
-                try:
-                    os.fchown(fd, os.geteuid(), os.getegid())
-                    os.fchmod(fd, mode)
-                finally:
-                    os.close(fd)
-            report.changed.append(path)
-            report.say(f"fixed owner/mode {mode:04o}: {path}")
-        if recorded != _sha(data) and not report.dry_run:
-            manifest["files"][path] = {"sha256": _sha(data), "mode": mode}
-            report.manifest_dirty = True
-        return
-    if current is not None and _sha(current) != recorded and not force:
-        report.kept.append(path)
-        report.say(f"kept (edited by an admin; --force replaces it): {path}")
-        report.say(_diff(path, current, data).rstrip("\n"))
-        return
-    verb = "placed" if current is None else ("replaced (--force)" if _sha(current) != recorded else "updated")
-    make_dirs(report, manifest, os.path.dirname(path), 0o755)
-    report.say(f"{'would be ' if report.dry_run else ''}{verb}: {path}")
-    report.changed.append(path)
-    if report.dry_run:
-        return
-    safeio.write_atomic(path, data, mode=mode)
-    manifest["files"][path] = {"sha256": _sha(data), "mode": mode}
-
-
-def make_dirs(report: Report, manifest: dict, path: str, mode: int, group: int | None = None) -> None:
-    """Create `path` (and missing parents) root-owned with `mode`; remember what was created."""
-    missing = []
-    probe = path
-    while probe and not os.path.isdir(probe) and probe not in report.planned:
-        missing.append(probe)
-        probe = os.path.dirname(probe)
-    for d in reversed(missing):
-        report.changed.append(d)
-        final_mode = (
-            mode if d == path else 0o755
-        )  # parents: 0755 and root's group, as the real run makes them
-        if report.dry_run:  # the same line as the real run, once per directory
-            report.planned.add(d)
-            report.say(f"would create: {d}/ ({final_mode:04o})")
-            continue
-        os.mkdir(d, 0o755)
-        os.chown(d, 0 if os.geteuid() == 0 else -1, group if d == path and group is not None else -1)
-        os.chmod(d, final_mode)
-        manifest["dirs"].append(d)
-        report.say(f"created: {d}/ ({final_mode:04o})")
-
-
 def spool_group() -> tuple[int | None, int, str]:
     """The shared spool: root:slurm 2775 where a slurm group exists (docs/fairshare.md), else root 0755."""
     try:
@@ -374,9 +253,7 @@ def install(
     if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
         manifest["prefix"] = layout.prefix
         make_dirs(report, manifest, os.path.dirname(layout.manifest), 0o755)
-        safeio.write_atomic(
-            layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644
-        )
+        save_manifest(layout.manifest, manifest)
     return report
 
 
@@ -399,7 +276,7 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
     cgroup = os.path.join(etc, "cgroup.conf")
     values = read_key_values(cgroup)
     if (values or {}).get("constraindevices", "").lower() != "yes":
-        text = (_read(cgroup) or b"").decode(errors="replace")
+        text = (read_or_none(cgroup) or b"").decode(errors="replace")
         line = with_reason("ConstrainDevices=yes", CONSTRAIN_WHY)
         new = (
             re.sub(r"(?im)^\s*ConstrainDevices\s*=.*$", line, text)
@@ -414,7 +291,7 @@ def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
             )
         )
     gres = os.path.join(etc, "gres.conf")
-    text = (_read(gres) or b"").decode(errors="replace")
+    text = (read_or_none(gres) or b"").decode(errors="replace")
     if not re.search(r"(?im)^\s*(AutoDetect\s*=\s*nvml|.*Name\s*=\s*gpu)", text):
         line = with_reason("AutoDetect=nvml", GRES_WHY)
         out.append(
@@ -435,10 +312,10 @@ def uninstall(layout: Layout, dry_run: bool, force: bool) -> Report:
         return report
     for path, entry in sorted(manifest["files"].items()):
         report.checked += 1
-        current = _read(path)
+        current = read_or_none(path)
         if current is None:
             continue
-        if _sha(current) != entry.get("sha256") and not force:
+        if sha256(current) != entry.get("sha256") and not force:
             report.kept.append(path)
             report.say(f"kept (edited since install; --force removes it): {path}")
             continue
@@ -466,7 +343,5 @@ def uninstall(layout: Layout, dry_run: bool, force: bool) -> Report:
     if not dry_run and report.kept:
         manifest["files"] = {p: e for p, e in manifest["files"].items() if p in report.kept}
         manifest["dirs"] = kept_dirs
-        safeio.write_atomic(
-            layout.manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n", mode=0o644
-        )
+        save_manifest(layout.manifest, manifest)
     return report

@@ -145,7 +145,7 @@ def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
     without its script, sbatch, salloc and srun refuse to run at all."""
     import os
 
-    from ..admin.install import load_manifest
+    from ..admin.manifest import load_manifest
     from ..clifilter.render import LUA_FILE
     from ..errors import StuneError
 
