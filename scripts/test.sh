@@ -29,6 +29,19 @@ base_port=${STUNE_CLUSTER_PORT_BASE:-26800}
 summary=()
 status=0
 i=0
+# The habits CI keeps (issue 23): ruff's lint and format over the tree, mypy on slurm_tune/ (both configured in
+# pyproject.toml). A finding fails the run; the Slurm runs still go, so one CI run shows everything.
+echo "===== test.sh: ruff check, ruff format --check, mypy ====="
+lint=()
+.venv/bin/ruff check --quiet . || lint+=("ruff check")
+.venv/bin/ruff format --check --quiet . || lint+=("ruff format --check")
+.venv/bin/mypy || lint+=("mypy")
+if [ ${#lint[@]} = 0 ]; then
+  summary+=("lint: ruff check, ruff format --check and mypy passed")
+else
+  summary+=("lint: FAILED (${lint[*]})")
+  status=1
+fi
 for entry in $matrix; do
   series=${entry%%=*}
   scope=${entry#*=}

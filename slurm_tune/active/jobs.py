@@ -94,7 +94,9 @@ def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None
         if (opts.checks and check.name not in opts.checks) or (only and check.name not in only):
             continue
         if check.kind == NODE:
-            targets = [([n], n, None) for n in nodes] if pairs is None else []
+            targets: list[tuple[list[str], str, list[str] | None]] = (
+                [([n], n, None) for n in nodes] if pairs is None else []
+            )
         else:
             plan = pairs if pairs is not None else plan_pairs(nodes)
             hcas = (

@@ -99,11 +99,11 @@ def nccl_tests(output) -> Reading:
         if len(fields) < 10 or not fields[0].isdigit() or len(fields[0]) > 20:
             continue
         tail = fields[-8:]
-        busbw = [number(tail[2]), number(tail[6])]
+        out_of_place, in_place = number(tail[2]), number(tail[6])
         wrongs = [tail[3], tail[7]]
-        if None in busbw or any(not (w.isdigit() or w == "N/A") for w in wrongs):
+        if out_of_place is None or in_place is None or any(not (w.isdigit() or w == "N/A") for w in wrongs):
             continue
-        rows.append((int(fields[0]), max(busbw)))
+        rows.append((int(fields[0]), max(out_of_place, in_place)))
         wrong += sum(int(w) for w in wrongs if w.isdigit() and len(w) < 12)
     error = first_error(lines, _NCCL_ERRORS)
     if wrong:
@@ -116,10 +116,10 @@ def nccl_tests(output) -> Reading:
         return unknown("no result rows in the nccl-tests output", **extra)
     if avg is None:
         return unknown(f"truncated nccl-tests output ({len(rows)} rows, no closing average line)", **extra)
-    size, busbw = max(rows)
+    size, best = max(rows)
     extra["avg_busbw"] = avg
     extra["size"] = size
-    return ok(busbw, "GB/s", f"busbw {busbw:g} GB/s at {size} B (average {avg:g})", **extra)
+    return ok(best, "GB/s", f"busbw {best:g} GB/s at {size} B (average {avg:g})", **extra)
 
 
 # ---- nvbandwidth ---------------------------------------------------------------------------------------
@@ -127,7 +127,11 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
     """nvbandwidth's `SUM <test> <GB/s>` line for `test`, with the slowest entry of that test's matrix
     (the GPU at fault) in extra. A waived test, a CUDA error or a missing SUM line is unknown."""
     lines = complete_lines(output)
-    sums, matrix, current, extra, columns_next = {}, {}, None, {}, False
+    sums: dict[str, float] = {}
+    matrix: dict[str, list[tuple[str, float | None]]] = {}
+    current: str | None = None
+    extra: dict[str, object] = {}
+    columns_next = False
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("Running ") and stripped.endswith("."):
@@ -136,8 +140,9 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
             continue
         if stripped.startswith("SUM "):
             fields = stripped.split()
-            if len(fields) == 3 and number(fields[2]) is not None:
-                sums[fields[1]] = number(fields[2])
+            total = number(fields[2]) if len(fields) == 3 else None
+            if total is not None:
+                sums[fields[1]] = total
             current = None
             continue
         if stripped.startswith("Driver Version:"):
@@ -165,7 +170,7 @@ def nvbandwidth(output, test: str = "host_to_device_memcpy_ce") -> Reading:
             return unknown(f"nvbandwidth waived {test}", **extra)
         error = first_error(lines, ("CUDA_ERROR", "cuda error", "Error", "error", "terminate called"))
         return unknown(f"nvbandwidth: {error}" if error else f"no SUM line for {test}", **extra)
-    cells = [c for c in matrix.get(test, []) if c[1] is not None]
+    cells = [(where, gbps) for where, gbps in matrix.get(test, []) if gbps is not None]
     if cells:
         where, slowest = min(cells, key=lambda c: c[1])
         extra.update(slowest=slowest, slowest_at=where)
@@ -208,7 +213,9 @@ def dcgmi_diag(output) -> Reading:
     what DCGM said about it (its Error, Warning and Info rows, each unwrapped); all Pass/Skip is ok. The table
     must be complete (closing border after the rows)."""
     lines = complete_lines(output)
-    tests, last, closed, extra = [], None, False, {}
+    tests: list[tuple[str, str, list[list[str]]]] = []
+    last: tuple[str, str, list[list[str]]] | None = None
+    closed, extra = False, {}
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("+---"):  # a border; only a plain one (no section name) closes the table

@@ -46,11 +46,11 @@ class NodeChecks:
                 from ..health.collect import full, replay_gpus
 
                 try:
-                    snap = (
-                        full(root, None, node, gpu_file, timeout_s=5.0, nvml=False)
-                        if root
-                        else {"gpus": replay_gpus(gpu_file)}
-                    )  # never this host's NVML for another node
+                    # never this host's NVML for another node
+                    if root:
+                        snap = full(root, None, node, gpu_file, timeout_s=5.0, nvml=False)
+                    elif gpu_file:
+                        snap = {"gpus": replay_gpus(gpu_file)}
                 except Exception as exc:  # a capture problem is a missing fact, not a crash
                     self.add(WARNING, f"node {node}", f"cannot read its recorded hardware: {exc}")
                     return None
@@ -122,11 +122,15 @@ def facts_from_snapshot(snap: dict) -> dict[str, str]:
         values = sorted({str(v) for v in values if v})
         return "/".join(values) if values else ("none" if answered_empty else "?")
 
-    gpus = snap.get("gpus") if isinstance(snap.get("gpus"), dict) else {}
-    devices = gpus.get("devices") if isinstance(gpus.get("devices"), list) else []
-    ib = snap.get("ib") if isinstance(snap.get("ib"), dict) else {}
-    hcas = ib.get("devices") if isinstance(ib.get("devices"), dict) else {}
-    kernel = snap.get("kernel") if isinstance(snap.get("kernel"), dict) else {}
+    def part(mapping: dict, key: str, kind: type):  # a damaged capture's part reads as empty
+        value = mapping.get(key)
+        return value if isinstance(value, kind) else kind()
+
+    gpus = part(snap, "gpus", dict)
+    devices = part(gpus, "devices", list)
+    ib = part(snap, "ib", dict)
+    hcas = part(ib, "devices", dict)
+    kernel = part(snap, "kernel", dict)
     no_hca = ib.get("answered") is True and not hcas
     return {
         "gpu_model": one(d.get("name") for d in devices if isinstance(d, dict)),

@@ -126,7 +126,7 @@ STALL_BUSY_SHARE = 0.5
 
 def usage_hints(summary, eta, idle_power_w: float) -> list[str]:
     """What to do, in the playbook's order: GPU utilization first, then storage, and only then NCCL."""
-    hints = []
+    hints: list[str] = []
     if summary is None:
         return hints
     if eta is not None and eta < 0.1:

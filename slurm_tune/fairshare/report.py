@@ -200,7 +200,7 @@ def build(result, config, since: int | None) -> Report:
     for i in suspicious.tolist():
         r = job_row(i)
         r.flag = (
-            f"{100 * r.busy_share:.0f}% of sampled time at >= {rep.busy_util:g}% SM utilization, "
+            f"{100 * float(busy_share[i]):.0f}% of sampled time at >= {rep.busy_util:g}% SM utilization, "
             f"but {r.busy_w:.0f} W mean power (< {rep.idle_power_w:g} W): review"
         )
         report.flagged.append(r)

@@ -11,6 +11,11 @@ from .reader import SlurmReader
 from .sacctargs import free_text_last, sacct_argv
 from .scontrol import parse_config
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from .associations import Association
+    from .records import PrioRow, ShareRow
+
 
 class SlurmAccounting(SlurmReader):
     """The accounting and fair-share reads of one cluster; `Slurm` (adapter.py) adds the node, job and

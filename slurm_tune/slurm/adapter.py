@@ -24,6 +24,10 @@ from .accounting import SlurmAccounting
 from .commands import SlurmCommands
 from .scontrol import parse_records
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing on stune-sbatch's path)
+if TYPE_CHECKING:
+    from .records import Job, Node, Partition
+
 
 class Slurm(SlurmAccounting):
     """A handle on one cluster: its client commands (SlurmCommands: where they are, slurm.conf, the timeout,

@@ -13,6 +13,10 @@ from ..errors import SlurmError, SlurmFormatError
 from .commands import SlurmCommands
 from .spawn import spawn_capture
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing on stune-sbatch's path)
+if TYPE_CHECKING:
+    from .version import SlurmVersion
+
 # The release per (sinfo executable, PATH): read once per process.
 _VERSIONS: dict[tuple[str, str], SlurmVersion] = {}
 

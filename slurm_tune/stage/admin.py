@@ -27,9 +27,10 @@ def tiers_for(
 ) -> list[tuple[str, TierConfig]]:
     """(partitions, tier) for each distinct tier: one partition's, an explicit --path, or every profile's."""
     from ..profiles import PROFILE_SCHEMA, load_profile, load_profiles
+    from ..schema import Where
 
-    if path:  # no profile: the built-in cache defaults
-        cache = PROFILE_SCHEMA.fields["cache"].complete({}, "cache", None)
+    if path:  # no profile: the built-in cache defaults (every cache key has one)
+        cache = PROFILE_SCHEMA.fields["cache"].complete({}, "cache", Where("(the built-in cache defaults)"))
         return [
             (
                 "(path)",

@@ -276,7 +276,9 @@ def _chunks(files: list, links: list, total: int, jobs: int) -> list[tuple[list[
     not alone."""
     target = max(1 << 20, min(BATCH_BYTES, total // (jobs * 2) + 1))
     big = [([_path(rel, name)], size) for rel, name, size, _mode in files if size >= target]
-    chunks, cur, cur_bytes = [], [], 0
+    chunks: list[tuple[list[str], int]] = []
+    cur: list[str] = []
+    cur_bytes = 0
     for path, size in [(_path(rel, name), size) for rel, name, size, _mode in files if size < target] + [
         (_path(rel, name), 0) for rel, name in links
     ]:

@@ -177,7 +177,7 @@ def _fix_ledger(tier: Tier, ns: Namespace, ledger: dict, dry_run: bool) -> list[
                     ledger_from_stamp(tier, ns, entry)
                 fixed.append(f"{ns.user}/{entry}: published")
                 continue
-            if ns.lock_busy(parsed.key):
+            if parsed is not None and ns.lock_busy(parsed.key):  # (a name that is no entry's has no lock)
                 continue
         if not dry_run:
             tier.ledger_remove(uid, entry)
