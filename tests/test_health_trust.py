@@ -16,6 +16,7 @@ import healthkit as kit
 import pytest
 
 from slurm_tune import profiles as P
+from slurm_tune import profilestore
 from slurm_tune.safeio import UnsafePathError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,7 +136,7 @@ def test_the_cache_is_written_through_an_exclusive_random_temporary(node, monkey
     )
     (node["cache"]).mkdir(mode=0o700)
     predictable = [
-        node["cache"] / f"{P._cache_path(str(node['profiles'])).rsplit('/', 1)[1]}.{pid}"
+        node["cache"] / f"{profilestore._cache_path(str(node['profiles'])).rsplit('/', 1)[1]}.{pid}"
         for pid in range(os.getpid() - 2, os.getpid() + 3)
     ]
     victim = node["base"] / "victim"
@@ -143,7 +144,7 @@ def test_the_cache_is_written_through_an_exclusive_random_temporary(node, monkey
     for name in predictable:  # the old code's temporary names: planted links to a root file
         name.symlink_to(victim)
     P.load_profile("hdr", node["profiles"])
-    assert [p for p, _ in written] == [P._cache_path(str(node["profiles"]))] and written[0][1][
+    assert [p for p, _ in written] == [profilestore._cache_path(str(node["profiles"]))] and written[0][1][
         "mode"
     ] == 0o600
     assert victim.read_text() == "keep me\n"
