@@ -178,7 +178,7 @@ class DevCluster(ConfFiles):
         )
         if proc.returncode != 0:
             raise ClusterError(f"munged failed: {proc.stderr.strip()}")
-        wait_for("munged", lambda: L.munge_socket.exists(), logfile=L.log / "munge" / "munged.log")
+        wait_for("munged", L.munge_socket.exists, logfile=L.log / "munge" / "munged.log")
 
     def start_mysql(self) -> None:
         L = self.layout
@@ -398,8 +398,7 @@ class DevCluster(ConfFiles):
     def _write_extra_conf(self) -> None:
         L = self.layout
         parts = ["# Composed by stune-devcluster from conf.d/*.conf; edit those through set_fragment().\n"]
-        for frag in sorted(L.fragments.glob("*.conf")):
-            parts.append(f"# --- {frag.name}\n{frag.read_text()}\n")
+        parts += [f"# --- {frag.name}\n{frag.read_text()}\n" for frag in sorted(L.fragments.glob("*.conf"))]
         L.extra_conf.write_text("".join(parts))
 
     def set_fragment(self, name: str, text: str | None, reconfigure: bool = True) -> None:

@@ -150,8 +150,7 @@ class AssocTree:
                 continue
             assocs.append(Assoc(account, parent="root"))
             assocs.extend(Assoc(account, user) for user in sorted(accounts[account]))
-        for user in accounts.get("root", []):
-            assocs.append(Assoc("root", user))
+        assocs.extend(Assoc("root", user) for user in accounts.get("root", []))
         return cls(assocs)
 
     # ---- usage ------------------------------------------------------------------------------------------
@@ -312,9 +311,7 @@ def _classic(tree: AssocTree, user_usage: dict, damping: float) -> ShareResult:
         if efctv[i] is not None:
             return efctv[i]
         a, p = tree.assocs[i], tree.fs_parent[i]
-        if i == tree.root or p is None:
-            value = usage_norm[i]
-        elif p == tree.root:
+        if i == tree.root or p is None or p == tree.root:
             value = usage_norm[i]
         elif a.shares is USE_PARENT:
             value = effective(p)
