@@ -14,9 +14,12 @@ from pathlib import Path
 
 import healthkit as kit
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_tune import profiles as P
 from slurm_tune import profilestore
+from slurm_tune.health import prologhook
 from slurm_tune.safeio import UnsafePathError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,7 +196,7 @@ def test_the_hooks_never_source_an_env_file_someone_else_can_write(node, hook, s
         f"touch {marker}\n" + "".join(f"{k}={v}\n" for k, v in node["env"].items()) + f"STUNE_BIN={BIN}\n"
     )
     env_file.chmod(0o644)
-    kind, mode = spoil.split(" ", 1)
+    _kind, _mode = spoil.split(" ", 1)
     if spoil == "file 0666":
         env_file.chmod(0o666)
     elif spoil == "file alice's":
@@ -291,10 +294,6 @@ def test_the_hooks_still_judge_when_the_private_api_changed(node, tmp_path):
 
 # ---- the prolog hook exports the env file as `set -a; . FILE` would ---------------------------------------
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from slurm_tune.health import prologhook
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
     lambda n: (
