@@ -128,7 +128,10 @@ def main() -> int:
         for name, measure in (("clifilter", time_once), ("clifilter_cpu", cpu_once)):
             result = compare(
                 name,
-                {key: (lambda a=a, e=e: measure(a, env=e, cwd=str(tmp))) for key, (a, e) in rows.items()},
+                {
+                    key: (lambda a=a, e=e, m=measure: m(a, env=e, cwd=str(tmp)))
+                    for key, (a, e) in rows.items()
+                },
                 rounds=rounds,
             )
             med = result["median_s"]

@@ -114,7 +114,7 @@ def cycle_answers(now: int = CYCLE_NOW, seed: int = 8) -> dict[str, str]:
     users = [
         (f"acct{a:02d}", f"user{a:02d}{u:02d}") for a in range(ACCOUNTS) for u in range(USERS_PER_ACCOUNT)
     ]
-    fields = list(FIELDS[:-1]) + ["NTasks", "TRESUsageInAve", "AdminComment"]
+    fields = [*FIELDS[:-1], "NTasks", "TRESUsageInAve", "AdminComment"]
     lines = ["|".join(fields)]
     for k in range(CYCLE_FINISHED + CYCLE_RUNNING):
         job, (account, user) = 5_000_000 + k, users[rng.randrange(len(users))]
@@ -263,7 +263,7 @@ def main() -> int:
 
         cpu: dict = {}
 
-        def timed(name, fn):
+        def timed(name, fn, cpu=cpu):
             def run():
                 wall, used = time.perf_counter(), time.process_time()
                 fn()
@@ -273,14 +273,14 @@ def main() -> int:
 
             return run
 
-        def accountant_run(dump=dump):
+        def accountant_run(dump=dump, n=n):
             result = accountant.run(config, None, sacct_file=dump, plan=False, settings=settings)
             assert result.table.n == n and result.shares_stune.factors
 
-        def sacct_parser(dump=dump):
+        def sacct_parser(dump=dump, n=n):
             assert sacct.read_file(dump).n == n
 
-        def tokenize_baseline(dump=dump):
+        def tokenize_baseline(dump=dump, n=n):
             gc.disable()  # as the parser does: the fastest Python can touch every field
             try:
                 with open(dump) as fh:

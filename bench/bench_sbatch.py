@@ -162,7 +162,7 @@ def main() -> int:
                 name,
                 {
                     key: (
-                        lambda a=argv, k=kind_of[key]: measure(
+                        lambda a=argv, k=kind_of[key], m=measure: m(
                             a,
                             env=envs[k],
                             cwd=str(user_dir if k == "user" else tmp),
@@ -218,7 +218,7 @@ def taskprolog(env: dict, tmp: Path, bins: dict, rounds: int) -> None:
     for name, measure in (("taskprolog", time_once), ("taskprolog_cpu", cpu_once)):
         result = compare(
             name,
-            {key: (lambda a=a, e=e: measure(a, env=e, cwd=str(tmp))) for key, (a, e) in runs.items()},
+            {key: (lambda a=a, e=e, m=measure: m(a, env=e, cwd=str(tmp))) for key, (a, e) in runs.items()},
             rounds=rounds,
         )
         for kind in bins:

@@ -135,7 +135,7 @@ def wheel_install(workdir: Path, keep_setuptools: bool = False) -> Path:
     venv's bin directory. Checks that pip left bytecode for the package, so a PYTHONDONTWRITEBYTECODE
     environment does not recompile it at every start."""
     dist, venv = workdir / "dist", workdir / ("venv-setuptools" if keep_setuptools else "venv")
-    run = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
+    run = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "check": True}
     wheels = list(dist.glob("slurm_tune-*.whl"))
     if not wheels:
         subprocess.run(

@@ -59,7 +59,7 @@ def _clock(text: str, original) -> int:
             raise DurationError(original)
     nums = [int(f) for f in fields]
     if dash:
-        h, m, s = (nums + [0, 0])[:3]
+        h, m, s = [*nums, 0, 0][:3]
         return int(days) * 86400 + h * 3600 + m * 60 + s
     if len(nums) == 2:
         return nums[0] * 60 + nums[1]

@@ -60,7 +60,9 @@ def _make_scanner():
         parse_float = float
         parse_int = int
         parse_constant = _CONSTANTS.__getitem__
-        memo: dict = {}
+
+        def __init__(self) -> None:
+            self.memo: dict = {}  # an instance attribute, as on JSONDecoder
 
     try:
         scan = _json.make_scanner(DecoderContext())

@@ -81,7 +81,7 @@ def compress_hostlist(names) -> str:
             parts.append(f"{prefix}{ordered[0]:0{width}d}")
             continue
         ranges, start, prev = [], ordered[0], ordered[0]
-        for n in ordered[1:] + [None]:
+        for n in [*ordered[1:], None]:
             if n is not None and n == prev + 1 and n - start < MAX_RANGE:
                 prev = n
                 continue

@@ -32,16 +32,31 @@ from .profilestore import (
     CACHE_MAX_BYTES,
     DEFAULT_DIR,
     Profile,
-    _cache_path,
-    _fingerprint,
-    _load_raw,
-    _read_cache,
-    _write_cache,
     _yaml_files,
     load_profile,
     load_profiles,
     profile_dir,
 )
+
+# The face (the docstring): profilecheck's and profilestore's public names, and validate_directory.
+__all__ = [
+    "ACTIVE_CHECKS",
+    "CACHE_FORMAT",
+    "CACHE_MAX_BYTES",
+    "DEFAULT_DIR",
+    "FABRICS",
+    "GDR_LEVELS",
+    "PROFILE_SCHEMA",
+    "SITE_FILE",
+    "SITE_SCHEMA",
+    "Profile",
+    "load_profile",
+    "load_profiles",
+    "parse_version",
+    "profile_dir",
+    "validate_directory",
+    "version_key",
+]
 
 
 def validate_directory(directory: str | os.PathLike) -> dict[str, Profile]:

@@ -2,7 +2,7 @@
 
 Split from profilecheck.py (the schema and the validation) because this is the part on the hot paths (see
 docs/speed.md): a cache hit neither imports yaml nor builds the schema; a miss validates the YAML through
-profilecheck.py. Every name here is also importable from slurm_tune.profiles.
+profilecheck.py. Every public name here is also importable from slurm_tune.profiles.
 """
 
 from __future__ import annotations

@@ -23,8 +23,10 @@ import stat
 
 from .errors import FileWriteError, StuneError, UnsafePathError  # safeio's callers catch these from here too
 
-# safeio's readers and loaders: the rules' own functions, one home in trust.py
-from .trust import O_READ, open_regular, opened_problem, read_bounded, require_trusted, trusted_stat_or_raise
+# safeio's readers and loaders: the rules' own functions, one home in trust.py; require_trusted is
+# re-exported (callers take it, and UnsafePathError, from safeio)
+from .trust import O_READ, open_regular, opened_problem, read_bounded
+from .trust import require_trusted as require_trusted
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = O_READ
@@ -149,7 +151,7 @@ def write_atomic(
     if isinstance(data, str):
         data = data.encode()
     head, tail = os.path.split(path)
-    for attempt in range(100):
+    for _attempt in range(100):
         tmp = os.path.join(head, f".{tail}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         try:
             fd = create_exclusive(tmp, dir_fd, mode)

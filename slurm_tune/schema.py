@@ -8,7 +8,7 @@ Hot path: see docs/speed.md.
 from __future__ import annotations
 
 from .errors import ConfigError
-from .frozen import Frozen, _copy
+from .frozen import _copy
 
 REQUIRED = object()
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}

@@ -55,7 +55,7 @@ class Daemons:
         )
         if proc.returncode != 0:
             raise ClusterError(f"munged failed: {proc.stderr.strip()}")
-        wait_for("munged", lambda: L.munge_socket.exists(), logfile=L.log / "munge" / "munged.log")
+        wait_for("munged", L.munge_socket.exists, logfile=L.log / "munge" / "munged.log")
 
     def start_mysql(self) -> None:
         L = self.layout

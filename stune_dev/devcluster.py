@@ -241,8 +241,7 @@ class DevCluster(ConfFiles, Daemons):
     def _write_extra_conf(self) -> None:
         L = self.layout
         parts = ["# Composed by stune-devcluster from conf.d/*.conf; edit those through set_fragment().\n"]
-        for frag in sorted(L.fragments.glob("*.conf")):
-            parts.append(f"# --- {frag.name}\n{frag.read_text()}\n")
+        parts += [f"# --- {frag.name}\n{frag.read_text()}\n" for frag in sorted(L.fragments.glob("*.conf"))]
         L.extra_conf.write_text("".join(parts))
 
     def set_fragment(self, name: str, text: str | None, reconfigure: bool = True) -> None:

@@ -74,7 +74,7 @@ class SlurmInstall:
         """slurmd for one node of the cluster; a built Slurm's slurmd is told where its own slurmstepd is
         (-d: Debian's binaries look in /usr/sbin, where Debian 12's 22.05 one is)."""
         argv = [self.daemon("slurmd"), "-N", node, "-f", str(conf)]
-        return argv + ["-d", self.daemon("slurmstepd")] if self.prefix else argv
+        return [*argv, "-d", self.daemon("slurmstepd")] if self.prefix else argv
 
     @property
     def built(self) -> bool:

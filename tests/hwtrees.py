@@ -233,11 +233,14 @@ def dgx_a100_ib(root: Path, *, hca_overrides: dict[str, dict] | None = None) -> 
     numa(root)
     for i, address in enumerate(DGX_GPU_PCI):
         gpu(root, address, numa_node=i // 4, model="a100")
-    for i, address in enumerate(DGX_HCA_PCI + [STORAGE_HCA_PCI]):
+    for i, address in enumerate([*DGX_HCA_PCI, STORAGE_HCA_PCI]):
         name = f"mlx5_{i}"
-        settings = dict(
-            pci=address, numa_node=min(i, 7) // 4, netdevs=(f"ib{i}",), guid=0xB8599F0300190000 + i
-        )
+        settings = {
+            "pci": address,
+            "numa_node": min(i, 7) // 4,
+            "netdevs": (f"ib{i}",),
+            "guid": 0xB8599F0300190000 + i,
+        }
         settings.update((hca_overrides or {}).get(name, {}))
         hca(root, name, **settings)
         netdev(
@@ -270,18 +273,18 @@ def h100_roce(
             (ipv4_mapped_gid(ip), "IB/RoCE v1", dev),
             (ipv4_mapped_gid(ip), "RoCE v2", dev),
         ]
-        settings = dict(
-            pci=address,
-            numa_node=i // 4,
-            link_layer="Ethernet",
-            rate="200 Gb/sec (4X HDR)",
-            fw_ver="28.39.1002",
-            board_id="MT_0000000838",
-            hca_type="MT4129",
-            netdevs=(dev,),
-            gids=table,
-            guid=guid,
-        )
+        settings = {
+            "pci": address,
+            "numa_node": i // 4,
+            "link_layer": "Ethernet",
+            "rate": "200 Gb/sec (4X HDR)",
+            "fw_ver": "28.39.1002",
+            "board_id": "MT_0000000838",
+            "hca_type": "MT4129",
+            "netdevs": (dev,),
+            "gids": table,
+            "guid": guid,
+        }
         settings.update((hca_overrides or {}).get(name, {}))
         hca(root, name, **settings)
         netdev(root, dev, mtu="4200", address=f"0a:5c:2f:3b:00:0{i}")

@@ -120,5 +120,5 @@ def test_profile_active_section_defaults_and_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"hdr.yaml:\d+: active.k: k \(4\) cannot exceed n \(3\)"):
         profile_with(tmp_path / "x", "active:\n  k: 4\n")
     (tmp_path / "y").mkdir()
-    with pytest.raises(ConfigError, match="active.checks"):
+    with pytest.raises(ConfigError, match=r"active\.checks"):
         profile_with(tmp_path / "y", "active:\n  checks:\n    nccl_allredcue: {}\n")

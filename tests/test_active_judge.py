@@ -45,7 +45,7 @@ def verdict(verdicts, subject):
 def test_two_of_three_slow_runs_is_an_outlier_with_reason():
     nodes = {f"n{i}": 100.0 for i in range(1, 10)}
     nodes["n7"] = [70.0, 100.0, 70.0]
-    bases, verdicts = J.judge(fleet(nodes), SETTINGS)
+    _bases, verdicts = J.judge(fleet(nodes), SETTINGS)
     v = verdict(verdicts, "n7")
     assert v.status == J.OUTLIER and v.slow == 2 and v.runs == 3
     assert "70 GB/s vs partition median 99." in v.reason or "partition median 100" in v.reason
@@ -204,7 +204,7 @@ def test_bisection_runs_are_never_judged_as_subjects_of_their_own():
     rows = [dict(r, check="nccl_pair") for r in rows]
     at = max(r["at"] for r in rows if r["sweep"] == "s0") + 0.5
     for subject, value in (("n3+n2", 60.0), ("n1+n2", 60.0)):
-        for run in range(3):
+        for _run in range(3):
             rows.append(dict(result(subject, value, "s0-bisect", at, check="nccl_pair"), bisect=True))
             at += 0.01
     rows.sort(key=lambda r: r["at"])
@@ -235,4 +235,4 @@ def test_a_node_named_through_its_pairs_is_cleared_when_its_pairs_pass():
     node_outlier = J.Verdict(
         "n3", "nccl_allreduce", J.OUTLIER, "active nccl_allreduce: slow", 70.0, None, 2, 3, FP
     )
-    assert node_verdicts(passing + [node_outlier], {})["n3"][0] == "degraded"
+    assert node_verdicts([*passing, node_outlier], {})["n3"][0] == "degraded"

@@ -52,11 +52,11 @@ def test_facts_name_the_node_whose_driver_and_firmware_differ(tmp_path):
     doc.check_nodes(nodes)
     lines = [f.line() for f in doc.findings]
     assert any(
-        l.startswith("error   partition hdr: mixed driver: majority 535.104.05, differs on g3 (550.54.14)")
-        for l in lines
+        line.startswith("error   partition hdr: mixed driver: majority 535.104.05, differs on g3 (550.54.14)")
+        for line in lines
     ), lines
-    assert any("mixed hca fw" in l and "g3 (20.28.1002)" in l for l in lines), lines
-    assert any(l.startswith("warning node facts: nothing recorded for g4") for l in lines), lines
+    assert any("mixed hca fw" in line and "g3 (20.28.1002)" in line for line in lines), lines
+    assert any(line.startswith("warning node facts: nothing recorded for g4") for line in lines), lines
     table = doc.matrix_table()
     assert table.splitlines()[0].split() == [
         "node",
@@ -151,14 +151,16 @@ def test_the_sampler_is_judged_by_the_last_gpu_job_on_each_node(tmp_path):
     doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None, FakeAccounting(rows))
     doc.check_sampler([node(n, ["hdr"]) for n in ("g1", "g2", "g3", "g4")] + [node("c1", ["cpu"], gres="")])
     lines = [f.line() for f in doc.findings]
-    assert any(l.startswith("warning sampler: not sampling on g2 (job 10)") for l in lines), lines
+    assert any(line.startswith("warning sampler: not sampling on g2 (job 10)") for line in lines), lines
     assert any(
-        l.startswith("warning sampler: no usage summary stored for the last GPU job on g3 (job 12)")
-        for l in lines
+        line.startswith("warning sampler: no usage summary stored for the last GPU job on g3 (job 12)")
+        for line in lines
     ), lines
-    assert any(l.startswith("warning sampler: no GPU job ended on g4 within a day") for l in lines), lines
-    assert any(l.startswith("ok      sampler: measured the last GPU job on g1") for l in lines), lines
-    assert not any("c1" in l for l in lines)
+    assert any(line.startswith("warning sampler: no GPU job ended on g4 within a day") for line in lines), (
+        lines
+    )
+    assert any(line.startswith("ok      sampler: measured the last GPU job on g1") for line in lines), lines
+    assert not any("c1" in line for line in lines)
 
 
 def test_hardware_less_facts_come_from_per_node_snapshots_only(tmp_path):
@@ -289,12 +291,12 @@ def test_the_cache_tier_is_checked_per_node_and_init_sets_it_up(tmp_path, monkey
     assert "stune-stage-init" in finding.fix
     stage = [str(Path(sys.executable).parent / "stune-stage")]
     env = {**os.environ, "SLURMD_NODENAME": "n1"}
-    assert subprocess.run(stage + ["init"], env=env, capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run([*stage, "init"], env=env, capture_output=True, timeout=120).returncode == 0
     doc = doctor.Doctor("/nonexistent", Layout(prefix=str(tmp_path)), None)
     doc.check_cache_tiers(profiles, nodes)
     lines = [f.line() for f in doc.findings]
-    assert any(l.startswith("warning cache tier hdr: not set up on n2 (") for l in lines), lines
-    assert any(l.startswith("ok      cache tier hdr: set up on n1") for l in lines), lines
+    assert any(line.startswith("warning cache tier hdr: not set up on n2 (") for line in lines), lines
+    assert any(line.startswith("ok      cache tier hdr: set up on n1") for line in lines), lines
 
 
 def test_stage_init_with_no_tier_configured_is_nothing_to_do(tmp_path, monkeypatch):

@@ -189,7 +189,8 @@ def test_wheel_installs_outside_the_checkout_and_installs_a_site(tmp_path):
     )
     import tarfile
 
-    sdist_names = tarfile.open(next((src / "sdist").glob("*.tar.gz"))).getnames()
+    with tarfile.open(next((src / "sdist").glob("*.tar.gz"))) as sdist:
+        sdist_names = sdist.getnames()
     for piece in shipped.PIECES:
         assert any(n.endswith(f"/{piece.source}") for n in sdist_names), piece.source
     venv = tmp_path / "venv"

@@ -11,12 +11,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from helpers import wait_for_state, wait_until
-from test_sbatch_cluster import SYSFS, taskprolog
+from test_sbatch_cluster import SYSFS, taskprolog  # noqa: F401 (taskprolog: a fixture)
 from test_stage_cluster import Stage
 
 pytestmark = pytest.mark.cluster
@@ -45,7 +44,7 @@ JOB = f'#!/bin/bash\n{REPORT_FN}\nreport batch\nsrun -n1 bash -c "$(declare -f r
 
 
 @pytest.fixture(scope="module")
-def filtered(cluster, taskprolog, tmp_path_factory):
+def filtered(cluster, taskprolog, tmp_path_factory):  # noqa: F811 (the fixture imported above)
     """The filter installed and enabled, a TaskProlog reading a profile directory where roce stages DS."""
     from slurm_tune.slurm import Slurm
 
@@ -247,7 +246,7 @@ def test_a_step_in_a_heterogeneous_allocation_gets_its_partitions_settings(filte
 def test_a_value_the_user_set_wins(filtered, slurm, env, shared_tmp):
     env["NCCL_IB_TIMEOUT"] = "18"
     env["STUNE_EXPLAIN"] = "1"
-    b, step, err = batch(
+    _b, step, err = batch(
         slurm, shared_tmp, ["sbatch", "-p", "roce", "--export=ALL,NCCL_IB_TC=99", "--no-requeue"], env
     )
     assert (step["NCCL_IB_TIMEOUT"], step["NCCL_IB_TC"], step["NCCL_IB_RETRY_CNT"]) == ("18", "99", "7")
@@ -283,7 +282,7 @@ def test_export_none_still_gets_stunes_variables_and_nothing_of_the_users(filter
 
 def test_a_partition_without_a_profile_is_untouched(filtered, slurm, env, shared_tmp):
     env["STUNE_EXPLAIN"] = "1"
-    b, step, err = batch(slurm, shared_tmp, ["sbatch", "-p", "plain"], env)
+    _b, step, err = batch(slurm, shared_tmp, ["sbatch", "-p", "plain"], env)
     assert all(v == "<unset>" for v in step.values()), step
     assert "sbatch: partition plain has no stune profile: nothing added" in err
     assert "env NCCL" not in err and "option --" not in err

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_sbatch_torch import real_nodes, stop_with_usr1, templates
+from test_sbatch_torch import real_nodes, stop_with_usr1, templates  # noqa: F401 (real_nodes: a fixture)
 
 pytestmark = pytest.mark.cluster
 
@@ -19,7 +19,7 @@ BIN = os.path.dirname(sys.executable)
 
 
 @pytest.fixture(scope="module")
-def filter_on(cluster, real_nodes):
+def filter_on(cluster, real_nodes):  # noqa: F811 (the fixture imported above)
     out = subprocess.run(
         [
             os.path.join(BIN, "stune-admin"),

@@ -29,9 +29,9 @@ def test_the_cluster_has_three_gpu_nodes_in_every_profile_partition(cluster, slu
 
 
 def test_up_twice_is_harmless(cluster, slurm):
-    before = {n: open(cluster.layout.run / f"slurmd-{n}.pid").read() for n in NODES}
+    before = {n: (cluster.layout.run / f"slurmd-{n}.pid").read_text() for n in NODES}
     cluster.up(install=False)
-    after = {n: open(cluster.layout.run / f"slurmd-{n}.pid").read() for n in NODES}
+    after = {n: (cluster.layout.run / f"slurmd-{n}.pid").read_text() for n in NODES}
     assert before == after  # nothing restarted
     assert all(cluster.status().values())
 

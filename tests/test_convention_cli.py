@@ -311,7 +311,7 @@ def test_the_exit_table_is_consistent_and_readme_shows_it():
 
 
 def entry_modules():
-    return sorted((REPO / "slurm_tune" / "cli").glob("*.py")) + [REPO / "stune_dev" / "devcluster.py"]
+    return [*sorted((REPO / "slurm_tune" / "cli").glob("*.py")), REPO / "stune_dev" / "devcluster.py"]
 
 
 @pytest.mark.parametrize("path", entry_modules(), ids=lambda p: p.name)

@@ -83,7 +83,7 @@ def test_no_daemon_listens_on_every_address(tmp_path):
 
 def test_an_unknown_series_is_refused():
     with pytest.raises(
-        ClusterError, match="Slurm 23.02 is not one the dev cluster runs; choose 22.05, 26.05, 24.11"
+        ClusterError, match=r"Slurm 23\.02 is not one the dev cluster runs; choose 22\.05, 26\.05, 24\.11"
     ):
         SlurmInstall.choose("23.02")
 
@@ -99,7 +99,7 @@ def test_a_state_dir_belongs_to_the_series_that_made_it(tmp_path):
         DevCluster(layout, install=SlurmInstall("22.05")).check_series()
     old = Layout(root=tmp_path / "old", port_base=29900)  # made before the series were recorded
     (old.spool / "ctld").mkdir(parents=True)
-    with pytest.raises(ClusterError, match="holds a Slurm 22.05 cluster, not 24.11"):
+    with pytest.raises(ClusterError, match=r"holds a Slurm 22\.05 cluster, not 24\.11"):
         DevCluster(old, install=SlurmInstall("24.11", tmp_path / "p")).check_series()
 
 
@@ -171,7 +171,7 @@ def test_a_missing_build_is_built_with_build_slurm_sh_and_a_failed_build_says_wh
     monkeypatch.setattr(layout, "REPO", repo)
     monkeypatch.setenv("STUNE_SLURM_PREFIX", str(tmp_path / "prefix"))
     install = SlurmInstall.choose("24.11")
-    with pytest.raises(ClusterError, match="Slurm 24.11 could not be built: E: no compiler"):
+    with pytest.raises(ClusterError, match=r"Slurm 24\.11 could not be built: E: no compiler"):
         install.ensure(install=True)
     assert f"devcluster: building Slurm 24.11 into {tmp_path / 'prefix'} (minutes)" in capsys.readouterr().err
 
@@ -200,7 +200,7 @@ def test_ensure_packages_reports_a_failed_install(monkeypatch, tmp_path):
     ):
         host.ensure_packages()
     (tmp_path / "scripts" / "setup.sh").unlink()
-    with pytest.raises(ClusterError, match="setup.sh is missing: stune-devcluster runs from a checkout"):
+    with pytest.raises(ClusterError, match=r"setup\.sh is missing: stune-devcluster runs from a checkout"):
         host.ensure_packages()
 
 

@@ -78,7 +78,7 @@ def test_the_one_rule_set(text, seconds):
     ],
 )
 def test_garbage_is_refused(text):
-    with pytest.raises(D.DurationError, match="not a duration|positive"):
+    with pytest.raises(D.DurationError, match=r"not a duration|positive"):
         D.parse(text)
 
 

@@ -239,7 +239,7 @@ def test_second_run_over_the_same_window_changes_nothing(tmp_path):
     slurm = RowsSlurm(
         rows,
         pending=[pending_job(100, "stune-alice"), pending_job(101, "stune-bob")],
-        assocs=EQUAL + [Association("physics", "carol", "", 1, "", 7)],
+        assocs=[*EQUAL, Association("physics", "carol", "", 1, "", 7)],
     )
     config = write_config(tmp_path)
     first = accountant.run_locked(config, slurm, now=now)
@@ -389,9 +389,9 @@ def test_two_accountants_never_run_at_once(tmp_path):
     from slurm_tune.fairshare.ledger import LedgerLock
 
     config = write_config(tmp_path)
-    with LedgerLock(accountant.ledger_path(config)):
-        with pytest.raises(LedgerError, match="another stune-fairshare is running"):
-            accountant.run_locked(config, RowsSlurm(), now=1_800_000_000)
+    lock = LedgerLock(accountant.ledger_path(config))
+    with lock, pytest.raises(LedgerError, match="another stune-fairshare is running"):
+        accountant.run_locked(config, RowsSlurm(), now=1_800_000_000)
 
 
 def test_a_corrupt_ledger_is_a_clear_error(tmp_path):
@@ -525,7 +525,7 @@ def test_without_the_reports_extra_the_outputs_say_so(tmp_path):
             f"stune-fairshare: {what} needs the `reports` extra "
             f"({proc.stderr.split('(')[1].split(')')[0]}): pip install 'slurm-tune[reports]'"
         )
-    proc = subprocess.run(base + ["--format", "csv"], capture_output=True, text=True)
+    proc = subprocess.run([*base, "--format", "csv"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("level,account,user,")
 
 
@@ -664,7 +664,7 @@ def test_fairshare_points_plus_site_factor_order_jobs_as_stune_does(tmp_path_fac
         assert site <= 0
         final[user] = weight * result.shares_slurm.factor(*key) + site
         stune[user] = result.shares_stune.factor(*key)
-    scale, offset = result.site_line
+    scale, _offset = result.site_line
     assert 0 < scale <= weight
     for a in users:
         for b in users:

@@ -116,7 +116,7 @@ def world(cluster, tmp_path_factory):
             ],
             env=w.env(),
             stdout=subprocess.DEVNULL,
-            stderr=open(root / f"sampler-{node}.log", "w"),
+            stderr=open(root / f"sampler-{node}.log", "w"),  # noqa: SIM115 (handed to the sampler)
         )
     try:
         yield w
@@ -618,7 +618,7 @@ def test_idle_policy_warns_then_cancels_an_idle_batch_job_only(world, slurm, sha
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until("jobs running", lambda: len([j for j in slurm.jobs(states=["RUNNING"])]) == 3, timeout=60)
+        wait_until("jobs running", lambda: len(list(slurm.jobs(states=["RUNNING"]))) == 3, timeout=60)
         inter_id = next(j.job_id for j in slurm.jobs(states=["RUNNING"]) if j.job_id not in (idle, busy))
         env = {**world.env(), "STUNE_USAGE_DIR": f"{cluster.layout.root}/nodes/%n/usage"}
         log = world.root / "idle-policy.log"

@@ -79,7 +79,7 @@ def _expected_trust(text: str) -> bool:
     values = [_reads_as(fields.get(k, "")) for k in ("held", "used", "cov", "busy")]
     if any(v is None or not math.isfinite(v) or v < 0 for v in values):
         return False
-    held, used, cov, busy = values
+    _held, used, cov, busy = values
     watts = fields.get("busy_w", "-")
     if watts not in ("-", ""):  # '-' (and NaN) mean "no busy time"; otherwise a finite, non-negative mean
         w = _reads_as(watts)
@@ -101,7 +101,7 @@ def test_generated_summaries_are_trusted_only_when_sane(cases):
     texts = [text for text, _ in cases]
     table = parse("\n".join([HEADER, *(_row(i, t) for i, t in enumerate(texts, start=1))]) + "\n")
     assert table.n == len(texts)
-    eta, seen, coverage, trusted, source = charges.measured_eta(table, coverage_min=0.0)
+    eta, _seen, _coverage, trusted, _source = charges.measured_eta(table, coverage_min=0.0)
     assert np.isfinite(eta).all() and ((eta >= 0) & (eta <= 1)).all()
     for i, text in enumerate(texts):
         if table.has_summary[i]:

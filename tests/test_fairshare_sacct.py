@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from pathlib import Path
 
@@ -10,7 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_tune.fairshare import sacct as sacct_mod
+from slurm_tune.fairshare import sacct_values
 from slurm_tune.fairshare.sacct import FIELDS, SacctFormatError, parse, read_file
+from slurm_tune.usage.summary import parse_head
 
 HEADER = "|".join(FIELDS)
 # Rows as `SLURM_TIME_FORMAT=%s sacct -a -X -D -P --noconvert` prints them on the devcluster.
@@ -191,12 +196,6 @@ def test_gpuutil_is_a_sum_over_each_tasks_gpus_and_is_read_per_gpu():
 # holds, each row must come out as it does when it is the dump's only row, and the skips and duplicates must
 # add up. These dumps mix clean rows with every kind of damage.
 
-import math
-import random
-
-from slurm_tune.fairshare import sacct as sacct_mod
-from slurm_tune.fairshare import sacct_values
-from slurm_tune.usage.summary import parse_head
 
 _SUMMARY = (
     "stune1 held={h} used={u} cov={c} busy={b} busy_w={w} gpus={g} nodes=1/1 "
@@ -232,14 +231,14 @@ def _comment(rng, clean: bool) -> str:
     if roll < 0.35:
         return ""
     held = _number(rng, clean)
-    fields = dict(
-        h=held,
-        u=_number(rng, clean),
-        c=_number(rng, clean),
-        b=_number(rng, clean),
-        w=rng.choice(["-", _number(rng, clean)]),
-        g=rng.choice((1, 2, 8)),
-    )
+    fields = {
+        "h": held,
+        "u": _number(rng, clean),
+        "c": _number(rng, clean),
+        "b": _number(rng, clean),
+        "w": rng.choice(["-", _number(rng, clean)]),
+        "g": rng.choice((1, 2, 8)),
+    }
     text = _SUMMARY.format(**fields)
     if clean or roll < 0.85:
         return text
@@ -495,7 +494,7 @@ def test_read_file_with_damaged_bytes_reads_as_a_text_mode_read(tmp_path, seed):
 
 
 _BASE_DUMP = _dump(9, 60, garbage=0.0)
-_ASCII_BYTES = st.sampled_from(list(b"|\n .-=0123456789eEnN+:/_,abcdlsuwy") + [0, 9, 127])
+_ASCII_BYTES = st.sampled_from([*b"|\n .-=0123456789eEnN+:/_,abcdlsuwy", 0, 9, 127])
 
 
 @settings(max_examples=1500, deadline=None)
@@ -553,7 +552,7 @@ def test_a_newline_turned_pipe_is_one_row_too_long_not_two_rows():
     """A '|' where a row's newline was: the line has 23 fields; its last 12 are free text in the AdminComment
     of the first row (the last column keeps any further '|'), which is then no summary."""
     lines = _BASE_DUMP.split("\n")
-    text = "\n".join([lines[0], lines[1] + "|" + lines[2]] + lines[3:])
+    text = "\n".join([lines[0], lines[1] + "|" + lines[2], *lines[3:]])
     table = sacct_mod.parse(text)
     assert table.job_id_raw[:2] == [lines[1].split("|")[0], lines[3].split("|")[0]]
     assert table.admin_comment[0].endswith("|" + lines[2])

@@ -138,9 +138,7 @@ def trees(draw):
     ordered = [assocs[0]]
 
     def add(account):
-        for a in assocs[1:]:
-            if a.user and a.account == account:
-                ordered.append(a)
+        ordered.extend(a for a in assocs[1:] if a.user and a.account == account)
         for a in assocs[1:]:
             if not a.user and a.parent == account:
                 ordered.append(a)
@@ -178,7 +176,7 @@ def reference_fair_tree(assocs, usage):
             if lfs in seen:
                 tied.append(k)
             seen.add(lfs)
-            key = prefix + ((-lfs, 0 if k.user else 1),)
+            key = (*prefix, (-lfs, 0 if k.user else 1))
             if k.user:
                 paths[(k.account, k.user)] = key
             else:

@@ -375,7 +375,7 @@ def test_only_xids_after_the_last_run_count(tmp_path):
 
 
 def test_every_table_entry_has_a_severity_and_a_meaning():
-    for code, (severity, meaning) in xid.XIDS.items():
+    for severity, meaning in xid.XIDS.values():
         assert severity in (xid.FAIL, xid.DEGRADED, xid.INFO) and meaning
     assert xid.classify(79)[0] == xid.FAIL and xid.classify(13)[0] == xid.INFO
 
@@ -389,7 +389,7 @@ def test_a_check_that_raises_is_unknown_never_fail(tmp_path, monkeypatch):
     def broken(*args):
         raise KeyError("bug")
 
-    monkeypatch.setattr(J, "FAMILIES", (("ib", broken),) + J.FAMILIES[1:])
+    monkeypatch.setattr(J, "FAMILIES", (("ib", broken), *J.FAMILIES[1:]))
     snap = kit.node_snapshot(tmp_path, "hdr", hca_overrides={"mlx5_2": {"state": "1: DOWN"}})
     v, _ = verdict(snap)
     assert v.status == UNKNOWN

@@ -161,13 +161,13 @@ def test_an_admins_drain_survives_every_stune_run(health, slurm):
         assert health.run("n2")[1]["status"] == "fail"
     assert (slurm.node("n2").drain, slurm.node("n2").reason) == (True, "bad DIMM, ticket 4711")
     health.port("n2", "mlx5_0", rate="100 Gb/sec (2X HDR)")
-    code, doc = health.run("n2")
+    _code, doc = health.run("n2")
     assert doc["status"] == "degraded"
     n2 = slurm.node("n2")
     assert (n2.drain, n2.reason) == (True, "bad DIMM, ticket 4711") and DEGRADED_FEATURE in n2.feature_set
     health.port("n2", "mlx5_0", rate="200 Gb/sec (4X HDR)")
     for _ in range(2):
-        code, doc = health.run("n2")
+        _code, doc = health.run("n2")
         assert doc["status"] == "ok"
     n2 = slurm.node("n2")
     assert (n2.drain, n2.reason) == (True, "bad DIMM, ticket 4711")
@@ -310,12 +310,12 @@ def test_the_epilog_catches_a_fatal_xid_the_job_left(health, slurm, shared_tmp):
         "n1 drained by its failed epilog", lambda: (lambda n: n if n.drain else None)(slurm.node("n1"))
     )
     assert n1.reason == "Epilog error"
-    code, doc = health.run("n1")
+    _code, doc = health.run("n1")
     assert (doc["status"], slurm.node("n1").reason) == ("fail", "stune: gpu2 Xid 79")
     assert health.run("n1")[1]["status"] == "fail"  # held: the GPU needs a reset
     env = dict(os.environ, **health.env, SLURMD_NODENAME="n1")
     subprocess.run([str(BIN / "stune-health"), "clear", "--xid"], env=env, check=True, capture_output=True)
-    code, doc = health.run("n1")
+    _code, doc = health.run("n1")
     assert doc["status"] == "ok" and not slurm.node("n1").drain
 
 

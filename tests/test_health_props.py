@@ -59,10 +59,10 @@ def leaves(value, path=()):
     yield path, value
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from leaves(v, path + (k,))
+            yield from leaves(v, (*path, k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from leaves(v, path + (i,))
+            yield from leaves(v, (*path, i))
 
 
 def _snapshots():

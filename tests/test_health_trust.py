@@ -14,8 +14,12 @@ from pathlib import Path
 
 import healthkit as kit
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_tune import profiles as P
+from slurm_tune import profilestore
+from slurm_tune.health import prologhook
 from slurm_tune.safeio import UnsafePathError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,7 +139,7 @@ def test_the_cache_is_written_through_an_exclusive_random_temporary(node, monkey
     )
     (node["cache"]).mkdir(mode=0o700)
     predictable = [
-        node["cache"] / f"{P._cache_path(str(node['profiles'])).rsplit('/', 1)[1]}.{pid}"
+        node["cache"] / f"{profilestore._cache_path(str(node['profiles'])).rsplit('/', 1)[1]}.{pid}"
         for pid in range(os.getpid() - 2, os.getpid() + 3)
     ]
     victim = node["base"] / "victim"
@@ -143,7 +147,7 @@ def test_the_cache_is_written_through_an_exclusive_random_temporary(node, monkey
     for name in predictable:  # the old code's temporary names: planted links to a root file
         name.symlink_to(victim)
     P.load_profile("hdr", node["profiles"])
-    assert [p for p, _ in written] == [P._cache_path(str(node["profiles"]))] and written[0][1][
+    assert [p for p, _ in written] == [profilestore._cache_path(str(node["profiles"]))] and written[0][1][
         "mode"
     ] == 0o600
     assert victim.read_text() == "keep me\n"
@@ -192,7 +196,7 @@ def test_the_hooks_never_source_an_env_file_someone_else_can_write(node, hook, s
         f"touch {marker}\n" + "".join(f"{k}={v}\n" for k, v in node["env"].items()) + f"STUNE_BIN={BIN}\n"
     )
     env_file.chmod(0o644)
-    kind, mode = spoil.split(" ", 1)
+    _kind, _mode = spoil.split(" ", 1)
     if spoil == "file 0666":
         env_file.chmod(0o666)
     elif spoil == "file alice's":
@@ -290,10 +294,6 @@ def test_the_hooks_still_judge_when_the_private_api_changed(node, tmp_path):
 
 # ---- the prolog hook exports the env file as `set -a; . FILE` would ---------------------------------------
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from slurm_tune.health import prologhook
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
     lambda n: (

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import hwtrees
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_tune.hw.sysfs import Sysfs
 from slurm_tune.nodeenv.detect import Port, active_ports, ifname_matches, roce_v2_gid_index, socket_interfaces
@@ -226,7 +228,7 @@ def test_rendezvous_is_one_value_on_every_rank_of_a_step_that_did_not_inherit_it
         "SLURM_STEP_ID": "0",
     }
     values = {
-        rendezvous(job(dict(env, SLURMD_NODENAME=node)), ["eth0"], lambda i: f"10.1.2.{node[-1]}")[
+        rendezvous(job(dict(env, SLURMD_NODENAME=node)), ["eth0"], lambda i, node=node: f"10.1.2.{node[-1]}")[
             "MASTER_ADDR"
         ]
         for node in ("gpu07", "gpu08")
@@ -366,10 +368,6 @@ def test_other_fabrics(tmp_path, kind):
         hwtrees.vpc_tcp(tmp_path)
         exports, messages = node_exports(job({}, load_profile("vpc")), Sysfs(str(tmp_path)))
         assert exports == {"NCCL_SOCKET_IFNAME": "ens5", "GLOO_SOCKET_IFNAME": "ens5"} and messages == []
-
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=2000, deadline=None)
@@ -597,7 +595,7 @@ def test_the_plan_sets_exactly_the_tables_rows_for_a_profile(partition):
         cwd="/",
         stage_args=[],
         stage_required=False,
-        degraded_nodes=lambda: [],
+        degraded_nodes=list,
         het=False,
     )
     expected = [

@@ -214,7 +214,7 @@ def test_a_bad_edit_is_caught_even_after_a_good_load_was_cached(profiles):
     load_profiles(profiles)
     hdr = profiles / "hdr.yaml"
     hdr.write_text(hdr.read_text().replace("rate_gbps: 200", "rate_gbps: fast"))
-    with pytest.raises(ConfigError, match="fabric.rate_gbps: expected an integer"):
+    with pytest.raises(ConfigError, match=r"fabric\.rate_gbps: expected an integer"):
         load_profiles(profiles)
 
 

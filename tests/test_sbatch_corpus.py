@@ -113,7 +113,7 @@ def test_every_line_of_the_corpus_gets_stunes_settings_or_a_warning(shim, tmp_pa
         STUNE_HISTORY=str(tmp_path / "h.jsonl"),
         STUNE_CACHE_DIR=str(tmp_path / "cache"),
     )
-    lines = corpus(str(script)) + [[str(directive)], ["--", str(directive)], [str(refused_script)]]
+    lines = [*corpus(str(script)), [str(directive)], ["--", str(directive)], [str(refused_script)]]
     report = []
     for words in lines:
         out, seen = run_line(words, env, log)

@@ -142,7 +142,7 @@ def test_plugin_options_in_directives_are_learned_too(tmp_path, capsys):
     script = b"#!/bin/sh\n#SBATCH --container-image img\n#SBATCH -p vpc\nsrun python train.py\n"
     rc = submit([], tmp_path, fake, stdin=_Stdin(script))
     assert rc == 0 and fake.asked_help == 1
-    words, env = fake.ran[0]
+    _words, env = fake.ran[0]
     assert env["NCCL_IB_DISABLE"] == "1"  # -p vpc after the plugin option was still read
     assert parse_directives(script.decode())[0][1].key == "partition"
 

@@ -24,7 +24,7 @@ BIN = os.path.dirname(sys.executable)
 
 
 @pytest.mark.parametrize("export", ["NONE", "FOO=1"])
-def test_every_rank_gets_the_batch_steps_master_addr(export, real_nodes, slurm, shared_tmp):
+def test_every_rank_gets_the_batch_steps_master_addr(export, real_nodes, slurm, shared_tmp):  # noqa: F811 (a fixture)
     env = dict(os.environ, STUNE_PARTITIONS=str(real_nodes), STUNE_HISTORY=str(shared_tmp / "h.jsonl"))
     for name in [n for n in env if n.startswith(("NCCL_", "GLOO_", "MASTER_", "SBATCH_", "STUNE_MANAGED"))]:
         del env[name]

@@ -82,13 +82,9 @@ def test_the_non_waiting_locks_say_who_holds_them(tmp_path):
     from slurm_tune.errors import StuneError
 
     for make, path in _locks(tmp_path)[1:]:
-        with make():
-            with pytest.raises(
-                StuneError,
-                match=r"^another (stune-fairshare|sweep of this partition) is running "
-                rf"\(lock {path}\)$",
-            ):
-                make().__enter__()
+        held = rf"^another (stune-fairshare|sweep of this partition) is running \(lock {path}\)$"
+        with make(), pytest.raises(StuneError, match=held):
+            make().__enter__()
 
 
 def test_the_flock_wrappers_never_follow_a_symlink(tmp_path):
@@ -256,9 +252,9 @@ def test_the_tier_root_opens_through_safeio(tmp_path):
     with Tier(TierConfig(str(tmp_path / "alias"), None, 0.9, 0.5, "fast")) as tier:
         assert os.path.samestat(os.fstat(tier.fd), os.stat(tmp_path / "cache"))
     for name, words in (("file", "is not a directory"), ("missing", "does not exist")):
-        with Tier(TierConfig(str(tmp_path / name), None, 0.9, 0.5, "fast")) as tier:
-            with pytest.raises(TierUnavailable, match=words):
-                tier.fd
+        config = TierConfig(str(tmp_path / name), None, 0.9, 0.5, "fast")
+        with Tier(config) as tier, pytest.raises(TierUnavailable, match=words):
+            _ = tier.fd  # the property raises
 
 
 def test_the_stager_never_stamps_through_a_planted_symlink(tmp_path):

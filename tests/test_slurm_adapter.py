@@ -55,7 +55,7 @@ def test_a_failure_carries_command_exit_code_and_slurms_message(tmp_path):
 def test_a_timeout_is_a_slurm_error_without_exit_code(tmp_path):
     fake_tool(tmp_path, "squeue", "sleep 30\n")
     slurm = Slurm(bin_dir=str(tmp_path), timeout=0.3)
-    with pytest.raises(SlurmError, match="timed out: no answer within 0.3s") as info:
+    with pytest.raises(SlurmError, match=r"timed out: no answer within 0\.3s") as info:
         slurm.jobs()
     assert info.value.returncode is None
 
@@ -427,14 +427,14 @@ def test_importing_the_adapter_loads_no_records_or_collections():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (
-        "import sys; sys.path.insert(0, %r)\nfrom slurm_tune.slurm import SlurmCommands\n"
+        f"import sys; sys.path.insert(0, {root!r})\nfrom slurm_tune.slurm import SlurmCommands\n"
         "def loaded(): return ' '.join(sorted(m for m in sys.modules if m.startswith('slurm_tune.slurm.') "
         "or m == 'collections'))\n"
         "print(loaded())\nfrom slurm_tune.slurm import Slurm\nprint(loaded())\n"
         "from slurm_tune.slurm.adapter import queries_on\n"
         "assert isinstance(queries_on(SlurmCommands()), Slurm)\n"
         "from slurm_tune.slurm import Association, Job, Node, SlurmVersion, INFINITE\n"
-        "print(Node.__module__, Association.__module__, SlurmVersion.__module__)" % root
+        "print(Node.__module__, Association.__module__, SlurmVersion.__module__)"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 from helpers import reconfigure
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from slurm_tune.errors import SlurmError, SlurmFormatError
 from slurm_tune.slurm import INFINITE, Association, Job, Node, Slurm, SlurmVersion
+from slurm_tune.slurm.records import RECORD_ERRORS, job_from_json, node_from_data_parser, node_from_v0038
+from slurm_tune.slurm.version import parse_version
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "commands.json").exists())
@@ -76,7 +80,7 @@ def test_version_is_read_once_per_process(replay, tmp_path, monkeypatch):
     monkeypatch.setenv("STUNE_REPLAY_LOG", str(log))
     version = replay.slurm.version()
     assert isinstance(version, SlurmVersion) and str(version) == replay.release
-    assert version == tuple(int(p) for p in replay.release.split(".")) + (replay.release,)
+    assert version == (*(int(p) for p in replay.release.split(".")), replay.release)
     again = Slurm(bin_dir=replay.slurm.bin_dir)  # another handle in the same process
     assert again.version() is version
     assert log.read_text().count("--version") == 1
@@ -441,11 +445,6 @@ def test_associations_without_tree_order_field_is_a_slurm_error(tmp_path):
 
 # ---- fuzz: any document is records or a SlurmError, never a traceback ---------------------------------------
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from slurm_tune.slurm.records import RECORD_ERRORS, job_from_json, node_from_data_parser, node_from_v0038
-from slurm_tune.slurm.version import parse_version
 
 JSON_VALUES = st.recursive(
     st.none()

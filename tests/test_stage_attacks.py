@@ -16,17 +16,19 @@ import traceback
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_stage_tier import ensure_users, make_tree, new_tier, open_up, tree_digest
 
 from slurm_tune.stage import admin
 from slurm_tune.stage.errors import TierUnavailable
 from slurm_tune.stage.gc import gc
-from slurm_tune.stage.layout import source_key
+from slurm_tune.stage.layout import ROW_MAX_DIGITS, parse_row, source_key
 from slurm_tune.stage.spec import StageRequest
 from slurm_tune.stage.stager import stage
 from slurm_tune.stage.tier import Tier, TierConfig
 
 QUARANTINE = ".quarantine"
-from test_stage_tier import ensure_users, make_tree, new_tier, open_up, tree_digest
 
 STAGE = str(Path(sys.executable).parent / "stune-stage")
 ALICE, BOB = "stune-alice", "stune-bob"
@@ -219,7 +221,7 @@ def test_root_creating_a_namespace_or_lock_for_a_user_never_chowns_what_is_alrea
 
 
 def test_fifos_planted_as_lock_hold_ledger_and_stamp_files_never_hang_root(tier, dataset, users):
-    status, path, entry = stage_as(ALICE, tier, dataset, job="11")
+    status, _path, entry = stage_as(ALICE, tier, dataset, job="11")
     assert status == "copied"
     ns = Path(tier.root, ALICE)
     key = source_key(str(dataset))
@@ -459,7 +461,7 @@ def test_a_directory_named_after_no_user_is_reported(tier):
 
 
 def test_a_job_cannot_change_a_published_entry_that_later_jobs_read(tier, dataset, users):
-    status, path, _entry = stage_as(ALICE, tier, dataset)
+    _status, path, _entry = stage_as(ALICE, tier, dataset)
     want = tree_digest(dataset)
 
     def job_writes():
@@ -663,10 +665,6 @@ def test_the_library_refuses_a_copy_parallelism_below_one(tier, dataset):
 
 # ---- fuzz: the ledger and stamp parsers take any bytes a user can write -------------------------------------
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from slurm_tune.stage.layout import ROW_MAX_DIGITS, parse_row
 
 _ROWISH = st.one_of(
     st.binary(max_size=300),
@@ -709,7 +707,7 @@ def test_the_epilog_hook_finishes_with_fifos_planted_everywhere_root_looks(tier,
     """The installed hook, as slurmd runs it (root, minimal environment): exits 0, in bounded time."""
     from test_stage_tier import _profiles
 
-    status, _path, entry = stage_as(ALICE, tier, dataset, job="61")
+    status, _path, _entry = stage_as(ALICE, tier, dataset, job="61")
     assert status == "copied"
     uid = users[ALICE].pw_uid
     ns = Path(tier.root, ALICE)

@@ -7,7 +7,6 @@ import os
 import pwd
 import stat
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -541,7 +541,7 @@ def test_over_quota_warns_and_points_at_the_source_unless_required(shared_tmp, d
     assert len(messages) == 1 and "warning" in messages[0] and "quota" in messages[0]
     again, later = prepare_for_task(_job_env([req(dataset)]))
     assert again == exports and later == [], "the job's other tasks do not retry or repeat the warning"
-    with pytest.raises(StageRequiredError, match="--stage-required: DS: .*quota"):
+    with pytest.raises(StageRequiredError, match=r"--stage-required: DS: .*quota"):
         prepare_for_task(_job_env([req(dataset)], required=True, job="43"))
 
 
@@ -595,7 +595,7 @@ def users():
 
 def test_user_namespaces_are_private(tier, dataset, users):
     alice = _stager(tier, dataset, "1", user="stune-alice")
-    out, err = alice.communicate(timeout=120)
+    _out, err = alice.communicate(timeout=120)
     assert alice.returncode == 0, err
     ns = Path(tier.root, "stune-alice")
     st = ns.stat()

@@ -543,7 +543,7 @@ def run_script(tmp_path, script, gpus="0,1", job="70"):
 
 def test_a_gpu_with_no_process_is_idle_whatever_its_reading(tmp_path):
     """A stale 90 % with no compute process is idle; an unknown process list (None) trusts the reading."""
-    local, clock = run_script(tmp_path, [(90.0, 0)] * 10 + [(90.0, None)] * 10 + [(90.0, 1)] * 10)
+    local, _clock = run_script(tmp_path, [(90.0, 0)] * 10 + [(90.0, None)] * 10 + [(90.0, 1)] * 10)
     _, gpus = accum.read(str(local / "acc" / "70"))
     for g in gpus:
         assert g["sm_dt"] == pytest.approx(30.0)
@@ -605,7 +605,7 @@ def test_the_series_is_bounded_and_keeps_the_shape_of_a_long_job(tmp_path):
     path = local / "acc" / "70"
     size = path.stat().st_size
     assert size == accum.HEADER.size + 2 * accum.RECORD.size + accum.SERIES.size <= 4096
-    created, gpus, series = accum.read_with_series(str(path))
+    _created, _gpus, series = accum.read_with_series(str(path))
     assert len(series["sm"]) == accum.SERIES_LEN and series["width"] >= hours * 3600 / accum.SERIES_LEN
     assert sum(series["dt"]) == pytest.approx(2 * len(script))  # every sampled second is in it, 2 GPUs
     node = spool.node_summary(str(local), "70", "n1", None, clock.t)

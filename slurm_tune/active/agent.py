@@ -230,7 +230,7 @@ def _server_client(spec, check, path, values, env) -> bytes:
     step = ["srun", "--overlap", "-N1", "-n1", "-w"]
     deadline = time.monotonic() + spec["run_timeout"]
     server = subprocess.Popen(
-        step + [a] + _argv(check.server, path, check.tool, values),
+        [*step, a, *_argv(check.server, path, check.tool, values)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
@@ -240,8 +240,8 @@ def _server_client(spec, check, path, values, env) -> bytes:
     try:
         out = b""
         while time.monotonic() < deadline:
-            out, code = _run(
-                step + [b] + _argv(check.client, path, check.tool, values), deadline - time.monotonic(), env
+            out, _code = _run(
+                [*step, b, *_argv(check.client, path, check.tool, values)], deadline - time.monotonic(), env
             )
             if not any(m.encode() in out for m in CONNECT_MARKERS):  # iperf3 -J exits 0 even when refused
                 return out

@@ -76,7 +76,7 @@ def baselines(results, settings: Settings) -> tuple[dict, dict]:
     """((check, fingerprint key) -> Baseline, the windows used)."""
     windows = _windows(results, settings.n)
     groups: dict = {}
-    for (check, subject), (fp, fkey, rows) in windows.items():
+    for (check, _subject), (_fp, fkey, rows) in windows.items():
         values = [r["value"] for r in rows if r["status"] == "ok" and r.get("value") is not None]
         if values:
             groups.setdefault((check, fkey), []).append(median(values))

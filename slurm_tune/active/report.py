@@ -28,7 +28,7 @@ COLUMNS = (
 
 
 def rows(results, settings: judge.Settings) -> list[dict]:
-    bases, verdicts = judge.judge(results, settings)
+    _bases, verdicts = judge.judge(results, settings)
     units = {}
     for r in results:
         if r.get("unit"):
@@ -149,12 +149,12 @@ def prometheus(partition: str, data: list[dict]) -> str:
         "# HELP stune_active_value A subject's median result over its window, in the check's unit.",
         "# TYPE stune_active_value gauge",
     ]
-    for d in data:
-        if d["value"] is not None:
-            lines.append(
-                f'stune_active_value{{partition="{_label(partition)}",check="{_label(d["check"])}",'
-                f'subject="{_label(d["subject"])}",unit="{_label(d["unit"])}"}} {d["value"]}'
-            )
+    lines.extend(
+        f'stune_active_value{{partition="{_label(partition)}",check="{_label(d["check"])}",'
+        f'subject="{_label(d["subject"])}",unit="{_label(d["unit"])}"}} {d["value"]}'
+        for d in data
+        if d["value"] is not None
+    )
     lines += [
         "# HELP stune_active_baseline The partition median for the check and fingerprint.",
         "# TYPE stune_active_baseline gauge",

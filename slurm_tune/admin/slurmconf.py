@@ -369,13 +369,13 @@ def diff_against(path: str, text: str, needs: list[Need]) -> str:
             _weigh_gpus(new, need.key.split()[0].split("=", 1)[1])
             continue
         pattern = re.compile(rf"^\s*{re.escape(need.key)}\s*=", re.I)
-        idx = next((i for i, l in enumerate(new) if pattern.match(l)), None)
+        idx = next((i for i, line in enumerate(new) if pattern.match(line)), None)
         if idx is None:
             appended.append(with_reason(need.line, need.why) + "\n")
         else:
             new[idx] = with_reason(need.line, need.why) + "\n"
     if appended:
-        new += ["# stune (stune-admin install)\n"] + appended
+        new += ["# stune (stune-admin install)\n", *appended]
     return "".join(difflib.unified_diff(lines, new, path, path + " (with stune)"))
 
 

@@ -286,17 +286,21 @@ def render(topology: Topology, source: str) -> str:
         f"# {len(topology.leaves)} leaf switch(es), {len(topology.parents)} switch(es) above them, "
         f"{len(nodes)} node(s)",
     ]
-    for host, leaves in sorted(topology.multi_leaf.items(), key=lambda kv: _natural(kv[0])):
-        lines.append(f"# {host} reaches leaves {','.join(leaves)}")
-    for note in topology.notes:
-        lines.append(f"# {note}")
+    lines.extend(
+        f"# {host} reaches leaves {','.join(leaves)}"
+        for host, leaves in sorted(topology.multi_leaf.items(), key=lambda kv: _natural(kv[0]))
+    )
+    lines.extend(f"# {note}" for note in topology.notes)
     if topology.warnings:
         lines.append(
             f"# skipped {topology.warnings} ibnetdiscover warning line(s): parts of the fabric may be "
             "missing; rerun ibnetdiscover"
         )
-    for switch in sorted(topology.leaves, key=_natural):
-        lines.append(f"SwitchName={switch} Nodes={compress_hostlist(topology.leaves[switch])}")
-    for switch, children in topology.parents:
-        lines.append(f"SwitchName={switch} Switches={compress_hostlist(children)}")
+    lines.extend(
+        f"SwitchName={switch} Nodes={compress_hostlist(topology.leaves[switch])}"
+        for switch in sorted(topology.leaves, key=_natural)
+    )
+    lines.extend(
+        f"SwitchName={switch} Switches={compress_hostlist(children)}" for switch, children in topology.parents
+    )
     return "\n".join(lines) + "\n"

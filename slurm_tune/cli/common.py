@@ -18,6 +18,19 @@ from ..errors import (
     StuneError,
 )
 
+__all__ = [
+    "EXIT_ATTENTION",
+    "EXIT_CANNOT_RUN",
+    "EXIT_ERROR",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "guarded",
+    "run_console",
+]
+
 
 def guarded(prog: str, func, argv: list[str] | None, internal_exit: int = EXIT_INTERNAL) -> int:
     """Run func(argv); a StuneError becomes `prog: message` and exit 1, a bug becomes one line and

@@ -12,6 +12,7 @@ stune-fairshare collect                            (sweep the usage spool for la
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -229,22 +230,18 @@ def _idle_policy(args) -> int:
     local, _ = usage_dirs(config, node=node)
     profiles = load_profiles(args.partitions)
     slurm = _slurm()
-    log_file = open(args.log, "a", encoding="utf-8") if args.log else None
+    with open(args.log, "a", encoding="utf-8") if args.log else contextlib.nullcontext() as log_file:
 
-    def log(line: str) -> None:
-        print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
-        if log_file is not None:
-            log_file.write(
-                f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {'dry-run ' if args.dry_run else ''}{line}\n"
-            )
-            log_file.flush()
+        def log(line: str) -> None:
+            print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
+            if log_file is not None:
+                log_file.write(
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {'dry-run ' if args.dry_run else ''}{line}\n"
+                )
+                log_file.flush()
 
-    try:
         decisions = idlepolicy.evaluate(slurm, profiles, local, node)
         idlepolicy.act(slurm, decisions, profiles, local, dry_run=args.dry_run, log=log)
-    finally:
-        if log_file is not None:
-            log_file.close()
     if args.json:
         sys.stdout.write(idlepolicy.to_json(decisions))
     return EXIT_OK

@@ -198,7 +198,7 @@ def cmd_ls(args) -> int:
 
     rows_out = []
     unreadable = 0
-    for label, config in _tiers(args):
+    for _label, config in _tiers(args):
         problems: list[str] = []
         with Tier(config) as tier:
             try:
@@ -293,7 +293,7 @@ def cmd_gc(args) -> int:
     from ..stage.watch import human
 
     verb = "would remove" if args.dry_run else "removed"
-    for label, config in _tiers(args):
+    for _label, config in _tiers(args):
         with Tier(config) as tier:
             report = gc(tier, dry_run=args.dry_run, to_low=args.to_low, evict_all=args.evict_all)
         print(f"{config.root}:")
@@ -346,7 +346,7 @@ def cmd_release(args) -> int:
             raise
         print(f"{PROG}: epilog: job {job}: {exc}", file=sys.stderr)
         return EXIT_OK
-    for label, config in tiers:
+    for _label, config in tiers:
         with Tier(config) as tier:
             try:
                 release_job(tier, job, int(uid) if uid else None, user)
@@ -369,7 +369,7 @@ def cmd_init(args) -> int:
         # every node runs this at boot (stune-stage-init.service): no tier configured is nothing to do
         print(f"{PROG}: no profile sets cache.path: no cache tier to set up on this node")
         return EXIT_OK
-    for label, config in _tiers(args):
+    for _label, config in _tiers(args):
         for line in init(config) or [f"{config.root}: already set up"]:
             print(line)
     return EXIT_OK

@@ -77,21 +77,20 @@ def partition_entry(profile) -> dict:
             cwd="/",
             stage_args=[],
             stage_required=False,
-            degraded_nodes=lambda: [],
+            degraded_nodes=list,
             het=False,
             script=None,
             checkpoint_signal=checkpoint,
         )
 
     base, opted = plan(False), plan(True)
-    env = []
     # `node`: a variable each node narrows or unsets itself (envrules: decided `submit, node`), so a step whose
     # environment the filter can only give as an --export list (srun, salloc's steps) leaves it to the node.
-    for s in base.settings:
-        if s.kind == ENV and s.applied:
-            env.append(
-                {"name": s.name, "value": s.value, "source": s.source, "node": s.name in REFINED_NAMES}
-            )
+    env = [
+        {"name": s.name, "value": s.value, "source": s.source, "node": s.name in REFINED_NAMES}
+        for s in base.settings
+        if s.kind == ENV and s.applied
+    ]
     options: list[dict] = []
     for which, p in (("always", base), ("opt-in", opted)):
         for s in p.settings:

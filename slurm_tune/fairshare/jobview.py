@@ -90,7 +90,7 @@ def job_view(slurm, config, job_id: str) -> dict:
             live.used,
             live.covered,
         )
-    eta, eta_seen, coverage, trusted, source = charges_mod.measured_eta(table, acc.coverage_min)
+    _eta, eta_seen, coverage, trusted, source = charges_mod.measured_eta(table, acc.coverage_min)
     bad = bool(table.bad_summary[i]) if table.bad_summary is not None else False
     row = {
         "eta": None if np.isnan(eta_seen[i]) else float(eta_seen[i]),

@@ -150,8 +150,7 @@ class AssocTree:
                 continue
             assocs.append(Assoc(account, parent="root"))
             assocs.extend(Assoc(account, user) for user in sorted(accounts[account]))
-        for user in accounts.get("root", []):
-            assocs.append(Assoc("root", user))
+        assocs.extend(Assoc("root", user) for user in accounts.get("root", []))
         return cls(assocs)
 
     def share_holder(self, i: int) -> int:
@@ -316,9 +315,7 @@ def _classic(tree: AssocTree, user_usage: dict, damping: float) -> ShareResult:
         if known is not None:
             return known
         a, p = tree.assocs[i], tree.fs_parent[i]
-        if i == tree.root or p is None:
-            value = usage_norm[i]
-        elif p == tree.root:
+        if i == tree.root or p is None or p == tree.root:
             value = usage_norm[i]
         elif a.shares is USE_PARENT:
             value = effective(p)

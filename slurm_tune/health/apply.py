@@ -141,7 +141,7 @@ def plan(node, want: Want, kind: str, keep_active: bool = True) -> tuple[dict, l
         elif kind == "admin":
             notes.append(f"drained by someone else ({node.reason!r}): drain left alone, marked degraded")
         if not marked:
-            fields["features"] = admin_features + [DEGRADED_FEATURE]
+            fields["features"] = [*admin_features, DEGRADED_FEATURE]
         if node.comment != comment:
             fields["comment"] = comment
     elif want.action == CLEAR:
@@ -240,7 +240,7 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
         )
         if not breaker.allowed:
             _record(state, want, now, retry=True)
-            return Outcome(True, kind, [], notes + [breaker.message], breaker)
+            return Outcome(True, kind, [], [*notes, breaker.message], breaker)
     if fields:
         _update(slurm, node_name, fields, notes)
     if fields.get("state") == "DRAIN" and kind == "none":
@@ -255,7 +255,7 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
         if not after.allowed:
             _update(slurm, node_name, {"state": "RESUME"}, notes)
             _record(state, want, now, retry=True)
-            return Outcome(True, kind, [], notes + [after.message], after)
+            return Outcome(True, kind, [], [*notes, after.message], after)
         breaker = after
     _record(state, want, now, retry=False)
     return Outcome(True, kind, sorted(fields), notes, breaker)

@@ -295,12 +295,12 @@ def _check_thermal(dev, subject, short, limit) -> result.Result:
 def _check_nvlink(dev, subject, short, severity) -> result.Result:
     links = dev.get("nvlinks")
     if not isinstance(links, list) or not all(
-        isinstance(l, dict) and type(l.get("active")) is bool for l in links
+        isinstance(link, dict) and type(link.get("active")) is bool for link in links
     ):
         return result.unknown("gpu.nvlink", subject, f"unreadable NVLink states {links!r}"[:200])
     if not links:
         return result.ok("gpu.nvlink", subject, "no NVLink")
-    down = [str(l.get("link")) for l in links if not l["active"]]
+    down = [str(link.get("link")) for link in links if not link["active"]]
     if down:
         message = f"NVLink {', '.join(down)} down of {len(links)}; expected all up"
         reason = f"{short} NVLink {down[0]} down" + (f" (+{len(down) - 1})" if len(down) > 1 else "")

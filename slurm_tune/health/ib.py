@@ -156,7 +156,8 @@ def _check_port(devices: dict, hca, fabric, thresholds, baseline: dict) -> tuple
     return [
         _check_link(port, subject, fabric),
         _check_rate(port, subject, fabric.rate_gbps),
-    ] + counters, new_baseline
+        *counters,
+    ], new_baseline
 
 
 def _check_link(port: dict, subject: str, fabric) -> result.Result:

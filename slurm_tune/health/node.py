@@ -116,7 +116,7 @@ def _record_last(
         result.DEGRADED,
     ):  # passed: not a failure, and not merely unseen
         trusted = [p for p in held.get("trusted") or [] if p != policy]
-        held["trusted"] = ([policy] + trusted)[: state.TRUSTED_KEEP]
+        held["trusted"] = [policy, *trusted][: state.TRUSTED_KEEP]
 
 
 def breaker_open(held: dict, policy: str) -> bool:

@@ -56,11 +56,11 @@ def prometheus(doc: dict) -> str:
         "2 degraded, 3 fail.",
         "# TYPE stune_health_check_status gauge",
     ]
-    for r in doc["results"]:
-        lines.append(
-            f'stune_health_check_status{{{base},check="{_label(r["check"])}",'
-            f'subject="{_label(r["subject"])}"}} {STATUS_VALUE[r["status"]]}'
-        )
+    lines.extend(
+        f'stune_health_check_status{{{base},check="{_label(r["check"])}",'
+        f'subject="{_label(r["subject"])}"}} {STATUS_VALUE[r["status"]]}'
+        for r in doc["results"]
+    )
     lines += [
         "# HELP stune_health_results Number of check results by status.",
         "# TYPE stune_health_results gauge",

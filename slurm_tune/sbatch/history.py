@@ -88,10 +88,7 @@ def history_path(environ=None) -> str:
 
 def is_secret(name: str) -> bool:
     upper = name.upper()
-    for word in SECRET_WORDS:
-        if word in upper:
-            return True
-    return False
+    return any(word in upper for word in SECRET_WORDS)
 
 
 def sha256(data: bytes):

@@ -92,15 +92,13 @@ def fingerprint(slurm, environ) -> str:
     path = exe if "/" in exe else _on_path(exe, environ.get("PATH", ""))
     conf = environ.get("SLURM_CONF") or getattr(slurm, "conf", None) or "/etc/slurm/slurm.conf"
     conf_dir = os.path.dirname(conf) or "."
-    parts = [path or exe]
-    for name in (
+    stamped = (
         path,
         conf,
         os.path.join(conf_dir, "plugstack.conf"),
         os.path.join(conf_dir, "plugstack.conf.d"),
-    ):
-        parts.append(_stamp(name))
-    return " ".join(parts)
+    )
+    return " ".join([path or exe, *(_stamp(name) for name in stamped)])
 
 
 def _on_path(name: str, path: str) -> str | None:
@@ -135,7 +133,7 @@ def format_cache(
     did not answer at TIME."""
     lines = [CACHE_FORMAT, key.replace("\n", " ")]
     if longs is None:
-        return "\n".join(lines + [f"{UNANSWERED} {int(now)}"]) + "\n"
+        return "\n".join([*lines, f"{UNANSWERED} {int(now)}"]) + "\n"
     lines += [
         f"{_ARG_CHAR[arg]}{'p' if name in plugins else '-'} {name}" for name, arg in sorted(longs.items())
     ]
@@ -170,7 +168,7 @@ def parse_cache(text: str, key: str, now: float):
                 plugins.add(name)
         else:
             return None
-    return (longs, shorts, plugins) if CORE <= longs.keys() else None
+    return (longs, shorts, plugins) if CORE.issubset(longs) else None
 
 
 def read_cache(environ, key: str):
@@ -250,7 +248,7 @@ def learn(slurm, environ, *, fresh: bool = False) -> str:
             return "cached"
     text = ask_sbatch(slurm, environ)
     longs, shorts = parse_help(text or "")
-    if not text or not CORE <= longs.keys():  # no answer, or not sbatch's help
+    if not text or not CORE.issubset(longs):  # no answer, or not sbatch's help
         write_cache(environ, key, None, {}, set())
         return "built-in"
     plugins = set(parse_help(text.partition(PLUGIN_HEADER)[2])[0]) if PLUGIN_HEADER in text else set()

@@ -123,6 +123,7 @@ class Opt:
     given: `command line`, `$SBATCH_X`, or `script line N`. (A plain class: the hot-path rule, docs/speed.md.)"""
 
     __slots__ = ("key", "value", "where")
+    __hash__ = None  # type: ignore[assignment]  # as __eq__ alone implies: compared, never hashed
 
     def __init__(self, key: str, value: str | None, where: str):
         self.key, self.value, self.where = key, value, where

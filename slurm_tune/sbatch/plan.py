@@ -395,10 +395,9 @@ def build_plan(
     }
     if managed:
         env[MANAGED_VAR] = format_managed(managed)
-    options = []
-    for s in final:
-        if s.kind == OPTION and s.applied:
-            options.append(s.name if s.value is None else f"{s.name}={s.value}")
+    options = [
+        s.name if s.value is None else f"{s.name}={s.value}" for s in final if s.kind == OPTION and s.applied
+    ]
     # Under --export=NONE or a list, srun steps do not inherit the batch step's environment: name the
     # rendezvous in the list, so each step's tasks get the batch step's MASTER_ADDR/PORT (one value per job).
     rendezvous = [n for n in RENDEZVOUS if n in managed and n not in env]

@@ -24,19 +24,19 @@ def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effecti
     what = ", ".join(str(r) for r in present) or ("the profile's cache.stage" if not missing else "nothing")
     rule = "rule: --stage" + (" --stage-required" if required else "")
     out = [Setting(ENV, ENV_VAR, value, rule, True, f"staged on each node into the cache tier: {what}")]
-    for r in requests:  # what the job script reads: STUNE_STAGE above is the request, not a path
-        out.append(
-            Setting(
-                STAGED,
-                r.variable,
-                None,
-                rule,
-                True,
-                f"your job reads ${r.variable}: on each node, the staged copy of {r.source} in the cache "
-                "tier (the source itself when it is not staged"
-                + (", or the job fails: --stage-required)" if required else ")"),
-            )
+    out.extend(  # what the job script reads: STUNE_STAGE above is the request, not a path
+        Setting(
+            STAGED,
+            r.variable,
+            None,
+            rule,
+            True,
+            f"your job reads ${r.variable}: on each node, the staged copy of {r.source} in the cache "
+            "tier (the source itself when it is not staged"
+            + (", or the job fails: --stage-required)" if required else ")"),
         )
+        for r in requests
+    )
     for r in missing:
         then = (
             "the job will fail (--stage-required)"

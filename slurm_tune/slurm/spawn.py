@@ -59,7 +59,7 @@ def spawn_capture(
                     pass
                 os.waitpid(pid, 0)
                 raise TimeoutError(timeout)
-            for fd, event in poller.poll(left * 1000):
+            for fd, _event in poller.poll(left * 1000):
                 if fd == in_w:
                     try:
                         sent = os.write(in_w, pending[:65536])

@@ -80,7 +80,7 @@ def stamp(source: Source, mode: str, plan: Plan | None = None) -> str:
         return "file:" + _digest(parts)
     if mode == "strict":
         plan = plan or walk(source.real)
-        return "strict:" + _digest(parts + [plan.digest])
+        return "strict:" + _digest([*parts, plan.digest])
     try:
         with os.scandir(source.real) as it:
             top = sorted((e.name, _status(e.stat(follow_symlinks=False))) for e in it)

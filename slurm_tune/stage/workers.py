@@ -25,7 +25,7 @@ def _setpriv() -> str | None:
     copy)."""
     if not _SETPRIV:
         found = [
-            os.path.join(d, "setpriv") for d in os.environ.get("PATH", "").split(":") + ["/usr/bin"] if d
+            os.path.join(d, "setpriv") for d in [*os.environ.get("PATH", "").split(":"), "/usr/bin"] if d
         ]
         _SETPRIV.append(next((path for path in found if os.access(path, os.X_OK)), None))
     return _SETPRIV[0]
@@ -48,15 +48,15 @@ def spawn(argv: list[str], cwd: str | None, errlog, stdin=None, umask: int = -1)
     where it is installed; else a pre-exec hook that also checks the stager did not die before the
     signal was set (setpriv leaves that window of a few microseconds open)."""
     # start_new_session: killing a worker's process group takes its children (tar's decompressor) too.
-    common = dict(
-        cwd=cwd,
-        stdin=stdin if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=errlog,
-        start_new_session=True,
-        close_fds=True,
-        umask=umask,
-    )
+    common = {
+        "cwd": cwd,
+        "stdin": stdin if stdin is not None else subprocess.DEVNULL,
+        "stdout": subprocess.DEVNULL,
+        "stderr": errlog,
+        "start_new_session": True,
+        "close_fds": True,
+        "umask": umask,
+    }
     setpriv = _setpriv()
     if setpriv:
         return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *argv], **common)
@@ -67,7 +67,8 @@ def spawn(argv: list[str], cwd: str | None, errlog, stdin=None, umask: int = -1)
         if os.getppid() != parent:  # the stager died before prctl took effect
             os._exit(137)
 
-    return subprocess.Popen(argv, preexec_fn=die_with_parent, **common)
+    # the fallback where setpriv is missing: the hook imports nothing and takes no lock (libc loaded before)
+    return subprocess.Popen(argv, preexec_fn=die_with_parent, **common)  # noqa: PLW1509
 
 
 def kill(procs) -> None:
@@ -105,8 +106,8 @@ def wait_any(procs, timeout: float) -> list:
         return done
     fds: list[int] = []
     try:
-        for proc in procs:
-            fds.append(os.pidfd_open(proc.pid))
+        for proc in procs:  # one at a time: those opened before a failure are still closed below
+            fds.append(os.pidfd_open(proc.pid))  # noqa: PERF401
         poller = select.poll()
         for fd in fds:
             poller.register(fd, select.POLLIN)

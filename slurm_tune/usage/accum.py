@@ -61,7 +61,7 @@ class JobAccumulator:
             fresh = existing < HEADER.size
             if not fresh:
                 head = os.pread(fd, HEADER.size, 0)
-                magic, count, _, stamp, _ = HEADER.unpack(head)
+                magic, count, _, _stamp, _ = HEADER.unpack(head)
                 if magic != MAGIC or count != len(gpu_ids) or existing < size:
                     fresh = True  # not ours, or a different allocation under a reused job id
             if fresh:

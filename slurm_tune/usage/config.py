@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 
 from ..errors import ConfigError
-from ..schema import Bool, Duration, Float, Frozen, Int, Map, Nullable, Section, Str, load_yaml
+from ..frozen import Frozen
+from ..schema import Bool, Duration, Float, Int, Map, Nullable, Section, Str, load_yaml
 
 DEFAULT_PATH = "/etc/stune/fairshare.yaml"
 ENV_PATH = "STUNE_FAIRSHARE_CONFIG"
