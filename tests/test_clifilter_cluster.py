@@ -193,7 +193,7 @@ def test_a_plain_sbatch_from_inside_a_stune_job_gets_its_own_settings(filtered, 
         f"sbatch --parsable -p vpc -w n2 -o {shared_tmp}/inner-%j.txt {inner} > {shared_tmp}/inner-id\n"
         'echo "batch OUTER_PORT=$MASTER_PORT"\n'
     )
-    b, _, err = batch(slurm, shared_tmp, [os.path.join(BIN, "stune-sbatch"), "-p", "roce"], env, outer)
+    b, _, _err = batch(slurm, shared_tmp, [os.path.join(BIN, "stune-sbatch"), "-p", "roce"], env, outer)
     job = int((shared_tmp / "inner-id").read_text().split(";")[0])
     assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
     got = values((shared_tmp / f"inner-{job}.txt").read_text(), "batch")

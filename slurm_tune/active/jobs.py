@@ -108,7 +108,7 @@ def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None
             args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
             script = (
                 "#!/bin/sh\nexec "
-                + " ".join(shlex.quote(x) for x in opts.agent + ["--spec", fastjson.dumps(spec)])
+                + " ".join(shlex.quote(x) for x in [*opts.agent, "--spec", fastjson.dumps(spec)])
                 + "\n"
             )
             if opts.dry_run:

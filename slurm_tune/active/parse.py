@@ -78,7 +78,7 @@ def nccl_tests(output) -> Reading:
         if m:
             extra["nccl"] = _nccl_lib_version(m.group(1))
             break
-    ranks = sum(1 for line in lines if line.startswith("#  Rank") or line.startswith("#   Rank"))
+    ranks = sum(1 for line in lines if line.startswith(("#  Rank", "#   Rank")))
     if ranks:
         extra["ranks"] = ranks
     rows, wrong, avg, oob = [], 0, None, None

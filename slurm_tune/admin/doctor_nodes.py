@@ -109,8 +109,8 @@ class NodeChecks:
         from ..output import table
 
         return table(
-            [(n,) + tuple(self.matrix[n][k] for k in FACT_KEYS) for n in sorted(self.matrix)],
-            ("node",) + FACT_KEYS,
+            [(n, *tuple(self.matrix[n][k] for k in FACT_KEYS)) for n in sorted(self.matrix)],
+            ("node", *FACT_KEYS),
         )
 
 

@@ -133,7 +133,7 @@ def _cli_filter_line(conf) -> None:
     plugins = _cli_filter_plugins(conf)
     if "cli_filter/lua" in plugins or "lua" in plugins:
         return
-    line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join(plugins + ['cli_filter/lua'])}"
+    line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join([*plugins, 'cli_filter/lua'])}"
     print(
         f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
         f"submission host and node needs the files above):\n{line}"

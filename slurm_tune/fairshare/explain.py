@@ -49,7 +49,7 @@ def explain(result, config, user: str, pending: list | None = None) -> dict:
     ]
     if not keys:
         raise StuneError(f"{user}: no fair-share association found (sacctmgr show assoc where user={user})")
-    all_users = [k for k in result.shares_stune.factors]
+    all_users = list(result.shares_stune.factors)
     sshare = {(r.account, r.user): r.fairshare for r in (result.sshare or []) if r.user}
     ran = table.ran & (table.gpus > 0)
     held_h = ch.held_gpu_s / 3600.0
@@ -268,11 +268,11 @@ def explain_text(doc: dict) -> str:
                 f"the {a['account_users']} users' GPU time in it counts for you too (yours is "
                 f"{100 * share:.0f}% of it)"
             )
-    for p in doc["pending"]:
-        lines.append(
-            f"  pending job {p['job_id']} ({p['partition']}): priority {p['priority']} = fair share "
-            f"{p['fairshare']} + age {p['age']} + SiteFactor {p['site_factor']} (+ other factors)"
-        )
+    lines.extend(
+        f"  pending job {p['job_id']} ({p['partition']}): priority {p['priority']} = fair share "
+        f"{p['fairshare']} + age {p['age']} + SiteFactor {p['site_factor']} (+ other factors)"
+        for p in doc["pending"]
+    )
     penalized = any(a["site_factor"] for a in assocs)
     if penalized or any(a["idle_gpu_h"] > 0 for a in assocs):
         lines.append("  what you can do:")
@@ -296,8 +296,7 @@ def explain_text(doc: dict) -> str:
         lines.append(
             "  (Slurm recomputes fair share every PriorityCalcPeriod, so sprio can lag a few minutes)"
         )
-    for w in doc["warnings"]:
-        lines.append(f"  warning: {w}")
+    lines.extend(f"  warning: {w}" for w in doc["warnings"])
     return "\n".join(lines) + "\n"
 
 

@@ -187,8 +187,7 @@ def job_text(doc: dict) -> str:
     if doc["timeline"]:
         lines.append(f"  timeline |{sparkline(doc['timeline'])}| (utilization over the job, '·' unmeasured)")
     lines.append(f"  charge: {doc['why']}")
-    for hint in doc["hints"]:
-        lines.append(f"  hint: {hint}")
+    lines.extend(f"  hint: {hint}" for hint in doc["hints"])
     return "\n".join(lines) + "\n"
 
 

@@ -156,7 +156,7 @@ def build(result, config, since: int | None) -> Report:
         "skipped_rows": int(table.skipped),
         "duplicate_rows": int(table.duplicates),
     }
-    users = sorted(set(table.assoc_keys) | {k for k in result.shares_slurm.factors})
+    users = sorted(set(table.assoc_keys) | set(result.shares_slurm.factors))
     index = {key: i for i, key in enumerate(table.assoc_keys)}
     for account, user in users:
         i = index.get((account, user))

@@ -156,7 +156,7 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
                 if r.fairshare_slurm is None or r.fairshare_stune is None
                 else f"{r.fairshare_slurm:.3f}->{r.fairshare_stune:.3f}"
             )
-        return out + ["-" if r.site_factor is None else str(r.site_factor)]
+        return [*out, "-" if r.site_factor is None else str(r.site_factor)]
 
     by_account: dict = {}
     for u in report.users:
@@ -318,7 +318,7 @@ def to_prometheus(report: Report, path: str) -> None:
             "stune_gpu_hours_unmeasured", "GPU-hours without a trusted measurement", labels, registry=registry
         ),
         "eff": prom.Gauge("stune_gpu_efficiency", "used / measured GPU-hours", labels, registry=registry),
-        "fs": prom.Gauge("stune_fairshare_factor", "fair-share factor", labels + ["kind"], registry=registry),
+        "fs": prom.Gauge("stune_fairshare_factor", "fair-share factor", [*labels, "kind"], registry=registry),
         "site": prom.Gauge(
             "stune_site_factor", "SiteFactor stune sets on pending jobs", labels, registry=registry
         ),

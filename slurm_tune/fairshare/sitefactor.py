@@ -100,5 +100,6 @@ def site_factor_target(
     scale, offset = line if line is not None else (float(weight), 0.0)
     return max(
         site_factor_floor(config, weight),
-        min(config.site_factor.max, int(round(scale * f_stune + offset - weight * f_slurm))),
+        # (int(): round() of a numpy scalar gives a numpy float on older numpy)
+        min(config.site_factor.max, int(round(scale * f_stune + offset - weight * f_slurm))),  # noqa: RUF046
     )

@@ -137,18 +137,16 @@ class Slurm(SlurmAccounting):
         """Slurm 22.05's scontrol has no --json, so this reads its one-line-per-record form."""
         from .records import Partition
 
-        out = []
-        for rec in parse_records(self.run(["scontrol", "show", "partition", "-o"])):
-            out.append(
-                Partition(
-                    name=rec.get("PartitionName", ""),
-                    nodes=rec.get("Nodes", ""),
-                    default=rec.get("Default") == "YES",
-                    state=rec.get("State", ""),
-                    total_nodes=int(rec.get("TotalNodes") or 0),
-                )
+        return [
+            Partition(
+                name=rec.get("PartitionName", ""),
+                nodes=rec.get("Nodes", ""),
+                default=rec.get("Default") == "YES",
+                state=rec.get("State", ""),
+                total_nodes=int(rec.get("TotalNodes") or 0),
             )
-        return out
+            for rec in parse_records(self.run(["scontrol", "show", "partition", "-o"]))
+        ]
 
     def default_partition(self) -> str | None:
         return next((p.name for p in self.partitions() if p.default), None)

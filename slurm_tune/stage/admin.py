@@ -133,7 +133,7 @@ Status = namedtuple(
 def status(tier: Tier) -> Status:
     config = tier.config
     try:
-        tier.fd
+        _ = tier.fd  # opening the tier's directory is what says whether it is there
     except TierUnavailable as exc:
         return Status(
             config.root, config.quota, 0, config.high, config.low, 0, 0, 0, 0, 0, 0, str(exc), [], [], 0
@@ -264,8 +264,9 @@ def init(config: TierConfig) -> list[str]:
     finally:
         os.close(fd)
     with Tier(config) as tier:
-        for bad in tier.namespace_problems():
-            done.append(f"repaired {bad.problem}: {tier.repair_namespace(bad)}")
+        done.extend(
+            f"repaired {bad.problem}: {tier.repair_namespace(bad)}" for bad in tier.namespace_problems()
+        )
     return done
 
 

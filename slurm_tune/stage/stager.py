@@ -82,39 +82,38 @@ def stage(
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"copy threads must be a whole number >= 1, not {jobs!r}")
     key = source_key(request.source)
-    with Tier(config) as tier:
-        with tier.namespace() as ns:
-            if job_id:
+    with Tier(config) as tier, tier.namespace() as ns:
+        if job_id:
+            settled = _settled(request, ns, ns.job_record(job_id, key), started)
+            if settled is not None:
+                return settled
+        lock = ns.lock(key, blocking=False)
+        if lock is None:
+            _say(progress_stream, f"{request.name}: waiting for another stager of {request.source}")
+            lock = ns.lock(key)
+        try:
+            if job_id:  # another task of this job may have finished it while we waited
                 settled = _settled(request, ns, ns.job_record(job_id, key), started)
                 if settled is not None:
                     return settled
-            lock = ns.lock(key, blocking=False)
-            if lock is None:
-                _say(progress_stream, f"{request.name}: waiting for another stager of {request.source}")
-                lock = ns.lock(key)
             try:
-                if job_id:  # another task of this job may have finished it while we waited
-                    settled = _settled(request, ns, ns.job_record(job_id, key), started)
-                    if settled is not None:
-                        return settled
-                try:
-                    return _stage_locked(
-                        request,
-                        tier,
-                        ns,
-                        key,
-                        job_id,
-                        progress_stream,
-                        jobs,
-                        freshness or config.freshness,
-                        started,
-                    )
-                except (TierUnavailable, SourceError) as exc:
-                    if job_id:  # the job's other tasks on this node read the source too, without retrying
-                        ns.record_fallback(job_id, key, str(exc))
-                    raise
-            finally:
-                os.close(lock)
+                return _stage_locked(
+                    request,
+                    tier,
+                    ns,
+                    key,
+                    job_id,
+                    progress_stream,
+                    jobs,
+                    freshness or config.freshness,
+                    started,
+                )
+            except (TierUnavailable, SourceError) as exc:
+                if job_id:  # the job's other tasks on this node read the source too, without retrying
+                    ns.record_fallback(job_id, key, str(exc))
+                raise
+        finally:
+            os.close(lock)
 
 
 def _settled(request, ns: Namespace, record, started) -> StageResult | None:
