@@ -35,9 +35,9 @@ from common import BARE, bare_start, compare, time_once
 
 from slurm_tune import fastjson
 from slurm_tune.active import jobs as JOBS
-from slurm_tune.active import judge as J
-from slurm_tune.active import store as S
-from slurm_tune.active import sweep as W
+from slurm_tune.active import judge as active_judge
+from slurm_tune.active import store as active_store
+from slurm_tune.active import sweep as active_sweep
 from slurm_tune.active.agent import MARK
 
 NODES = 1000
@@ -78,12 +78,12 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-active-"))
     data = results()
     lines = [fastjson.dumps(r) for r in data]
-    settings = J.Settings(2, 3, 3.0, 0.10, 3, {})
+    settings = active_judge.Settings(2, 3, 3.0, 0.10, 3, {})
 
     def judge_1000():
         t = time.perf_counter()
-        _, verdicts = J.judge(data, settings)
-        W.node_verdicts(verdicts, {})
+        _, verdicts = active_judge.judge(data, settings)
+        active_sweep.node_verdicts(verdicts, {})
         return time.perf_counter() - t
 
     def split_loop():
@@ -117,13 +117,13 @@ def main() -> int:
         shutil.rmtree(store, ignore_errors=True)
         t = time.perf_counter()
         got = JOBS.collect(str(spool), list(specs), specs)
-        S.append(str(store), "hdr", got)
-        S.load(str(store), "hdr")
+        active_store.append(str(store), "hdr", got)
+        active_store.load(str(store), "hdr")
         return time.perf_counter() - t
 
     assert len(JOBS.collect(str(spool), list(specs), specs)) == 3 * NODES
-    _, verdicts = J.judge(data, settings)
-    outliers = [v.subject for v in verdicts if v.status == J.OUTLIER]
+    _, verdicts = active_judge.judge(data, settings)
+    outliers = [v.subject for v in verdicts if v.status == active_judge.OUTLIER]
     assert len(outliers) == len(range(0, NODES, 97)), outliers
     r1 = compare(
         "active-judge-1000",

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_tune.active import store as S
+from slurm_tune.active import store as active_store
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def history(store: Path, slow="n4", driver=FP["driver"], start=None, value=100.0
                     "job": "1",
                 }
             )
-    S.append(str(store), "hdr", rows)
+    active_store.append(str(store), "hdr", rows)
 
 
 def test_report_table_csv_json_prom_and_drift(tmp_path):
@@ -149,6 +149,6 @@ def test_history_of_one_node_and_the_sweep_lock(tmp_path):
     assert "not a duration" not in sweep_cli("history", "-p", "hdr", "--since", "7d", env=env).stderr
     bad = sweep_cli("history", "-p", "hdr", "--since", "soon", env=env)
     assert bad.returncode == 1 and "--since 'soon'" in bad.stderr
-    with S.SweepLock(str(store), "hdr"):
+    with active_store.SweepLock(str(store), "hdr"):
         busy = sweep_cli("judge", "-p", "hdr", env=env)
     assert busy.returncode == 1 and "another sweep of this partition is running" in busy.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_for_state
 
-from slurm_tune.active import store as S
-from slurm_tune.active import sweep as W
+from slurm_tune.active import store as active_store
+from slurm_tune.active import sweep as active_sweep
 from slurm_tune.nodestate import DEGRADED_FEATURE
 from slurm_tune.profiles import load_profile
 from stune_dev.devcluster import NODES
@@ -92,8 +92,8 @@ class Rig:
             f.unlink()
 
     def sweep(self, **kw):
-        opts = W.Options("hdr", str(self.store), spool=str(self.tmp / "spool"), **kw)
-        return W.sweep(self.slurm, self.profile, opts, log=self.log.append)
+        opts = active_sweep.Options("hdr", str(self.store), spool=str(self.tmp / "spool"), **kw)
+        return active_sweep.sweep(self.slurm, self.profile, opts, log=self.log.append)
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_a_node_at_70_percent_in_2_of_3_runs_is_marked_and_excluded_then_cleared
     assert "2 of 3 runs slow" in n2.comment
     assert all(DEGRADED_FEATURE not in slurm.node(n).feature_set for n in ("n1", "n3"))
     # the jobs were ordinary Slurm jobs: low priority, with the check's time limit
-    rec = [r for r in S.load(str(rig.store), "hdr") if r["subject"] == "n2"]
+    rec = [r for r in active_store.load(str(rig.store), "hdr") if r["subject"] == "n2"]
     assert [r["value"] for r in rec] == [70.0, 100.0, 70.0] and rec[0]["fingerprint"][
         "driver"
     ] == "535.104.05"
@@ -190,7 +190,7 @@ def test_a_pair_slow_because_of_one_node_names_that_node_and_hca(slurm, shared_t
     assert n3.comment.startswith("stune: degraded: active ib_write_bw: n3 mlx5_1: slow with known-good n2"), (
         n3
     )
-    rec = S.load(str(rig.store), "hdr")
+    rec = active_store.load(str(rig.store), "hdr")
     jobs = {r["job"] for r in rec if r["check"] == "ib_write_bw"}
     for job in jobs:  # one job per pair measures each HCA in turn
         assert len({r["subject"].split("/")[1] for r in rec if r["job"] == job}) == 2
@@ -204,7 +204,7 @@ def test_a_slow_two_node_nccl_ring_names_its_bad_node_and_gives_it_back_once_its
     out = rig.sweep(checks=["nccl_pair"])
     assert set(out["named"]) == {"n3"}, rig.log
     assert out["named"]["n3"].startswith("active nccl_pair: n3: slow with known-good n2")
-    rec = [r for r in S.load(str(rig.store), "hdr") if r["subject"] == "n1+n2"]
+    rec = [r for r in active_store.load(str(rig.store), "hdr") if r["subject"] == "n1+n2"]
     assert rec and rec[0]["value"] == 100.0 and rec[0]["fingerprint"]["nccl"] == "2.19.3"
     assert DEGRADED_FEATURE in slurm.node("n3").feature_set
     # n3 repaired: the next pair sweep passes and gives it back, and the bisection's one-off pairs (measured
@@ -219,7 +219,9 @@ def test_a_slow_two_node_nccl_ring_names_its_bad_node_and_gives_it_back_once_its
     # passing pairs clear a pair check's mark only: a node check's mark waits for that check to pass
     mark = "stune: degraded: active nccl_allreduce: 70 GB/s vs partition median 100 (2 of 3 runs slow)"
     slurm.update_node("n1", features=sorted(slurm.node("n1").feature_set | {DEGRADED_FEATURE}), comment=mark)
-    W.apply_marks(slurm, rig.profile, W.node_verdicts(out["verdicts"], {}), str(rig.store), time.time())
+    active_sweep.apply_marks(
+        slurm, rig.profile, active_sweep.node_verdicts(out["verdicts"], {}), str(rig.store), time.time()
+    )
     n1 = slurm.node("n1")
     assert DEGRADED_FEATURE in n1.feature_set and n1.comment == mark, n1
 
@@ -309,7 +311,7 @@ def test_sweep_runs_inside_the_named_reservation_and_iperf3_runs_for_real(slurm,
     try:
         out = rig.sweep(reservation="stune-maint")
         assert out["nodes"] == ["n1", "n2"]  # only the reservation's nodes
-        rec = S.load(str(rig.store), "hdr")
+        rec = active_store.load(str(rig.store), "hdr")
         iperf = [r for r in rec if r["check"] == "iperf3"]
         job = slurm.run(["scontrol", "show", "job", "-o", iperf[0]["job"]])
         assert "Reservation=stune-maint" in job and "TimeLimit=00:01:00" in job
@@ -352,14 +354,14 @@ def test_drain_is_opt_in_and_a_drained_node_returns_only_after_its_checks_pass(
 
 
 def test_gate_resume_hands_a_passive_drain_to_the_active_checks(slurm, shared_tmp, monkeypatch):
-    from slurm_tune.health import apply as A
+    from slurm_tune.health import apply
 
     rig = Rig(slurm, shared_tmp, monkeypatch, active=ACTIVE + "  gate_resume: true\n")
     rig.set_values({"all_reduce_perf": {"*": 100.0}})
     rig.sweep(checks=["nccl_allreduce"])  # a baseline
     slurm.update_node("n3", state="DRAIN", reason="stune: mlx5_0/1 state DOWN")
     # the passive checks pass again: with gate_resume they hand the drain over instead of resuming
-    outcome = A.sync(slurm, "n3", A.Want(A.CLEAR, ""), {}, rig.profile, 0.0)
+    outcome = apply.sync(slurm, "n3", apply.Want(apply.CLEAR, ""), {}, rig.profile, 0.0)
     n3 = slurm.node("n3")
     assert n3.drain and n3.reason.startswith("stune: active awaiting active checks (was: stune: mlx5_0/1"), (
         outcome

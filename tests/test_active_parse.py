@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_tune.active import parse as P
-from slurm_tune.active import parse_io as IO
+from slurm_tune.active import parse, parse_io
 from slurm_tune.active.reading import FAIL, MAX_VALUE, OK, UNAVAILABLE, UNKNOWN, number
 
 FIX = Path(__file__).parent / "fixtures" / "active"
@@ -22,18 +21,18 @@ def fixture(name: str) -> bytes:
 
 
 def test_nccl_two_nodes_takes_largest_size_busbw_and_rank_count():
-    r = P.nccl_tests(fixture("nccl-allreduce-2node.txt"))
+    r = parse.nccl_tests(fixture("nccl-allreduce-2node.txt"))
     assert r.status == OK and r.value == 338.82 and r.unit == "GB/s"
     assert r.extra["ranks"] == 16 and r.extra["avg_busbw"] == 70.742 and r.extra["size"] == 8589934592
 
 
 def test_nccl_single_node_reads_library_version():
-    r = P.nccl_tests(fixture("nccl-allreduce-1node.txt"))
+    r = parse.nccl_tests(fixture("nccl-allreduce-1node.txt"))
     assert (r.status, r.value, r.extra["nccl"]) == (OK, 235.91, "2.19.3")
 
 
 def test_nccl_wrong_results_fail():
-    r = P.nccl_tests(fixture("nccl-allreduce-wrong.txt"))
+    r = parse.nccl_tests(fixture("nccl-allreduce-wrong.txt"))
     assert r.status == FAIL and "1024 wrong" in r.detail and r.value is None
 
 
@@ -42,24 +41,24 @@ def test_nccl_wrong_results_fail():
     [("nccl-allreduce-truncated.txt", "truncated"), ("nccl-allreduce-error.txt", "Test NCCL failure")],
 )
 def test_nccl_truncated_or_failed_is_unknown(name, why):
-    r = P.nccl_tests(fixture(name))
+    r = parse.nccl_tests(fixture(name))
     assert r.status == UNKNOWN and why in r.detail and r.value is None
 
 
 def test_nccl_cut_after_some_rows_is_unknown_not_slow():
     text = fixture("nccl-allreduce-1node.txt").decode()
     cut = text[: text.index("# Out of bounds")]
-    r = P.nccl_tests(cut)
+    r = parse.nccl_tests(cut)
     assert r.status == UNKNOWN and "truncated" in r.detail
 
 
 def test_perftest_gbit_table_with_interleaved_warning():
-    r = IO.perftest_bw(fixture("ib_write_bw-hdr.txt"))
+    r = parse_io.perftest_bw(fixture("ib_write_bw-hdr.txt"))
     assert (r.status, r.value, r.unit) == (OK, 196.79, "Gb/s")
 
 
 def test_perftest_mbsec_all_sizes_takes_last_and_converts():
-    r = IO.perftest_bw(fixture("ib_write_bw-mbsec-all.txt"))
+    r = parse_io.perftest_bw(fixture("ib_write_bw-mbsec-all.txt"))
     assert r.status == OK and r.value == pytest.approx(23451.98 * 1048576 * 8 / 1e9, rel=1e-4)
 
 
@@ -68,31 +67,31 @@ def test_perftest_mbsec_all_sizes_takes_last_and_converts():
     [("ib_write_bw-refused.txt", "Couldn't connect"), ("ib_write_bw-truncated.txt", "no readable row")],
 )
 def test_perftest_errors_are_unknown(name, why):
-    r = IO.perftest_bw(fixture(name))
+    r = parse_io.perftest_bw(fixture(name))
     assert r.status == UNKNOWN and why in r.detail
 
 
 def test_perftest_table_without_closing_line_is_unknown():
     text = fixture("ib_write_bw-hdr.txt").decode().rstrip().rsplit("\n", 1)[0]
-    assert IO.perftest_bw(text).status == UNKNOWN
+    assert parse_io.perftest_bw(text).status == UNKNOWN
 
 
 def test_fio_real_capture():
-    r = IO.fio_json(fixture("fio-read.json"))
+    r = parse_io.fio_json(fixture("fio-read.json"))
     assert r.status == OK and r.value == pytest.approx(1766022736 / 1e9) and r.extra["fio"] == "fio-3.33"
 
 
 def test_fio_error_line_before_json_and_job_error_is_unknown():
-    r = IO.fio_json(fixture("fio-error.json"))
+    r = parse_io.fio_json(fixture("fio-error.json"))
     assert r.status == UNKNOWN and "error 1" in r.detail
 
 
 def test_fio_truncated_json_is_unknown():
-    assert IO.fio_json(fixture("fio-read.json")[:900]).status == UNKNOWN
+    assert parse_io.fio_json(fixture("fio-read.json")[:900]).status == UNKNOWN
 
 
 def test_dd_real_capture_uses_exact_bytes_over_seconds():
-    r = IO.dd(fixture("dd-read.txt"))
+    r = parse_io.dd(fixture("dd-read.txt"))
     assert r.status == OK and r.value == pytest.approx(67108864 / 0.0578272 / 1e9, rel=1e-6)
 
 
@@ -101,50 +100,50 @@ def test_dd_progress_lines_and_old_format():
         "1048576000 bytes (1.0 GB, 1000 MiB) copied, 1 s, 1.0 GB/s\r2097152000 bytes (2.1 GB, 2.0 GiB) copied,"
         " 2 s, 1.0 GB/s\n2000+0 records in\n2000+0 records out\n2097152000 bytes (2.1 GB) copied, 2.5 s, 839 MB/s\n"
     )
-    assert IO.dd(text).value == pytest.approx(2097152000 / 2.5 / 1e9)
+    assert parse_io.dd(text).value == pytest.approx(2097152000 / 2.5 / 1e9)
 
 
 def test_dd_error_is_unknown():
-    r = IO.dd(fixture("dd-error.txt"))
+    r = parse_io.dd(fixture("dd-error.txt"))
     assert r.status == UNKNOWN and "failed to open" in r.detail
 
 
 def test_iperf3_real_capture_and_refused():
-    r = IO.iperf3_json(fixture("iperf3-client.json"))
+    r = parse_io.iperf3_json(fixture("iperf3-client.json"))
     assert r.status == OK and r.value > 0 and r.unit == "Gb/s" and r.extra["iperf3"].startswith("iperf 3")
-    bad = IO.iperf3_json(fixture("iperf3-refused.json"))
+    bad = parse_io.iperf3_json(fixture("iperf3-refused.json"))
     assert bad.status == UNKNOWN and "Connection refused" in bad.detail
 
 
 def test_nvbandwidth_sum_and_slowest_gpu():
-    r = P.nvbandwidth(fixture("nvbandwidth-h2d.txt"))
+    r = parse.nvbandwidth(fixture("nvbandwidth-h2d.txt"))
     assert r.status == OK and r.value == 428.53 and r.extra["slowest"] == 41.02
     assert r.extra["slowest_at"] == "0->6" and r.extra["cuda"] == "13.3"
-    assert P.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_to_host_memcpy_ce").value == 441.72
-    old = P.nvbandwidth(fixture("nvbandwidth-v05.txt"))
+    assert parse.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_to_host_memcpy_ce").value == 441.72
+    old = parse.nvbandwidth(fixture("nvbandwidth-v05.txt"))
     assert old.value == 25.17 and old.extra["cuda"] == "12.4" and old.extra["driver"] == "550.54.15"
 
 
 def test_nvbandwidth_waived_or_missing_is_unknown():
-    assert "waived" in P.nvbandwidth(fixture("nvbandwidth-waived.txt")).detail
-    assert P.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_local_copy").status == UNKNOWN
+    assert "waived" in parse.nvbandwidth(fixture("nvbandwidth-waived.txt")).detail
+    assert parse.nvbandwidth(fixture("nvbandwidth-h2d.txt"), "device_local_copy").status == UNKNOWN
 
 
 def test_dcgmi_pass_fail_and_error():
-    ok = P.dcgmi_diag(fixture("dcgmi-diag-r2-pass.txt"))
+    ok = parse.dcgmi_diag(fixture("dcgmi-diag-r2-pass.txt"))
     assert ok.status == OK and ok.extra["tests"] == 12 and ok.extra["driver"] == "535.104.12"
-    v4 = P.dcgmi_diag(fixture("dcgmi-diag-r2-fail-v4.txt"))
+    v4 = parse.dcgmi_diag(fixture("dcgmi-diag-r2-fail-v4.txt"))
     assert v4.status == FAIL and "pcie" in v4.detail and "link width" in v4.detail
-    legacy = P.dcgmi_diag(fixture("dcgmi-diag-legacy-fail.txt"))
+    legacy = parse.dcgmi_diag(fixture("dcgmi-diag-legacy-fail.txt"))
     assert legacy.status == FAIL and "GPU Memory" in legacy.detail and "cudaMalloc" in legacy.detail
-    err = P.dcgmi_diag(fixture("dcgmi-diag-error.txt"))
+    err = parse.dcgmi_diag(fixture("dcgmi-diag-error.txt"))
     assert err.status == UNKNOWN and "Host engine" in err.detail
 
 
 def test_dcgmi_keeps_the_error_row_and_joins_rows_cut_mid_word():
     """DCGM 3.x (the published 3.1.8 capture's layout): an `Error` row under the failing test, its text cut
     into 45-character pieces in the middle of words ("disab|led", "currently |  disabled")."""
-    r = P.dcgmi_diag(fixture("dcgmi-diag-r1-error-wrapped.txt"))
+    r = parse.dcgmi_diag(fixture("dcgmi-diag-r1-error-wrapped.txt"))
     assert r.status == FAIL and r.extra["failed"] == ["Persistence Mode"]
     assert r.detail.startswith(
         "dcgmi diag Persistence Mode: Persistence mode for GPU 0 is currently disabled. "
@@ -182,7 +181,7 @@ def _dcgm_table(test: str, label: str, message: str) -> str:
 )
 def test_dcgmi_message_cut_anywhere_comes_back_whole(words, label):
     message = " ".join(words)
-    r = P.dcgmi_diag(_dcgm_table("Persistence Mode", label, message))
+    r = parse.dcgmi_diag(_dcgm_table("Persistence Mode", label, message))
     assert r.status == FAIL and r.detail == f"dcgmi diag Persistence Mode: {message[:160]}"
 
 
@@ -191,24 +190,24 @@ def test_dcgmi_failure_words_are_never_split():
         "Persistence mode check failed on GPU 2: the GPU did not respond; check DCGM and system logs "
         "for errors"
     )
-    r = P.dcgmi_diag(_dcgm_table("Persistence Mode", "Error", message))
+    r = parse.dcgmi_diag(_dcgm_table("Persistence Mode", "Error", message))
     assert r.detail == f"dcgmi diag Persistence Mode: {message}"
 
 
 def test_dcgmi_truncated_table_is_unknown():
     text = fixture("dcgmi-diag-r2-pass.txt").decode().rstrip().rsplit("\n", 1)[0]
-    assert P.dcgmi_diag(text).status == UNKNOWN
+    assert parse.dcgmi_diag(text).status == UNKNOWN
 
 
 ALL = [
-    (P.nccl_tests, "nccl-allreduce-1node.txt"),
-    (IO.perftest_bw, "ib_write_bw-hdr.txt"),
-    (IO.fio_json, "fio-read.json"),
-    (IO.dd, "dd-read.txt"),
-    (IO.iperf3_json, "iperf3-client.json"),
-    (P.nvbandwidth, "nvbandwidth-h2d.txt"),
-    (P.dcgmi_diag, "dcgmi-diag-r2-pass.txt"),
-    (P.numeric, "numeric-8gpu.txt"),
+    (parse.nccl_tests, "nccl-allreduce-1node.txt"),
+    (parse_io.perftest_bw, "ib_write_bw-hdr.txt"),
+    (parse_io.fio_json, "fio-read.json"),
+    (parse_io.dd, "dd-read.txt"),
+    (parse_io.iperf3_json, "iperf3-client.json"),
+    (parse.nvbandwidth, "nvbandwidth-h2d.txt"),
+    (parse.dcgmi_diag, "dcgmi-diag-r2-pass.txt"),
+    (parse.numeric, "numeric-8gpu.txt"),
 ]
 
 
@@ -271,18 +270,20 @@ def test_number_rejects_foreign_notations(token):
 
 def test_numeric_consistency_agree_differ_and_unavailable():
     text = fixture("numeric-8gpu.txt").decode()
-    assert P.numeric(text).status == OK and P.numeric(text).extra["devices"] == 8
+    assert parse.numeric(text).status == OK and parse.numeric(text).extra["devices"] == 8
     bad = text.replace(
         "device 5 NVIDIA H100 80GB HBM3 sha256 "
         + text.split("device 5 NVIDIA H100 80GB HBM3 sha256 ")[1][:64],
         "device 5 NVIDIA H100 80GB HBM3 sha256 " + "0" * 64,
     )
-    r = P.numeric(bad)
+    r = parse.numeric(bad)
     assert r.status == FAIL and r.extra["gpus"] == [5] and "silent data corruption" in r.detail
-    assert P.numeric(text.replace("stune-numeric done 8\n", "")).status == UNKNOWN
-    gone = P.numeric("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python\n")
+    assert parse.numeric(text.replace("stune-numeric done 8\n", "")).status == UNKNOWN
+    gone = parse.numeric("stune-numeric unavailable: neither PyTorch nor CuPy is installed for this Python\n")
     assert gone.status == UNAVAILABLE and "install PyTorch or CuPy" in gone.detail  # a missing tool
-    blind = P.numeric("stune-numeric unknown: PyTorch sees no CUDA GPU\n")  # installed, no GPU: the node's
+    blind = parse.numeric(
+        "stune-numeric unknown: PyTorch sees no CUDA GPU\n"
+    )  # installed, no GPU: the node's
     assert blind.status == UNKNOWN and "PyTorch sees no CUDA GPU" in blind.detail
 
 

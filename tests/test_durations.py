@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fairshare_accountant import HEADER, _cli, row, summary
 
-from slurm_tune import durations as D
+from slurm_tune import durations as stune_durations
 from slurm_tune.errors import ConfigError, StuneError
 from slurm_tune.schema import Duration, Where
 
@@ -43,7 +43,7 @@ SECONDS = st.integers(min_value=0, max_value=10**12)
     ],
 )
 def test_the_one_rule_set(text, seconds):
-    assert D.parse(text) == seconds
+    assert stune_durations.parse(text) == seconds
 
 
 @pytest.mark.parametrize(
@@ -78,24 +78,32 @@ def test_the_one_rule_set(text, seconds):
     ],
 )
 def test_garbage_is_refused(text):
-    with pytest.raises(D.DurationError, match=r"not a duration|positive"):
-        D.parse(text)
+    with pytest.raises(stune_durations.DurationError, match=r"not a duration|positive"):
+        stune_durations.parse(text)
 
 
 @pytest.mark.parametrize("text", ["-5", "-1-0", -3])
 def test_negative_durations_are_refused(text):
-    with pytest.raises(D.DurationError, match="must be a positive duration"):
-        D.parse(text)
+    with pytest.raises(stune_durations.DurationError, match="must be a positive duration"):
+        stune_durations.parse(text)
 
 
 def test_slurm_text_counts_bare_numbers_in_minutes_and_knows_its_keywords():
-    assert D.parse_slurm("7-00:00:00") == 604800
-    assert D.parse_slurm("5") == 300 and D.parse_slurm("5", bare_unit=1) == 5
-    assert D.parse_slurm("300 sec") == 300 and D.parse_slurm("10 SEC") == 10
-    assert D.parse_slurm("NONE") == D.parse_slurm("(null)") == D.parse_slurm("") == D.parse_slurm(None) == 0
-    assert D.parse_slurm("INFINITE") is None and D.parse_slurm("UNLIMITED") is None
-    with pytest.raises(D.DurationError):
-        D.parse_slurm("soon")
+    assert stune_durations.parse_slurm("7-00:00:00") == 604800
+    assert stune_durations.parse_slurm("5") == 300 and stune_durations.parse_slurm("5", bare_unit=1) == 5
+    assert stune_durations.parse_slurm("300 sec") == 300 and stune_durations.parse_slurm("10 SEC") == 10
+    assert (
+        stune_durations.parse_slurm("NONE")
+        == stune_durations.parse_slurm("(null)")
+        == stune_durations.parse_slurm("")
+        == stune_durations.parse_slurm(None)
+        == 0
+    )
+    assert (
+        stune_durations.parse_slurm("INFINITE") is None and stune_durations.parse_slurm("UNLIMITED") is None
+    )
+    with pytest.raises(stune_durations.DurationError):
+        stune_durations.parse_slurm("soon")
 
 
 def test_sbatch_time_limits_follow_slurms_rules():
@@ -115,24 +123,34 @@ def test_sbatch_time_limits_follow_slurms_rules():
 
 
 def test_formats():
-    assert D.compact(0) == "0s" and D.compact(90) == "1m30s" and D.compact(1209600) == "2w"
-    assert D.compact(129600) == "1d12h"
-    assert D.clock(600) == "0:10:00" and D.clock(3725) == "1:02:05" and D.clock(90000) == "25:00:00"
+    assert (
+        stune_durations.compact(0) == "0s"
+        and stune_durations.compact(90) == "1m30s"
+        and stune_durations.compact(1209600) == "2w"
+    )
+    assert stune_durations.compact(129600) == "1d12h"
+    assert (
+        stune_durations.clock(600) == "0:10:00"
+        and stune_durations.clock(3725) == "1:02:05"
+        and stune_durations.clock(90000) == "25:00:00"
+    )
 
 
 @settings(max_examples=3000, deadline=None)
 @given(SECONDS)
 def test_format_parse_round_trip(seconds):
-    assert D.parse(D.compact(seconds)) == seconds
-    assert D.parse(D.clock(seconds)) == seconds
-    assert D.parse_slurm(D.clock(seconds)) == seconds
+    assert stune_durations.parse(stune_durations.compact(seconds)) == seconds
+    assert stune_durations.parse(stune_durations.clock(seconds)) == seconds
+    assert stune_durations.parse_slurm(stune_durations.clock(seconds)) == seconds
 
 
 @settings(max_examples=2000, deadline=None)
 @given(st.integers(0, 10**5), st.integers(0, 23), st.integers(0, 59), st.integers(0, 59))
 def test_slurms_day_form_round_trips(d, h, m, s):
     text = f"{d}-{h:02d}:{m:02d}:{s:02d}"
-    assert D.parse_slurm(text) == D.parse(text) == d * 86400 + h * 3600 + m * 60 + s
+    assert (
+        stune_durations.parse_slurm(text) == stune_durations.parse(text) == d * 86400 + h * 3600 + m * 60 + s
+    )
 
 
 GARBAGE = st.one_of(
@@ -147,15 +165,15 @@ GARBAGE = st.one_of(
 @given(GARBAGE)
 def test_garbage_is_a_number_or_a_one_line_error_naming_the_key(text):
     try:
-        value = D.option(text, "--half-life")
-    except D.DurationError as exc:
+        value = stune_durations.option(text, "--half-life")
+    except stune_durations.DurationError as exc:
         assert isinstance(exc, StuneError) and str(exc).startswith("--half-life: ")
         assert len(str(exc).splitlines()) == 1  # repr() escapes the user's newlines
     else:
         assert isinstance(value, int) and value >= 0
     try:
-        value = D.parse_slurm(text)
-    except D.DurationError as exc:
+        value = stune_durations.parse_slurm(text)
+    except stune_durations.DurationError as exc:
         assert len(str(exc).splitlines()) == 1
     else:
         assert value is None or (isinstance(value, int) and value >= 0)
@@ -174,7 +192,7 @@ def test_config_key_errors_name_file_line_and_key():
     with pytest.raises(ConfigError) as exc:
         Duration().check("fortnight", "usage.window", where)
     assert str(exc.value) == (
-        f"/etc/stune/fairshare.yaml:7: usage.window: 'fortnight' is not a duration (e.g. {D.EXAMPLES})"
+        f"/etc/stune/fairshare.yaml:7: usage.window: 'fortnight' is not a duration (e.g. {stune_durations.EXAMPLES})"
     )
 
 
@@ -241,7 +259,7 @@ def test_half_life_2w_on_the_command_line(tmp_path):
     )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.splitlines() == [
-        f"stune-fairshare: --half-life: '2 weeks' is not a duration (e.g. {D.EXAMPLES})"
+        f"stune-fairshare: --half-life: '2 weeks' is not a duration (e.g. {stune_durations.EXAMPLES})"
     ]
 
 

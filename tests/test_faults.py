@@ -22,7 +22,7 @@ from slurm_tune.cli.common import guarded
 from slurm_tune.errors import EXIT_ERROR, CorruptFileError, FileWriteError, StuneError
 from slurm_tune.fairshare.ledger import FORMAT as LEDGER_FORMAT
 from slurm_tune.fairshare.ledger import Ledger, LedgerError
-from slurm_tune.health import state as S
+from slurm_tune.health import state as health_state
 from slurm_tune.sbatch import history, historyview
 from slurm_tune.stage.layout import parse_row
 from slurm_tune.stage.tier import Tier, TierConfig
@@ -117,7 +117,7 @@ def test_the_cli_boundary_says_it_in_one_line_and_exits_1(tmp_path, capsys):
 
 def _state(directory: Path, **over) -> None:
     doc = {
-        "format": S.FORMAT,
+        "format": health_state.FORMAT,
         "node": "n1",
         "baselines": {"mlx5_0/1": {"symbol_error": 3}},
         "xid_sticky": [],
@@ -126,7 +126,7 @@ def _state(directory: Path, **over) -> None:
         **over,
     }
     directory.mkdir(exist_ok=True)
-    (directory / S.STATE_FILE).write_text(json.dumps(doc))
+    (directory / health_state.STATE_FILE).write_text(json.dumps(doc))
 
 
 @pytest.mark.parametrize(
@@ -144,17 +144,22 @@ def test_a_health_state_with_a_garbage_number_starts_over_naming_the_key_and_kee
 ):
     directory = tmp_path / "st"
     _state(directory, **over)
-    before = (directory / S.STATE_FILE).read_bytes()
-    state, problem = S.read(str(directory))
-    assert state == S.empty() and problem.startswith(f"{directory / S.STATE_FILE}: {key}: ")
-    with S.Locked(str(directory)) as st:
-        assert st.state == S.empty() and f"kept as {directory / S.STATE_FILE}.bad" in st.problem
-    assert (directory / (S.STATE_FILE + ".bad")).read_bytes() == before
+    before = (directory / health_state.STATE_FILE).read_bytes()
+    state, problem = health_state.read(str(directory))
+    assert state == health_state.empty() and problem.startswith(
+        f"{directory / health_state.STATE_FILE}: {key}: "
+    )
+    with health_state.Locked(str(directory)) as st:
+        assert (
+            st.state == health_state.empty()
+            and f"kept as {directory / health_state.STATE_FILE}.bad" in st.problem
+        )
+    assert (directory / (health_state.STATE_FILE + ".bad")).read_bytes() == before
 
 
 def test_a_sound_health_state_reads_back_whole(tmp_path):
     _state(tmp_path / "st")
-    state, problem = S.read(str(tmp_path / "st"))
+    state, problem = health_state.read(str(tmp_path / "st"))
     assert problem is None and state["baselines"] == {"mlx5_0/1": {"symbol_error": 3}}
 
 
@@ -312,14 +317,14 @@ def test_the_ledger_on_a_full_disk(full_disk):
 def test_the_health_state_on_a_full_disk(full_disk):
     directory = full_disk.path / "st"
     _state(directory)
-    before = (directory / S.STATE_FILE).read_bytes()
-    with S.Locked(str(directory)) as st:
+    before = (directory / health_state.STATE_FILE).read_bytes()
+    with health_state.Locked(str(directory)) as st:
         st.state["baselines"] = {f"mlx5_{i}/1": {"symbol_error": i} for i in range(2000)}
         full_disk.fill()
         with pytest.raises(FileWriteError) as info:
             st.save()
-    _one_line_naming(info.value, directory / S.STATE_FILE)
-    assert (directory / S.STATE_FILE).read_bytes() == before
+    _one_line_naming(info.value, directory / health_state.STATE_FILE)
+    assert (directory / health_state.STATE_FILE).read_bytes() == before
 
 
 def test_stune_health_run_on_a_full_disk_exits_1_naming_the_state_file(full_disk, tmp_path):
@@ -338,13 +343,16 @@ def test_stune_health_run_on_a_full_disk_exits_1_naming_the_state_file(full_disk
     )
     env.pop("STUNE_DEBUG", None)
     first = subprocess.run([str(BIN / "stune-health"), "run"], env=env, capture_output=True, text=True)
-    assert (state / S.STATE_FILE).exists(), first.stderr
-    before = (state / S.STATE_FILE).read_bytes()
+    assert (state / health_state.STATE_FILE).exists(), first.stderr
+    before = (state / health_state.STATE_FILE).read_bytes()
     full_disk.fill()
     proc = subprocess.run([str(BIN / "stune-health"), "run"], env=env, capture_output=True, text=True)
     assert proc.returncode == EXIT_ERROR, proc.stderr
-    assert proc.stderr == f"stune-health: {state / S.STATE_FILE}: cannot write: No space left on device\n"
-    assert (state / S.STATE_FILE).read_bytes() == before
+    assert (
+        proc.stderr
+        == f"stune-health: {state / health_state.STATE_FILE}: cannot write: No space left on device\n"
+    )
+    assert (state / health_state.STATE_FILE).read_bytes() == before
 
 
 def test_a_history_record_on_a_full_disk_is_whole_or_absent(full_disk):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_tune.health import apply as A
+from slurm_tune.health import apply
 from slurm_tune.health.result import DEGRADED, FAIL, OK, UNKNOWN, Result, make_verdict
 from slurm_tune.nodestate import DEGRADED_FEATURE
 from slurm_tune.slurm import Node
@@ -35,10 +35,12 @@ def test_the_wanted_state_follows_the_verdict():
     down = Result("ib.link", "mlx5_2/1", FAIL, "m", "mlx5_2/1 state DOWN")
     slow = Result("ib.rate", "mlx5_3/1", DEGRADED, "m", "mlx5_3/1 rate 100 Gb/s < 200")
     blind = Result("gpu.nvml", "node", UNKNOWN, "m", "")
-    assert A.want_for(make_verdict([down, slow])) == A.Want(A.DRAIN, "mlx5_2/1 state DOWN")
-    assert A.want_for(make_verdict([slow, blind])) == A.Want(A.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200")
-    assert A.want_for(make_verdict([blind])) == A.Want(A.HOLD, "")
-    assert A.want_for(make_verdict([Result("x", "y", OK, "m", "")])) == A.Want(A.CLEAR, "")
+    assert apply.want_for(make_verdict([down, slow])) == apply.Want(apply.DRAIN, "mlx5_2/1 state DOWN")
+    assert apply.want_for(make_verdict([slow, blind])) == apply.Want(
+        apply.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"
+    )
+    assert apply.want_for(make_verdict([blind])) == apply.Want(apply.HOLD, "")
+    assert apply.want_for(make_verdict([Result("x", "y", OK, "m", "")])) == apply.Want(apply.CLEAR, "")
 
 
 @pytest.mark.parametrize(
@@ -54,13 +56,13 @@ def test_the_wanted_state_follows_the_verdict():
 )
 def test_whose_drain_it_is(reason, hook_at, expected):
     state = {"hook_fail": {"mode": "prolog", "at": hook_at}} if hook_at else {}
-    assert A.drain_kind(node(drain=True, reason=reason, reason_time=NOW), state) == expected
-    assert A.drain_kind(node(drain=False), state) == "none"
+    assert apply.drain_kind(node(drain=True, reason=reason, reason_time=NOW), state) == expected
+    assert apply.drain_kind(node(drain=False), state) == "none"
 
 
 def test_drain_a_healthy_node_and_clear_stune_marks_with_it():
     n = node(features=f"bigmem,{DEGRADED_FEATURE}", comment="stune: degraded: gpu1 row remap pending")
-    fields, _ = A.plan(n, A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), "none")
+    fields, _ = apply.plan(n, apply.Want(apply.DRAIN, "mlx5_2/1 state DOWN"), "none")
     assert fields == {
         "state": "DRAIN",
         "reason": "stune: mlx5_2/1 state DOWN",
@@ -71,11 +73,11 @@ def test_drain_a_healthy_node_and_clear_stune_marks_with_it():
 
 def test_an_admin_drain_is_never_resumed_nor_re_reasoned():
     admin = node(drain=True, reason="bad DIMM, ticket 4711", features="bigmem")
-    for want in (A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), A.Want(A.CLEAR, "")):
-        fields, notes = A.plan(admin, want, "admin")
+    for want in (apply.Want(apply.DRAIN, "mlx5_2/1 state DOWN"), apply.Want(apply.CLEAR, "")):
+        fields, notes = apply.plan(admin, want, "admin")
         assert "state" not in fields and "reason" not in fields
         assert notes == ["drained by someone else ('bad DIMM, ticket 4711'): left alone"]
-    fields, _ = A.plan(admin, A.Want(A.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"), "admin")
+    fields, _ = apply.plan(admin, apply.Want(apply.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"), "admin")
     assert fields == {
         "features": ["bigmem", DEGRADED_FEATURE],
         "comment": "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200",
@@ -84,42 +86,50 @@ def test_an_admin_drain_is_never_resumed_nor_re_reasoned():
 
 def test_a_hook_drain_gets_the_stune_reason_and_is_resumed_when_healthy():
     hooked = node(drain=True, reason="Prolog error")
-    assert A.plan(hooked, A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), "hook")[0] == {
+    assert apply.plan(hooked, apply.Want(apply.DRAIN, "mlx5_2/1 state DOWN"), "hook")[0] == {
         "state": "DRAIN",
         "reason": "stune: mlx5_2/1 state DOWN",
     }
-    assert A.plan(hooked, A.Want(A.CLEAR, ""), "hook")[0] == {"state": "RESUME"}
+    assert apply.plan(hooked, apply.Want(apply.CLEAR, ""), "hook")[0] == {"state": "RESUME"}
 
 
 def test_degraded_keeps_the_admins_features_and_healthy_removes_only_ours():
     n = node(features="bigmem,nvme")
-    fields, _ = A.plan(n, A.Want(A.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"), "none")
+    fields, _ = apply.plan(n, apply.Want(apply.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200"), "none")
     assert fields == {
         "features": ["bigmem", "nvme", DEGRADED_FEATURE],
         "comment": "stune: degraded: mlx5_3/1 rate 100 Gb/s < 200",
     }
     marked = node(features=f"bigmem,{DEGRADED_FEATURE},nvme", comment="stune: degraded: x")
-    assert A.plan(marked, A.Want(A.CLEAR, ""), "none")[0] == {"features": ["bigmem", "nvme"], "comment": ""}
-    assert A.plan(node(features="bigmem", comment="owner: alice"), A.Want(A.CLEAR, ""), "none")[0] == {}
+    assert apply.plan(marked, apply.Want(apply.CLEAR, ""), "none")[0] == {
+        "features": ["bigmem", "nvme"],
+        "comment": "",
+    }
+    assert (
+        apply.plan(node(features="bigmem", comment="owner: alice"), apply.Want(apply.CLEAR, ""), "none")[0]
+        == {}
+    )
     ours = node(drain=True, reason="stune: mlx5_2/1 state DOWN")
-    assert A.plan(ours, A.Want(A.DRAIN, "mlx5_2/1 state DOWN"), "ours")[0] == {}
+    assert apply.plan(ours, apply.Want(apply.DRAIN, "mlx5_2/1 state DOWN"), "ours")[0] == {}
 
 
 def test_slurm_is_asked_only_when_something_changed():
-    want = A.Want(A.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200")
-    assert A.needs_sync(want, {}, NOW) == "the verdict changed"
-    state = {"applied": {"action": A.DEGRADE, "reason": want.reason, "synced_at": NOW, "retry_at": None}}
-    assert A.needs_sync(want, state, NOW + 300) is None
-    assert A.needs_sync(want, state, NOW + A.RESYNC_S) == "periodic re-check"
-    assert A.needs_sync(A.Want(A.HOLD, ""), state, NOW + 300) is None
-    assert A.needs_sync(A.Want(A.CLEAR, ""), state, NOW + 300) == "the verdict changed"
+    want = apply.Want(apply.DEGRADE, "mlx5_3/1 rate 100 Gb/s < 200")
+    assert apply.needs_sync(want, {}, NOW) == "the verdict changed"
+    state = {"applied": {"action": apply.DEGRADE, "reason": want.reason, "synced_at": NOW, "retry_at": None}}
+    assert apply.needs_sync(want, state, NOW + 300) is None
+    assert apply.needs_sync(want, state, NOW + apply.RESYNC_S) == "periodic re-check"
+    assert apply.needs_sync(apply.Want(apply.HOLD, ""), state, NOW + 300) is None
+    assert apply.needs_sync(apply.Want(apply.CLEAR, ""), state, NOW + 300) == "the verdict changed"
     state["hook_fail"] = {"mode": "prolog", "at": NOW + 100}
-    assert A.needs_sync(want, state, NOW + 300) == "the prolog failed this node"
-    healthy = {"applied": {"action": A.CLEAR, "reason": "", "synced_at": NOW, "retry_at": None}}
-    assert A.needs_sync(A.Want(A.CLEAR, ""), healthy, NOW + 10 * A.RESYNC_S) is None
-    held = {"applied": {"action": A.DRAIN, "reason": "x", "synced_at": NOW, "retry_at": NOW + A.RETRY_S}}
-    assert A.needs_sync(A.Want(A.DRAIN, "x"), held, NOW + 60) is None
-    assert A.needs_sync(A.Want(A.DRAIN, "x"), held, NOW + A.RETRY_S) == "retrying"
+    assert apply.needs_sync(want, state, NOW + 300) == "the prolog failed this node"
+    healthy = {"applied": {"action": apply.CLEAR, "reason": "", "synced_at": NOW, "retry_at": None}}
+    assert apply.needs_sync(apply.Want(apply.CLEAR, ""), healthy, NOW + 10 * apply.RESYNC_S) is None
+    held = {
+        "applied": {"action": apply.DRAIN, "reason": "x", "synced_at": NOW, "retry_at": NOW + apply.RETRY_S}
+    }
+    assert apply.needs_sync(apply.Want(apply.DRAIN, "x"), held, NOW + 60) is None
+    assert apply.needs_sync(apply.Want(apply.DRAIN, "x"), held, NOW + apply.RETRY_S) == "retrying"
 
 
 @pytest.mark.parametrize(
@@ -127,7 +137,7 @@ def test_slurm_is_asked_only_when_something_changed():
     [(3, 0.10, 1), (10, 0.10, 1), (25, 0.10, 2), (1000, 0.10, 100), (3, 0.0, 0), (4, 0.5, 2), (0, 0.1, 0)],
 )
 def test_breaker_limit(members, fraction, limit):
-    assert A.breaker_limit(members, fraction) == limit
+    assert apply.breaker_limit(members, fraction) == limit
 
 
 def test_the_breaker_counts_recent_stune_drains_of_the_partition_only():
@@ -138,13 +148,13 @@ def test_the_breaker_counts_recent_stune_drains_of_the_partition_only():
     )  # outside the window
     nodes[2] = node("n3", drain=True, reason="bad DIMM", reason_time=NOW - 60)  # an admin's: not counted
     nodes[3] = node("n4", drain=True, reason="stune: x", reason_time=NOW - 5, partitions=("roce",))
-    b = A.breaker_check(nodes, "hdr", "n9", NOW, 3600, 0.10)
+    b = apply.breaker_check(nodes, "hdr", "n9", NOW, 3600, 0.10)
     assert (b.allowed, b.limit, b.members, b.recent) == (False, 1, 19, ["n1"])  # n4 is another partition
     assert b.message == (
         "circuit breaker open: 1 of 19 nodes in partition hdr were drained by stune within 3600s "
         "(limit 10% = 1); not draining n9"
     )
-    assert A.breaker_check(nodes, "hdr", "n9", NOW, 3600, 0.15).allowed is True  # 19 * 0.15 -> 2
+    assert apply.breaker_check(nodes, "hdr", "n9", NOW, 3600, 0.15).allowed is True  # 19 * 0.15 -> 2
 
 
 def test_concurrent_drains_keep_exactly_the_first_ones_in_one_order():
@@ -153,7 +163,8 @@ def test_concurrent_drains_keep_exactly_the_first_ones_in_one_order():
         for i in range(1, 9)
     ] + [node(f"n{i}") for i in range(9, 31)]
     verdicts = {
-        n.name: A.breaker_confirm(drained, "hdr", n.name, NOW + 3, 3600, 0.10).allowed for n in drained[:8]
+        n.name: apply.breaker_confirm(drained, "hdr", n.name, NOW + 3, 3600, 0.10).allowed
+        for n in drained[:8]
     }
     assert [name for name, keep in verdicts.items() if keep] == ["n1", "n2", "n3"]  # limit 3 of 30
 
@@ -192,16 +203,16 @@ def test_sync_does_not_drain_past_the_breaker():
         [node("n1", drain=True, reason="stune: mlx5_9 missing", reason_time=int(NOW)), node("n2"), node("n3")]
     )
     state = {}
-    outcome = A.sync(
-        fake, "n2", A.Want(A.DRAIN, "mlx5_9 missing"), state, _profile(), NOW, sleep=lambda s: None
+    outcome = apply.sync(
+        fake, "n2", apply.Want(apply.DRAIN, "mlx5_9 missing"), state, _profile(), NOW, sleep=lambda s: None
     )
     assert not outcome.breaker.allowed and fake.updates == [] and not fake.table["n2"].drain
     assert outcome.notes[-1].endswith("not draining n2")
     assert state["applied"] == {
-        "action": A.DRAIN,
+        "action": apply.DRAIN,
         "reason": "mlx5_9 missing",
         "synced_at": NOW,
-        "retry_at": NOW + A.RETRY_S,
+        "retry_at": NOW + apply.RETRY_S,
     }
 
 
@@ -210,10 +221,12 @@ def test_sync_undoes_its_drain_when_a_concurrent_drain_sorts_first(rival, kept):
     fake = FakeSlurm([node("n1"), node("n2"), node("n3")])
 
     def settle(seconds):  # another node drains within the same second while we wait
-        assert seconds == A.BREAKER_SETTLE_S
+        assert seconds == apply.BREAKER_SETTLE_S
         fake.table[rival] = node(rival, drain=True, reason="stune: mlx5_9 missing", reason_time=int(NOW))
 
-    outcome = A.sync(fake, "n2", A.Want(A.DRAIN, "mlx5_9 missing"), {}, _profile(), NOW, sleep=settle)
+    outcome = apply.sync(
+        fake, "n2", apply.Want(apply.DRAIN, "mlx5_9 missing"), {}, _profile(), NOW, sleep=settle
+    )
     assert outcome.breaker.allowed is kept and fake.table["n2"].drain is kept
     states = [fields.get("state") for _, fields in fake.updates]
     assert states == (["DRAIN"] if kept else ["DRAIN", "RESUME"])
@@ -240,12 +253,12 @@ def test_resuming_a_node_that_is_already_resumed_is_done_not_a_failure():
         [node("n1", drain=True, reason="stune: mlx5_2/1 state DOWN", features=f"bigmem,{DEGRADED_FEATURE}")]
     )
     state = {}
-    outcome = A.sync(fake, "n1", A.Want(A.CLEAR, ""), state, _profile(), NOW)
+    outcome = apply.sync(fake, "n1", apply.Want(apply.CLEAR, ""), state, _profile(), NOW)
     assert fake.updates == [("n1", {"features": ["bigmem"]})]  # the rest still applied
     assert (
         outcome.notes[-1] == "n1 was already resumed (Slurm: Invalid node state specified): nothing to undo"
     )
-    assert state["applied"]["action"] == A.CLEAR and state["applied"]["retry_at"] is None
+    assert state["applied"]["action"] == apply.CLEAR and state["applied"]["retry_at"] is None
 
 
 def test_other_slurm_errors_still_fail_the_sync():
@@ -256,10 +269,10 @@ def test_other_slurm_errors_still_fail_the_sync():
             raise SlurmError(["scontrol"], 1, "slurm_update error: Invalid node name specified")
 
     with pytest.raises(SlurmError, match="Invalid node name"):
-        A.sync(
+        apply.sync(
             Refusing([node("n1", drain=True, reason="stune: x")]),
             "n1",
-            A.Want(A.CLEAR, ""),
+            apply.Want(apply.CLEAR, ""),
             {},
             _profile(),
             NOW,

@@ -8,14 +8,14 @@ import healthkit as kit
 import hwtrees
 import pytest
 
-from slurm_tune.health import judge as J
+from slurm_tune.health import judge as health_judge
 from slurm_tune.health import xid
 from slurm_tune.health.result import DEGRADED, FAIL, OK, UNKNOWN, Result, make_verdict
 from slurm_tune.health.state import empty
 
 
 def verdict(snap, partition="hdr", previous=None, directory=None):
-    return J.judge(snap, kit.profile(partition, directory), previous or {})
+    return health_judge.judge(snap, kit.profile(partition, directory), previous or {})
 
 
 def by(v, check, subject=None):
@@ -111,7 +111,7 @@ def test_counters_first_sight_is_a_baseline_then_increases_are_judged(tmp_path):
         "port_rcv_errors": 0,
     }
     state = empty()
-    J.merge_state(state, first[1], rebaseline=True)
+    health_judge.merge_state(state, first[1], rebaseline=True)
     second = verdict(_counters(tmp_path, "b", symbol_error=512, link_downed=7), previous=state)
     (r,) = by(second, "ib.counters", "mlx5_0")
     assert r.status == DEGRADED and r.reason == "mlx5_0/1 symbol_error +12"
@@ -123,7 +123,7 @@ def test_counters_first_sight_is_a_baseline_then_increases_are_judged(tmp_path):
 
 def test_a_counter_that_went_down_was_reset_and_is_rebaselined(tmp_path):
     state = empty()
-    J.merge_state(state, verdict(_counters(tmp_path, "a", symbol_error=900))[1], rebaseline=True)
+    health_judge.merge_state(state, verdict(_counters(tmp_path, "a", symbol_error=900))[1], rebaseline=True)
     v = verdict(_counters(tmp_path, "b", symbol_error=3), previous=state)
     (r,) = by(v, "ib.counters", "mlx5_0")
     assert r.status == OK and "went from 900 to 3 (counters reset): re-baselined" in r.message
@@ -132,20 +132,20 @@ def test_a_counter_that_went_down_was_reset_and_is_rebaselined(tmp_path):
 
 def test_a_saturated_counter_cannot_be_measured(tmp_path):
     state = empty()
-    J.merge_state(state, verdict(_counters(tmp_path, "a", symbol_error=65535))[1], rebaseline=True)
+    health_judge.merge_state(state, verdict(_counters(tmp_path, "a", symbol_error=65535))[1], rebaseline=True)
     (r,) = by(verdict(_counters(tmp_path, "b", symbol_error=65535), previous=state), "ib.counters", "mlx5_0")
     assert r.status == UNKNOWN and "saturated at 65535" in r.message
 
 
 def test_hooks_do_not_move_baselines_but_the_periodic_run_does():
     state = {"baselines": {"mlx5_0/1": {"symbol_error": 5}}}
-    J.merge_state(
+    health_judge.merge_state(
         state,
         {"baselines": {"mlx5_0/1": {"symbol_error": 9}, "mlx5_1/1": {"symbol_error": 0}}},
         rebaseline=False,
     )
     assert state["baselines"] == {"mlx5_0/1": {"symbol_error": 5}, "mlx5_1/1": {"symbol_error": 0}}
-    J.merge_state(state, {"baselines": {"mlx5_0/1": {"symbol_error": 9}}}, rebaseline=True)
+    health_judge.merge_state(state, {"baselines": {"mlx5_0/1": {"symbol_error": 9}}}, rebaseline=True)
     assert state["baselines"]["mlx5_0/1"] == {"symbol_error": 9}
 
 
@@ -164,19 +164,19 @@ def test_old_hca_firmware_fails_against_the_minimum(tmp_path):
 
 
 def test_firmware_messages_never_print_none_for_a_missing_field():
-    from slurm_tune.health import versions as V
+    from slurm_tune.health import versions as health_versions
 
-    no_rules = V._one_hca("mlx5_0", {"mlx5_0": {}}, {})
+    no_rules = health_versions._one_hca("mlx5_0", {"mlx5_0": {}}, {})
     assert no_rules.status == OK and "None" not in no_rules.message
     assert (
         no_rules.message == "fw unreadable on an unreadable board_id (hca_type unreadable): the profile has "
         "no firmware rules"
     )
-    off = V._one_hca(
+    off = health_versions._one_hca(
         "mlx5_0", {"mlx5_0": {"board_id": "MT_0000000223", "hca_type": "MT4123"}}, {"MT_0000000223": None}
     )
     assert off.message == "fw unreadable on board MT_0000000223 (MT4123): rule MT_0000000223 switched off"
-    unmatched = V._one_hca(
+    unmatched = health_versions._one_hca(
         "mlx5_0",
         {"mlx5_0": {"board_id": "MT_1", "hca_type": "MT4123", "fw_ver": " "}},
         {"MT_0000000223": {"min": "20.31.1014"}},
@@ -299,7 +299,7 @@ def test_no_pynvml_is_unknown_but_no_driver_fails():
             "error": "NVML unavailable: the nvml extra (nvidia-ml-py) is not installed",
         },
     }
-    assert J.judge(no_module, profile, {})[0].status == UNKNOWN
+    assert health_judge.judge(no_module, profile, {})[0].status == UNKNOWN
     no_driver = {
         "format": "stune-snapshot/1",
         "gpus": {
@@ -308,7 +308,7 @@ def test_no_pynvml_is_unknown_but_no_driver_fails():
             "error": "NVML unavailable: libnvidia-ml.so not found (no NVIDIA driver?)",
         },
     }
-    v, _ = J.judge(no_driver, profile, {})
+    v, _ = health_judge.judge(no_driver, profile, {})
     assert v.status == FAIL and v.reason == "NVML not answering"
 
 
@@ -333,7 +333,7 @@ def test_a_fatal_xid_fails_and_is_held_until_reboot(tmp_path):
     assert (v.status, v.reason) == (FAIL, "gpu2 Xid 79")
     assert "GPU has fallen off the bus" in by((v, None), "gpu.xid")[0].message
     state = empty()
-    J.merge_state(state, updates, rebaseline=True)
+    health_judge.merge_state(state, updates, rebaseline=True)
     assert state["xid_seq"] == 1288
     again, _ = verdict(snap, previous=state)  # no new event, but the GPU still needs a reset
     assert (again.status, again.reason) == (FAIL, "gpu2 Xid 79")
@@ -344,7 +344,9 @@ def test_a_fatal_xid_fails_and_is_held_until_reboot(tmp_path):
 
 def test_without_a_boot_id_a_restarted_kernel_log_means_a_reboot(tmp_path):
     state = empty()
-    J.merge_state(state, verdict(booted(tmp_path / "a", None, [kmsg_line(1288, 48)]))[1], rebaseline=True)
+    health_judge.merge_state(
+        state, verdict(booted(tmp_path / "a", None, [kmsg_line(1288, 48)]))[1], rebaseline=True
+    )
     assert state["xid_sticky"][0]["xid"] == 48
     v, updates = verdict(
         booted(tmp_path / "b", None, [kmsg_line(7, 13, text="Graphics Exception")]), previous=state
@@ -389,7 +391,7 @@ def test_a_check_that_raises_is_unknown_never_fail(tmp_path, monkeypatch):
     def broken(*args):
         raise KeyError("bug")
 
-    monkeypatch.setattr(J, "FAMILIES", (("ib", broken), *J.FAMILIES[1:]))
+    monkeypatch.setattr(health_judge, "FAMILIES", (("ib", broken), *health_judge.FAMILIES[1:]))
     snap = kit.node_snapshot(tmp_path, "hdr", hca_overrides={"mlx5_2": {"state": "1: DOWN"}})
     v, _ = verdict(snap)
     assert v.status == UNKNOWN
@@ -417,14 +419,16 @@ def test_a_gpu_gone_from_the_pci_bus_is_named_and_a_garbled_vendor_is_not_gone(t
     root = kit.tree(tmp_path, "hdr")
     profile = kit.profile("hdr")
     state = empty()
-    J.merge_state(state, J.judge(kit.take(root, "hdr"), profile, {})[1], rebaseline=True)
+    health_judge.merge_state(
+        state, health_judge.judge(kit.take(root, "hdr"), profile, {})[1], rebaseline=True
+    )
     assert state["gpu_pci"][2] == "0000:47:00.0"
     (root / "sys/bus/pci/devices/0000:47:00.0/vendor").write_text("\x00\xff\n")
-    garbled, _ = J.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
+    garbled, _ = health_judge.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
     assert garbled.status == UNKNOWN
     assert "unreadable vendor id of 0000:47:00.0" in by((garbled, None), "gpu.pci")[0].message
     shutil.rmtree(root / "sys/bus/pci/devices/0000:47:00.0")
-    gone, _ = J.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
+    gone, _ = health_judge.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
     assert (gone.status, gone.reason) == (FAIL, "0000:47:00.0 gone from PCI")
 
 
@@ -433,5 +437,5 @@ def test_the_prolog_judges_pcie_width_from_sysfs(tmp_path):
 
     root = kit.tree(tmp_path, "hdr")
     (root / "sys/bus/pci/devices/0000:b7:00.0/current_link_width").write_text("8\n")
-    v, _ = J.judge(collect.fast(str(root), kit.profile("hdr"), "n1"), kit.profile("hdr"), {})
+    v, _ = health_judge.judge(collect.fast(str(root), kit.profile("hdr"), "n1"), kit.profile("hdr"), {})
     assert (v.status, v.reason) == (DEGRADED, "0000:b7:00.0 PCIe x8")

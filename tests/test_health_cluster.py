@@ -261,29 +261,29 @@ def test_a_policy_that_fails_every_node_trips_the_breaker(health, slurm, shared_
 
 
 def test_an_unchanged_node_makes_no_slurm_call(health, slurm):
-    from slurm_tune.health import node as N
+    from slurm_tune.health import node as health_node
     from slurm_tune.slurm import Slurm
 
     env = dict(os.environ, **health.env, SLURMD_NODENAME="n3")
-    cfg = N.settings({}, env)
+    cfg = health_node.settings({}, env)
     first = Slurm(conf=str(health.layout.slurm_conf))
-    N.run(cfg, first, environ=env)
+    health_node.run(cfg, first, environ=env)
     assert first.calls  # the first run reads the node once, to clear any stale marks
     again = Slurm(conf=str(health.layout.slurm_conf))
     for _ in range(3):
-        code, doc = N.run(cfg, again, environ=env)
+        code, doc = health_node.run(cfg, again, environ=env)
         assert (code, doc["status"], doc["sync"]) == (0, "ok", "")
     assert again.calls == []
     health.port("n3", "mlx5_3", rate="100 Gb/sec (2X HDR)")
     marking = Slurm(conf=str(health.layout.slurm_conf))
-    N.run(cfg, marking, environ=env)
+    health_node.run(cfg, marking, environ=env)
     node_read = (
         ["sinfo", "--json"] if slurm.version() < (23, 2) else ["scontrol", "--json"]
     )  # slurm9: per release
     assert [c[:2] for c in marking.calls] == [node_read, ["scontrol", "update"]]
     quiet = Slurm(conf=str(health.layout.slurm_conf))
     for _ in range(3):
-        assert N.run(cfg, quiet, environ=env)[1]["status"] == "degraded"
+        assert health_node.run(cfg, quiet, environ=env)[1]["status"] == "degraded"
     assert quiet.calls == []
     # and slurmctld agrees: no node read or update reached it while nothing changed
     slurm.run(["sdiag", "-r"])

@@ -13,8 +13,8 @@ from pathlib import Path
 import healthkit as kit
 import pytest
 
-from slurm_tune.health import node as N
-from slurm_tune.health import state as S
+from slurm_tune.health import node as health_node
+from slurm_tune.health import state as health_state
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -53,9 +53,9 @@ def port_down(box, hca="mlx5_2"):
 def test_a_healthy_prolog_passes_and_the_node_earns_trust_in_the_policy(box):
     proc = health("prolog")
     assert proc.returncode == 0, proc.stderr
-    state, problem = S.read(str(box["state"]))
+    state, problem = health_state.read(str(box["state"]))
     assert problem is None and state["last"]["status"] == "ok" and state["last"]["mode"] == "prolog"
-    policy = S.policy_digest(kit.profile("hdr"))
+    policy = health_state.policy_digest(kit.profile("hdr"))
     assert state["trusted"] == [policy] and state["partition"] == "hdr" and state["node"] == "n7"
     assert not (box["state"] / "last-prolog.json").exists()  # a healthy prolog writes only its state
 
@@ -74,7 +74,7 @@ def test_a_port_down_fails_the_prolog_once_the_policy_is_trusted(box):
     proc = health("prolog")
     assert proc.returncode == 10
     assert "mlx5_2/1 state DOWN" in proc.stderr
-    state, _ = S.read(str(box["state"]))
+    state, _ = health_state.read(str(box["state"]))
     assert state["hook_fail"]["reason"] == "mlx5_2/1 state DOWN" and state["hook_fail"]["mode"] == "prolog"
     assert "prolog fail: mlx5_2/1 state DOWN; failing the job" in (box["state"] / "health.log").read_text()
 
@@ -84,14 +84,14 @@ def test_a_policy_the_node_never_passed_does_not_fail_jobs(box):
     proc = health("prolog")
     assert proc.returncode == 0
     assert "never passed policy" in proc.stderr
-    state, _ = S.read(str(box["state"]))
+    state, _ = health_state.read(str(box["state"]))
     assert "hook_fail" not in state and state["trusted"] == []
 
 
 def test_the_breaker_stops_hooks_from_failing_jobs(box):
     assert health("prolog").returncode == 0
-    policy = S.policy_digest(kit.profile("hdr"))
-    with S.Locked(str(box["state"])) as st:
+    policy = health_state.policy_digest(kit.profile("hdr"))
+    with health_state.Locked(str(box["state"])) as st:
         st.state["breaker"] = {"open": True, "policy": policy, "at": time.time(), "message": "x"}
         st.save()
     port_down(box)
@@ -134,7 +134,7 @@ def test_a_hung_sysfs_read_does_not_hang_the_prolog(box, tmp_path, monkeypatch):
 
     monkeypatch.setattr(Sysfs, "ib_device", stuck)
     start = time.monotonic()
-    code, doc = N.hook("prolog", N.settings({}))
+    code, doc = health_node.hook("prolog", health_node.settings({}))
     assert time.monotonic() - start < 3
     assert code == 0 and doc["status"] == "unknown"
     stalled = [r for r in doc["results"] if r["subject"] == "mlx5_3/1"]
@@ -185,7 +185,7 @@ def test_one_script_is_the_prolog_and_the_epilog_and_slurmd_says_which(box, tmp_
         )
 
     def last_mode():
-        return S.read(str(box["state"]))[0]["last"]["mode"]
+        return health_state.read(str(box["state"]))[0]["last"]["mode"]
 
     assert hook(SLURM_SCRIPT_CONTEXT="epilog_slurmd").returncode == 0 and last_mode() == "epilog"
     assert hook(SLURM_SCRIPT_CONTEXT="prolog_slurmd").returncode == 0 and last_mode() == "prolog"
@@ -357,11 +357,11 @@ def test_the_xid_table_is_printed():
 
 
 def test_clear_forgets_held_xids(box):
-    with S.Locked(str(box["state"])) as st:
+    with health_state.Locked(str(box["state"])) as st:
         st.state["xid_sticky"] = [{"seq": 1, "xid": 79, "pci": "0000:47:00", "text": ""}]
         st.save()
     assert health("clear", "--xid").returncode == 0
-    assert S.read(str(box["state"]))[0]["xid_sticky"] == []
+    assert health_state.read(str(box["state"]))[0]["xid_sticky"] == []
 
 
 # ---- outputs ------------------------------------------------------------------------------------------------
@@ -404,7 +404,7 @@ def test_state_survives_garbage(box):
     proc = health("prolog")
     assert proc.returncode == 0
     assert "unreadable, starting over" in (box["state"] / "health.log").read_text()
-    assert S.read(str(box["state"]))[0]["last"]["status"] == "ok"
+    assert health_state.read(str(box["state"]))[0]["last"]["status"] == "ok"
 
 
 def test_a_process_with_a_hung_probe_still_exits_at_once():
@@ -420,28 +420,32 @@ def test_a_process_with_a_hung_probe_still_exits_at_once():
 
 def test_which_profile_a_node_uses(box, monkeypatch):
     monkeypatch.delenv("STUNE_HEALTH_PARTITION")
-    cfg = N.settings({})
+    cfg = health_node.settings({})
     assert cfg.partition is None
-    profile, how = N.resolve_profile(cfg, {}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
+    profile, how = health_node.resolve_profile(cfg, {}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
     assert (profile.partition, how) == ("roce", "the job's partition roce")
-    profile, how = N.resolve_profile(cfg, {"partition": "vpc"}, "prolog", {"SLURM_JOB_PARTITION": "roce"})
+    profile, how = health_node.resolve_profile(
+        cfg, {"partition": "vpc"}, "prolog", {"SLURM_JOB_PARTITION": "roce"}
+    )
     assert (profile.partition, how) == (
         "vpc",
         "used by this node before",
     )  # one profile per node, once chosen
-    profile, how = N.resolve_profile(N.settings({"partition": "hdr"}), {"partition": "vpc"}, "prolog", {})
+    profile, how = health_node.resolve_profile(
+        health_node.settings({"partition": "hdr"}), {"partition": "vpc"}, "prolog", {}
+    )
     assert (profile.partition, how) == ("hdr", "set for this node")
     from slurm_tune.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no profile applies to node n7: set STUNE_HEALTH_PARTITION"):
-        N.resolve_profile(cfg, {}, "prolog", {})
+        health_node.resolve_profile(cfg, {}, "prolog", {})
 
 
 def test_a_dry_run_changes_nothing_on_the_node(box):
     from slurm_tune.slurm import Slurm
 
     slurm = Slurm(conf="/nonexistent/slurm.conf")
-    code, doc = N.run(N.settings({}), slurm, dry_run=True)
+    code, doc = health_node.run(health_node.settings({}), slurm, dry_run=True)
     assert (code, doc["status"], doc["sync"], doc["dry_run"]) == (0, "ok", "the verdict changed", True)
     assert slurm.calls == [] and not (box["state"] / "state.json").exists()
 
@@ -449,5 +453,5 @@ def test_a_dry_run_changes_nothing_on_the_node(box):
 def test_unknown_earns_no_trust(box):
     (box["root"] / "sys/class/infiniband/mlx5_0/ports/1/state").write_text("garbage\n")
     assert health("prolog").returncode == 0
-    state, _ = S.read(str(box["state"]))
+    state, _ = health_state.read(str(box["state"]))
     assert state["last"]["status"] == "unknown" and state["trusted"] == []

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from slurm_tune import fastjson
 from slurm_tune.health import collect, ib
-from slurm_tune.health import judge as J
+from slurm_tune.health import judge as health_judge
 from slurm_tune.health.result import FAIL, OK
-from slurm_tune.hw import sysfs as S
+from slurm_tune.hw import sysfs as hw_sysfs
 from slurm_tune.profiles import version_key
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,17 +31,17 @@ def _version_garbage(text: str) -> bool:
 PARSERS = {
     "state": lambda t: ib._known(t, ib.PORT_STATES) is None,
     "phys_state": lambda t: ib._known(t, ib.PHYS_STATES) is None,
-    "rate": lambda t: S.parse_rate_gbps(t) is None,
+    "rate": lambda t: hw_sysfs.parse_rate_gbps(t) is None,
     "link_layer": lambda t: t not in ("InfiniBand", "Ethernet"),
     "fw_ver": _version_garbage,
     "driver_version": _version_garbage,
     "cuda_driver_version": _version_garbage,
     "vbios_version": _version_garbage,
     "operstate": lambda t: t not in ib.OPERSTATES,
-    "flags": lambda t: S.parse_int(t) is None,
-    "current_link_width": lambda t: S.parse_int(t) is None,
-    "max_link_width": lambda t: S.parse_int(t) is None,
-    "vendor": lambda t: S.parse_int(t) is None,
+    "flags": lambda t: hw_sysfs.parse_int(t) is None,
+    "current_link_width": lambda t: hw_sysfs.parse_int(t) is None,
+    "max_link_width": lambda t: hw_sysfs.parse_int(t) is None,
+    "vendor": lambda t: hw_sysfs.parse_int(t) is None,
 }
 COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 # Free text that is compared, not parsed: another value there is a real finding, not garbage.
@@ -50,7 +50,7 @@ FREE_TEXT = {"name", "netdevs"}
 
 def unparseable(key: str, text: str) -> bool:
     if key in COUNTERS:
-        return S.parse_counter(text) is None
+        return hw_sysfs.parse_counter(text) is None
     return PARSERS.get(key, lambda t: True)(text)
 
 
@@ -117,14 +117,14 @@ def test_garbage_in_any_snapshot_field_is_never_a_failure(where, garbage):
     key = next((k for k in reversed(path) if isinstance(k, str)), "")
     assume(_is_garbage_for(old, garbage, key))
     assume(not (key in FREE_TEXT or (len(path) > 1 and path[-2] in FREE_TEXT)))
-    verdict, _ = J.judge(kit.mutate(snap, path, garbage), kit.profile(partition), {})
+    verdict, _ = health_judge.judge(kit.mutate(snap, path, garbage), kit.profile(partition), {})
     failures = [r.line() for r in verdict.results if r.status == FAIL]
     assert not failures, f"{path} = {garbage!r} made {failures}"
 
 
 def test_the_unmutated_snapshots_are_healthy():
     for partition, snap in SNAPSHOTS.items():
-        assert J.judge(snap, kit.profile(partition), {})[0].status == OK
+        assert health_judge.judge(snap, kit.profile(partition), {})[0].status == OK
 
 
 # ---- garbage in sysfs files -------------------------------------------------------------------------------------
@@ -136,7 +136,9 @@ def clean_tree(tmp_path_factory):
     root = kit.tree(tmp_path_factory.mktemp("clean") / "root", "hdr")
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.is_symlink())
     state: dict = {}
-    J.merge_state(state, J.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})[1], rebaseline=True)
+    health_judge.merge_state(
+        state, health_judge.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})[1], rebaseline=True
+    )
     return root, files, state
 
 
@@ -156,8 +158,8 @@ def test_garbage_in_any_sysfs_file_is_never_a_failure(clean_tree, data, garbage)
     (root / rel).write_bytes(garbage)
     try:
         for snap in (collect.fast(str(root), profile, "n1", state.get("gpu_pci")), kit.take(root, "hdr")):
-            collect.add_known_gpus(S.Sysfs(str(root)), snap, state.get("gpu_pci"))
-            verdict, _ = J.judge(snap, profile, state)
+            collect.add_known_gpus(hw_sysfs.Sysfs(str(root)), snap, state.get("gpu_pci"))
+            verdict, _ = health_judge.judge(snap, profile, state)
             failures = [r.line() for r in verdict.results if r.status == FAIL]
             assert not failures, f"{rel} = {garbage!r} made {failures}"
     finally:

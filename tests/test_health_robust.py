@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from slurm_tune.health import collect
-from slurm_tune.health import judge as J
-from slurm_tune.health import node as N
-from slurm_tune.health import state as S
-from slurm_tune.health import versions as V
+from slurm_tune.health import judge as health_judge
+from slurm_tune.health import node as health_node
+from slurm_tune.health import state as health_state
+from slurm_tune.health import versions as health_versions
 from slurm_tune.health.result import DEGRADED, FAIL, OK, UNKNOWN, WARNING
-from slurm_tune.hw import sysfs as SY
+from slurm_tune.hw import sysfs as hw_sysfs
 from slurm_tune.profiles import parse_version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ VERSION_TEXT = st.one_of(
 def test_a_version_is_judged_only_when_fully_well_formed(text):
     """Unknown exactly when the text is not a well-formed version: garbage never reads as a lower version."""
     rule = kit.profile("hdr").versions.hca_firmware["MT_0000000223"]
-    status, _ = V.judge(text, rule)
+    status, _ = health_versions.judge(text, rule)
     key = parse_version(text)
     if key is None:
         assert status == UNKNOWN
@@ -94,7 +94,7 @@ def test_vbios_versions_are_hex():
 def test_a_stray_byte_in_fw_ver_is_unknown_naming_the_file(tmp_path):
     root = kit.tree(tmp_path / "root", "hdr")
     (root / IB / "mlx5_4/fw_ver").write_bytes(b"20.31.10\xff14\n")
-    verdict, _ = J.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})
+    verdict, _ = health_judge.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})
     r = results(verdict)[("versions.hca_firmware", "mlx5_4")]
     assert verdict.status == UNKNOWN and r.status == UNKNOWN
     assert f"{IB}/mlx5_4/fw_ver" in r.message and "20.31.10\ufffd14" in r.message
@@ -127,7 +127,7 @@ def test_a_profile_version_must_be_well_formed(tmp_path):
     )
 )
 def test_a_counter_is_a_64_bit_number_or_unreadable(text):
-    value = SY.parse_counter(text)
+    value = hw_sysfs.parse_counter(text)
     assert value is None or (0 <= value < 2**64 and str(value) == text.strip().lstrip("0").rjust(1, "0"))
     if (
         text.strip().isascii()
@@ -145,7 +145,9 @@ def down_tree(tmp_path_factory):
     root = kit.tree(tmp_path_factory.mktemp("down") / "root", "hdr")
     profile = kit.profile("hdr")
     state: dict = {}
-    J.merge_state(state, J.judge(kit.take(root, "hdr"), profile, {})[1], rebaseline=True)
+    health_judge.merge_state(
+        state, health_judge.judge(kit.take(root, "hdr"), profile, {})[1], rebaseline=True
+    )
     (root / IB / "mlx5_3/ports/1/state").write_text("1: DOWN\n")
     (root / IB / "mlx5_3/ports/1/phys_state").write_text("3: Disabled\n")
     files = sorted(
@@ -153,7 +155,9 @@ def down_tree(tmp_path_factory):
         for p in (root / IB).rglob("*")
         if p.is_file() and "mlx5_3" not in str(p) and p.name != "node_guid"
     )
-    clean = results(J.judge(collect.fast(str(root), profile, "n1", state.get("gpu_pci")), profile, state)[0])
+    clean = results(
+        health_judge.judge(collect.fast(str(root), profile, "n1", state.get("gpu_pci")), profile, state)[0]
+    )
     return root, profile, state, files, clean
 
 
@@ -176,14 +180,16 @@ def test_garbage_in_one_hca_never_hides_a_down_port_on_another(down_tree, data, 
     assume(not (name == "state" and text in ("1: DOWN", "2: INIT", "3: ARMED", "0: NOP")))
     assume(not (name == "phys_state" and text[:2] in ("1:", "2:", "3:", "4:", "6:", "7:")))
     assume(not (name == "link_layer" and text == "Ethernet"))
-    assume(not (name == "rate" and SY.parse_rate_gbps(text) is not None))
+    assume(not (name == "rate" and hw_sysfs.parse_rate_gbps(text) is not None))
     assume(not (name == "fw_ver" and parse_version(text) is not None))
-    assume(not (name in SY.IB_ERROR_COUNTERS and SY.parse_counter(text) is not None))
+    assume(not (name in hw_sysfs.IB_ERROR_COUNTERS and hw_sysfs.parse_counter(text) is not None))
     original = (root / rel).read_bytes()
     (root / rel).write_bytes(garbage)
     try:
         got = results(
-            J.judge(collect.fast(str(root), profile, "n1", state.get("gpu_pci")), profile, state)[0]
+            health_judge.judge(collect.fast(str(root), profile, "n1", state.get("gpu_pci")), profile, state)[
+                0
+            ]
         )
     finally:
         (root / rel).write_bytes(original)
@@ -200,7 +206,9 @@ def test_a_5000_digit_counter_is_one_unknown_and_the_down_port_still_fails(down_
     original = path.read_bytes()
     path.write_text("9" * 5000 + "\n")
     try:
-        verdict = J.judge(collect.fast(str(root), profile, "n1", state.get("gpu_pci")), profile, state)[0]
+        verdict = health_judge.judge(
+            collect.fast(str(root), profile, "n1", state.get("gpu_pci")), profile, state
+        )[0]
     finally:
         path.write_bytes(original)
     got = results(verdict)
@@ -245,8 +253,8 @@ def fw_profile(tmp_path, rules: str):
 )
 def test_a_garbled_board_id_is_unknown_never_ok_or_fail(board):
     rules = kit.profile("hdr").versions.hca_firmware
-    key, problem = V.match_rule(rules, board, "MT4123")
-    if V.well_formed_id(board):
+    key, problem = health_versions.match_rule(rules, board, "MT4123")
+    if health_versions.well_formed_id(board):
         assert problem is None and key == ("MT_0000000223" if board == "MT_0000000223" else None)
     else:
         assert key is None and problem == f"unreadable board_id {board!r}"
@@ -255,11 +263,11 @@ def test_a_garbled_board_id_is_unknown_never_ok_or_fail(board):
 def test_an_unreadable_board_id_is_unknown(tmp_path):
     root = kit.tree(tmp_path / "root", "hdr")
     (root / IB / "mlx5_5/board_id").write_bytes(b"MT_00\xff0000223\n")
-    verdict, _ = J.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})
+    verdict, _ = health_judge.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})
     r = results(verdict)[("versions.hca_firmware", "mlx5_5")]
     assert r.status == UNKNOWN and f"{IB}/mlx5_5/board_id" in r.message and verdict.status == UNKNOWN
     (root / IB / "mlx5_5/board_id").unlink()  # not there at all: unreadable too
-    r = results(J.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})[0])[
+    r = results(health_judge.judge(kit.take(root, "hdr"), kit.profile("hdr"), {})[0])[
         ("versions.hca_firmware", "mlx5_5")
     ]
     assert r.status == UNKNOWN and "unreadable board_id None" in r.message
@@ -279,7 +287,7 @@ def test_oem_psids_match_rules_by_pattern_and_unmatched_hcas_are_a_warning(tmp_p
             "mlx5_2": {"board_id": "HPE0000000027", "hca_type": "MT4129"},
         },
     )  # no rule for this board or model
-    verdict, _ = J.judge(kit.take(root, "hdr"), profile, {})
+    verdict, _ = health_judge.judge(kit.take(root, "hdr"), profile, {})
     got = results(verdict)
     assert got[("versions.hca_firmware", "mlx5_0")].status == FAIL
     assert "(rule DEL*)" in got[("versions.hca_firmware", "mlx5_0")].message
@@ -288,7 +296,7 @@ def test_oem_psids_match_rules_by_pattern_and_unmatched_hcas_are_a_warning(tmp_p
     warn = got[("versions.hca_firmware", "mlx5_2")]
     assert warn.status == WARNING and "no firmware rule matches this HCA" in warn.message
     (root / IB / "mlx5_0/fw_ver").write_text("20.31.1014\n")
-    verdict, _ = J.judge(kit.take(root, "hdr"), profile, {})
+    verdict, _ = health_judge.judge(kit.take(root, "hdr"), profile, {})
     assert verdict.status == OK  # a warning is about the policy: the node stays ok
     assert [r for r in verdict.results if r.status == WARNING] == [warn]
 
@@ -359,7 +367,7 @@ def test_an_entry_that_is_there_but_unreadable_is_unknown(tmp_path, how, where, 
     breakers()[how](root / where)
     profile = kit.profile("hdr")
     for snap in (collect.fast(str(root), profile, "n1"), kit.take(root, "hdr")):
-        r = results(J.judge(snap, profile, {})[0])[(check, subject)]
+        r = results(health_judge.judge(snap, profile, {})[0])[(check, subject)]
         assert r.status == UNKNOWN, (how, where, r)
         assert "mlx5_4" in r.message
 
@@ -372,12 +380,12 @@ def test_an_unreadable_netdev_is_unknown_and_a_missing_one_fails(tmp_path):
     real = net.resolve()
     net.unlink() if net.is_symlink() else shutil.rmtree(net)
     net.symlink_to(net.name)
-    r = results(J.judge(collect.fast(str(root), profile, "n1"), profile, {})[0])[
+    r = results(health_judge.judge(collect.fast(str(root), profile, "n1"), profile, {})[0])[
         ("ib.netdev", f"{hca.device}/1")
     ]
     assert r.status == UNKNOWN and "Too many levels of symbolic links" in r.message
     net.unlink()
-    r = results(J.judge(collect.fast(str(root), profile, "n1"), profile, {})[0])[
+    r = results(health_judge.judge(collect.fast(str(root), profile, "n1"), profile, {})[0])[
         ("ib.netdev", f"{hca.device}/1")
     ]
     assert r.status == FAIL and real
@@ -386,7 +394,9 @@ def test_an_unreadable_netdev_is_unknown_and_a_missing_one_fails(tmp_path):
 def test_a_missing_port_still_fails(tmp_path):
     root = kit.tree(tmp_path / "root", "hdr")
     shutil.rmtree(root / IB / "mlx5_4/ports/1")
-    r = results(J.judge(collect.fast(str(root), kit.profile("hdr"), "n1"), kit.profile("hdr"), {})[0])
+    r = results(
+        health_judge.judge(collect.fast(str(root), kit.profile("hdr"), "n1"), kit.profile("hdr"), {})[0]
+    )
     assert r[("ib.link", "mlx5_4/1")].status == FAIL
 
 
@@ -477,14 +487,14 @@ def test_k_runs_with_the_same_unknown_mark_the_node_degraded_until_reads_recover
         monkeypatch.setenv(k, v)
     slurm = FakeSlurm()
     counter = root / IB / "mlx5_6/ports/1/counters/link_downed"
-    assert N.run(N.settings({}), slurm)[1]["status"] == OK
+    assert health_node.run(health_node.settings({}), slurm)[1]["status"] == OK
     counter.write_text("9" * 30 + "\n")  # garbage that stays: unknown, run after run
     calls = len(slurm.calls)
     for run in (1, 2):
-        code, doc = N.run(N.settings({}), slurm)
+        code, doc = health_node.run(health_node.settings({}), slurm)
         assert (code, doc["status"], doc["action"]) == (0, UNKNOWN, "hold") and len(slurm.calls) == calls
-        assert S.read(str(tmp_path / "st"))[0]["unknown_runs"] == {"ib.counters mlx5_6/1": run}
-    code, doc = N.run(N.settings({}), slurm)
+        assert health_state.read(str(tmp_path / "st"))[0]["unknown_runs"] == {"ib.counters mlx5_6/1": run}
+    code, doc = health_node.run(health_node.settings({}), slurm)
     assert (doc["status"], doc["action"]) == (DEGRADED, "degraded")
     assert doc["reason"].startswith("mlx5_6/1 unknown for 3 runs: unreadable link_downed '999")
     assert slurm.features == {"stune_degraded"} and slurm.comment.startswith(
@@ -492,9 +502,9 @@ def test_k_runs_with_the_same_unknown_mark_the_node_degraded_until_reads_recover
     )
     assert not any(c.get("state") == "DRAIN" for c in slurm.calls)  # degraded, never drained
     counter.write_text("0\n")
-    code, doc = N.run(N.settings({}), slurm)
+    code, doc = health_node.run(health_node.settings({}), slurm)
     assert doc["status"] == OK and slurm.features == set() and slurm.comment == ""
-    assert S.read(str(tmp_path / "st"))[0]["unknown_runs"] == {}
+    assert health_state.read(str(tmp_path / "st"))[0]["unknown_runs"] == {}
 
 
 def test_unknown_degrade_after_zero_never_marks(tmp_path):
@@ -510,15 +520,17 @@ def test_unknown_degrade_after_zero_never_marks(tmp_path):
 
     state: dict = {}
     for _ in range(10):
-        verdict = J.escalate_unknowns(
+        verdict = health_judge.escalate_unknowns(
             make_verdict([unknown("ib.rate", "mlx5_0/1", "unreadable rate")]), state, 0
         )
     assert verdict.status == UNKNOWN and state["unknown_runs"] == {"ib.rate mlx5_0/1": 10}
     assert (
-        J.escalate_unknowns(make_verdict([unknown("ib.rate", "mlx5_0/1", "x")]), state, 3).status == DEGRADED
+        health_judge.escalate_unknowns(make_verdict([unknown("ib.rate", "mlx5_0/1", "x")]), state, 3).status
+        == DEGRADED
     )
     assert (
-        J.escalate_unknowns(make_verdict([unknown("ib.rate", "mlx5_1/1", "x")]), state, 3).status == UNKNOWN
+        health_judge.escalate_unknowns(make_verdict([unknown("ib.rate", "mlx5_1/1", "x")]), state, 3).status
+        == UNKNOWN
     )
 
 
@@ -560,11 +572,13 @@ def test_the_epilog_of_a_partition_without_gpus_imports_no_pynvml(tmp_path):
     "command", ["capture", "check", "prolog", "epilog", "run", "status", "clear", "xids"]
 )
 def test_each_command_help_lists_every_option_and_the_exit_codes(command):
-    from slurm_tune.cli import health as H
+    from slurm_tune.cli import health as cli_health
 
     proc = subprocess.run([str(BIN / "stune-health"), command, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith(f"usage: stune-health {command} [options]")
-    for option in H.allowed_options(command):  # the shared spellings (-p, --json...) and stune-health's own
+    for option in cli_health.allowed_options(
+        command
+    ):  # the shared spellings (-p, --json...) and stune-health's own
         assert f"  {option}" in proc.stdout or f", {option}" in proc.stdout, (
             f"{command} --help lacks {option}"
         )
@@ -573,7 +587,7 @@ def test_each_command_help_lists_every_option_and_the_exit_codes(command):
 
 def test_clear_unknown_forgets_the_counts(tmp_path):
     state_dir = tmp_path / "st"
-    with S.Locked(str(state_dir)) as st:
+    with health_state.Locked(str(state_dir)) as st:
         st.state["unknown_runs"] = {"ib.counters mlx5_6/1": 2}
         st.save()
     proc = subprocess.run(
@@ -582,16 +596,16 @@ def test_clear_unknown_forgets_the_counts(tmp_path):
         text=True,
     )
     assert proc.returncode == 0 and "cleared unknown" in proc.stdout
-    assert S.read(str(state_dir))[0]["unknown_runs"] == {}
+    assert health_state.read(str(state_dir))[0]["unknown_runs"] == {}
 
 
 def test_a_bug_that_one_subjects_data_triggers_stays_that_subjects_finding(down_tree, monkeypatch):
     """Per port, per HCA and per GPU, not per family: a crash on mlx5_0's data must not hide mlx5_3 DOWN."""
-    from slurm_tune.health import gpu as G
-    from slurm_tune.health import ib as I
+    from slurm_tune.health import gpu as health_gpu
+    from slurm_tune.health import ib as health_ib
 
     root, profile, state, _, _ = down_tree
-    real_link, real_fw, real_gpu = I._check_link, V._one_hca, G._check_device
+    real_link, real_fw, real_gpu = health_ib._check_link, health_versions._one_hca, health_gpu._check_device
 
     def boom(real, when):
         def wrapped(*args, **kw):
@@ -602,12 +616,14 @@ def test_a_bug_that_one_subjects_data_triggers_stays_that_subjects_finding(down_
         return wrapped
 
     monkeypatch.setattr(
-        I, "_check_link", boom(real_link, lambda port, subject, fabric: subject == "mlx5_0/1")
+        health_ib, "_check_link", boom(real_link, lambda port, subject, fabric: subject == "mlx5_0/1")
     )
-    monkeypatch.setattr(V, "_one_hca", boom(real_fw, lambda name, devices, rules: name == "mlx5_1"))
-    monkeypatch.setattr(G, "_check_device", boom(real_gpu, lambda dev, pos, spec, health: pos == 2))
+    monkeypatch.setattr(
+        health_versions, "_one_hca", boom(real_fw, lambda name, devices, rules: name == "mlx5_1")
+    )
+    monkeypatch.setattr(health_gpu, "_check_device", boom(real_gpu, lambda dev, pos, spec, health: pos == 2))
     snap = kit.take(root, "hdr")
-    verdict = J.judge(snap, profile, state)[0]
+    verdict = health_judge.judge(snap, profile, state)[0]
     got = results(verdict)
     assert verdict.status == FAIL and verdict.reason == "mlx5_3/1 state DOWN"
     assert got[("ib.internal", "mlx5_0/1")].status == UNKNOWN

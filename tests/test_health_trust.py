@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_tune import profiles as P
+from slurm_tune import profiles as stune_profiles
 from slurm_tune import profilestore
 from slurm_tune.health import prologhook
 from slurm_tune.safeio import UnsafePathError
@@ -93,7 +93,7 @@ def test_root_refuses_profiles_someone_else_can_write(node, spoil, what):
     assert len(lines) == 1 and "prolog: not judged: " in lines[0] and what in lines[0], proc.stderr
     assert "root does not load it" in lines[0]
     with pytest.raises(UnsafePathError, match="root does not load it"):
-        P.load_profile("hdr", node["profiles"])
+        stune_profiles.load_profile("hdr", node["profiles"])
 
 
 @as_root
@@ -104,7 +104,9 @@ def test_a_forged_cache_in_a_shared_cache_dir_is_never_loaded(node):
     forged = marshal.loads(real["hdr"])
     forged["fabric"]["hcas"] = [{"device": "mlx5_9", "port": 1, "netdev": None}]  # would fail the node
     cache.write_bytes(marshal.dumps((fingerprint, dict(real, hdr=marshal.dumps(forged)))))
-    assert P.load_profile("hdr", node["profiles"]).fabric.hcas[0].device == "mlx5_9"  # trusted: it is root's
+    assert (
+        stune_profiles.load_profile("hdr", node["profiles"]).fabric.hcas[0].device == "mlx5_9"
+    )  # trusted: it is root's
     node["cache"].chmod(0o777)  # an admin "shares" the cache directory
     os.chown(cache, alice(), 0)
     proc = health("prolog")
@@ -119,13 +121,13 @@ def test_crafted_marshal_data_or_a_fifo_as_the_cache_cannot_stop_the_prolog(node
     assert health("prolog").returncode == 0
     (cache,) = node["cache"].glob("profiles*.marshal")
     cache.write_bytes(b"\xe3" + os.urandom(64))  # garbage: ignored, the profiles re-validated
-    assert P.load_profile("hdr", node["profiles"]).partition == "hdr"
+    assert stune_profiles.load_profile("hdr", node["profiles"]).partition == "hdr"
     cache.unlink()
     os.mkfifo(cache)
-    assert P.load_profile("hdr", node["profiles"]).partition == "hdr"  # not blocked on the FIFO
+    assert stune_profiles.load_profile("hdr", node["profiles"]).partition == "hdr"  # not blocked on the FIFO
     cache.unlink()
     cache.symlink_to(node["base"] / "elsewhere")
-    assert P.load_profile("hdr", node["profiles"]).partition == "hdr"
+    assert stune_profiles.load_profile("hdr", node["profiles"]).partition == "hdr"
     assert not (node["base"] / "elsewhere").exists()
 
 
@@ -146,7 +148,7 @@ def test_the_cache_is_written_through_an_exclusive_random_temporary(node, monkey
     victim.write_text("keep me\n")
     for name in predictable:  # the old code's temporary names: planted links to a root file
         name.symlink_to(victim)
-    P.load_profile("hdr", node["profiles"])
+    stune_profiles.load_profile("hdr", node["profiles"])
     assert [p for p, _ in written] == [profilestore._cache_path(str(node["profiles"]))] and written[0][1][
         "mode"
     ] == 0o600

@@ -42,30 +42,39 @@ def test_the_replaced_records_keep_their_behaviour():
 
 def test_the_health_records_are_frozen_records():
     """Result, Verdict and node.Settings share frozen.Record (no second record base in health/)."""
-    from slurm_tune.health import result as R
+    from slurm_tune.health import result as health_result
     from slurm_tune.health.node import Settings
 
-    r = R.Result("ib.state", "mlx5_0/1", R.FAIL, "state DOWN", reason="mlx5_0/1 state DOWN")
-    assert R.Result("ib.state", "mlx5_0/1", R.OK, "up").reason == ""
+    r = health_result.Result(
+        "ib.state", "mlx5_0/1", health_result.FAIL, "state DOWN", reason="mlx5_0/1 state DOWN"
+    )
+    assert health_result.Result("ib.state", "mlx5_0/1", health_result.OK, "up").reason == ""
     check, subject, status, _message, reason = r
-    assert (check, subject, status, reason) == ("ib.state", "mlx5_0/1", R.FAIL, "mlx5_0/1 state DOWN")
-    assert {r, R.fail("ib.state", "mlx5_0/1", "state DOWN", "mlx5_0/1 state DOWN")} == {r}
+    assert (check, subject, status, reason) == (
+        "ib.state",
+        "mlx5_0/1",
+        health_result.FAIL,
+        "mlx5_0/1 state DOWN",
+    )
+    assert {r, health_result.fail("ib.state", "mlx5_0/1", "state DOWN", "mlx5_0/1 state DOWN")} == {r}
     assert (
         r.as_dict()
         == r._asdict()
         == {
             "check": "ib.state",
             "subject": "mlx5_0/1",
-            "status": R.FAIL,
+            "status": health_result.FAIL,
             "message": "state DOWN",
             "reason": "mlx5_0/1 state DOWN",
         }
     )
     assert repr(r).startswith("Result(check='ib.state', subject='mlx5_0/1'")
     with pytest.raises(AttributeError):
-        r.status = R.OK
-    v = R.make_verdict([r, R.ok("gpu.ecc", "gpu0", "no errors")])
-    assert v == R.Verdict(status=R.FAIL, results=v.results, reason="mlx5_0/1 state DOWN")
+        r.status = health_result.OK
+    v = health_result.make_verdict([r, health_result.ok("gpu.ecc", "gpu0", "no errors")])
+    assert v == health_result.Verdict(
+        status=health_result.FAIL, results=v.results, reason="mlx5_0/1 state DOWN"
+    )
     assert json_text(v).count('"check"') == 2
     s = Settings(
         node="n1", partition=None, root="/", state_dir="/s", gpu_snapshot=None, prom_path=None, json_path=None
