@@ -188,21 +188,22 @@ class _Columns:
         self.steps: dict[str, list[str]] = {name: [] for name in header}
         self.bad_times: list[tuple[str, str, str]] = []  # (JobIDRaw, Start, End) of the first unreadable
 
-    def add(self, rows: list[list[str]]) -> None:
-        columns = dict(zip(self.header, zip(*rows)))
+    def add(self, fields: Sequence[Sequence[str]]) -> None:
+        """A block's rows, as its columns (in the header's order)."""
+        columns = dict(zip(self.header, fields))
         ids: Sequence[str] = columns["JobIDRaw"]
         numeric = values.plain_column(ids)
         if numeric is None and "." in "".join(ids):  # step rows: only a dump without -X has them
-            for row in (row for row, job in zip(rows, ids) if "." in job):
-                for name, value in zip(self.header, row):
-                    self.steps[name].append(value)
-            rows = [row for row, job in zip(rows, ids) if "." not in job]
-            if not rows:
-                return
-            columns = dict(zip(self.header, zip(*rows)))
+            step = ["." in job for job in ids]
+            for name, column in columns.items():
+                self.steps[name] += itertools.compress(column, step)
+            job = [not s for s in step]
+            columns = {name: list(itertools.compress(column, job)) for name, column in columns.items()}
             ids = columns["JobIDRaw"]
+            if not ids:
+                return
             numeric = values.plain_column(ids)
-        n = len(rows)
+        n = len(ids)
         for name, codes in self.coded.items():
             codes.add(columns.get(name) or ("",) * n)
         self.kept["JobIDRaw"].extend(ids)
@@ -287,9 +288,14 @@ def _header(line: str, number: int, source: str) -> list[str]:
     return header
 
 
-def _rows(lines: list[str], number: int, width: int, source: str, cut: list[str]) -> list[list[str]]:
-    """The lines (the first is line `number`) split into `width` fields (the last keeps any further '|');
-    a blank line is passed over, and a cut or mangled line (fewer fields) is skipped and described in `cut`."""
+def _fields(lines: list[str], number: int, width: int, source: str, cut: list[str]) -> list[Sequence[str]]:
+    """The lines' (the first is line `number`) `width` fields, as columns (the last keeps any further '|'); a
+    blank line is passed over, and a cut or mangled line (fewer fields) is skipped and described in `cut`."""
+    if lines and list(map(str.count, lines, itertools.repeat("|"))).count(width - 1) == len(lines):
+        # Every line has exactly the header's fields (the common case): the block splits in one go, and
+        # each column is every width-th field (no list per row, no transposing).
+        fields = "|".join(lines).split("|")
+        return [fields[k::width] for k in range(width)]
     rows = list(map(str.split, lines, itertools.repeat("|"), itertools.repeat(width - 1)))
     if rows and min(map(len, rows)) < width:  # (a blank line too: one field)
         cut += [
@@ -298,7 +304,7 @@ def _rows(lines: list[str], number: int, width: int, source: str, cut: list[str]
             if line and line.count("|") < width - 1
         ]
         rows = [row for row in rows if len(row) == width]
-    return rows
+    return list(zip(*rows))
 
 
 def _parse(blocks: Iterable[str], source: str) -> JobTable:
@@ -314,9 +320,9 @@ def _parse(blocks: Iterable[str], source: str) -> JobTable:
                 continue
             columns = _Columns(_header(lines[at], number + at, source))
             at += 1
-        rows = _rows(lines[at:], number + at, len(columns.header), source, cut)
-        if rows:
-            columns.add(rows)
+        fields = _fields(lines[at:], number + at, len(columns.header), source, cut)
+        if fields:
+            columns.add(fields)
         number += len(lines)
     if columns is None:
         raise SacctFormatError(f"{source}: empty (expected `sacct -P` output with its header line)")
