@@ -40,7 +40,7 @@ def plain_column(column: Sequence[str], limit: int = MAX_EPOCH) -> np.ndarray | 
     ):  # (int() would also read signs, spaces, '_', other digits)
         return None
     try:
-        out = np.array(list(map(int, column)), dtype=np.int64)
+        out = np.array(column, dtype=np.int64)  # (each value as int() reads it)
     except (ValueError, OverflowError):  # (an empty value; more than 4300 digits; beyond int64)
         return None
     return out if not len(out) or out.max() < limit else None
@@ -97,26 +97,40 @@ _HEAD = re.compile(r"stune1 held=([^ ]*) used=([^ ]*) cov=([^ ]*) busy=([^ ]*) b
 _IS_SUMMARY = methodcaller("startswith", SUMMARY_PREFIX)
 
 
-def summaries(comments: Sequence[str], n: int) -> tuple[np.ndarray, ...]:
-    """(has_summary, bad_summary, held, used, covered, busy, busy_w) from the n rows' AdminComments (none:
-    no column): each head's numbers as usage/summary.parse_head (the format's reader) reads them. A summary
-    that cannot be read, or whose numbers are not finite or out of range (negative, used or busy above
-    covered), is not trusted: has_summary False (eta = 1, as Slurm charges) and bad_summary True, so the
-    report can count it."""
-    at = list(itertools.compress(itertools.count(), map(_IS_SUMMARY, comments)))
-    numbers = np.full((n, 5), np.nan)
-    has = np.zeros(n, dtype=bool)
-    bad = np.zeros(n, dtype=bool)
-    if at:
-        heads = _heads([comments[i] for i in at])
-        read = np.array([head is not None for head in heads], dtype=bool)
-        rows = np.array(at, dtype=np.intp)
-        if read.any():
-            numbers[rows[read]] = [head for head in heads if head is not None]  # (busy_w None: NaN)
-        has[rows[read]] = True
-        bad[rows[~read]] = True
-    held, used, covered, busy, busy_w = numbers.T.copy()
-    return distrust_insane(has, bad, held, used, covered, busy, busy_w)
+class Summaries:
+    """(has_summary, bad_summary, held, used, covered, busy, busy_w) from the rows' AdminComments, added block
+    by block (while the block's strings are in cache) and made arrays once: each head's numbers as
+    usage/summary.parse_head (the format's reader) reads them. A summary that cannot be read, or whose
+    numbers are not finite or out of range (negative, used or busy above covered), is not trusted:
+    has_summary False (eta = 1, as Slurm charges) and bad_summary True, so the report can count it."""
+
+    def __init__(self) -> None:
+        self.n = 0  # rows added
+        self.rows: list[int] = []  # the rows whose AdminComment is a summary
+        self.heads: list[tuple | None] = []  # their heads (None: unreadable)
+
+    def add(self, comments: Sequence[str], n: int) -> None:
+        """The next n rows' AdminComments (none: no column)."""
+        marked = list(map(_IS_SUMMARY, comments))
+        if any(marked):
+            self.rows += itertools.compress(itertools.count(self.n), marked)
+            self.heads += _heads(list(itertools.compress(comments, marked)))
+        self.n += n
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        numbers = np.full((5, self.n), np.nan)  # (a row per number: each a contiguous array)
+        has = np.zeros(self.n, dtype=bool)
+        bad = np.zeros(self.n, dtype=bool)
+        if self.rows:
+            read = np.array([head is not None for head in self.heads], dtype=bool)
+            rows = np.array(self.rows, dtype=np.intp)
+            if read.any():
+                heads = [head for head in self.heads if head is not None]
+                numbers[:, rows[read]] = np.array(heads, dtype=np.float64).T  # (busy_w None: NaN)
+            has[rows[read]] = True
+            bad[rows[~read]] = True
+        held, used, covered, busy, busy_w = numbers
+        return distrust_insane(has, bad, held, used, covered, busy, busy_w)
 
 
 def _heads(texts: list[str]) -> list[tuple | None]:
