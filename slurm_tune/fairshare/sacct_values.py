@@ -107,14 +107,14 @@ class Summaries:
     def __init__(self) -> None:
         self.n = 0  # rows added
         self.rows: list[int] = []  # the rows whose AdminComment is a summary
-        self.heads: list[tuple | None] = []  # their heads (None: unreadable)
+        self.heads: list[tuple[np.ndarray, np.ndarray]] = []  # per block: their _heads
 
     def add(self, comments: Sequence[str], n: int) -> None:
         """The next n rows' AdminComments (none: no column)."""
         marked = list(map(_IS_SUMMARY, comments))
         if any(marked):
             self.rows += itertools.compress(itertools.count(self.n), marked)
-            self.heads += _heads(list(itertools.compress(comments, marked)))
+            self.heads.append(_heads(list(itertools.compress(comments, marked))))
         self.n += n
 
     def arrays(self) -> tuple[np.ndarray, ...]:
@@ -122,27 +122,38 @@ class Summaries:
         has = np.zeros(self.n, dtype=bool)
         bad = np.zeros(self.n, dtype=bool)
         if self.rows:
-            read = np.array([head is not None for head in self.heads], dtype=bool)
+            heads, read = (np.concatenate(parts) for parts in zip(*self.heads))
             rows = np.array(self.rows, dtype=np.intp)
-            if read.any():
-                heads = [head for head in self.heads if head is not None]
-                numbers[:, rows[read]] = np.array(heads, dtype=np.float64).T  # (busy_w None: NaN)
+            numbers[:, rows[read]] = heads[read].T
             has[rows[read]] = True
             bad[rows[~read]] = True
         held, used, covered, busy, busy_w = numbers
         return distrust_insane(has, bad, held, used, covered, busy, busy_w)
 
 
-def _heads(texts: list[str]) -> list[tuple | None]:
-    """parse_head of each text; the heads in encode()'s form are read by one pattern (when some text does not
-    match, or a number is not one float() reads, each text goes through parse_head)."""
-    try:
-        return [
-            (float(h), float(u), float(c), float(b), None if w == "-" else float(w))
-            for h, u, c, b, w in (match.groups() for match in map(_HEAD.match, texts))
-        ]
-    except (ValueError, AttributeError):  # (AttributeError: a text did not match)
-        return [parse_head(text) for text in texts]
+_NO_BUSY_W = {"-": "nan"}  # (parse_head's None; NaN in the arrays)
+
+
+def _heads(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(numbers, read): parse_head of each text, as a row of 5 floats (NaN: busy_w '-', or nothing read) and
+    whether it read a head. The heads in encode()'s form are matched by one pattern and their numbers
+    converted by one numpy call (which reads each as float() does); when some text does not match, or a
+    number is not one float() reads, each text goes through parse_head."""
+    matches = list(map(_HEAD.match, texts))
+    if None not in matches:
+        numbers = list(itertools.chain.from_iterable(map(re.Match.groups, matches)))
+        busy_w = numbers[4::5]
+        numbers[4::5] = map(_NO_BUSY_W.get, busy_w, busy_w)
+        try:
+            return np.array(numbers, dtype=np.float64).reshape(-1, 5), np.ones(len(texts), dtype=bool)
+        except ValueError:
+            pass
+    heads = list(map(parse_head, texts))
+    read = np.array([head is not None for head in heads], dtype=bool)
+    out = np.full((len(texts), 5), np.nan)
+    if read.any():
+        out[read] = [head for head in heads if head is not None]  # (busy_w None: NaN)
+    return out, read
 
 
 def distrust_insane(has, bad, held, used, covered, busy, busy_w) -> tuple[np.ndarray, ...]:
