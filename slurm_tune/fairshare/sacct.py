@@ -191,7 +191,7 @@ class _Columns:
 
     def add(self, fields: Sequence[Sequence[str]]) -> None:
         """A block's rows, as its columns (in the header's order)."""
-        columns = dict(zip(self.header, fields))
+        columns = dict(zip(self.header, fields, strict=True))
         ids: Sequence[str] = columns["JobIDRaw"]
         numeric = values.plain_column(ids)
         if numeric is None and "." in "".join(ids):  # step rows: only a dump without -X has them
@@ -299,7 +299,7 @@ def _fields(lines: list[str], number: int, width: int, source: str, cut: list[st
             if line and line.count("|") < width - 1
         ]
         rows = [row for row in rows if len(row) == width]
-    return list(zip(*rows))
+    return list(zip(*rows, strict=True))
 
 
 def _parse(blocks: Iterable[str], source: str) -> JobTable:

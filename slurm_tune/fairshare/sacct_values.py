@@ -95,6 +95,7 @@ _HEAD = re.compile(r"stune1 held=([^ ]*) used=([^ ]*) cov=([^ ]*) busy=([^ ]*) b
 
 
 _IS_SUMMARY = methodcaller("startswith", SUMMARY_PREFIX)
+_GROUPS = methodcaller("groups")
 
 
 class Summaries:
@@ -122,7 +123,7 @@ class Summaries:
         has = np.zeros(self.n, dtype=bool)
         bad = np.zeros(self.n, dtype=bool)
         if self.rows:
-            heads, read = (np.concatenate(parts) for parts in zip(*self.heads))
+            heads, read = (np.concatenate(parts) for parts in zip(*self.heads, strict=True))
             rows = np.array(self.rows, dtype=np.intp)
             numbers[:, rows[read]] = heads[read].T
             has[rows[read]] = True
@@ -141,7 +142,7 @@ def _heads(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     number is not one float() reads, each text goes through parse_head."""
     matches = list(map(_HEAD.match, texts))
     if None not in matches:
-        numbers = list(itertools.chain.from_iterable(map(re.Match.groups, matches)))
+        numbers = list(itertools.chain.from_iterable(map(_GROUPS, matches)))
         busy_w = numbers[4::5]
         numbers[4::5] = map(_NO_BUSY_W.get, busy_w, busy_w)
         try:
