@@ -12,9 +12,10 @@ their TRESUsageInAve gres/gpuutil, which Slurm >= 23.02 records when built with 
 
 Every row is checked, and a row that cannot be read is skipped and counted, never fatal (one bad row must
 not stop SiteFactor updates for the whole cluster): a line with the wrong number of fields, an unreadable
-Start/End. Only a dump with no readable row at all is refused. The text is read in blocks: each block's
-lines are split with str.split, transposed, and its columns read by sacct_values.py; repeated strings
-(users, accounts, QOS, AllocTRES) are kept as codes into their distinct values.
+Start/End. Only a dump with no readable row at all is refused. The text is read in blocks of a few hundred
+rows: a block whose lines all have the header's fields is split in one str.split and each column is every
+width-th field (else line by line, then transposed), and its columns are read by sacct_values.py; repeated
+strings (users, accounts, QOS, AllocTRES) are kept as codes into their distinct values.
 """
 
 from __future__ import annotations
