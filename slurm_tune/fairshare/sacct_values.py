@@ -40,7 +40,7 @@ def plain_column(column: Sequence[str], limit: int = MAX_EPOCH) -> np.ndarray | 
     ):  # (int() would also read signs, spaces, '_', other digits)
         return None
     try:
-        out = np.array(list(map(int, column)), dtype=np.int64)
+        out = np.array(column, dtype=np.int64)  # (each value as int() reads it)
     except (ValueError, OverflowError):  # (an empty value; more than 4300 digits; beyond int64)
         return None
     return out if not len(out) or out.max() < limit else None
@@ -95,43 +95,66 @@ _HEAD = re.compile(r"stune1 held=([^ ]*) used=([^ ]*) cov=([^ ]*) busy=([^ ]*) b
 
 
 _IS_SUMMARY = methodcaller("startswith", SUMMARY_PREFIX)
+_GROUPS = methodcaller("groups")
 
 
-def summaries(comments: Sequence[str], n: int) -> tuple[np.ndarray, ...]:
-    """(has_summary, bad_summary, held, used, covered, busy, busy_w) from the n rows' AdminComments (none:
-    no column): each head's numbers as usage/summary.parse_head (the format's reader) reads them. A summary
-    that cannot be read, or whose numbers are not finite or out of range (negative, used or busy above
-    covered), is not trusted: has_summary False (eta = 1, as Slurm charges) and bad_summary True, so the
-    report can count it."""
-    at = list(itertools.compress(itertools.count(), map(_IS_SUMMARY, comments)))
-    numbers = np.full((n, 5), np.nan)
-    has = np.zeros(n, dtype=bool)
-    bad = np.zeros(n, dtype=bool)
-    if at:
-        heads = _heads([comments[i] for i in at])
-        read = np.array([head is not None for head in heads], dtype=bool)
-        rows = np.array(at, dtype=np.intp)
-        if read.any():
-            numbers[rows[read]] = [head for head in heads if head is not None]  # (busy_w None: NaN)
-        has[rows[read]] = True
-        bad[rows[~read]] = True
-    held, used, covered, busy, busy_w = numbers.T.copy()
-    return distrust_insane(has, bad, held, used, covered, busy, busy_w)
+class Summaries:
+    """(has_summary, bad_summary, held, used, covered, busy, busy_w) from the rows' AdminComments, added block
+    by block (while the block's strings are in cache) and made arrays once: each head's numbers as
+    usage/summary.parse_head (the format's reader) reads them. A summary that cannot be read, or whose
+    numbers are not finite or out of range (negative, used or busy above covered), is not trusted:
+    has_summary False (eta = 1, as Slurm charges) and bad_summary True, so the report can count it."""
+
+    def __init__(self) -> None:
+        self.n = 0  # rows added
+        self.rows: list[int] = []  # the rows whose AdminComment is a summary
+        self.heads: list[tuple[np.ndarray, np.ndarray]] = []  # per block: their _heads
+
+    def add(self, comments: Sequence[str], n: int) -> None:
+        """The next n rows' AdminComments (none: no column)."""
+        marked = list(map(_IS_SUMMARY, comments))
+        if any(marked):
+            self.rows += itertools.compress(itertools.count(self.n), marked)
+            self.heads.append(_heads(list(itertools.compress(comments, marked))))
+        self.n += n
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        numbers = np.full((5, self.n), np.nan)  # (a row per number: each a contiguous array)
+        has = np.zeros(self.n, dtype=bool)
+        bad = np.zeros(self.n, dtype=bool)
+        if self.rows:
+            heads, read = (np.concatenate(parts) for parts in zip(*self.heads))
+            rows = np.array(self.rows, dtype=np.intp)
+            numbers[:, rows[read]] = heads[read].T
+            has[rows[read]] = True
+            bad[rows[~read]] = True
+        held, used, covered, busy, busy_w = numbers
+        return distrust_insane(has, bad, held, used, covered, busy, busy_w)
 
 
-def _heads(texts: list[str]) -> list[tuple | None]:
-    """parse_head of each text; the heads in encode()'s form are read by one pattern (when some text does not
-    match, or a number is not one float() reads, each text goes through parse_head)."""
-    try:
-        return [
-            (float(h), float(u), float(c), float(b), None if w == "-" else float(w))
-            for h, u, c, b, w in (
-                match.groups()  # type: ignore[union-attr]  # no match: AttributeError, caught below
-                for match in map(_HEAD.match, texts)
-            )
-        ]
-    except (ValueError, AttributeError):  # (AttributeError: a text did not match)
-        return [parse_head(text) for text in texts]
+_NO_BUSY_W = {"-": "nan"}  # (parse_head's None; NaN in the arrays)
+
+
+def _heads(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(numbers, read): parse_head of each text, as a row of 5 floats (NaN: busy_w '-', or nothing read) and
+    whether it read a head. The heads in encode()'s form are matched by one pattern and their numbers
+    converted by one numpy call (which reads each as float() does); when some text does not match, or a
+    number is not one float() reads, each text goes through parse_head."""
+    matches = list(map(_HEAD.match, texts))
+    if None not in matches:
+        numbers = list(itertools.chain.from_iterable(map(_GROUPS, matches)))
+        busy_w = numbers[4::5]
+        numbers[4::5] = map(_NO_BUSY_W.get, busy_w, busy_w)
+        try:
+            return np.array(numbers, dtype=np.float64).reshape(-1, 5), np.ones(len(texts), dtype=bool)
+        except ValueError:
+            pass
+    heads = list(map(parse_head, texts))
+    read = np.array([head is not None for head in heads], dtype=bool)
+    out = np.full((len(texts), 5), np.nan)
+    if read.any():
+        out[read] = [head for head in heads if head is not None]  # (busy_w None: NaN)
+    return out, read
 
 
 def distrust_insane(has, bad, held, used, covered, busy, busy_w) -> tuple[np.ndarray, ...]:
