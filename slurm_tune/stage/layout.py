@@ -14,11 +14,12 @@ Under the tier root (see docs/stage.md):
         locks/<key>           flock(2) files, one per source; the kernel drops a dead stager's lock
         holds/<jobid>/<entry> a running job uses <entry>: never evicted while the file exists
 
-On the TaskProlog and epilog paths: imports only collections (and safeio) up front.
+On the TaskProlog and epilog paths: imports only collections and time (and safeio) up front.
 """
 
 from __future__ import annotations
 
+import time
 from collections import namedtuple
 
 from .. import safeio
@@ -82,8 +83,6 @@ def check_job_id(job_id: str) -> str:
 
 
 def new_gen() -> str:
-    import time
-
     return f"{time.time_ns():x}"
 
 
