@@ -14,6 +14,7 @@ import json
 import os
 from collections import namedtuple
 
+from ..errors import StuneError
 from .deadline import OK, run_probe
 
 MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS is 18 on Hopper-era drivers; absent links answer NotSupported
@@ -48,7 +49,7 @@ class NvmlSession:
 
     def __init__(self, nvml=None):
         if nvml is None:
-            import pynvml
+            import pynvml  # optional: the nvml extra (nvidia-ml-py)
 
             nvml = pynvml
         self.nvml = nvml
@@ -265,8 +266,6 @@ class LiveGpuSource:
         self.timeout_s = timeout_s
         result = run_probe("nvml-init", lambda partial: NvmlSession(nvml), timeout_s)
         if result.status != OK:
-            from ..errors import StuneError
-
             raise StuneError(_nvml_problem(result.message))
         self.session = result.value
         self.indices = list(range(self.session.count()))
