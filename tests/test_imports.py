@@ -1,8 +1,9 @@
 """The hot paths' import rule (docs/speed.md), checked for every hot entry point, and the launchers that
 carry the hot commands (bin/, setup.cfg `scripts`).
 
-Each entry point runs its real work in a fresh `python -I -S` with only this checkout on sys.path
-(tests/importcheck.py), so the answer is the same under any kind of install.
+The rule holds in the hot set, which is computed from the source (hot_set) and checked there statically;
+every other module is plain Python. Each entry point also runs its real work in a fresh `python -I -S` with
+only this checkout on sys.path (tests/importcheck.py), so the answer is the same under any kind of install.
 """
 
 from __future__ import annotations
@@ -119,15 +120,15 @@ HOT_ENTRY_MODULES = (
 # that no hot command's real work loads a module outside the hot set).
 COLD_BRANCHES = {
     "slurm_tune.health.apply": "`stune-health run`, the periodic full run, applies its verdict to Slurm",
-    "slurm_tune.hw.nvml": "`stune-health snapshot` reads NVML; the prolog reads sysfs or a snapshot",
+    "slurm_tune.hw.nvml": "`stune-health snapshot` reads the GPUs through NVML; the prolog makes no NVML call",
     "slurm_tune.profilecheck": "a profile cache miss validates the profile (yaml and the schema)",
     "slurm_tune.admin.slurmconf": "rendering the cli_filter from slurm.conf, an admin's install step",
-    "slurm_tune.slurm.adapter": "a submission that needs sbatch's --json answer or an accounting query",
-    "slurm_tune.slurm.records": "Slurm's records: `stune-health drain` and the admin commands",
-    "slurm_tune.slurm.associations": "the association tree: stune-fairshare",
-    "slurm_tune.slurm.version": "Slurm's version probe: the adapter, on a cache miss",
-    "slurm_tune.stage.tier": "a task that stages data (its TaskProlog pays for the copy anyway)",
-    "slurm_tune.stage.stager": "a task that stages data (its TaskProlog pays for the copy anyway)",
+    "slurm_tune.slurm.adapter": "Slurm's queries: a submission that asks Slurm something, `stune-health drain`",
+    "slurm_tune.slurm.records": "the queries' records, loaded at first use (test_slurm_adapter)",
+    "slurm_tune.slurm.associations": "the association tree, loaded at first use (test_slurm_adapter)",
+    "slurm_tune.slurm.version": "Slurm's release, read at the first query (test_slurm_adapter)",
+    "slurm_tune.stage.tier": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
+    "slurm_tune.stage.stager": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
 }
 
 

@@ -25,6 +25,11 @@ from collections import namedtuple
 from .. import safeio
 from ..readback import parse
 
+try:
+    from _blake2 import blake2b  # builtin: hashlib would load OpenSSL
+except ImportError:  # pragma: no cover - CPython always has it
+    from hashlib import blake2b
+
 LEDGER = ".ledger"
 QUARANTINE = ".quarantine"  # bad namespaces moved aside by root (root-only, for the admin to inspect)
 ENTRIES, TMP, LOCKS, HOLDS = "entries", "tmp", "locks", "holds"
@@ -67,11 +72,7 @@ def generation(entry: Entry) -> tuple[int, str]:
 
 
 def source_key(source: str) -> str:
-    """32 hex digits naming a source path within a namespace (blake2b: builtin, cheap to import)."""
-    try:
-        from _blake2 import blake2b
-    except ImportError:  # pragma: no cover - CPython always has it
-        from hashlib import blake2b
+    """32 hex digits naming a source path within a namespace (blake2b)."""
     return blake2b(source.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
