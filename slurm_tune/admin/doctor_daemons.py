@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import StuneError
 from ..hostlist import expand_hostlist
@@ -16,7 +17,6 @@ from ..usage import pipeline, summary
 from ..usage.config import SCHEMA, load_config
 from .findings import ERROR, OK, WARNING
 
-TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
 if TYPE_CHECKING:  # for annotations only
     from ..slurm.adapter import Slurm
 

@@ -3,8 +3,8 @@
 `read_gpus()` reads everything the health checks judge, for a snapshot. `open_gpu_source()` gives the GPU
 sampler a cheap, repeatable utilization read, live (NVML) or from a snapshot file (tests, replays).
 
-pynvml is imported only when NVML is really used (the hot-path rule, docs/speed.md); the prolog path never
-touches this module. Values are NVML's own (mW become W, bytes stay bytes); a field the device does not
+pynvml (the nvml extra) is imported only when NVML is really used; the prolog path never touches this
+module. Values are NVML's own (mW become W, bytes stay bytes); a field the device does not
 support is None; a field whose read failed is None and named in the device's `errors`.
 """
 
