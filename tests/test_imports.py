@@ -102,6 +102,11 @@ ENTRY_POINTS = {
         "from slurm_tune.cli.taskprolog import main\nassert main([]) == 0",
         _taskprolog_env,
     ),
+    # runs once per rank at job start; --show resolves the binding and runs nothing
+    "stune-bind": (
+        "from slurm_tune.cli.bind import main\nassert main(['--show', 'true']) == 0",
+        lambda w: dict(_taskprolog_env(w), CUDA_VISIBLE_DEVICES="0"),
+    ),
 }
 
 
