@@ -5,6 +5,7 @@ schema itself load this module: building the schema costs ~1.4 ms (see docs/spee
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from .errors import ConfigError
@@ -334,8 +335,6 @@ def version_key(version: str) -> tuple:
 
 
 def _digest(data: dict) -> str:
-    import hashlib
-
     return hashlib.sha256(repr(sorted(_items(data))).encode()).hexdigest()[:16]
 
 

@@ -7,6 +7,8 @@ Hot path: see docs/speed.md.
 
 from __future__ import annotations
 
+from .durations import DurationError
+from .durations import parse as parse_duration
 from .errors import ConfigError
 from .frozen import _copy
 
@@ -152,10 +154,8 @@ class Duration(Spec):
     """Seconds, by durations' rules: 300, 90s, 10m, 1.5h, 7d, 2w, 1d12h or Slurm's 7-00:00:00."""
 
     def check(self, value, key, where):
-        from .durations import DurationError, parse
-
         try:
-            return parse(value)
+            return parse_duration(value)
         except DurationError as exc:
             raise where.error(key, str(exc)) from None
 

@@ -338,10 +338,10 @@ def test_roles_are_detected_from_slurm_conf(tmp_path, monkeypatch):
 
 
 def test_install_without_a_detected_role_asks_for_one(tmp_path, capsys, monkeypatch):
-    from slurm_tune.admin import install as inst
+    from slurm_tune.cli import admin_install
 
     monkeypatch.setattr(
-        inst, "detect_roles", lambda conf: (set(), "login1 is neither a node nor the controller")
+        admin_install, "detect_roles", lambda conf: (set(), "login1 is neither a node nor the controller")
     )
     rc, out = run_admin(capsys, "install", "--prefix", str(tmp_path))
     assert rc == 1 and "pass --role node, controller or all" in out

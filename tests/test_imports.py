@@ -1,12 +1,14 @@
 """The hot paths' import rule (docs/speed.md), checked for every hot entry point, and the launchers that
 carry the hot commands (bin/, setup.cfg `scripts`).
 
-Each entry point runs its real work in a fresh `python -I -S` with only this checkout on sys.path
-(tests/importcheck.py), so the answer is the same under any kind of install.
+The rule holds in the hot set, which is computed from the source (hot_set) and checked there statically;
+every other module is plain Python. Each entry point also runs its real work in a fresh `python -I -S` with
+only this checkout on sys.path (tests/importcheck.py), so the answer is the same under any kind of install.
 """
 
 from __future__ import annotations
 
+import ast
 import configparser
 import importlib
 import os
@@ -18,6 +20,7 @@ import healthkit as kit
 import hwtrees
 import pytest
 from importcheck import HEAVY, loaded_by
+from test_import_graph import import_graph, module_name
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -99,7 +102,138 @@ ENTRY_POINTS = {
         "from slurm_tune.cli.taskprolog import main\nassert main([]) == 0",
         _taskprolog_env,
     ),
+    # runs once per rank at job start; --show resolves the binding and runs nothing
+    "stune-bind": (
+        "from slurm_tune.cli.bind import main\nassert main(['--show', 'true']) == 0",
+        lambda w: dict(_taskprolog_env(w), CUDA_VISIBLE_DEVICES="0"),
+    ),
 }
+
+
+# The modules whose import starts a hot command (docs/speed.md, "The import rule"). The hot set is what they
+# can load: their imports, at module level and in functions alike, followed through stune's modules, except
+# into the modules of COLD_BRANCHES. The import rule holds in the hot set; every other module is plain Python.
+HOT_ENTRY_MODULES = (
+    "slurm_tune.health.prologhook",
+    "slurm_tune.cli.health",
+    "slurm_tune.cli.sbatch",
+    "slurm_tune.cli.taskprolog",
+    "slurm_tune.cli.bind",
+)
+# Modules a hot module imports in a function only on a branch that is not a hot path: the walk does not enter
+# them, so they and what only they import are cold (test_every_hot_entry_point_follows_the_import_rule checks
+# that no hot command's real work loads a module outside the hot set).
+COLD_BRANCHES = {
+    "slurm_tune.health.apply": "`stune-health run`, the periodic full run, applies its verdict to Slurm",
+    "slurm_tune.hw.nvml": "`stune-health snapshot` reads the GPUs through NVML; the prolog makes no NVML call",
+    "slurm_tune.profilecheck": "a profile cache miss validates the profile (yaml and the schema)",
+    "slurm_tune.admin.slurmconf": "rendering the cli_filter from slurm.conf, an admin's install step",
+    "slurm_tune.slurm.adapter": "Slurm's queries: a submission that asks Slurm something, `stune-health drain`",
+    "slurm_tune.slurm.records": "the queries' records, loaded at first use (test_slurm_adapter)",
+    "slurm_tune.slurm.associations": "the association tree, loaded at first use (test_slurm_adapter)",
+    "slurm_tune.slurm.version": "Slurm's release, read at the first query (test_slurm_adapter)",
+    "slurm_tune.stage.tier": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
+    "slurm_tune.stage.stager": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
+}
+
+
+def _module_level(body: list[ast.stmt]):
+    """The import statements that run when a module is imported: not those in functions, nor under
+    `if TYPE_CHECKING:` (annotations only)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        elif isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            yield from _module_level(node.orelse)
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    yield from _module_level(inner)
+
+
+def module_level_imports(root: Path = REPO) -> dict[str, set[str]]:
+    """stune module -> what it imports at module level: stune modules by full name (with the packages whose
+    __init__.py that runs), anything else by its top-level name."""
+    files = {module_name(p, root): p for p in sorted((root / "slurm_tune").rglob("*.py"))}
+    found: dict[str, set[str]] = {}
+    for name, path in files.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in _module_level(ast.parse(path.read_text(), str(path)).body):
+            if isinstance(node, ast.Import):
+                sources = [alias.name for alias in node.names]
+            elif node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+                sources = [source] + [f"{source}.{alias.name}" for alias in node.names]
+            else:
+                source = node.module or ""
+                sources = [source] + [f"{source}.{alias.name}" for alias in node.names]
+            for source in sources:
+                if source == "__future__":
+                    continue
+                if not source.startswith("slurm_tune"):
+                    targets.add(source.split(".")[0])
+                    continue
+                parts = source.split(".")
+                # every package on the way runs its __init__.py; `from pkg import name` names a module or not
+                targets.update(
+                    p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p in files
+                )
+        targets.discard(name)
+        found[name] = targets
+    return found
+
+
+def hot_set(entries: tuple[str, ...] = HOT_ENTRY_MODULES, root: Path = REPO, lazy: bool = True) -> set[str]:
+    """The stune modules the entry modules can load: their imports (with `lazy`, function-level ones too, but
+    not into COLD_BRANCHES; without, what importing them loads), transitively, with their packages."""
+    imports = module_level_imports(root)
+    graph = import_graph(root, ("slurm_tune",)) if lazy else imports
+    hot: set[str] = set()
+    todo = list(entries)
+    while todo:
+        name = todo.pop()
+        if name in hot or name not in imports:
+            continue
+        hot.add(name)
+        todo.extend(imports[name])  # module level: includes the packages on the way
+        todo.extend(t for t in graph[name] if t not in COLD_BRANCHES)
+        todo.extend(name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1))
+    return hot
+
+
+def test_no_module_in_the_hot_set_imports_a_heavy_module_at_module_level():
+    """The import rule checked from the source: it holds in the hot set, and only there (a cold module imports
+    at module level what it likes)."""
+    imports = module_level_imports()
+    hot = hot_set()
+    assert set(HOT_ENTRY_MODULES) <= hot and {"slurm_tune.fastjson", "slurm_tune.health.node"} <= hot
+    assert not hot & set(COLD_BRANCHES) and "slurm_tune.cli.fairshare" not in hot
+    breaches = {name: sorted(imports[name] & HEAVY) for name in sorted(hot) if imports[name] & HEAVY}
+    assert not breaches, f"hot modules import heavy ones at module level (docs/speed.md): {breaches}"
+    assert not hot & HEAVY, f"heavy stune modules in the hot set: {sorted(hot & HEAVY)}"
+
+
+def test_the_hot_set_sees_packages_relative_imports_and_skips_functions(tmp_path):
+    pkg = tmp_path / "slurm_tune"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import os\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("from .. import c\nif TYPE_CHECKING:\n    import json\n")
+    (pkg / "c.py").write_text(
+        "try:\n    import re\nexcept ImportError:\n    pass\ndef f():\n    import yaml\n"
+    )
+    imports = module_level_imports(tmp_path)
+    assert imports["slurm_tune.sub.b"] == {"slurm_tune", "slurm_tune.c"}
+    assert imports["slurm_tune.c"] == {"re"}
+    assert imports["slurm_tune"] == {"os"}
+    everything = {"slurm_tune", "slurm_tune.sub", "slurm_tune.sub.b", "slurm_tune.c"}
+    assert hot_set(("slurm_tune.sub.b",), tmp_path) == everything
 
 
 @pytest.mark.parametrize("name", ENTRY_POINTS)
@@ -109,6 +243,13 @@ def test_every_hot_entry_point_follows_the_import_rule(world, name):
     loaded_by(code, env)  # the first run fills the profile cache, as every run after a node's first finds it
     loaded = loaded_by(code, env)
     assert any(m.startswith("slurm_tune.") for m in loaded), "the entry point did not run"
+    # the walk over the source agrees with the run: importing the entry module loads what it finds at module
+    # level, and the run's real work loads nothing outside the hot set
+    entry = code.split()[1]  # `from MODULE import main`
+    imported = hot_set((entry,), lazy=False)
+    assert imported <= loaded, f"hot_set() names modules the run did not load: {sorted(imported - loaded)}"
+    outside = {m for m in loaded if m.startswith("slurm_tune")} - hot_set()
+    assert not outside, f"{name} loads modules outside the hot set (COLD_BRANCHES?): {sorted(outside)}"
     breaches = (loaded & HEAVY) - KNOWN.get(name, set())
     assert not breaches, (
         f"{name} imports {sorted(breaches)}: import them where they are needed (docs/speed.md)"

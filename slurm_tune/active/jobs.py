@@ -10,7 +10,7 @@ import os
 import shlex
 import time
 
-from .. import fastjson
+from .. import fastjson, safeio
 from . import store
 from .agent import MARK, targets
 from .checks import NODE, configured
@@ -142,8 +142,6 @@ def wait_jobs(slurm, job_ids: list[int], timeout_s: float) -> list[int]:
 def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
     """The agents' result lines from the jobs' output files. A job that left none (cancelled, failed to
     start, killed at its time limit) gives one unknown result per planned run."""
-    from .. import safeio
-
     out = []
     for job_id in job_ids:
         spec = specs[job_id]

@@ -23,7 +23,7 @@ import sys
 
 
 def _torch(size: int, dtype: str):
-    import torch
+    import torch  # optional: the node's Python has PyTorch or CuPy, or neither (main says which)
 
     if not torch.cuda.is_available():
         return None, "PyTorch sees no CUDA GPU"
@@ -41,8 +41,8 @@ def _torch(size: int, dtype: str):
 
 
 def _cupy(size: int, dtype: str):
-    import cupy
-    import numpy
+    import cupy  # optional, as torch above
+    import numpy  # what CuPy needs anyway
 
     rng = numpy.random.default_rng(20240601)
     a = rng.standard_normal((size, size)).astype(dtype)

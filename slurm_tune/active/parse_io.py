@@ -6,6 +6,7 @@ in Gb/s (1e9 bits/s), disks in GB/s (1e9 bytes/s), as the tools print them.
 
 from __future__ import annotations
 
+import json
 import re
 
 from .reading import (
@@ -80,8 +81,6 @@ def perftest_bw(output) -> Reading:
 def _json_object(text: str):
     """The JSON object in a tool's output: tools print notes or errors before it (fio: 'fio: io_u error...',
     'note: ...'), so decoding starts at the first line that opens an object."""
-    import json
-
     start = 0 if text.startswith("{") else text.find("\n{")
     if start < 0:
         return None, "no JSON object in the output"

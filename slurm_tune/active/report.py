@@ -7,7 +7,9 @@ from __future__ import annotations
 import csv
 import io
 
+from ..output import table as text_table
 from . import judge
+from .checks import CATALOGUE, configured, tool_path
 from .store import FINGERPRINT_KEYS, fingerprint_key
 
 COLUMNS = (
@@ -126,8 +128,6 @@ def drift(results) -> list[dict]:
 
 
 def table(data: list[dict], columns) -> str:
-    from ..output import table as text_table
-
     return text_table(([d.get(c) for c in columns] for d in data), [c.upper() for c in columns])
 
 
@@ -184,7 +184,7 @@ def prometheus(partition: str, data: list[dict]) -> str:
 
 def png(path: str, partition: str, data: list[dict]) -> None:
     """One panel per check: each subject's value, the baseline median and the slow threshold."""
-    import matplotlib
+    import matplotlib  # optional: the reports extra
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -219,8 +219,6 @@ def checks_listing(profile=None) -> list[dict]:
     """`stune-sweep checks`: every check stune knows, or those `profile` configures, each with the command it
     runs and whether its tool is here (a path set in active.tools must be an executable file; otherwise the
     tool is looked up on PATH), and what to install when it is not."""
-    from .checks import CATALOGUE, configured, tool_path
-
     chosen = None if profile is None else {c.name: s for c, s in configured(profile)}
     tools = {} if profile is None else profile.active.tools.to_dict()
     out = []

@@ -17,6 +17,7 @@ circuit breaker); a node whose latest sweep passes loses stune's active mark. Ma
 
 from __future__ import annotations
 
+import getpass
 import os
 import sys
 import time
@@ -234,8 +235,6 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
     """Return to service gated on the active checks. Slurm starts no job on a drained node, so the nodes go
     into a maintenance reservation of their own (no user job can start there), are resumed, run their node
     checks inside it, and the reservation is deleted; judging then resumes (clears) or drains them again."""
-    import getpass
-
     name = f"stune-recheck-{sweep_id}"[:60]
     checks = [s for c, s in configured(profile) if c.kind == NODE]
     if not checks:

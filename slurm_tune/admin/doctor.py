@@ -10,14 +10,20 @@ pipeline's daemons doctor_daemons.py's.
 
 from __future__ import annotations
 
+import glob as globmod
 import os
 import shlex
+import socket
 import sys
 from dataclasses import asdict
 
 from .. import trust
 from ..errors import StuneError
+from ..output import json_text
+from ..profiles import validate_directory
 from ..slurm.tres import gres_gpus
+from ..stage.errors import TierUnavailable
+from ..stage.tier import Tier, TierConfig
 from ..thisnode import uses_node
 from . import shipped
 from .doctor_daemons import DaemonChecks
@@ -200,8 +206,6 @@ class Doctor(NodeChecks, DaemonChecks):
     def check_other_scripts(self, conf: SlurmConf) -> None:
         """Every other script slurm.conf makes root run beside stune's (a site prolog in the same glob): one
         that anyone but root can write is root's code for whoever wrote it."""
-        import glob as globmod
-
         ours = {os.path.join(getattr(self.layout, p.place), p.name) for p in shipped.PIECES}
         for key in (
             "Prolog",
@@ -218,8 +222,6 @@ class Doctor(NodeChecks, DaemonChecks):
 
     # ---- profiles and the cluster ----------------------------------------------------------------------
     def load_profiles(self):
-        from ..profiles import validate_directory
-
         directory = self.env.get("STUNE_PARTITIONS", "/etc/stune/partitions")
         if not self.trusted(directory, "profiles"):
             return {}
@@ -282,11 +284,6 @@ class Doctor(NodeChecks, DaemonChecks):
         """The cache tier's per-node set-up (`stune-stage init`, stune-stage-init.service at boot), per node of
         each partition whose profile sets cache.path, wherever this host can see that node's tier: a %n path
         (the nodes share this machine) or this host's own. Without it jobs read from their sources."""
-        import socket
-
-        from ..stage.errors import TierUnavailable
-        from ..stage.tier import Tier, TierConfig
-
         here = socket.gethostname().split(".")[0]
         for name, profile in sorted(profiles.items()):
             if not profile.cache.path:
@@ -345,8 +342,6 @@ def run(
 
 
 def as_json(doc: Doctor) -> str:
-    from ..output import json_text
-
     return json_text(
         {
             "findings": [asdict(f) for f in doc.findings],

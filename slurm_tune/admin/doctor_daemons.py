@@ -5,15 +5,18 @@ stune-gpu-sampler measures on each GPU node and when the fair-share accountant l
 from __future__ import annotations
 
 import os
+import socket
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import StuneError
-from ..slurm.tres import gres_gpus
+from ..hostlist import expand_hostlist
+from ..slurm.tres import gres_gpus, tres_count
 from ..thisnode import expand, uses_node
-from ..usage import pipeline
+from ..usage import pipeline, summary
+from ..usage.config import SCHEMA, load_config
 from .findings import ERROR, OK, WARNING
 
-TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md); mypy honours the name
 if TYPE_CHECKING:  # for annotations only
     from ..slurm.adapter import Slurm
 
@@ -27,8 +30,6 @@ class DaemonChecks:
 
     # ---- daemons -------------------------------------------------------------------------------------
     def check_accountant(self) -> None:
-        from ..usage.config import load_config
-
         try:
             from ..fairshare.accountant import ledger_path
         except ImportError as exc:  # the accountant extra (numpy) lives on the accountant host only
@@ -68,10 +69,6 @@ class DaemonChecks:
         """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
         summary (AdminComment) of the last GPU job that ended on the node within a day. Its per-GPU means
         for that node are measured only where the sampler ran."""
-        from ..hostlist import expand_hostlist
-        from ..slurm.tres import tres_count
-        from ..usage import summary
-
         gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres)}
         if not gpu_nodes:
             return
@@ -141,16 +138,12 @@ class DaemonChecks:
 
     def usage_template(self) -> str:
         """STUNE_USAGE_DIR as the env file gives it to the hooks and the sampler (%n unexpanded)."""
-        from ..usage.config import SCHEMA
-
         return self.env.get("STUNE_USAGE_DIR") or SCHEMA.complete({}, "", None)["usage"]["local_dir"]
 
     def no_record_cause(self, node: str) -> tuple[str, str] | None:
         """Why the sampler on `node` saw no job, where this host can see it: (cause, fix), or None. Job records
         in a literal `%n` directory (a prolog that does not expand %n wrote them: the sampler reads the
         expanded one); or no job directory where the sampler for `node` reads (nothing recorded a job there)."""
-        import socket
-
         template = self.usage_template()
         expanded = os.path.join(expand(template, node), pipeline.JOBS_DIR)
         literal = os.path.join(template, pipeline.JOBS_DIR)

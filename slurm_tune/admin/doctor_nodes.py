@@ -10,6 +10,8 @@ import os
 from collections import Counter
 from collections.abc import Callable
 
+from ..health.collect import full, replay_gpus
+from ..output import table
 from ..thisnode import expand, uses_node
 from .findings import ERROR, OK, WARNING
 
@@ -43,8 +45,6 @@ class NodeChecks:
             root = root if root and os.path.isdir(root) else None
             gpu_file = gpu_file if gpu_file and os.path.isfile(gpu_file) else None
             if root or gpu_file:
-                from ..health.collect import full, replay_gpus
-
                 try:
                     # never this host's NVML for another node
                     if root:
@@ -106,7 +106,6 @@ class NodeChecks:
     def matrix_table(self) -> str:
         if not self.matrix:
             return ""
-        from ..output import table
 
         return table(
             [(n, *tuple(self.matrix[n][k] for k in FACT_KEYS)) for n in sorted(self.matrix)],

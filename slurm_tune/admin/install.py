@@ -22,7 +22,9 @@ import socket
 import sysconfig
 from dataclasses import dataclass
 
+from ..clifilter.render import cli_filter_files
 from ..errors import StuneError
+from ..hostlist import expand_hostlist
 from ..thisnode import uses_node
 from . import shipped
 from .manifest import Report, load_manifest, make_dirs, place_file, read_or_none, save_manifest, sha256
@@ -32,6 +34,7 @@ from .slurmconf import (
     gpu_partitions,
     gpu_weight_need,
     partition_needs,
+    read_key_values,
     requirements,
     with_reason,
 )
@@ -98,8 +101,6 @@ def detect_roles(conf: SlurmConf) -> tuple[set[str], str]:
     """Node and/or controller, from slurm.conf: a SlurmctldHost (primary or backup) naming this host ->
     controller; a NodeName or NodeHostname naming it (or slurmd installed) -> node. Neither found: an empty
     set and the reason (install asks for --role; doctor checks everything)."""
-    from ..hostlist import expand_hostlist
-
     host = socket.gethostname().split(".")[0]
     roles = set()
     ctld = [
@@ -246,8 +247,6 @@ def install(
     if (
         cli_filter
     ):  # --cli-filter: cli_filter.lua and its rendered data beside slurm.conf (slurm_tune/clifilter)
-        from ..clifilter.render import cli_filter_files
-
         for path, data in cli_filter_files(layout.slurm_conf, settings["STUNE_PARTITIONS"]).items():
             place_file(report, manifest, path, data, 0o644, force)
     if not dry_run and (report.changed or report.manifest_dirty or not os.path.exists(layout.manifest)):
@@ -259,8 +258,6 @@ def install(
 
 def slurm_diffs(layout: Layout, conf: SlurmConf, role: str) -> str:
     """The slurm.conf / cgroup.conf / gres.conf lines stune needs, as diffs against the live files."""
-    from .slurmconf import read_key_values
-
     out = []
     needs = requirements(conf, layout.hook_paths(), role) + partition_needs(conf, gpu_partitions(conf))
     if conf.found:

@@ -14,6 +14,9 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..durations import DurationError, parse_slurm
+from ..hostlist import expand_hostlist
+
 RECORD_KEYS = frozenset(("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname"))
 # Slurm's defaults for the settings judged here, when slurm.conf does not set them.
 DEFAULTS = {
@@ -140,8 +143,6 @@ def read_key_values(path: str) -> dict[str, str] | None:
 def seconds(text: str, unit_s: int = 60) -> int | None:
     """A Slurm duration ("5", "00:01:00", "1-0", "300 sec"; durations.parse_slurm); plain numbers are in
     `unit_s`. None when empty, INFINITE or unreadable."""
-    from ..durations import DurationError, parse_slurm
-
     if not text.strip():
         return None
     try:
@@ -302,8 +303,6 @@ def requirements(conf: SlurmConf, paths: dict[str, str], role: str = "all") -> l
 
 def gpu_partitions(conf: SlurmConf) -> list[str]:
     """Partitions whose nodes have GPUs in their Gres= (from slurm.conf alone, no profile needed)."""
-    from ..hostlist import expand_hostlist
-
     gpu_nodes: set[str] = set()
     for rec in conf.nodes():
         if any(g.split(":")[0] == "gpu" for g in rec.get("Gres", "").split(",")):

@@ -4,21 +4,33 @@ uninstall are admin_install.py's."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import os
+import sys
 
+from ..admin import doctor
+from ..admin.topology import (
+    build_topology,
+    empty_reason,
+    host_name,
+    parse_ibnetdiscover,
+    parse_node_name_map,
+    render,
+)
+from ..errors import ConfigError
+from ..output import print_json, table
+from ..profiles import profile_dir, validate_directory
 from ..progs import ADMIN as PROG
+from ..slurm import Slurm
 from . import options
 from .admin_install import host_layout, host_roles, run_install, run_uninstall
 from .common import EXIT_ERROR, EXIT_OK, guarded
 
 
 def _check_profiles(args) -> int:
-    from ..profiles import profile_dir, validate_directory
-
     directory = args.directory or profile_dir()
     profiles = validate_directory(directory)
     if args.json:
-        from ..output import print_json
-
         print_json(
             {
                 "directory": directory,
@@ -35,7 +47,6 @@ def _check_profiles(args) -> int:
             }
         )
         return EXIT_OK
-    from ..output import table
 
     print(
         table(
@@ -58,19 +69,6 @@ def _check_profiles(args) -> int:
 
 
 def _topology(args) -> int:
-    import fnmatch
-    import sys
-
-    from ..admin.topology import (
-        build_topology,
-        empty_reason,
-        host_name,
-        parse_ibnetdiscover,
-        parse_node_name_map,
-        render,
-    )
-    from ..errors import ConfigError
-
     def read(path: str) -> str:
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
@@ -123,11 +121,6 @@ def _topology(args) -> int:
 
 
 def _doctor(args) -> int:
-    import os
-
-    from ..admin import doctor
-    from ..slurm import Slurm
-
     env_file = (
         args.env_file
         or os.environ.get("STUNE_ENV_FILE")
@@ -147,8 +140,6 @@ def _doctor(args) -> int:
     slurm = Slurm(conf=env.get("SLURM_CONF") or layout.slurm_conf, timeout=args.timeout)  # the live cluster
     result = doctor.run(env_file, layout, roles, args.facts, slurm, conf_given=True)
     if args.json:
-        import sys
-
         sys.stdout.write(doctor.as_json(result))
     else:
         for finding in result.findings:

@@ -6,6 +6,16 @@ prints, the slurm.conf lines still missing, the cli_filter line, and --enable's 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
+from ..admin.install import Layout, detect_roles, hook_dir_from, install, slurm_diffs, uninstall
+from ..admin.manifest import load_manifest
+from ..admin.shipped import CONTROLLER, LOGIN, NODE
+from ..admin.slurmconf import SlurmConf
+from ..clifilter.render import LUA_FILE, SLURM_CONF_LINE
+from ..errors import StuneError
 from ..progs import ADMIN as PROG
 from .common import EXIT_ATTENTION, EXIT_OK
 
@@ -13,11 +23,6 @@ from .common import EXIT_ATTENTION, EXIT_OK
 def host_layout(args):
     """This host's Layout (--prefix; slurm.conf from --slurm-conf, else $SLURM_CONF without a prefix, else the
     first of the packages' places that exists; the hook directories it names) and its SlurmConf."""
-    import os
-
-    from ..admin.install import Layout, hook_dir_from
-    from ..admin.slurmconf import SlurmConf
-
     prefix = os.path.abspath(args.prefix)
     conf_path = args.slurm_conf or (os.environ.get("SLURM_CONF") if prefix == "/" else None)
     if not conf_path:  # Debian/RHEL packages, older Debian, a source build's default sysconfdir
@@ -39,10 +44,6 @@ def host_layout(args):
 def host_roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
     """--role, else detected; when nothing is detected, install asks (a login node needs no install) and
     doctor (fallback_all) checks both parts."""
-    from ..admin.install import detect_roles
-    from ..admin.shipped import CONTROLLER, LOGIN, NODE
-    from ..errors import StuneError
-
     if args.role == "node":
         return {NODE}, "node part (--role node)"
     if args.role == "controller":
@@ -60,23 +61,13 @@ def host_roles(args, conf, fallback_all: bool = False) -> tuple[set[str], str]:
 
 
 def run_install(args) -> int:
-    import os
-
-    from ..admin.install import install, slurm_diffs
-
     if os.geteuid() != 0 and not args.dry_run:
-        from ..errors import StuneError
-
         raise StuneError("install writes root's files: run it as root (or --dry-run)")
     layout, conf = host_layout(args)
     if args.enable and layout.prefix != "/":
-        from ..errors import StuneError
-
         raise StuneError("--enable starts this host's units: only without --prefix")
     roles, why = host_roles(args, conf)
     if args.enable and args.role == "login":
-        from ..errors import StuneError
-
         raise StuneError("--enable: a login node runs no stune unit")
     extra = dict(item.partition("=")[::2] for item in args.set or [])
     report = install(layout, roles, extra, args.dry_run, args.force, cli_filter=args.cli_filter)
@@ -128,8 +119,6 @@ def _cli_filter_plugins(conf) -> list[str]:
 
 def _cli_filter_line(conf) -> None:
     """--cli-filter: the slurm.conf line that turns the filter on, unless slurm.conf already has it."""
-    from ..clifilter.render import SLURM_CONF_LINE
-
     plugins = _cli_filter_plugins(conf)
     if "cli_filter/lua" in plugins or "lua" in plugins:
         return
@@ -143,12 +132,6 @@ def _cli_filter_line(conf) -> None:
 def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
     """uninstall refuses to remove the cli_filter.lua install placed while slurm.conf still enables the plugin:
     without its script, sbatch, salloc and srun refuse to run at all."""
-    import os
-
-    from ..admin.manifest import load_manifest
-    from ..clifilter.render import LUA_FILE
-    from ..errors import StuneError
-
     lua = os.path.join(os.path.dirname(os.path.abspath(layout.slurm_conf)), LUA_FILE)
     plugins = _cli_filter_plugins(conf)
     if force or not ("cli_filter/lua" in plugins or "lua" in plugins):
@@ -163,12 +146,6 @@ def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
 def _enable_units(roles: set[str]) -> None:
     """--enable: daemon-reload, then enable --now the role's units (the sampler on a node, the accountant's
     timer on the controller). Asked for explicitly: install alone never starts anything."""
-    import shutil
-    import subprocess
-
-    from ..admin.shipped import CONTROLLER, NODE
-    from ..errors import StuneError
-
     systemctl = shutil.which("systemctl")
     if systemctl is None:
         raise StuneError("--enable: systemctl not found (no systemd here); start the units your own way")
@@ -191,8 +168,6 @@ def _enable_units(roles: set[str]) -> None:
 
 
 def run_uninstall(args) -> int:
-    from ..admin.install import uninstall
-
     layout, conf = host_layout(args)
     _keep_a_cli_filter_in_use(layout, conf, args.force)
     report = uninstall(layout, args.dry_run, args.force)

@@ -8,19 +8,22 @@ datasets) and says on stderr what it could not find. Outside a job, give the par
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
+from ..hw.sysfs import Sysfs, resolve_root
+from ..nodeenv.envrules import RULES, SUBMIT
+from ..nodeenv.taskenv import as_shell, task_environment
+from ..profiles import load_profile
+from ..thisnode import job_context
 from .common import EXIT_OK, EXIT_USAGE, guarded
+from .options import add
 
 PROG = "stune-env"
 
 
 def _parser():
-    import argparse
-
-    from .options import add
-
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=__doc__.split(":", 1)[1].strip(),
@@ -39,8 +42,6 @@ def _parser():
 
 def _rules() -> str:
     """The node side of the environment rule table (nodeenv/envrules.py), for --help."""
-    from ..nodeenv.envrules import RULES, SUBMIT
-
     lines = ["what it decides on the node (docs/sbatch.md: the whole rule table):"]
     lines += [f"  {r.name} ({r.applies}): {r.how}".replace("`", "") for r in RULES if r.decided != SUBMIT]
     return "\n".join(lines)
@@ -48,15 +49,11 @@ def _rules() -> str:
 
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from ..thisnode import job_context
 
     job = job_context(os.environ, partition=args.partition or None, node=args.node or None)  # options win
     if not job.partition:
         print(f"{PROG}: no partition: run it inside a job, or give -p PARTITION", file=sys.stderr)
         return EXIT_USAGE
-    from ..hw.sysfs import Sysfs, resolve_root
-    from ..nodeenv.taskenv import as_shell, task_environment
-    from ..profiles import load_profile
 
     job = job.with_profile(load_profile)
     if job.profile is None:

@@ -15,7 +15,21 @@ import argparse
 import contextlib
 import sys
 import time
+from dataclasses import asdict
 
+from ..durations import option
+from ..fairshare import accountant, idlepolicy, jobdoc, report_render
+from ..fairshare import explain as explain_mod
+from ..fairshare import report as report_mod
+from ..fairshare.accountant import PrioritySettings
+from ..fairshare.jobview import job_view
+from ..fairshare.ledger import LedgerError
+from ..output import json_text, print_json
+from ..profiles import load_profiles
+from ..slurm import Slurm
+from ..thisnode import node_name
+from ..usage import collect
+from ..usage.config import load_config, usage_dirs
 from . import options
 from .common import EXIT_OK, guarded
 
@@ -27,7 +41,6 @@ def _since(text: str | None, now: float) -> int | None:
     '@1700000000' (an epoch)."""
     if text is None:
         return None
-    from ..durations import option
 
     text = text.strip()
     if text.startswith("@") and text[1:].isdigit():
@@ -37,17 +50,12 @@ def _since(text: str | None, now: float) -> int | None:
 
 def _slurm(args=None):
     """The cluster, or None for an offline what-if (--sacct-file without --cluster)."""
-    from ..slurm import Slurm
-
     if args is not None and getattr(args, "sacct_file", None) and not args.cluster:
         return None
     return Slurm.from_env()
 
 
 def _offline_settings(args):
-    from ..durations import option
-    from ..fairshare.accountant import PrioritySettings
-
     if not getattr(args, "sacct_file", None) or args.cluster:
         return None
     half_life = option(args.half_life, "--half-life") if args.half_life is not None else 7 * 86400
@@ -57,9 +65,6 @@ def _offline_settings(args):
 
 
 def _apply(args) -> int:
-    from ..fairshare import accountant
-    from ..usage.config import load_config
-
     config = load_config(args.config)
     result = accountant.run_locked(
         config,
@@ -80,10 +85,6 @@ def _apply(args) -> int:
     if config.report.prometheus_textfile and not args.dry_run:
         _write_metrics(result, config, None)
     if args.json:
-        from dataclasses import asdict
-
-        from ..output import print_json
-
         print_json(
             {
                 "dry_run": bool(args.dry_run),
@@ -112,17 +113,10 @@ def _apply(args) -> int:
 
 
 def _write_metrics(result, config, since) -> None:
-    from ..fairshare import report as report_mod
-    from ..fairshare import report_render
-
     report_render.to_prometheus(report_mod.build(result, config, since), config.report.prometheus_textfile)
 
 
 def _report(args) -> int:
-    from ..fairshare import accountant, report_render
-    from ..fairshare import report as report_mod
-    from ..usage.config import load_config
-
     config = load_config(args.config)
     now = args.now if args.now is not None else time.time()
     since = None
@@ -176,12 +170,6 @@ def _report(args) -> int:
 
 
 def _explain(args) -> int:
-    from ..fairshare import accountant
-    from ..fairshare import explain as explain_mod
-    from ..fairshare.ledger import LedgerError
-    from ..output import json_text
-    from ..usage.config import load_config
-
     user = args.user or explain_mod.current_user()
     if not explain_mod.may_see(user):
         raise explain_mod.NotYours(
@@ -205,11 +193,6 @@ def _explain(args) -> int:
 
 
 def _job(args) -> int:
-    from ..fairshare import jobdoc
-    from ..fairshare.jobview import job_view
-    from ..output import json_text
-    from ..usage.config import load_config
-
     config = load_config(args.config)
     doc = job_view(_slurm(), config, args.job_id)
     if args.png:
@@ -220,11 +203,6 @@ def _job(args) -> int:
 
 
 def _idle_policy(args) -> int:
-    from ..fairshare import idlepolicy
-    from ..profiles import load_profiles
-    from ..thisnode import node_name
-    from ..usage.config import load_config, usage_dirs
-
     config = load_config(args.config)
     node = args.node or node_name()
     local, _ = usage_dirs(config, node=node)
@@ -248,9 +226,6 @@ def _idle_policy(args) -> int:
 
 
 def _store(args) -> int:
-    from ..usage import collect
-    from ..usage.config import load_config, usage_dirs
-
     config = load_config(args.config)
     _, spool = usage_dirs(config)
     wait = config.usage.collect_wait if args.wait is None else args.wait
@@ -260,9 +235,6 @@ def _store(args) -> int:
 
 
 def _collect(args) -> int:
-    from ..usage import collect
-    from ..usage.config import load_config, usage_dirs
-
     config = load_config(args.config)
     _, spool = usage_dirs(config)
     # younger directories may still have an EpilogSlurmctld waiting on them

@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
+from ..hw.nvml import open_gpu_source
+from ..output import print_json
+from ..thisnode import expand, job_context
+from ..usage import accum, pipeline
+from ..usage.config import load_config, usage_dirs
+from ..usage.sampler import Sampler
+from ..usage.spool import node_epilog
 from . import options
 from .common import EXIT_OK, guarded
 
@@ -31,13 +39,6 @@ def _raise_stop(signum, frame):
 
 
 def _run(args) -> int:
-    import signal
-
-    from ..hw.nvml import open_gpu_source
-    from ..thisnode import expand
-    from ..usage.config import load_config, usage_dirs
-    from ..usage.sampler import Sampler
-
     config = load_config(args.config)
     local, _ = usage_dirs(config)
     local = expand(args.local_dir) if args.local_dir else local
@@ -69,10 +70,6 @@ def _run(args) -> int:
 def _epilog(args) -> int:
     """Never fails the epilog: a problem is one line on stderr and exit 0 (a non-zero epilog drains the node)."""
     try:
-        from ..thisnode import job_context
-        from ..usage.config import usage_dirs
-        from ..usage.spool import node_epilog
-
         context = job_context(os.environ, node=args.node)  # an explicit --node wins over $SLURMD_NODENAME
         job = args.job or context.job_id
         node = context.node
@@ -89,9 +86,6 @@ def _epilog(args) -> int:
 
 
 def _status(args) -> int:
-    from ..usage import accum, pipeline
-    from ..usage.config import load_config, usage_dirs
-
     local, _ = usage_dirs(load_config(args.config))
     local = args.local_dir or local
     acc_dir = os.path.join(local, pipeline.ACC_DIR)
@@ -121,8 +115,6 @@ def _status(args) -> int:
             }
         )
     if args.json:
-        from ..output import print_json
-
         print_json({"dir": acc_dir, "jobs": jobs})
         return EXIT_OK
     if not jobs:

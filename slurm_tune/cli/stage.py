@@ -20,9 +20,24 @@ count elsewhere), `release --epilog` (now the `epilog` command, as in stune-heal
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
+from ..errors import StuneError
+from ..nodeenv.taskenv import as_shell, as_taskprolog
+from ..output import print_json, table
+from ..profiles import load_profile
+from ..slurm import Slurm
+from ..stage import jobenv
+from ..stage.admin import age, evict_above_high, init, list_entries, release_job, status, tiers_for
+from ..stage.errors import TierUnavailable
+from ..stage.gc import gc
+from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
+from ..stage.tier import Tier
+from ..stage.watch import human
+from ..text import is_digits
+from ..thisnode import job_context, job_partition, node_name
 from . import options
 from .common import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, guarded
 
@@ -32,9 +47,6 @@ PROG = "stune-stage"
 def _job_id(text: str) -> str:
     """A Slurm job id: digits (an array task's own id). `12a` or `12_3` would silently take no hold.
     Bad input, not a usage error: one line and exit 1 (a StuneError passes through argparse to guarded())."""
-    from ..errors import StuneError
-    from ..text import is_digits
-
     if not is_digits(text):
         raise StuneError(
             f"--job {text!r}: not a Slurm job id (digits only; for an array task use its own job "
@@ -44,8 +56,6 @@ def _job_id(text: str) -> str:
 
 
 def _copy_jobs(text: str) -> int:
-    from ..errors import StuneError
-
     try:
         value = int(text)
     except ValueError:
@@ -56,8 +66,6 @@ def _copy_jobs(text: str) -> int:
 
 
 def _parser():
-    import argparse
-
     parser = argparse.ArgumentParser(prog=PROG, description="Stage datasets into the node-local cache tier.")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -117,15 +125,10 @@ def _parser():
 
 
 def _node(args) -> str:
-    from ..thisnode import node_name
-
     return args.node or node_name()
 
 
 def _tiers(args, partition=None):
-    from ..errors import StuneError
-    from ..stage.admin import tiers_for
-
     tiers = tiers_for(args.partition or partition, _node(args), args.path)
     if not tiers:
         raise StuneError(
@@ -139,13 +142,6 @@ def _tiers(args, partition=None):
 
 
 def cmd_fetch(args) -> int:
-    from ..errors import StuneError
-    from ..nodeenv.taskenv import as_shell, as_taskprolog
-    from ..profiles import load_profile
-    from ..stage import jobenv
-    from ..stage.spec import ENV_VAR, encode_requests, parse_stage_arg
-    from ..thisnode import job_context, job_partition
-
     env = dict(os.environ)
     if args.job is not None:
         env["SLURM_JOB_ID"] = args.job
@@ -157,8 +153,6 @@ def cmd_fetch(args) -> int:
         raise StuneError(f"nothing to stage: give SRC[:NAME], or run inside a job with {ENV_VAR} set")
     partition = args.partition or None
     if not partition and not job_partition(env) and not args.path:
-        from ..slurm import Slurm
-
         partition = Slurm.from_env().default_partition() or ""
     context = job_context(env, partition=partition, node=_node(args)).with_profile(load_profile)
     job = jobenv.resolve(context, with_defaults=not args.requests)
@@ -191,11 +185,6 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    from ..stage.admin import age, list_entries
-    from ..stage.errors import TierUnavailable
-    from ..stage.tier import Tier
-    from ..stage.watch import human
-
     rows_out = []
     unreadable = 0
     for _label, config in _tiers(args):
@@ -211,11 +200,8 @@ def cmd_ls(args) -> int:
             print(f"{PROG}: warning: {problem}", file=sys.stderr)
         rows_out += [(config.root, r) for r in rows]
     if args.json:
-        from ..output import print_json
-
         print_json([dict(r._asdict(), tier=root) for root, r in rows_out])
         return EXIT_ERROR if unreadable else EXIT_OK
-    from ..output import table
 
     if unreadable and not rows_out:  # nothing to list: the error lines said why
         return EXIT_ERROR
@@ -243,17 +229,11 @@ def cmd_ls(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from ..stage.admin import status
-    from ..stage.tier import Tier
-    from ..stage.watch import human
-
     results = []
     for label, config in _tiers(args):
         with Tier(config) as tier:
             results.append((label, status(tier)))
     if args.json:
-        from ..output import print_json
-
         print_json([dict(s._asdict(), partitions=label) for label, s in results])
         return EXIT_OK
     bad = 0
@@ -288,10 +268,6 @@ def cmd_status(args) -> int:
 
 
 def cmd_gc(args) -> int:
-    from ..stage.gc import gc
-    from ..stage.tier import Tier
-    from ..stage.watch import human
-
     verb = "would remove" if args.dry_run else "removed"
     for _label, config in _tiers(args):
         with Tier(config) as tier:
@@ -322,11 +298,6 @@ def cmd_gc(args) -> int:
 
 
 def cmd_release(args) -> int:
-    from ..errors import StuneError
-    from ..stage.admin import evict_above_high, release_job
-    from ..stage.tier import Tier
-    from ..thisnode import job_context
-
     context = job_context(os.environ, node=_node(args))
     job = getattr(args, "job", None) or context.job_id or ""
     if not job.isdigit():
@@ -355,7 +326,6 @@ def cmd_release(args) -> int:
             except Exception as exc:
                 if not args.epilog:
                     raise
-                from ..stage.errors import TierUnavailable
 
                 if not (isinstance(exc, TierUnavailable) and exc.kind == "missing"):
                     print(f"{PROG}: epilog: {config.root}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -363,8 +333,6 @@ def cmd_release(args) -> int:
 
 
 def cmd_init(args) -> int:
-    from ..stage.admin import init, tiers_for
-
     if not (args.partition or args.path) and not tiers_for(None, _node(args)):
         # every node runs this at boot (stune-stage-init.service): no tier configured is nothing to do
         print(f"{PROG}: no profile sets cache.path: no cache tier to set up on this node")

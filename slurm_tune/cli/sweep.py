@@ -18,6 +18,16 @@ import argparse
 import sys
 import time
 
+from .. import fastjson
+from ..active import judge, report, store, sweep
+from ..active.agent import run_spec
+from ..active.report import checks_listing, checks_text
+from ..errors import StuneError
+from ..output import json_text
+from ..profiles import load_profile
+from ..safeio import write_atomic
+from ..schema import Duration, Where
+from ..slurm import Slurm
 from . import options
 from .common import EXIT_ATTENTION, EXIT_OK, guarded
 
@@ -71,24 +81,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _profile(args):
-    from ..profiles import load_profile
-
     return load_profile(args.partition, args.partitions_dir)
 
 
 def _main(argv: list[str]) -> int:
     args = options.parse(_parser(), argv)
     if args.command == "agent":
-        from .. import fastjson
-        from ..active.agent import run_spec
-        from ..errors import StuneError
-
         try:
             spec = fastjson.loads(args.spec)
         except ValueError as exc:
             raise StuneError(f"--spec is not JSON: {exc}") from None
         return run_spec(spec, emit=lambda line: print(line, flush=True))
-    from ..active import store
 
     directory = store.store_dir(args.store)
     if args.command == "checks":
@@ -98,8 +101,6 @@ def _main(argv: list[str]) -> int:
         return _report(args, profile, directory)
     if args.command == "history":
         return _history(args, directory)
-    from ..active import judge, sweep
-    from ..slurm import Slurm
 
     slurm = Slurm.from_env()
     with store.SweepLock(directory, args.partition):
@@ -120,8 +121,6 @@ def _main(argv: list[str]) -> int:
             out = sweep.judge_and_mark(slurm, profile, opts, "judge", [], time.time(), print)
     verdicts = out.get("verdicts", [])
     if verdicts:
-        from ..active import report
-
         rows = [
             {
                 "check": v.check,
@@ -158,11 +157,6 @@ HISTORY_COLUMNS = (
 
 
 def _history(args, directory: str) -> int:
-    from ..active import judge, report, store
-    from ..errors import StuneError
-    from ..output import json_text
-    from ..schema import Duration, Where
-
     try:
         seconds = Duration().check(args.since, "--since", Where("--since"))
     except StuneError:
@@ -191,9 +185,6 @@ def _history(args, directory: str) -> int:
 
 
 def _checks(args) -> int:
-    from ..active.report import checks_listing, checks_text
-    from ..output import json_text
-
     profile = _profile(args) if args.partition else None
     listing = checks_listing(profile)
     if args.json:
@@ -209,9 +200,6 @@ def _checks(args) -> int:
 
 
 def _report(args, profile, directory: str) -> int:
-    from ..active import judge, report, store
-    from ..output import json_text
-
     results = store.load(directory, args.partition, since=time.time() - profile.active.window * 12)
     if args.check:
         results = [r for r in results if r["check"] == args.check]
@@ -242,8 +230,6 @@ def _report(args, profile, directory: str) -> int:
     else:
         text = report.prometheus(args.partition, data if not args.drift else [])
     if args.output:
-        from ..safeio import write_atomic
-
         write_atomic(args.output, text)
     else:
         sys.stdout.write(text)

@@ -20,6 +20,7 @@ from ..slurm.associations import (
     AssocFormatError,
     parse_associations,
 )
+from ..usage.config import accountant_state_dir
 from . import charges as charges_mod
 from . import sacct as sacct_mod
 from . import tree as tree_mod
@@ -130,8 +131,6 @@ def _sacct_time(epoch: float) -> str:
 
 
 def ledger_path(config, environ=None) -> str:
-    from ..usage.config import accountant_state_dir
-
     return os.path.join(accountant_state_dir(config, environ), LEDGER_FILE)
 
 

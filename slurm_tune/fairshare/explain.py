@@ -16,6 +16,7 @@ import numpy as np
 from ..durations import compact
 from ..errors import StuneError
 from ..text import counted
+from .report_render import amount, time_unit
 from .sitefactor import site_factor_target
 
 
@@ -203,8 +204,6 @@ def _rank(factors: dict, key) -> int | None:
 def explain_text(doc: dict) -> str:
     """In plain words: what you used, where Slurm and stune rank you, what that does to your pending jobs,
     which jobs cost you the most, and what you can do about it."""
-    from .report_render import amount, time_unit
-
     assocs = doc["associations"]
     unit, scale = time_unit(
         [a["held_gpu_h"] for a in assocs] + [j["held_gpu_h"] for a in assocs for j in a["top_idle_jobs"]]

@@ -23,6 +23,7 @@ same waste.
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass
 from ..durations import compact
 from ..errors import ConfigError
 from ..hostlist import expand_hostlist
+from ..output import json_text
 from ..safeio import write_atomic
 from ..usage import accum, spool
 
@@ -227,7 +229,6 @@ def _write_as_owner(path: str, user_id: str, message: str, log) -> bool:
     if not uid_text.isdigit():
         log(f"  stderr of the job not written: unknown owner {user_id!r}")
         return False
-    import pwd
 
     uid = int(uid_text)
     try:
@@ -264,6 +265,4 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 
 
 def to_json(decisions: list[Decision]) -> str:
-    from ..output import json_text
-
     return json_text([asdict(d) for d in decisions])

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..durations import clock
 from ..text import counted
+from .report_render import _need, amount, time_unit
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -170,7 +171,6 @@ def job_text(doc: dict) -> str:
         f"job {doc['job_id']} ({doc['user']}/{doc['account']}, {doc['partition']}): {doc['state']}, "
         f"{counted(doc['gpus'], 'GPU')} for {clock(doc['elapsed_s'])}"
     ]
-    from .report_render import amount, time_unit
 
     unit, scale = time_unit([doc["held_gpu_h"]])
     if doc["eta"] is not None:
@@ -192,8 +192,6 @@ def job_text(doc: dict) -> str:
 
 
 def timeline_png(doc: dict, path: str) -> None:
-    from .report_render import _need
-
     matplotlib = _need("matplotlib", "the PNG chart")
     matplotlib.use("Agg")
     plt = _need("matplotlib.pyplot", "the PNG chart")

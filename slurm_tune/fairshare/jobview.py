@@ -9,10 +9,12 @@ import time
 import numpy as np
 
 from ..errors import StuneError
+from ..hostlist import expand_hostlist
 from ..text import is_digits
 from ..thisnode import expand
 from ..usage import accum, spool
 from ..usage import summary as summary_mod
+from ..usage.config import usage_dirs
 from . import charges as charges_mod
 from . import explain as explain_mod
 from . import jobdoc
@@ -50,9 +52,6 @@ def _table(slurm, job_id: str):
 def live_summary(slurm, config, table, i: int):
     """A running job's summary from the sampler's accumulators on every node of the job whose usage directory
     is readable from here (this node, or all of them through a `%n` usage dir); None when none is."""
-    from ..hostlist import expand_hostlist
-    from ..usage.config import usage_dirs
-
     try:
         job = slurm.job(int(table.job_id_raw[i]))
     except (StuneError, ValueError):

@@ -9,13 +9,16 @@ say so in one line, and CSV/JSON still work.
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import os
+import time
 from dataclasses import asdict
 
 import numpy as np
 
 from ..errors import StuneError
+from ..output import json_text
 from .report import Report
 
 EXTRA_HINT = "pip install 'slurm-tune[reports]'"
@@ -26,8 +29,6 @@ class ReportsUnavailable(StuneError):
 
 
 def _need(module: str, what: str):
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -253,8 +254,6 @@ def to_csv(report: Report) -> str:
 
 
 def to_json(report: Report) -> str:
-    from ..output import json_text
-
     return json_text(report.to_dict())
 
 
@@ -367,6 +366,4 @@ def to_prometheus(report: Report, path: str) -> None:
 
 
 def _when(epoch: int) -> str:
-    import time
-
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))

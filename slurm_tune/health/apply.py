@@ -21,8 +21,10 @@ Rules (see docs/health.md):
 
 from __future__ import annotations
 
+import time
 from collections import namedtuple
 
+from ..errors import SlurmError
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, DEGRADED_FEATURE, REASON_PREFIX
 from . import result
 
@@ -219,8 +221,6 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
     nodes = slurm.nodes()
     node = next((n for n in nodes if n.name == node_name), None)
     if node is None:
-        from ..errors import SlurmError
-
         raise SlurmError(["sinfo", "--json"], 0, f"node {node_name} is not known to Slurm")
     kind = drain_kind(node, state)
     fields, notes = plan(node, want, kind)
@@ -245,8 +245,6 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sl
         _update(slurm, node_name, fields, notes)
     if fields.get("state") == "DRAIN" and kind == "none":
         if sleep is None:
-            import time
-
             sleep = time.sleep
         sleep(BREAKER_SETTLE_S)
         after = breaker_confirm(
@@ -269,8 +267,6 @@ ALREADY_IN_STATE = "Invalid node state specified"
 def _update(slurm, node_name: str, fields: dict, notes: list) -> None:
     """One `scontrol update`; a RESUME of a node that is already resumed is done, not a failure (the other
     fields, if any, are then applied on their own)."""
-    from ..errors import SlurmError
-
     try:
         slurm.update_node(node_name, **fields)
     except SlurmError as exc:

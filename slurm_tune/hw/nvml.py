@@ -3,8 +3,8 @@
 `read_gpus()` reads everything the health checks judge, for a snapshot. `open_gpu_source()` gives the GPU
 sampler a cheap, repeatable utilization read, live (NVML) or from a snapshot file (tests, replays).
 
-pynvml is imported only when NVML is really used (the hot-path rule, docs/speed.md); the prolog path never
-touches this module. Values are NVML's own (mW become W, bytes stay bytes); a field the device does not
+pynvml (the nvml extra) is imported only when NVML is really used; the prolog path never touches this
+module. Values are NVML's own (mW become W, bytes stay bytes); a field the device does not
 support is None; a field whose read failed is None and named in the device's `errors`.
 """
 
@@ -14,6 +14,7 @@ import json
 import os
 from collections import namedtuple
 
+from ..errors import StuneError
 from .deadline import OK, run_probe
 
 MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS is 18 on Hopper-era drivers; absent links answer NotSupported
@@ -48,7 +49,7 @@ class NvmlSession:
 
     def __init__(self, nvml=None):
         if nvml is None:
-            import pynvml
+            import pynvml  # optional: the nvml extra (nvidia-ml-py)
 
             nvml = pynvml
         self.nvml = nvml
@@ -265,8 +266,6 @@ class LiveGpuSource:
         self.timeout_s = timeout_s
         result = run_probe("nvml-init", lambda partial: NvmlSession(nvml), timeout_s)
         if result.status != OK:
-            from ..errors import StuneError
-
             raise StuneError(_nvml_problem(result.message))
         self.session = result.value
         self.indices = list(range(self.session.count()))

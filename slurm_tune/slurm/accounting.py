@@ -64,7 +64,7 @@ class SlurmAccounting(SlurmReader):
         return rows
 
     def sshare(self) -> list[ShareRow]:
-        from .records import ShareRow
+        from .records import ShareRow  # at first use, not with the adapter (test_slurm_adapter)
 
         fields = [
             "Account",
@@ -106,7 +106,7 @@ class SlurmAccounting(SlurmReader):
     def sprio(self, job_ids: list[int] | None = None) -> list[PrioRow]:
         """Pending jobs' priority factors (all, or the ones in job_ids). Slurm 24.11.5's sprio rejects a
         list of ids ("Invalid job id: N"), so a list is read as every pending job and filtered here."""
-        from .records import PrioRow
+        from .records import PrioRow  # at first use, not with the adapter (test_slurm_adapter)
 
         argv = ["sprio", "-h", "-o", "%i|%u|%Y|%S|%A|%F|%f|%r"]
         wanted = {int(j) for j in job_ids} if job_ids else None
@@ -139,8 +139,11 @@ class SlurmAccounting(SlurmReader):
         fair-share code walks siblings in: lft on releases before 23.11, Lineage (which replaced lft) from
         23.11 on. shares is None for Fairshare=parent; a Share that is neither a number nor `parent` is a
         SlurmError naming the command (associations.py holds the rules)."""
-        from .associations import AssocFormatError, parse_associations
-        from .version import ASSOC_ORDER_BY_LINEAGE
+        from .associations import (  # at first use, not with the adapter (test_slurm_adapter)
+            AssocFormatError,
+            parse_associations,
+        )
+        from .version import ASSOC_ORDER_BY_LINEAGE  # at first use, not with the adapter (test_slurm_adapter)
 
         fields = [
             "Cluster",

@@ -39,8 +39,14 @@ class Slurm(SlurmAccounting):
         """Every node (or the ones named, in that order; unknown names are left out). One call:
         `sinfo --json` on 22.05, `scontrol --json show node` on 23.02 and later, whose sinfo --json groups
         nodes by partition and state instead of listing them."""
-        from .records import RECORD_ERRORS, node_from_data_parser, node_from_v0038
-        from .version import NODES_FROM_SCONTROL_JSON
+        from .records import (  # at first use, not with the adapter (test_slurm_adapter)
+            RECORD_ERRORS,
+            node_from_data_parser,
+            node_from_v0038,
+        )
+        from .version import (
+            NODES_FROM_SCONTROL_JSON,  # at first use, not with the adapter (test_slurm_adapter)
+        )
 
         if self.version() < NODES_FROM_SCONTROL_JSON:
             argv = ["sinfo", "--json"] + (["-n", ",".join(names)] if names else [])
@@ -103,7 +109,10 @@ class Slurm(SlurmAccounting):
             argv += ["-u", ",".join(users)]
         if partition:
             argv += ["-p", partition]
-        from .records import RECORD_ERRORS, job_from_json
+        from .records import (  # at first use, not with the adapter (test_slurm_adapter)
+            RECORD_ERRORS,
+            job_from_json,
+        )
 
         wanted_ids = {int(j) for j in job_ids} if job_ids else None
         wanted_states = {s.upper() for s in states} if states else None
@@ -135,7 +144,7 @@ class Slurm(SlurmAccounting):
 
     def partitions(self) -> list[Partition]:
         """Slurm 22.05's scontrol has no --json, so this reads its one-line-per-record form."""
-        from .records import Partition
+        from .records import Partition  # at first use, not with the adapter (test_slurm_adapter)
 
         return [
             Partition(

@@ -41,7 +41,10 @@ class SlurmReader(SlurmCommands):
                 raise SlurmError(argv, 127, f"cannot run sinfo: {exc.strerror}") from None
             if rc != 0:
                 raise SlurmError(argv, rc, err or out)
-            from .version import parse_version, warn_if_untested
+            from .version import (  # at first use, not with the adapter (test_slurm_adapter)
+                parse_version,
+                warn_if_untested,
+            )
 
             found = parse_version(out, argv)
             _VERSIONS[key] = found
@@ -51,7 +54,7 @@ class SlurmReader(SlurmCommands):
     def _json(self, argv: list[str], key: str, out: str | None = None) -> list[dict]:
         """The `key` list of a Slurm JSON document (argv's stdout, or `out` when already run); SlurmError for
         Slurm's own errors and for any document that has no such list (a format this adapter does not know)."""
-        import json
+        import json  # the JSON queries only: json loads re (~0.8x a bare start; docs/speed.md)
 
         if out is None:
             out = self.run(argv)
@@ -79,7 +82,7 @@ class SlurmReader(SlurmCommands):
     def _unknown(self, argv: list[str], doc, problem: str) -> SlurmFormatError:
         """A SlurmFormatError for output of a layout this adapter does not know, naming the whole command and
         the release (from the document's own meta when it has one, else the detected release)."""
-        from .version import document_release
+        from .version import document_release  # at first use, not with the adapter (test_slurm_adapter)
 
         release = document_release(doc)
         if release is None:

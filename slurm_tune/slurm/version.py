@@ -11,6 +11,7 @@ import sys
 from collections import namedtuple
 
 from ..errors import SlurmFormatError
+from ..streams import say
 from ..text import is_digits
 
 # The oldest and the newest series the whole test suite runs on (scripts/test.sh); the adapter says once per
@@ -64,7 +65,6 @@ def warn_if_untested(version: SlurmVersion, stream=None) -> bool:
     on (its output may have changed shape). True when it said so now."""
     if tuple(version[:2]) <= NEWEST_TESTED or version.release in _WARNED:
         return False
-    from ..streams import say
 
     _WARNED.add(version.release)
     return say(

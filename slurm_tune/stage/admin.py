@@ -13,7 +13,9 @@ import time
 from collections import namedtuple
 
 from ..errors import StuneError
+from ..profiles import PROFILE_SCHEMA, load_profile, load_profiles
 from ..safeio import lstat_at
+from ..schema import Where
 from .dirfd import open_dir
 from .errors import TierUnavailable
 from .evict import evict_lru
@@ -26,9 +28,6 @@ def tiers_for(
     partition: str | None, node: str | None, path: str | None = None
 ) -> list[tuple[str, TierConfig]]:
     """(partitions, tier) for each distinct tier: one partition's, an explicit --path, or every profile's."""
-    from ..profiles import PROFILE_SCHEMA, load_profile, load_profiles
-    from ..schema import Where
-
     if path:  # no profile: the built-in cache defaults (every cache key has one)
         cache = PROFILE_SCHEMA.fields["cache"].complete({}, "cache", Where("(the built-in cache defaults)"))
         return [

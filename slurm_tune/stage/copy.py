@@ -306,7 +306,7 @@ def _copy_batches(
     symlink; -R recreates a FIFO planted after the walk instead of waiting on it for a writer."""
     import tempfile  # here, not at the top: a single file's copy needs no process (subprocess costs ~8 ms)
 
-    from .workers import failure, kill, spawn, wait_any
+    from .workers import failure, kill, spawn, wait_any  # as tempfile
 
     running: dict = {}
     with tempfile.TemporaryFile() as errlog:

@@ -8,6 +8,7 @@ import os
 from .errors import TierUnavailable
 from .namespace import Namespace
 from .tier import Tier
+from .watch import human
 
 
 def admit(tier: Tier, ns: Namespace, need: int, exclude_key: str | None = None) -> int:
@@ -90,6 +91,4 @@ def evict_lru(
 
 
 def _h(n: int) -> str:
-    from .watch import human
-
     return human(n)

@@ -19,6 +19,11 @@ from collections import namedtuple
 from .errors import SourceError
 from .spec import ARCHIVE_SUFFIXES
 
+try:
+    from _blake2 import blake2b  # builtin: hashlib would load OpenSSL
+except ImportError:  # pragma: no cover - CPython always has it
+    from hashlib import blake2b
+
 KINDS = ("dir", "archive", "file")
 
 
@@ -60,10 +65,6 @@ def _status(st: os.stat_result) -> str:
 
 
 def _digest(parts) -> str:
-    try:
-        from _blake2 import blake2b
-    except ImportError:  # pragma: no cover
-        from hashlib import blake2b
     h = blake2b(digest_size=20)
     for part in parts:
         h.update(part.encode("utf-8", "surrogateescape"))

@@ -11,6 +11,7 @@ from collections import namedtuple
 
 from ..errors import StuneError
 from ..safeio import rmtree_at
+from ..slurm import Slurm
 from .admin import ledger_or_empty, my_namespaces
 from .errors import TierUnavailable
 from .evict import evict_lru
@@ -73,8 +74,6 @@ def gc(
         if any(holders.values()):
             try:
                 if slurm is None:
-                    from ..slurm import Slurm
-
                     slurm = Slurm.from_env()
                 alive = live_job_ids(slurm)
             except StuneError as exc:

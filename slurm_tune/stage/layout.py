@@ -14,15 +14,21 @@ Under the tier root (see docs/stage.md):
         locks/<key>           flock(2) files, one per source; the kernel drops a dead stager's lock
         holds/<jobid>/<entry> a running job uses <entry>: never evicted while the file exists
 
-On the TaskProlog and epilog paths: imports only collections (and safeio) up front.
+On the TaskProlog and epilog paths: imports only collections and time (and safeio) up front.
 """
 
 from __future__ import annotations
 
+import time
 from collections import namedtuple
 
 from .. import safeio
 from ..readback import parse
+
+try:
+    from _blake2 import blake2b  # builtin: hashlib would load OpenSSL
+except ImportError:  # pragma: no cover - CPython always has it
+    from hashlib import blake2b
 
 LEDGER = ".ledger"
 QUARANTINE = ".quarantine"  # bad namespaces moved aside by root (root-only, for the admin to inspect)
@@ -66,11 +72,7 @@ def generation(entry: Entry) -> tuple[int, str]:
 
 
 def source_key(source: str) -> str:
-    """32 hex digits naming a source path within a namespace (blake2b: builtin, cheap to import)."""
-    try:
-        from _blake2 import blake2b
-    except ImportError:  # pragma: no cover - CPython always has it
-        from hashlib import blake2b
+    """32 hex digits naming a source path within a namespace (blake2b)."""
     return blake2b(source.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
@@ -82,8 +84,6 @@ def check_job_id(job_id: str) -> str:
 
 
 def new_gen() -> str:
-    import time
-
     return f"{time.time_ns():x}"
 
 

@@ -24,6 +24,8 @@ import time
 from collections import namedtuple
 
 from ..safeio import rmtree_at
+from ..streams import say
+from . import fresh, watch
 from .dirfd import open_dir
 from .errors import SourceError, TierUnavailable
 from .evict import admit
@@ -33,6 +35,7 @@ from .layout import DATA, ENTRIES, TMP, check_job_id, new_gen, source_key, write
 from .namespace import Namespace
 from .spec import StageRequest
 from .tier import Tier, TierConfig
+from .watch import human
 
 STAMP_FORMAT = "1"
 
@@ -50,8 +53,6 @@ class StageResult(
 
     def message(self) -> str:
         """The line for the job's stderr ("" when there is nothing to say)."""
-        from .watch import human
-
         name = self.request.name
         if self.status == "copied":
             return (
@@ -142,8 +143,6 @@ def _settled(request, ns: Namespace, record, started) -> StageResult | None:
 def _stage_locked(
     request, tier: Tier, ns: Namespace, key: str, job_id, stream, jobs, mode: str, started: float
 ) -> StageResult:
-    from . import fresh
-
     source = fresh.inspect(request.source)
     plan = fresh.walk(source.real) if source.kind == "dir" and mode == "strict" else None
     current = ns.current(key)
@@ -285,7 +284,7 @@ def _file_estimate(source) -> int:
 
 
 def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve):
-    from . import copy, watch
+    from . import copy  # a copy only: a warm hit (every task of a staged job) loads no copy threads
 
     # The allowance is watched through free-space deltas, which also see every other writer on the disk
     # (concurrent stagers, jobs): only an archive, whose output size is a guess, needs it. A directory or
@@ -300,7 +299,7 @@ def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve
         os.chmod(data, copy.read_only(stat_mode(source.st)) | 0o500)
         export = DATA
     elif source.kind == "archive":
-        from .archive import extract
+        from .archive import extract  # an archive's copy only (tempfile, worker processes)
 
         progress = watch.Progress(stream, label + " (extracting)", source.st.st_size)
         extract(source, data, progress=progress, guard=guard)
@@ -361,7 +360,7 @@ def _still_read_only(ns: Namespace, entry: str, stored: dict[str, str]) -> bool:
 
 
 def _in_ranges(source, plan) -> bool:
-    from .copy import in_ranges
+    from .copy import in_ranges  # as in _copy: not on a warm hit
 
     return in_ranges(source.kind, plan)
 
@@ -404,6 +403,4 @@ def _drop_old(tier: Tier, ns: Namespace, key: str, keep: str) -> None:
 
 
 def _say(stream, line: str) -> None:
-    from ..streams import say
-
     say(stream, f"stune-stage: {line}")

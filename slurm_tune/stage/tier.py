@@ -10,6 +10,7 @@ it needs a user name).
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from collections import namedtuple
 
@@ -192,8 +193,6 @@ class Tier:
         while their stager holds the key's lock. Returns (rows, what did not match, one line each).
         Run as a user it can only check that user's own rows; others' are taken as claimed. With `fix`
         (root), a ready row without its entry is removed and an inflated one rewritten with the real size."""
-        import pwd
-
         rows, problems = [], []
         by_uid: dict[int, list[LedgerRow]] = {}
         for row in self.ledger():
@@ -273,8 +272,6 @@ class Tier:
     def namespace(self, uid: int | None = None, user: str | None = None, create: bool = True) -> Namespace:
         """The namespace of `uid` (default: this process's user). Created 0700 when missing (by its own user,
         or by root on the user's behalf). Refused when it is not a directory owned by uid with mode 0700."""
-        import pwd
-
         uid = os.getuid() if uid is None else int(uid)
         if user is None:
             try:
@@ -336,8 +333,6 @@ class Tier:
     def namespaces(self) -> list[Namespace]:
         """Every user's sound namespace (for root: gc, ls, status). Anything else is skipped here and
         reported by namespace_problems()."""
-        import pwd
-
         out = []
         with os.scandir(self.fd) as it:
             names = [e.name for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
@@ -357,8 +352,6 @@ class Tier:
         user name that does not exist, or one not owned by its user with mode 0700 (squatted by another
         user with `mkdir -m 0777`, or opened up by its owner). Jobs of that user fall back until it is
         repaired (repair_namespace, `stune-stage init`)."""
-        import pwd
-
         out = []
         with os.scandir(self.fd) as it:
             names = sorted(e.name for e in it if not e.name.startswith("."))

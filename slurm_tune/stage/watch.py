@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..streams import say
 from .errors import TierUnavailable
 
 TICK_S = 0.5  # progress and disk-space cadence; the last worker's exit wakes the stager at once
@@ -58,8 +59,6 @@ class Progress:
         self.printed = True
 
     def emit(self, line: str) -> None:
-        from ..streams import say
-
         if self.stream is not None and not say(self.stream, f"stune-stage: {line}"):
             self.stream = None  # a closed job log must not fail the copy
 

@@ -4,6 +4,7 @@ clear error."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -36,8 +37,6 @@ def _libc():
     (importing ctypes in each forked child cost ~10 ms per worker, serialised in the stager)."""
     global _LIBC
     if _LIBC is None:
-        import ctypes
-
         _LIBC = ctypes.CDLL(None, use_errno=True)
     return _LIBC
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from .. import thisnode
 from ..errors import ConfigError
 from ..frozen import Frozen
 from ..schema import Bool, Duration, Float, Int, Map, Nullable, Section, Str, load_yaml
@@ -160,8 +161,6 @@ def usage_dirs(
     """(node-local dir, shared spool dir): $STUNE_USAGE_DIR / $STUNE_USAGE_SPOOL win over the config, so a
     hook can point at per-node directories without a config file of its own. `%n` in either becomes this
     node's name (or `node`), as in every other stune path; expand=False returns the templates."""
-    from .. import thisnode
-
     local = os.environ.get("STUNE_USAGE_DIR")
     spool = os.environ.get("STUNE_USAGE_SPOOL")
     if not (local and spool):

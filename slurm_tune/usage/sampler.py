@@ -22,6 +22,7 @@ This module imports no numpy and nothing heavy: it runs for the node's lifetime 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from . import accum, pipeline, spool
@@ -182,8 +183,6 @@ class Sampler:
 
     def run(self, iterations: int | None = None) -> None:
         """Sample every `interval` seconds on a fixed schedule (a slow tick does not shift later ones)."""
-        import sys
-
         next_at = time.monotonic()
         done = 0
         while iterations is None or done < iterations:

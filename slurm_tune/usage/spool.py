@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 from .. import safeio
@@ -173,6 +174,4 @@ def write_marker(job_dir: str, marker: dict) -> None:
 
 
 def remove_job_dir(job_dir: str) -> None:
-    import shutil
-
     shutil.rmtree(job_dir, ignore_errors=True)
