@@ -45,6 +45,14 @@ def utilization_copy(snapshot: Path, path: Path, sm: float, watts: float) -> str
     return str(path)
 
 
+def _sbatch_as(slurm: Slurm, user: str, account: str, options: list[str], wrap: str) -> int:
+    """The job id of `sbatch --parsable -A account OPTIONS --wrap WRAP`, submitted as `user`."""
+    out = slurm.run(
+        ["runuser", "-u", user, "--", "sbatch", "--parsable", "-A", account, *options, "--wrap", wrap]
+    )
+    return int(out.strip().split(";")[0])
+
+
 def fair_share_demo(slurm: Slurm, workdir: str) -> None:
     """Two users, the same GPU jobs: alice's GPUs busy (n1), bob's idle (n2). The usage pipeline runs as
     installed on a cluster (prolog record, a sampler per node, epilog summary, EpilogSlurmctld into
@@ -112,29 +120,13 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
         slurm.run(["sacctmgr", "-i", "modify", "account", "where", "name=root", "set", "RawUsage=0"])
         ids = {}
         for user, account, node in (("stune-alice", "physics", "n1"), ("stune-bob", "biology", "n2")):
-            out = slurm.run(
-                [
-                    "runuser",
-                    "-u",
-                    user,
-                    "--",
-                    "sbatch",
-                    "--parsable",
-                    "-A",
-                    account,
-                    "-p",
-                    "hdr",
-                    "-w",
-                    node,
-                    "--gres=gpu:2",
-                    f"--chdir={jobs_dir}",
-                    "-J",
-                    f"train-{user[6:]}",
-                    "--wrap",
-                    "sleep 20",
-                ]
+            ids[user] = _sbatch_as(
+                slurm,
+                user,
+                account,
+                ["-p", "hdr", "-w", node, "--gres=gpu:2", f"--chdir={jobs_dir}", "-J", f"train-{user[6:]}"],
+                "sleep 20",
             )
-            ids[user] = int(out.strip().split(";")[0])
             print(
                 f"$ sbatch -A {account} -w {node} --gres=gpu:2 --wrap 'sleep 20'   ({user}): job {ids[user]}"
             )
@@ -168,25 +160,9 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
         slurm.run(["scontrol", "update", "PartitionName=vpc", "State=DOWN"])
         pending = {}
         for user, account in (("stune-alice", "physics"), ("stune-bob", "biology")):
-            out = slurm.run(
-                [
-                    "runuser",
-                    "-u",
-                    user,
-                    "--",
-                    "sbatch",
-                    "--parsable",
-                    "-A",
-                    account,
-                    "-p",
-                    "vpc",
-                    "--gres=gpu:1",
-                    f"--chdir={jobs_dir}",
-                    "--wrap",
-                    "true",
-                ]
+            pending[user] = _sbatch_as(
+                slurm, user, account, ["-p", "vpc", "--gres=gpu:1", f"--chdir={jobs_dir}"], "true"
             )
-            pending[user] = int(out.strip().split(";")[0])
         print("  waiting for Slurm's next fair-share pass (PriorityCalcPeriod, 1 minute here)...", flush=True)
         decay = cluster.layout.spool / "ctld" / "priority_last_decay_ran"
         mark = time.time()

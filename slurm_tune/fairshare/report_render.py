@@ -101,6 +101,12 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
     rich_console = _need("rich.console", "the terminal table")
     rich_table = _need("rich.table", "the terminal table")
     box = _need("rich.box", "the terminal table")
+
+    def table(title: str):  # the one look of the report's tables
+        return rich_table.Table(
+            title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
+        )
+
     if console is None:
         console = rich_console.Console()
         if (
@@ -112,13 +118,7 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
     window = (
         "all history in the dump" if report.window_start is None else f"since {_when(report.window_start)}"
     )
-    t = rich_table.Table(
-        title=f"GPU usage by account and user, in {unit} ({window}; as of {_when(report.as_of)})",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    t = table(f"GPU usage by account and user, in {unit} ({window}; as of {_when(report.as_of)})")
     columns = [
         ("account / user", "left"),
         ("GPU\njobs", "right"),
@@ -170,13 +170,7 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
     for line in legend(report, unit, wide):
         console.print(line, highlight=False)
     if report.top_idle:
-        j = rich_table.Table(
-            title=f"Jobs with the most idle GPU time, in {unit}",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            collapse_padding=True,
-        )
+        j = table(f"Jobs with the most idle GPU time, in {unit}")
         for name in ("job", "user", "GPUs", "held", "used", "idle", "charged"):
             j.add_column(name, justify="left" if name in ("job", "user") else "right")
         for r in report.top_idle:
@@ -196,13 +190,7 @@ def to_table(report: Report, console=None, wide: bool = False) -> None:
             highlight=False,
         )
     if report.flagged:
-        f = rich_table.Table(
-            title="Flagged for review: ~100% utilization at near-idle power",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            collapse_padding=True,
-        )
+        f = table("Flagged for review: ~100% utilization at near-idle power")
         for name in ("job", "account", "user", "why"):
             f.add_column(name)
         for r in report.flagged:
