@@ -19,13 +19,21 @@ TYPE_CHECKING = False  # typing's own flag costs importing typing (docs/speed.md
 if TYPE_CHECKING:  # for annotations only
     from collections.abc import Mapping
 
+    from .profiletypes import Sections
+
+    class _ProfileView(Frozen, Sections):
+        """What mypy sees: the Frozen view with the schema's typed sections (profiletypes.py)."""
+
+else:
+    _ProfileView = Frozen  # at run time: the view alone
+
 DEFAULT_DIR = "/etc/stune/partitions"
 CACHE_FORMAT = 2
 # The cache is keyed by the validating code too: an upgrade of stune invalidates it.
 _VALIDATOR_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profilecheck.py")
 
 
-class Profile(Frozen):
+class Profile(_ProfileView):
     """One validated partition profile. `source` is its file; `digest` identifies its effective content."""
 
     __slots__ = ()

@@ -255,3 +255,44 @@ def test_check_profiles_command_prints_one_line_per_error(profiles):
 
 def test_validate_directory_bypasses_the_cache(profiles):
     assert set(validate_directory(profiles)) == {"hdr", "roce", "vpc"}
+
+
+def test_the_typed_profile_has_every_key_of_the_schema_with_its_type():
+    """profiletypes.py (what mypy knows of a profile) against PROFILE_SCHEMA: the same keys in every section,
+    each with the type its spec returns."""
+    from slurm_tune import profiletypes, schema
+    from slurm_tune.profilecheck import PROFILE_SCHEMA
+
+    simple = {schema.Str: "str", schema.Int: "int", schema.Float: "float", schema.Bool: "bool"}
+    simple.update({schema.Size: "int", schema.Duration: "int"})
+    classes: dict[str, str] = {}  # a Section's key set -> the class that types it
+
+    def spelled(spec, name: str) -> str:
+        if isinstance(spec, schema.Nullable):
+            return spelled(spec.inner, name) + " | None"
+        if isinstance(spec, schema.List):
+            return f"tuple[{spelled(spec.item, name)}, ...]"
+        if isinstance(spec, schema.Map):
+            return "Frozen"
+        if isinstance(spec, schema.Section):
+            return section(spec, name)
+        return simple[type(spec)]
+
+    def section(spec, name: str) -> str:
+        key = ",".join(sorted(spec.fields))
+        wanted = classes.get(key)
+        candidates = [
+            c
+            for c in vars(profiletypes).values()
+            if isinstance(c, type) and c.__module__ == profiletypes.__name__
+        ]
+        found = [c for c in candidates if set(c.__annotations__) == set(spec.fields)]
+        assert found, f"no class in profiletypes.py types section {name} ({key})"
+        cls = wanted or found[0].__name__
+        classes[key] = cls
+        annotations = vars(profiletypes)[cls].__annotations__
+        for field, inner in spec.fields.items():
+            assert annotations[field] == spelled(inner, f"{name}.{field}"), f"{name}.{field}"
+        return cls
+
+    assert section(PROFILE_SCHEMA, "profile") == "Sections"

@@ -111,6 +111,25 @@ def test_a_container_image_keeps_stunes_settings_and_mounts_the_staged_data(tmp_
     assert "7" in (tmp_path / "h.jsonl").read_text()  # recorded in the history
 
 
+def test_a_container_image_on_a_partition_without_a_cache_tier_mounts_the_sources(tmp_path, monkeypatch):
+    """cache.path empty (no tier: the job reads the sources): the mounts are the sources alone."""
+    import shutil
+
+    profiles = tmp_path / "partitions"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "partitions", profiles)
+    roce = profiles / "roce.yaml"
+    roce.write_text(roce.read_text().replace("path: /local/nvme/stune-cache", "path: ~"))
+    monkeypatch.setenv("STUNE_PARTITIONS", str(profiles))
+    monkeypatch.setenv("STUNE_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    data.mkdir()
+    fake = FakeSlurm()
+    argv = ["-p", "roce", "--container-image", "img", "--stage", f"{data}:DATA", "--wrap", "true"]
+    assert submit(argv, tmp_path, fake) == 0
+    words, _ = fake.ran[0]
+    assert f"--container-mounts={data}:{data}" in words
+
+
 def test_the_users_own_container_mounts_are_kept_with_a_note(tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()

@@ -18,6 +18,10 @@ from collections import namedtuple
 from ..frozen import Frozen
 from . import parse, parse_io
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 NODE, PAIR = "node", "pair"
 
 
@@ -143,7 +147,7 @@ DD_FALLBACK = "dd if={file} of=/dev/null bs=1M iflag=direct"
 DD_PREPARE = "dd if=/dev/zero of={file} bs=1M count={count} oflag=direct conv=fsync"
 
 
-def configured(profile) -> list[tuple[Check, Frozen]]:
+def configured(profile: Profile) -> list[tuple[Check, Frozen]]:
     """The checks the partition's profile asks for, in catalogue order, with their settings."""
     chosen = profile.active.checks
     return [(CATALOGUE[name], chosen[name]) for name in CATALOGUE if name in chosen]

@@ -15,6 +15,10 @@ from . import store
 from .agent import MARK, targets
 from .checks import NODE, configured
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 POLL_S = 1.0
 RUN_SLACK_S = 10  # per run: starting the tool, srun steps
 TCP_PORT_BASE = 18515
@@ -30,7 +34,7 @@ def plan_pairs(nodes: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _sbatch_args(profile, opts, check, settings, nodes, job_name) -> list[str]:
+def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> list[str]:
     a = profile.active
     limit_min = max(1, -(-int(settings.time_limit) // 60))
     args = [
@@ -61,7 +65,9 @@ def _sbatch_args(profile, opts, check, settings, nodes, job_name) -> list[str]:
     return args
 
 
-def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=None, port_index=0) -> dict:
+def _spec(
+    profile: Profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=None, port_index=0
+) -> dict:
     a = profile.active
     runs = opts.runs or a.runs
     run_timeout = max(5.0, settings.time_limit / (runs * max(1, len(hcas or ()))) - RUN_SLACK_S)
@@ -84,7 +90,9 @@ def _spec(profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=
     }
 
 
-def submit_all(slurm, profile, opts, sweep_id: str, nodes: list[str], pairs=None, only=None) -> list[tuple]:
+def submit_all(
+    slurm, profile: Profile, opts, sweep_id: str, nodes: list[str], pairs=None, only=None
+) -> list[tuple]:
     """Submit the checks; [(job_id, spec)]. `pairs` overrides the pair plan (bisection); `only` limits checks."""
     if not opts.dry_run:
         os.makedirs(opts.spool, mode=0o755, exist_ok=True)
@@ -190,7 +198,7 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
     return out
 
 
-def run_jobs(slurm, profile, opts, sweep_id, nodes, pairs=None, only=None) -> list[dict]:
+def run_jobs(slurm, profile: Profile, opts, sweep_id, nodes, pairs=None, only=None) -> list[dict]:
     jobs = submit_all(slurm, profile, opts, sweep_id, nodes, pairs, only)
     if opts.dry_run or not jobs:
         return []

@@ -17,6 +17,10 @@ from collections import namedtuple
 
 from .store import fingerprint_key
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 OUTLIER, OK, UNKNOWN = "outlier", "ok", "unknown"
 MAD_SCALE = 1.4826  # MAD -> standard deviation for normal data
 
@@ -25,7 +29,7 @@ class Settings(namedtuple("Settings", "k n mad_factor min_drop min_peers floors"
     __slots__ = ()
 
     @classmethod
-    def from_profile(cls, profile) -> Settings:
+    def from_profile(cls, profile: Profile) -> Settings:
         a = profile.active
         return cls(
             a.k,

@@ -30,6 +30,10 @@ from . import judge, store
 from .checks import NODE, configured
 from .jobs import run_jobs, submit_all
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 
 class Options:
     def __init__(
@@ -112,7 +116,7 @@ def _marked_check(node) -> str:
     return ""
 
 
-def apply_marks(slurm, profile, wants: dict, store_dir: str, now: float, dry_run=False) -> list[str]:
+def apply_marks(slurm, profile: Profile, wants: dict, store_dir: str, now: float, dry_run=False) -> list[str]:
     """Mark or clear nodes through the health hooks' plan (feature + comment; drain when opted in)."""
     lines = []
     nodes = {n.name: n for n in slurm.nodes()}
@@ -160,7 +164,7 @@ def apply_marks(slurm, profile, wants: dict, store_dir: str, now: float, dry_run
 
 
 # ---- the whole sweep ----------------------------------------------------------------------------------------
-def sweep(slurm, profile, opts, now=None, log=print) -> dict:
+def sweep(slurm, profile: Profile, opts, now=None, log=print) -> dict:
     now = time.time() if now is None else now
     sweep_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
     if not configured(profile):
@@ -193,7 +197,7 @@ def sweep(slurm, profile, opts, now=None, log=print) -> dict:
     return judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log)
 
 
-def judge_and_mark(slurm, profile, opts, sweep_id, nodes, now, log) -> dict:
+def judge_and_mark(slurm, profile: Profile, opts, sweep_id, nodes, now, log) -> dict:
     settings = judge.Settings.from_profile(profile)
     history = store.load(opts.store, opts.partition, since=now - profile.active.window)
     bases, verdicts = judge.judge(history, settings)
@@ -231,7 +235,7 @@ def drained_by_active(slurm, partition: str, wanted) -> list[str]:
     )
 
 
-def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> list[dict]:
+def recheck_drained(slurm, profile: Profile, opts, sweep_id, nodes: list[str], log) -> list[dict]:
     """Return to service gated on the active checks. Slurm starts no job on a drained node, so the nodes go
     into a maintenance reservation of their own (no user job can start there), are resumed, run their node
     checks inside it, and the reservation is deleted; judging then resumes (clears) or drains them again."""
@@ -274,7 +278,7 @@ def recheck_drained(slurm, profile, opts, sweep_id, nodes: list[str], log) -> li
         slurm.delete_reservation(name)
 
 
-def bisect(slurm, profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:
+def bisect(slurm, profile: Profile, opts, sweep_id, open_pairs, pair_verdicts, bases, settings, log) -> list:
     """Test each member of an open slow pair against a known-good partner; name the member(s) at fault."""
     bad = {m for v in open_pairs for m in judge.pair_members(v.subject)}
     good = sorted(

@@ -31,6 +31,10 @@ from ..slurm import Slurm
 from . import options
 from .common import EXIT_ATTENTION, EXIT_OK, guarded
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 PROG = "stune-sweep"
 
 
@@ -199,7 +203,7 @@ def _checks(args) -> int:
     return EXIT_OK
 
 
-def _report(args, profile, directory: str) -> int:
+def _report(args, profile: Profile, directory: str) -> int:
     results = store.load(directory, args.partition, since=time.time() - profile.active.window * 12)
     if args.check:
         results = [r for r in results if r["check"] == args.check]

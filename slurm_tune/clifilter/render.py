@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 DATA_FORMAT = 1
 DATA_DIR = "stune-cli-filter"
 DATA_FILE = "data.lua"
@@ -60,7 +64,7 @@ def lua_value(value) -> str:
     raise TypeError(f"cannot render {type(value).__name__} as Lua")
 
 
-def partition_entry(profile) -> dict:
+def partition_entry(profile: Profile) -> dict:
     """What the filter applies for one profile: stune-sbatch's plan for a submission with no options of the
     user's and an empty environment (so nothing is the user's), with and without --checkpoint-signal."""
     from ..nodeenv.envrules import REFINED_NAMES
@@ -245,7 +249,7 @@ def _last_value(path: str, key: str, conf_dir: str, files: list[int]) -> str | N
     return found
 
 
-def plain_job_environment(profile) -> dict[str, str]:
+def plain_job_environment(profile: Profile) -> dict[str, str]:
     """What the filter leaves to the TaskProlog for a plain sbatch job: the variables stune-sbatch sets at
     submission (its plan for a submission with nothing of the user's), less those each node decides itself
     (node_exports sets and narrows them)."""

@@ -28,6 +28,10 @@ from ..errors import SlurmError
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, DEGRADED_FEATURE, REASON_PREFIX
 from . import result
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 DRAIN, DEGRADE, CLEAR, HOLD = "drain", "degraded", "ok", "hold"
 # What slurmctld writes as the reason when a prolog or epilog exits non-zero.
 HOOK_REASONS = ("Prolog error", "Epilog error", "prolog error", "epilog error")
@@ -215,7 +219,7 @@ def breaker_confirm(nodes, partition: str, me: str, now: float, window: float, f
     return Breaker(allowed, limit, len(members), names, message)
 
 
-def sync(slurm, node_name: str, want: Want, state: dict, profile, now: float, sleep=None) -> Outcome:
+def sync(slurm, node_name: str, want: Want, state: dict, profile: Profile, now: float, sleep=None) -> Outcome:
     """Read the node (and, before a drain, its partition), change what differs, record what was applied.
     Raises SlurmError when Slurm does not answer; the caller records a retry."""
     nodes = slurm.nodes()

@@ -13,6 +13,10 @@ import time
 from .. import fastjson
 from ..hw.sysfs import FORMAT, IB_ERROR_COUNTERS, Sysfs
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 
 def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
     """Read the GPUs NVML listed before by address as well, even if the bus no longer shows them as NVIDIA
@@ -28,7 +32,7 @@ def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
             devices[address] = sysfs.pci_device(address)
 
 
-def fast(root: str, profile, node: str, known_gpus=None) -> dict:
+def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
     """The prolog's snapshot: the required HCA ports (the four judged counters, no GID tables), the needed
     netdevs and the GPUs on the PCI bus, read by ONE probe under the profile's deadline (a thread per section
     would cost more than the reads). Sections the probe did not finish say they did not answer and keep what
@@ -93,7 +97,7 @@ def fast(root: str, profile, node: str, known_gpus=None) -> dict:
 
 def full(
     root: str,
-    profile,
+    profile: Profile | None,
     node: str,
     gpu_snapshot: str | None = None,
     gids: bool = False,

@@ -13,6 +13,10 @@ from __future__ import annotations
 from ..hw.sysfs import NVIDIA_VENDOR, parse_int, pci_address
 from . import result
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 # NVML clock event reasons that mean the hardware is protecting itself (values from nvml.h).
 SLOWDOWN_BITS = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
 
@@ -25,7 +29,7 @@ def _num(value) -> float | None:
     return value if type(value) in (int, float) and value == value else None
 
 
-def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
+def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     spec = profile.gpu
     if not spec.count or not isinstance(snapshot, dict):
         return [], {}

@@ -19,6 +19,10 @@ from ..hw.sysfs import (
 )
 from . import result
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
 # What Linux writes (drivers/infiniband/core/sysfs.c): "<number>: <name>". Anything else is unreadable, so a
 # garbled file can never pass for a real DOWN.
@@ -65,7 +69,7 @@ def section(snapshot, name: str) -> tuple[dict | None, str | None]:
     return devices, None
 
 
-def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
+def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     """Results for every required port and the socket interface; updates: {'baselines': {...}}."""
     fabric = profile.fabric
     results: list = []

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from . import gpu, ib, result, versions
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
 
-def _xid(snapshot, profile, previous):
+
+def _xid(snapshot, profile: Profile, previous):
     """The xid family, imported only when there is something to judge: a kernel log (not in the prolog's
     snapshot) or Xids held from before."""
     if "kernel" not in snapshot and not previous.get("xid_sticky"):
@@ -18,7 +22,7 @@ def _xid(snapshot, profile, previous):
 FAMILIES = (("ib", ib.check), ("versions", versions.check), ("gpu", gpu.check), ("xid", _xid))
 
 
-def judge(snapshot, profile, previous: dict | None = None) -> tuple[result.Verdict, dict]:
+def judge(snapshot, profile: Profile, previous: dict | None = None) -> tuple[result.Verdict, dict]:
     """(verdict, state updates) for `snapshot` under `profile`, given the node's previous state."""
     previous = previous if isinstance(previous, dict) else {}
     if not isinstance(snapshot, dict):

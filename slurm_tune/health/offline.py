@@ -9,6 +9,10 @@ import os
 from ..errors import ConfigError
 from . import judge, result, state
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 
 def choose_profile(partition: str | None, environ=None):
     """--partition, else $STUNE_HEALTH_PARTITION, else the only profile there is."""
@@ -29,7 +33,9 @@ def choose_profile(partition: str | None, environ=None):
     )
 
 
-def check(snapshot: dict, profile, previous_snapshot: dict | None = None) -> tuple[result.Verdict, dict]:
+def check(
+    snapshot: dict, profile: Profile, previous_snapshot: dict | None = None
+) -> tuple[result.Verdict, dict]:
     """Judge a snapshot offline. With a previous snapshot, counters are judged as increases since it and
     only Xids after it count; without one, this is a first sight (baselines only)."""
     previous = state.empty()

@@ -33,6 +33,10 @@ from ..safeio import LockFile, open_append
 from ..thisnode import expand
 from .outputs import write_json
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 FORMAT = "stune-health-state/1"
 DEFAULT_DIR = "/var/lib/stune/health"
 STATE_FILE = "state.json"
@@ -158,7 +162,7 @@ class Locked(LockFile):
         )  # atomic, like the node's other outputs
 
 
-def policy_digest(profile) -> str:
+def policy_digest(profile: Profile) -> str:
     """A digest of what the health checks judge by (fabric, versions, gpu, health): editing anything else in
     the profile (cache, NCCL, placement) does not make a node re-earn trust."""
     import zlib

@@ -14,6 +14,10 @@ from ..text import parse_version
 from . import result
 from .ib import section
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 ID_MAX = 64
 
@@ -86,14 +90,14 @@ def match_rule(rules, board, model) -> tuple[str | None, str | None]:
     return None, None
 
 
-def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
+def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     results = _hca_firmware(snapshot, profile) if profile.fabric.hcas else []
     if isinstance(snapshot, dict) and "gpus" in snapshot and profile.gpu.count:
         results += _gpu_versions(snapshot, profile.versions)
     return results, {}
 
 
-def _hca_firmware(snapshot, profile) -> list:
+def _hca_firmware(snapshot, profile: Profile) -> list:
     rules = profile.versions.hca_firmware
     devices, why = section(snapshot, "ib")
     out = []

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from . import result
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 FAIL, DEGRADED, INFO = "fail", "degraded", "info"
 
 # xid: (severity, meaning)
@@ -111,7 +115,7 @@ def _gpu_name(snapshot, pci: str) -> str:
     return pci or "gpu"
 
 
-def check(snapshot, profile, previous: dict) -> tuple[list, dict]:
+def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     """Xid events since the last evaluation. Returns (results, state updates: xid_seq, xid_sticky)."""
     sticky = [ev for ev in previous.get("xid_sticky") or [] if _valid(ev)]
     if (

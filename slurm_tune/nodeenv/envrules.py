@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from .managed import MASTER_PORT_BASE, MASTER_PORT_SPAN
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 SUBMIT, REFINED, NODE = "submit", "submit, node", "node"
 
 # Whose value wins. USER: the user's own value (environment, --export NAME=, --export-file) is kept at
@@ -87,13 +91,13 @@ class Rule:
         self.name, self.applies, self.when, self.decided, self.value = name, applies, when, decided, value
         self.cites, self.rule, self.how, self.note, self.user, self.many = cites, rule, how, note, user, many
 
-    def values(self, profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    def values(self, profile: Profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
         """(name, value or None for the node's to detect, the profile keys it cites) for `profile`."""
         if self.many is not None:
             return self.many(profile)
         return [(self.name, None if self.value is None else self.value(profile), self.cites)]
 
-    def source(self, profile, cites: tuple[str, ...]) -> str:
+    def source(self, profile: Profile, cites: tuple[str, ...]) -> str:
         """Where a value comes from, for the dry run: `key @ file:line`, or `rule: ... @ file:line`."""
         if self.rule:
             return f"rule: {self.rule}" + (
@@ -101,18 +105,18 @@ class Rule:
             )
         return "; ".join(f"{k} @ {profile.origin(k)}" for k in cites)
 
-    def note_for(self, profile) -> str:
+    def note_for(self, profile: Profile) -> str:
         return self.note.format(ifname=profile.fabric.socket_ifname or "the socket interface")
 
 
-def _nccl_env(profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
+def _nccl_env(profile: Profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
     return [
         (name, str(value), (f"nccl.env.{name}",))
         for name, value in sorted(profile.nccl.env.to_dict().items())
     ]
 
 
-def _always(profile) -> bool:
+def _always(profile: Profile) -> bool:
     return True
 
 

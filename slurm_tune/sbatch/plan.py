@@ -88,7 +88,7 @@ def multi_node(eff: Effective, het: bool = False) -> tuple[bool, str]:
     return False, "one node (no -N above 1)"
 
 
-def nccl_settings(profile) -> list[Setting]:
+def nccl_settings(profile: Profile) -> list[Setting]:
     """The NCCL, gloo and rendezvous variables of the environment rule table (nodeenv/envrules.py) that the
     partition's profile calls for, before the user's own are taken out: a value stune-sbatch sets (env), or
     one each node detects (node)."""
@@ -126,7 +126,7 @@ def asks_gpus(eff: Effective) -> bool:
     return False
 
 
-def binding_settings(profile, eff: Effective) -> list[Setting]:
+def binding_settings(profile: Profile, eff: Effective) -> list[Setting]:
     bind = profile.numa.bind
     gpus = bool(profile.gpu.count) or asks_gpus(eff)
     if bind == "slurm":
@@ -197,7 +197,7 @@ def binding_settings(profile, eff: Effective) -> list[Setting]:
     ]
 
 
-def placement_settings(profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
+def placement_settings(profile: Profile, eff: Effective, multi: bool, degraded_nodes) -> list[Setting]:
     place = profile.placement
     out = []
     if not multi:
@@ -284,7 +284,7 @@ def build_plan(
     *,
     partition: str,
     partition_source: str,
-    profile,
+    profile: Profile,
     eff: Effective,
     environ,
     cwd: str,

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from ..frozen import Record
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 ENV, OPTION, NODE, NOTE, WARNING = "env", "option", "node", "note", "warning"
 STAGED = "staged"  # a STUNE_STAGE_<NAME> the TaskProlog sets on each node: for the explanation only
 
@@ -24,6 +28,6 @@ class Setting(Record):
     note: str
 
 
-def origin(profile, *keys: str) -> str:
+def origin(profile: Profile, *keys: str) -> str:
     found = [f"{k} @ {profile.origin(k)}" for k in keys]
     return "; ".join(found)

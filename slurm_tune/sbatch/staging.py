@@ -8,6 +8,10 @@ from .export import export_with, parse_export
 from .options import Effective
 from .setting import ENV, NOTE, OPTION, STAGED, WARNING, Setting, origin
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 
 def stage_settings(stage_args: list[str], required: bool, cwd: str, eff: Effective, environ) -> list[Setting]:
     """--stage SRC[:NAME] / --stage-required -> STUNE_STAGE for the TaskProlog."""
@@ -67,7 +71,7 @@ def stage_requests_of(stage_args: list[str], eff: Effective, cwd: str):
     return [parse_stage_arg(arg, base) for arg in stage_args]
 
 
-def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str) -> list[Setting]:
+def container_settings(profile: Profile, eff: Effective, stage_args: list[str], cwd: str) -> list[Setting]:
     """With a pyxis container, a staged dataset's path (the cache tier, or the source it falls back to) must be
     mounted into it: stune adds --container-mounts for them unless you gave your own."""
     from .options import LONG
@@ -75,7 +79,8 @@ def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str)
     image = eff.get("container-image")
     if image is None or not stage_args or "container-mounts" not in LONG:
         return []
-    paths = [profile.cache.path] + [r.source for r in stage_requests_of(stage_args, eff, cwd)]
+    tier = profile.cache.path  # None: no cache tier, the job reads the sources
+    paths = ([tier] if tier else []) + [r.source for r in stage_requests_of(stage_args, eff, cwd)]
     source = "rule: --container-image with --stage; " + origin(profile, "cache.path")
     mine = eff.get("container-mounts")
     if mine is not None:
@@ -90,7 +95,7 @@ def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str)
                 "or the staged data is not visible in the container",
             )
         ]
-    if "%" in profile.cache.path:
+    if tier and "%" in tier:
         return [
             Setting(
                 NOTE,
@@ -98,8 +103,7 @@ def container_settings(profile, eff: Effective, stage_args: list[str], cwd: str)
                 None,
                 source,
                 True,
-                f"cache.path {profile.cache.path} differs per node: mount it with --container-mounts "
-                "yourself",
+                f"cache.path {tier} differs per node: mount it with --container-mounts yourself",
             )
         ]
     value = ",".join(f"{p}:{p}" for p in dict.fromkeys(paths))

@@ -22,6 +22,10 @@ from .errors import TierUnavailable
 from .layout import LEDGER, QUARANTINE, LedgerRow, new_gen, parse_entry_name, parse_row
 from .namespace import Namespace
 
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from ..profilestore import Profile
+
 RESERVE_MAX = 64 << 20  # free space kept on the tier's filesystem (see reserve_bytes)
 
 
@@ -32,7 +36,7 @@ class TierConfig(namedtuple("TierConfig", "root quota high low freshness")):
     __slots__ = ()
 
     @classmethod
-    def from_profile(cls, profile, node: str | None) -> TierConfig:
+    def from_profile(cls, profile: Profile, node: str | None) -> TierConfig:
         cache = profile.cache
         if not cache.path:
             raise TierUnavailable(
