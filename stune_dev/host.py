@@ -82,6 +82,9 @@ def pid_alive(pidfile: Path) -> int | None:
     return pid
 
 
+EXITED_AFTER_S = 2.0
+
+
 def wait_for(
     what: str,
     predicate,
@@ -91,12 +94,17 @@ def wait_for(
 ) -> None:
     deadline = time.monotonic() + timeout
     problem = f"did not come up within {timeout:g}s"
+    dead_since = None  # a daemon that forks writes its pidfile more than once: dead for 2 s is exited
     while time.monotonic() < deadline:
         if predicate():
             return
         if pidfile is not None and pidfile.exists() and pid_alive(pidfile) is None:
-            problem = "exited"
-            break
+            dead_since = dead_since or time.monotonic()
+            if time.monotonic() - dead_since >= EXITED_AFTER_S:
+                problem = "exited"
+                break
+        else:
+            dead_since = None
         time.sleep(0.2)
     tail = ""
     if logfile and logfile.exists():
