@@ -471,15 +471,22 @@ def test_sampler_stops_cleanly_on_sigterm(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
+
+    def sampled() -> bool:  # the file is made before its first sample lands: wait for the sample itself
+        try:
+            return accum.read(str(local / "acc" / "6"))[1][0]["samples"] >= 1
+        except (OSError, ValueError, IndexError, KeyError, accum.AccumulatorError):
+            return False
+
     deadline = time.monotonic() + 30
-    while not (local / "acc" / "6").exists() and time.monotonic() < deadline:
+    while not sampled() and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.terminate()
     assert proc.wait(timeout=30) == 0
     stderr = proc.stderr.read()
     assert "Traceback" not in stderr and "note: --snapshot is deprecated; use --gpu-snapshot" in stderr
     _, gpus = accum.read(str(local / "acc" / "6"))
-    assert gpus[0]["samples"] >= 1
+    assert gpus[0]["samples"] >= 1  # and the stop kept it
 
 
 def test_a_gpu_belongs_to_its_newest_job(tmp_path):
