@@ -14,7 +14,7 @@ from ..admin.install import Layout, detect_roles, hook_dir_from, install, slurm_
 from ..admin.manifest import load_manifest
 from ..admin.shipped import CONTROLLER, LOGIN, NODE
 from ..admin.slurmconf import SlurmConf
-from ..clifilter.render import LUA_FILE, SLURM_CONF_LINE
+from ..clifilter.render import LUA_FILE, SLURM_CONF_LINE, enables_filter
 from ..errors import StuneError
 from ..progs import ADMIN as PROG
 from .common import EXIT_ATTENTION, EXIT_OK
@@ -119,9 +119,9 @@ def _cli_filter_plugins(conf) -> list[str]:
 
 def _cli_filter_line(conf) -> None:
     """--cli-filter: the slurm.conf line that turns the filter on, unless slurm.conf already has it."""
-    plugins = _cli_filter_plugins(conf)
-    if "cli_filter/lua" in plugins or "lua" in plugins:
+    if enables_filter(conf.get("CliFilterPlugins")):
         return
+    plugins = _cli_filter_plugins(conf)
     line = SLURM_CONF_LINE if not plugins else f"CliFilterPlugins={','.join([*plugins, 'cli_filter/lua'])}"
     print(
         f"\nsbatch, salloc and srun read cli_filter.lua once {conf.path} says (no restart needed; every "
@@ -133,8 +133,7 @@ def _keep_a_cli_filter_in_use(layout, conf, force: bool) -> None:
     """uninstall refuses to remove the cli_filter.lua install placed while slurm.conf still enables the plugin:
     without its script, sbatch, salloc and srun refuse to run at all."""
     lua = os.path.join(os.path.dirname(os.path.abspath(layout.slurm_conf)), LUA_FILE)
-    plugins = _cli_filter_plugins(conf)
-    if force or not ("cli_filter/lua" in plugins or "lua" in plugins):
+    if force or not enables_filter(conf.get("CliFilterPlugins")):
         return
     if lua in load_manifest(layout.manifest)["files"] and os.path.exists(lua):
         raise StuneError(

@@ -201,52 +201,25 @@ def default_partition_of(conf) -> str | None:
     return None
 
 
-SLURM_CONF_READ_MAX = 4 << 20  # slurm.conf with thousands of node lines is well under this
-INCLUDE_MAX_FILES = 32
+def enables_filter(plugins: str) -> bool:
+    """Whether a CliFilterPlugins value runs the Lua filter (`cli_filter/lua`, or Slurm's short `lua`)."""
+    names = [p.strip() for p in plugins.split(",")]
+    return "cli_filter/lua" in names or "lua" in names
 
 
 def enabled_here(environ) -> bool:
     """Whether this host's Slurm runs stune's cli_filter: slurm.conf ($SLURM_CONF, else /etc/slurm/slurm.conf,
-    as Slurm's commands find it), with the files it Includes, enables the Lua plugin, and stune's data file is
-    beside it. The TaskProlog asks this for a job without STUNE_MANAGED: the filter leaves a plain sbatch job's
-    environment to it (an --export list would make sbatch load the user's login environment). A slurm.conf
-    that cannot be read reads as not enabled: the job runs as plain Slurm runs it."""
+    as Slurm's commands find it), with the files it Includes (admin/slurmconf.py reads it as install does),
+    enables the Lua plugin, and stune's data file is beside it. The TaskProlog asks this for a job without
+    STUNE_MANAGED: the filter leaves a plain sbatch job's environment to it (an --export list would make
+    sbatch load the user's login environment). A slurm.conf that cannot be read reads as not enabled: the job
+    runs as plain Slurm runs it."""
     conf = environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     if not os.path.isfile(os.path.join(os.path.dirname(conf), DATA_DIR, DATA_FILE)):
         return False
-    value = _last_value(conf, SLURM_CONF_LINE.split("=", 1)[0].lower(), os.path.dirname(conf), [0])
-    return value is not None and "cli_filter/lua" in (v.strip() for v in value.split(","))
+    from ..admin.slurmconf import SlurmConf
 
-
-def _last_value(path: str, key: str, conf_dir: str, files: list[int]) -> str | None:
-    """The last value of `key` (lower case) in the slurm.conf at `path` and what it Includes (a relative path
-    is taken from slurm.conf's directory; wildcards as Slurm expands them), at most INCLUDE_MAX_FILES files."""
-    files[0] += 1
-    if files[0] > INCLUDE_MAX_FILES:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read(SLURM_CONF_READ_MAX).decode("utf-8", "replace")
-    except OSError:
-        return None
-    found = None
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        word, _, rest = line.partition(" ")
-        if word.lower() == "include" and rest.strip():
-            target = os.path.join(conf_dir, rest.strip())
-            targets = [target]
-            if any(c in target for c in "*?["):
-                import glob
-
-                targets = sorted(glob.glob(target))
-            for included in targets:
-                found = _last_value(included, key, conf_dir, files) or found
-            continue
-        name, eq, value = line.partition("=")
-        if eq and name.strip().lower() == key:
-            found = value.strip()
-    return found
+    return enables_filter(SlurmConf(conf).get(SLURM_CONF_LINE.split("=", 1)[0]))
 
 
 def plain_job_environment(profile: Profile) -> dict[str, str]:
