@@ -101,6 +101,11 @@ PROFILE_SCHEMA = Section(
                     Str(choices=GDR_LEVELS), doc="NCCL_NET_GDR_LEVEL; empty lets NCCL decide"
                 ),
                 "env": Map(Str(), key_spec=Str(prefix="NCCL_"), doc="further NCCL_* variables, verbatim"),
+                "transport_log": Bool(
+                    True,
+                    doc="multi-node jobs: NCCL's INIT,NET log into the job's directory on each node, read by "
+                    "the epilog to prove the transport NCCL used (docs/comm.md); the user's NCCL_DEBUG wins",
+                ),
             }
         ),
         "versions": Section(

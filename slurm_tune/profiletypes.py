@@ -32,6 +32,7 @@ class Nccl:
     ib_retry_cnt: int
     net_gdr_level: str | None
     env: Frozen
+    transport_log: bool
 
 
 class VersionRule:

@@ -637,4 +637,8 @@ def test_the_node_sets_only_the_tables_node_rows(tmp_path):
         "GLOO_SOCKET_IFNAME",
         "MASTER_ADDR",
         "MASTER_PORT",
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_DEBUG_FILE",
+        "STUNE_STEPS_FILE",
     ]

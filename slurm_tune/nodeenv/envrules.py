@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from ..profilestore import Profile
 
 SUBMIT, REFINED, NODE = "submit", "submit, node", "node"
+# NCCL's transport log (issue 24): the level and subsystems the epilog's verdict needs (docs/comm.md)
+TRANSPORT_LOG_LEVEL, TRANSPORT_LOG_SUBSYS = "INFO", "INIT,NET"
 
 # Whose value wins. USER: the user's own value (environment, --export NAME=, --export-file) is kept at
 # submission (the dry run says so), and on each node stune (re)sets the variable only while it is absent or
@@ -253,6 +255,52 @@ RULES: tuple[Rule, ...] = (
         f"`{MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}`",
         f"per job: {MASTER_PORT_BASE} + job id mod {MASTER_PORT_SPAN}, so two jobs sharing a node do not collide",
         ONCE,
+    ),
+    Rule(
+        "NCCL_DEBUG",
+        "all, `nccl.transport_log` on",
+        lambda p: p.nccl.transport_log,
+        NODE,
+        None,
+        ("nccl.transport_log",),
+        "",
+        f"`{TRANSPORT_LOG_LEVEL}` on each node of a multi-node job, unless you set `NCCL_DEBUG` or "
+        "`NCCL_DEBUG_FILE` (then the job's transport is not judged)",
+        "multi-node jobs: NCCL's transport log for the epilog's verdict (docs/comm.md)",
+    ),
+    Rule(
+        "NCCL_DEBUG_SUBSYS",
+        "all, `nccl.transport_log` on",
+        lambda p: p.nccl.transport_log,
+        NODE,
+        None,
+        ("nccl.transport_log",),
+        "",
+        f"`{TRANSPORT_LOG_SUBSYS}`, with stune's `NCCL_DEBUG` (what the transport verdict reads)",
+        "with stune's NCCL_DEBUG",
+    ),
+    Rule(
+        "NCCL_DEBUG_FILE",
+        "all, `nccl.transport_log` on",
+        lambda p: p.nccl.transport_log,
+        NODE,
+        None,
+        ("nccl.transport_log",),
+        "",
+        "`<job dir>/nccl.%h.%p.log`, with stune's `NCCL_DEBUG`: one log per process in the job's directory on "
+        "the node, read by the epilog",
+        "one log per process in the job's directory on each node (yours only)",
+    ),
+    Rule(
+        "STUNE_STEPS_FILE",
+        "all",
+        _always,
+        NODE,
+        None,
+        (),
+        "the job's directory on each node",
+        "`<job dir>/steps.jsonl`: where a training script may write its step records (docs/steps.md)",
+        "where your script may record its steps (docs/steps.md); summarised in your job's record",
     ),
     Rule(
         "nccl.env", "all", _always, SUBMIT, None, (), "", "every `nccl.env` entry, verbatim", many=_nccl_env

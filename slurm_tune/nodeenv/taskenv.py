@@ -20,7 +20,15 @@ from __future__ import annotations
 from ..hw.sysfs import Sysfs, resolve_root
 from ..thisnode import STAGE_VAR, JobContext
 from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_index, socket_interfaces
-from .envrules import gid_detected, gid_fixed, hca_value, rdma, socket
+from .envrules import (
+    TRANSPORT_LOG_LEVEL,
+    TRANSPORT_LOG_SUBSYS,
+    gid_detected,
+    gid_fixed,
+    hca_value,
+    rdma,
+    socket,
+)
 from .managed import (
     BATCH_STEP_IDS,
     MANAGED_VAR,
@@ -97,7 +105,45 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
     if address_of is None and (sysfs.root or "/").rstrip("/"):
         address_of = _no_address  # a relocated (fixture) tree: the kernel's interfaces are not the tree's
     exports.update(rendezvous(job, up, address_of))
+    job_files(job, mine, exports, messages)
     return exports, messages
+
+
+TRANSPORT_LOG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+
+
+def job_files(job, mine, exports: dict[str, str | None], messages: list[str]) -> None:
+    """STUNE_STEPS_FILE, and for a multi-node job NCCL's transport log, into the job's directory on this node
+    (usage/jobdir.py), when the prolog made it and it is this user's. The user's NCCL_DEBUG or
+    NCCL_DEBUG_FILE wins: then stune sets none of the three, takes back the ones it set in an earlier step,
+    and the job's transport is not judged."""
+    from ..usage.jobdir import NCCL_LOG_PATTERN, STEPS_FILE, job_dir, usable_by_me
+
+    environ = job.environ
+    if job.job_id is None:
+        return
+    path = job_dir(job.job_id, environ, job.node)
+    if not usable_by_me(path):
+        return
+    if mine("STUNE_STEPS_FILE"):
+        exports["STUNE_STEPS_FILE"] = f"{path}/{STEPS_FILE}"
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
+    if not (job.profile.nccl.transport_log and nodes.isdigit() and int(nodes) > 1):
+        return
+    if mine("NCCL_DEBUG") and mine("NCCL_DEBUG_FILE"):
+        exports["NCCL_DEBUG"] = TRANSPORT_LOG_LEVEL
+        if mine("NCCL_DEBUG_SUBSYS"):
+            exports["NCCL_DEBUG_SUBSYS"] = TRANSPORT_LOG_SUBSYS
+        exports["NCCL_DEBUG_FILE"] = f"{path}/{NCCL_LOG_PATTERN}"
+        return
+    yours = [n for n in ("NCCL_DEBUG", "NCCL_DEBUG_FILE") if not mine(n)]
+    for name in TRANSPORT_LOG_VARS:
+        if name in environ and mine(name):  # stune's value from an earlier step: the user's now decides
+            exports[name] = None
+    messages.append(
+        " and ".join(f"{n}={environ[n]}" for n in yours)
+        + " is yours: NCCL logs as you asked, and the job's transport is not judged"
+    )
 
 
 def _no_address(ifname: str) -> None:
