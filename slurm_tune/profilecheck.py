@@ -172,6 +172,15 @@ PROFILE_SCHEMA = Section(
                     "a counter stuck saturated) after which the node is marked degraded; "
                     "0 never",
                 ),
+                "comm_degrade_after": Int(
+                    3,
+                    min=0,
+                    max=1000,
+                    doc="multi-node jobs on a node whose NCCL fell back to sockets on an RDMA fabric, or ran "
+                    "without the GPUDirect RDMA the profile expects, within comm_window, after which the node "
+                    "is marked degraded (docs/comm.md); 0 never",
+                ),
+                "comm_window": Duration(7 * 86400, doc="how far back comm_degrade_after counts"),
             }
         ),
         "recovery": Section(

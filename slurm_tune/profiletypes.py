@@ -87,6 +87,8 @@ class Health:
     drain_max_fraction: float
     drain_window: int
     unknown_degrade_after: int
+    comm_degrade_after: int
+    comm_window: int
 
 
 class Recovery:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import gpu, ib, result, versions
+from . import gpu, ib, result, transport, versions
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
 if TYPE_CHECKING:
@@ -19,7 +19,13 @@ def _xid(snapshot, profile: Profile, previous):
     return xid.check(snapshot, profile, previous)
 
 
-FAMILIES = (("ib", ib.check), ("versions", versions.check), ("gpu", gpu.check), ("xid", _xid))
+FAMILIES = (
+    ("ib", ib.check),
+    ("versions", versions.check),
+    ("gpu", gpu.check),
+    ("xid", _xid),
+    ("transport", transport.check),
+)
 
 
 def judge(snapshot, profile: Profile, previous: dict | None = None) -> tuple[result.Verdict, dict]:
