@@ -45,6 +45,13 @@ def json_text(doc) -> str:
     return json.dumps(_named(doc), indent=1, sort_keys=True, default=_plain) + "\n"
 
 
+def compact_json(obj) -> str:
+    """Compact, key-sorted JSON on one line: the form of stune's records (result lines, a job's spec)."""
+    import json
+
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
 def _named(obj):
     """Named tuples as objects (json would write them as arrays before `default` ever sees them)."""
     if hasattr(obj, "_asdict") and not isinstance(obj, type):  # a namedtuple or a frozen.Record

@@ -234,3 +234,47 @@ def test_fastjson_rejects_what_json_rejects(text):
         return
     got = fastjson.loads(text)
     assert got == expected or (isinstance(got, float) and math.isnan(got) and math.isnan(expected))
+
+
+class _OtherSignature:
+    """A `_json` of a release whose entry points take other arguments."""
+
+    @staticmethod
+    def make_scanner(context, extra):
+        raise AssertionError("not called like this")
+
+    @staticmethod
+    def make_encoder(*args):
+        raise TypeError("make_encoder() takes 10 positional arguments")
+
+    encode_basestring_ascii = staticmethod(json.encoder.encode_basestring_ascii)
+
+
+class _OtherAnswers(_OtherSignature):
+    """One that takes the arguments but answers differently."""
+
+    @staticmethod
+    def make_scanner(context):
+        return lambda text, i: ({}, len(text))
+
+    @staticmethod
+    def make_encoder(*args):
+        return lambda obj, level: iter(["{}"])
+
+
+@pytest.mark.parametrize(
+    "fake", [_OtherSignature, _OtherAnswers, None], ids=["other-signature", "other-answers", "none"]
+)
+def test_fastjson_falls_back_to_json_when_the_private_api_differs(monkeypatch, fake):
+    """fastjson wraps CPython's private `_json`: where it has other signatures, answers differently, or is
+    missing, reading and writing give json's results through json, and bad input json's message."""
+    monkeypatch.setattr(fastjson, "_c_json", lambda: fake)
+    monkeypatch.setattr(fastjson, "_scan", fastjson._UNBUILT)
+    monkeypatch.setattr(fastjson, "_encode", fastjson._UNBUILT)
+    value = {"a": [1, 2.5, None, True], "b": 'caf\u00e9 "q"', "n": {"x": 1e300}, "s": ["\n\t"]}
+    text = fastjson.dumps(value)
+    assert text == json.dumps(value, sort_keys=True, separators=(",", ":"))
+    assert fastjson._encode is None  # the probe refused the C encoder: json did the work
+    assert fastjson.loads(text) == value and fastjson._scan is None
+    with pytest.raises(ValueError, match="line 1 column 7"):
+        fastjson.loads('{"a": }')

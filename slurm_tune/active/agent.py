@@ -15,8 +15,9 @@ import signal
 import subprocess
 import time
 
-from .. import fastjson, safeio
+from .. import safeio
 from ..hw.sysfs import resolve_root
+from ..output import compact_json
 from . import parse_io
 from .checks import CATALOGUE, DD_FALLBACK, DD_PREPARE, tool_path
 
@@ -171,7 +172,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
                     rfp["driver"] = str(reading.extra["driver"])[:40]
                 emit(
                     MARK
-                    + fastjson.dumps(
+                    + compact_json(
                         dict(
                             base,
                             subject=subject,
@@ -206,7 +207,7 @@ def _emit_all(emit, spec, base, fp, status, detail) -> int:
         for run in range(spec.get("runs", 1)):
             emit(
                 MARK
-                + fastjson.dumps(
+                + compact_json(
                     dict(
                         base,
                         subject=subject,

@@ -6,11 +6,13 @@ none gives one unknown result per planned run. The sweep (sweep.py) decides whic
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
 
-from .. import fastjson, safeio
+from .. import safeio
+from ..output import compact_json
 from . import store
 from .agent import MARK, targets
 from .checks import NODE, configured
@@ -116,7 +118,7 @@ def submit_all(
             args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
             script = (
                 "#!/bin/sh\nexec "
-                + " ".join(shlex.quote(x) for x in [*opts.agent, "--spec", fastjson.dumps(spec)])
+                + " ".join(shlex.quote(x) for x in [*opts.agent, "--spec", compact_json(spec)])
                 + "\n"
             )
             if opts.dry_run:
@@ -166,7 +168,7 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
         for line in data.split(b"\n"):
             if line.startswith(MARK.encode()):
                 try:
-                    r = fastjson.loads(line[len(MARK) :])
+                    r = json.loads(line[len(MARK) :])
                 except (ValueError, UnicodeDecodeError, RecursionError):
                     continue
                 if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:

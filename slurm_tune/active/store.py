@@ -9,11 +9,13 @@ unit, detail, fingerprint: {driver, cuda, nccl, hca_fw, kernel}, job}.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
-from .. import fastjson, safeio
+from .. import safeio
 from ..errors import CorruptFileError
+from ..output import compact_json
 from ..readback import EPOCH_MAX, number, problem
 
 DEFAULT_DIR = "/var/lib/stune/active"
@@ -46,7 +48,7 @@ def append(store: str, partition: str, results: list[dict]) -> None:
     os.makedirs(directory, mode=0o755, exist_ok=True)
     by_month: dict[str, list[str]] = {}
     for r in results:
-        by_month.setdefault(_month(r["at"]), []).append(fastjson.dumps(r) + "\n")
+        by_month.setdefault(_month(r["at"]), []).append(compact_json(r) + "\n")
     for month, lines in by_month.items():
         path = os.path.join(directory, f"{month}.jsonl")
         try:
@@ -98,7 +100,7 @@ def load(store: str, partition: str, since: float = 0.0, until: float | None = N
             if not line:
                 continue
             try:
-                r = fastjson.loads(line)
+                r = json.loads(line)
             except (ValueError, UnicodeDecodeError, RecursionError):
                 continue
             if valid(r) and r["at"] >= since:
@@ -159,7 +161,8 @@ def read_state(store: str) -> dict:
     the key, and kept: marks are what the next sweep clears or keeps, never guessed."""
     path = os.path.join(store, "state.json")
     try:
-        data = fastjson.load_file(path)
+        with open(path, "rb") as fh:
+            data = json.load(fh)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -187,4 +190,4 @@ def read_state(store: str) -> dict:
 
 def write_state(store: str, state: dict) -> None:
     os.makedirs(store, mode=0o755, exist_ok=True)
-    safeio.write_atomic(os.path.join(store, "state.json"), fastjson.dumps(state))
+    safeio.write_atomic(os.path.join(store, "state.json"), compact_json(state))

@@ -15,10 +15,10 @@ outliers. The full table: README's "Exit status".
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
-from .. import fastjson
 from ..active import judge, report, store, sweep
 from ..active.agent import run_spec
 from ..active.report import checks_listing, checks_text
@@ -92,7 +92,7 @@ def _main(argv: list[str]) -> int:
     args = options.parse(_parser(), argv)
     if args.command == "agent":
         try:
-            spec = fastjson.loads(args.spec)
+            spec = json.loads(args.spec)
         except ValueError as exc:
             raise StuneError(f"--spec is not JSON: {exc}") from None
         return run_spec(spec, emit=lambda line: print(line, flush=True))
