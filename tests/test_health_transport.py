@@ -91,3 +91,15 @@ def test_the_family_runs_in_the_judge_and_its_finding_is_the_verdicts():
     state = state_with(("fallback", 30), ("fallback", 20), ("fallback", 10))
     verdict, _ = judge.judge({}, profile("hdr"), state)
     assert any(r.check == "transport.fallback" and r.status == result.DEGRADED for r in verdict.results)
+
+
+def test_the_periodic_runs_metrics_count_the_fallbacks():
+    from slurm_tune.health import outputs
+
+    state = state_with(("fallback", 300), ("ok", 200), ("fallback", 100), ("no_gdr", 50), ("not_judged", 10))
+    counts = transport.counts(state, profile("hdr"), NOW)
+    assert counts == {"fallbacks": 2, "judged": 5}
+    verdict, _ = judge.judge({}, profile("hdr"), {})
+    text = outputs.prometheus(outputs.report("n3", "hdr", "p", "run", NOW, verdict, {"transport": counts}))
+    assert 'stune_health_transport_fallbacks{node="n3",partition="hdr"} 2' in text
+    assert 'stune_health_transport_judged{node="n3",partition="hdr"} 5' in text

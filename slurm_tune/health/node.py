@@ -22,7 +22,7 @@ from ..errors import EXIT_BREAKER, EXIT_HOOK_FAIL, ConfigError
 from ..frozen import Record
 from ..hw.sysfs import resolve_root
 from ..thisnode import expand, job_partition, node_name
-from . import judge, outputs, result, state
+from . import judge, outputs, result, state, transport
 
 HOOK_MODES = ("prolog", "epilog")
 
@@ -308,6 +308,7 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         "dry_run": dry_run,
         "error": error,
         "elapsed_s": round(time.monotonic() - start, 4),
+        "transport": transport.counts(snapshot_of_state, profile, now),
     }
     doc = outputs.report(cfg.node, profile.partition, policy, "run", now, verdict, extra)
     if dry_run:

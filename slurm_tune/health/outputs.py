@@ -75,6 +75,19 @@ def prometheus(doc: dict) -> str:
         "# TYPE stune_health_last_run_timestamp_seconds gauge",
         f'stune_health_last_run_timestamp_seconds{{{base},mode="{_label(doc["mode"])}"}} {doc["at"]}',
     ]
+    transport = doc.get("transport")
+    if isinstance(transport, dict):
+        lines += [
+            "# HELP stune_health_transport_fallbacks Multi-node jobs whose NCCL fell back on this node (sockets on "
+            "an RDMA fabric, or no GPUDirect RDMA where expected) within health.comm_window, since the last "
+            "that passed.",
+            "# TYPE stune_health_transport_fallbacks gauge",
+            f"stune_health_transport_fallbacks{{{base}}} {transport.get('fallbacks', 0)}",
+            "# HELP stune_health_transport_judged Multi-node jobs whose transport was judged on this node within "
+            "health.comm_window.",
+            "# TYPE stune_health_transport_judged gauge",
+            f"stune_health_transport_judged{{{base}}} {transport.get('judged', 0)}",
+        ]
     if "elapsed_s" in doc:
         lines += [
             "# HELP stune_health_duration_seconds How long the evaluation took.",

@@ -53,34 +53,42 @@ def _well_formed(j) -> bool:
     )
 
 
+def faults(previous: dict, profile: Profile, now: float) -> tuple[list, int]:
+    """(the jobs within the window that fell back here since the last one that passed, the jobs judged
+    within the window)."""
+    recent = [j for j in _jobs(previous) if now - j[1] <= profile.health.comm_window]
+    found = [j for j in recent if j[2] in NODE_FAULTS]
+    last_ok = max((j[1] for j in recent if j[2] == "ok"), default=None)  # the path worked again then
+    if last_ok is not None:
+        found = [j for j in found if j[1] > last_ok]
+    return found, len(recent)
+
+
+def counts(previous: dict, profile: Profile, now: float) -> dict:
+    """For the periodic run's outputs (Prometheus): fallbacks counted toward degrading, and jobs judged."""
+    found, judged = faults(previous, profile, now)
+    return {"fallbacks": len(found), "judged": judged}
+
+
 def check(snapshot, profile: Profile, previous: dict, now: float | None = None) -> tuple[list, dict]:
     after = profile.health.comm_degrade_after
-    jobs = _jobs(previous)
-    if not after or not jobs:
+    if not after or not _jobs(previous):
         return [], {}
-    now = time.time() if now is None else now
-    recent = [j for j in jobs if now - j[1] <= profile.health.comm_window]
-    faults = [j for j in recent if j[2] in NODE_FAULTS]
-    # a later job that passed here says the path works again
-    last_ok = max((j[1] for j in recent if j[2] == "ok"), default=None)
-    if last_ok is not None:
-        faults = [j for j in faults if j[1] > last_ok]
-    if len(faults) < after:
-        judged = len(recent)
+    found, judged = faults(previous, profile, time.time() if now is None else now)
+    if len(found) < after:
         return [
             result.ok(
-                "transport.fallback", "node", f"{len(faults)} of {judged} judged multi-node jobs fell back"
+                "transport.fallback", "node", f"{len(found)} of {judged} judged multi-node jobs fell back"
             )
         ], {}
-    kinds = sorted({NODE_FAULTS[j[2]] for j in faults})
-    ids = ", ".join(j[0] for j in faults[-5:])
-    detail = faults[-1][3]
+    kinds = sorted({NODE_FAULTS[j[2]] for j in found})
+    ids = ", ".join(j[0] for j in found[-5:])
     message = (
-        f"NCCL {' and '.join(kinds)} in {len(faults)} multi-node jobs here within "
-        f"{_days(profile.health.comm_window)} (jobs {ids}; last: {detail}); expected at most "
+        f"NCCL {' and '.join(kinds)} in {len(found)} multi-node jobs here within "
+        f"{_days(profile.health.comm_window)} (jobs {ids}; last: {found[-1][3]}); expected at most "
         f"{after - 1}: check the HCA ports, nvidia-peermem and the NCCL net plugin on this node"
     )
-    reason = f"NCCL {kinds[0]} in {len(faults)} jobs (last {faults[-1][0]})"
+    reason = f"NCCL {kinds[0]} in {len(found)} jobs (last {found[-1][0]})"
     return [result.degraded("transport.fallback", "node", message, reason)], {}
 
 
