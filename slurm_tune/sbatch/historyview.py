@@ -107,30 +107,28 @@ def command_text(argv) -> str:
 
 
 def format_list(entries: list[dict], limit: int | None = None, rates: dict | None = None) -> str:
-    """The runs as a table; `rates` (throughput()): job id -> StepStats or None, for the samples/s and data
-    wait columns ('-': no steps record; '?': not known, sacct failed)."""
+    """The runs as a table. With `rates` (throughput(): run_key -> StepStats or None), the samples/s and data
+    wait columns: '-' where the job has no steps record, '?' where it could not be asked (sacct failed)."""
     shown = entries[-limit:] if limit else entries
     if not shown:
         return "no submissions recorded yet\n"
     from ..output import table
 
-    rates = rates or {}
     rows = []
     for entry in shown:
-        key = run_key(entry)
-        known, stats = key in rates, rates.get(key)
-        rows.append(
-            (
-                when(entry),
-                str(entry.get("job_id") or "?"),
-                str(entry.get("partition") or "?"),
-                str(entry.get("digest") or "-")[:8],
-                rate_cell(stats) if known else UNKNOWN,
-                wait_cell(stats) if known else UNKNOWN,
-                command_text(["stune-sbatch", *entry.get("argv", [])]),
-            )
-        )
-    return table(rows, ("when", "job", "partition", "digest", "samples/s", "data wait", "command"))
+        row = [
+            when(entry),
+            str(entry.get("job_id") or "?"),
+            str(entry.get("partition") or "?"),
+            str(entry.get("digest") or "-")[:8],
+        ]
+        if rates is not None:
+            key = run_key(entry)
+            known, stats = key in rates, rates.get(key)
+            row += [rate_cell(stats) if known else UNKNOWN, wait_cell(stats) if known else UNKNOWN]
+        rows.append((*row, command_text(["stune-sbatch", *entry.get("argv", [])])))
+    header = ("when", "job", "partition", "digest")
+    return table(rows, header + (("samples/s", "data wait") if rates is not None else ()) + ("command",))
 
 
 def rate_cell(stats: StepStats | None) -> str:
