@@ -225,9 +225,11 @@ def test_history_n_is_a_count_and_diff_takes_negative_run_numbers(tmp_path, monk
         )
     )
     monkeypatch.setenv("STUNE_HISTORY", str(history))
+    monkeypatch.setenv("STUNE_SLURM_BIN", str(tmp_path / "no-slurm"))  # no sacct: the throughput is '?'
     assert sbatch.main(["history", "-n", "2"]) == errors.EXIT_OK
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["when", "job", "partition", "digest", "command"] and len(lines) == 3
+    header = ["when", "job", "partition", "digest", "samples/s", "data", "wait", "command"]
+    assert lines[0].split() == header and len(lines) == 3
     assert [line.split()[2] for line in lines[1:]] == ["11", "12"]
     assert sbatch.main(["history", "--last", "1", "--json"]) == errors.EXIT_OK
     doc = json.loads(capsys.readouterr().out)

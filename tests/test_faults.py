@@ -231,12 +231,17 @@ def test_the_history_skips_torn_and_garbage_lines_and_counts_them(tmp_path):
         entries.warning() == f"{path}: skipped 3 unreadable lines (first: line 2, time: nan is not a finite "
         "number)"
     )
-    # the listing says it on stderr, once, and still lists the sound records
+    # the listing says it on stderr, once, and still lists the sound records (a sacct that knows no job: the
+    # only warning is the history's)
+    slurm_bin = tmp_path / "bin"
+    slurm_bin.mkdir()
+    (slurm_bin / "sacct").write_text("#!/bin/sh\nexit 0\n")
+    (slurm_bin / "sacct").chmod(0o755)
     proc = subprocess.run(
         [str(BIN / "stune-sbatch"), "history"],
         capture_output=True,
         text=True,
-        env=dict(os.environ, STUNE_HISTORY=str(path)),
+        env=dict(os.environ, STUNE_HISTORY=str(path), STUNE_SLURM_BIN=str(slurm_bin)),
     )
     assert proc.returncode == 0 and proc.stderr == f"stune-sbatch: warning: {entries.warning()}\n"
     assert proc.stdout.count("\n") == 2  # the header and job 1

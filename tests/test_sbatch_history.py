@@ -137,15 +137,18 @@ def test_diff_reports_added_removed_partition_profile_and_command():
 
 
 def test_list_shows_one_line_per_run():
-    text = format_list([entry("10", {}), entry("11", {}, partition="vpc")])
+    text = format_list([entry("10", {}), entry("11", {}, partition="vpc")], rates={"10": None, "11": None})
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["when", "job", "partition", "digest"]
+    assert lines[1].split()[5:7] == ["-", "-"]  # no steps record (test_steps_history.py: with one)
     assert "10" in lines[1] and "stune-sbatch -p roce train.sh" in lines[1] and "vpc" in lines[2]
     assert format_list([]) == "no submissions recorded yet\n"
 
 
 def test_history_commands(tmp_path):
-    env = dict(os.environ, STUNE_HISTORY=str(tmp_path / "h.jsonl"))
+    # no Slurm here: sacct cannot run, which history says in one line and lists the runs anyway
+    # (test_steps_history.py: the throughput columns with a sacct that answers)
+    env = dict(os.environ, STUNE_HISTORY=str(tmp_path / "h.jsonl"), STUNE_SLURM_BIN=str(tmp_path / "none"))
     record(entry("10", {"X": "1"}), env)
     record(entry("11", {"X": "2"}), env)
     run = lambda *a: subprocess.run(
@@ -156,8 +159,10 @@ def test_history_commands(tmp_path):
     )
     out = run("history")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 3
+    assert out.stderr.startswith("stune-sbatch: warning: no throughput shown: sacct failed (exit 127)")
     out = run("history", "diff", "10", "11")
     assert out.returncode == 0 and out.stdout.splitlines()[1:] == [
+        "samples/s ?: sacct could not be asked; X changed",
         "environment (1 variable differ):",
         "  ~ X: '1' -> '2'",
     ]

@@ -3,8 +3,9 @@
 stune-sbatch [sbatch options] [--dry-run] [--stage SRC[:NAME]]... [--stage-required] [--stage-strict]
              [--checkpoint-signal] [--node-summary] [script [args...]]
 stune-sbatch [sbatch options] --dry-run --json [script]   (the dry run as JSON)
-stune-sbatch history [-n N] [--json]
-stune-sbatch history diff A B [--json]   (A, B: job ids, or -1 for the latest run, -2 the one before ...)
+stune-sbatch history [-n N] [--json]     (each run with its samples/s and data wait: docs/steps.md)
+stune-sbatch history diff A B [--json]   (A, B: job ids, or -1 for the latest run, -2 the one before ...;
+                                         the throughput change first, next to the settings change)
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ def _history_parser():
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} history",
-        description="the submissions recorded for you (`diff A B`: what changed between two runs)",
+        description=(
+            "the submissions recorded for you, with each job's samples/s and data wait (docs/steps.md); "
+            "`diff A B`: what changed between two runs"
+        ),
     )
     parser.add_argument(
         "words",
@@ -53,6 +57,23 @@ def _history_load(historyview):
     return entries
 
 
+def _throughput(historyview, entries: list[dict]) -> dict:
+    """The runs' steps summaries (one sacct call), and one line on stderr when sacct could not answer."""
+    if not entries:
+        return {}
+    rates, warning = historyview.throughput(entries)
+    if warning:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    return rates
+
+
+def _with_steps(entry: dict, rates: dict) -> dict:
+    from ..sbatch.historyview import run_key
+
+    stats = rates.get(run_key(entry))
+    return dict(entry, steps=None if stats is None else stats.as_dict())
+
+
 def _history(argv: list[str]) -> int:
     from ..output import print_json
     from ..sbatch import historyview
@@ -72,21 +93,34 @@ def _history(argv: list[str]) -> int:
         entries = _history_load(historyview)
         a, b = historyview.find(entries, args.words[1]), historyview.find(entries, args.words[2])
         lines = historyview.diff(a, b)
+        rates = _throughput(historyview, [a, b])
+        summary = historyview.headline(a, b, rates)
         if args.json:
-            print_json({"a": a, "b": b, "differences": lines})
+            print_json(
+                {
+                    "a": _with_steps(a, rates),
+                    "b": _with_steps(b, rates),
+                    "summary": summary,
+                    "changes": historyview.changes(a, b),
+                    "differences": lines,
+                }
+            )
             return EXIT_OK
         print(
             f"history diff {a.get('job_id')} ({historyview.when(a)}) -> {b.get('job_id')} ({historyview.when(b)})"
         )
+        print(summary)
         print("\n".join(lines) if lines else "no difference in partition, profile, command or environment")
         return EXIT_OK
     if args.words:
         parser.error(f"unknown words {' '.join(args.words)!r} (history [-n N] [--json] | history diff A B)")
     entries = _history_load(historyview)
+    shown = entries[-args.last :] if args.last else list(entries)
+    rates = _throughput(historyview, shown)
     if args.json:
-        print_json(entries[-args.last :] if args.last else entries)
+        print_json([_with_steps(entry, rates) for entry in shown])
         return EXIT_OK
-    sys.stdout.write(historyview.format_list(entries, args.last))
+    sys.stdout.write(historyview.format_list(shown, None, rates))
     return EXIT_OK
 
 
