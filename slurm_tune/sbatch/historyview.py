@@ -159,6 +159,7 @@ def throughput(
     has no steps record; a warning line, or None). One sacct call for the runs of each cluster; when it
     fails, its runs are left out of the answer and the warning says why."""
     from ..usage import steps
+    from ..usage.pipeline import admin_fields
 
     by_cluster: dict[str | None, list[str]] = {}
     for entry in entries:
@@ -215,17 +216,6 @@ def _rows_of(rows: list[dict[str, str]], job: str) -> list[dict[str, str]]:
         if r.get("JobIDRaw") != job and r.get("JobID", "").replace("+", "_").split("_")[0] == job
     ]
     return own + parts
-
-
-def admin_fields(comment: str) -> dict[str, str]:
-    """An AdminComment line's key=value tokens (usage/summary.py's format); {} when it is not stune's."""
-    from ..usage.pipeline import ADMIN_COMMENT_PREFIX
-
-    if not comment.startswith(ADMIN_COMMENT_PREFIX):
-        return {}
-    return dict(
-        token.split("=", 1) for token in comment[len(ADMIN_COMMENT_PREFIX) :].split(" ") if "=" in token
-    )
 
 
 def headline(a: dict, b: dict, rates: dict[str, StepStats | None]) -> str:

@@ -39,6 +39,19 @@ NODE_SUMMARY_SUFFIX = ".json"
 STORED_MARKER = "stored"
 # ADMIN_COMMENT: the line's first word, its format's version
 ADMIN_COMMENT_PREFIX = "stune1 "
+
+
+def admin_fields(comment: str) -> dict[str, str]:
+    """An ADMIN_COMMENT line's key=value tokens; {} when the line is not stune's. The one reader of the line's
+    tokens (usage/summary.py, usage/steps.py, usage/perf.py and comm/ each read their own keys from it);
+    here, with no import, so stune-sbatch's history reads it without loading the summary module."""
+    if not comment or not comment.startswith(ADMIN_COMMENT_PREFIX):
+        return {}
+    return dict(
+        token.split("=", 1) for token in comment[len(ADMIN_COMMENT_PREFIX) :].split(" ") if "=" in token
+    )
+
+
 # LEDGER: the file's `format` value
 LEDGER_FORMAT = "stune-fairshare-ledger/1"
 

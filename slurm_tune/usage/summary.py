@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from .pipeline import ADMIN_COMMENT_PREFIX
+from .pipeline import ADMIN_COMMENT_PREFIX, admin_fields
 
 PREFIX = ADMIN_COMMENT_PREFIX  # pipeline.py names the formats
 MAX_PER_GPU = 1024  # keeps one AdminComment well under MySQL's TEXT limit (64 KiB)
@@ -113,7 +113,7 @@ def parse(text: str) -> JobSummary | None:
     if not text or not text.startswith(PREFIX):
         return None
     try:
-        fields = dict(token.split("=", 1) for token in text[len(PREFIX) :].split(" ") if "=" in token)
+        fields = admin_fields(text)
         reported, _, expected = fields.get("nodes", "0/0").partition("/")
         per_gpu = []
         for item in filter(None, fields.get("per_gpu", "").split(",")):
