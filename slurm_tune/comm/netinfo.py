@@ -36,10 +36,10 @@ _SOCKET_IF = re.compile(r"\[[0-9]{1,3}\]([^\s:\[\]<>]{1,64}):")
 _IFACE = re.compile(r"([^\s:\[\]<>]{1,64}):")
 _GDR = re.compile(
     r"GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-Fx]{1,20} / )?HCA \S{1,64}"
-    r"(?: \('?([^()]{1,40}?)'?\))?(?:, read ([01]))?\.?"
+    r"(?: \('?([^()]{1,40}?)'?\))?(?:, read ([01])(?![0-9]))?\.?"
 )
 _VERSION = re.compile(
-    r"(?:NCCL|RCCL) version\s?:?\s?([0-9]{1,4}(?:\.[0-9]{1,6}){1,3})(?:[+-](\S{1,64}))?.{0,200}"
+    r"(?:NCCL|RCCL) version\s?:?\s?([0-9]{1,4}(?:\.[0-9]{1,6}){1,3})(?![0-9])(?:[+-](\S{1,64}))?.{0,200}"
 )
 _ENV = re.compile(r"((?:NCCL|RCCL)_[A-Z0-9_]{1,48}) set (?:by environment )?to (\S{0,128}?)\.?")
 _TRACE = re.compile(r"(\S{1,256}):([0-9]{1,6}) -> ([0-9]{1,4})(?: \[[A-Za-z ]{1,32}\])?")

@@ -26,13 +26,13 @@ from .model import EXAMPLE_MAX, FMT_HCCL, FMT_MPI, FMT_TORCH, FMT_TRACEBACK
 from .state import State, bump, note
 
 _WC = re.compile(
-    r"Got completion(?: from peer (\S{1,80}))? with (?:error ([0-9]{1,4})|status=(?:[A-Z_]{1,40}\()?([0-9]{1,4}))"
+    r"Got completion(?: from peer (\S{1,80}))? with (?:error ([0-9]{1,4})|status=(?:[A-Z_]{1,40}\()?([0-9]{1,4}))(?![0-9])"
 )
-_VENDOR = re.compile(r"vendor[ _]err[ =]?([0-9]{1,10})")
+_VENDOR = re.compile(r"vendor[ _]err[ =]?([0-9]{1,10})(?![0-9])")
 _OP = re.compile(r"OpType=([A-Za-z_]{1,40})")
-_TIMEOUT = re.compile(r"Timeout\(ms\)=([0-9]{1,12})")
+_TIMEOUT = re.compile(r"Timeout\(ms\)=([0-9]{1,12})(?![0-9])")
 _EI = re.compile(r"(?<![A-Za-z0-9])(EI[0-9]{4}):")
-_HCCL_RET = re.compile(r"(?:error code is|hcclRet ->|ret\[) ?([0-9]{1,6})")
+_HCCL_RET = re.compile(r"(?:error code is|hcclRet ->|ret\[) ?([0-9]{1,6})(?![0-9])")
 _TEST_FAILURE = re.compile(r"(?:Test )?(NCCL|CUDA) failure \S{1,128}:[0-9]{1,6} '(.{0,200})")
 _TRACEBACK = ("Traceback (most recent call last)", 'File "', "TraceBack (most recent call last)")
 _MPI = ("mpirun ", "Process name:", "Exit code:", "the job to be terminated", "---------")
