@@ -136,7 +136,9 @@ def test_split_lines():
 
 
 def test_gigantic_numbers_are_no_numbers():
-    assert parse(f"{P}Channel {'9' * 5000}/0 : 0[0] -> 1[0] [send] via NET/IB/0\n").damaged == 1  # over LINE_MAX
+    assert (
+        parse(f"{P}Channel {'9' * 5000}/0 : 0[0] -> 1[0] [send] via NET/IB/0\n").damaged == 1
+    )  # over LINE_MAX
     big = "9" * 1000
     log = parse(
         lines(

@@ -59,17 +59,23 @@ def read_channel(st: State, msg: str) -> bool:
     m = _CHANNEL.fullmatch(msg)
     if m is None:
         return _ORDER.fullmatch(msg) is not None
-    found = transport_of(m.group(2))
+    path = m.group(2)
+    found = _paths[path] if path in _paths else transport_of(path)
     if found is None:
         return False
     transport, gdr = found
     direction = m.group(1) or ""
-    if transport.startswith("NET/") != bool(direction):
+    if (transport[:4] == "NET/") != bool(direction):
         return False  # NCCL names the direction of NET lines, and only of those
-    bump(st.channels, (transport, direction, gdr), limit=64)
-    net = transport[4:]
-    if net in INTERNAL_NETS:
-        st.internal_used(net, "channels")
-    elif transport.startswith("NET/") and st.pending_plugin:
-        st.pending_plugin = ""  # the plugin carries channels: it works
+    key = (transport, direction, gdr)
+    if key in st.channels:
+        st.channels[key] += 1
+    else:
+        bump(st.channels, key, limit=64)
+    if direction and (st.plugins_failed or st.pending_plugin):
+        net = transport[4:]
+        if net in INTERNAL_NETS:
+            st.internal_used(net, "channels")
+        elif st.pending_plugin:
+            st.pending_plugin = ""  # the plugin carries channels: it works
     return True

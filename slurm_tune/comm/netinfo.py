@@ -62,6 +62,15 @@ def read_using(st: State, msg: str) -> bool:
 
 def read_net(st: State, msg: str) -> bool:
     """`NET/IB ...`, `NET/Socket ...`, `NET/Plugin ...`, `NET/OFI ...` messages."""
+    kind = msg[4:7]
+    if kind == "Plu":
+        if msg.startswith("NET/Plugin"):
+            return _read_plugin(st, msg.split(":", 1)[1].strip() if ":" in msg else "")
+        return True
+    if kind == "OFI":
+        if msg.startswith("NET/OFI Selected Provider is "):
+            note(st.ofi_providers, name(msg[29:].split(" ", 1)[0]))
+        return True
     if msg.startswith(("NET/IB : Using ", "NET/IB: Using ")):
         return _read_nics(st, msg[msg.index("Using ") + 6 :])
     if msg.startswith(("NET/IB : No device found", "NET/IB: No device found")):
@@ -73,14 +82,21 @@ def read_net(st: State, msg: str) -> bool:
         for m in _SOCKET_IF.finditer(msg):
             note(st.socket_ifs, m.group(1))
         return True
-    if msg.startswith("NET/Plugin"):
-        return _read_plugin(st, msg.split(":", 1)[1].strip() if ":" in msg else "")
-    if msg.startswith("NET/OFI Selected Provider is "):
-        note(st.ofi_providers, name(msg[29:].split(" ", 1)[0]))
     return True  # other NET/ lines (qpn, Dev, OFI details): NCCL's, nothing to keep
 
 
 def _read_nics(st: State, rest: str) -> bool:
+    if rest in st.nic_lines:  # every rank prints its node's list: read each list once
+        if st.nic_lines[rest]:
+            st.internal_used("IB", "network")
+        return st.nic_lines[rest]
+    seen = _nics(st, rest)
+    if len(st.nic_lines) < 64:
+        st.nic_lines[rest] = seen
+    return seen
+
+
+def _nics(st: State, rest: str) -> bool:
     listed, _, oob = rest.partition("; OOB ")
     seen = False
     for group in _GROUP.finditer(listed):

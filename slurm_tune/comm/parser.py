@@ -1,10 +1,10 @@
 """parse(data) -> CommLog: one log's bytes, as the epilog read them, to the facts they show.
 
-One pass over the lines. A line NCCL wrote (prefix.split_nccl) goes to the reader of its message's first
-four characters (READERS), a WARN to problems.read_warn; any other line, launcher prefixes stripped, is
-tried as NCCL's message without its prefix (BARE_STARTS), then as PyTorch / HCCL / nccl-tests / traceback /
-mpirun output (problems.read_other), then as a benchmark table (tables.read_table); what none of them takes
-is counted as not understood. Whatever the bytes, parse returns a CommLog and never raises: an internal
+One pass over the lines. A line NCCL wrote (its ` NCCL INFO ` / ` NCCL WARN ` marker found: prefix.py) goes
+to the reader of its message's first four characters (READERS), a WARN to problems.read_warn; any other
+line, launcher prefixes stripped, is tried as NCCL's message without its prefix (BARE_STARTS), then as a
+benchmark table (tables.read_table), then as PyTorch / HCCL / nccl-tests / traceback / mpirun output
+(problems.read_other); what none of them takes is counted as not understood. Whatever the bytes, parse returns a CommLog and never raises: an internal
 error gives an empty CommLog whose `error` field names it (verdict: unknown).
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from . import channels, netinfo, problems, tables
 from .cap import CUT_MARKER, DAMAGED, LINE_MAX, NODE_CAP, capped, split_lines
 from .model import CommLog
-from .prefix import WARN, Hosts, split_nccl, strip_wrappers
-from .state import State, note
+from .prefix import BARE_MARKS, INFO_MARK, WARN_MARK, Hosts, strip_wrappers
+from .state import State
 
 Reader = Callable[[State, str], bool]
 
@@ -103,46 +103,72 @@ def _parse(data: bytes) -> CommLog:
     lines, partial = split_lines(data)
     dirty = b"\x00" in data or not data.isascii()  # else no line can hold NUL or U+FFFD: skip the checks
     st = State()
-    hosts = Hosts()
-    cut = skipped > 0
+    hosts = Hosts(st)
+    seen = hosts.seen
     readers = READERS
+    count = nccl = damaged = cuts = 0
+    check = dirty or max(map(len, lines), default=0) > LINE_MAX
+    last = ""  # the last prefix looked at: consecutive lines mostly share theirs
+    # the hot loop: most lines are NCCL INFO lines of no interest, so they cost a find, a slice, a lookup
     for line in lines:
         if not line:
             continue
-        st.lines += 1
-        if len(line) > LINE_MAX or (dirty and any(bad in line for bad in DAMAGED)):
-            st.damaged += 1
+        count += 1
+        if check and (len(line) > LINE_MAX or DAMAGED[0] in line or DAMAGED[1] in line):
+            damaged += 1
             continue
-        found = split_nccl(line)
-        if found is not None:
-            level, prefix, msg = found
-            st.nccl_lines += 1
-            host = hosts.of(prefix) if prefix else ""
-            if host:
-                note(st.hosts, host, limit=64)
-            if level == WARN:
+        i = line.find(INFO_MARK)
+        if i < 0:
+            i = line.find(WARN_MARK)
+            if i < 0 and not line.startswith(BARE_MARKS):
+                cuts += _other(st, line)
+                continue
+            nccl += 1
+            prefix, msg = (line[:i], line[i + 11 :]) if i >= 0 else ("", line[10:])
+            if i > 0 and prefix not in seen:
+                hosts.see(prefix)
+            if i >= 0 or line.startswith("NCCL WARN "):
                 problems.read_warn(st, prefix, msg)
                 continue
-            reader = readers.get(msg[:4])
-            if (reader is None or not reader(st, msg)) and " -> " in msg:
+        else:
+            nccl += 1
+            if i and (i != len(last) or not line.startswith(last)):
+                last = line[:i]
+                if last not in seen:
+                    hosts.see(last)
+            reader = readers.get(line[i + 11 : i + 15])
+            if reader is None:
+                if "net.cc:" in line:
+                    netinfo.read_trace(st, line[i + 11 :])
+                continue
+            msg = line[i + 11 :]
+            if not reader(st, msg) and "net.cc:" in msg:
                 netinfo.read_trace(st, msg)
             continue
-        text = strip_wrappers(line)
-        if not text:
-            continue
-        if text == CUT_MARKER:
-            cut = True
-            st.lines -= 1
-            continue
-        if text.startswith(BARE_STARTS):
-            reader = readers.get(text[:4])
-            if reader is not None and reader(st, text):
-                st.bare_lines += 1
-                continue
-        elif text.startswith(BARE_QUIET):
+        reader = readers.get(msg[:4])
+        if (reader is None or not reader(st, msg)) and "net.cc:" in msg:
+            netinfo.read_trace(st, msg)  # only the plugin loader's traces (net.cc) say anything
+    st.lines, st.nccl_lines, st.damaged = count - cuts, nccl, damaged
+    return st.freeze(
+        partial=partial, cut=cuts > 0 or skipped > 0, bytes_read=size - skipped, bytes_skipped=skipped
+    )
+
+
+def _other(st: State, line: str) -> int:
+    """A line that is not NCCL's prefixed output; 1 for the cut marker (not a line of the log), else 0."""
+    text = strip_wrappers(line)
+    if not text:
+        return 0
+    if text == CUT_MARKER:
+        return 1
+    if text.startswith(BARE_STARTS):
+        reader = READERS.get(text[:4])
+        if reader is not None and reader(st, text):
             st.bare_lines += 1
-            continue
-        if problems.read_other(st, text) or tables.read_table(st, text):
-            continue
+            return 0
+    elif text.startswith(BARE_QUIET):
+        st.bare_lines += 1
+        return 0
+    if not (tables.read_table(st, text) or problems.read_other(st, text)):
         st.not_understood += 1
-    return st.freeze(partial=partial, cut=cut, bytes_read=size - skipped, bytes_skipped=skipped)
+    return 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 
 INFO_MARK, WARN_MARK = " NCCL INFO ", " NCCL WARN "
-INFO, WARN = "INFO", "WARN"
 
 _HOST = re.compile(
     r"(?:^|[\s\]>:])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,10}:[0-9]{1,10} \[[0-9]{1,6}\](?: \S{1,512})?"
@@ -26,42 +25,38 @@ _WRAPPER = re.compile(
     r"(?:\s*(?:\[[0-9]{1,7}(?:,[0-9]{1,7})*\](?:<std(?:out|err)>:)?|\[rank[0-9]{1,7}\]:"
     r"|[0-9]{1,7}:(?= )|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]{1,9})?)?\]?))+\s*"
 )
+BARE_MARKS = ("NCCL INFO ", "NCCL WARN ")  # the marker at the very start: a prefix stripped to nothing
+_WRAPPER_STARTS = frozenset(" \t[0123456789")
 _CACHE_MAX = 4096
 
 
-def split_nccl(line: str) -> tuple[str, str, str] | None:
-    """(level, prefix, message) of a line NCCL wrote (INFO or WARN), else None. The prefix is all before
-    the marker (launcher prefixes, the host part, a WARN's source location)."""
-    i = line.find(INFO_MARK)
-    if i >= 0:
-        return INFO, line[:i], line[i + 11 :]
-    i = line.find(WARN_MARK)
-    if i >= 0:
-        return WARN, line[:i], line[i + 11 :]
-    if line.startswith(("NCCL INFO ", "NCCL WARN ")):
-        return line[5:9], "", line[10:]
-    return None
-
-
 class Hosts:
-    """host of a prefix, cached: the prefixes repeat (one per process and thread)."""
+    """Notes the host of each prefix in the State, once per distinct prefix (they repeat: one per process and
+    thread). After _CACHE_MAX distinct prefixes, new ones are not looked at: hosts are a bounded list anyway."""
 
-    def __init__(self) -> None:
-        self._cache: dict[str, str] = {}
+    def __init__(self, st) -> None:
+        self.seen: set[str] = set()  # the parser skips these without a call
+        self._hosts = st.hosts
 
-    def of(self, prefix: str) -> str:
-        host = self._cache.get(prefix)
-        if host is None:
-            # the last match: the host part ends the prefix (launchers' prefixes come before it)
-            last = [m.group(1) for m in _HOST.finditer(prefix)]
-            host = last[-1] if last else ""
-            if len(self._cache) < _CACHE_MAX:
-                self._cache[prefix] = host
-        return host
+    def see(self, prefix: str) -> None:
+        if prefix in self.seen or len(self.seen) >= _CACHE_MAX:
+            return
+        self.seen.add(prefix)
+        host = _last_host(prefix)
+        if host and host not in self._hosts and len(self._hosts) < 64:
+            self._hosts[host] = None
+
+
+def _last_host(prefix: str) -> str:
+    """The last `host:pid:tid [dev]` of the prefix: launchers' prefixes come before it."""
+    last = [m.group(1) for m in _HOST.finditer(prefix)]
+    return last[-1] if last else ""
 
 
 def strip_wrappers(line: str) -> str:
     """The line without launchers' prefixes (`[0] `, `[1,26]<stdout>:`, ` 0: `, `[rank1]: `, timestamps)
     and surrounding blanks."""
+    if line[:1] not in _WRAPPER_STARTS:
+        return line.strip()  # no launcher prefix starts with a letter: skip the regular expression
     m = _WRAPPER.match(line)
     return (line[m.end() :] if m else line).strip()

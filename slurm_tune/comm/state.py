@@ -56,6 +56,7 @@ class State:
         self.after_failure: dict = {}
         self.no_plugin = self.ib_no_device = self.ibverbs_missing = False
         self.nics: dict = {}
+        self.nic_lines: dict[str, bool] = {}  # NIC lists read already, and whether they named a NIC
         self.socket_ifs: dict = {}
         self.bootstrap_ifs: dict = {}
         self.ofi_providers: dict = {}

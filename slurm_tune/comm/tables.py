@@ -17,7 +17,7 @@ _NUMBER_CHARS = frozenset("0123456789.-+eE")
 
 
 def _numeric(token: str) -> bool:
-    return bool(token) and token[0] in "0123456789-." and set(token) <= _NUMBER_CHARS
+    return token.lstrip("-+.")[:1].isdigit() and set(token) <= _NUMBER_CHARS
 
 
 def read_table(st: State, line: str) -> bool:
