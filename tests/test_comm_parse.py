@@ -237,3 +237,29 @@ def test_gdr_level_loc_or_unset_expects_no_gdr():
 )
 def test_socket_ifname_matching_as_nccl_does(spec, name, admitted):
     assert ifname_matches(spec, name) is admitted
+
+
+def test_a_marker_at_the_line_start_and_a_glued_line():
+    log = parse(b"NCCL INFO Using network Socket\n[0]  8192  2048  float  sum  -1[0] " + GDR_LINE.encode())
+    assert (
+        log.networks == ("Socket",) and log.channels[0].gdr and log.hosts == ("n1",) and log.nccl_lines == 2
+    )
+
+
+def test_mixed_networks_are_a_fallback_for_the_socket_part():
+    from slurm_tune.comm import messages
+
+    log = parse(
+        lines("Using network IB", "Using network Socket", "NET/Socket : Using [0]eth0:10.0.0.1<0>")
+        + GDR_LINE.encode()
+    )
+    v = judge([log], Expectation("ib"))
+    assert v.status == "fallback"
+    assert messages(v)[0] == "IB partition, but NCCL used NET/Socket over eth0; other connections used IB"
+
+
+def test_share_splits_the_node_cap_among_files():
+    from slurm_tune.comm.cap import FILE_MIN, share
+
+    assert share(1) == NODE_CAP and share(8) == NODE_CAP // 8 and share(10_000) == FILE_MIN
+    assert share(0) == NODE_CAP
