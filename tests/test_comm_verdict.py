@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -182,5 +182,5 @@ def test_the_node_names_itself_only_when_given():
 
 
 def test_findings_are_worst_first_and_the_status_is_the_worst():
-    v = replace(verdict_of("nccl-ofi-libfabric-old-awsofi24.txt"))
+    v = verdict_of("nccl-ofi-libfabric-old-awsofi24.txt")
     assert v.findings == ("no_gdr", "errors") and v.status == "no_gdr"

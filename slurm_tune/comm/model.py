@@ -164,14 +164,8 @@ class CommLog:
     bytes_skipped: int = 0
     error: str = ""
 
-    def channel_lines(self, transport: str | None = None) -> int:
-        return sum(c.count for c in self.channels if transport is None or c.transport == transport)
-
     def env_value(self, name: str) -> str | None:
         for key, value in self.env:
             if key == name:
                 return value
         return None
-
-    def warn_count(self, kind: str) -> int:
-        return sum(w.count for w in self.warns if w.kind == kind)

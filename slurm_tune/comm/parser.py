@@ -93,7 +93,7 @@ def _as_bytes(data) -> bytes:
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     if isinstance(data, str):
-        return data.encode("utf-8", "surrogateescape")
+        return data.encode("utf-8", "replace")
     return b""
 
 
