@@ -155,7 +155,16 @@ def test_gigantic_numbers_are_no_numbers():
 
 
 @pytest.mark.parametrize(
-    "data", [None, "", "Using network Socket\n", bytearray(GDR_LINE.encode()), memoryview(b"x\n"), 42]
+    "data",
+    [
+        None,
+        "",
+        "Using network Socket\n",
+        "\ud800 lone surrogate\n",
+        bytearray(GDR_LINE.encode()),
+        memoryview(b"x\n"),
+        42,
+    ],
 )
 def test_anything_given_is_parsed_without_raising(data):
     log = parse(data)
