@@ -5,8 +5,8 @@ NODE_CAP bytes of all the node's files together, each file its share() (head and
 join_head_tail). parse() holds to the cap itself, so no caller can make one call slow: data over NODE_CAP is
 read as its first and last NODE_CAP/2 bytes.
 
-Why 2 MiB: parse + judge must take <= 50 ms per node (issue 24). bench/bench_comm.py measures about 4.5x a
-plain str.split loop over the same bytes, ~16 ms per MiB of NCCL log on the dev machine: 4 MiB would take
+Why 2 MiB: parse + judge must take <= 50 ms per node (issue 24). bench/bench_comm.py measures about 5x a
+plain str.split loop over the same bytes, ~17 ms per MiB of NCCL log on the dev machine: 4 MiB would take
 ~65 ms. 2 MiB is about 23,000 lines at the captures' mean of 90 bytes a line, the set-up of every rank's
 first communicators (versions, network, channels) in the heads and the errors at the end in the tails: a
 fallback or a missing GDR shows in every channel line of the connections it concerns, so a sample of them
