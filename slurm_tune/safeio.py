@@ -234,15 +234,17 @@ def read_small(
         os.close(fd)
 
 
-def read_head_tail(fd: int, head: int, tail: int) -> bytes:
+def read_head_tail(fd: int, head: int, tail: int, join=None) -> bytes:
     """At most head + tail bytes of an opened regular file: all of it when it is no longer, else its first
-    `head` bytes and its last `tail` joined by a newline (a line may be cut at either join). For logs whose
-    beginning and end matter and whose middle may be huge: the cost is bounded whatever the file's size."""
+    `head` bytes and its last `tail`, joined by `join(head, tail)` (default: a newline between; a line may be
+    cut at either side). For logs whose beginning and end matter and whose middle may be huge: the cost is
+    bounded whatever the file's size."""
     size = os.fstat(fd).st_size
     if size <= head + tail:
         data = read_bounded(fd, head + tail)
         return data if data is not None else os.pread(fd, head + tail, 0)  # grew while read: its start
-    return os.pread(fd, head, 0) + b"\n" + os.pread(fd, tail, size - tail)
+    first, last = os.pread(fd, head, 0), os.pread(fd, tail, size - tail)
+    return join(first, last) if join is not None else first + b"\n" + last
 
 
 def lstat_at(name: str, dir_fd: int | None = None) -> os.stat_result | None:

@@ -13,10 +13,11 @@ NOW = 1_800_000_000.0
 DAY = 86400.0
 
 
-def state_with(*jobs) -> dict:
+def state_with(*jobs, users: int = 2) -> dict:
     state: dict = {}
     for i, (status, age) in enumerate(jobs):
-        transport.record(state, str(100 + i), status, f"NET/Socket over eth0 (job {100 + i})", NOW - age)
+        why = f"NET/Socket over eth0 (job {100 + i})"
+        transport.record(state, str(100 + i), 1000 + i % users, status, why, NOW - age)
     return state
 
 
@@ -65,23 +66,25 @@ def test_nothing_recorded_nothing_said_and_zero_disables(tmp_path):
 def test_the_record_is_bounded_and_a_job_recorded_twice_is_one():
     state: dict = {}
     for i in range(50):
-        transport.record(state, str(i), "fallback", "x" * 1000, NOW)
-    transport.record(state, "49", "ok", "passed", NOW)
+        transport.record(state, str(i), 1000, "fallback", "x" * 1000, NOW)
+    transport.record(state, "49", 1000, "ok", "passed", NOW)
     assert len(state["comm_jobs"]) == transport.COMM_JOBS_KEPT
-    assert state["comm_jobs"][-1] == ["49", NOW, "ok", "passed"]
+    assert state["comm_jobs"][-1] == ["49", NOW, "ok", "passed", 1000]
     assert all(len(j[3]) <= transport.WHY_MAX for j in state["comm_jobs"])
 
 
 def test_a_garbled_record_is_dropped_never_trusted():
     bad = [
-        ["1", math.nan, "fallback", ""],
-        ["2", math.inf, "fallback", ""],
-        ["3", "yesterday", "fallback", ""],
-        [4, NOW, "fallback", ""],
-        ["5", NOW, "fallback"],
+        ["1", math.nan, "fallback", "", 1],
+        ["2", math.inf, "fallback", "", 2],
+        ["3", "yesterday", "fallback", "", 3],
+        [4, NOW, "fallback", "", 4],
+        ["5", NOW, "fallback", 5],
         "fallback",
         None,
-        ["6", -1, "fallback", ""],
+        ["6", -1, "fallback", "", 6],
+        ["7", NOW, "fallback", "", "root"],
+        ["8", NOW, "fallback", ""],
     ]
     assert one({"comm_jobs": bad}) is None
     assert one({"comm_jobs": "not a list"}) is None
@@ -103,3 +106,9 @@ def test_the_periodic_runs_metrics_count_the_fallbacks():
     text = outputs.prometheus(outputs.report("n3", "hdr", "p", "run", NOW, verdict, {"transport": counts}))
     assert 'stune_health_transport_fallbacks{node="n3",partition="hdr"} 2' in text
     assert 'stune_health_transport_judged{node="n3",partition="hdr"} 5' in text
+
+
+def test_one_users_jobs_alone_never_mark_the_node():
+    """The logs are the users' own files: one user could write fallbacks into them."""
+    r = one(state_with(("fallback", 30), ("fallback", 20), ("fallback", 10), ("fallback", 5), users=1))
+    assert r is not None and r.status == result.OK and "one user's jobs only" in r.message

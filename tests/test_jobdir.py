@@ -15,6 +15,7 @@ from healthkit import profile_dir
 from test_nodeenv import job
 from test_stage_attacks import ALICE, BOB, as_user, ensure_users
 
+from slurm_tune.comm import cap
 from slurm_tune.nodeenv.taskenv import node_exports
 from slurm_tune.profiles import load_profile
 from slurm_tune.usage import jobdir
@@ -262,15 +263,16 @@ def test_reads_are_bounded_whatever_the_files_size(shared_tmp, alice):
     with open(big, "wb") as fh:
         fh.write(b"HEAD\n")
         fh.truncate(1 << 30)  # a sparse GiB: the middle is never read
-        fh.seek((1 << 30) - 5)
-        fh.write(b"TAIL\n")
+        fh.seek((1 << 30) - 6)
+        fh.write(b"\nTAIL\n")
     os.chown(big, alice.pw_uid, alice.pw_gid)
     for i in range(jobdir.MAX_FILES + 10):
         (path / f"f{i}").touch()
     files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
     ((_, data),) = files.nccl
-    assert len(data) <= jobdir.NCCL_HEAD + jobdir.NCCL_TAIL + 1
+    assert len(data) <= cap.NODE_CAP + len(cap.CUT_MARKER) + 2
     assert data.startswith(b"HEAD\n") and data.endswith(b"TAIL\n")
+    assert cap.CUT_MARKER.encode() in data  # joined as comm's parser reads a cut
     assert any(f"more than {jobdir.MAX_FILES} names" in n for n in files.notes)
 
 
@@ -282,5 +284,17 @@ def test_the_nodes_cap_holds_over_many_logs(shared_tmp, alice):
         log.write_bytes(b"x" * (1 << 20))
         os.chown(log, alice.pw_uid, alice.pw_gid)
     files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
-    assert sum(len(d) for _, d in files.nccl) <= jobdir.NCCL_NODE_CAP + len(files.nccl)
-    assert files.nccl_files == 20 and any("cap" in n for n in files.notes)
+    assert sum(len(d) for _, d in files.nccl) <= cap.NODE_CAP + 20 * (len(cap.CUT_MARKER) + 2)
+    assert files.nccl_files == 20 and len(files.nccl) == 20
+
+
+def test_more_logs_than_the_cap_holds_are_counted_not_read(shared_tmp, alice):
+    usage, path = user_dir(shared_tmp, alice)
+    for i in range(cap.NODE_CAP // cap.FILE_MIN + 3):
+        log = path / f"nccl.n1.{i:04d}.log"
+        log.write_bytes(b"x\n")
+        os.chown(log, alice.pw_uid, alice.pw_gid)
+    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    assert len(files.nccl) == cap.NODE_CAP // cap.FILE_MIN and any(
+        "3 more NCCL logs not read" in n for n in files.notes
+    )

@@ -4,8 +4,8 @@ The node epilog judges the transport NCCL used in each multi-node job on this no
 the job's NCCL log) and records the verdict in the node state (`record`: `comm_jobs`, the latest
 COMM_JOBS_KEPT). This family reads that record: `health.comm_degrade_after` fallbacks within
 `health.comm_window` (NET/Socket on an RDMA partition, or GPUDirect RDMA missing where the profile expects
-it) mark the node degraded, with the jobs as evidence, through the usual path (the periodic run's mark;
-multi-node jobs then avoid the node). A job that later passes here, or the window passing, clears it. Only
+it), in the jobs of at least MIN_USERS users, mark the node degraded, with the jobs as evidence, through the
+usual path (the periodic run's mark; multi-node jobs then avoid the node). A job that later passes here, or the window passing, clears it. Only
 jobs that were judged count: a gloo job or the user's own NCCL_DEBUG says nothing about the node.
 
 On the prolog's path (judge.FAMILIES): only the node state is read, nothing is imported.
@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 COMM_JOBS_KEPT = 20
 # the verdict statuses (comm.verdict) that say this node's fabric path did not work as the profile expects
 NODE_FAULTS = {"fallback": "fell back to sockets", "no_gdr": "ran without GPUDirect RDMA"}
+# The logs are the users' files: one user's jobs alone (who could write a fallback into their own log) never
+# mark a node; fallbacks in the jobs of this many users do.
+MIN_USERS = 2
 STATUS_MAX = 32  # characters of a status / reason kept per job (the state file is root's, but bounded)
 WHY_MAX = 160
 
 
-def record(state: dict, job_id: str, status: str, why: str, now: float) -> None:
+def record(state: dict, job_id: str, uid: int, status: str, why: str, now: float) -> None:
     """Add one judged job's verdict on this node to `state` (under the state's lock; the caller saves)."""
     jobs = [j for j in _jobs(state) if j[0] != job_id]
-    jobs.append([job_id[:STATUS_MAX], round(now, 3), status[:STATUS_MAX], why[:WHY_MAX]])
+    jobs.append([job_id[:STATUS_MAX], round(now, 3), status[:STATUS_MAX], why[:WHY_MAX], int(uid)])
     state["comm_jobs"] = jobs[-COMM_JOBS_KEPT:]
 
 
@@ -44,12 +47,13 @@ def _jobs(state: dict) -> list:
 def _well_formed(j) -> bool:
     return (
         isinstance(j, list)
-        and len(j) == 4
+        and len(j) == 5
         and isinstance(j[0], str)
         and type(j[1]) in (int, float)
         and 0 <= j[1] < 1e11
         and isinstance(j[2], str)
         and isinstance(j[3], str)
+        and type(j[4]) is int
     )
 
 
@@ -75,12 +79,11 @@ def check(snapshot, profile: Profile, previous: dict, now: float | None = None) 
     if not after or not _jobs(previous):
         return [], {}
     found, judged = faults(previous, profile, time.time() if now is None else now)
-    if len(found) < after:
-        return [
-            result.ok(
-                "transport.fallback", "node", f"{len(found)} of {judged} judged multi-node jobs fell back"
-            )
-        ], {}
+    users = len({j[4] for j in found})
+    if len(found) < after or users < MIN_USERS:
+        one_user = f" (one user's jobs only: {MIN_USERS} users' are needed)" if len(found) >= after else ""
+        message = f"{len(found)} of {judged} judged multi-node jobs fell back{one_user}"
+        return [result.ok("transport.fallback", "node", message)], {}
     kinds = sorted({NODE_FAULTS[j[2]] for j in found})
     ids = ", ".join(j[0] for j in found[-5:])
     message = (

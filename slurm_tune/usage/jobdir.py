@@ -11,7 +11,8 @@ epilog (`stune-gpu-sampler epilog`, root) reads the files through `read_job_file
 directory. The directory is the user's, so everything in it is hostile to root: it is opened without
 following links (the job's directory too), each file must be a regular file with one link owned by the
 job's user, at most MAX_FILES names are looked at, and every read is bounded: the head and the tail of a
-long file (NCCL says what it chose at start-up, and its warnings come at the end).
+long file (NCCL says what it chose at start-up, and its warnings come at the end), within comm/cap.py's
+NODE_CAP for all of a node's NCCL logs.
 
 Only `os` at module level: the TaskProlog imports `job_dir` before every task (docs/speed.md).
 """
@@ -26,9 +27,7 @@ NCCL_LOG_PATTERN = "nccl.%h.%p.log"  # NCCL replaces %h with the host name and %
 NCCL_LOG_PREFIX, NCCL_LOG_SUFFIX = "nccl.", ".log"
 STEPS_FILE = "steps.jsonl"
 MAX_FILES = 256  # names looked at in one job's directory (NCCL: one log per process on the node)
-NCCL_LOGS_READ = 64  # logs read per node (the first by name); the rest are counted
-NCCL_HEAD, NCCL_TAIL = 448 << 10, 64 << 10  # per log: NCCL's INIT/NET lines come first, WARNs last
-NCCL_NODE_CAP = 4 << 20  # all of one node's logs together (docs/comm.md: the parse cost at this cap)
+NCCL_TAIL_SHARE = 8  # of a log's share of the node's cap, 1/8 is its tail: set-up comes first, WARNs last
 STEPS_HEAD, STEPS_TAIL = 1 << 20, 3 << 20  # the first steps (warm-up) and the latest
 
 
@@ -99,6 +98,7 @@ def read_job_files(local_dir: str, job_id: str, uid: int) -> JobFiles:
 
 def _read_into(out: JobFiles, job_fd: int, uid: int) -> None:
     from .. import safeio
+    from ..comm import cap
 
     names: list[str] = []
     with os.scandir(job_fd) as entries:
@@ -109,33 +109,32 @@ def _read_into(out: JobFiles, job_fd: int, uid: int) -> None:
             names.append(entry.name)
     logs = sorted(n for n in names if n.startswith(NCCL_LOG_PREFIX) and n.endswith(NCCL_LOG_SUFFIX))
     out.nccl_files = len(logs)
-    budget = NCCL_NODE_CAP
-    for name in logs[:NCCL_LOGS_READ]:
-        if budget <= 0:
-            out.notes.append(f"{name}: not read (the node's cap of {NCCL_NODE_CAP >> 20} MiB was reached)")
-            continue
-        head = min(NCCL_HEAD, max(budget - NCCL_TAIL, budget // 2))
-        tail = min(NCCL_TAIL, budget - head)
-        data = _read_one(out, name, job_fd, uid, head, tail, safeio)
+    read = logs[: cap.NODE_CAP // cap.FILE_MIN]  # each at least FILE_MIN: the node's cap holds
+    each = cap.share(len(read))
+    tail = each // NCCL_TAIL_SHARE
+    for name in read:
+        data = _read_one(out, name, job_fd, uid, each - tail, tail, safeio, cap.join_head_tail)
         if data is not None:
             out.nccl.append((name, data))
-            budget -= len(data)
-    if len(logs) > NCCL_LOGS_READ:
+    if len(logs) > len(read):
         out.notes.append(
-            f"{len(logs) - NCCL_LOGS_READ} more NCCL logs not read (the first {NCCL_LOGS_READ} were)"
+            f"{len(logs) - len(read)} more NCCL logs not read (the first {len(read)} were: the node's cap is "
+            f"{cap.NODE_CAP >> 20} MiB)"
         )
     if STEPS_FILE in names:
         out.steps = _read_one(out, STEPS_FILE, job_fd, uid, STEPS_HEAD, STEPS_TAIL, safeio)
 
 
-def _read_one(out: JobFiles, name: str, job_fd: int, uid: int, head: int, tail: int, safeio) -> bytes | None:
+def _read_one(
+    out: JobFiles, name: str, job_fd: int, uid: int, head: int, tail: int, safeio, join=None
+) -> bytes | None:
     try:
         fd = safeio.open_file(name, job_fd, owner=uid, single_link=True)
     except (OSError, safeio.UnsafePathError) as exc:
         out.notes.append(f"{name}: not read: {exc}")
         return None
     try:
-        return safeio.read_head_tail(fd, head, tail)
+        return safeio.read_head_tail(fd, head, tail, join)
     except OSError as exc:
         out.notes.append(f"{name}: not read: {exc}")
         return None
