@@ -18,7 +18,7 @@ from test_stage_attacks import ALICE, BOB, as_user, ensure_users
 from slurm_tune.comm import cap
 from slurm_tune.nodeenv.taskenv import node_exports
 from slurm_tune.profiles import load_profile
-from slurm_tune.usage import jobdir
+from slurm_tune.usage import jobdir, jobfiles
 
 REPO = Path(__file__).resolve().parent.parent
 PROLOG = REPO / "prolog" / "20-stune-jobgpus"
@@ -198,11 +198,11 @@ def test_root_reads_the_users_logs_and_steps(shared_tmp, alice):
             fh.write('{"step": 1, "samples": 64, "step_s": 0.5, "data_s": 0.1}\n')
 
     as_user(ALICE, write, str(path))
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     assert files.found and files.notes == []
     assert files.nccl == [("nccl.n1.100.log", b"n1:100:100 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")]
     assert files.steps is not None and files.steps.startswith(b'{"step": 1')
-    jobdir.remove_job_dir(str(usage), "61")
+    jobfiles.remove_job_dir(str(usage), "61")
     assert not path.exists() and (usage / "run").is_dir()
 
 
@@ -223,11 +223,11 @@ def test_links_fifos_and_other_owners_are_refused_without_blocking(shared_tmp, a
 
     as_user(ALICE, plant, str(path), str(secret))
     (path / "nccl.n1.4.log").write_text("root made this one\n")  # not the job's user's
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     assert files.nccl == [] and files.steps is None and files.nccl_files == 4
     assert len(files.notes) == 5 and all("not read" in n for n in files.notes)
     assert not any(b"secret" in data for _, data in files.nccl)
-    jobdir.remove_job_dir(str(usage), "61")
+    jobfiles.remove_job_dir(str(usage), "61")
     assert not path.exists() and secret.read_text() == "root's secret\n"
 
 
@@ -239,9 +239,9 @@ def test_a_job_directory_swapped_for_a_symlink_is_not_read(shared_tmp, alice):
     (elsewhere / "nccl.n1.1.log").write_text("NCCL INFO\n")
     os.rmdir(path)
     path.symlink_to(elsewhere)
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     assert not files.found and files.nccl == [] and files.notes
-    jobdir.remove_job_dir(str(usage), "61")
+    jobfiles.remove_job_dir(str(usage), "61")
     assert (elsewhere / "nccl.n1.1.log").exists()
 
 
@@ -252,7 +252,7 @@ def test_another_users_directory_is_not_read_as_this_jobs(shared_tmp, alice):
     usage, path = user_dir(tmp_path, bob)
     (path / "nccl.n1.1.log").write_text("x\n")
     os.chown(path / "nccl.n1.1.log", bob.pw_uid, bob.pw_gid)
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     assert not files.found and files.nccl == [] and "owned by uid" in files.notes[0]
 
 
@@ -268,7 +268,7 @@ def test_reads_are_bounded_whatever_the_files_size(shared_tmp, alice):
     os.chown(big, alice.pw_uid, alice.pw_gid)
     for i in range(jobdir.MAX_FILES + 10):
         (path / f"f{i}").touch()
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     ((_, data),) = files.nccl
     assert len(data) <= cap.NODE_CAP + len(cap.CUT_MARKER) + 2
     assert data.startswith(b"HEAD\n") and data.endswith(b"TAIL\n")
@@ -283,7 +283,7 @@ def test_the_nodes_cap_holds_over_many_logs(shared_tmp, alice):
         log = path / f"nccl.n1.{i:03d}.log"
         log.write_bytes(b"x" * (1 << 20))
         os.chown(log, alice.pw_uid, alice.pw_gid)
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     assert sum(len(d) for _, d in files.nccl) <= cap.NODE_CAP + 20 * (len(cap.CUT_MARKER) + 2)
     assert files.nccl_files == 20 and len(files.nccl) == 20
 
@@ -294,7 +294,7 @@ def test_more_logs_than_the_cap_holds_are_counted_not_read(shared_tmp, alice):
         log = path / f"nccl.n1.{i:04d}.log"
         log.write_bytes(b"x\n")
         os.chown(log, alice.pw_uid, alice.pw_gid)
-    files = jobdir.read_job_files(str(usage), "61", alice.pw_uid)
+    files = jobfiles.read_job_files(str(usage), "61", alice.pw_uid)
     assert len(files.nccl) == cap.NODE_CAP // cap.FILE_MIN and any(
         "3 more NCCL logs not read" in n for n in files.notes
     )

@@ -77,7 +77,9 @@ def _epilog(args) -> int:
             print(f"{PROG}: epilog: no SLURM_JOB_ID", file=sys.stderr)
             return EXIT_OK
         local, spool_dir = usage_dirs()
-        outcome = node_epilog(local, spool_dir, job, node, os.environ.get("SLURM_JOB_GPUS"))
+        outcome = node_epilog(
+            local, spool_dir, job, node, os.environ.get("SLURM_JOB_GPUS"), environ=os.environ
+        )
         if args.verbose:
             print(f"{PROG}: job {job} on {node}: {outcome}", file=sys.stderr)
     except Exception as exc:  # the hook boundary

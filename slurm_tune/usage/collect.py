@@ -22,7 +22,7 @@ import time
 from ..errors import SlurmError
 from ..hostlist import expand_hostlist
 from ..slurm.tres import tres_count
-from . import spool, summary
+from . import jobfiles, spool, summary
 
 
 def job_gpus(slurm, job_id: str) -> float:
@@ -52,7 +52,8 @@ def _expected(marker) -> list[str] | None:
 
 def _store(slurm, job_id: str, summaries: list[dict], expected: list[str] | None) -> summary.JobSummary:
     merged = summary.merge(summaries, len(expected) if expected else None)
-    slurm.set_admin_comment(job_id, summary.encode(merged))
+    extra = jobfiles.job_tokens(summaries)
+    slurm.set_admin_comment(job_id, summary.encode(merged) + (f" {extra}" if extra else ""))
     return merged
 
 

@@ -122,16 +122,32 @@ def write_node_summary(spool_dir: str, summary: dict) -> str:
 
 
 def node_epilog(
-    local_dir: str, spool_dir: str, job_id: str, node: str, env_gpus: str | None, now: float | None = None
+    local_dir: str,
+    spool_dir: str,
+    job_id: str,
+    node: str,
+    env_gpus: str | None,
+    now: float | None = None,
+    environ=None,
 ) -> str:
-    """The node epilog: summarize, drop into the spool, forget the job locally. Returns what it did."""
+    """The node epilog: summarize (with what the job left in its directory, usage/jobfiles.py, when
+    `environ` is the epilog's), drop into the spool, forget the job locally. Returns what it did."""
+    from . import jobfiles
+
     _safe_name(job_id, "job id")
     now = time.time() if now is None else now
     summary = node_summary(local_dir, job_id, node, env_gpus, now)
     outcome = "no GPUs on this node"
+    notes: list[str] = []
+    if environ is not None:
+        if summary is not None:
+            extra, notes = jobfiles.node_part(local_dir, job_id, node, environ, now)
+            summary.update(extra)
+        jobfiles.remove_job_dir(local_dir, job_id)
     if summary is not None:
         path = write_node_summary(spool_dir, summary)
         outcome = f"wrote {path}"
+    outcome += "".join(f"; {note}" for note in notes[:8])
     for path in (job_file(local_dir, job_id), acc_file(local_dir, job_id)):
         try:
             os.unlink(path)
