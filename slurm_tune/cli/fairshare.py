@@ -3,7 +3,7 @@
 stune-fairshare apply [--dry-run] [--json] [--sacct-file DUMP] [--assoc-file FILE]
 stune-fairshare report [--wide | --json | --format table|csv|json] [-o FILE] [--png FILE] [--prom FILE] [--since 7d]
 stune-fairshare explain [USER] [--json]              ("why is my priority low?")
-stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?")
+stune-fairshare job JOBID [--json] [--png FILE]      ("was my job idle?"; stune-job is its new name)
 stune-fairshare idle-policy [--dry-run] [--node N] [--json]   (per node, from a timer: the opt-in policy)
 stune-fairshare store --job ID [--nodes n[1-4]]    (EpilogSlurmctld: job summary -> AdminComment)
 stune-fairshare collect                            (sweep the usage spool for late node summaries)
@@ -18,11 +18,10 @@ import time
 from dataclasses import asdict
 
 from ..durations import option
-from ..fairshare import accountant, idlepolicy, jobdoc, report_render
+from ..fairshare import accountant, idlepolicy, report_render
 from ..fairshare import explain as explain_mod
 from ..fairshare import report as report_mod
 from ..fairshare.accountant import PrioritySettings
-from ..fairshare.jobview import job_view
 from ..fairshare.ledger import LedgerError
 from ..output import json_text, print_json
 from ..profiles import load_profiles
@@ -30,6 +29,7 @@ from ..slurm import Slurm
 from ..thisnode import node_name
 from ..usage import collect
 from ..usage.config import load_config, usage_dirs
+from . import job as job_cli
 from . import options
 from .common import EXIT_OK, guarded
 
@@ -193,13 +193,7 @@ def _explain(args) -> int:
 
 
 def _job(args) -> int:
-    config = load_config(args.config)
-    doc = job_view(_slurm(), config, args.job_id)
-    if args.png:
-        jobdoc.timeline_png(doc, args.png)
-        print(f"{PROG}: wrote {args.png}", file=sys.stderr)
-    sys.stdout.write(json_text(doc) if args.json else jobdoc.job_text(doc))
-    return EXIT_OK
+    return job_cli.show(args, PROG)  # stune-job's, under its older name
 
 
 def _idle_policy(args) -> int:
@@ -307,11 +301,8 @@ def _parser() -> argparse.ArgumentParser:
     common(p, sacct=False)
     p.add_argument("user", nargs="?", help="the user (root only; others see themselves)")
     options.add(p, "json")
-    p = sub.add_parser("job", help="one job's GPU usage and what it was charged (running jobs too)")
-    common(p, sacct=False)
-    p.add_argument("job_id")
-    options.add(p, "json")
-    p.add_argument("--png", help="write the job's utilization timeline chart here")
+    p = sub.add_parser("job", help="what happened to a job: usage, charge, bottleneck (also: stune-job)")
+    job_cli.add_arguments(p)
     p = sub.add_parser(
         "idle-policy", help="warn, then cancel, jobs whose GPUs stay idle (per-partition opt-in)"
     )

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..durations import clock
 from ..text import counted
+from .jobwhy import why_text
 from .report_render import _need, amount, time_unit
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -188,19 +189,36 @@ def job_text(doc: dict) -> str:
         lines.append(f"  timeline |{sparkline(doc['timeline'])}| (utilization over the job, '·' unmeasured)")
     lines.append(f"  charge: {doc['why']}")
     lines.extend(f"  hint: {hint}" for hint in doc["hints"])
+    lines.extend(why_text(doc))
     return "\n".join(lines) + "\n"
 
 
 def timeline_png(doc: dict, path: str) -> None:
+    """The job's GPU utilization over its run, with the network's share of line rate and the storage read
+    rate (relative to its peak) on the same time axis where the sampler measured them."""
     matplotlib = _need("matplotlib", "the PNG chart")
     matplotlib.use("Agg")
     plt = _need("matplotlib.pyplot", "the PNG chart")
     fig, ax = plt.subplots(figsize=(8, 3), dpi=110)
     series = doc["timeline"]
     xs = [i for i, v in enumerate(series) if v is not None]
-    ax.plot(xs, [series[i] for i in xs], drawstyle="steps-post", color="#4c72b0")
+    ax.plot(xs, [series[i] for i in xs], drawstyle="steps-post", color="#4c72b0", label="GPU utilization")
+    extra = doc.get("series") or {}
+    peak = extra.get("storage_peak_bps")
+    for key, label, color in (
+        ("network", "network, % of line rate", "#dd8452"),
+        ("storage", f"storage read, % of {peak / 1e9:.2f} GB/s" if peak else "storage read", "#55a868"),
+    ):
+        values = extra.get(key) or []
+        shown = [i for i, v in enumerate(values) if v is not None]
+        if shown:  # the same 48 steps over the job as the GPU timeline
+            scale = len(series) / len(values) if series else 1.0
+            ax.plot([i * scale for i in shown], [values[i] for i in shown], drawstyle="steps-post",
+                    color=color, label=label)  # fmt: skip
+    if extra.get("network") or extra.get("storage"):
+        ax.legend(loc="upper right", fontsize=7)
     ax.set_ylim(0, 105)
-    ax.set_ylabel("GPU utilization %")
+    ax.set_ylabel("% (GPU, network, storage)")
     ax.set_xlabel("time (share of the job)" if series else "no timeline recorded")
     ax.set_title(
         f"job {doc['job_id']}: {counted(doc['gpus'], 'GPU')}, "

@@ -17,7 +17,7 @@ from ..usage import summary as summary_mod
 from ..usage.config import usage_dirs
 from . import charges as charges_mod
 from . import explain as explain_mod
-from . import jobdoc
+from . import jobdoc, jobwhy
 from . import sacct as sacct_mod
 
 
@@ -115,4 +115,11 @@ def job_view(slurm, config, job_id: str) -> dict:
         idle_power_w=config.report.idle_power_w,
         alpha_source=explain_mod.alpha_rule(acc.alpha_by, table, i),
     )
+    doc.update(
+        jobwhy.why_sections(summary, "" if live is not None else table.admin_comment[i], table.partition[i])
+    )
+    if live is not None:
+        doc["bottleneck"]["lines"].append(
+            "(running: network, storage, transport and throughput come when it ends)"
+        )
     return doc

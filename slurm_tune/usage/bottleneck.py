@@ -65,7 +65,7 @@ class Network:
     line_share_idle: float  # share of line rate in the GPU's idle phases
     line_share: float  # over the job
     rate_bps: float  # bytes/s in the GPU's idle phases
-    node: str
+    node: str  # the busiest node, '' when the rate is the job's per node
     shared: bool = False
 
 
@@ -119,9 +119,10 @@ def _network_line(n: Network | None, why: str) -> str:
     if n is None:
         return f"network: unmeasured ({why})"
     shared = " (node-wide: another job shared the node)" if n.shared else ""
+    where = f" on {n.node}" if n.node else " per node"
     return (
         f"network: {n.kind} at {_pct(n.line_share_idle)} of line rate in the GPU's idle phases "
-        f"({_rate(n.rate_bps)} on {n.node}), {_pct(n.line_share)} over the job{shared}"
+        f"({_rate(n.rate_bps)}{where}), {_pct(n.line_share)} over the job{shared}"
     )
 
 
