@@ -25,7 +25,7 @@ class GpuUtilization(
         "GpuUtilization",
         "index uuid pci_bus_id sm_util mem_util mem_used_bytes mem_total_bytes power_w procs "
         "pcie_tx_kbs pcie_rx_kbs nvlink_tx_kib nvlink_rx_kib sm_mhz sm_max_mhz",
-        defaults=(None,) * 7,
+        defaults=(None, None, None, None, None, None, None),
     )
 ):
     """One sample of one GPU for the sampler. Percentages are 0-100; None where the GPU did not answer or
