@@ -445,16 +445,21 @@ def test_the_parsers_never_raise_on_garbage(text):
     counters.parse_mountstats(mountstats()[: len(text)] + text)
 
 
+_FUZZ_TREE: list[Path] = []
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=200))
-def test_garbage_counter_files_read_as_unmeasured(tmp_path_factory, data):
-    root = ib_node(tmp_path_factory.mktemp("fuzz"))
-    for rel in (
-        "sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_data",
-        "sys/class/infiniband/mlx5_0/ports/1/rate",
-    ):
-        (root / rel).write_bytes(data)
-    sysfs = Sysfs(str(root))
-    sel = counters.select(sysfs)
-    values = counters.read(sysfs, sel.channels())
+@given(st.binary(max_size=200), st.sampled_from(["counters/port_xmit_data", "rate", "state", "link_layer"]))
+def test_garbage_counter_files_read_as_unmeasured(tmp_path_factory, data, name):
+    if not _FUZZ_TREE:  # one tree for every example: only the file under test changes
+        _FUZZ_TREE.append(ib_node(tmp_path_factory.mktemp("fuzz")))
+    path = _FUZZ_TREE[0] / f"sys/class/infiniband/mlx5_0/ports/1/{name}"
+    kept = path.read_bytes()
+    path.write_bytes(data)
+    try:
+        sysfs = Sysfs(str(_FUZZ_TREE[0]))
+        sel = counters.select(sysfs)
+        values = counters.read(sysfs, sel.channels())
+    finally:
+        path.write_bytes(kept)
     assert all(v is None or 0 <= v < 1 << 64 for v in values)

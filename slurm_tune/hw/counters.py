@@ -210,27 +210,27 @@ def delta(prev: int | None, cur: int | None, channel: Channel, limit: float | No
 
 
 # ---- reading --------------------------------------------------------------------------------------------------
-def _value(text: str | None, field, nfs: dict | None) -> int | None:
-    if field is None:
-        return parse_counter(text)
-    if isinstance(field, int):
-        stat = parse_block_stat(text)
-        return None if stat is None else stat[0 if field == 2 else 1]
-    return None if nfs is None else nfs.get(field[4:])
-
-
 def read(sysfs: Sysfs, channels: list[Channel]) -> list[int | None]:
-    """One reading of every channel, in order; each file read once (a block stat's two fields, every NFS
-    mount from one mountstats read)."""
-    texts: dict[str, str | None] = {}
-    nfs = None
+    """One reading of every channel, in order; each file read and parsed once (a block stat's two fields,
+    every NFS mount from one mountstats read)."""
+    parsed: dict[str, object] = {}
     out: list[int | None] = []
     for ch in channels:
-        if ch.path not in texts:
-            texts[ch.path] = sysfs.read(ch.path)
-            if ch.path == MOUNTSTATS:
-                nfs = parse_mountstats(texts[ch.path])
-        out.append(_value(texts[ch.path], ch.field, nfs))
+        if ch.path not in parsed:
+            text = sysfs.read(ch.path)
+            if ch.field is None:
+                parsed[ch.path] = parse_counter(text)
+            elif isinstance(ch.field, int):
+                parsed[ch.path] = parse_block_stat(text)
+            else:
+                parsed[ch.path] = parse_mountstats(text)
+        value = parsed[ch.path]
+        if isinstance(value, tuple):  # (sectors read, io_ticks)
+            out.append(value[0] if ch.field == 2 else value[1])
+        elif isinstance(value, dict):
+            out.append(value.get(str(ch.field)[4:]))
+        else:
+            out.append(value if isinstance(value, int) else None)
     return out
 
 
