@@ -86,7 +86,7 @@ class PerfRecord:
     def __init__(self, path: str, ports: list[tuple], devices: list[tuple], created: float):
         ports, devices = ports[:MAX_PORTS], devices[:MAX_DEVICES]
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             size = os.fstat(fd).st_size
             fresh = size < HEADER.size
@@ -146,7 +146,9 @@ class PerfRecord:
             if len(data) < NOTES_BYTES or not lists:
                 break
             trimmed[lists[-1]].pop()
-        self.map[self.notes_at : self.notes_at + NOTES_BYTES] = data[:NOTES_BYTES].ljust(NOTES_BYTES, b"\0")
+        self.map[self.notes_at : self.notes_at + NOTES_BYTES] = data[:NOTES_BYTES] + bytes(
+            max(0, NOTES_BYTES - len(data))
+        )
 
     def set_cpus(self, cpus: int | None) -> None:
         if cpus and cpus != self.cpus:
