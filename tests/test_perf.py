@@ -607,3 +607,35 @@ def test_the_sampler_daemon_measures_a_tree_a_stand_in_advances(tmp_path):
     assert p["sampled_s"] > 1.0 and 0.2 < port["tx"] / port["cap"] < 0.9  # ~50 %, timing on a busy machine
     md = next(d for d in p["storage"]["devices"] if d["name"] == "md127")
     assert md["read"] > 0 and md["roles"] == ["cache"] and p["cpu"]["why"] is None and p["cpu"]["cpus"] == 32
+
+
+def test_the_sampler_takes_its_ports_and_paths_from_the_nodes_profile(tmp_path):
+    """`--partition hdr` (or $STUNE_HEALTH_PARTITION): the profile's 8 HCAs, not the storage HCA, and its cache
+    tier's device; an unknown partition is a note, and the automatic rules apply."""
+    root = node(tmp_path)
+    local = tmp_path / "usage"
+    prolog(local, "50", "0", time.time())
+    snap = perf_snapshot(tmp_path / "gpus.json", 90)
+    env = hermetic_env(
+        tmp_path, STUNE_SYSFS_ROOT=root, STUNE_PARTITIONS=Path(__file__).parent.parent / "partitions"
+    )
+    run = [
+        f"{BIN}/stune-gpu-sampler",
+        "run",
+        "--gpu-snapshot",
+        snap,
+        "--local-dir",
+        str(local),
+        "--count",
+        "2",
+    ]
+    proc = subprocess.run([*run, "--partition", "hdr"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "ports (the profile's fabric.hcas): mlx5_0/1, " in proc.stderr and "mlx5_8" not in proc.stderr
+    assert "storage: md127 (cache)" in proc.stderr
+    proc = subprocess.run(
+        run, capture_output=True, text=True, env=dict(env, STUNE_HEALTH_PARTITION="nosuch"), timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "note: profile nosuch:" in proc.stderr and "every ACTIVE IB/RoCE port" in proc.stderr
+    assert "mlx5_8/1" in proc.stderr and "storage: nvme0n1 (disk), nvme1n1 (disk)" in proc.stderr

@@ -22,6 +22,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 from ..errors import StuneError
 from ..hw.nvml import open_gpu_source
@@ -64,7 +65,7 @@ def _run(args) -> int:
         fabric, paths = _node_hints(args)
         root = resolve_root(args.sysfs_root)
         node_perf = NodePerf(local, root, fabric, paths, max_gap=MAX_GAP_INTERVALS * interval)
-        sel = node_perf.select(0.0)
+        sel = node_perf.select(time.time())
         ports = ", ".join(p.name for p in sel.ports) or "none"
         disks = ", ".join(f"{d.name} ({'+'.join(d.roles)})" for d in sel.devices) or "none"
         print(f"{PROG}: ports ({sel.rule}): {ports}; storage: {disks}", file=sys.stderr)
