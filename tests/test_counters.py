@@ -463,3 +463,17 @@ def test_garbage_counter_files_read_as_unmeasured(tmp_path_factory, data, name):
     finally:
         path.write_bytes(kept)
     assert all(v is None or 0 <= v < 1 << 64 for v in values)
+
+
+def test_a_live_paths_own_st_dev_names_its_device(tmp_path):
+    """On a live node the path's stat() st_dev wins over the mount table's (a bind mount, another namespace)."""
+    root = storage_node(tmp_path)
+    mounts = counters.parse_mountinfo(MOUNTINFO)
+    sysfs = Sysfs(str(root))
+    assert counters.storage_of(sysfs, "/local/nvme/x", mounts).name == "md127"
+    assert counters.storage_of(sysfs, "/local/nvme/x", mounts, st_dev="259:2").name == "nvme0n1p2"
+    st = os.stat(tmp_path)
+    live = counters.select(Sysfs("/"), paths=[(str(tmp_path), "cache")], live=True)
+    for device in live.devices:  # where this machine's sysfs shows the device: the one stat() names
+        assert device.read.path == f"sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat"
+    assert len(live.devices) + len(live.unmeasured) == 1

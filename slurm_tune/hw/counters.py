@@ -334,9 +334,9 @@ def _block(sysfs: Sysfs, dev: str) -> Device | None:
     return Device(name, "block", read, Channel(f"{base}/stat", 0.001, field=9, wrap_bits=32), detail)
 
 
-def storage_of(sysfs: Sysfs, path: str, mounts: list[Mount]) -> Device | str:
-    """The device serving `path`, or the reason code it is unmeasured (`not-mounted`, `in-memory`,
-    `lustre-not-read`, ...)."""
+def storage_of(sysfs: Sysfs, path: str, mounts: list[Mount], st_dev: str | None = None) -> Device | str:
+    """The device serving `path` (`st_dev`: its MAJ:MIN from stat() on a live node, else the mount's), or the
+    reason code it is unmeasured (`not-mounted`, `in-memory`, `lustre-not-read`, ...)."""
     mount = mount_of(path, mounts)
     if mount is None:
         return "not-mounted"
@@ -345,7 +345,8 @@ def storage_of(sysfs: Sysfs, path: str, mounts: list[Mount]) -> Device | str:
         return Device(f"nfs:{mount.source}", "nfs", Channel(MOUNTSTATS, field=f"nfs:{mount.point}"))
     if fstype in MEMORY_TYPES:
         return "in-memory"
-    found = _block(sysfs, mount.dev) if not mount.dev.startswith("0:") else None
+    dev = st_dev or mount.dev
+    found = _block(sysfs, dev) if not dev.startswith("0:") else None
     if found is None and mount.source.startswith("/dev/"):  # btrfs: an anonymous st_dev; the source names it
         found = _block(sysfs, sysfs.read(f"sys/class/block/{os.path.basename(mount.source)}/dev") or "-")
     if found is not None:
@@ -363,7 +364,12 @@ def select_storage(sysfs: Sysfs, paths: list[tuple[str, str]], sel: Selection, l
     by_name: dict[str, Device] = {}
     for path, role in paths:
         norm = os.path.normpath(os.path.realpath(path) if live else path)
-        found = storage_of(sysfs, norm, mounts) if mounts else "mounts-unreadable"
+        try:
+            st = os.stat(norm) if live else None
+        except OSError:
+            st = None
+        st_dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}" if st is not None else None
+        found = storage_of(sysfs, norm, mounts, st_dev) if mounts else "mounts-unreadable"
         if isinstance(found, str):
             sel.unmeasured.append((path, role, found))
             continue
