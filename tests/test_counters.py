@@ -366,6 +366,10 @@ def test_paths_map_to_their_devices_and_unmeasured_storage_says_why(tmp_path):
 def test_with_no_path_known_every_physical_disk_is_measured(tmp_path):
     sel = counters.select(Sysfs(str(storage_node(tmp_path))))
     assert [(d.name, d.roles) for d in sel.devices] == [("nvme0n1", ["disk"]), ("nvme1n1", ["disk"])]
+    bare = counters.select(
+        Sysfs(str(tmp_path / "none"))
+    )  # a node tree without block devices (the dev cluster's)
+    assert bare.devices == [] and bare.unmeasured == [("*", "disk", "no-device")]
 
 
 def test_reading_every_channel_reads_each_file_once(tmp_path, monkeypatch):

@@ -388,6 +388,8 @@ def select_storage(sysfs: Sysfs, paths: list[tuple[str, str]], sel: Selection, l
         if disk is not None:
             disk.roles.append("disk")
             sel.devices.append(disk)
+    if not sel.devices:
+        sel.unmeasured.append(("*", "disk", "no-device"))
 
 
 def select(

@@ -50,6 +50,7 @@ REASONS = {
     "in-memory": "in memory (tmpfs): no device to measure",
     "not-mounted": "no mount holds the path",
     "mounts-unreadable": "the node's mount table could not be read",
+    "no-device": "no path of the job's storage is known and the node shows no physical disk",
 }
 
 
