@@ -12,6 +12,13 @@ NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_CLOCK_SM = 1
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, cumulative; scopeId 0xFFFFFFFF: all links
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT = 0, 3, 2
 
 
 class NVMLError(Exception):
@@ -43,6 +50,7 @@ MODELS = {
         "pcie_max_gen": 4,
         "nvlinks": 12,
         "memory_total": 85899345920,
+        "sm_max_clock": 1410,
     },
     "h100": {
         "name": "NVIDIA H100 80GB HBM3",
@@ -51,6 +59,7 @@ MODELS = {
         "pcie_max_gen": 5,
         "nvlinks": 18,
         "memory_total": 85520809984,
+        "sm_max_clock": 1980,
     },
     "a10g": {
         "name": "NVIDIA A10G",
@@ -59,6 +68,7 @@ MODELS = {
         "pcie_max_gen": 4,
         "nvlinks": 0,
         "memory_total": 24146608128,
+        "sm_max_clock": 1710,
     },
 }
 DGX_BUS_IDS = [
@@ -106,6 +116,14 @@ def device(index: int, model: str = "a100", **overrides) -> dict:
         "memory_total": spec["memory_total"],
         "processes": [4242],
         "mig": False,
+        # the perf readings: None is NotSupported. PCIe KB/s (NVML samples a byte counter over 20 ms), NVLink
+        # data KiB over all links (cumulative; a GPU without NVLink answers NotSupported), SM clock MHz
+        "pcie_tx_kbs": 1843,
+        "pcie_rx_kbs": 5120,
+        "nvlink_tx_kib": 0 if spec["nvlinks"] else None,
+        "nvlink_rx_kib": 0 if spec["nvlinks"] else None,
+        "sm_clock": spec["sm_max_clock"],
+        "sm_max_clock": spec["sm_max_clock"],
     }
     dev.update(overrides)
     return dev
@@ -140,6 +158,11 @@ class FakeNvml:
             "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
             "NVML_VOLATILE_ECC",
             "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",
+            "NVML_PCIE_UTIL_TX_BYTES",
+            "NVML_PCIE_UTIL_RX_BYTES",
+            "NVML_CLOCK_SM",
+            "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+            "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
         ):
             setattr(self, name, globals()[name])
 
@@ -266,3 +289,44 @@ class FakeNvml:
         return SimpleNamespace(
             used=d["memory_used"], total=d["memory_total"], free=d["memory_total"] - d["memory_used"]
         )
+
+    def _supported(self, h, key: str):
+        value = self._dev(h)[key]
+        if value is None:
+            raise NVMLError_NotSupported()
+        return value
+
+    def nvmlDeviceGetPcieThroughput(self, h, counter):
+        return self._supported(h, "pcie_tx_kbs" if counter == NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_kbs")
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        if clock != NVML_CLOCK_SM:
+            raise NVMLError(2, "Invalid Argument")
+        return self._supported(h, "sm_clock")
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        if clock != NVML_CLOCK_SM:
+            raise NVMLError(2, "Invalid Argument")
+        return self._supported(h, "sm_max_clock")
+
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        """pynvml's form: a list of ids or (id, scopeId) pairs -> one value per field with its own nvmlReturn
+        (the call itself succeeds); only the NVLink data fields summed over all links are known here."""
+        d = self._dev(h)
+        out = []
+        for entry in field_ids:
+            field, scope = entry if isinstance(entry, tuple) else (entry, 0)
+            key = {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib"}.get(field)
+            key = key or {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib"}.get(field)
+            value = d.get(key) if key and scope == 0xFFFFFFFF else None
+            ret = NVML_SUCCESS if value is not None else NVML_ERROR_NOT_SUPPORTED
+            out.append(
+                SimpleNamespace(
+                    fieldId=field,
+                    scopeId=scope,
+                    nvmlReturn=ret,
+                    valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    value=SimpleNamespace(ullVal=value or 0),
+                )
+            )
+        return out

@@ -1,12 +1,19 @@
 """`stune-gpu-sampler`: the per-node GPU utilization sampler, and the node epilog that summarizes a job.
 
     stune-gpu-sampler run [--gpu-snapshot FILE] [--interval 1] [--local-dir DIR]   (the daemon; systemd unit
-                                                                                    in contrib/systemd/)
+                          [--sysfs-root DIR] [--partition P] [--cache PATH]        in contrib/systemd/)
+                          [--source PATH ...] [--no-perf]
     stune-gpu-sampler epilog                  (from epilog/20-stune-usage: this node's summary -> shared spool)
     stune-gpu-sampler status [--json]         (jobs being sampled here, with their running means)
 
 `run --snapshot FILE` is the old spelling of `--gpu-snapshot FILE` (stune-health's name for the same replay;
 its `--snapshot` is a whole node's snapshot): still accepted, with a note.
+
+Beside the GPUs (`--no-perf` turns it off), the node's counters go into each job's perf record
+(usage/perfrec.py): read under `--sysfs-root` ($STUNE_SYSFS_ROOT, %n the node name, as every stune command);
+the ports are the profile's fabric where the node has one (`--partition`, default $STUNE_HEALTH_PARTITION),
+the storage devices those behind the profile's cache tier and `cache.stage` sources plus `--cache` and
+`--source` (hw/counters.py has the rules).
 """
 
 from __future__ import annotations
@@ -15,13 +22,19 @@ import argparse
 import os
 import signal
 import sys
+import time
 
+from ..errors import StuneError
 from ..hw.nvml import open_gpu_source
+from ..hw.sysfs import resolve_root
 from ..output import print_json
+from ..profilestore import load_profile
 from ..thisnode import expand, job_context
 from ..usage import accum, pipeline
 from ..usage.config import load_config, usage_dirs
-from ..usage.sampler import Sampler
+from ..usage.perf import node_perf, reason_text
+from ..usage.perfrec import NodePerf
+from ..usage.sampler import MAX_GAP_INTERVALS, Sampler
 from ..usage.spool import node_epilog
 from . import options
 from .common import EXIT_OK, guarded
@@ -46,9 +59,27 @@ def _run(args) -> int:
     # the shipped systemd unit passes no --gpu-snapshot: $STUNE_GPU_SNAPSHOT (as for stune-health, %n allowed)
     snapshot = args.gpu_snapshot or os.environ.get("STUNE_GPU_SNAPSHOT") or None
     snapshot = expand(snapshot) if snapshot else None
-    source = open_gpu_source(snapshot=snapshot)
+    source = open_gpu_source(snapshot=snapshot, perf=not args.no_perf)
+    node_perf = None
+    if not args.no_perf:
+        fabric, paths = _node_hints(args)
+        root = resolve_root(args.sysfs_root)
+        node_perf = NodePerf(local, root, fabric, paths, max_gap=MAX_GAP_INTERVALS * interval)
+        sel = node_perf.select(time.time())
+        ports = ", ".join(p.name for p in sel.ports) or "none"
+        disks = ", ".join(f"{d.name} ({'+'.join(d.roles)})" for d in sel.devices) or "none"
+        print(f"{PROG}: ports ({sel.rule}): {ports}; storage: {disks}", file=sys.stderr)
+        for path, role, why in sel.unmeasured:
+            print(f"{PROG}: {role} {path}: unmeasured: {reason_text(why)}", file=sys.stderr)
+        for note in sel.notes:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
     sampler = Sampler(
-        source, local, interval=interval, busy_util=config.report.busy_util, gpu_map=args.gpu_map
+        source,
+        local,
+        interval=interval,
+        busy_util=config.report.busy_util,
+        gpu_map=args.gpu_map,
+        perf=node_perf,
     )
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
@@ -65,6 +96,29 @@ def _run(args) -> int:
     finally:
         sampler.close()
     return EXIT_OK
+
+
+def _node_hints(args) -> tuple[dict | None, list[tuple[str, str]]]:
+    """(fabric, [(path, role)]) from the node's profile and the options; no profile: the automatic rules."""
+    fabric, paths = None, []
+    partition = args.partition or os.environ.get("STUNE_HEALTH_PARTITION")
+    if partition:
+        try:
+            profile = load_profile(partition)
+            f = profile.fabric
+            hcas = [(h.device, h.port) for h in f.hcas or ()]
+            fabric = {"type": f.type, "hcas": hcas, "socket_ifname": f.socket_ifname}
+            if profile.cache.path:
+                paths.append((profile.cache.path, "cache"))
+            paths.extend((src, "source") for src in profile.cache.stage or ())
+        except (StuneError, AttributeError) as exc:
+            print(
+                f"{PROG}: note: profile {partition}: {exc}; choosing ports and disks without it",
+                file=sys.stderr,
+            )
+    paths.extend((p, "cache") for p in args.cache or ())
+    paths.extend((p, "source") for p in args.source or ())
+    return fabric, paths
 
 
 def _epilog(args) -> int:
@@ -106,6 +160,7 @@ def _status(args) -> int:
             {
                 "job": name,
                 "error": None,
+                "perf": node_perf(local, name),
                 "gpus": [
                     {
                         "gpu": int(g["gpu_id"]),
@@ -133,7 +188,38 @@ def _status(args) -> int:
                 for g in job["gpus"]
             )
         )
+        if job.get("perf"):
+            print(f"  {_perf_line(job['perf'])}")
     return EXIT_OK
+
+
+def _rate(nbytes: float, seconds: float) -> str:
+    return f"{nbytes / seconds / 1e9:.2f} GB/s" if seconds > 0 else "unmeasured"
+
+
+def _perf_line(p: dict) -> str:
+    """One line of a job's node counters so far: network, storage, CPU, GPU links, clock."""
+    ports = [x for x in p["net"]["ports"] if x["s"] > 0]
+    cap = sum(x["cap"] for x in ports)
+    busier = max(sum(x["tx"] for x in ports), sum(x["rx"] for x in ports))
+    net = _rate(busier, max((x["s"] for x in ports), default=0))
+    net += f" ({100 * busier / cap:.0f} % of line rate)" if cap > 0 else ""
+    devs = [d for d in p["storage"]["devices"] if d["s"] > 0]
+    sto = ", ".join(f"{d['name']} {_rate(d['read'], d['s'])}" for d in devs) or "unmeasured"
+    sto += "".join(f"; {u['path']} unmeasured ({reason_text(u['why'])})" for u in p["storage"]["unmeasured"])
+    cpu = p["cpu"]
+    cpu_text = f"{cpu['s'] / cpu['over_s']:.1f} CPUs busy" if cpu["over_s"] > 0 else "unmeasured"
+    cpu_text += f" of {cpu['cpus']}" if cpu["over_s"] > 0 and cpu["cpus"] else ""
+    cpu_text += f" ({reason_text(cpu['why'])})" if cpu.get("why") else ""
+    g = p["gpu"]
+    pcie = _rate(g["pcie_tx"] + g["pcie_rx"], g["pcie_s"])
+    nvlink = _rate(g["nvlink_tx"] + g["nvlink_rx"], g["nvlink_s"])
+    clock = f"{100 * g['sm_mhz_s'] / g['sm_max_mhz_s']:.0f} %" if g["sm_max_mhz_s"] > 0 else "unmeasured"
+    shared = " (node-wide: another job shared the node)" if p["shared_s"] > 0 else ""
+    return (
+        f"over {p['sampled_s']:.0f}s: net {net}; storage {sto}{shared}; cpu {cpu_text}; "
+        f"per GPU pcie {pcie}, nvlink {nvlink}; SM clock {clock} of max"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -156,6 +242,18 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="how Slurm GPU ids map to GPUs: device minor (from /proc) or NVML index",
     )
+    options.add(p, "sysfs_root")
+    options.add(
+        p,
+        "partition",
+        help="the node's profile: its fabric's ports, cache tier and sources (default "
+        "$STUNE_HEALTH_PARTITION; none: every ACTIVE IB/RoCE port, every disk)",
+    )
+    p.add_argument(
+        "--cache", action="append", metavar="PATH", help="the cache tier's path (its device is measured)"
+    )
+    p.add_argument("--source", action="append", metavar="PATH", help="a dataset source's path (repeatable)")
+    p.add_argument("--no-perf", action="store_true", help="GPUs only: no network, storage or CPU counters")
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)
     p.add_argument("--config")
     p = sub.add_parser("epilog", help="summarize this node's usage of $SLURM_JOB_ID into the shared spool")

@@ -23,14 +23,33 @@ MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS is 18 on Hopper-era drivers; absent li
 class GpuUtilization(
     namedtuple(
         "GpuUtilization",
-        "index uuid pci_bus_id sm_util mem_util mem_used_bytes mem_total_bytes power_w procs",
-        defaults=(None,),
+        "index uuid pci_bus_id sm_util mem_util mem_used_bytes mem_total_bytes power_w procs "
+        "pcie_tx_kbs pcie_rx_kbs nvlink_tx_kib nvlink_rx_kib sm_mhz sm_max_mhz",
+        defaults=(None, None, None, None, None, None, None),
     )
 ):
-    """One sample of one GPU for the sampler. Percentages are 0-100; None where the GPU did not answer.
-    procs: compute processes running on the GPU (None: not known)."""
+    """One sample of one GPU for the sampler. Percentages are 0-100; None where the GPU did not answer or
+    does not support the reading (never 0). procs: compute processes running on the GPU (None: not known).
+    pcie_*_kbs: NVML's PCIe throughput (KB/s, a byte counter over 20 ms); nvlink_*_kib: NVLink data bytes
+    over all links (KiB, a cumulative counter); sm_mhz / sm_max_mhz: the SM clock now and its maximum."""
 
     __slots__ = ()
+
+
+PERF_FIELDS = ("pcie_tx_kbs", "pcie_rx_kbs", "nvlink_tx_kib", "nvlink_rx_kib", "sm_mhz", "sm_max_mhz")
+# NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX (KiB, cumulative), scopeId UINT_MAX: summed over the links (nvml.h)
+NVLINK_DATA_FIELDS = [(138, 0xFFFFFFFF), (139, 0xFFFFFFFF)]
+_FIELD_VALUE = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # integer types
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _field_value(v) -> int | None:
+    """An nvmlFieldValue_t's integer value, None unless it was read."""
+    value = getattr(getattr(v, "value", None), _FIELD_VALUE.get(getattr(v, "valueType", 3), ""), None)
+    return _count(value) if getattr(v, "nvmlReturn", 1) == 0 else None
 
 
 def _text(value):
@@ -55,6 +74,8 @@ class NvmlSession:
         self.nvml = nvml
         self._handles: dict[int, object] = {}
         self._identity: dict[int, tuple] = {}  # index -> (uuid, pci bus id): fixed for a session
+        self._max_sm: dict[int, int | None] = {}  # index -> max SM clock (MHz): fixed too
+        self._unsupported: set[tuple[int, str]] = set()  # (index, reading) the GPU answered NotSupported to
         nvml.nvmlInit()
 
     def close(self) -> None:
@@ -80,6 +101,42 @@ class NvmlSession:
                 return None
             errors[name] = str(exc)
             return None
+
+    def _once(self, index: int, name: str, fn, *args):
+        """A reading a GPU either supports or not: after NotSupported it is not asked again (None)."""
+        if (index, name) in self._unsupported or fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            if isinstance(exc, getattr(self.nvml, "NVMLError_NotSupported", ())):
+                self._unsupported.add((index, name))
+            return None
+
+    def perf(self, index: int, with_max: bool = True) -> dict:
+        """PCIe throughput (KB/s), NVLink data (KiB counters, all links) and the SM clock (MHz) of one GPU:
+        None where not supported, never 0. 4 NVML calls (a max-clock call too with `with_max`)."""
+        n, h, once = self.nvml, self.handle(index), self._once
+        pcie, sm = getattr(n, "nvmlDeviceGetPcieThroughput", None), getattr(n, "NVML_CLOCK_SM", 1)
+        top = once(
+            index, "max_clock", getattr(n, "nvmlDeviceGetMaxClockInfo", None) if with_max else None, h, sm
+        )
+        values = once(index, "nvlink", getattr(n, "nvmlDeviceGetFieldValues", None), h, NVLINK_DATA_FIELDS)
+        try:
+            links = [_field_value(v) for v in values][:2] if values is not None else []
+        except TypeError:
+            links = []
+        if links and all(getattr(v, "nvmlReturn", 0) == 3 for v in values):  # NVML_ERROR_NOT_SUPPORTED
+            self._unsupported.add((index, "nvlink"))
+        links = links if len(links) == 2 and None not in links else [None, None]
+        return {
+            "pcie_tx_kbs": _count(once(index, "pcie", pcie, h, getattr(n, "NVML_PCIE_UTIL_TX_BYTES", 0))),
+            "pcie_rx_kbs": _count(once(index, "pcie", pcie, h, getattr(n, "NVML_PCIE_UTIL_RX_BYTES", 1))),
+            "nvlink_tx_kib": links[0],
+            "nvlink_rx_kib": links[1],
+            "sm_mhz": _count(once(index, "clock", getattr(n, "nvmlDeviceGetClockInfo", None), h, sm)) or None,
+            "sm_max_mhz": _count(top) or None,
+        }
 
     def system(self) -> dict:
         n = self.nvml
@@ -181,8 +238,8 @@ class NvmlSession:
             "errors": errors,
         }
 
-    def utilization(self, index: int) -> GpuUtilization:
-        """The sampler's read: 4 NVML calls, no allocation beyond the tuple."""
+    def utilization(self, index: int, with_perf: bool = False) -> GpuUtilization:
+        """The sampler's read: 4 NVML calls (utilization, memory, power, processes), 4 more `with_perf`."""
         n = self.nvml
         errors: dict[str, str] = {}
         h = self.handle(index)
@@ -194,6 +251,9 @@ class NvmlSession:
             if hasattr(n, "nvmlDeviceGetComputeRunningProcesses")
             else None
         )
+        perf = self.perf(index, with_max=index not in self._max_sm) if with_perf else {}
+        if with_perf:
+            perf["sm_max_mhz"] = self._max_sm.setdefault(index, perf["sm_max_mhz"])
         if index not in self._identity:
             pci = self._field(errors, "pci", n.nvmlDeviceGetPciInfo, h)
             self._identity[index] = (
@@ -211,6 +271,7 @@ class NvmlSession:
             getattr(mem, "total", None),
             power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
             len(procs) if isinstance(procs, (list, tuple)) else None,
+            **perf,
         )
 
 
@@ -262,8 +323,8 @@ def _nvml_problem(message: str) -> str:
 class LiveGpuSource:
     """The sampler's GPU source on a real node: one NVML session for the sampler's lifetime."""
 
-    def __init__(self, timeout_s: float = 5.0, nvml=None):
-        self.timeout_s = timeout_s
+    def __init__(self, timeout_s: float = 5.0, nvml=None, perf: bool = False):
+        self.timeout_s, self.perf = timeout_s, perf  # perf: PCIe, NVLink and SM clock readings too
         result = run_probe("nvml-init", lambda partial: NvmlSession(nvml), timeout_s)
         if result.status != OK:
             raise StuneError(_nvml_problem(result.message))
@@ -272,7 +333,9 @@ class LiveGpuSource:
 
     def utilization(self) -> list[GpuUtilization]:
         result = run_probe(
-            "nvml-sample", lambda partial: [self.session.utilization(i) for i in self.indices], self.timeout_s
+            "nvml-sample",
+            lambda partial: [self.session.utilization(i, self.perf) for i in self.indices],
+            self.timeout_s,
         )
         if result.status == OK:
             return result.value
@@ -315,16 +378,18 @@ def _load_json(path: str):
 
 
 def utilization_from_snapshot(snapshot) -> list[GpuUtilization]:
-    """Per-GPU utilization fields of a snapshot; anything missing or malformed reads as None."""
+    """Per-GPU utilization fields of a snapshot, with a device's optional `perf` dict (PERF_FIELDS; older
+    snapshots have none); anything missing or malformed reads as None."""
     gpus = snapshot.get("gpus") if isinstance(snapshot, dict) else None
     devices = gpus.get("devices") if isinstance(gpus, dict) else None
     out = []
     for pos, dev in enumerate(devices if isinstance(devices, list) else []):
         if not isinstance(dev, dict):
             continue
-        util, mem = dev.get("utilization"), dev.get("memory")
+        util, mem, perf = dev.get("utilization"), dev.get("memory"), dev.get("perf")
         util = util if isinstance(util, dict) else {}
         mem = mem if isinstance(mem, dict) else {}
+        perf = perf if isinstance(perf, dict) else {}
         out.append(
             GpuUtilization(
                 _int(dev.get("index"), pos),
@@ -336,6 +401,7 @@ def utilization_from_snapshot(snapshot) -> list[GpuUtilization]:
                 _num(mem.get("total")),
                 _num(dev.get("power_w")),
                 len(dev["processes"]) if isinstance(dev.get("processes"), list) else None,
+                *(_reading(perf.get(k)) for k in PERF_FIELDS),
             )
         )
     return out
@@ -345,6 +411,10 @@ def _num(value):
     return (
         value if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
     )
+
+
+def _reading(value):  # a perf reading from a snapshot: a finite number >= 0, else None (unmeasured)
+    return value if _num(value) is not None and 0 <= value < float("inf") else None
 
 
 def _int(value, default):
@@ -374,9 +444,7 @@ def pci_bus_id_of_uuid(uuid: str, timeout_s: float = 5.0, nvml=None) -> tuple[st
     return None, _nvml_problem(result.message or "no PCI bus id")
 
 
-def open_gpu_source(snapshot: str | None = None, timeout_s: float = 5.0, nvml=None):
-    """The sampler's GPU source: from a snapshot file when given, else live NVML. Raises StuneError when
-    NVML cannot be opened."""
-    if snapshot:
-        return SnapshotGpuSource(snapshot)
-    return LiveGpuSource(timeout_s, nvml)
+def open_gpu_source(snapshot: str | None = None, timeout_s: float = 5.0, nvml=None, perf: bool = False):
+    """The sampler's GPU source: from a snapshot file when given (its perf readings where it has them), else
+    live NVML (`perf`: with PCIe, NVLink and SM clock). Raises StuneError when NVML cannot be opened."""
+    return SnapshotGpuSource(snapshot) if snapshot else LiveGpuSource(timeout_s, nvml, perf)

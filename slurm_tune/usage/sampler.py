@@ -16,6 +16,10 @@ utilization) is idle whatever a stale utilization reading says; a GPU whose util
 (MIG, NVML_ERROR_NOT_SUPPORTED) reads None and is unmeasured, never 0 %: it adds no sampled time, so the job's
 coverage drops and the accountant charges it as Slurm does (eta = 1).
 
+Beside the GPUs (issue 24 §1), with a `perf` (perfrec.NodePerf): each tick the node's network ports, storage
+devices and the jobs' cgroups are read once, whatever the number of jobs, into each running job's perf
+record (`<local_dir>/perf/<jobid>`), with the job's GPUs' PCIe, NVLink and SM clock readings.
+
 This module imports no numpy and nothing heavy: it runs for the node's lifetime next to the jobs.
 """
 
@@ -69,6 +73,7 @@ class Sampler:
         gpu_map: str = "auto",
         proc_root: str = "/proc/driver/nvidia/gpus",
         clock=time.time,
+        perf=None,
     ):
         self.source = source
         self.jobs_dir = os.path.join(local_dir, pipeline.JOBS_DIR)
@@ -88,6 +93,7 @@ class Sampler:
         self._owner: dict[int, str] = {}
         self.samples = 0
         self.errors: list[str] = []
+        self.perf = perf  # perfrec.NodePerf, or None: GPUs only
 
     # ---- jobs ---------------------------------------------------------------------------------------------
     def refresh_jobs(self) -> None:
@@ -105,6 +111,10 @@ class Sampler:
             names = set()
         for gone in [j for j in self.jobs if j not in names]:
             self.jobs.pop(gone).acc.close()
+            if self.perf is not None:  # the epilog has read the record (it reads before removing the job)
+                self.perf.forget(gone)
+        if self.perf is not None:
+            self.perf.sweep(names)
         for job_id in sorted(names - set(self.jobs)):
             path = os.path.join(self.jobs_dir, job_id)
             try:
@@ -161,11 +171,13 @@ class Sampler:
         slot_of = self._slot_of
         added = 0
         busy, max_gap, interval, owner = self.busy_util, self.max_gap, self.interval, self._owner
+        running: dict[str, tuple] = {}  # for perf: job -> (created, readings of the GPUs it holds)
         for job in self.jobs.values():
             acc = job.acc
             for slot, gpu in enumerate(acc.gpu_ids):
                 if owner.get(gpu) != job.job_id:
                     continue
+                mine = running.setdefault(job.job_id, (acc.created, []))[1]
                 last = acc.records[slot][1]
                 dt = now - last if last > 0 else min(interval, now - acc.created)
                 if dt > max_gap or dt < 0:
@@ -175,10 +187,18 @@ class Sampler:
                     acc.add(slot, now, 0.0, None, None, None, None, busy, -1)
                     continue
                 r = readings[pos]
+                mine.append(r)
                 mib = r.mem_used_bytes / 1048576.0 if r.mem_used_bytes is not None else None
                 acc.add(slot, now, dt, r.sm_util, r.mem_util, mib, r.power_w, busy, r.index, r.procs)
                 added += 1
         self.samples += added
+        if self.perf is not None:
+            try:
+                self.perf.tick(now, running)
+            except Exception as exc:  # the GPU sums above are kept whatever the node counters do
+                self.errors.append(f"perf: {type(exc).__name__}: {exc}")
+            self.errors.extend(self.perf.errors)
+            self.perf.errors.clear()
         return added
 
     def run(self, iterations: int | None = None) -> None:
@@ -205,6 +225,8 @@ class Sampler:
         for job in self.jobs.values():
             job.acc.close()
         self.jobs.clear()
+        if self.perf is not None:
+            self.perf.close()
         close = getattr(self.source, "close", None)
         if close:
             close()

@@ -24,7 +24,7 @@ import shutil
 import time
 
 from .. import safeio
-from . import accum, pipeline
+from . import accum, perf, pipeline
 from .pipeline import NODE_SUMMARY_SUFFIX, STORED_MARKER
 from .summary import ACC_FIELDS
 
@@ -105,6 +105,9 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
     }
     if series is not None:
         out["series"] = series
+    job_perf = perf.node_perf(local_dir, job_id)  # network, storage, CPU, GPU links: usage/perf.py
+    if job_perf is not None:
+        out["perf"] = job_perf
     return out
 
 
