@@ -69,11 +69,14 @@ def evidence(summary, fields: dict[str, str], baselines: dict[str, float]) -> Ev
     devices = [d for d in job_perf.sto_devices if d.bps is not None]
     if devices:
         busiest = max(devices, key=lambda d: d.bps)
+        rate = float(busiest.bps)
+        if len(devices) == 1 and job_perf.sto_idle_bps is not None:
+            rate = float(job_perf.sto_idle_bps)  # one device: its rate while the GPUs waited
         kw["storage"] = Storage(
             busiest.name,
             _roles(busiest.roles),
             busiest.node,
-            float(busiest.bps),
+            rate,
             baselines.get(busiest.node) if "cache" in busiest.roles or "disk" in busiest.roles else None,
             job_perf.node_wide,
         )
@@ -101,11 +104,7 @@ def evidence(summary, fields: dict[str, str], baselines: dict[str, float]) -> Ev
 
 
 def _unmeasured(job_perf) -> list[tuple[str, str]]:
-    out = []
-    for item in job_perf.sto_unmeasured:
-        role, _, code = str(item).partition(":")
-        out.append((ROLE_WORDS.get(role, role), code or role))
-    return out
+    return [(ROLE_WORDS.get(role, role), code) for role, code in job_perf.sto_unmeasured]
 
 
 def why_sections(summary, admin_comment: str, partition: str, store_dir: str | None = None) -> dict:

@@ -54,7 +54,7 @@ class Storage:
     device: str  # `nvme0n1`, `nfs 10.0.0.1:/datasets`
     role: str  # `cache tier`, `dataset source`, `local disk`
     node: str  # where this reading is from (the busiest node)
-    read_bps: float  # bytes/s while the GPUs waited (their idle phases), else over the job
+    read_bps: float  # bytes/s while the GPUs waited (their idle phases) where known, else over the job
     baseline_bps: float | None = None  # the node's fio read baseline for this device, where one is stored
     shared: bool = False  # another job used the node meanwhile: the reading is node-wide
 

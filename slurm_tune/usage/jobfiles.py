@@ -7,6 +7,7 @@ the NCCL logs judged against the partition's profile (comm/), as the node summar
 where the transport family counts fallbacks (health/transport.py).
 
 Controller side (`job_tokens`, in `stune-fairshare store`): the tokens appended to the AdminComment line:
+- the node counters merged over the nodes (usage/perf.py);
 - the steps summary of the node with the most steps (rank 0 writes the file: one node has it);
 - `comm=` the nodes' verdicts, `node@verdict` joined by `|`, the nodes with findings first and at most
   COMM_NODES_KEPT of them, with `commn=judged/ok/not_judged` counting every node.
@@ -20,7 +21,7 @@ import time
 from .. import safeio
 from ..errors import StuneError
 from ..hostlist import expand_hostlist
-from . import jobdir
+from . import jobdir, perf
 from . import steps as steps_mod
 
 COMM_NODES_KEPT = 32  # node verdicts kept in AdminComment (~100-400 bytes each; the line stays < 64 KiB)
@@ -210,6 +211,9 @@ def job_tokens(node_summaries: list[dict]) -> str:
     from .. import comm
 
     tokens: list[str] = []
+    job_perf = perf.merge(node_summaries)
+    if job_perf.nodes:
+        tokens.append(job_perf.tokens())
     with_steps = [s for s in node_summaries if isinstance(s.get("steps"), str) and s["steps"]]
     if with_steps:
         best = max(with_steps, key=lambda s: (_int(s.get("steps_n")), str(s.get("node"))))

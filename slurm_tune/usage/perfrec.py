@@ -24,9 +24,8 @@ import os
 import struct
 
 from ..hw import counters
+from .pipeline import PERF_DIR, PERF_MAGIC  # pipeline.py names the formats
 
-PERF_DIR = "perf"  # under usage.local_dir, beside pipeline.JOBS_DIR and ACC_DIR
-PERF_MAGIC = b"STUNEPF1"
 HEADER = struct.Struct("<8sIIdddd")  # magic, ports, devices, created, series width, cpus, reserved
 SLOT = struct.Struct("<40s8sI4x")  # name, kind, role bits
 SCALARS = (

@@ -1,0 +1,123 @@
+"""A job's "why slow" sections (fairshare/jobwhy.py) from its AdminComment line as the pipeline writes it, and
+the nodes' fio baselines in the active-check store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_tune import comm
+from slurm_tune.active import store
+from slurm_tune.fairshare import jobwhy
+from slurm_tune.usage import jobfiles, perf, summary
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "comm"
+NOW = 1_790_000_000.0
+
+
+def usage_line(eta: float = 0.4, drops: int = 40) -> str:
+    held = 4 * 3600.0
+    s = summary.JobSummary(held, held * eta, held, 0.0, None, 4, 1, 1, (), drops, 0.0, "9090909090")
+    return summary.encode(s)
+
+
+def perf_tokens(**changes) -> str:
+    base = perf.EMPTY._replace(
+        nodes=1,
+        sampled_s=3600.0,
+        idle_s=1800.0,
+        net_kind="ib",
+        net_bps=1e9,
+        net_frac=0.05,
+        net_idle_bps=2e9,
+        net_idle_frac=0.08,
+        sto_bps=2.0e9,
+        sto_idle_bps=2.9e9,
+        sto_devices=(perf.StoDev("n17", "nvme0n1", "source", 2.0e9),),
+        cpu_why="no-cgroup",
+        clock=0.97,
+        net_tl="1" * 48,
+        sto_tl="9" * 48,
+        sto_peak=3.1e9,
+    )
+    return base._replace(**changes).tokens()
+
+
+def baseline(tmp_path: Path, node: str = "n17", gbps: float = 3.05) -> str:
+    fp = dict.fromkeys(store.FINGERPRINT_KEYS, "x")
+    result = {"at": NOW - 3600, "check": "disk_read", "subject": node, "status": "ok", "value": gbps}
+    store.append(str(tmp_path), "hdr", [{**result, "sweep": "s", "partition": "hdr", "fingerprint": fp}])
+    return str(tmp_path)
+
+
+def sections(line: str, store_dir: str | None, monkeypatch) -> dict:
+    monkeypatch.setattr(jobwhy.time, "time", lambda: NOW)
+    return jobwhy.why_sections(summary.parse(line), line, "hdr", store_dir)
+
+
+def test_a_source_device_fio_never_measured_is_not_held_against_the_caches_baseline(tmp_path, monkeypatch):
+    line = usage_line() + " " + perf_tokens()
+    b = sections(line, baseline(tmp_path), monkeypatch)["bottleneck"]
+    # fio measured the cache tier's device: a source on another device has no baseline, so no limit is claimed
+    assert b["bound"] == "unclear" and "GPU 40 % in a sawtooth" in b["headline"]
+    assert "storage: dataset source nvme0n1 read at 2.9 GB/s on n17" in b["lines"]
+
+
+def test_the_cache_tiers_rate_is_held_against_its_nodes_fio_baseline(tmp_path, monkeypatch):
+    line = usage_line() + " " + perf_tokens(sto_devices=(perf.StoDev("n17", "nvme0n1", "cache+source", 2e9),))
+    b = sections(line, baseline(tmp_path), monkeypatch)["bottleneck"]
+    assert b["bound"] == "storage"
+    assert b["headline"] == (
+        "GPU 40 % in a sawtooth while the cache tier and dataset source nvme0n1 read at 2.9 GB/s, 95 % of "
+        "n17's fio baseline: storage-bound"
+    )
+
+
+def test_without_a_baseline_the_same_rate_is_not_called_the_limit(monkeypatch, tmp_path):
+    line = usage_line() + " " + perf_tokens(sto_devices=(perf.StoDev("n17", "nvme0n1", "cache", 2e9),))
+    b = sections(line, str(tmp_path / "empty-store"), monkeypatch)["bottleneck"]
+    assert b["bound"] == "unclear"
+    assert "storage: cache tier nvme0n1 read at 2.9 GB/s on n17" in b["lines"]
+
+
+def test_the_network_busy_in_the_gpus_idle_phases_is_communication_bound(monkeypatch, tmp_path):
+    line = usage_line() + " " + perf_tokens(net_idle_frac=0.85, net_idle_bps=21e9)
+    doc = sections(line, None, monkeypatch)
+    assert doc["bottleneck"]["bound"] == "communication"
+    assert "IB at 85 % of line rate in the GPU's idle phases" in doc["bottleneck"]["headline"]
+    assert doc["series"]["network"][0] == 100 * 1 / 9 and doc["series"]["storage"][0] == 100.0
+
+
+def test_busy_gpus_with_the_transport_verdict_and_throughput(monkeypatch):
+    socket = comm.judge(
+        [comm.parse((FIXTURES / "nccl-socket-ncclTests179.txt").read_bytes())], comm.Expectation("ib")
+    )
+    nodes = [{"node": "n3", "comm": socket.encode()}, {"node": "n4", "comm": socket.encode()}]
+    line = " ".join(
+        [
+            usage_line(eta=0.93, drops=0),
+            perf_tokens(),
+            jobfiles.job_tokens(nodes),
+            "sps=1830/1700/1900/1800 dwait=6.0/9.0 steps=500/10/0/1 warm=20.0/900.0",
+        ]
+    )
+    doc = sections(line, None, monkeypatch)
+    assert doc["bottleneck"]["headline"] == "GPU busy 93 %: compute-bound"
+    assert doc["transport"]["status"] == "fallback" and doc["transport"]["judged"] == 2
+    assert any("ranks on n[3-4] used NET/Socket" in m for m in doc["transport"]["messages"])
+    assert any(line.startswith("transport: IB partition") for line in doc["bottleneck"]["lines"])
+    assert doc["throughput"]["sps_p50"] == 1830
+    text = "\n".join(jobwhy.why_text(doc))
+    assert "throughput: 1830 samples/s (1700-1900), data wait 6 % over 500 steps" in text
+
+
+def test_a_job_with_no_record_is_unmeasured_not_guessed(monkeypatch):
+    doc = sections("", None, monkeypatch)
+    assert doc["bottleneck"]["bound"] == "unmeasured" and doc["transport"] is None
+    assert (
+        "storage: unmeasured (the sampler recorded no node counters for this job)"
+        in doc["bottleneck"]["lines"]
+    )
+    # a lustre source the sampler could not read is named with why
+    line = usage_line() + " " + perf_tokens(sto_devices=(), sto_unmeasured=(("source", "lustre-not-read"),))
+    b = sections(line, None, monkeypatch)["bottleneck"]
+    assert "storage: unmeasured (dataset source lustre: its client counters are not read)" in b["lines"]
