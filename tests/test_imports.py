@@ -134,6 +134,7 @@ COLD_BRANCHES = {
     "slurm_tune.slurm.version": "Slurm's release, read at the first query (test_slurm_adapter)",
     "slurm_tune.stage.tier": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
     "slurm_tune.stage.stager": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
+    "slurm_tune.sbatch.historyview": "`stune-sbatch history`: the history file, sacct's records, the bottleneck",
 }
 
 

@@ -121,3 +121,24 @@ def test_a_job_with_no_record_is_unmeasured_not_guessed(monkeypatch):
     line = usage_line() + " " + perf_tokens(sto_devices=(), sto_unmeasured=(("source", "lustre-not-read"),))
     b = sections(line, None, monkeypatch)["bottleneck"]
     assert "storage: unmeasured (dataset source lustre: its client counters are not read)" in b["lines"]
+
+
+def test_history_diff_names_the_bottleneck_change_beside_the_throughput_change(monkeypatch):
+    from slurm_tune.sbatch import historyview
+
+    fast = (
+        usage_line(eta=0.92, drops=0)
+        + " sps=1830/1700/1900/1800 dwait=6.0/9.0 steps=500/10/0/1 warm=20.0/900.0"
+    )
+    slow = (
+        usage_line(eta=0.45, drops=30) + " sps=1210/1100/1300/1200 dwait=31.0/40.0 steps=500/10/0/1 warm=5.0/100.0"
+    )
+    a = {"job_id": "1", "partition": "hdr", "argv": ["--stage", "/d:x", "t.sh"], "script": "t.sh"}
+    b = {"job_id": "2", "partition": "hdr", "argv": ["t.sh"], "script": "t.sh"}
+    found = {"1": fast, "2": slow}
+    bounds = historyview.bounds_of([a, b], found)
+    assert bounds == {"1": "compute", "2": "storage"}
+    line = historyview.headline(a, b, historyview.steps_of(found), bounds)
+    assert line == (
+        "samples/s 1830 -> 1210 (-34 %); data wait 6 % -> 31 %; bound compute -> storage; --stage dropped"
+    )

@@ -93,8 +93,12 @@ def _history(argv: list[str]) -> int:
         entries = _history_load(historyview)
         a, b = historyview.find(entries, args.words[1]), historyview.find(entries, args.words[2])
         lines = historyview.diff(a, b)
-        rates = _throughput(historyview, [a, b])
-        summary = historyview.headline(a, b, rates)
+        found, warning = historyview.records([a, b])
+        if warning:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
+        rates = historyview.steps_of(found)
+        bounds = historyview.bounds_of([a, b], found)
+        summary = historyview.headline(a, b, rates, bounds)
         if args.json:
             print_json(
                 {
@@ -102,6 +106,10 @@ def _history(argv: list[str]) -> int:
                     "b": _with_steps(b, rates),
                     "summary": summary,
                     "changes": historyview.changes(a, b),
+                    "bound": {
+                        "a": bounds.get(historyview.run_key(a)),
+                        "b": bounds.get(historyview.run_key(b)),
+                    },
                     "differences": lines,
                 }
             )

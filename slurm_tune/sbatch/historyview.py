@@ -152,21 +152,18 @@ def share(value: float) -> str:
     return f"{100 * value:.0f} %"
 
 
-def throughput(
-    entries: list[dict], slurm: Slurm | None = None
-) -> tuple[dict[str, StepStats | None], str | None]:
-    """The runs' steps summaries from their jobs' AdminComment: (run_key -> StepStats, or None where the job
-    has no steps record; a warning line, or None). One sacct call for the runs of each cluster; when it
-    fails, its runs are left out of the answer and the warning says why."""
-    from ..usage import steps
-    from ..usage.pipeline import admin_fields
+def records(entries: list[dict], slurm: Slurm | None = None) -> tuple[dict[str, str | None], str | None]:
+    """The runs' stune records: (run_key -> the job's AdminComment line, or None where it has none; a
+    warning line, or None). One sacct call for the runs of each cluster; when it fails, its runs are left out
+    of the answer and the warning says why."""
+    from ..usage.pipeline import ADMIN_COMMENT_PREFIX
 
     by_cluster: dict[str | None, list[str]] = {}
     for entry in entries:
         job = str(entry.get("job_id") or "")
         if is_digits(job) and job not in by_cluster.setdefault(entry.get("cluster"), []):
             by_cluster[entry.get("cluster")].append(job)
-    found: dict[str, StepStats | None] = {}
+    found: dict[str, str | None] = {}
     warnings = []
     for cluster, jobs in by_cluster.items():
         if not jobs:
@@ -179,12 +176,47 @@ def throughput(
         for job in jobs:
             key = job if cluster is None else f"{job};{cluster}"
             found[key] = None
-            for row in _rows_of(rows, job):
-                stats = steps.parse_tokens(admin_fields(row.get("AdminComment", "")))
-                if stats is not None and stats.has_steps:
-                    found[key] = stats
-                    break
+            # an array's or a heterogeneous job's parts: the first with a steps record, else the first stune's
+            lines = [r.get("AdminComment", "") for r in _rows_of(rows, job)]
+            lines = [t for t in lines if t.startswith(ADMIN_COMMENT_PREFIX)]
+            found[key] = next((t for t in lines if " sps=" in t), lines[0] if lines else None)
     return found, ("; ".join(warnings) or None)
+
+
+def steps_of(found: dict[str, str | None]) -> dict[str, StepStats | None]:
+    """records()' answer as the runs' steps summaries (None: no steps record)."""
+    from ..usage import steps
+    from ..usage.pipeline import admin_fields
+
+    out: dict[str, StepStats | None] = {}
+    for key, text in found.items():
+        stats = steps.parse_tokens(admin_fields(text)) if text else None
+        out[key] = stats if stats is not None and stats.has_steps else None
+    return out
+
+
+def throughput(
+    entries: list[dict], slurm: Slurm | None = None
+) -> tuple[dict[str, StepStats | None], str | None]:
+    """The runs' steps summaries from their jobs' AdminComment (run_key -> StepStats, or None where the job
+    has no steps record), and records()' warning."""
+    found, warning = records(entries, slurm)
+    return steps_of(found), warning
+
+
+def bounds_of(entries: list[dict], found: dict[str, str | None]) -> dict[str, str]:
+    """What bound each run (usage/bottleneck.py: compute, storage, communication, host, unclear), from its
+    record and its partition's fio baselines; runs without a record are left out."""
+    from ..fairshare.jobwhy import why_sections
+    from ..usage import summary
+
+    out = {}
+    for entry in entries:
+        text = found.get(run_key(entry))
+        if text:
+            doc = why_sections(summary.parse(text), text, str(entry.get("partition") or ""))
+            out[run_key(entry)] = doc["bottleneck"]["bound"]
+    return out
 
 
 def run_key(entry: dict) -> str:
@@ -218,9 +250,11 @@ def _rows_of(rows: list[dict[str, str]], job: str) -> list[dict[str, str]]:
     return own + parts
 
 
-def headline(a: dict, b: dict, rates: dict[str, StepStats | None]) -> str:
-    """The throughput change next to the settings change, in one line:
-    `samples/s 1830 -> 1210 (-34 %); data wait 6 % -> 31 %; --stage dropped`."""
+def headline(
+    a: dict, b: dict, rates: dict[str, StepStats | None], bounds: dict[str, str] | None = None
+) -> str:
+    """The throughput change next to the bottleneck's and the settings', in one line:
+    `samples/s 1830 -> 1210 (-34 %); data wait 6 % -> 31 %; bound compute -> storage; --stage dropped`."""
     ja, jb = run_key(a), run_key(b)
     sa, sb = rates.get(ja), rates.get(jb)
     ra = None if sa is None else sa.sps_p50
@@ -235,6 +269,9 @@ def headline(a: dict, b: dict, rates: dict[str, StepStats | None]) -> str:
         parts = ["samples/s -: no steps record for either run (docs/steps.md)"]
     else:
         parts = [f"samples/s {rate(ra)} -> {rate(rb)} ({jb if rb is None else ja}: no steps record)"]
+    ba, bb = (bounds or {}).get(ja), (bounds or {}).get(jb)
+    if ba and bb and ba != bb:
+        parts.append(f"bound {ba} -> {bb}")
     return "; ".join(parts + (changes(a, b) or ["same settings"]))
 
 
