@@ -131,7 +131,8 @@ def test_history_diff_names_the_bottleneck_change_beside_the_throughput_change(m
         + " sps=1830/1700/1900/1800 dwait=6.0/9.0 steps=500/10/0/1 warm=20.0/900.0"
     )
     slow = (
-        usage_line(eta=0.45, drops=30) + " sps=1210/1100/1300/1200 dwait=31.0/40.0 steps=500/10/0/1 warm=5.0/100.0"
+        usage_line(eta=0.45, drops=30)
+        + " sps=1210/1100/1300/1200 dwait=31.0/40.0 steps=500/10/0/1 warm=5.0/100.0"
     )
     a = {"job_id": "1", "partition": "hdr", "argv": ["--stage", "/d:x", "t.sh"], "script": "t.sh"}
     b = {"job_id": "2", "partition": "hdr", "argv": ["t.sh"], "script": "t.sh"}
