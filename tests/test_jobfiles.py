@@ -72,6 +72,9 @@ def test_a_multi_node_job_without_an_nccl_log_is_not_judged_and_not_recorded(tmp
     # a one-node job without a log has no transport verdict at all
     part, _ = jobfiles.node_part(str(local), "73", "n1", epilog_env(tmp_path, SLURM_JOB_NODELIST="n1"))
     assert "comm" not in part
+    # what each release gives the epilog: the count, or 22.05's SLURM_NODELIST
+    assert jobfiles.job_nodes({"SLURM_JOB_NUM_NODES": "4"}) == 4
+    assert jobfiles.job_nodes({"SLURM_NODELIST": "n[2-3]"}) == 2 and jobfiles.job_nodes({}) == 1
 
 
 def test_no_uid_no_profile_no_directory(tmp_path):

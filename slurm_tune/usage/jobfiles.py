@@ -159,10 +159,7 @@ def node_part(
         if stats.has_steps or stats.bad:
             out["steps"] = stats.tokens()
             out["steps_n"] = stats.steps + stats.warmup
-    nodes = (
-        expand_hostlist(environ.get("SLURM_JOB_NODELIST", "")) if environ.get("SLURM_JOB_NODELIST") else []
-    )
-    if files.nccl or (files.found and len(nodes) > 1):
+    if files.nccl or (files.found and job_nodes(environ) > 1):
         verdict, why = _judge(files, environ)
         if verdict is not None:
             out["comm"] = verdict.encode()
@@ -171,6 +168,16 @@ def node_part(
         elif why:
             notes.append(why)
     return out, notes
+
+
+def job_nodes(environ) -> int:
+    """How many nodes the job has, from the epilog's environment (SLURM_JOB_NUM_NODES; Slurm 22.05 gives the
+    list as SLURM_NODELIST, later ones SLURM_JOB_NODELIST too)."""
+    count = environ.get("SLURM_JOB_NUM_NODES", "")
+    if count.isdigit():
+        return int(count)
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
+    return len(expand_hostlist(nodelist)) if nodelist else 1
 
 
 def _judge(files: JobFiles, environ):
