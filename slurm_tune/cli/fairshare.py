@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -26,7 +27,7 @@ from ..fairshare.ledger import LedgerError
 from ..output import json_text, print_json
 from ..profiles import load_profiles
 from ..slurm import Slurm
-from ..thisnode import node_name
+from ..thisnode import job_partition, node_name
 from ..usage import collect
 from ..usage.config import load_config, usage_dirs
 from . import job as job_cli
@@ -223,7 +224,8 @@ def _store(args) -> int:
     config = load_config(args.config)
     _, spool = usage_dirs(config)
     wait = config.usage.collect_wait if args.wait is None else args.wait
-    outcome = collect.store_job(_slurm(), spool, args.job, args.nodes, wait_s=wait)
+    partition = job_partition(os.environ)  # EpilogSlurmctld's: the nodes' fio baselines for the verdict
+    outcome = collect.store_job(_slurm(), spool, args.job, args.nodes, wait_s=wait, partition=partition)
     print(f"{PROG}: job {args.job}: {outcome}", file=sys.stderr)
     return EXIT_OK
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..durations import clock
 from ..text import counted
-from .jobwhy import why_text
+from ..usage.whyslow import why_text
 from .report_render import _need, amount, time_unit
 
 SPARK = "▁▂▃▄▅▆▇█"

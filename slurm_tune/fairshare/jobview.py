@@ -12,12 +12,12 @@ from ..errors import StuneError
 from ..hostlist import expand_hostlist
 from ..text import is_digits
 from ..thisnode import expand
-from ..usage import accum, spool
+from ..usage import accum, spool, whyslow
 from ..usage import summary as summary_mod
 from ..usage.config import usage_dirs
 from . import charges as charges_mod
 from . import explain as explain_mod
-from . import jobdoc, jobwhy
+from . import jobdoc
 from . import sacct as sacct_mod
 
 
@@ -116,7 +116,7 @@ def job_view(slurm, config, job_id: str) -> dict:
         alpha_source=explain_mod.alpha_rule(acc.alpha_by, table, i),
     )
     doc.update(
-        jobwhy.why_sections(summary, "" if live is not None else table.admin_comment[i], table.partition[i])
+        whyslow.why_sections(summary, "" if live is not None else table.admin_comment[i], table.partition[i])
     )
     if live is not None:
         doc["bottleneck"]["lines"].append(

@@ -75,12 +75,33 @@ class Report:
     # rows the accountant could not trust: damaged or out-of-range summaries (charged as Slurm charges,
     # eta = 1), rows skipped (unreadable Start/End, cut lines) and duplicate runs dropped from a dump
     data_quality: dict = field(default_factory=dict)
+    # jobs in the window by what bound them ("partition/bound" -> jobs), from their records' `bound=` token
+    bounds: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 SOURCES = {0: "none", 1: "stune", 2: "slurm-gpuutil"}
+
+
+def bound_counts(table, rows) -> dict[str, int]:
+    """Jobs among `rows` by the verdict their record was stored with (usage/whyslow.py's `bound=`):
+    {"partition/bound": jobs}."""
+    from ..usage.whyslow import BOUND_KEY
+
+    key = f" {BOUND_KEY}="
+    counts: dict[str, int] = {}
+    for i in np.flatnonzero(rows):
+        text = table.admin_comment[i]
+        at = text.find(key)
+        if at < 0:
+            continue
+        bound = text[at + len(key) :].split(" ", 1)[0]
+        if bound.isalpha() and len(bound) <= 16:
+            name = f"{table.partition[i]}/{bound}"
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def build(result, config, since: int | None) -> Report:
@@ -156,6 +177,7 @@ def build(result, config, since: int | None) -> Report:
         "skipped_rows": int(table.skipped),
         "duplicate_rows": int(table.duplicates),
     }
+    report.bounds = bound_counts(table, ran)
     users = sorted(set(table.assoc_keys) | set(result.shares_slurm.factors))
     index = {key: i for i, key in enumerate(table.assoc_keys)}
     for account, user in users:

@@ -326,6 +326,16 @@ def to_prometheus(report: Report, path: str) -> None:
                 gauges["fs"].labels(u.account, u.user, kind).set(value)
         if u.site_factor is not None:
             gauges["site"].labels(u.account, u.user).set(u.site_factor)
+    by_bound = prom.Gauge(
+        "stune_jobs_by_bound",
+        "jobs in the report window by what bound them (compute, storage, communication, host, unclear, "
+        "unmeasured: stune-job's verdict when the record was stored)",
+        ["partition", "bound"],
+        registry=registry,
+    )
+    for name, jobs in sorted(report.bounds.items()):
+        partition, _, bound = name.rpartition("/")
+        by_bound.labels(partition, bound).set(jobs)
     quality = prom.Gauge(
         "stune_fairshare_rows_untrusted",
         "sacct rows the accountant could not trust, by kind",

@@ -207,8 +207,8 @@ def throughput(
 def bounds_of(entries: list[dict], found: dict[str, str | None]) -> dict[str, str]:
     """What bound each run (usage/bottleneck.py: compute, storage, communication, host, unclear), from its
     record and its partition's fio baselines; runs without a record are left out."""
-    from ..fairshare.jobwhy import why_sections
     from ..usage import summary
+    from ..usage.whyslow import why_sections
 
     out = {}
     for entry in entries:

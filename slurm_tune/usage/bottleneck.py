@@ -6,7 +6,7 @@ record holds (usage/summary.py: the GPU sums and timeline; usage/perf.py: networ
 I/O; usage/steps.py: the training script's own step times; comm/: the transport NCCL used) and says its
 numbers. A measurement that is missing is "unmeasured" with why; no rule guesses from one that is.
 
-Pure: `Evidence` in, `Diagnosis` out. `usage/jobreport.py` builds the evidence from a job's record.
+Pure: `Evidence` in, `Diagnosis` out. `usage/whyslow.py` builds the evidence from a job's record.
 """
 
 from __future__ import annotations

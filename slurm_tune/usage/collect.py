@@ -22,7 +22,7 @@ import time
 from ..errors import SlurmError
 from ..hostlist import expand_hostlist
 from ..slurm.tres import tres_count
-from . import jobfiles, spool, summary
+from . import jobfiles, spool, summary, whyslow
 
 
 def job_gpus(slurm, job_id: str) -> float:
@@ -50,17 +50,29 @@ def _expected(marker) -> list[str] | None:
     return None
 
 
-def _store(slurm, job_id: str, summaries: list[dict], expected: list[str] | None) -> summary.JobSummary:
+def _store(
+    slurm, job_id: str, summaries: list[dict], expected: list[str] | None, partition: str = ""
+) -> summary.JobSummary:
     merged = summary.merge(summaries, len(expected) if expected else None)
     extra = jobfiles.job_tokens(summaries)
-    slurm.set_admin_comment(job_id, summary.encode(merged) + (f" {extra}" if extra else ""))
+    line = summary.encode(merged) + (f" {extra}" if extra else "")
+    # the verdict as stored, for the reports' counts; stune-job judges the record again when asked
+    line += f" {whyslow.BOUND_KEY}={whyslow.bound_of(line, partition)}"
+    slurm.set_admin_comment(job_id, line)
     return merged
 
 
 def store_job(
-    slurm, spool_dir: str, job_id: str, nodes_expr: str | None, wait_s: float = 30.0, poll_s: float = 0.2
+    slurm,
+    spool_dir: str,
+    job_id: str,
+    nodes_expr: str | None,
+    wait_s: float = 30.0,
+    poll_s: float = 0.2,
+    partition: str = "",
 ) -> str:
-    """EpilogSlurmctld: wait for the job's node summaries, merge, write AdminComment. Returns what it did."""
+    """EpilogSlurmctld: wait for the job's node summaries, merge, write AdminComment. Returns what it did.
+    `partition` (SLURM_JOB_PARTITION there) finds the nodes' fio baselines for the stored verdict."""
     job_dir = os.path.join(spool_dir, job_id)
     expected = expand_hostlist(nodes_expr) if nodes_expr else None
     deadline = time.monotonic() + wait_s
@@ -88,7 +100,7 @@ def store_job(
         # before the first store attempt, which fails while slurmdbd is down: `collect` then knows which nodes
         # make the job complete, stores it whole and removes its directory at once
         _remember(job_dir, [], expected)
-    merged = _store(slurm, job_id, summaries, expected)
+    merged = _store(slurm, job_id, summaries, expected, partition)
     if expected is not None and present >= set(expected):
         spool.remove_job_dir(job_dir)
         return f"stored ({merged.nodes_reported}/{merged.nodes_expected} nodes, eta {_eta(merged)})"

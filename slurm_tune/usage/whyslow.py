@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 from ..active import store
-from ..usage import bottleneck, jobfiles, perf, steps
-from ..usage.bottleneck import Evidence, Measure, Network, Storage
-from ..usage.pipeline import admin_fields
+from . import bottleneck, jobfiles, perf, steps
+from .bottleneck import Evidence, Measure, Network, Storage
+from .pipeline import admin_fields
 
 BASELINE_CHECK = "disk_read"  # the active check whose fio read rate is a node's storage baseline (GB/s)
 BASELINE_WINDOW_S = 90 * 86400
@@ -134,6 +134,21 @@ def why_sections(summary, admin_comment: str, partition: str, store_dir: str | N
             "storage_peak_bps": job_perf.sto_peak if job_perf else None,
         },
     }
+
+
+BOUND_KEY = "bound"  # the AdminComment token the controller adds: the verdict when the record was stored
+
+
+def bound_of(line: str, partition: str, store_dir: str | None = None) -> str:
+    """The bottleneck verdict of a job's record line (what `stune-job` says first), for its `bound=` token."""
+    from . import summary
+
+    fields = admin_fields(line)
+    job_perf = perf.parse_tokens(fields)
+    baselines = (
+        disk_baselines(partition, store_dir) if partition and job_perf and job_perf.sto_devices else {}
+    )
+    return bottleneck.diagnose(evidence(summary.parse(line), fields, baselines)).bound
 
 
 def _timeline(text: str) -> list:

@@ -1,4 +1,4 @@
-"""A job's "why slow" sections (fairshare/jobwhy.py) from its AdminComment line as the pipeline writes it, and
+"""A job's "why slow" sections (fairshare/whyslow.py) from its AdminComment line as the pipeline writes it, and
 the nodes' fio baselines in the active-check store."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from pathlib import Path
 
 from slurm_tune import comm
 from slurm_tune.active import store
-from slurm_tune.fairshare import jobwhy
-from slurm_tune.usage import jobfiles, perf, summary
+from slurm_tune.usage import jobfiles, perf, summary, whyslow
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "comm"
 NOW = 1_790_000_000.0
@@ -50,8 +49,8 @@ def baseline(tmp_path: Path, node: str = "n17", gbps: float = 3.05) -> str:
 
 
 def sections(line: str, store_dir: str | None, monkeypatch) -> dict:
-    monkeypatch.setattr(jobwhy.time, "time", lambda: NOW)
-    return jobwhy.why_sections(summary.parse(line), line, "hdr", store_dir)
+    monkeypatch.setattr(whyslow.time, "time", lambda: NOW)
+    return whyslow.why_sections(summary.parse(line), line, "hdr", store_dir)
 
 
 def test_a_source_device_fio_never_measured_is_not_held_against_the_caches_baseline(tmp_path, monkeypatch):
@@ -106,7 +105,7 @@ def test_busy_gpus_with_the_transport_verdict_and_throughput(monkeypatch):
     assert any("ranks on n[3-4] used NET/Socket" in m for m in doc["transport"]["messages"])
     assert any(line.startswith("transport: IB partition") for line in doc["bottleneck"]["lines"])
     assert doc["throughput"]["sps_p50"] == 1830
-    text = "\n".join(jobwhy.why_text(doc))
+    text = "\n".join(whyslow.why_text(doc))
     assert "throughput: 1830 samples/s (1700-1900), data wait 6 % over 500 steps" in text
 
 
@@ -143,3 +142,37 @@ def test_history_diff_names_the_bottleneck_change_beside_the_throughput_change(m
     assert line == (
         "samples/s 1830 -> 1210 (-34 %); data wait 6 % -> 31 %; bound compute -> storage; --stage dropped"
     )
+
+
+def test_the_stored_record_carries_its_verdict_and_the_reports_count_it(tmp_path):
+    import numpy as np
+
+    from slurm_tune.fairshare import report, report_render
+    from slurm_tune.usage import collect
+
+    class Recorder:
+        def set_admin_comment(self, job, text):
+            self.stored = (job, text)
+
+    nodes = [
+        {"v": 1, "job": "9", "node": "n1", "start": 0.0, "end": 100.0, "sampled": True,
+         "gpus": [{"id": 0, "acc": {"sm_sum": 95.0, "sm_dt": 100.0, "mem_sum": 0, "mem_dt": 0, "mib_sum": 0,
+                                    "mib_dt": 0, "pw_sum": 0, "pw_dt": 0, "busy_dt": 0, "busy_pw_dt": 0,
+                                    "busy_pw_sum": 0}}]}
+    ]  # fmt: skip
+    slurm = Recorder()
+    collect._store(slurm, "9", nodes, ["n1"], "hdr")
+    assert slurm.stored[1].endswith(" bound=compute")
+
+    from types import SimpleNamespace
+
+    table = SimpleNamespace(
+        admin_comment=[slurm.stored[1], usage_line() + " bound=storage", "stune1 held=1", "bound=x y"],
+        partition=["hdr", "hdr", "hdr", "roce"],
+    )
+    counts = report.bound_counts(table, np.array([True, True, True, False]))
+    assert counts == {"hdr/compute": 1, "hdr/storage": 1}
+    rep = report.Report(0, None, "fair_tree", 1, bounds=counts)
+    path = tmp_path / "stune.prom"
+    report_render.to_prometheus(rep, str(path))
+    assert 'stune_jobs_by_bound{bound="storage",partition="hdr"} 1.0' in path.read_text()
