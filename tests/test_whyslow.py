@@ -76,6 +76,7 @@ def test_without_a_baseline_the_same_rate_is_not_called_the_limit(monkeypatch, t
     b = sections(line, str(tmp_path / "empty-store"), monkeypatch)["bottleneck"]
     assert b["bound"] == "unclear"
     assert "storage: cache tier nvme0n1 read at 2.9 GB/s on n17" in b["lines"]
+    assert b["lines"][-1] == "GPU links (per GPU, both directions): PCIe unmeasured, NVLink unmeasured"
 
 
 def test_the_network_busy_in_the_gpus_idle_phases_is_communication_bound(monkeypatch, tmp_path):

@@ -100,7 +100,7 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f} %"
 
 
-def _rate(bps: float) -> str:
+def rate_words(bps: float) -> str:
     for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
         if bps >= size:
             return f"{bps / size:.1f} {unit}"
@@ -112,7 +112,7 @@ def _storage_line(s: Storage | None, why: str) -> str:
         return f"storage: unmeasured ({why})"
     base = f", {_pct(s.read_bps / s.baseline_bps)} of {s.node}'s fio baseline" if s.baseline_bps else ""
     shared = " (node-wide: another job shared the node)" if s.shared else ""
-    return f"storage: {s.role} {s.device} read at {_rate(s.read_bps)} on {s.node}{base}{shared}"
+    return f"storage: {s.role} {s.device} read at {rate_words(s.read_bps)} on {s.node}{base}{shared}"
 
 
 def _network_line(n: Network | None, why: str) -> str:
@@ -122,7 +122,7 @@ def _network_line(n: Network | None, why: str) -> str:
     where = f" on {n.node}" if n.node else " per node"
     return (
         f"network: {n.kind} at {_pct(n.line_share_idle)} of line rate in the GPU's idle phases "
-        f"({_rate(n.rate_bps)}{where}), {_pct(n.line_share)} over the job{shared}"
+        f"({rate_words(n.rate_bps)}{where}), {_pct(n.line_share)} over the job{shared}"
     )
 
 
@@ -135,7 +135,7 @@ def _storage_bound(e: Evidence) -> str | None:
         return f"data loading took {_pct(e.data_wait.value or 0)} of a step (median){where}"
     if s is not None and s.baseline_bps and s.read_bps >= STORAGE_NEAR_BASELINE * s.baseline_bps:
         return (
-            f"the {s.role} {s.device} read at {_rate(s.read_bps)}, {_pct(s.read_bps / s.baseline_bps)} of "
+            f"the {s.role} {s.device} read at {rate_words(s.read_bps)}, {_pct(s.read_bps / s.baseline_bps)} of "
             f"{s.node}'s fio baseline"
         )
     return None

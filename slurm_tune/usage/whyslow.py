@@ -103,6 +103,14 @@ def evidence(summary, fields: dict[str, str], baselines: dict[str, float]) -> Ev
     return Evidence(**kw)
 
 
+def _links_line(job_perf) -> str:
+    """The GPUs' host and peer links, per GPU (tx + rx): where a data-parallel job's traffic goes too."""
+    parts = []
+    for name, bps in (("PCIe", job_perf.pcie_bps), ("NVLink", job_perf.nvlink_bps)):
+        parts.append(f"{name} {bottleneck.rate_words(bps)}" if bps is not None else f"{name} unmeasured")
+    return "GPU links (per GPU, both directions): " + ", ".join(parts)
+
+
 def _unmeasured(job_perf) -> list[tuple[str, str]]:
     return [(ROLE_WORDS.get(role, role), code) for role, code in job_perf.sto_unmeasured]
 
@@ -113,6 +121,8 @@ def why_sections(summary, admin_comment: str, partition: str, store_dir: str | N
     job_perf = perf.parse_tokens(fields)
     baselines = disk_baselines(partition, store_dir) if job_perf is not None and job_perf.sto_devices else {}
     diagnosis = bottleneck.diagnose(evidence(summary, fields, baselines))
+    if job_perf is not None:
+        diagnosis.lines.append(_links_line(job_perf))
     transport, counts = jobfiles.parse_comm(fields)
     stats = steps.parse_tokens(fields)
     return {
