@@ -18,6 +18,7 @@ workers run with umask 0222, so the copies are read-only without a chmod per fil
 
 from __future__ import annotations
 
+import os
 import time
 
 from .watch import TICK_S, Guard, Progress
@@ -48,7 +49,8 @@ class Batches:
         progress: Progress | None = None,
         guard: Guard | None = None,
     ):
-        self.src, self.dst, self.jobs = src, dst, jobs
+        # The workers run in src: a relative dst (a tier given as `--path cache`) must not be taken from there.
+        self.src, self.dst, self.jobs = src, os.path.abspath(dst), jobs
         self.errlog = errlog  # a temporary file: the workers' stderr, for the error of one that fails
         self.progress, self.guard = progress, guard
         self.backlog: list[tuple[str, int]] = []  # (relative path, bytes) walked, not given out yet
