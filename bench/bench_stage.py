@@ -155,7 +155,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workdir", default="/var/tmp/stune-bench-stage")
-    parser.add_argument("--only", choices=("cold", "large", "warm"))
+    parser.add_argument(
+        "--only",
+        choices=("cold", "evict", "large", "warm"),
+        help="cold: the quiet disk; evict: after an eviction",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_stage: run as root (the tier is set up as `stune-stage init` would)")
@@ -174,8 +178,9 @@ def main() -> int:
     )
     results = {}
 
-    if args.only in (None, "cold"):
+    if args.only in (None, "cold", "evict"):
         small = make_small_files(work / "small-20k", 20_000, 100, 1024, 8192)
+    if args.only in (None, "cold"):
         dirs = FreshDirs(work, "cold")
         subprocess.run(["sync"], check=True)
         time.sleep(35)  # past ext4's recently-deleted-inode window of any earlier run (see FreshDirs)
@@ -198,6 +203,7 @@ def main() -> int:
             )
         finally:
             dirs.cleanup()
+    if args.only in (None, "evict"):
         # A cache tier evicts as it fills, so copies often follow deletions: each run here first deletes
         # the previous run's copy (every subject alike), as an eviction would.
         dst, tier = work / "evict-cp", work / "evict-tier"
@@ -282,6 +288,7 @@ def main() -> int:
             f"cp -r (goal >= 1.2x); {m['cp -r (serial)'] / stune:.2f}x cp -r; "
             f"{m['cp -r + sync -f'] / stune:.2f}x cp -r + sync"
         )
+    if "cold_evict" in results:
         m = results["cold_evict"]["median_s"]
         print(
             f"cold 20k small files, after an eviction: "
