@@ -145,7 +145,7 @@ class Walker:
             for name, st in children:
                 child = prefix + name
                 mode = st.st_mode
-                parts.append(f"{child}={st.st_ino}:{mode:o}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+                parts.append(f"{child}={_status(st)}")
                 if stat.S_ISDIR(mode):
                     self.dirs.append((child, stat.S_IMODE(mode), st.st_atime_ns, st.st_mtime_ns))
                     new_dirs.append(child)
