@@ -1,14 +1,21 @@
 """Staging speed against the tools an admin would use by hand, interleaved in the same run.
 
-    .venv/bin/python bench/bench_stage.py [--rounds N] [--workdir DIR]
+    .venv/bin/python bench/bench_stage.py [--rounds N] [--workdir DIR] [--only PART] [--before REV]
+
+`--only cold|evict|large|warm` runs one part (cold: the quiet disk; evict: right after an eviction).
+`--before REV` also times the stager of git revision REV (e.g. `main`) in the same rounds of the cold and
+large copies: the before/after of a change, both run from the same launcher (`python -c`, the package
+first on the path).
 
 1. stage_cold_small: 20,000 small files (1-8 KiB, 100 directories), a cold `stune-stage fetch` into an empty
    tier vs four parallel `cp -r` (`xargs -P4`, 25 directories each), a serial `cp -r`, and `cp -r` followed
    by `sync -f`. Goal: stune at least 1.2x the speed of the 4-way parallel cp (issue 23). Twice: on a quiet
    disk (each run into a new directory), and right after deleting the previous copy
    (stage_cold_small_after_eviction), as happens in a tier that evicts.
-2. stage_large_file: one 1 GiB file vs `cp` (which uses copy_file_range), the two alone; then
-   stage_large_file_vs_dd: vs `dd bs=4M` to the same disk (and `dd conv=fsync`). Goal: >= 1.0x cp (issue 23).
+2. stage_large_file: one 1 GiB file vs `cp` (which uses copy_file_range), the two alone. Goal: >= 1.0x cp
+   (issue 23). stage_large_file_uncached_source: the same pair with the source's pages dropped from the page
+   cache before each run (as a dataset on shared storage is read). stage_large_file_vs_dd: vs `dd bs=4M` to
+   the same disk (and `dd conv=fsync`).
 3. stage_warm_hit: `stune-stage fetch` of a 100,000-file dataset already in the tier (the whole command:
    interpreter start, profile, lock, freshness check, hold). Goal: <= 0.5 s. Baseline: `python3 -I -S -c pass`.
 
@@ -98,8 +105,45 @@ def settled(cleanup):
     return run
 
 
-def stage_cmd(tier: Path, source: Path) -> list[str]:
-    return [STUNE_STAGE, "fetch", "--path", str(tier), "--format", "paths", f"{source}:DS"]
+def uncached(path: Path, subject):
+    """subject, after dropping path's pages from the page cache (untimed; its own pages only)."""
+
+    def run():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        return subject()
+
+    return run
+
+
+# Runs `stune-stage` from a source tree given as the first argument, for the before/after of --before.
+LAUNCH = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from slurm_tune.cli.stage import main; sys.exit(main())"
+)
+
+
+def stage_cmd(tier: Path, source: Path, root: Path | None = None) -> list[str]:
+    """`stune-stage fetch` of source into tier: the venv's command, or (root) the package under root."""
+    launcher = [STUNE_STAGE] if root is None else [sys.executable, "-c", LAUNCH, str(root)]
+    return [*launcher, "fetch", "--path", str(tier), "--format", "paths", f"{source}:DS"]
+
+
+def checkout(work: Path, rev: str) -> Path:
+    """The package as of git revision `rev`, under work (made once, byte-compiled as pip would)."""
+    root = work / ("before-" + "".join(c if c.isalnum() else "_" for c in rev))
+    if not (root / "slurm_tune").is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parent.parent), "archive", rev, "slurm_tune"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "slurm_tune")], check=True)
+    return root
 
 
 def timed_then(argv: list[str], cleanup, env=None):
@@ -155,7 +199,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workdir", default="/var/tmp/stune-bench-stage")
-    parser.add_argument("--only", choices=("cold", "large", "warm"))
+    parser.add_argument(
+        "--only",
+        choices=("cold", "evict", "large", "warm"),
+        help="cold: the quiet disk; evict: after an eviction",
+    )
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="also time the stager of git revision REV (e.g. main) in the same rounds, for the cold and large "
+        "copies; both it and this checkout then run from the same launcher",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_stage: run as root (the tier is set up as `stune-stage init` would)")
@@ -173,9 +227,20 @@ def main() -> int:
         check=True,
     )
     results = {}
+    before = checkout(work, args.before) if args.before else None
+    this = Path(__file__).resolve().parent.parent if before else None
+    old = f"stune-stage fetch (cold, {args.before})"
 
-    if args.only in (None, "cold"):
+    def stagers(make) -> dict:
+        """The stune subjects: this checkout's, and with --before that revision's too. make(root) -> subject"""
+        subjects = {"stune-stage fetch (cold)": make(this)}
+        if before:
+            subjects[old] = make(before)
+        return subjects
+
+    if args.only in (None, "cold", "evict"):
         small = make_small_files(work / "small-20k", 20_000, 100, 1024, 8192)
+    if args.only in (None, "cold"):
         dirs = FreshDirs(work, "cold")
         subprocess.run(["sync"], check=True)
         time.sleep(35)  # past ext4's recently-deleted-inode window of any earlier run (see FreshDirs)
@@ -188,8 +253,8 @@ def main() -> int:
                     "cp -r + sync -f": dirs.subject(
                         lambda d: ["sh", "-c", f"cp -r {small} {d} && sync -f {d}"]
                     ),
-                    "stune-stage fetch (cold)": dirs.subject(
-                        lambda d: stage_cmd(d, small), env, before=fresh_tier
+                    **stagers(
+                        lambda root: dirs.subject(lambda d: stage_cmd(d, small, root), env, before=fresh_tier)
                     ),
                 },
                 rounds=args.rounds,
@@ -198,6 +263,7 @@ def main() -> int:
             )
         finally:
             dirs.cleanup()
+    if args.only in (None, "evict"):
         # A cache tier evicts as it fills, so copies often follow deletions: each run here first deletes
         # the previous run's copy (every subject alike), as an eviction would.
         dst, tier = work / "evict-cp", work / "evict-tier"
@@ -226,8 +292,26 @@ def main() -> int:
             "stage_large_file",
             {
                 "cp": timed_then(["cp", str(big), str(dst)], settled(lambda: drop(dst))),
-                "stune-stage fetch (cold)": timed_then(
-                    stage_cmd(tier, big), settled(lambda: fresh_tier(tier)), env
+                **stagers(
+                    lambda root: timed_then(
+                        stage_cmd(tier, big, root), settled(lambda: fresh_tier(tier)), env
+                    )
+                ),
+            },
+            rounds=args.rounds,
+            warmup=1,
+            baseline="cp",
+        )
+        # Staging reads from shared storage, not from this node's page cache: the same pair with the source's
+        # pages dropped (untimed) before each run, as a dataset on Lustre or NFS is read the first time.
+        results["large_uncached"] = compare(
+            "stage_large_file_uncached_source",
+            {
+                "cp": uncached(big, timed_then(["cp", str(big), str(dst)], settled(lambda: drop(dst)))),
+                **stagers(
+                    lambda root: uncached(
+                        big, timed_then(stage_cmd(tier, big, root), settled(lambda: fresh_tier(tier)), env)
+                    )
                 ),
             },
             rounds=args.rounds,
@@ -282,6 +366,9 @@ def main() -> int:
             f"cp -r (goal >= 1.2x); {m['cp -r (serial)'] / stune:.2f}x cp -r; "
             f"{m['cp -r + sync -f'] / stune:.2f}x cp -r + sync"
         )
+        if before:
+            print(f"  {args.before}: {m['cp -r, 4 parallel'] / m[old]:.2f}x the speed of 4 parallel cp -r")
+    if "cold_evict" in results:
         m = results["cold_evict"]["median_s"]
         print(
             f"cold 20k small files, after an eviction: "
@@ -290,6 +377,12 @@ def main() -> int:
     if "large" in results:
         m = results["large"]["median_s"]
         print(f"1 GiB file: {m['cp'] / m['stune-stage fetch (cold)']:.2f}x the speed of cp (goal >= 1.0x)")
+        if before:
+            print(f"  {args.before}: {m['cp'] / m[old]:.2f}x")
+        m = results["large_uncached"]["median_s"]
+        print(f"1 GiB file, source not in the page cache: {m['cp'] / m['stune-stage fetch (cold)']:.2f}x cp")
+        if before:
+            print(f"  {args.before}: {m['cp'] / m[old]:.2f}x")
         m = results["large_dd"]["median_s"]
         stune = m["stune-stage fetch (cold)"]
         print(

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 from test_stage_tier import make_tree, new_tier, open_up, tree_digest
 
 from slurm_tune.stage import copy as copymod
@@ -226,3 +227,30 @@ def test_a_source_that_vanishes_mid_copy_is_a_source_error(shared_tmp):
     dst.mkdir()
     with pytest.raises(SourceError, match=r"img0002\.bin"):
         copymod.copy_tree(str(tree), plan, str(dst), jobs=2)
+
+
+def test_a_worker_has_its_own_process_group_in_the_stagers_session_and_dies_with_its_children(shared_tmp):
+    """Killing a worker's group takes its children (tar's decompressor); a session of its own would also be a
+    scheduling group of its own where the kernel groups by session (autogroup), taking a share per worker."""
+    from slurm_tune.stage import workers
+
+    child_file = shared_tmp / "child"
+    with open(shared_tmp / "err", "wb") as errlog:
+        proc = workers.spawn(["sh", "-c", f"sleep 60 & echo $! > {child_file}; wait"], None, errlog)
+        try:
+            wait_until("the worker's child to start", lambda: child_file.exists() and child_file.read_text())
+            child = int(child_file.read_text())
+            assert os.getpgid(proc.pid) == proc.pid and os.getpgid(child) == proc.pid
+            if sys.version_info >= (3, 11):
+                assert os.getsid(proc.pid) == os.getsid(0)
+        finally:
+            workers.kill([proc])
+    wait_until("the worker's child to die with it", lambda: not _alive(child), timeout=10, interval=0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False

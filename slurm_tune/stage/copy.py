@@ -32,13 +32,12 @@ from collections import deque
 
 from ..safeio import O_DIR, O_FILE, UnsafePathError, create_exclusive, open_file
 from .errors import SourceError, TierUnavailable
-from .fresh import Plan, Source
+from .evict import Claim
+from .fresh import Plan, Source, Walker
 from .watch import TICK_S, Guard, Progress
 
 CHUNK = 256 << 20  # bytes per copy_file_range or sendfile call: the kernel loops inside it
 SPLIT = 128 << 20  # a file this big is cut into ranges copied by several workers at once
-BATCH_BYTES = 64 << 20  # a `cp` process's batch of smaller files: at most this many bytes ...
-BATCH_FILES = 4000  # ... or names (~200 KiB of argv: well inside ARG_MAX)
 RW_CHUNK = 1 << 20  # pread/pwrite buffer, the last fallback
 
 CFR, SENDFILE, RW = 0, 1, 2  # how bytes move, best first; a copy only ever moves down
@@ -115,7 +114,8 @@ class _Copier:
 
     # ---- the workers ----
 
-    def run(self, progress: Progress | None, guard: Guard | None) -> None:
+    def run(self, progress: Progress | None, guard: Guard | None, base: tuple[int, int] = (0, 0)) -> None:
+        """Copy the queued ranges; `base`: bytes and files copied before, for the progress lines."""
         threads = [
             threading.Thread(target=self._worker, args=(k,), name=f"stune-copy-{k}", daemon=True)
             for k in range(min(self.jobs, len(self.work)))
@@ -128,7 +128,7 @@ class _Copier:
                 if guard:
                     guard.check()
                 if progress:
-                    progress.update(*self.totals())
+                    progress.update(*self.totals(base))
         finally:
             self.stopped = True  # a no-op when all went well; on an error or a signal: the workers leave
             for thread in threads:
@@ -142,8 +142,8 @@ class _Copier:
             finally:
                 os.close(fd)
 
-    def totals(self) -> tuple[int, int]:
-        return sum(row[0] for row in self.done), sum(row[1] for row in self.done)
+    def totals(self, base: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+        return base[0] + sum(row[0] for row in self.done), base[1] + sum(row[1] for row in self.done)
 
     def _worker(self, k: int) -> None:
         try:
@@ -268,72 +268,6 @@ class _Copier:
         return TierUnavailable("copy-failed", f"{self.what} failed: {path}: {exc.strerror}")
 
 
-def _chunks(files: list, links: list, total: int, jobs: int) -> list[tuple[list[str], int]]:
-    """Cut files and links into batches for `cp` processes, in walk order: each batch stays within a few
-    directories, so the workers do not all contend for the same directory locks (sorting by size, which
-    scatters every directory over every worker, measured 2-3x slower). Files bigger than a batch go first,
-    alone, so the longest copies start early; no batch is much bigger than total/jobs, so the last worker is
-    not alone."""
-    target = max(1 << 20, min(BATCH_BYTES, total // (jobs * 2) + 1))
-    big = [([_path(rel, name)], size) for rel, name, size, _mode in files if size >= target]
-    chunks: list[tuple[list[str], int]] = []
-    cur: list[str] = []
-    cur_bytes = 0
-    for path, size in [(_path(rel, name), size) for rel, name, size, _mode in files if size < target] + [
-        (_path(rel, name), 0) for rel, name in links
-    ]:
-        if cur and (cur_bytes + size > target or len(cur) >= BATCH_FILES):
-            chunks.append((cur, cur_bytes))
-            cur, cur_bytes = [], 0
-        cur.append(path)
-        cur_bytes += size
-    if cur:
-        chunks.append((cur, cur_bytes))
-    return sorted(big, key=lambda c: -c[1]) + chunks
-
-
-def _copy_batches(
-    src: str,
-    dst: str,
-    chunks: list,
-    jobs: int,
-    progress: Progress | None,
-    guard: Guard | None,
-    done_bytes: int,
-    done_files: int,
-) -> tuple[int, int]:
-    """Run the batches in up to `jobs` `cp -R -P --parents` processes at once. -P copies a symlink as a
-    symlink; -R recreates a FIFO planted after the walk instead of waiting on it for a writer."""
-    import tempfile  # here, not at the top: a single file's copy needs no process (subprocess costs ~8 ms)
-
-    from .workers import failure, kill, spawn, wait_any  # as tempfile
-
-    running: dict = {}
-    with tempfile.TemporaryFile() as errlog:
-        try:
-            while chunks or running:
-                while chunks and len(running) < jobs:
-                    names, nbytes = chunks.pop(0)
-                    # No --preserve=mode: cp then gives each file the source's mode less the umask, and the
-                    # umask 0222 makes the copy read-only without a chmod per file.
-                    argv = ["cp", "-R", "-P", "--parents", "-t", dst, "--", *names]
-                    running[spawn(argv, src, errlog, umask=0o222)] = (nbytes, len(names))
-                for proc in wait_any(list(running), TICK_S):
-                    nbytes, nfiles = running.pop(proc)
-                    if proc.returncode != 0:
-                        raise failure(errlog, f"copying {src}")
-                    done_bytes += nbytes
-                    done_files += nfiles
-                if guard:
-                    guard.check()
-                if progress:
-                    progress.update(done_bytes, done_files)
-        except BaseException:
-            kill(list(running))
-            raise
-    return done_bytes, done_files
-
-
 def in_ranges(source_kind: str, plan: Plan | None) -> bool:
     """Whether the copy holds a file copied in preallocated ranges (a single file; a tree's files of SPLIT
     bytes or more). Such a file has its full size before its data reaches the disk, so after a crash the
@@ -350,32 +284,55 @@ def _big_files(files: list) -> list:
 
 def copy_tree(
     src: str,
-    plan: Plan,
+    tree: Plan | Walker,
     dst: str,
     *,
     jobs: int | None = None,
     progress: Progress | None = None,
     guard: Guard | None = None,
-) -> None:
-    """Copy the walked tree `src` into the new directory `dst` (which must exist, empty): files of SPLIT
-    bytes or more in ranges by this process's threads, then the rest in batches by `cp` processes."""
+    claim: Claim | None = None,
+) -> Plan:
+    """Copy the tree `src` into the new, empty directory `dst`, and return its walk's Plan. `tree` is the
+    Plan of a finished walk, or a Walker whose walk goes on while the copy starts: each directory is made
+    here as the walk lists it, and its small files go to `cp` batches (batches.py) as soon as a worker is
+    free. With a `claim`, no batch starts before its bytes are claimed (evict.Claim: where they do not fit
+    without evicting, the copy waits for the walk's end, then the whole is admitted or refused). The files
+    of SPLIT bytes or more are copied last, in ranges by this process's threads."""
+    import tempfile  # a tree's copy only, as batches: a single file needs no process (subprocess: ~8 ms)
+
+    from .batches import Batches
+
     jobs = default_jobs() if jobs is None else jobs
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"copy workers must be >= 1, not {jobs!r}")  # 0 or -1 would spin forever
-    for rel, _mode, _atime, _mtime in plan.dirs:
-        os.mkdir(os.path.join(dst, rel), 0o700)
-    big = _big_files(plan.files)
+    if isinstance(tree, Walker):
+        walker, steps = tree, tree.steps()
+    else:  # one step: the whole walk
+        walker, steps = None, iter([([d[0] for d in tree.dirs], tree.files, tree.links)])
+    big: list = []
+    with tempfile.TemporaryFile() as errlog, Batches(src, dst, jobs, errlog, progress, guard) as batches:
+        waiting = claim is not None and walker is None  # a finished walk is admitted whole, below
+        for new_dirs, files, links in steps:
+            for rel in new_dirs:
+                os.mkdir(os.path.join(dst, rel), 0o700)
+            big += _big_files(files)
+            batches.add([f for f in files if f[2] < SPLIT], links)
+            if walker is not None and not waiting and batches.wants_worker() and claim is not None:
+                waiting = not claim.grow(walker.alloc)
+            batches.pump(start=not waiting)
+        plan = tree.plan() if isinstance(tree, Walker) else tree
+        if claim is not None:
+            claim.settle(plan.alloc)
+        if progress:
+            progress.sized(plan.bytes, plan.count)
+        done = batches.finish()
     copier = _Copier(src, dst, jobs, f"copying {src}")
     umask = os.umask(0)  # the big files are made with exactly read_only(mode)
     try:
         copier.plan(big)
-        copier.run(progress, guard)
+        copier.run(progress, guard, base=done)
     finally:
         os.umask(umask)
-    small = [f for f in plan.files if f[2] < SPLIT]
-    done = _copy_batches(
-        src, dst, _chunks(small, plan.links, plan.bytes, jobs), jobs, progress, guard, *copier.totals()
-    )
     # Directory modes and times last: the workers filled them meanwhile. Read-only, like the files
     # (rmtree_at opens them up again to evict the entry).
     for rel, mode, atime, mtime in reversed(plan.dirs):
@@ -383,7 +340,8 @@ def copy_tree(
         os.chmod(path, read_only(mode) | 0o500)
         os.utime(path, ns=(atime, mtime))
     if progress:
-        progress.done(*done)
+        progress.done(*copier.totals(done))
+    return plan
 
 
 def copy_file(

@@ -11,34 +11,85 @@ from .tier import Tier
 from .watch import human
 
 
-def admit(tier: Tier, ns: Namespace, need: int, exclude_key: str | None = None) -> int:
-    """Make room for `need` bytes and return the bytes this copy may write. Past the high watermark,
-    evict this user's least recently used unheld entries until usage + need is down to the low watermark
+def admit(
+    tier: Tier,
+    ns: Namespace,
+    need: int,
+    exclude_key: str | None = None,
+    held: int = 0,
+    may_evict: bool = True,
+) -> int | None:
+    """Make room for a copy of `need` bytes, of which `held` are already claimed in its ledger row (and so
+    counted in the tier's usage), and return the bytes this copy may write. Past the high watermark, evict
+    this user's least recently used unheld entries until usage plus the rest is down to the low watermark
     (other users' entries are root's to evict: the epilog and `stune-stage gc`). Raises TierUnavailable
-    when the entry cannot fit."""
+    when the copy cannot fit. Without `may_evict`: None where it would have to evict (or would not fit
+    as things stand), and nothing is evicted."""
     quota = tier.quota()
     if need > quota:
         raise TierUnavailable(
             "over-quota", f"needs {_h(need)}, more than the tier's whole quota of {_h(quota)}"
         )
+    more = need - held
     usage = tier.usage()
-    if usage + need > tier.config.high * quota:
-        evict_lru(tier, [ns], target=int(tier.config.low * quota) - need, exclude_key=exclude_key)
+    if usage + more > tier.config.high * quota:
+        if not may_evict:
+            return None
+        evict_lru(tier, [ns], target=int(tier.config.low * quota) - more, exclude_key=exclude_key)
         usage = tier.usage()
-    if usage + need > quota:
+    free, reserve = tier.free_bytes(), tier.reserve()
+    if not may_evict and (usage + more > quota or more > free - reserve):
+        return None
+    if usage + more > quota:
         raise TierUnavailable(
             "over-quota",
-            f"needs {_h(need)} but the tier holds {_h(usage)} of its "
+            f"needs {_h(need)} but the tier holds {_h(usage - held)} of its "
             f"{_h(quota)} quota in entries in use or not this user's",
         )
-    free, reserve = tier.free_bytes(), tier.reserve()
-    if need > free - reserve:
+    if more > free - reserve:
         raise TierUnavailable(
             "disk-full",
             f"needs {_h(need)} but the cache disk has {_h(free)} free, of which "
             f"{_h(reserve)} is kept in reserve",
         )
-    return quota - usage
+    return quota - usage + held
+
+
+class Claim:
+    """A directory copy's room in the tier, claimed in its ledger row (`<bytes> pending <pid>`) while the
+    walk that sizes it goes on, so the copy need not wait for the whole walk.
+
+    grow(n) claims the first n bytes walked, only where they fit as things stand: below the high
+    watermark, within the quota and the disk's free space less its reserve. It never evicts, so a copy
+    that turns out too big has evicted nothing. When they do not fit, it returns False and the copy waits
+    for the walk's end, where settle(total) admits the whole exactly as admit() always did: it evicts
+    down to the low watermark, or refuses (TierUnavailable), before another byte is copied. A total
+    bigger than the whole quota is refused as soon as the walk has seen that much."""
+
+    def __init__(self, tier: Tier, ns: Namespace, entry: str, exclude_key: str | None = None):
+        self.tier, self.ns, self.entry, self.exclude_key = tier, ns, entry, exclude_key
+        self.bytes = 0  # what the ledger row claims
+
+    def grow(self, need: int) -> bool:
+        if need <= self.bytes:
+            return True
+        if admit(self.tier, self.ns, need, self.exclude_key, held=self.bytes, may_evict=False) is None:
+            return False
+        self._write(need)
+        return True
+
+    def settle(self, need: int) -> int:
+        """The walk is done and `need` is the copy's size: admit it (evicting if it must) and claim it
+        exactly. Returns the bytes the copy may write."""
+        allowance = admit(self.tier, self.ns, need, self.exclude_key, held=self.bytes)
+        assert allowance is not None  # may_evict: it raises instead
+        if need != self.bytes:
+            self._write(need)
+        return allowance
+
+    def _write(self, need: int) -> None:
+        self.tier.ledger_write(self.ns.uid, self.entry, need, f"pending {os.getpid()}")
+        self.bytes = need
 
 
 def evict_lru(

@@ -107,42 +107,103 @@ class Plan(namedtuple("Plan", "dirs files links skipped bytes alloc digest tree"
 BLOCK = 4096
 
 
+class Walker:
+    """The walk of a tree, one directory at a time, so that a copy can start on what has been walked while the
+    rest is: steps() lists each directory (one lstat per entry, never following a symlink) and yields what it
+    found in it, and plan() is the whole walk's Plan once steps() is exhausted (the same Plan walk() gives).
+    `alloc` is the allocation estimate of everything walked so far."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.dirs: list = []
+        self.files: list = []
+        self.links: list = []
+        self.skipped: list[str] = []
+        self.bytes = 0
+        self.alloc = BLOCK  # the root directory
+        # The digests are over each part followed by a NUL, in walk order (_digest's bytes), fed one
+        # directory at a time.
+        self._parts = blake2b(digest_size=20)
+        self._tree = blake2b(digest_size=20)
+        self._done = False
+
+    def steps(self):
+        """Yield (new directories, files, links) per directory listed, in walk order: the directories are
+        relative paths (parents before their children), files (relative directory, name, size, mode),
+        links (relative directory, name). Raises SourceError for a directory it cannot list."""
+        pending = [""]
+        while pending:
+            rel = pending.pop()
+            path = os.path.join(self.root, rel) if rel else self.root
+            prefix = f"{rel}/" if rel else ""
+            try:
+                with os.scandir(path) as it:
+                    children = sorted(((e.name, e.stat(follow_symlinks=False)) for e in it), key=_name)
+            except OSError as exc:
+                raise SourceError(f"cannot read {path}: {exc.strerror}") from None
+            new_dirs, files, links, parts, tree = [], [], [], [], []
+            for name, st in children:
+                child = prefix + name
+                mode = st.st_mode
+                parts.append(f"{child}={_status(st)}")
+                if stat.S_ISDIR(mode):
+                    self.dirs.append((child, stat.S_IMODE(mode), st.st_atime_ns, st.st_mtime_ns))
+                    new_dirs.append(child)
+                    pending.append(child)
+                    tree.append(f"{child}:d:0")
+                    self.alloc += BLOCK
+                elif stat.S_ISREG(mode):
+                    size = st.st_size
+                    files.append((rel, name, size, mode))
+                    self.bytes += size
+                    self.alloc += -(-size // BLOCK) * BLOCK
+                    tree.append(f"{child}:f:{size}")
+                elif stat.S_ISLNK(mode):
+                    links.append((rel, name))
+                    self.alloc += BLOCK
+                    tree.append(f"{child}:l:{st.st_size}")
+                else:
+                    self.skipped.append(child)
+            if parts:
+                self._parts.update(_joined(parts))
+            if tree:
+                self._tree.update(_joined(tree))
+            self.files += files
+            self.links += links
+            yield new_dirs, files, links
+        self._done = True
+
+    def plan(self) -> Plan:
+        if not self._done:
+            raise RuntimeError("Walker.plan() before the walk is done")
+        self.dirs.sort()  # parents before children
+        return Plan(
+            self.dirs,
+            self.files,
+            self.links,
+            self.skipped,
+            self.bytes,
+            self.alloc,
+            self._parts.hexdigest(),
+            self._tree.hexdigest(),
+        )
+
+
+def _name(child: tuple) -> str:
+    return child[0]
+
+
+def _joined(parts: list[str]) -> bytes:
+    """The bytes _digest() feeds for `parts`: each part, then a NUL."""
+    return ("\0".join(parts) + "\0").encode("utf-8", "surrogateescape")
+
+
 def walk(root: str) -> Plan:
     """lstat every entry under root (never following a symlink). Raises SourceError if unreadable."""
-    dirs, files, links, skipped, parts, tree = [], [], [], [], [], []
-    total = alloc = 0
-    pending = [""]
-    while pending:
-        rel = pending.pop()
-        path = os.path.join(root, rel) if rel else root
-        try:
-            with os.scandir(path) as it:
-                children = sorted(((e.name, e.stat(follow_symlinks=False)) for e in it), key=lambda x: x[0])
-        except OSError as exc:
-            raise SourceError(f"cannot read {path}: {exc.strerror}") from None
-        for name, st in children:
-            child = f"{rel}/{name}" if rel else name
-            mode = st.st_mode
-            parts.append(f"{child}={_status(st)}")
-            if stat.S_ISDIR(mode):
-                dirs.append((child, stat.S_IMODE(mode), st.st_atime_ns, st.st_mtime_ns))
-                pending.append(child)
-                tree.append(f"{child}:d:0")
-            elif stat.S_ISREG(mode):
-                files.append((rel, name, st.st_size, mode))
-                total += st.st_size
-                alloc += -(-st.st_size // BLOCK) * BLOCK
-                tree.append(f"{child}:f:{st.st_size}")
-            elif stat.S_ISLNK(mode):
-                links.append((rel, name))
-                alloc += BLOCK
-                tree.append(f"{child}:l:{st.st_size}")
-            else:
-                skipped.append(child)
-    dirs.sort()  # parents before children
-    return Plan(
-        dirs, files, links, skipped, total, alloc + BLOCK * (len(dirs) + 1), _digest(parts), _digest(tree)
-    )
+    walker = Walker(root)
+    for _step in walker.steps():
+        pass
+    return walker.plan()
 
 
 def manifest(root: str) -> tuple[int, int, str]:

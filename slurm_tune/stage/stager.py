@@ -28,7 +28,7 @@ from ..streams import say
 from . import fresh, watch
 from .dirfd import open_dir
 from .errors import SourceError, TierUnavailable
-from .evict import admit
+from .evict import Claim
 from .fresh import boot_id
 from .fresh import manifest as fresh_manifest
 from .layout import DATA, ENTRIES, TMP, check_job_id, new_gen, source_key, write_stamp
@@ -171,26 +171,30 @@ def _stage_locked(
                 "",
                 mode,
             )
-    if source.kind == "dir" and plan is None:
-        plan = fresh.walk(source.real)
-    # Both modes' stamps, taken before the copy: a later check in the other mode (`--freshness`, a changed
-    # profile) compares against the stamp of its own mode instead of copying an unchanged source again.
+    # Both modes' stamps: a later check in the other mode (`--freshness`, a changed profile) compares
+    # against the stamp of its own mode instead of copying an unchanged source again. Each is taken before
+    # the copy of what it covers; a fast check's strict stamp comes from the walk the copy overlaps, and
+    # each entry's lstat there comes before its copy starts.
     stamps = {mode: stamp_now}
-    if source.kind == "dir":
-        other = "strict" if mode == "fast" else "fast"
-        stamps[other] = fresh.stamp(source, other, plan)
+    if source.kind == "dir" and mode == "strict":
+        stamps["fast"] = fresh.stamp(source, "fast")
     _clear_leftovers(tier, ns, key)
     entry = f"{key}.{new_gen()}"
-    need = plan.alloc if plan is not None else _file_estimate(source)
-    allowance = admit(tier, ns, need, exclude_key=key)
-    tier.ledger_write(ns.uid, entry, need, f"pending {os.getpid()}")
+    claim = Claim(tier, ns, entry, exclude_key=key)
+    # A directory is admitted as its walk sizes it (evict.Claim); a file or an archive, and a tree already
+    # walked for a strict check, before the copy starts.
+    allowance = None
+    if source.kind != "dir" or plan is not None:
+        allowance = claim.settle(plan.alloc if plan is not None else _file_estimate(source))
     tmp_name = f"{entry}.{os.getpid()}.staging"
     published = False
     try:
         os.mkdir(tmp_name, 0o700, dir_fd=ns.sub(TMP))
-        nbytes, nfiles, tree, export = _copy(
-            source, plan, ns.sub_path(TMP, tmp_name), request, stream, jobs, allowance, tier.reserve()
+        nbytes, nfiles, tree, export, plan = _copy(
+            source, plan, ns.sub_path(TMP, tmp_name), request, stream, jobs, claim, allowance, tier.reserve()
         )
+        if source.kind == "dir" and mode == "fast":
+            stamps["strict"] = fresh.stamp(source, "strict", plan)
         _publish(
             ns,
             tmp_name,
@@ -283,7 +287,9 @@ def _file_estimate(source) -> int:
     return size + 4096
 
 
-def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve):
+def _copy(source, plan, tmp_path: str, request, stream, jobs, claim, allowance, reserve):
+    """Copy into tmp_path/data: (bytes, files, manifest digest, exported path, the tree's walk or None).
+    A tree not yet walked (`plan` None) is walked as it is copied, and admitted through `claim`."""
     from . import copy  # a copy only: a warm hit (every task of a staged job) loads no copy threads
 
     # The allowance is watched through free-space deltas, which also see every other writer on the disk
@@ -294,8 +300,19 @@ def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve
     os.mkdir(data, 0o700)
     label = f"{request.name}: staging {request.source}"
     if source.kind == "dir":
-        progress = watch.Progress(stream, label, plan.bytes, plan.count)
-        copy.copy_tree(source.real, plan, data, jobs=jobs, progress=progress, guard=guard)
+        progress = watch.Progress(stream, label, plan.bytes if plan else 0, plan.count if plan else None)
+        if plan is None:
+            plan = copy.copy_tree(
+                source.real,
+                fresh.Walker(source.real),
+                data,
+                jobs=jobs,
+                progress=progress,
+                guard=guard,
+                claim=claim,
+            )
+        else:
+            copy.copy_tree(source.real, plan, data, jobs=jobs, progress=progress, guard=guard)
         os.chmod(data, copy.read_only(stat_mode(source.st)) | 0o500)
         export = DATA
     elif source.kind == "archive":
@@ -317,9 +334,9 @@ def _copy(source, plan, tmp_path: str, request, stream, jobs, allowance, reserve
             f"e.g. {plan.skipped[0]}",
         )
     if plan is not None:  # the walk already knows what the copy holds: no second walk
-        return plan.alloc, plan.count, plan.tree, export
+        return plan.alloc, plan.count, plan.tree, export, plan
     nbytes, nfiles, tree = fresh_manifest(data)
-    return nbytes, nfiles, tree, export
+    return nbytes, nfiles, tree, export, None
 
 
 def stat_mode(st) -> int:

@@ -62,6 +62,10 @@ class Progress:
         if self.stream is not None and not say(self.stream, f"stune-stage: {line}"):
             self.stream = None  # a closed job log must not fail the copy
 
+    def sized(self, total_bytes: int, total_files: int | None = None) -> None:
+        """The totals, once known (a tree's walk ends after its copy has started)."""
+        self.total_bytes, self.total_files = total_bytes, total_files
+
     def done(self, done_bytes: int, done_files: int | None = None) -> None:
         if self.printed:
             self.update(done_bytes, done_files, force=True)
