@@ -7,7 +7,7 @@ run, and `stune-job` run by the job's user.
   node's fio baseline is called storage-bound, with the rate and the baseline;
 - a 2-node job's NCCL logs, written where the TaskProlog pointed NCCL_DEBUG_FILE, are judged on each node:
   a socket log on the IB partition is a fallback, named per node, and recorded in the nodes' health state;
-- a 2-node job that used no NCCL (gloo, or none) is "not judged";
+- a real 2-node gloo job (torch on CPU), which has no NCCL log, is "not judged";
 - two submissions that write steps files through docs/steps.md's snippet: `stune-sbatch history diff`
   shows the throughput change with its cause.
 """
@@ -279,11 +279,28 @@ def test_nccl_logs_on_two_nodes_are_judged_and_a_fallback_is_recorded_per_node(w
         assert not (world.cluster.layout.node_dir(n) / "usage" / "run" / str(job)).exists()
 
 
-def test_a_two_node_job_without_nccl_is_not_judged(world, slurm, shared_tmp):
-    job = submit_as(
-        slurm, ["-N", "2", "-w", "n[2-3]", "--gres=gpu:1", f"--chdir={shared_tmp}"], "srun -N2 -n2 true"
-    )
-    assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=120) == "COMPLETED"
+GLOO_RANK = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", rank=int(os.environ["SLURM_PROCID"]), world_size=int(os.environ["SLURM_NTASKS"]))
+t = torch.ones(4)
+dist.all_reduce(t)
+assert t[0].item() == dist.get_world_size()
+print("gloo all_reduce ok on", os.environ["SLURMD_NODENAME"], "NCCL_DEBUG=" + os.environ.get("NCCL_DEBUG", ""))
+dist.destroy_process_group()
+"""
+
+
+def test_a_real_two_node_gloo_job_has_no_nccl_log_and_is_not_judged(world, slurm, shared_tmp):
+    script = shared_tmp / "gloo_rank.py"
+    script.write_text(GLOO_RANK)
+    script.chmod(0o644)
+    # the dev cluster's nodes share this machine: the rendezvous on loopback, stune's MASTER_PORT
+    wrap = f"MASTER_ADDR=127.0.0.1 GLOO_SOCKET_IFNAME=lo srun -N2 -n2 {sys.executable} {script}"
+    job = submit_as(slurm, ["-N", "2", "-w", "n[2-3]", "--gres=gpu:1", f"--chdir={shared_tmp}"], wrap)
+    ended = wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=180)
+    output = (shared_tmp / f"slurm-{job}.out").read_text()
+    assert ended == "COMPLETED" and output.count("gloo all_reduce ok on n") == 2, output
+    assert "NCCL_DEBUG=INFO" in output  # stune asked for NCCL's log; gloo wrote none
     wait_record(slurm, job, "comm")
     doc = json.loads(world.stune_job(job, "--json").stdout)
     assert doc["transport"]["status"] == "not_judged" and doc["transport"]["judged"] == 0
