@@ -71,6 +71,20 @@ def _taskprolog_env(world):
     )
 
 
+def _filtered_slurm_conf(tmp: Path) -> Path:
+    from slurm_tune.clifilter.render import DATA_DIR, DATA_FILE
+
+    etc = tmp / "etc"
+    (etc / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    (etc / DATA_DIR / DATA_FILE).write_text("return {}\n")
+    (etc / "extra.conf").write_text("CliFilterPlugins=cli_filter/lua\n")
+    conf = etc / "slurm.conf"
+    conf.write_text(
+        "ClusterName=t\nInclude extra.conf\nNodeName=n1 CPUs=8 Gres=gpu:4\nPartitionName=roce Nodes=n1 Default=YES\n"
+    )
+    return conf
+
+
 SNAPSHOT = REPO / "tests/fixtures/snapshots/dgx-a100-ib.json"
 # name: (code that does the entry point's real work, env maker)
 ENTRY_POINTS = {
@@ -102,6 +116,12 @@ ENTRY_POINTS = {
         "from slurm_tune.cli.taskprolog import main\nassert main([]) == 0",
         _taskprolog_env,
     ),
+    # a plain sbatch job on a node whose slurm.conf (Include followed, records and all) enables stune's
+    # cli_filter: the first task reads slurm.conf, which must not load re or the admin's slurm.conf judge
+    "stune-task-prolog (a plain job, the cli_filter enabled)": (
+        "from slurm_tune.cli.taskprolog import main\nassert main([]) == 0",
+        lambda w: dict(_taskprolog_env(w), SLURM_CONF=str(_filtered_slurm_conf(w["tmp"]))),
+    ),
     # runs once per rank at job start; --show resolves the binding and runs nothing
     "stune-bind": (
         "from slurm_tune.cli.bind import main\nassert main(['--show', 'true']) == 0",
@@ -127,7 +147,7 @@ COLD_BRANCHES = {
     "slurm_tune.health.apply": "`stune-health run`, the periodic full run, applies its verdict to Slurm",
     "slurm_tune.hw.nvml": "`stune-health snapshot` reads the GPUs through NVML; the prolog makes no NVML call",
     "slurm_tune.profilecheck": "a profile cache miss validates the profile (yaml and the schema)",
-    "slurm_tune.admin.slurmconf": "rendering the cli_filter from slurm.conf, an admin's install step",
+    "slurm_tune.admin.slurmconf": "judging slurm.conf for install and doctor (the reader is slurmfile.py)",
     "slurm_tune.slurm.adapter": "Slurm's queries: a submission that asks Slurm something, `stune-health drain`",
     "slurm_tune.slurm.records": "the queries' records, loaded at first use (test_slurm_adapter)",
     "slurm_tune.slurm.associations": "the association tree, loaded at first use (test_slurm_adapter)",

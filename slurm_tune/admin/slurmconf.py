@@ -9,119 +9,15 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import glob
 import os
 import re
 from dataclasses import dataclass
 
 from ..durations import DurationError, parse_slurm
 from ..hostlist import expand_hostlist
+from ..slurmfile import DEFAULTS, RECORD_KEYS, Setting, SlurmConf
 
-RECORD_KEYS = frozenset(("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname"))
-# Slurm's defaults for the settings judged here, when slurm.conf does not set them.
-DEFAULTS = {
-    "prologflags": "",
-    "prioritytype": "priority/basic",
-    "prioritycalcperiod": "5",
-    "healthcheckinterval": "0",
-    "healthchecknodestate": "ANY",
-    "schedulerparameters": "",
-    "accountingstoragetres": "",
-    "accountingstorageenforce": "",
-    "priorityweightfairshare": "0",
-    "taskplugin": "",
-}
-
-
-@dataclass
-class Setting:
-    key: str
-    value: str
-    path: str
-    line: int
-
-
-class SlurmConf:
-    """Parameters (last one wins, as in Slurm) and records (NodeName=..., PartitionName=...)."""
-
-    def __init__(self, path: str, text: str | None = None):
-        """`text`: judge this text as the file at `path` (nothing is read)."""
-        self.path = path
-        self.params: dict[str, Setting] = {}
-        self.every: dict[str, list[Setting]] = {}  # keys given more than once (SlurmctldHost for backups)
-        self.records: list[dict[str, str]] = []
-        self.problems: list[str] = []
-        self.text = ""
-        self.found = False
-        if text is not None:
-            self.text, self.found = text, True
-            self._parse(path, text, depth=0)
-            return
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                self.text = fh.read()
-            self.found = True
-        except OSError as exc:
-            self.problems.append(f"{path}: cannot read: {exc.strerror}")
-            return
-        self._parse(path, self.text, depth=0)
-
-    def _parse(self, path: str, text: str, depth: int) -> None:
-        for number, raw in enumerate(text.splitlines(), 1):
-            line = raw.split("#", 1)[0].strip()
-            if not line:
-                continue
-            head, _, rest = line.partition(" ")
-            if head.lower() == "include" and rest.strip():
-                self._include(path, rest.strip(), depth)
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                continue
-            key = key.strip()
-            if key.lower() in RECORD_KEYS:
-                self.records.append(_record(line))
-            else:
-                setting = Setting(key, value.strip(), path, number)
-                self.params[key.lower()] = setting
-                self.every.setdefault(key.lower(), []).append(setting)
-
-    def _include(self, path: str, target: str, depth: int) -> None:
-        if depth > 8:
-            self.problems.append(f"{path}: Include nested too deep")
-            return
-        if "\0" in target:
-            self.problems.append(f"{path}: Include names a path with a NUL byte")
-            return
-        target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)
-        for name in sorted(glob.glob(target)) or [target]:
-            try:
-                with open(name, encoding="utf-8", errors="replace") as fh:
-                    self._parse(name, fh.read(), depth + 1)
-            except OSError as exc:
-                self.problems.append(f"{name}: Include cannot be read: {exc.strerror}")
-
-    def get(self, key: str) -> str:
-        s = self.params.get(key.lower())
-        return s.value if s else DEFAULTS.get(key.lower(), "")
-
-    def where(self, key: str) -> str:
-        s = self.params.get(key.lower())
-        return f"{s.path}:{s.line}" if s else f"{self.path} (not set)"
-
-    def partitions(self) -> dict[str, dict[str, str]]:
-        return {r["PartitionName"]: r for r in self.records if "PartitionName" in r}
-
-    def nodes(self) -> list[dict[str, str]]:
-        return [r for r in self.records if "NodeName" in r]
-
-
-def _record(line: str) -> dict[str, str]:
-    rec = {}
-    for token in re.findall(r'(\S+?=(?:"[^"]*"|\S*))', line):
-        k, _, v = token.partition("=")
-        rec[k] = v.strip('"')
-    return rec
+__all__ = ["DEFAULTS", "RECORD_KEYS", "Setting", "SlurmConf"]  # the reader's home is slurm_tune/slurmfile.py
 
 
 def read_key_values(path: str) -> dict[str, str] | None:

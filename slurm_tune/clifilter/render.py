@@ -209,7 +209,7 @@ def enables_filter(plugins: str) -> bool:
 
 def enabled_here(environ) -> bool:
     """Whether this host's Slurm runs stune's cli_filter: slurm.conf ($SLURM_CONF, else /etc/slurm/slurm.conf,
-    as Slurm's commands find it), with the files it Includes (admin/slurmconf.py reads it as install does),
+    as Slurm's commands find it), with the files it Includes (slurmfile.py reads it as install does),
     enables the Lua plugin, and stune's data file is beside it. The TaskProlog asks this for a job without
     STUNE_MANAGED: the filter leaves a plain sbatch job's environment to it (an --export list would make
     sbatch load the user's login environment). A slurm.conf that cannot be read reads as not enabled: the job
@@ -217,7 +217,7 @@ def enabled_here(environ) -> bool:
     conf = environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     if not os.path.isfile(os.path.join(os.path.dirname(conf), DATA_DIR, DATA_FILE)):
         return False
-    from ..admin.slurmconf import SlurmConf
+    from ..slurmfile import SlurmConf
 
     return enables_filter(SlurmConf(conf).get(SLURM_CONF_LINE.split("=", 1)[0]))
 
