@@ -115,10 +115,11 @@ def _gdr_module(host: dict, why: str, profile: Profile) -> Drift:
         result.DEGRADED,
         what,
         "not loaded",
-        f"{expected} (GPUDirect RDMA: nccl.net_gdr_level {profile.nccl.net_gdr_level} on an {fabric} partition)",
+        expected,
         "modprobe nvidia-peermem",
-        "and list it in /etc/modules-load.d so a reboot keeps it; without it NCCL moves every message "
-        "through host memory",
+        f"(GPUDirect RDMA: nccl.net_gdr_level {profile.nccl.net_gdr_level} on an {fabric} partition), and "
+        "list it in /etc/modules-load.d so a reboot keeps it; without it NCCL stages every message through "
+        "host memory",
     )
 
 
@@ -279,23 +280,23 @@ def _sysctls(host: dict, why: str, wanted) -> list[Drift]:
         setting = f"sysctl {name}"
         if not isinstance(values, dict) or name not in values:
             where = why if "sysctls" not in host else "not captured (capture with the partition's profile)"
-            out.append(unknown(setting, "node", name, where, expected))
+            out.append(unknown(setting, name, name, where, expected))
             continue
         value = values[name]
         match = parse.sysctl_matches(value, expected)
         if value is None:
-            out.append(unknown(setting, "node", name, "no such sysctl under /proc/sys (module not loaded?)"))
+            out.append(unknown(setting, name, name, "no such sysctl under /proc/sys (module not loaded?)"))
         elif match is None:
-            out.append(unknown(setting, "node", name, f"unreadable value {value!r}"[:120], expected))
+            out.append(unknown(setting, name, name, f"unreadable value {value!r}"[:120], expected))
         elif match:
-            out.append(ok(setting, "node", name, " ".join(value.split()), expected))
+            out.append(ok(setting, name, name, " ".join(value.split()), expected))
         else:
             target = expected[2:].strip() if expected.startswith(">=") else expected
             shown = f'"{target}"' if " " in target else target
             out.append(
                 Drift(
                     setting,
-                    "node",
+                    name,
                     result.DEGRADED,
                     name,
                     " ".join(value.split())[:60],

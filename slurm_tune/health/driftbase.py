@@ -28,7 +28,7 @@ class Drift(Record):
     def result(self) -> result.Result:
         check = f"drift.{self.setting.split()[0]}"
         if self.status == result.DEGRADED:
-            message = f"{self.what} {self.have}; expected {self.expected}: fix with `{self.fix}`"
+            message = f"{self.what} {self.have}; expected {self.expected}; fix: {self.fix}"
             return result.degraded(
                 check,
                 self.subject,

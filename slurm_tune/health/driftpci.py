@@ -120,7 +120,7 @@ def acs(snapshot: dict, profile: Profile) -> list[Drift]:
         )
     for device, problem in sorted(unreadable.items()):
         out.append(unknown(setting, device, f"ACS on {device}", problem, expected))
-    if not redirecting and not unreadable and chains:
+    if not redirecting and chains and not any(d.status == result.UNKNOWN for d in out):
         have = (
             f"off on {paths} GPU-HCA path(s) through PCIe switches"
             if paths
