@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..gdr import profile_expects_gdr
 from ..hw import driftparse as parse
 from ..hw.sysfs import parse_int
-from . import driftgpu, driftpci, result
+from . import driftpci, result
 from .driftbase import Drift, ok, unknown
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
@@ -63,7 +63,7 @@ def findings(snapshot: dict, profile: Profile) -> list[Drift]:
             want.numa_balancing is not None,
             lambda: [_numa(host, why, bool(want.numa_balancing))],
         ),
-        ("gpu", bool(profile.gpu.count), lambda: driftgpu.gpu_settings(snapshot, want)),
+        ("gpu", bool(profile.gpu.count), lambda: _gpu_settings(snapshot, want)),
         (
             "roce_mtu",
             profile.fabric.type == "roce" and want.roce_mtu_min is not None,
@@ -340,3 +340,12 @@ def _mtu(snapshot: dict, profile: Profile) -> list[Drift]:
         else:
             out.append(ok("roce_mtu", name, what, str(mtu), expected))
     return out
+
+
+def _gpu_settings(snapshot: dict, want) -> list[Drift]:
+    """Only a profile that declares GPU power or clocks loads their checks."""
+    if not (want.gpu_power_limit_w or want.gpu_sm_clock_mhz or want.gpu_mem_clock_mhz):
+        return []
+    from .driftgpu import gpu_settings
+
+    return gpu_settings(snapshot, want)
