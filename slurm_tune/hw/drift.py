@@ -56,29 +56,11 @@ def sysctl_path(name: str) -> str:
 
 def read_text(sysfs: Sysfs, rel: str, most: int) -> str | None:
     """A text file that may be longer than one sysfs page (/proc/modules), its first `most` bytes; None when
-    missing or unreadable (said in sysfs.problems). No hang on something that is not a file."""
-    path = sysfs.path(rel)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        sysfs.problems.append(f"{rel}: {exc.strerror}")
-        return None
-    chunks, size = [], 0
-    try:
-        while size < most:
-            chunk = os.read(fd, min(65536, most - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        sysfs.problems.append(f"{rel}: {exc.strerror}")
-        return None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    missing or unreadable (said in sysfs.problems)."""
+    data, problem = pciconfig.read_file(sysfs.path(rel), most)
+    if problem:
+        sysfs.problems.append(f"{rel}: {problem}")
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _link_name(sysfs: Sysfs, rel: str) -> tuple[str | None, str | None]:

@@ -120,17 +120,26 @@ def acs_words(ctrl: int) -> str:
 
 def read_config(path: str) -> tuple[bytes | None, str | None]:
     """(the first CONFIG_MAX bytes of a config file, None), (None, None) when there is none, (None, why) when
-    it cannot be read. No symlink at the last component, and no hang on something that is not a file."""
+    it cannot be read."""
+    return read_file(path, CONFIG_MAX)
+
+
+def read_file(path: str, most: int) -> tuple[bytes | None, str | None]:
+    """(a file's first `most` bytes, None), (None, None) when it is missing, (None, why) when it cannot be
+    read: opened through safeio (no symlink at the last component, no hang on a FIFO, a regular file only),
+    as sysfs and procfs attributes are."""
+    from .. import safeio
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = safeio.open_file(path, single_link=False)
     except FileNotFoundError:
         return None, None
-    except OSError as exc:
-        return None, exc.strerror or str(exc)
+    except (OSError, safeio.UnsafePathError) as exc:
+        return None, getattr(exc, "strerror", None) or str(exc)
     chunks, size = [], 0
     try:
-        while size < CONFIG_MAX:
-            chunk = os.read(fd, CONFIG_MAX - size)
+        while size < most:
+            chunk = os.read(fd, min(65536, most - size))
             if not chunk:
                 break
             chunks.append(chunk)
