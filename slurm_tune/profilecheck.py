@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from .driftspec import DRIFT, with_fabric_defaults
 from .errors import ConfigError
 from .schema import (
     Bool,
@@ -256,6 +257,7 @@ PROFILE_SCHEMA = Section(
                 "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
             }
         ),
+        "drift": DRIFT,  # tuning drift: the host settings the nodes are tuned to (driftspec.py)
         # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
         "idle_policy": Section(
             {
@@ -383,7 +385,7 @@ def _validate_all(directory: str, names: list[str]) -> dict[str, dict]:
         if raw is None:
             raise ConfigError(path, None, "", "the file is empty")
         checked = PROFILE_SCHEMA.check(raw, "", where)
-        merged = deep_merge(site_defaults, checked)
+        merged = with_fabric_defaults(deep_merge(site_defaults, checked))
         data = PROFILE_SCHEMA.complete(merged, "", where)
         _cross_checks(data, where)
         partition = data["partition"]

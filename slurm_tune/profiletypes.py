@@ -135,6 +135,22 @@ class IdlePolicy:
     exempt_accounts: tuple[str, ...]
 
 
+class Drift:
+    gdr_module: bool
+    pcie_acs: bool
+    iommu: tuple[str, ...] | None
+    cpu_governor: str | None
+    thp: tuple[str, ...] | None
+    numa_balancing: bool | None
+    slurmd_memlock: bool
+    fabricmanager: bool
+    gpu_power_limit_w: int | None
+    gpu_sm_clock_mhz: int | None
+    gpu_mem_clock_mhz: int | None
+    roce_mtu_min: int | None
+    sysctls: Frozen
+
+
 class Sections:
     """A profile's sections (profilestore.Profile adds its name, source, digest and key origins)."""
 
@@ -151,3 +167,4 @@ class Sections:
     placement: Placement
     active: Active
     idle_policy: IdlePolicy
+    drift: Drift

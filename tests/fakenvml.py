@@ -15,6 +15,7 @@ NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
 NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, cumulative; scopeId 0xFFFFFFFF: all links
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
@@ -51,6 +52,7 @@ MODELS = {
         "nvlinks": 12,
         "memory_total": 85899345920,
         "sm_max_clock": 1410,
+        "app_clocks": (1410, 1593),  # SM, memory application clocks (MHz) as `nvidia-smi -ac 1593,1410` sets
     },
     "h100": {
         "name": "NVIDIA H100 80GB HBM3",
@@ -60,6 +62,7 @@ MODELS = {
         "nvlinks": 18,
         "memory_total": 85520809984,
         "sm_max_clock": 1980,
+        "app_clocks": (1980, 2619),
     },
     "a10g": {
         "name": "NVIDIA A10G",
@@ -69,6 +72,7 @@ MODELS = {
         "nvlinks": 0,
         "memory_total": 24146608128,
         "sm_max_clock": 1710,
+        "app_clocks": (1710, 6251),
     },
 }
 DGX_BUS_IDS = [
@@ -124,6 +128,7 @@ def device(index: int, model: str = "a100", **overrides) -> dict:
         "nvlink_rx_kib": 0 if spec["nvlinks"] else None,
         "sm_clock": spec["sm_max_clock"],
         "sm_max_clock": spec["sm_max_clock"],
+        "app_clocks": spec["app_clocks"],  # None: NotSupported
     }
     dev.update(overrides)
     return dev
@@ -161,6 +166,7 @@ class FakeNvml:
             "NVML_PCIE_UTIL_TX_BYTES",
             "NVML_PCIE_UTIL_RX_BYTES",
             "NVML_CLOCK_SM",
+            "NVML_CLOCK_MEM",
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
         ):
@@ -303,6 +309,12 @@ class FakeNvml:
         if clock != NVML_CLOCK_SM:
             raise NVMLError(2, "Invalid Argument")
         return self._supported(h, "sm_clock")
+
+    def nvmlDeviceGetApplicationsClock(self, h, clock):
+        clocks = self._supported(h, "app_clocks")
+        if clock not in (NVML_CLOCK_SM, NVML_CLOCK_MEM):
+            raise NVMLError(2, "Invalid Argument")
+        return clocks[0] if clock == NVML_CLOCK_SM else clocks[1]
 
     def nvmlDeviceGetMaxClockInfo(self, h, clock):
         if clock != NVML_CLOCK_SM:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import drifttrees
+
 IB_COUNTERS = (
     "symbol_error",
     "link_downed",
@@ -94,8 +96,21 @@ def pci_device(
     link_width: str = "16",
     max_link_speed: str | None = None,
     max_link_width: str | None = None,
+    parent: Path | None = None,
 ) -> Path:
-    base = f"sys/bus/pci/devices/{address}"
+    """One PCI device, laid out as sysfs does: its directory below /sys/devices (under `parent`, a PCIe port's
+    directory; default: right on its host bridge), /sys/bus/pci/devices/<address> a link to it, and its binary
+    config space. Called again for the same address, it rewrites the attributes where the device is."""
+    entry = Path(root) / "sys/bus/pci/devices" / address
+    if entry.is_symlink() or entry.exists():
+        real = entry.resolve()
+    else:
+        domain, bus = address.split(":")[:2]
+        real = Path(parent or drifttrees.host_bridge(root, f"{domain}:{bus}")) / address
+        real.mkdir(parents=True, exist_ok=True)
+        drifttrees.link(root, address, real)
+    if not (real / "config").exists():
+        drifttrees.write_config(real, drifttrees.endpoint_config(vendor, device, cls))
     for name, value in (
         ("vendor", vendor),
         ("device", device),
@@ -107,11 +122,30 @@ def pci_device(
         ("max_link_speed", max_link_speed or link_speed),
         ("max_link_width", max_link_width or link_width),
     ):
-        put(root, f"{base}/{name}", value)
-    return Path(root) / base
+        (real / name).write_text(value + "\n")
+    return real
 
 
-def gpu(root: Path, address: str, *, numa_node: int, model: str = "a100", **link) -> Path:
+def remove_pci(root: Path, address: str) -> None:
+    """The device gone from the bus: its /sys/bus/pci/devices entry and its directory."""
+    import shutil
+
+    entry = Path(root) / "sys/bus/pci/devices" / address
+    real = entry.resolve()
+    entry.unlink()
+    shutil.rmtree(real)
+
+
+def nvswitch(root: Path, address: str) -> Path:
+    """An NVSwitch as the host's PCI bus shows it (NVIDIA, "bridge: other", 10de:1af1 on HGX A100)."""
+    return pci_device(
+        root, address, vendor="0x10de", device="0x1af1", cls="0x068000", numa_node=-1, local_cpulist=""
+    )
+
+
+def gpu(
+    root: Path, address: str, *, numa_node: int, model: str = "a100", parent: Path | None = None, **link
+) -> Path:
     device, speed = {
         "a100": ("0x20b2", "16.0 GT/s PCIe"),
         "h100": ("0x2330", "32.0 GT/s PCIe"),
@@ -127,6 +161,7 @@ def gpu(root: Path, address: str, *, numa_node: int, model: str = "a100", **link
         cls="0x030200",
         numa_node=numa_node,
         local_cpulist=cpus,
+        parent=parent,
         **link,
     )
 
@@ -172,6 +207,7 @@ def hca(
     netdevs: tuple[str, ...] = (),
     gids: list[tuple[str, str | None, str | None]] | None = None,
     guid: int = 0xB8599F030019C8A2,
+    parent: Path | None = None,
 ) -> Path:
     """One HCA. `gids` lists (gid, type, ndev) per slot from index 0; by default an IB port has only its
     link-local GID. Ports beyond the first share the first one's settings."""
@@ -184,6 +220,7 @@ def hca(
         cls="0x020700" if link_layer == "InfiniBand" else "0x020000",
         numa_node=numa_node,
         local_cpulist=NUMA_CPUS.get(numa_node, ""),
+        parent=parent,
     )
     for key, value in (
         ("fw_ver", fw_ver),
@@ -225,14 +262,32 @@ def hca(
     return base
 
 
+SWITCH_BASES = (0x00, 0x40, 0x80, 0xB0)  # the host bridges of a DGX's four GPU/HCA PCIe switches
+DGX_NVSWITCH_PCI = [f"0000:{b:02x}:00.0" for b in range(0xC1, 0xC7)]  # HGX A100: six NVSwitches
+
+
+def pcie_switches(root: Path, acs_ctrl: int | None = 0) -> dict[str, Path]:
+    """DGX-style PCIe: four switches, each with two GPUs and the two compute HCAs beside them (GPU 2g, HCA 2g,
+    GPU 2g+1, HCA 2g+1 on its downstream ports), every port's ACS Control `acs_ctrl`: the directory each of
+    those devices sits in, by PCI address."""
+    parents = {}
+    for g, base in enumerate(SWITCH_BASES):
+        ports = drifttrees.switch(root, base, 4, acs_ctrl)
+        below = (DGX_GPU_PCI[2 * g], DGX_HCA_PCI[2 * g], DGX_GPU_PCI[2 * g + 1], DGX_HCA_PCI[2 * g + 1])
+        parents.update(zip(below, ports))
+    return parents
+
+
 def dgx_a100_ib(root: Path, *, hca_overrides: dict[str, dict] | None = None) -> Path:
     """A DGX-A100-like IB HDR node: 8 GPUs and 8 compute HCAs on 2 NUMA nodes, ib0..ib7, plus the storage
-    HCA mlx5_8 (ib8) that NCCL must not use. `hca_overrides` changes one HCA, e.g. {"mlx5_2": {"state":
-    "1: DOWN", "phys_state": "3: Disabled"}}."""
+    HCA mlx5_8 (ib8) that NCCL must not use; the GPUs and HCAs in pairs under four PCIe switches, six
+    NVSwitches, and the host tuned as the hdr profile expects (drifttrees.host). `hca_overrides` changes one
+    HCA, e.g. {"mlx5_2": {"state": "1: DOWN", "phys_state": "3: Disabled"}}."""
     root = Path(root)
     numa(root)
+    parents = pcie_switches(root)
     for i, address in enumerate(DGX_GPU_PCI):
-        gpu(root, address, numa_node=i // 4, model="a100")
+        gpu(root, address, numa_node=i // 4, model="a100", parent=parents[address])
     for i, address in enumerate([*DGX_HCA_PCI, STORAGE_HCA_PCI]):
         name = f"mlx5_{i}"
         settings = {
@@ -240,6 +295,7 @@ def dgx_a100_ib(root: Path, *, hca_overrides: dict[str, dict] | None = None) -> 
             "numa_node": min(i, 7) // 4,
             "netdevs": (f"ib{i}",),
             "guid": 0xB8599F0300190000 + i,
+            "parent": parents.get(address),
         }
         settings.update((hca_overrides or {}).get(name, {}))
         hca(root, name, **settings)
@@ -251,6 +307,9 @@ def dgx_a100_ib(root: Path, *, hca_overrides: dict[str, dict] | None = None) -> 
             address=f"00:00:10:29:fe:80:00:00:00:00:00:00:b8:59:9f:03:00:19:00:0{i}",
         )
     netdev(root, "eno1", mtu="1500")
+    for address in DGX_NVSWITCH_PCI:
+        nvswitch(root, address)
+    drifttrees.host(root)
     return root
 
 
@@ -258,11 +317,13 @@ def h100_roce(
     root: Path, *, hca_overrides: dict[str, dict] | None = None, roce_ip_base: str = "10.0.0."
 ) -> Path:
     """A cloud RoCE v2 node: 8 H100s, 8 ConnectX-7 ports (mlx5_0..7 bound to eth1..eth8) with real GID
-    tables (v1/v2 link-local, then v1/v2 IPv4-mapped), and eth0 for the VPC."""
+    tables (v1/v2 link-local, then v1/v2 IPv4-mapped), and eth0 for the VPC; the GPUs and HCAs in pairs
+    under four PCIe switches, four NVSwitches, the host tuned as the roce profile expects."""
     root = Path(root)
     numa(root)
+    parents = pcie_switches(root)
     for i, address in enumerate(DGX_GPU_PCI):
-        gpu(root, address, numa_node=i // 4, model="h100")
+        gpu(root, address, numa_node=i // 4, model="h100", parent=parents[address])
     for i, address in enumerate(DGX_HCA_PCI):
         name, dev = f"mlx5_{i}", f"eth{i + 1}"
         guid = 0x0A5C2FFFFE3B0000 + i
@@ -284,18 +345,24 @@ def h100_roce(
             "netdevs": (dev,),
             "gids": table,
             "guid": guid,
+            "parent": parents[address],
         }
         settings.update((hca_overrides or {}).get(name, {}))
         hca(root, name, **settings)
         netdev(root, dev, mtu="4200", address=f"0a:5c:2f:3b:00:0{i}")
     netdev(root, "eth0", mtu="9001")
+    for address in DGX_NVSWITCH_PCI[:4]:  # HGX H100: four NVSwitches
+        nvswitch(root, address)
+    drifttrees.host(root)
     return root
 
 
 def vpc_tcp(root: Path, *, gpus: int = 4, numa_node: int = -1) -> Path:
-    """A cloud VM without RDMA: one ENA interface ens5, A10G GPUs, and (as in most VMs) no NUMA info."""
+    """A cloud VM without RDMA: one ENA interface ens5, A10G GPUs, and (as in most VMs) no NUMA info, no
+    NVSwitch and no fabric manager."""
     root = Path(root)
     numa(root, {0: "0-47"})
+    drifttrees.host(root, fabricmanager=False)
     for i in range(gpus):
         gpu(root, f"0000:00:{0x1B + i:02x}.0", numa_node=numa_node, model="a10g")
     netdev(root, "ens5", mtu="9001")

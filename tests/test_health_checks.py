@@ -412,8 +412,6 @@ def test_the_verdict_reason_counts_the_other_findings():
 
 
 def test_a_gpu_gone_from_the_pci_bus_is_named_and_a_garbled_vendor_is_not_gone(tmp_path):
-    import shutil
-
     from slurm_tune.health import collect
 
     root = kit.tree(tmp_path, "hdr")
@@ -427,7 +425,7 @@ def test_a_gpu_gone_from_the_pci_bus_is_named_and_a_garbled_vendor_is_not_gone(t
     garbled, _ = health_judge.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
     assert garbled.status == UNKNOWN
     assert "unreadable vendor id of 0000:47:00.0" in by((garbled, None), "gpu.pci")[0].message
-    shutil.rmtree(root / "sys/bus/pci/devices/0000:47:00.0")
+    hwtrees.remove_pci(root, "0000:47:00.0")
     gone, _ = health_judge.judge(collect.fast(str(root), profile, "n1", state["gpu_pci"]), profile, state)
     assert (gone.status, gone.reason) == (FAIL, "0000:47:00.0 gone from PCI")
 

@@ -394,7 +394,7 @@ def test_sysfs_root_expands_the_node_name():
 
 
 def test_a_uuid_maps_to_its_pci_bus_id_under_a_deadline():
-    from slurm_tune.hw.nvml import pci_bus_id_of_uuid
+    from slurm_tune.hw.nvmluuid import pci_bus_id_of_uuid
 
     class UuidNvml(fakenvml.FakeNvml):
         def nvmlDeviceGetHandleByUUID(self, uuid):

@@ -27,6 +27,7 @@ from ..stage.tier import Tier, TierConfig
 from ..thisnode import uses_node
 from . import shipped
 from .doctor_daemons import DaemonChecks
+from .doctor_drift import DriftChecks
 from .doctor_nodes import NodeChecks
 from .findings import ERROR, OK, WARNING, Finding
 from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
@@ -52,13 +53,16 @@ def read_env_file(path: str) -> dict[str, str]:
     return out
 
 
-class Doctor(NodeChecks, DaemonChecks):
+class Doctor(NodeChecks, DaemonChecks, DriftChecks):
     def __init__(self, env_file: str, layout, facts_dir: str | None, slurm=None):
         self.env_file, self.layout, self.facts_dir = env_file, layout, facts_dir
         self.findings: list[Finding] = []
         self.slurm = slurm
         self.env: dict[str, str] = {}
         self.matrix: dict[str, dict[str, str]] = {}
+        self.snapshots: dict[str, dict | None] = {}
+        self.drift: dict[str, dict] = {}
+        self.drift_sysctls: list[str] = []
 
     def add(self, severity, subject, message, fix=""):
         self.findings.append(Finding(severity, subject, message, fix))
@@ -332,8 +336,10 @@ def run(
     with_gpus = {n for n, p in profiles.items() if (p.gpu.count or 0) > 0} | set(gpu_partitions(conf))
     doc.check_slurm_conf(conf, roles, sorted(with_gpus))
     nodes = doc.check_cluster(profiles)
+    doc.drift_sysctls = sorted({k for p in profiles.values() for k in p.drift.sysctls})
     if nodes:
         doc.check_nodes(nodes)
+        doc.check_drift(profiles, nodes)
         doc.check_cache_tiers(profiles, nodes)
         doc.check_sampler(nodes)
     if shipped.CONTROLLER in roles:
@@ -346,6 +352,7 @@ def as_json(doc: Doctor) -> str:
         {
             "findings": [asdict(f) for f in doc.findings],
             "matrix": doc.matrix,
+            "drift": doc.drift,
             "errors": sum(f.severity == ERROR for f in doc.findings),
             "warnings": sum(f.severity == WARNING for f in doc.findings),
         }

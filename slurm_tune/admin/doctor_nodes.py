@@ -10,7 +10,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 
-from ..health.collect import full, replay_gpus
+from ..health.collect import add_drift, full, replay_gpus
 from ..output import table
 from ..thisnode import expand, uses_node
 from .findings import ERROR, OK, WARNING
@@ -25,8 +25,21 @@ class NodeChecks:
     env: dict[str, str]
     facts_dir: str | None
     matrix: dict[str, dict[str, str]]
+    snapshots: dict[str, dict | None]
+    drift_sysctls: list[str]  # the sysctls any profile names: read from a hardware-less tree
 
     def node_facts(self, node: str) -> dict[str, str] | None:
+        snap = self.node_snapshot(node)
+        return facts_from_snapshot(snap) if isinstance(snap, dict) else None
+
+    def node_snapshot(self, node: str) -> dict | None:
+        """What stune recorded of a node (read once): its capture from --facts, else its hardware-less tree
+        and GPU snapshot read now, the drift section included; None when there is neither."""
+        if node not in self.snapshots:
+            self.snapshots[node] = self._read_snapshot(node)
+        return self.snapshots[node]
+
+    def _read_snapshot(self, node: str) -> dict | None:
         snap = None
         if self.facts_dir:
             path = os.path.join(self.facts_dir, f"{node}.json")
@@ -49,12 +62,13 @@ class NodeChecks:
                     # never this host's NVML for another node
                     if root:
                         snap = full(root, None, node, gpu_file, timeout_s=5.0, nvml=False)
+                        add_drift(snap, root, None, 5.0, sysctls=self.drift_sysctls)
                     elif gpu_file:
                         snap = {"gpus": replay_gpus(gpu_file)}
                 except Exception as exc:  # a capture problem is a missing fact, not a crash
                     self.add(WARNING, f"node {node}", f"cannot read its recorded hardware: {exc}")
                     return None
-        return facts_from_snapshot(snap) if isinstance(snap, dict) else None
+        return snap if isinstance(snap, dict) else None
 
     def check_nodes(self, nodes) -> None:
         missing = []

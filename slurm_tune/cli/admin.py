@@ -148,6 +148,9 @@ def _doctor(args) -> int:
         table = result.matrix_table()
         if table:
             print("\nversion matrix (? = not recorded):\n" + table.rstrip("\n"))
+        drift = result.drift_tables()
+        if drift:
+            print("\n" + drift.rstrip("\n"))
         errors = sum(f.severity == doctor.ERROR for f in result.findings)
         warnings = sum(f.severity == doctor.WARNING for f in result.findings)
         oks = sum(f.severity == doctor.OK for f in result.findings)

@@ -129,6 +129,7 @@ def _capture(options: dict) -> int:
         timeout_s=timeout,
         nvml=not options.get("no_nvml"),
     )
+    collect.add_drift(snap, cfg.root, _capture_profile(cfg), timeout or 5.0)
     out = options.get("output")
     if out and out != "-":
         from ..hw.snapshot import save
@@ -140,6 +141,21 @@ def _capture(options: dict) -> int:
 
         print_json(snap)
     return EXIT_OK
+
+
+def _capture_profile(cfg):
+    """The profile a capture reads the drift section's sysctls for (--partition or $STUNE_HEALTH_PARTITION),
+    or None: then only the built-in ones (hw/drift.py)."""
+    if not cfg.partition:
+        return None
+    from ..errors import StuneError
+    from ..profilestore import load_profile
+
+    try:
+        return load_profile(cfg.partition)
+    except StuneError as exc:
+        print(f"{PROG}: capture: the built-in sysctls only, not {cfg.partition}'s: {exc}", file=sys.stderr)
+        return None
 
 
 def _print_verdict(header: str, verdict, verbose: bool) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..gdr import RDMA, gdr_expected  # the one GPUDirect RDMA rule
+
 IB, ROCE, TCP = "ib", "roce", "tcp"
 FABRICS = (IB, ROCE, TCP)
-RDMA = (IB, ROCE)
 FABRIC_WORDS = {IB: "IB", ROCE: "RoCE", TCP: "TCP"}
-NO_GDR_LEVELS = ("", "0", "LOC")  # NCCL_NET_GDR_LEVEL values that turn GPUDirect RDMA off
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Expectation:
         level = str(profile.nccl.net_gdr_level or "")
         return cls(
             fabric=fabric,
-            gdr=fabric in RDMA and level not in NO_GDR_LEVELS,
+            gdr=gdr_expected(fabric, level),
             gdr_level=level,
             socket_ifname=str(profile.fabric.socket_ifname or ""),
         )

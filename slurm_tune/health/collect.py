@@ -104,15 +104,17 @@ def full(
     timeout_s: float | None = None,
     known_gpus=None,
     nvml: bool = True,
+    drift: bool = False,
 ) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
     only when asked for: the checks do not need them, a capture for triage does. A profile without GPUs
-    (gpu.count 0) neither imports pynvml nor probes NVML."""
+    (gpu.count 0) neither imports pynvml nor probes NVML. `drift`: the host settings too (add_drift): the
+    periodic run and `stune-health capture`, never a hook."""
     from ..hw.snapshot import capture
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
     if profile is not None and not profile.gpu.count:  # a CPU/IB-only partition: no pynvml, no NVML probe
-        return capture(
+        snap = capture(
             root,
             timeout_s=timeout,
             nvml=False,
@@ -120,10 +122,30 @@ def full(
             gids=gids,
             no_nvml=f"not captured (partition {profile.partition} has gpu.count 0)",
         )
+        return add_drift(snap, root, profile, timeout) if drift else snap
     snap = capture(root, timeout_s=timeout, nvml=nvml and gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:
         snap["gpus"] = replay_gpus(gpu_snapshot)
     add_known_gpus(Sysfs(root), snap, known_gpus)
+    return add_drift(snap, root, profile, timeout) if drift else snap
+
+
+def add_drift(snap: dict, root: str, profile: Profile | None, timeout_s: float, sysctls=()) -> dict:
+    """`snap` with its `drift` section (hw/drift.py): the host settings, and the PCI paths and config space
+    of the GPUs and HCAs the capture found; the sysctls read are the built-in ones, the profile's and
+    `sysctls`."""
+    from ..hw.drift import capture
+
+    pci: list[str] = []
+    for name, key in (("pci_gpus", None), ("ib", "pci")):
+        section = snap.get(name)
+        devices = section.get("devices") if isinstance(section, dict) else None
+        for address, dev in (devices if isinstance(devices, dict) else {}).items():
+            found = address if key is None else (dev.get(key) if isinstance(dev, dict) else None)
+            if isinstance(found, str):
+                pci.append(found)
+    names = [*(profile.drift.sysctls if profile is not None else ()), *sysctls]
+    snap["drift"] = capture(root, timeout_s, pci=pci, sysctls=names)
     return snap
 
 

@@ -19,12 +19,23 @@ def _xid(snapshot, profile: Profile, previous):
     return xid.check(snapshot, profile, previous)
 
 
+def _drift(snapshot, profile: Profile, previous):
+    """The drift family, imported only when the snapshot has host settings to judge (the periodic run's and
+    `stune-health capture`'s; never a hook's: docs/speed.md)."""
+    if "drift" not in snapshot:
+        return [], {}
+    from . import drift
+
+    return drift.check(snapshot, profile, previous)
+
+
 FAMILIES = (
     ("ib", ib.check),
     ("versions", versions.check),
     ("gpu", gpu.check),
     ("xid", _xid),
     ("transport", transport.check),
+    ("drift", _drift),
 )
 
 

@@ -249,7 +249,9 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     before = state.read(cfg.state_dir)[0]
     profile, how = resolve_profile(cfg, before, "run", environ, slurm)
     policy = state.policy_digest(profile)
-    snap = collect.full(cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"))
+    snap = collect.full(
+        cfg.root, profile, cfg.node, cfg.gpu_snapshot, known_gpus=before.get("gpu_pci"), drift=True
+    )
     with state.Locked(cfg.state_dir) as st:
         verdict, updates = judge.judge(snap, profile, st.state)
         seen = verdict.status

@@ -198,6 +198,7 @@ class NvmlSession:
             ),
             "power_w": power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
             "power_limit_w": limit_mw / 1000.0 if isinstance(limit_mw, (int, float)) else None,
+            "app_clocks_mhz": self.app_clocks(errors, h),
             "ecc_mode_current": ecc[0] if isinstance(ecc, (list, tuple)) and ecc else None,
             "ecc_uncorrected_volatile": f(
                 errors,
@@ -236,6 +237,18 @@ class NvmlSession:
             "utilization": None if util is None else {"gpu": util.gpu, "memory": util.memory},
             "memory": None if mem is None else {"used": mem.used, "total": mem.total},
             "errors": errors,
+        }
+
+    def app_clocks(self, errors: dict, h) -> dict:
+        """The SM and memory application clocks (MHz) the GPU runs work at (`nvidia-smi -ac`), None where it
+        does not support them: the drift checks (health/drift.py) judge them against the profile."""
+        n = self.nvml
+        read = getattr(n, "nvmlDeviceGetApplicationsClock", None)
+        if read is None:
+            return {"sm": None, "mem": None}
+        return {
+            "sm": self._field(errors, "app_clock_sm", read, h, getattr(n, "NVML_CLOCK_SM", 1)),
+            "mem": self._field(errors, "app_clock_mem", read, h, getattr(n, "NVML_CLOCK_MEM", 2)),
         }
 
     def utilization(self, index: int, with_perf: bool = False) -> GpuUtilization:
@@ -423,25 +436,6 @@ def _int(value, default):
 
 def _str(value):
     return value if isinstance(value, str) else None
-
-
-def pci_bus_id_of_uuid(uuid: str, timeout_s: float = 5.0, nvml=None) -> tuple[str | None, str]:
-    """(NVML's PCI bus id of the GPU or MIG device `uuid`, problem). Under a deadline, like every NVML read:
-    a GPU that fell off the bus must not hang the caller (stune-bind, in front of a training task)."""
-
-    def probe(partial, nvml_module):
-        session = NvmlSession(nvml_module)
-        try:
-            n = session.nvml
-            handle = n.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
-            return _text(n.nvmlDeviceGetPciInfo(handle).busId)
-        finally:
-            session.close()
-
-    result = run_probe("nvml-uuid", probe, timeout_s, nvml)
-    if result.status == OK and isinstance(result.value, str):
-        return result.value, ""
-    return None, _nvml_problem(result.message or "no PCI bus id")
 
 
 def open_gpu_source(snapshot: str | None = None, timeout_s: float = 5.0, nvml=None, perf: bool = False):

@@ -76,7 +76,7 @@ def gpu_pci(sysfs: Sysfs, gpu: str) -> tuple[str | None, str]:
 
 
 def _pci_from_nvml(uuid: str) -> tuple[str | None, str]:
-    from ..hw.nvml import pci_bus_id_of_uuid
+    from ..hw.nvmluuid import pci_bus_id_of_uuid
 
     bus, problem = pci_bus_id_of_uuid(uuid)
     if bus is None:  # no NVML, no driver, unknown UUID, a hung GPU: all mean "cannot tell"
