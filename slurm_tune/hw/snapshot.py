@@ -29,23 +29,31 @@ def _section(result, key: str) -> dict:
     section = {"answered": result.status == OK, key: value}
     if result.status != OK:
         section["error"] = result.message
+        section.update(result.timed_out())
     section["elapsed_s"] = round(result.elapsed_s, 4)
     return section
 
 
 def _capture_each(probe_name: str, timeout_s: float, names, read) -> dict:
-    """One probe reading `read(name)` for each of `names()`; a stall keeps what was read before it."""
+    """One probe reading `read(name)` for each of `names()`; a stall keeps what was read before it, and
+    says what it was reading (`stalled_at`)."""
+    reading: list = [None]
 
     def probe(partial):
         out: dict = {}
         partial.value = out
         for name in names():
+            reading[0] = name
             out[name] = read(name)
         return out
 
-    from .deadline import run_probe
+    from .deadline import TIMEOUT, run_probe
 
-    return _section(run_probe(probe_name, probe, timeout_s), "devices")
+    result = run_probe(probe_name, probe, timeout_s)
+    section = _section(result, "devices")
+    if result.status == TIMEOUT and isinstance(reading[0], str):
+        section["stalled_at"] = reading[0]
+    return section
 
 
 def capture_ib(sysfs: Sysfs, timeout_s: float, gids: bool = True, devices: list[str] | None = None) -> dict:
