@@ -39,7 +39,11 @@ def test_incidents_and_their_metrics_per_node_and_code(tmp_path, monkeypatch):
     world.xid(13, 40, text="Graphics Exception: ESR 0x404000=0x80000002")
     world.xid(79, 3)
     code, doc = world.run()
-    assert doc["status"] == "fail" and doc["incidents"] == {"by_code": {"13": 40, "79": 3}, "held": {"79": 3}}
+    assert (
+        code == 0
+        and doc["status"] == "fail"
+        and doc["incidents"] == {"by_code": {"13": 40, "79": 3}, "held": {"79": 3}}
+    )
     got = samples(prom)
     assert (
         got[("stune_health_xid_events_total", "13")] == 40
@@ -67,7 +71,7 @@ def test_incidents_and_their_metrics_per_node_and_code(tmp_path, monkeypatch):
     after = json.loads(health("incidents", "--json", env=env).stdout)
     assert after["held"] == {} and after["incidents"][1]["released"]["by"] == "clear"
     assert "released (clear " in health("incidents", env=env).stdout
-    code, doc = world.run()
+    _code, doc = world.run()
     assert doc["status"] == "ok" and samples(prom).get(("stune_health_xid_held", "79")) is None
     assert samples(prom)[("stune_health_xid_events_total", "79")] == 3  # a counter: it never goes down
 
@@ -81,7 +85,7 @@ def test_the_prolog_writes_the_same_incident_lines(tmp_path, monkeypatch):
     world.run()
     world.xid(48)
     world.run()
-    code, doc = health_node.hook("prolog", health_node.settings({}))
+    _code, doc = health_node.hook("prolog", health_node.settings({}))
     assert doc["status"] == "fail" and doc["reason"].endswith("Xid 48")
     assert samples(prom)[("stune_health_xid_held", "48")] == 1
 
