@@ -10,6 +10,8 @@ import os
 
 from .driftspec import DRIFT, with_fabric_defaults
 from .errors import ConfigError
+from .profilehealth import HANG_KEYS, REMEDIATION, XID
+from .profilehealth import check as check_incident_keys
 from .schema import (
     Bool,
     Duration,
@@ -182,8 +184,11 @@ PROFILE_SCHEMA = Section(
                     "is marked degraded (docs/comm.md); 0 never",
                 ),
                 "comm_window": Duration(7 * 86400, doc="how far back comm_degrade_after counts"),
+                "xid": XID,
+                **HANG_KEYS,
             }
         ),
+        "remediation": REMEDIATION,
         "recovery": Section(
             {
                 "requeue": Bool(True),
@@ -340,6 +345,7 @@ def _cross_checks(data: dict, where: Where) -> None:
     gpu = data["gpu"]
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
+    check_incident_keys(data, where)
     active = data["active"]
     if active["k"] > active["n"]:
         raise where.error("active.k", f"k ({active['k']}) cannot exceed n ({active['n']})")

@@ -30,7 +30,10 @@ else:
 DEFAULT_DIR = "/etc/stune/partitions"
 CACHE_FORMAT = 2
 # The cache is keyed by the validating code too: an upgrade of stune invalidates it.
-_VALIDATOR_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profilecheck.py")
+_VALIDATOR_PY = tuple(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in ("profilecheck.py", "profilehealth.py")
+)
 
 
 class Profile(_ProfileView):
@@ -82,7 +85,7 @@ def _cache_path(directory: str) -> str:
 def _fingerprint(directory: str) -> tuple:
     """What the cache is keyed by: every profile file's (name, size, mtime, inode). Run as root, each file
     must be root's and writable by root alone (the directory is checked by the caller)."""
-    stamp = [CACHE_FORMAT, os.path.abspath(directory), os.path.getmtime(_VALIDATOR_PY)]
+    stamp = [CACHE_FORMAT, os.path.abspath(directory), *(os.path.getmtime(p) for p in _VALIDATOR_PY)]
     for name in _yaml_files(directory):
         path = os.path.join(directory, name)
         try:

@@ -80,6 +80,13 @@ class Counters:
     port_rcv_errors: Counter
 
 
+class Xid:
+    burst_window: int
+    hold: int
+    recur_window: int
+    codes: Frozen
+
+
 class Health:
     max_gpu_temp_c: int
     counters: Counters
@@ -89,6 +96,19 @@ class Health:
     unknown_degrade_after: int
     comm_degrade_after: int
     comm_window: int
+    xid: Xid
+    hang_degrade_after: int
+    hang_drain_after: int
+
+
+class Remediation:
+    enabled: bool
+    reset: bool
+    reboot: bool
+    reset_command: tuple[str, ...]
+    reset_timeout: int
+    reboot_timeout: int
+    forget_after: int
 
 
 class Recovery:
@@ -163,6 +183,7 @@ class Sections:
     numa: Numa
     cache: Cache
     health: Health
+    remediation: Remediation
     recovery: Recovery
     placement: Placement
     active: Active

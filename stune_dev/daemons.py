@@ -174,6 +174,25 @@ class Daemons:
                 L.log / f"slurmd-{node}.log",
             )
 
+    def restart_slurmd(self, node: str, rebooted: bool = False) -> None:
+        """Stop one node's slurmd and start it again; `rebooted`: with -b, so slurmctld takes the node as
+        just booted (stune_dev/rebootstandin.py, the stand-in RebootProgram)."""
+        L = self.layout
+        pidfile = L.pidfile(f"slurmd-{node}")
+        pid = pid_alive(pidfile)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            wait_for(f"slurmd-{node} to stop", lambda: pid_alive(pidfile) != pid)
+        index = NODES.index(node)
+        argv = self.install.slurmd_argv(node, L.slurm_conf) + (["-b"] if rebooted else [])
+        self._daemon(
+            f"slurmd-{node}",
+            argv,
+            pidfile,
+            lambda: port_open(L.node_port(index)),
+            L.log / f"slurmd-{node}.log",
+        )
+
     def pidfiles(self) -> dict[str, Path]:
         """Each daemon's pidfile, in start order (down() stops them in the reverse order)."""
         L = self.layout

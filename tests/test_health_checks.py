@@ -376,10 +376,12 @@ def test_only_xids_after_the_last_run_count(tmp_path):
     assert verdict(snap, previous={"xid_seq": 50})[0].status == OK
 
 
-def test_every_table_entry_has_a_severity_and_a_meaning():
-    for severity, meaning in xid.XIDS.values():
-        assert severity in (xid.FAIL, xid.DEGRADED, xid.INFO) and meaning
-    assert xid.classify(79)[0] == xid.FAIL and xid.classify(13)[0] == xid.INFO
+def test_every_table_entry_has_an_action_a_remedy_and_a_meaning():
+    for code, rule in xid.XIDS.items():
+        assert rule.action in xid.LEVELS and rule.remedy in xid.REMEDIES and rule.meaning, code
+        assert not (rule.app and rule.action == xid.DRAIN), code  # an application's Xid never drains
+    assert xid.rule_for(xid.XIDS, 79).action == xid.DRAIN and xid.rule_for(xid.XIDS, 13).action == xid.COUNT
+    assert xid.rule_for(xid.XIDS, 4242) is xid.UNKNOWN_RULE
 
 
 # ---- verdicts and internal errors ------------------------------------------------------------------------------

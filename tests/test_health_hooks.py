@@ -353,7 +353,10 @@ def test_usage_errors(args, message):
 
 def test_the_xid_table_is_printed():
     proc = health("xids")
-    assert proc.returncode == 0 and "  79  fail      GPU has fallen off the bus" in proc.stdout
+    assert (
+        proc.returncode == 0 and "  79  drain    -      reboot  GPU has fallen off the bus\n" in proc.stdout
+    )
+    assert "  13  count    -      -       graphics engine exception" in proc.stdout
 
 
 def test_clear_forgets_held_xids(box):

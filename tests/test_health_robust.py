@@ -218,7 +218,7 @@ def test_a_5000_digit_counter_is_one_unknown_and_the_down_port_still_fails(down_
 
 
 def test_a_5000_digit_xid_record_is_skipped():
-    from slurm_tune.hw.snapshot import parse_xid_record
+    from slurm_tune.hw.kernellog import parse_xid_record
 
     assert parse_xid_record("4," + "9" * 5000 + ",1,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1") is None
     assert parse_xid_record("4,1,1,-;NVRM: Xid (PCI:0000:07:00): " + "9" * 5000 + ", pid=1") is None

@@ -155,6 +155,8 @@ COLD_BRANCHES = {
     "slurm_tune.stage.tier": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
     "slurm_tune.stage.stager": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
     "slurm_tune.sbatch.historyview": "`stune-sbatch history`: the history file, sacct's records, the bottleneck",
+    "slurm_tune.health.ladder": "`stune-health run` with remediation.enabled: the remediation ladder's steps",
+    "slurm_tune.cli.health_incidents": "`stune-health incidents` and `xids`: read commands, not hooks",
 }
 
 

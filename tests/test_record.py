@@ -88,8 +88,8 @@ def test_a_probe_result_is_a_frozen_record():
     from slurm_tune.hw.deadline import OK, ProbeResult, run_probe
 
     result = run_probe("answer", lambda partial: 42, 5.0)
-    name, status, value, _elapsed, message = result
-    assert (name, status, value, message) == ("answer", OK, 42, "") and result.answered
+    name, status, value, _elapsed, message, reader = result
+    assert (name, status, value, message, reader) == ("answer", OK, 42, "", "") and result.answered
     assert result == ProbeResult("answer", OK, 42, result.elapsed_s, "")
     assert repr(result).startswith("ProbeResult(name='answer', status='ok', value=42, elapsed_s=")
     with pytest.raises(AttributeError):

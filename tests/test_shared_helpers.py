@@ -165,7 +165,7 @@ def test_root_appends_go_through_safeio(tmp_path):
 
 
 def test_kmsg_is_read_without_following_or_hanging(tmp_path):
-    from slurm_tune.hw.snapshot import read_xid_events
+    from slurm_tune.hw.kernellog import read_xid_events
 
     record = "4,1234,5678901,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1, GPU has fallen off the bus.\n"
     (tmp_path / "real").mkdir()

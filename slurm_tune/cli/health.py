@@ -6,7 +6,8 @@
     stune-health run [--dry-run] [--json]                                      HealthCheckProgram
     stune-health status                                                        this node's health state
     stune-health clear [--xid] [--baselines] [--trust] [--unknown]             forget held state
-    stune-health xids                                                          the Xid table
+    stune-health xids [-p P]                                                   the Xid rules in force
+    stune-health incidents [--json]                                            this node's Xid incidents
 
 Common options: -p/--partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-dir DIR, --node NAME,
 --prom FILE (Prometheus textfile), --json-out FILE. Environment: STUNE_HEALTH_PARTITION, STUNE_SYSFS_ROOT,
@@ -46,6 +47,7 @@ COMMANDS = {
     "status": {"json": 0},
     "clear": {"--xid": 0, "--baselines": 0, "--trust": 0, "--unknown": 0},
     "xids": {},
+    "incidents": {"json": 0},
 }
 
 
@@ -279,7 +281,9 @@ def _clear(options: dict) -> int:
         )
     with Locked(cfg.state_dir) as st:
         if "xid" in what:
-            st.state["xid_sticky"] = []
+            from ..health.incidents import clear
+
+            clear(st.state)
         if "baselines" in what:
             st.state["baselines"] = {}
         if "trust" in what:
@@ -292,12 +296,10 @@ def _clear(options: dict) -> int:
     return EXIT_OK
 
 
-def _xids(options: dict) -> int:
-    from ..health.xid import XIDS
+def _health_incidents():
+    from . import health_incidents
 
-    for code, (severity, meaning) in sorted(XIDS.items()):  # fixed widths: the Xid codes right-aligned
-        print(f"{code:4d}  {severity:8s}  {meaning}")
-    return EXIT_OK
+    return health_incidents
 
 
 def _main(argv: list[str]) -> int:
@@ -326,7 +328,8 @@ def _main(argv: list[str]) -> int:
             "run": _run,
             "status": _status,
             "clear": _clear,
-            "xids": _xids,
+            "xids": lambda o: _health_incidents().xids(o),
+            "incidents": lambda o: _health_incidents().incidents(o),
         }[command](options)
     except Usage as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

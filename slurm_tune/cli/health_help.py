@@ -80,7 +80,7 @@ COMMAND_HELP = {
     "clear": (
         "forget held state",
         (
-            ("--xid", "forget held fatal Xids (after a GPU reset)"),
+            ("--xid", "release held Xids and end the remediation ladder (after a GPU reset or a repair)"),
             ("--baselines", "forget the error counter baselines (re-taken next run)"),
             ("--trust", "forget the policies this node has passed"),
             (
@@ -91,7 +91,18 @@ COMMAND_HELP = {
         ),
         "0; 2 usage error (nothing to forget)",
     ),
-    "xids": ("print the Xid table, with each Xid's meaning and verdict", (), "0"),
+    "xids": (
+        "print the Xid rules in force (stune's table, or with -p the partition's profile over it): action, "
+        "burst, remedy, meaning",
+        (),
+        "0; 1 profile error",
+    ),
+    "incidents": (
+        "this node's Xid incidents (what is held, what was released and how), the events per code, the "
+        "remediation ladder's steps and any probe that keeps hanging",
+        (("--json", "print them as JSON"),),
+        "0; 2 usage error",
+    ),
 }
 
 

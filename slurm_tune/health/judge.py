@@ -11,12 +11,16 @@ if TYPE_CHECKING:
 
 def _xid(snapshot, profile: Profile, previous):
     """The xid family, imported only when there is something to judge: a kernel log (not in the prolog's
-    snapshot) or Xids held from before."""
-    if "kernel" not in snapshot and not previous.get("xid_sticky"):
-        return [], {}
-    from . import xid
+    snapshot: the incident engine) or Xids held from before (the prolog: what is held, nothing more)."""
+    if "kernel" not in snapshot:
+        if not previous.get("xid_sticky") and not previous.get("ladder"):
+            return [], {}
+        from . import xid
 
-    return xid.check(snapshot, profile, previous)
+        return xid.held_check(snapshot, previous)
+    from . import incidents
+
+    return incidents.check(snapshot, profile, previous)
 
 
 def _drift(snapshot, profile: Profile, previous):
@@ -106,6 +110,6 @@ def merge_state(state: dict, updates: dict, *, rebaseline: bool) -> None:
             for port, values in new.items():
                 old.setdefault(port, values)
         state["baselines"] = old
-    for key in ("xid_seq", "xid_sticky", "boot_id", "gpu_pci"):
+    for key in ("xid_seq", "xid_sticky", "boot_id", "gpu_pci", "incidents", "incident_counts", "ladder"):
         if key in updates:
             state[key] = updates[key]

@@ -158,6 +158,22 @@ def _outputs(cfg: Settings, doc: dict, mode: str) -> list:
     return problems
 
 
+def _ladder():
+    from . import ladder
+
+    return ladder
+
+
+def _incident_outputs(held: dict, profile, now: float) -> dict:
+    """The Xid events and held Xids per code, and the hung probes, for the outputs: when the node has any."""
+    out: dict = {}
+    if held.get("incident_counts") or held.get("incidents"):
+        out["incidents"] = outputs.incident_summary(held, profile.health.xid.hold, now)
+    if held.get("hangs"):
+        out["hangs"] = held["hangs"]
+    return out
+
+
 def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
     """prolog or epilog: judge, remember, and exit 1 only for an enforced failure. No Slurm command."""
     from . import collect
@@ -187,6 +203,7 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
         st.state["node"] = cfg.node
         st.save()
         problem = st.problem
+        issue25 = _incident_outputs(st.state, profile, now)
     doc = outputs.report(
         cfg.node,
         profile.partition,
@@ -194,7 +211,7 @@ def hook(mode: str, cfg: Settings, environ=None) -> tuple[int, dict]:
         mode,
         now,
         verdict,
-        {"enforced": enforced, "note": why, "elapsed_s": round(time.monotonic() - start, 4)},
+        {"enforced": enforced, "note": why, "elapsed_s": round(time.monotonic() - start, 4), **issue25},
     )
     problems = _outputs(cfg, doc, mode) + ([problem] if problem else [])
     line = (
@@ -256,11 +273,20 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         verdict, updates = judge.judge(snap, profile, st.state)
         seen = verdict.status
         verdict = judge.escalate_unknowns(verdict, st.state, profile.health.unknown_degrade_after)
+        from . import hang
+
+        verdict = hang.escalate(verdict, snap, st.state, profile.health, now)
         judge.merge_state(st.state, updates, rebaseline=True)
         st.state.setdefault("partition", profile.partition)
         _record_last(st.state, "run", now, verdict, policy, False, seen)
         st.state["node"] = cfg.node
         want = apply.want_for(verdict)
+        if (
+            profile.remediation.enabled
+            and want.action == apply.DRAIN
+            and _ladder().waiting(st.state, profile, now)
+        ):
+            want = apply.Want(apply.HOLD, "")  # the reboot stune asked for is to come: the node is Slurm's
         why = apply.needs_sync(want, st.state, now)
         snapshot_of_state = dict(st.state)
         if not dry_run:  # a dry run judges and says what it would do; it moves no baseline
@@ -295,6 +321,9 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
             st.save()
     if held_back and breaker is None:
         breaker = apply.Breaker(False, None, None, [], breaker_message)
+    remedy = None
+    if profile.remediation.enabled and not dry_run and not held_back and error is None:
+        remedy = _ladder().act(cfg, slurm, profile, verdict, now)
     extra = {
         "action": want.action,
         "sync": why or "",
@@ -311,6 +340,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         "error": error,
         "elapsed_s": round(time.monotonic() - start, 4),
         "transport": transport.counts(snapshot_of_state, profile, now),
+        **_incident_outputs(snapshot_of_state, profile, now),
+        **({"remediation": remedy} if remedy else {}),
     }
     doc = outputs.report(cfg.node, profile.partition, policy, "run", now, verdict, extra)
     if dry_run:
@@ -321,7 +352,11 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
         line += f"; Slurm: {why}" + (f", changed {','.join(outcome.updates) or 'nothing'}" if outcome else "")
     held = [breaker_message] if held_back and outcome is None and breaker_message else []
     for note in (
-        (outcome.notes if outcome else []) + held + ([f"Slurm error: {error}"] if error else []) + problems
+        (outcome.notes if outcome else [])
+        + held
+        + ([f"Slurm error: {error}"] if error else [])
+        + ([remedy["note"]] if remedy else [])
+        + problems
     ):
         line += f"; {note}"
     state.log(cfg.state_dir, line, now)

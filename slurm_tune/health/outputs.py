@@ -88,6 +88,7 @@ def prometheus(doc: dict) -> str:
             "# TYPE stune_health_transport_judged gauge",
             f"stune_health_transport_judged{{{base}}} {transport.get('judged', 0)}",
         ]
+    lines += _incident_lines(doc, base)
     if "elapsed_s" in doc:
         lines += [
             "# HELP stune_health_duration_seconds How long the evaluation took.",
@@ -95,6 +96,63 @@ def prometheus(doc: dict) -> str:
             f'stune_health_duration_seconds{{{base},mode="{_label(doc["mode"])}"}} {doc["elapsed_s"]}',
         ]
     return "\n".join(lines) + "\n"
+
+
+def incident_summary(state: dict, hold: float, now: float) -> dict:
+    """The Xid events per code since the node's state began (state `incident_counts`), and the events held
+    against the node now (drain-level, and degrade-level within `hold`), per code: the outputs' view of
+    health/incidents.py's records, read without importing it (the prolog writes these lines too)."""
+    counts = state.get("incident_counts")
+    counts = {k: v for k, v in counts.items() if type(v) is int} if isinstance(counts, dict) else {}
+    held: dict = {}
+    found = state.get("incidents")
+    for i in found if isinstance(found, list) else ():
+        if (
+            isinstance(i, dict)
+            and i.get("released") is None
+            and type(i.get("count")) is int
+            and type(i.get("at")) in (int, float)
+            and (i.get("level") == "drain" or (i.get("level") == "degrade" and i["at"] >= now - hold))
+        ):
+            held[str(i.get("xid"))] = held.get(str(i.get("xid")), 0) + i["count"]
+    return {"by_code": counts, "held": held}
+
+
+def _incident_lines(doc: dict, base: str) -> list:
+    lines = []
+    found = doc.get("incidents")
+    if isinstance(found, dict):
+        lines += [
+            "# HELP stune_health_xid_events_total Xid events stune recorded on this node, by code, since its "
+            "state began (health/incidents.py).",
+            "# TYPE stune_health_xid_events_total counter",
+        ]
+        lines += [
+            f'stune_health_xid_events_total{{{base},xid="{_label(code)}"}} {n}'
+            for code, n in sorted(found.get("by_code", {}).items())
+        ]
+        lines += [
+            "# HELP stune_health_xid_held Xid events held against this node now (drained or degraded for "
+            "them), by code.",
+            "# TYPE stune_health_xid_held gauge",
+        ]
+        lines += [
+            f'stune_health_xid_held{{{base},xid="{_label(code)}"}} {n}'
+            for code, n in sorted(found.get("held", {}).items())
+        ]
+    hangs = doc.get("hangs")
+    if isinstance(hangs, dict) and hangs:
+        lines += [
+            "# HELP stune_health_probe_hung_runs Periodic runs in a row a hardware probe hit its deadline "
+            "(health/hang.py).",
+            "# TYPE stune_health_probe_hung_runs gauge",
+        ]
+        lines += [
+            f'stune_health_probe_hung_runs{{{base},probe="{_label(probe)}"}} {h.get("runs", 0)}'
+            for probe, h in sorted(hangs.items())
+            if isinstance(h, dict) and type(h.get("runs")) is int
+        ]
+    return lines
 
 
 def _write(path: str, text: str) -> None:

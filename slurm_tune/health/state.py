@@ -15,7 +15,10 @@ rewritten under an flock so the prolog, the epilog and the periodic run never lo
   unchanged node makes no Slurm call;
 - `breaker`: the circuit breaker's last decision;
 - `unknown_runs`: unknown findings of the periodic run and how many runs in a row each has been unknown
-  (`health.unknown_degrade_after` of them mark the node degraded).
+  (`health.unknown_degrade_after` of them mark the node degraded);
+- `incidents`, `incident_counts`, `ladder`: the Xid incidents (bounded), the events per code, and the
+  remediation ladder's steps (health/incidents.py, health/ladder.py);
+- `hangs`: per probe, the periodic runs in a row it hit its deadline (health/hang.py).
 
 A missing, unreadable or garbled state file, or one holding a number stune never writes (NaN, inf, out of
 range: slurm_tune.readback's rule), starts over (baselines are re-taken), said in one line naming the file
@@ -78,7 +81,7 @@ def read(directory: str) -> tuple[dict, str | None]:
         return empty(), f"{path}: unreadable, starting over: {exc}"
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return empty(), f"{path}: not a stune health state file, starting over"
-    for key, kind in (("baselines", dict), ("xid_sticky", list), ("trusted", list)):
+    for key, kind in (("baselines", dict), ("xid_sticky", list), ("trusted", list), *_ISSUE25_KEYS):
         if not isinstance(data.get(key), kind):
             data[key] = kind()
     why = bad_number(data)
@@ -88,6 +91,7 @@ def read(directory: str) -> tuple[dict, str | None]:
 
 
 COUNTER_MAX = float(1 << 64)  # an error counter is a 64-bit number
+_ISSUE25_KEYS = (("incidents", list), ("incident_counts", dict), ("ladder", dict), ("hangs", dict))
 # the times the state holds (section, field); bad_number checks them and the counters by readback's rule
 _TIMES = (
     ("last", "at"),
@@ -119,6 +123,35 @@ def bad_number(data: dict) -> str | None:
     checks += [(f"unknown_runs.{k}", v, 1 << 30) for k, v in (runs.items() if isinstance(runs, dict) else ())]
     for key, value, high in checks:
         why = problem(value, 0, high, integer=True)
+        if why:
+            return f"{key}: {why}"
+    return _incident_numbers(data, problem, EPOCH_MAX)
+
+
+def _incident_numbers(data: dict, problem, epoch_max: float) -> str | None:
+    """bad_number for the incident engine's, the ladder's and the hang escalation's keys."""
+    checks: list = []
+    found = data.get("incidents")
+    for n, inc in enumerate(found if isinstance(found, list) else ()):
+        if isinstance(inc, dict):
+            released = inc.get("released") if isinstance(inc.get("released"), dict) else {}
+            checks += [(f"incidents[{n}].at", inc.get("at"), epoch_max, False)]
+            checks += [(f"incidents[{n}].{k}", inc.get(k), 1 << 62, True) for k in ("count", "seq", "xid")]
+            checks += [(f"incidents[{n}].released.at", released["at"], epoch_max, False)] if released else []
+    checks += [(f"incident_counts.{k}", v, 1 << 62, True) for k, v in data["incident_counts"].items()]
+    ladder = data["ladder"]
+    for n, step in enumerate(ladder.get("steps") if isinstance(ladder.get("steps"), list) else ()):
+        checks += (
+            [(f"ladder.steps[{n}].at", step.get("at"), epoch_max, False)] if isinstance(step, dict) else []
+        )
+    if isinstance(ladder.get("repair"), dict):
+        checks.append(("ladder.repair.at", ladder["repair"].get("at"), epoch_max, False))
+    for probe, hang in data["hangs"].items():
+        if isinstance(hang, dict):
+            checks += [(f"hangs.{probe}.runs", hang.get("runs"), 1 << 30, True)]
+            checks += [(f"hangs.{probe}.since", hang.get("since"), epoch_max, False)]
+    for key, value, high, integer in checks:
+        why = problem(value, 0, high, integer=integer)
         if why:
             return f"{key}: {why}"
     return None

@@ -24,14 +24,24 @@ OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 
 class ProbeResult(Record):
     """status: ok (value is the result), timeout (did not answer within the deadline; value is whatever the
-    probe published before it stalled, or None), error (the probe raised; message says what)."""
+    probe published before it stalled, or None), error (the probe raised; message says what). reader: on a
+    timeout, the stuck thread's state as the kernel shows it (`D`: uninterruptible sleep, a driver holding
+    it; `S`: waiting; '' when it cannot be told), else ''."""
 
-    __slots__ = ("name", "status", "value", "elapsed_s", "message")
+    __slots__ = ("name", "status", "value", "elapsed_s", "message", "reader")
     name: str
     status: str
     value: Any
     elapsed_s: float
     message: str
+    reader: str
+
+    def __init__(self, name: str, status: str, value, elapsed_s: float, message: str, reader: str = ""):
+        Record.__init__(self, name, status, value, elapsed_s, message, reader)
+
+    def timed_out(self) -> dict:
+        """What a snapshot section records of a timeout: {"timeout": True, "reader": ...}, or {}."""
+        return {"timeout": True, "reader": self.reader} if self.status == TIMEOUT else {}
 
     @property
     def answered(self) -> bool:
@@ -55,6 +65,7 @@ def run_probe(name: str, probe, timeout_s: float, *args, **kwargs) -> ProbeResul
     done.acquire()  # released by the probe's thread when it finishes
 
     def target():
+        box["tid"] = _thread.get_native_id()
         try:
             box["value"] = probe(partial, *args, **kwargs)
         except BaseException as exc:  # reported, never propagated: a probe bug must not kill the hook
@@ -68,8 +79,33 @@ def run_probe(name: str, probe, timeout_s: float, *args, **kwargs) -> ProbeResul
     elapsed = time.monotonic() - start
     if not finished:
         return ProbeResult(
-            name, TIMEOUT, partial.value, elapsed, f"{name} did not answer within {timeout_s:g}s"
+            name,
+            TIMEOUT,
+            partial.value,
+            elapsed,
+            f"{name} did not answer within {timeout_s:g}s",
+            thread_state(box.get("tid")),
         )
     if "error" in box:
         return ProbeResult(name, ERROR, partial.value, elapsed, box["error"])
     return ProbeResult(name, OK, box.get("value"), elapsed, "")
+
+
+def thread_state(tid, pid: int | None = None) -> str:
+    """The kernel's state letter (R, S, D, ...) of this process's thread `tid` (or of process `pid`); ''
+    when it cannot be read. Reading a task's stat never blocks on what the task waits for."""
+    if type(tid) is not int and type(pid) is not int:
+        return ""
+    import os
+
+    path = f"/proc/{pid}/stat" if type(pid) is int else f"/proc/self/task/{tid}/stat"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 1024)
+        finally:
+            os.close(fd)
+    except OSError:
+        return ""
+    fields = data.decode("ascii", "replace").rpartition(")")[2].split()
+    return fields[0] if fields and len(fields[0]) == 1 and fields[0].isalpha() else ""

@@ -319,8 +319,7 @@ def read_gpus(timeout_s: float = 5.0, nvml=None) -> dict:
     result = run_probe("nvml", probe, timeout_s, nvml)
     gpus = result.value if isinstance(result.value, dict) else {"answered": False, "devices": []}
     if result.status != OK:
-        gpus["answered"] = False
-        gpus["error"] = _nvml_problem(result.message)
+        gpus.update(answered=False, error=_nvml_problem(result.message), **result.timed_out())
     gpus["elapsed_s"] = round(result.elapsed_s, 4)
     return gpus
 

@@ -9,17 +9,13 @@ Each section is read by its own probe under a deadline and says whether it `answ
 
 from __future__ import annotations
 
-import os
-import stat
 import time
 
 from ..errors import StuneError
-from ..text import is_digits
 from ..thisnode import node_name
 from .sysfs import FORMAT, Sysfs
 
 BOOT_ID = "proc/sys/kernel/random/boot_id"
-KMSG_TEXT_MAX = 4 << 20
 
 
 class SnapshotError(StuneError):
@@ -33,23 +29,31 @@ def _section(result, key: str) -> dict:
     section = {"answered": result.status == OK, key: value}
     if result.status != OK:
         section["error"] = result.message
+        section.update(result.timed_out())
     section["elapsed_s"] = round(result.elapsed_s, 4)
     return section
 
 
 def _capture_each(probe_name: str, timeout_s: float, names, read) -> dict:
-    """One probe reading `read(name)` for each of `names()`; a stall keeps what was read before it."""
+    """One probe reading `read(name)` for each of `names()`; a stall keeps what was read before it, and
+    says what it was reading (`stalled_at`)."""
+    reading: list = [None]
 
     def probe(partial):
         out: dict = {}
         partial.value = out
         for name in names():
+            reading[0] = name
             out[name] = read(name)
         return out
 
-    from .deadline import run_probe
+    from .deadline import TIMEOUT, run_probe
 
-    return _section(run_probe(probe_name, probe, timeout_s), "devices")
+    result = run_probe(probe_name, probe, timeout_s)
+    section = _section(result, "devices")
+    if result.status == TIMEOUT and isinstance(reading[0], str):
+        section["stalled_at"] = reading[0]
+    return section
 
 
 def capture_ib(sysfs: Sysfs, timeout_s: float, gids: bool = True, devices: list[str] | None = None) -> dict:
@@ -75,81 +79,12 @@ def capture_kernel(root: str, timeout_s: float) -> dict:
     """NVIDIA Xid events still in the kernel log, with their sequence numbers so checks can tell which are new,
     and the boot id, so they can tell a reboot (which resets the GPUs and restarts the sequence numbers)."""
     from .deadline import run_probe
+    from .kernellog import read_xid_events
 
     def probe(partial):
         return {"xid": read_xid_events(root), "boot_id": Sysfs(root).read(BOOT_ID)}
 
     return _section(run_probe("kmsg", probe, timeout_s), "events")
-
-
-def read_xid_events(root: str) -> list[dict]:
-    """NVRM Xid records from `<root>/dev/kmsg`: a live /dev/kmsg (one record per read), or a text file of
-    kmsg records (fixtures, copies). Each: seq, usec, pci, xid, text."""
-    from .. import safeio
-
-    path = os.path.join(root, "dev/kmsg")
-    try:
-        fd = os.open(path, safeio.O_FILE)  # no symlink at the last component, no hang on a planted FIFO
-    except OSError:
-        return []
-    lines: list[str] = []
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISCHR(mode):
-            while True:
-                try:
-                    record = os.read(fd, 8192)
-                except BlockingIOError:
-                    break
-                except BrokenPipeError:  # the record we were at was overwritten: go on with the next
-                    continue
-                if not record:
-                    break
-                lines.append(record.decode("utf-8", "replace"))
-        elif stat.S_ISREG(mode):
-            os.set_blocking(fd, True)
-            with os.fdopen(fd, "rb", closefd=False) as fh:  # a copy: its first 4 MiB
-                lines = fh.read(KMSG_TEXT_MAX).decode("utf-8", "replace").splitlines()
-    finally:
-        os.close(fd)
-    return [ev for ev in (parse_xid_record(line) for line in lines) if ev is not None]
-
-
-def _bounded_digits(text: str, most: int) -> bool:
-    """Decimal digits, at most `most` of them: a garbled record can be skipped, never make int() raise."""
-    return 0 < len(text) <= most and is_digits(text)
-
-
-def parse_xid_record(line: str) -> dict | None:
-    """`4,1234,5678901,-;NVRM: Xid (PCI:0000:07:00): 79, pid=..., GPU has fallen off the bus.` -> event."""
-    header, sep, message = line.partition(";")
-    if not sep:
-        return None
-    marker = "NVRM: Xid (PCI:"
-    at = message.find(marker)
-    if at < 0:
-        return None
-    fields = header.split(",")
-    if (
-        len(fields) < 3
-        or not _bounded_digits(fields[1].strip(), 20)
-        or not _bounded_digits(fields[2].strip(), 20)
-    ):
-        return None
-    rest = message[at + len(marker) :]
-    pci, sep, tail = rest.partition("):")
-    if not sep:
-        return None
-    code = tail.strip().split(",", 1)[0].strip()
-    if not _bounded_digits(code, 6):
-        return None
-    return {
-        "seq": int(fields[1]),
-        "usec": int(fields[2]),
-        "pci": pci.strip().lower(),
-        "xid": int(code),
-        "text": message[at:].strip()[:400],
-    }
 
 
 def _read_gpus(timeout_s: float, nvml_module) -> dict:

@@ -266,6 +266,13 @@ class Slurm(SlurmAccounting):
         if len(argv) > 3:
             self.run(argv)
 
+    def reboot_node(self, node: str, reason: str, *, asap: bool = True, next_state: str = "RESUME") -> None:
+        """`scontrol reboot ASAP nextstate=RESUME reason=... NODE`: Slurm drains the node (ASAP: new jobs
+        stay off, running ones finish), runs its RebootProgram once the node is idle, and returns the node to
+        service when it registers again after the boot (health/ladder.py's second step)."""
+        asap_word = ["ASAP"] if asap else []
+        self.run(["scontrol", "reboot", *asap_word, f"nextstate={next_state}", f"reason={reason}", node])
+
     # ---- stune-sbatch ----------------------------------------------------------------------------
     def node_features(self, partition: str) -> dict[str, frozenset[str]]:
         """Each node of `partition` (a name or comma list) -> its available and active features together.
