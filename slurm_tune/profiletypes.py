@@ -89,6 +89,11 @@ class Health:
     unknown_degrade_after: int
     comm_degrade_after: int
     comm_window: int
+    lemon_window: int
+    lemon_alpha: float
+    lemon_margin: float
+    lemon_min_failures: int
+    lemon_mark: bool
 
 
 class Recovery:
