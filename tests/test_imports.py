@@ -135,6 +135,7 @@ COLD_BRANCHES = {
     "slurm_tune.stage.tier": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
     "slurm_tune.stage.stager": "a task that stages data: the time is in the copy (docs/speed.md, Staging)",
     "slurm_tune.sbatch.historyview": "`stune-sbatch history`: the history file, sacct's records, the bottleneck",
+    "slurm_tune.cli.reliability": "`stune-health lemons` and `reliability`: fleet-wide reports from sacct",
 }
 
 

@@ -69,7 +69,7 @@ class NodeScore:
     node: str
     failures: int  # failed runs laid on this node (O)
     expected: float  # its share: E(1)
-    ratio: float | None  # the r that explains O
+    ratio: float | None  # the hazard ratio that explains O best (maximum likelihood)
     ratio_low: float  # the exact one-sided lower bound on r at `threshold`
     p_value: float  # of O under r = margin
     threshold: float  # what Holm held p_value to at its step
@@ -256,12 +256,11 @@ def _p_value(data: _Data, n: int, ratio: float) -> float:
 def _node(data: _Data, n: int, policy: Policy, threshold: float) -> NodeScore:
     base, slope = _mean(data, n)  # base: what its run-mates' share brings it
     o = int(data.OA[n] + data.OB[n])
-    ratio = (o - base) / slope if slope > 0 else None
     return NodeScore(
         node=data.names[n],
         failures=o,
         expected=base + slope,
-        ratio=None if ratio is None else max(ratio, 0.0),
+        ratio=_ratio(data, n) if slope > 0 else None,
         ratio_low=0.0,
         p_value=_p_value(data, n, policy.margin) if o else 1.0,
         threshold=threshold,
@@ -271,6 +270,35 @@ def _node(data: _Data, n: int, policy: Policy, threshold: float) -> NodeScore:
         localized=0,
         caught=0,
     )
+
+
+def _ratio(data: _Data, n: int) -> float:
+    """The maximum-likelihood hazard ratio of the two Poisson counts: OA ~ Poisson(a + b r) and OB ~
+    Poisson(c r), with a = lambda_A (X - H), b = lambda_A H, c = lambda_B H. The score
+    OA b / (a + b r) + OB / r - (b + c) falls with r: bisection for its zero."""
+    la, lb = data.rates()
+    x, h = float(data.X[n]), float(data.H[n])
+    a, b, c = la * (x - h), la * h, lb * h
+    oa, ob = int(data.OA[n]), int(data.OB[n])
+
+    def score(r: float) -> float:
+        return (oa * b / (a + b * r) if oa else 0.0) + (ob / r if ob else 0.0) - (b + c)
+
+    tiny = 1e-12
+    if b + c <= 0 or (not ob and (not oa or a <= 0 or score(0.0) <= 0)):
+        return 0.0 if a > 0 or not oa else float(oa) / max(b, tiny)
+    low, high = tiny, 1.0
+    while score(high) > 0 and high < 1e12:
+        low, high = high, high * 2
+    for _ in range(100):
+        mid = (low + high) / 2
+        if score(mid) > 0:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-9 * high:
+            break
+    return (low + high) / 2
 
 
 def _bound(s: NodeScore, data: _Data, policy: Policy) -> None:
