@@ -194,6 +194,7 @@ def reliability_csv(report: ReliabilityReport, which: str = "months") -> str:
     cause's count and rate; `sizes`; `causes`)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
+    fields: tuple[str, ...]
     if which == "sizes":
         fields = (
             "size",

@@ -107,7 +107,7 @@ class ReliabilityReport:
 
 def months(since: int, until: int) -> list[tuple[str, int, int]]:
     """(YYYY-MM, start, end) of the local-time months [since, until] touches, clipped to it."""
-    out = []
+    out: list[tuple[str, int, int]] = []
     t = time.localtime(since)
     year, month = t.tm_year, t.tm_mon
     start = since
