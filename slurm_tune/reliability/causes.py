@@ -6,7 +6,7 @@ A run's cause starts from its sacct State, then stronger evidence overrides it:
 | State | cause | category |
 | --- | --- | --- |
 | COMPLETED | none: not an interruption | |
-| NODE_FAIL, BOOT_FAIL | node_failure | unexpected |
+| NODE_FAIL, BOOT_FAIL | node_failure (admin: an operator's DOWN, from the node events) | unexpected |
 | FAILED, OUT_OF_MEMORY | user (the program exited non-zero) | unexpected |
 | TIMEOUT, DEADLINE | timeout | planned |
 | CANCELLED | cancelled | planned |
@@ -21,7 +21,8 @@ A run's cause starts from its sacct State, then stronger evidence overrides it:
 - Node events (events.py) on the run's nodes around its end: a health event (stune's drain, with the Xid
   code when its reason names one) makes a node_failure, user, nccl or timeout run `hardware` and names its
   suspects; Slurm's own reason (`Not responding`) keeps a NODE_FAIL a node_failure and names the node; an
-  operator's DOWN under a NODE_FAIL run makes it `admin` (planned: the reason is theirs).
+  operator's DOWN under a NODE_FAIL run makes it `admin` (unexpected for the job, as the Llama 3 paper counts
+  host maintenance; not the machine's failure: neither MTTF nor the lemons count it).
 Without events (`--no-events`, or a dump without `--events-file`) the causes are sacct's alone, and a GPU
 fault that crashed a program reads as `user`: the report says so.
 
@@ -50,9 +51,9 @@ ADMIN_CAUSE, TIMEOUT, CANCELLED, PREEMPTED, REQUEUED, OTHER = (
 CAUSES = (HARDWARE, NCCL, NODE_FAILURE, USER, ADMIN_CAUSE, TIMEOUT, CANCELLED, PREEMPTED, REQUEUED, OTHER)
 INDEX = {c: i for i, c in enumerate(CAUSES)}
 NONE = -1  # completed, or not ended
-UNEXPECTED = frozenset((HARDWARE, NCCL, NODE_FAILURE, USER))
+UNEXPECTED = frozenset((HARDWARE, NCCL, NODE_FAILURE, USER, ADMIN_CAUSE))
 INFRA = frozenset((HARDWARE, NCCL, NODE_FAILURE))  # the machine's failures: MTTF, lemons
-LOSES_WORK = UNEXPECTED | {ADMIN_CAUSE, PREEMPTED}  # killed without a chance to checkpoint (ETTR)
+LOSES_WORK = UNEXPECTED | {PREEMPTED}  # killed without a chance to checkpoint (ETTR)
 CATEGORY = {c: ("unexpected" if c in UNEXPECTED else "other" if c == OTHER else "planned") for c in CAUSES}
 
 STATE_CAUSE = {
@@ -139,20 +140,28 @@ def _from_transport(runs: Runs, out: Causes) -> None:
         if cause not in (USER, TIMEOUT):
             continue  # a NODE_FAIL's NCCL errors are its survivors' (their peer died): no evidence
         try:
-            verdict, _ = parse_comm(admin_fields(comment))
+            verdict, counts = parse_comm(admin_fields(comment))
         except Exception:  # the line is anyone's text: a verdict that cannot be read is no evidence
             continue
-        errors = set(verdict.nodes_with("errors")) if verdict is not None else set()
-        if not errors:
+        if verdict is None:
             continue
         hosts = runs.hosts(i)
+        errors = set(verdict.nodes_with("errors"))
         named = tuple(h for h in hosts if h in errors)
         if not named:
             continue
         out.cause[i] = INDEX[NCCL]
-        out.code[i] = "errors" if len(named) == len(hosts) else f"errors on {','.join(named[:4])}"
-        if len(named) < len(hosts):
+        # The line keeps the worst COMM_NODES_KEPT nodes: it names the nodes with errors only when every
+        # node with a finding is in it (commn's judged - ok), and then only when they are not all the nodes.
+        findings = sum(
+            len(nodes) for status, nodes in verdict.by_status if status not in ("ok", "not_judged")
+        )
+        complete = counts is not None and findings == counts[0] - counts[1]
+        if complete and len(named) < len(hosts):
             out.suspects[i] = named
+            out.code[i] = f"errors on {','.join(named[:4])}"
+        else:
+            out.code[i] = "errors"
 
 
 def _from_events(runs: Runs, events: Events, out: Causes) -> None:

@@ -82,15 +82,16 @@ def classify(reason: str) -> tuple[str, int | None]:
 
 
 def _xid(reason: str) -> int | None:
-    """The code of the first `Xid N` in a reason (`stune: gpu3 Xid 79 (+1 more)` -> 79)."""
+    """The code of the first `Xid N` in a reason (`stune: gpu3 Xid 79 (+1 more)` -> 79): a word `Xid`, then
+    a number of at most 4 digits (NVIDIA's codes are below 1000)."""
     at = reason.find("Xid ")
     while at >= 0:
         digits = ""
-        for ch in reason[at + 4 : at + 10]:
+        for ch in reason[at + 4 : at + 9]:
             if not ("0" <= ch <= "9"):
                 break
             digits += ch
-        if digits and (at == 0 or not reason[at - 1].isalnum()):
+        if 0 < len(digits) <= 4 and (at == 0 or not reason[at - 1].isalnum()):
             return int(digits)
         at = reason.find("Xid ", at + 1)
     return None

@@ -30,28 +30,29 @@ def apply_marks(slurm, report: LemonReport, profile, dry_run: bool = False) -> l
     nodes = [n for n in slurm.nodes() if report.partition in n.partitions]
     limit = apply.breaker_limit(len(nodes), profile.health.drain_max_fraction)
     by_name = {n.name: n for n in nodes}
-    wanted = [s for s in report.lemons if s.node in by_name]
-    lines = []
-    if len(wanted) > limit:
-        lines.append(
-            f"{report.partition}: {len(wanted)} lemons, but at most {limit} of {len(nodes)} nodes are marked "
-            f"(health.drain_max_fraction {profile.health.drain_max_fraction:g}): the strongest first; not "
-            f"marked: {', '.join(s.node for s in wanted[limit:])}"
-        )
-        wanted = wanted[:limit]
-    keep = {s.node for s in wanted}
-    for s in wanted:
-        node = by_name[s.node]
-        ours = node.comment.startswith(LEMON_COMMENT)
-        if not ours and node.comment.startswith(REASON_PREFIX):
+    lines, wanted = [], []
+    for s in report.lemons:
+        node = by_name.get(s.node)
+        if node is None:
+            continue
+        kind = apply.drain_kind(node, {})
+        if not node.comment.startswith(LEMON_COMMENT) and node.comment.startswith(REASON_PREFIX):
             lines.append(
                 f"{node.name}: lemon, already marked by stune ({node.comment[:80]!r}): left as it is"
             )
-            continue
-        kind = apply.drain_kind(node, {})
-        if kind in ("ours", "hook", "active"):
+        elif kind in ("ours", "hook", "active"):
             lines.append(f"{node.name}: lemon, drained by stune ({node.reason[:80]!r}): left as it is")
-            continue
+        else:
+            wanted.append((s, node, kind))
+    if len(wanted) > limit:
+        lines.append(
+            f"{report.partition}: {len(wanted)} lemons to mark, but at most {limit} of {len(nodes)} nodes are "
+            f"marked (health.drain_max_fraction {profile.health.drain_max_fraction:g}): the strongest first; "
+            f"not marked: {', '.join(s.node for s, _, _ in wanted[limit:])}"
+        )
+        wanted = wanted[:limit]
+    keep = {s.node for s, _, _ in wanted}
+    for s, node, kind in wanted:
         lines += _update(slurm, node, apply.Want(apply.DEGRADE, reason(s, report)), kind, dry_run)
     for node in nodes:
         if node.name not in keep and node.comment.startswith(LEMON_COMMENT):

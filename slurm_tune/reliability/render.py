@@ -118,8 +118,9 @@ def reliability_text(report: ReliabilityReport) -> str:
     head = (
         f"Reliability {_day(r.since)} .. {_day(r.until)} (partitions {', '.join(r.partitions) or '-'}): "
         f"{amount(r.node_days)} node-days, {r.runs} runs; {r.interruptions} interruptions ({r.unexpected} "
-        f"unexpected, {r.planned} planned), {amount(r.per_1000_node_days)} per 1,000 node-days; MTTF "
-        f"(infrastructure) {amount(r.mttf_h)} h; ETTR {_pct(r.ettr)}"
+        f"unexpected, {r.planned} planned), {amount(r.per_1000_node_days)} per 1,000 node-days; hours run "
+        f"per unexpected interruption {amount(r.mttf_unexpected_h)}, per infrastructure failure (MTTF) "
+        f"{amount(r.mttf_h)}; ETTR {_pct(r.ettr)}"
     )
     out = [head, "", "Interruptions by cause"]
     out.append(

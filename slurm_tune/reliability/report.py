@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .causes import CATEGORY, CAUSES, INFRA, LOSES_WORK, NONE, Causes
+from .causes import CATEGORY, CAUSES, INFRA, LOSES_WORK, NONE, UNEXPECTED, Causes
 from .history import Runs
 
 DAY = 86400
@@ -93,7 +93,8 @@ class ReliabilityReport:
     unexpected: int
     planned: int
     per_1000_node_days: float | None
-    mttf_h: float | None
+    mttf_h: float | None  # hours run per infrastructure failure
+    mttf_unexpected_h: float | None  # hours run per unexpected interruption (the Llama 3 paper's)
     ettr: float | None
     rows: list[MonthRow] = field(default_factory=list)
     sizes: list[SizeRow] = field(default_factory=list)
@@ -217,10 +218,11 @@ def build(
         node_days=0.0,
         runs=int((in_scope & ((t.end > since) & (t.start < until))).sum()),
         interruptions=int(interrupted.sum()),
-        unexpected=int((interrupted & causes.mask(("hardware", "nccl", "node_failure", "user"))).sum()),
+        unexpected=int((interrupted & causes.mask(UNEXPECTED)).sum()),
         planned=0,
         per_1000_node_days=None,
         mttf_h=None,
+        mttf_unexpected_h=None,
         ettr=None,
         warnings=runs.warnings(),
     )
@@ -231,6 +233,7 @@ def build(
     infra = ended & causes.mask(INFRA)
     hours = float((np.where(in_scope, t.held(since, until) / np.maximum(t.k, 1), 0.0)).sum()) / 3600
     report.mttf_h = hours / int(infra.sum()) if infra.any() else None
+    report.mttf_unexpected_h = hours / report.unexpected if report.unexpected else None
     report.ettr = _ettr(
         report.node_days * DAY,
         float(np.where(in_scope, t.waited(since, until), 0.0).sum()),
