@@ -228,4 +228,11 @@ COMMANDS = ("lemons", "reliability")
 
 def main(argv: list[str]) -> int:
     args = options.parse(_parser(), argv)
+    try:
+        import numpy  # noqa: F401  (the columns of a year of sacct)
+    except ImportError:
+        raise StuneError(
+            f"{args.cmd} needs numpy, the `accountant` extra: pip install 'slurm-tune[accountant]' "
+            "(on the accountant's host, where sacct is)"
+        ) from None
     return {"lemons": _lemons, "reliability": _reliability}[args.cmd](args)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..comm import encoding as wire
 from ..usage.jobfiles import parse_comm
 from ..usage.pipeline import admin_fields
 from .events import ADMIN, AFTER_S, BEFORE_S, HEALTH, SLURM, Events
@@ -94,6 +95,7 @@ _BY_EVENT = {
     TIMEOUT: {HEALTH: HARDWARE},
 }
 _KIND_RANK = {HEALTH: 0, SLURM: 1, ADMIN: 2}
+_ERRORS_WIRE = f"{wire.FORMAT};{wire.escape('errors')};"  # how a node's `errors` verdict starts on the line
 
 
 class Causes:
@@ -139,6 +141,8 @@ def _from_transport(runs: Runs, out: Causes) -> None:
         cause = CAUSES[out.cause[i]] if out.cause[i] != NONE else ""
         if cause not in (USER, TIMEOUT):
             continue  # a NODE_FAIL's NCCL errors are its survivors' (their peer died): no evidence
+        if _ERRORS_WIRE not in comment:
+            continue  # no node's verdict is `errors` (decoding every verdict of a year costs seconds)
         try:
             verdict, counts = parse_comm(admin_fields(comment))
         except Exception:  # the line is anyone's text: a verdict that cannot be read is no evidence

@@ -18,6 +18,7 @@ hold a stored transport verdict (`comm=`, usage/jobfiles.py) are kept.
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -142,7 +143,9 @@ class _Columns:
 
     def __init__(self, header: list[str]) -> None:
         self.header = header
-        self.codes: dict[str, dict[str, int]] = {"Partition": {}, "State": {}, "AllocTRES": {}}
+        self.codes: dict[str, defaultdict[str, int]] = {
+            name: defaultdict(itertools.count().__next__) for name in ("Partition", "State", "AllocTRES")
+        }  # a new value: the next code (fairshare/sacct.py's _Codes)
         self.coded: dict[str, list[int]] = {name: [] for name in self.codes}
         self.job_id: list[str] = []
         self.nodelist: list[str] = []
@@ -154,8 +157,8 @@ class _Columns:
     def add(self, fields: Sequence[Sequence[str]]) -> None:
         columns = dict(zip(self.header, fields))
         ids = columns["JobIDRaw"]
-        ran = [("." not in job) for job in ids]  # allocations only: step rows are passed over
-        if not all(ran):
+        if "." in "".join(ids):  # allocations only: step rows are passed over
+            ran = [("." not in job) for job in ids]
             columns = {k: list(itertools.compress(v, ran)) for k, v in columns.items()}
             ids = columns["JobIDRaw"]
         start, end = epochs(columns["Start"]), epochs(columns["End"])
@@ -174,17 +177,16 @@ class _Columns:
         if not n:
             return
         offset = len(self.job_id)
-        for name, index in self.codes.items():
-            values = columns.get(name) or ("",) * n
-            if name == "State":
-                values = [v.split(" ", 1)[0] for v in values]
-            self.coded[name] += [index.setdefault(v, len(index)) for v in values]
+        for name, index in self.codes.items():  # (State as printed: its first word is taken per value)
+            self.coded[name].extend(map(index.__getitem__, columns.get(name) or ("",) * n))
         self.job_id += ids
         self.nodelist += columns["NodeList"]
         self.numbers.append((start, end, elapsed, nodes))
-        for k, comment in enumerate(columns.get("AdminComment", ())):
-            if "comm=" in comment:
-                self.comments[offset + k] = comment
+        comments = columns.get("AdminComment", ())
+        if "comm=" in "".join(comments):
+            for k, comment in enumerate(comments):
+                if "comm=" in comment:
+                    self.comments[offset + k] = comment
 
     def _note_bad(self, ids, columns, bad: np.ndarray) -> None:
         rows = np.flatnonzero(bad).tolist()
@@ -245,12 +247,16 @@ def _runs(columns: _Columns, cut: list[str]) -> Runs:
     gpus = np.array([tres_count(t, "gres/gpu") for t in tres] or [0.0])[
         np.array(columns.coded["AllocTRES"], dtype=np.intp)
     ]
+    words: dict[str, int] = {}  # `CANCELLED by 0` and `CANCELLED by 1001` are one state, CANCELLED
+    word_of = np.array(
+        [words.setdefault(s.split(" ", 1)[0], len(words)) for s in columns.codes["State"]] or [0]
+    )
     runs = Runs(
         job_id=columns.job_id,
         partition=np.array(columns.coded["Partition"], dtype=np.int32),
         partitions=list(columns.codes["Partition"]),
-        state=np.array(columns.coded["State"], dtype=np.int32),
-        states=list(columns.codes["State"]),
+        state=word_of[np.array(columns.coded["State"], dtype=np.intp)].astype(np.int32),
+        states=list(words),
         start=start,
         end=end,
         elapsed=elapsed,
