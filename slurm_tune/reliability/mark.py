@@ -16,12 +16,12 @@ from __future__ import annotations
 from ..health import apply
 from ..nodestate import LEMON_COMMENT, REASON_PREFIX
 from .lemons import LemonReport, NodeScore
+from .render import span
 
 
 def reason(score: NodeScore, report: LemonReport) -> str:
-    days = (report.until - report.since) / 86400
     ratio = "" if score.ratio is None else f", {score.ratio:.1f}x its share (>= {score.ratio_low:.1f}x)"
-    return f"lemon: {score.failures} failed multi-node runs in {days:g} d{ratio}"
+    return f"lemon: {score.failures} failed multi-node runs in {span(report.until - report.since)}{ratio}"
 
 
 def apply_marks(slurm, report: LemonReport, profile, dry_run: bool = False) -> list[str]:

@@ -10,6 +10,7 @@ import csv
 import io
 import time
 
+from ..durations import compact
 from ..fairshare.report_render import _need, amount
 from ..output import json_text, table
 from .causes import CAUSES
@@ -21,6 +22,11 @@ PNG_PARTITIONS = 6  # panels: the partitions with the most node-days; the rest a
 
 def _day(epoch: int) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(epoch))
+
+
+def span(seconds: int) -> str:
+    """A window's length: `30 d` from a day on (`1.5 d`), `1h30m` below (durations.compact)."""
+    return f"{seconds / 86400:.3g} d" if seconds >= 86400 else compact(seconds)
 
 
 def _p(value: float) -> str:
@@ -35,10 +41,9 @@ def _pct(value: float | None) -> str:
 def lemons_text(reports: list[LemonReport]) -> str:
     out = []
     for r in reports:
-        days = (r.until - r.since) / 86400
         out.append(
             f"partition {r.partition}: {r.runs} multi-node runs, {amount(r.node_hours)} node-hours "
-            f"({_day(r.since)} .. {_day(r.until)}, {days:g} d); {r.failures} infrastructure failures "
+            f"({_day(r.since)} .. {_day(r.until)}, {span(r.until - r.since)}); {r.failures} infrastructure failures "
             f"({r.localized} naming their node); {r.nodes} nodes tested"
         )
         p = r.policy
