@@ -106,6 +106,8 @@ def test_event_lines_that_are_not_events():
     }
     assert evs.skipped == 2 and "2 unreadable node event line(s)" in evs.warnings()[0]
     assert events.classify("stune: gpu3 Xid 79 (+1 more)") == ("health", 79)
+    # the incident engine's drain for repair (issue 25 §1) names the code the same way
+    assert events.classify("stune: repair: gpu2 Xid 48 x3 after reset 05-12 12:05") == ("health", 48)
     assert events.classify("bad PSU, ticket 17") == ("admin", None)
 
 
