@@ -193,7 +193,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--events-file", help="with --sacct-file: a `sacctmgr -n -P show event` dump")
         p.add_argument("--no-events", action="store_true", help="classify from sacct alone")
 
-    p = sub.add_parser("lemons", help="nodes that make multi-node jobs fail more than their share")
+    p = sub.add_parser(
+        "lemons",
+        help="nodes that make multi-node jobs fail more than their share",
+        epilog="exit status: 0 no lemon; 3 lemons found (a person should look); 1 an error; 2 a usage error",
+    )
     common(p)
     p.add_argument("--window", help="how far back (default: each partition's health.lemon_window, 30d)")
     p.add_argument(
@@ -208,7 +212,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", help="partition profiles directory (default $STUNE_PARTITIONS)")
     options.add(p, "json", help="the scores as JSON")
     p = sub.add_parser(
-        "reliability", help="ETTR, MTTF by job size, interruptions per 1,000 node-days by cause"
+        "reliability",
+        help="ETTR, MTTF by job size, interruptions per 1,000 node-days by cause",
+        epilog="exit status: 0 done; 1 an error; 2 a usage error. docs/reliability.md has the definitions",
     )
     common(p)
     p.add_argument("--since", help="window start: 90d (default), 12w, @EPOCH")
