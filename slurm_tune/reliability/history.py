@@ -10,8 +10,9 @@ Columns may come in any order; AdminComment (free text, may hold '|') must be la
 epoch seconds or sacct's ISO local time. The text is cut into lines and fields by the accountant's block
 reader (fairshare/sacct.py) and each column is read by its column readers (fairshare/sacct_values.py), so a
 dump reads here exactly as it reads there. A row that cannot be read (a cut line, an unreadable Start, End,
-ElapsedRaw or NNodes, a node list that does not name NNodes nodes) is skipped and counted, never fatal; rows
-that never ran (pending, Start unknown) and step rows are passed over. Of AdminComment only the lines that
+ElapsedRaw or NNodes) is skipped and counted, never fatal; rows that never ran (pending, Start unknown) and
+step rows are passed over. (A NodeList that does not name NNodes nodes is left out of the lemon test, and
+counted there, lemons.py.) Of AdminComment only the lines that
 hold a stored transport verdict (`comm=`, usage/jobfiles.py) are kept.
 """
 
