@@ -84,7 +84,7 @@ class SlurmFormatError(SlurmError):
 EXIT_OK = 0
 EXIT_ERROR = 1  # a StuneError: bad input, a Slurm call failed, a file cannot be read; doctor found errors
 EXIT_USAGE = 2  # a usage error (argparse's own status)
-EXIT_ATTENTION = 3  # done, but something needs a person: install kept an edited file, a sweep found outliers
+EXIT_ATTENTION = 3  # done, but something needs a person: an edited file kept, outliers, lemons
 EXIT_UNKNOWN = 4  # health verdict: a check could not judge
 EXIT_DEGRADED = 5  # health verdict: half-broken (kept out of multi-node jobs)
 EXIT_FAIL = 6  # health verdict: broken
@@ -114,8 +114,8 @@ TABLE = (
         "EXIT_ATTENTION",
         EXIT_ATTENTION,
         "done, but a person should look: `stune-admin install`/`uninstall` kept "
-        "an edited file; `stune-sweep run`/`judge` found outliers",
-        "stune-admin, stune-sweep",
+        "an edited file; `stune-sweep run`/`judge` found outliers; `stune-health lemons` found lemons",
+        "stune-admin, stune-sweep, stune-health lemons",
     ),
     ("EXIT_UNKNOWN", EXIT_UNKNOWN, "health verdict unknown: a check could not judge", "stune-health check"),
     ("EXIT_DEGRADED", EXIT_DEGRADED, "health verdict degraded (half-broken)", "stune-health check"),

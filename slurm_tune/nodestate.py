@@ -13,3 +13,6 @@ DEGRADED_FEATURE = "stune_degraded"
 ACTIVE_TAG = "active "
 ACTIVE_COMMENT = f"{REASON_PREFIX}degraded: {ACTIVE_TAG}"
 ACTIVE_DRAIN = f"{REASON_PREFIX}{ACTIVE_TAG}"
+# The lemon scoring (`stune-health lemons --mark`, reliability/mark.py) marks degraded with
+# `stune: degraded: lemon: ...` and clears its own marks; the passive health run leaves them alone too.
+LEMON_COMMENT = f"{REASON_PREFIX}degraded: lemon"

@@ -186,6 +186,24 @@ PROFILE_SCHEMA = Section(
                 "comm_window": Duration(7 * 86400, doc="how far back comm_degrade_after counts"),
                 "xid": XID,
                 **HANG_KEYS,
+                # lemon nodes (`stune-health lemons`, docs/reliability.md): scored from sacct, per partition
+                "lemon_window": Duration(30 * 86400, doc="how far back the lemon scoring reads sacct"),
+                "lemon_alpha": Float(
+                    0.01,
+                    min=1e-9,
+                    max=0.5,
+                    doc="family-wise false-lemon rate over the partition's nodes (Holm)",
+                ),
+                "lemon_margin": Float(
+                    1.5,
+                    min=1.0,
+                    max=100.0,
+                    doc="a lemon breaks multi-node jobs over this many times its share",
+                ),
+                "lemon_min_failures": Int(3, min=1, max=100000, doc="fewer failed jobs never make a lemon"),
+                "lemon_mark": Bool(
+                    False, doc="`stune-health lemons --mark` marks this partition's lemons degraded"
+                ),
             }
         ),
         "remediation": REMEDIATION,

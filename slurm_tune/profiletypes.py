@@ -99,6 +99,11 @@ class Health:
     xid: Xid
     hang_degrade_after: int
     hang_drain_after: int
+    lemon_window: int
+    lemon_alpha: float
+    lemon_margin: float
+    lemon_min_failures: int
+    lemon_mark: bool
 
 
 class Remediation:

@@ -157,6 +157,7 @@ COLD_BRANCHES = {
     "slurm_tune.sbatch.historyview": "`stune-sbatch history`: the history file, sacct's records, the bottleneck",
     "slurm_tune.health.ladder": "`stune-health run` with remediation.enabled: the remediation ladder's steps",
     "slurm_tune.cli.health_incidents": "`stune-health incidents` and `xids`: read commands, not hooks",
+    "slurm_tune.cli.reliability": "`stune-health lemons` and `reliability`: fleet-wide reports from sacct",
 }
 
 

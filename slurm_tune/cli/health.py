@@ -8,6 +8,8 @@
     stune-health clear [--xid] [--baselines] [--trust] [--unknown]             forget held state
     stune-health xids [-p P]                                                   the Xid rules in force
     stune-health incidents [--json]                                            this node's Xid incidents
+    stune-health lemons [-p P] [--mark] [--json]                               nodes that break jobs
+    stune-health reliability [-p P] [--since 90d] [--format ...] [--png F]     ETTR, MTTF, interruptions
 
 Common options: -p/--partition P, --sysfs-root DIR, --gpu-snapshot FILE, --state-dir DIR, --node NAME,
 --prom FILE (Prometheus textfile), --json-out FILE. Environment: STUNE_HEALTH_PARTITION, STUNE_SYSFS_ROOT,
@@ -303,6 +305,10 @@ def _health_incidents():
 
 
 def _main(argv: list[str]) -> int:
+    if argv and argv[0] in ("lemons", "reliability"):  # fleet-wide, from sacct: argparse, cli/reliability.py
+        from .reliability import main as fleet
+
+        return fleet(argv)
     try:
         command, options = parse(argv)
     except Usage as exc:

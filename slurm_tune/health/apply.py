@@ -25,7 +25,7 @@ import time
 from collections import namedtuple
 
 from ..errors import SlurmError
-from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, DEGRADED_FEATURE, REASON_PREFIX
+from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, DEGRADED_FEATURE, LEMON_COMMENT, REASON_PREFIX
 from . import result
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
@@ -158,6 +158,9 @@ def plan(node, want: Want, kind: str, keep_active: bool = True) -> tuple[dict, l
             notes.append(f"drained by someone else ({node.reason!r}): left alone")
         if keep_active and node.comment.startswith(ACTIVE_COMMENT):
             notes.append("marked degraded by the active checks: left to them")
+            return fields, notes
+        if keep_active and node.comment.startswith(LEMON_COMMENT):
+            notes.append("marked degraded as a lemon: left to `stune-health lemons --mark`")
             return fields, notes
         if marked:
             fields["features"] = admin_features

@@ -194,6 +194,15 @@ class SlurmAccounting(SlurmReader):
         )
         return self.run(argv, timeout=timeout)
 
+    def node_events_dump(self, start: str, end: str | None = None) -> str:
+        """Raw `sacctmgr -n -P show event event=node` text since `start` (until `end`): the nodes' DOWN and
+        DRAIN events with their reasons, `NodeName|TimeStart|TimeEnd|State|Reason` (Reason, free text, last),
+        for the reliability report (reliability/events.py). Times are sacctmgr's ISO local time: it refuses
+        epoch seconds ("Invalid time specification")."""
+        argv = ["sacctmgr", "-n", "-P", "show", "event", "event=node", f"start={start}"]
+        argv += [f"end={end}"] if end else []
+        return self.run([*argv, "format=NodeName,TimeStart,TimeEnd,State,Reason"])
+
 
 def _number(text: str) -> float | None:
     """A number column of a `-P` listing: None when Slurm prints none; ValueError for anything else."""
