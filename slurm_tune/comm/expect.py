@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..gdr import RDMA, gdr_expected  # the one GPUDirect RDMA rule
+from ..nodeenv import detect
 
 IB, ROCE, TCP = "ib", "roce", "tcp"
 FABRICS = (IB, ROCE, TCP)
@@ -48,17 +49,6 @@ class Expectation:
 
 
 def ifname_matches(spec: str, name: str) -> bool:
-    """Whether NCCL_SOCKET_IFNAME `spec` admits interface `name`: a comma list of prefixes, `=` before the
-    list for exact names, `^` first for names to exclude (`^=docker0,lo`: any name but docker0 and lo)."""
-    spec = spec.strip()
-    if not spec:
-        return True
-    exclude = spec.startswith("^")
-    if exclude:
-        spec = spec[1:]
-    exact = spec.startswith("=")
-    if exact:
-        spec = spec[1:]
-    parts = [p for p in spec.split(",") if p]
-    hit = any(name == p if exact else name.startswith(p) for p in parts)
-    return not hit if exclude else hit
+    """Whether NCCL_SOCKET_IFNAME `spec` admits interface `name` (NCCL's rule, nodeenv/detect.py's one home:
+    a comma list of prefixes, `=` for exact names, `^` to exclude); an empty spec admits any."""
+    return not spec.strip() or detect.ifname_matches(spec, name)
