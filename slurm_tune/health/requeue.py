@@ -8,7 +8,8 @@ breaker held the drain back. Each job is then requeued once, with this node adde
 - failed: it ended FAILED or NODE_FAIL (one that completed, was cancelled, timed out or ran out of memory did
   not fail because of the node);
 - ended no earlier than the node's last healthy verdict (`healthy.at` in its state, any mode: the prolog of
-  the job itself counts). A job that failed before the node was last seen healthy failed for another reason.
+  the job itself counts; at Slurm's one-second resolution). A job that failed before the node was last seen
+  healthy failed for another reason.
   A node never seen healthy, or judged by a policy it never passed (the trust rule), requeues nothing;
 - ran in a partition whose profile says `recovery.avoid_culprit: true`;
 - may be requeued: a batch job with Requeue=1 (--no-requeue, or JobRequeue=0 without --requeue, is Requeue=0);
@@ -75,7 +76,8 @@ def done_ids(state: dict) -> set[int]:
 def judge_run(run: Run, node: str, since: float, opted, done) -> tuple[bool, str]:
     """(whether to look further, why not). (False, '') for a job this node has nothing to do with: it did not
     run here, ended before the window, or its partition did not opt in. Pure."""
-    if node not in run.nodes or run.ended < since or run.partition not in opted:
+    # Slurm's times have 1 s resolution: a job that ended in the second the node was judged healthy counts
+    if node not in run.nodes or run.ended < int(since) or run.partition not in opted:
         return False, ""
     if len(run.nodes) < 2:
         return False, f"job {run.job_id} not requeued: a single-node job"
