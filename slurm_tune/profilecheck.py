@@ -219,6 +219,17 @@ PROFILE_SCHEMA = Section(
                 "signal_when": Str(
                     "trapped", choices=("trapped", "always"), doc="which jobs get recovery.signal"
                 ),
+                # issue 25 section 5: health/requeue.py, docs/health.md "Requeue that avoids the culprit"
+                "avoid_culprit": Bool(
+                    False,
+                    doc="a multi-node job that failed on a node stune then drains or marks is requeued "
+                    "once without that node (opt-in)",
+                ),
+                "expedite": Bool(
+                    False,
+                    doc="stune-sbatch submits multi-node jobs with --requeue=expedite (Slurm 25.11.3+; "
+                    "needs SlurmctldParameters=enable_expedited_requeue, else Slurm refuses the job)",
+                ),
             }
         ),
         "placement": Section(
@@ -364,6 +375,13 @@ def _cross_checks(data: dict, where: Where) -> None:
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
     check_incident_keys(data, where)
+    recovery = data["recovery"]
+    if recovery["expedite"] and not (recovery["avoid_culprit"] and recovery["requeue"]):
+        raise where.error(
+            "recovery.expedite",
+            "needs recovery.requeue and recovery.avoid_culprit: stune releases the jobs Slurm holds after an "
+            "expedited requeue that no epilog explained",
+        )
     active = data["active"]
     if active["k"] > active["n"]:
         raise where.error("active.k", f"k ({active['k']}) cannot exceed n ({active['n']})")

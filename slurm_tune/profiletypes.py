@@ -121,6 +121,8 @@ class Recovery:
     signal: str | None
     signal_seconds: int
     signal_when: str
+    avoid_culprit: bool
+    expedite: bool
 
 
 class Placement:

@@ -10,6 +10,8 @@ Rules (see docs/health.md):
   Any other drain is the admin's and is never touched.
 - Slurm is called only when the wanted state differs from what this node last applied (plus one re-check an
   hour while the node is not healthy), so an unchanged node makes no RPC.
+- Requeue that avoids the culprit (opt-in, health/requeue.py): once the node stands under stune's drain or
+  mark, the multi-node jobs that failed on it since it was last healthy are requeued once without it.
 - Circuit breaker: before a drain, the partition's nodes are read once; if draining this one would put more
   than `health.drain_max_fraction` of the partition under stune drains set within `health.drain_window`,
   stune does not drain. Concurrent runs on many nodes could all pass that check at once, so after draining
@@ -263,6 +265,10 @@ def sync(slurm, node_name: str, want: Want, state: dict, profile: Profile, now: 
             return Outcome(True, kind, [], [*notes, after.message], after)
         breaker = after
     _record(state, want, now, retry=False)
+    if want.action in (DRAIN, DEGRADE) and kind != "admin":  # under stune's drain or mark: its failed jobs
+        from .requeue import avoid_culprit  # at first use: off the hooks' path
+
+        notes += avoid_culprit(slurm, node_name, want.reason, state, now)
     return Outcome(True, kind, sorted(fields), notes, breaker)
 
 

@@ -111,6 +111,8 @@ def _record_last(
         "policy": policy,
         "enforced": enforced,
     }
+    if verdict.status == result.OK:  # the start of the window a failed job is blamed in (health/requeue.py)
+        held["healthy"] = {"at": round(now, 3)}
     if (seen or verdict.status) in (
         result.OK,
         result.DEGRADED,
@@ -303,6 +305,8 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     with state.Locked(cfg.state_dir) as st:
         if outcome is not None:
             st.state["applied"] = snapshot_of_state["applied"]
+            if "requeued" in snapshot_of_state:  # the jobs apply.sync requeued without this node
+                st.state["requeued"] = snapshot_of_state["requeued"]
             st.state["breaker"] = {
                 "open": held_back,
                 "at": round(now, 3),

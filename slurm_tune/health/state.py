@@ -14,6 +14,9 @@ rewritten under an flock so the prolog, the epilog and the periodic run never lo
 - `applied`: what the periodic run last applied to Slurm (drain / degraded / ok and the reason), so an
   unchanged node makes no Slurm call;
 - `breaker`: the circuit breaker's last decision;
+- `healthy`: when the node was last judged ok (any mode): the start of the window in which a failed job is
+  blamed on it (health/requeue.py);
+- `requeued`: the jobs the periodic run requeued without this node (job id, time, node, form), newest first;
 - `unknown_runs`: unknown findings of the periodic run and how many runs in a row each has been unknown
   (`health.unknown_degrade_after` of them mark the node degraded);
 - `incidents`, `incident_counts`, `ladder`: the Xid incidents (bounded), the events per code, and the
@@ -99,7 +102,9 @@ _TIMES = (
     ("applied", "synced_at"),
     ("applied", "retry_at"),
     ("breaker", "at"),
+    ("healthy", "at"),
 )
+JOB_ID_MAX = 1 << 32  # Slurm's job ids are 32-bit
 
 
 def bad_number(data: dict) -> str | None:
@@ -118,6 +123,13 @@ def bad_number(data: dict) -> str | None:
             why = problem(value, 0, COUNTER_MAX, integer=True)
             if why:
                 return f"baselines.{port}.{name}: {why}"
+    requeued = data.get("requeued")
+    for i, entry in enumerate(requeued if isinstance(requeued, list) else ()):
+        if not isinstance(entry, dict):
+            return f"requeued[{i}]: not a record"
+        why = problem(entry.get("job"), 1, JOB_ID_MAX, integer=True) or problem(entry.get("at"), 0, EPOCH_MAX)
+        if why:
+            return f"requeued[{i}]: {why}"
     checks = [("xid_seq", data.get("xid_seq"), 1 << 62)] if data.get("xid_seq") is not None else []
     runs = data.get("unknown_runs")
     checks += [(f"unknown_runs.{k}", v, 1 << 30) for k, v in (runs.items() if isinstance(runs, dict) else ())]

@@ -297,6 +297,7 @@ def build_plan(
     stage_strict: bool = False,
     node_summary: bool = False,
     unknown: list[str] | tuple = (),
+    requeue_option=None,
 ) -> Plan:
     export = parse_export(eff.get("export"))
     export_file_opt = eff.get("export-file")
@@ -305,7 +306,7 @@ def build_plan(
     settings = (
         nccl_settings(profile)
         + binding_settings(profile, eff)
-        + recovery_settings(profile, eff, script, checkpoint_signal)
+        + recovery_settings(profile, eff, script, checkpoint_signal, multi and not het, requeue_option)
     )
     if het:
         settings = [s for s in settings if s.kind not in (OPTION, WARNING)]

@@ -11,23 +11,34 @@ from .setting import NOTE, OPTION, WARNING, Setting, origin
 
 
 def recovery_settings(
-    profile, eff: Effective, script: str | None = None, opt_in: bool = False
+    profile,
+    eff: Effective,
+    script: str | None = None,
+    opt_in: bool = False,
+    multi: bool = False,
+    requeue_option=None,
 ) -> list[Setting]:
     """--requeue and the checkpoint signal. The signal goes only to a batch script that traps it (or when the
     profile's recovery.signal_when is `always`, or --checkpoint-signal asks for it): bash's default action for
-    SIGUSR1 is to exit, so an untrapped signal would end FAILED a job that plain sbatch completes."""
+    SIGUSR1 is to exit, so an untrapped signal would end FAILED a job that plain sbatch completes.
+    `requeue_option(expedite)` (the adapter's, asked only for a multi-node job under recovery.expedite) gives
+    the release's --requeue word."""
     out = []
     rec = profile.recovery
     if rec.requeue:
         mine = eff.given("requeue", "no-requeue")
+        value, note, keys = None, "", ["recovery.requeue"]
+        if mine is None and multi and rec.expedite and requeue_option is not None:
+            value, note = _expedite(requeue_option)
+            keys.append("recovery.expedite")
         out.append(
             Setting(
                 OPTION,
                 "--requeue",
-                None,
-                origin(profile, "recovery.requeue"),
+                value,
+                origin(profile, *keys),
                 mine is None,
-                f"kept your --{mine.key} ({mine.where})" if mine else "",
+                f"kept your --{mine.key} ({mine.where})" if mine else note,
             )
         )
     if not rec.signal:
@@ -80,6 +91,22 @@ def recovery_settings(
     )
     out.extend(_short_limit(eff, rec.signal_seconds, f"--signal={value}"))
     return out
+
+
+def _expedite(requeue_option) -> tuple[str | None, str]:
+    """(the --requeue value, why) for a multi-node job under recovery.expedite."""
+    from ..errors import StuneError
+
+    try:
+        word = requeue_option(True)
+    except StuneError as exc:
+        return None, f"plain --requeue: cannot tell the Slurm release ({exc})"
+    if word == "--requeue=expedite":
+        return "expedite", (
+            "a multi-node job: when an epilog or a node fails, Slurm requeues it at once, first in the queue, "
+            "on its held nodes"
+        )
+    return None, "plain --requeue: --requeue=expedite needs Slurm 25.11.3 or later"
 
 
 def _short_limit(eff: Effective, seconds: int, what: str) -> list[Setting]:

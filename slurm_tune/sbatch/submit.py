@@ -303,6 +303,7 @@ def make_plan(req, environ, slurm):
         stage_strict=req.stage_strict,
         node_summary=req.node_summary,
         unknown=req.unknown,
+        requeue_option=lambda expedite: _queries(slurm).requeue_option(expedite),
     )
 
 

@@ -196,6 +196,41 @@ class Slurm(SlurmAccounting):
         """The job's Comment: what `squeue -o %k` and `scontrol show job` show the user."""
         self.run(["scontrol", "update", f"JobId={job_id}", f"Comment={text}"])
 
+    # ---- requeue that avoids the culprit (health/requeue.py) ----------------------------------------------
+    def requeue(self, job_id: int) -> None:
+        """`scontrol requeue`: a running or finished batch job becomes pending again, eligible after Slurm's
+        requeue delay. Slurm refuses a job with Requeue=0, a non-batch job and a pending one (SlurmError)."""
+        self.run(["scontrol", "requeue", str(job_id)])
+
+    def release(self, job_id: int) -> None:
+        """`scontrol release`: end a hold (here: Slurm's REQUEUE_HOLD of an expedited-requeue job)."""
+        self.run(["scontrol", "release", str(job_id)])
+
+    def update_job(
+        self, job_id: int, *, exclude_nodes: str | None = None, comment: str | None = None
+    ) -> None:
+        """Several things of a pending job in ONE `scontrol update`: ExcNodeList (only a pending job takes it;
+        '' clears) and the Comment."""
+        argv = ["scontrol", "update", f"JobId={job_id}"]
+        if exclude_nodes is not None:
+            argv.append(f"ExcNodeList={exclude_nodes}")
+        if comment is not None:
+            argv.append(f"Comment={comment}")
+        if len(argv) > 3:
+            self.run(argv)
+
+    def expedited_requeue(self) -> bool:
+        """Whether this release has `--requeue=expedite` as stune uses it (version.EXPEDITED_REQUEUE)."""
+        from .version import EXPEDITED_REQUEUE  # at first use, not with the adapter (test_slurm_adapter)
+
+        return self.version() >= EXPEDITED_REQUEUE
+
+    def requeue_option(self, expedite: bool) -> str:
+        """The sbatch word for a requeueable job: `--requeue=expedite` where asked for and the release has it
+        (25.11's own help spells it `expedited`, which 25.11 reads as a plain --requeue and 26.05 refuses),
+        else `--requeue`."""
+        return "--requeue=expedite" if expedite and self.expedited_requeue() else "--requeue"
+
     def cancel(self, job_ids: list[int] | int, signal: str | None = None) -> None:
         ids = [job_ids] if isinstance(job_ids, int) else job_ids
         self.run(["scancel", *([f"--signal={signal}"] if signal else []), *[str(j) for j in ids]])

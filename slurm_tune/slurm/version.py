@@ -25,6 +25,11 @@ _WARNED: set[str] = set()
 NODES_FROM_SCONTROL_JSON = (23, 2)
 # From 23.11, sacctmgr's Lineage path replaces lft as the association tree's order.
 ASSOC_ORDER_BY_LINEAGE = (23, 11)
+# From 25.11.3, `sbatch --requeue=expedite` (SlurmctldParameters=enable_expedited_requeue): Slurm requeues such a
+# job itself, at once, first in the queue and on its held nodes, when an epilog fails or a node fails, and holds
+# it (REQUEUE_HOLD) when it failed while every epilog passed. 25.11.0-25.11.2 requeue it after exit 0 as well
+# (fixed by SchedMD's 66f074b4df), so stune offers it from 25.11.3 on.
+EXPEDITED_REQUEUE = (25, 11, 3)
 
 
 class SlurmVersion(namedtuple("SlurmVersion", "major minor micro release")):
