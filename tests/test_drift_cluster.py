@@ -34,7 +34,9 @@ class Nodes:
         self.nodes = cluster.layout.root / "nodes"
         self.kept: dict[Path, Path] = {}
         for n in NODES:
-            for name in ("sysfs", "gpus.json", "drift-state"):
+            # "health" is the site's STUNE_STATE_DIR: the hooks' runs here record this policy as trusted
+            # on these trees, which must not outlive them (a later module's trees-less prolog would fail)
+            for name in ("sysfs", "gpus.json", "drift-state", "health"):
                 path = self.nodes / n / name
                 if path.exists():  # another test's: set aside, put back at the end
                     self.kept[path] = path.with_name(f"{name}.kept-by-drift-test")
@@ -91,7 +93,7 @@ class Nodes:
 
     def close(self) -> None:
         for n in NODES:
-            for name in ("sysfs", "drift-state"):
+            for name in ("sysfs", "drift-state", "health"):
                 shutil.rmtree(self.nodes / n / name, ignore_errors=True)
             (self.nodes / n / "gpus.json").unlink(missing_ok=True)
         for path, kept in self.kept.items():

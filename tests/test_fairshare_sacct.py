@@ -60,6 +60,8 @@ def test_column_order_is_free_but_admin_comment_must_be_last():
     assert t.assoc_keys == [("bio", "bob")] and t.elapsed.tolist() == [60] and t.gpus.tolist() == [1]
     with pytest.raises(SacctFormatError, match="AdminComment must be the last column"):
         parse("AdminComment|" + "|".join(fields) + "\n")
+    with pytest.raises(SacctFormatError, match="a column is named twice"):  # which State would be read?
+        parse("|".join([*fields, "State"]) + "\n")
 
 
 def test_iso_times_are_local_wall_clock():

@@ -257,7 +257,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _lines(blocks: Iterable[str]) -> Iterator[list[str]]:
+def block_lines(blocks: Iterable[str]) -> Iterator[list[str]]:
     """The lines of the text the blocks make up, a block's worth at a time. Only '\n' ends a line
     (str.splitlines would also split at \x1c-\x1e, \x85, \u2028 inside a field)."""
     rest = ""
@@ -268,23 +268,35 @@ def _lines(blocks: Iterable[str]) -> Iterator[list[str]]:
     yield [rest]
 
 
-def _header(line: str, number: int, source: str) -> list[str]:
-    """The header line's fields, checked."""
+def check_header(
+    line: str,
+    number: int,
+    source: str,
+    required: Sequence[str] = REQUIRED,
+    fields: Sequence[str] = FIELDS,
+    error: type[StuneError] = SacctFormatError,
+) -> list[str]:
+    """The header line's fields, checked: every `required` column there, AdminComment (free text) last, no
+    column twice. The run history's reader (reliability/history.py) checks its own columns with it."""
     if not line.strip():
-        raise SacctFormatError(f"{source}: empty (expected `sacct -P` output with its header line)")
+        raise error(f"{source}: empty (expected `sacct -P` output with its header line)")
     header = line.rstrip("\r").split("|")
-    missing = [f for f in REQUIRED if f not in header]
+    missing = [f for f in required if f not in header]
     if missing:
-        raise SacctFormatError(
-            f"{source}:{number}: header lacks {', '.join(missing)} (got {'|'.join(header)}); "
-            f"export with --format={','.join(FIELDS)}"
+        raise error(
+            f"{source}:{number}: header lacks {', '.join(missing)} (got {'|'.join(header)[:200]}); "
+            f"export with --format={','.join(fields)}"
         )
     if "AdminComment" in header and header[-1] != "AdminComment":
-        raise SacctFormatError(f"{source}:{number}: AdminComment must be the last column (it is free text)")
+        raise error(f"{source}:{number}: AdminComment must be the last column (it is free text)")
+    if len(set(header)) != len(header):
+        raise error(f"{source}:{number}: a column is named twice in the header")
     return header
 
 
-def _fields(lines: list[str], number: int, width: int, source: str, cut: list[str]) -> list[Sequence[str]]:
+def block_fields(
+    lines: list[str], number: int, width: int, source: str, cut: list[str]
+) -> list[Sequence[str]]:
     """The lines' (the first is line `number`) `width` fields, as columns (the last keeps any further '|'); a
     blank line is passed over, and a cut or mangled line (fewer fields) is skipped and described in `cut`."""
     if lines and list(map(str.count, lines, itertools.repeat("|"))).count(width - 1) == len(lines):
@@ -307,16 +319,16 @@ def _parse(blocks: Iterable[str], source: str) -> JobTable:
     columns = None
     cut: list[str] = []
     number = 1  # of the first line of each block's lines
-    for lines in _lines(blocks):
+    for lines in block_lines(blocks):
         at = 0
         if columns is None:  # (blank lines before the header are passed over)
             at = next((i for i, line in enumerate(lines) if line), len(lines))
             if at == len(lines):
                 number += len(lines)
                 continue
-            columns = _Columns(_header(lines[at], number + at, source))
+            columns = _Columns(check_header(lines[at], number + at, source))
             at += 1
-        fields = _fields(lines[at:], number + at, len(columns.header), source, cut)
+        fields = block_fields(lines[at:], number + at, len(columns.header), source, cut)
         if fields:
             columns.add(fields)
         number += len(lines)
@@ -375,7 +387,7 @@ def _parse(blocks: Iterable[str], source: str) -> JobTable:
         f"{source}: job {job}: unreadable Start/End ({s!r}, {e!r})" for job, s, e in columns.bad_times[:5]
     ]
     numeric_ids = None if columns.numeric_ids is None else np.concatenate(columns.numeric_ids or [start[:0]])
-    duplicate = _duplicate_runs(ids, start, end, elapsed, numeric_ids)
+    duplicate = duplicate_runs(ids, start, end, elapsed, numeric_ids)
     keep = readable if duplicate is None else readable & ~duplicate
     if keep.all():
         return table
@@ -395,7 +407,7 @@ def _factorize_pairs(first: _Codes, second: _Codes) -> tuple[np.ndarray, list[tu
     return codes.astype(np.int32).ravel(), keys
 
 
-def _duplicate_runs(
+def duplicate_runs(
     ids: list[str], start: np.ndarray, end: np.ndarray, elapsed: np.ndarray, numeric: np.ndarray | None
 ) -> np.ndarray | None:
     """Rows that repeat an earlier row's job run (same JobIDRaw and Start), as two overlapping sacct exports

@@ -200,35 +200,24 @@ class _Columns:
             )
 
 
-def _header(line: str, number: int, source: str) -> list[str]:
-    header = line.rstrip("\r").split("|")
-    missing = [f for f in REQUIRED if f not in header]
-    if missing:
-        raise HistoryFormatError(
-            f"{source}:{number}: header lacks {', '.join(missing)} (got {'|'.join(header)[:200]}); "
-            f"export with --format={','.join(FIELDS)}"
-        )
-    if "AdminComment" in header and header[-1] != "AdminComment":
-        raise HistoryFormatError(f"{source}:{number}: AdminComment must be the last column (it is free text)")
-    if len(set(header)) != len(header):
-        raise HistoryFormatError(f"{source}:{number}: a column is named twice in the header")
-    return header
-
-
 def _read(blocks: Iterable[str], source: str) -> Runs:
     columns = None
     cut: list[str] = []
     number = 1
-    for lines in block_reader._lines(blocks):
+    for lines in block_reader.block_lines(blocks):
         at = 0
         if columns is None:  # (blank lines before the header are passed over)
             at = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
             if at == len(lines):
                 number += len(lines)
                 continue
-            columns = _Columns(_header(lines[at], number + at, source))
+            columns = _Columns(
+                block_reader.check_header(
+                    lines[at], number + at, source, REQUIRED, FIELDS, HistoryFormatError
+                )
+            )
             at += 1
-        fields = block_reader._fields(lines[at:], number + at, len(columns.header), source, cut)
+        fields = block_reader.block_fields(lines[at:], number + at, len(columns.header), source, cut)
         if fields:
             columns.add(fields)
         number += len(lines)
@@ -277,7 +266,7 @@ def _dedup(runs: Runs) -> Runs:
     numeric = None
     if runs.n and all(j.isascii() and j.isdigit() and len(j) < 18 for j in runs.job_id):
         numeric = np.array(runs.job_id, dtype=np.int64)
-    duplicate = block_reader._duplicate_runs(runs.job_id, runs.start, runs.end, runs.elapsed, numeric)
+    duplicate = block_reader.duplicate_runs(runs.job_id, runs.start, runs.end, runs.elapsed, numeric)
     if duplicate is None:
         return runs
     keep = np.flatnonzero(~duplicate).tolist()
