@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import sacctmgr, slurm_exports, slurm_path, wait_for_state, wait_until
-from usage_helpers import write_snapshot
+from usage_helpers import start_sampler, stop_samplers, write_snapshot
 
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
@@ -103,28 +103,13 @@ def world(cluster, tmp_path_factory):
     cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\nPrologFlags=Alloc", reconfigure=False)
     cluster.restart_controller()
     for node in NODES:
-        w.samplers[node] = subprocess.Popen(
-            [
-                f"{VENV_BIN}/stune-gpu-sampler",
-                "run",
-                "--snapshot",
-                str(w.snapshots[node]),
-                "--local-dir",
-                str(w.local[node]),
-                "--interval",
-                "0.2",
-            ],
-            env=w.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=open(root / f"sampler-{node}.log", "w"),  # noqa: SIM115 (handed to the sampler)
+        w.samplers[node] = start_sampler(
+            w.snapshots[node], w.local[node], w.env(), root / f"sampler-{node}.log"
         )
     try:
         yield w
     finally:
-        for proc in w.samplers.values():
-            proc.terminate()
-        for proc in w.samplers.values():
-            proc.wait(timeout=30)
+        stop_samplers(w.samplers.values())
         cluster.install_stune()  # the site's own env file back
         cluster.set_fragment(FRAGMENT, None, reconfigure=False)
         cluster.restart_controller()

@@ -28,6 +28,7 @@ from helpers import slurm_exports, slurm_path, wait_for_state, wait_until
 from test_counters import Counters, ib_node, storage_node
 from test_perf import perf_snapshot
 from test_steps_snippet import SETUP, snippet
+from usage_helpers import start_sampler, stop_samplers
 
 from slurm_tune.active import store
 from slurm_tune.health import state
@@ -132,34 +133,17 @@ def world(cluster, tmp_path_factory):
     )
     cluster.restart_controller()
     for n in NODES:
-        w.samplers[n] = subprocess.Popen(
-            [
-                f"{VENV_BIN}/stune-gpu-sampler",
-                "run",
-                "--gpu-snapshot",
-                str(w.snapshots[n]),
-                "--local-dir",
-                str(cluster.layout.node_dir(n) / "usage"),
-                "--interval",
-                "0.2",
-                "--sysfs-root",
-                str(w.trees[n]),
-                "--cache",
-                CACHE,
-                "--source",
-                SOURCE,
-            ],
-            env=w.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=open(root / f"sampler-{n}.log", "w"),  # noqa: SIM115 (handed to the sampler)
+        w.samplers[n] = start_sampler(
+            w.snapshots[n],
+            cluster.layout.node_dir(n) / "usage",
+            w.env(),
+            root / f"sampler-{n}.log",
+            *("--sysfs-root", str(w.trees[n]), "--cache", CACHE, "--source", SOURCE),
         )
     try:
         yield w
     finally:
-        for proc in w.samplers.values():
-            proc.terminate()
-        for proc in w.samplers.values():
-            proc.wait(timeout=30)
+        stop_samplers(w.samplers.values())
         cluster.install_stune()
         cluster.set_fragment(FRAGMENT, None, reconfigure=False)
         cluster.restart_controller()

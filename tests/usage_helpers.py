@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from slurm_tune import safeio
@@ -56,3 +59,32 @@ def hermetic_env(tmp_path, **extra) -> dict:
     )
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def start_sampler(snapshot: Path, local_dir: Path, env: dict, log: Path, *extra: str) -> subprocess.Popen:
+    """One `stune-gpu-sampler run` as a node's unit runs it, on a snapshot GPU source at 0.2 s ticks (`extra`:
+    more options), its stderr in `log`."""
+    return subprocess.Popen(
+        [
+            f"{os.path.dirname(sys.executable)}/stune-gpu-sampler",
+            "run",
+            "--gpu-snapshot",
+            str(snapshot),
+            "--local-dir",
+            str(local_dir),
+            "--interval",
+            "0.2",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "w"),  # handed to the sampler, closed when it exits
+    )
+
+
+def stop_samplers(procs: Iterable[subprocess.Popen]) -> None:
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=30)
