@@ -68,9 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     if os.fork() == 0:  # detached: slurmd waits for this program, and its restart must outlive it
         os.setsid()
         if os.fork() == 0:
+            _detach_files()
             _reboot(layout, node)
         os._exit(0)
     return 0
+
+
+def _detach_files() -> None:
+    """Let go of every file slurmd handed down: slurmd 26.05 reads the RebootProgram's output until EOF, so a
+    helper that kept the pipe would hold its reboot thread, and its SIGTERM shutdown waits 60 s for it."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, 65536)
 
 
 def _reboot(layout: Layout, node: str) -> None:
