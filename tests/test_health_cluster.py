@@ -133,15 +133,15 @@ def test_a_port_down_drains_the_node_requeues_the_job_and_resumes_when_fixed(hea
     n1 = slurm.node("n1")
     assert n1.drain and n1.reason == "stune: mlx5_2/1 state DOWN"
 
-    def started() -> (
-        bool
-    ):  # skip Slurm's 2-minute requeue delay, again if the failed epilog requeued it again
+    def ended() -> bool:
+        # skip Slurm's 2-minute requeue delay until the job ends, not only until it starts: a run whose epilog
+        # fails again is requeued, with the delay, once more
         queued = slurm.job(job)
         if queued.state == "PENDING" and queued.reason == "BeginTime":
             slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
-        return queued.state != "PENDING"
+        return queued.state in ("COMPLETED", "FAILED")
 
-    wait_until("the requeued job to start", started, timeout=90, interval=1)
+    wait_until("the requeued job to run to its end", ended, timeout=180, interval=1)
     assert wait_for_state(slurm, job, ("COMPLETED", "FAILED"), timeout=90) == "COMPLETED"
     ran_on = (shared_tmp / f"out-{job}.txt").read_text().split()[-1]
     assert ran_on in ("n2", "n3")

@@ -78,7 +78,7 @@ def start_sampler(snapshot: Path, local_dir: Path, env: dict, log: Path, *extra:
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(log, "w"),  # handed to the sampler, closed when it exits
+        stderr=open(log, "w"),  # the sampler writes it; this copy is closed with the test process
     )
 
 
