@@ -7,7 +7,41 @@ from __future__ import annotations
 import os
 import socket
 
-from .layout import CLUSTER_NAME, CPUS_PER_NODE, GPUS_PER_NODE, MEMORY_MB, NODES
+from .layout import CLUSTER_NAME, CPUS_PER_NODE, GPUS_PER_NODE, MEMORY_MB, NODES, log
+
+# slurm.conf keys whose value is a program Slurm runs (a glob in Prolog/Epilog is left alone)
+PROGRAM_KEYS = frozenset(
+    k.lower()
+    for k in (
+        "PrologSlurmctld",
+        "EpilogSlurmctld",
+        "Prolog",
+        "Epilog",
+        "TaskProlog",
+        "TaskEpilog",
+        "SrunProlog",
+        "SrunEpilog",
+        "HealthCheckProgram",
+        "RebootProgram",
+        "ResumeProgram",
+        "SuspendProgram",
+    )
+)
+
+
+def conf_pairs(text: str) -> list[tuple[str, str]]:
+    """Every Key=Value of slurm.conf text (several may share a line), comments left out."""
+    pairs = []
+    for line in text.splitlines():
+        for word in line.split("#", 1)[0].split():
+            key, eq, value = word.partition("=")
+            if eq:
+                pairs.append((key, value))
+    return pairs
+
+
+def is_executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 class ConfFiles:
@@ -133,3 +167,58 @@ class ConfFiles:
             )
             + "\n"
         )
+
+    def _write_extra_conf(self) -> bool:
+        """Compose slurm.extra.conf from the fragments; True when its text changed."""
+        L = self.layout
+        parts = ["# Composed by stune-devcluster from conf.d/*.conf; edit those through set_fragment().\n"]
+        parts += [f"# --- {frag.name}\n{frag.read_text()}\n" for frag in sorted(L.fragments.glob("*.conf"))]
+        text = "".join(parts)
+        if L.extra_conf.exists() and L.extra_conf.read_text() == text:
+            return False
+        L.extra_conf.write_text(text)
+        return True
+
+    def fragments(self) -> list[str]:
+        return sorted(frag.stem for frag in self.layout.fragments.glob("*.conf"))
+
+    def clear_fragments(self) -> list[str]:
+        """Remove every fragment (the test session's start: fragments are tests' own, and one still here was
+        left by an interrupted run); the names removed. slurm.extra.conf is composed again by up()."""
+        names = self.fragments()
+        for name in names:
+            (self.layout.fragments / f"{name}.conf").unlink(missing_ok=True)
+        return names
+
+    def drop_broken_fragments(self) -> list[str]:
+        """Remove the fragments that name a program Slurm cannot run (a script in a run's temp dir that is
+        gone): slurmctld 23.02+ refuses to start on a PrologSlurmctld/EpilogSlurmctld it cannot execute, and
+        slurmd fails the hooks. Each is said in one line; the names removed."""
+        dropped = []
+        for frag in sorted(self.layout.fragments.glob("*.conf")):
+            missing = [
+                f"{key}={value}"
+                for key, value in conf_pairs(frag.read_text())
+                if key.lower() in PROGRAM_KEYS
+                and not any(c in value for c in "*?[")
+                and not is_executable(value)
+            ]
+            if missing:
+                frag.unlink(missing_ok=True)
+                log(
+                    f"dropped the slurm.conf fragment {frag.stem}: {', '.join(missing)} cannot be run (left by an interrupted run)"
+                )
+                dropped.append(frag.stem)
+        return dropped
+
+    def set_fragment(self, name: str, text: str | None, reconfigure: bool = True) -> None:
+        """Add, replace (text) or remove (None) a named slurm.conf fragment, e.g. the HealthCheckProgram
+        lines, then `scontrol reconfigure`. Fragments must not set the same parameter twice."""
+        path = self.layout.fragments / f"{name}.conf"
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text if text.endswith("\n") else text + "\n")
+        self._write_extra_conf()
+        if reconfigure:
+            self.reconfigure()

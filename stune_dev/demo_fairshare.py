@@ -237,13 +237,15 @@ def fair_share_demo(slurm: Slurm, workdir: str) -> None:
             f"utilization {job.get('eta')}, charged x{job.get('charged_x')}",
         )
     finally:
-        for proc in samplers:
-            proc.terminate()
-        for proc in samplers:
-            proc.wait(timeout=30)
-        slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"], check=False)
-        for state in ("PENDING", "RUNNING"):
-            slurm.run(["scancel", "--full", f"--state={state}"], check=False)
-        cluster.install_stune()  # the site's own env file back
-        cluster.set_fragment("stune-demo-fairshare", None, reconfigure=False)
-        cluster.restart_controller()
+        try:
+            for proc in samplers:
+                proc.terminate()
+            for proc in samplers:
+                proc.wait(timeout=30)
+            slurm.run(["scontrol", "update", "PartitionName=vpc", "State=UP"], check=False)
+            for state in ("PENDING", "RUNNING"):
+                slurm.run(["scancel", "--full", f"--state={state}"], check=False)
+            cluster.install_stune()  # the site's own env file back
+        finally:  # the fragment goes even when the above fails: slurmctld would not start on a script gone
+            cluster.set_fragment("stune-demo-fairshare", None, reconfigure=False)
+            cluster.restart_controller()

@@ -126,7 +126,7 @@ class DevCluster(ConfFiles, Daemons):
         dbd = L.etc / "slurmdbd.conf"
         dbd.write_text(self.render_slurmdbd_conf())
         dbd.chmod(0o600)  # slurmdbd refuses a readable config: it holds the DB password
-        self._write_extra_conf()
+        changed |= self._write_extra_conf()
         for hooks in (L.prolog_d, L.epilog_d):  # slurmd fails a glob that matches nothing
             noop = hooks / "00-devcluster"
             if not noop.exists():
@@ -186,6 +186,7 @@ class DevCluster(ConfFiles, Daemons):
         ensure_node_names_resolve()
         was_running = pid_alive(self.layout.pidfile("slurmctld")) is not None
         nodes_before = self._node_lines()
+        self.drop_broken_fragments()
         changed = self.write_config()
         if was_running and nodes_before != self._node_lines():
             # a node's NodeHostname/address changed (e.g. an upgrade): a reconfigure leaves the slurmds
@@ -237,24 +238,6 @@ class DevCluster(ConfFiles, Daemons):
             line.split("|")[0] == CLUSTER_NAME and line.split("|")[1] not in ("", "0")
             for line in out.splitlines()
         )
-
-    def _write_extra_conf(self) -> None:
-        L = self.layout
-        parts = ["# Composed by stune-devcluster from conf.d/*.conf; edit those through set_fragment().\n"]
-        parts += [f"# --- {frag.name}\n{frag.read_text()}\n" for frag in sorted(L.fragments.glob("*.conf"))]
-        L.extra_conf.write_text("".join(parts))
-
-    def set_fragment(self, name: str, text: str | None, reconfigure: bool = True) -> None:
-        """Add, replace (text) or remove (None) a named slurm.conf fragment, e.g. the HealthCheckProgram
-        lines, then `scontrol reconfigure`. Fragments must not set the same parameter twice."""
-        path = self.layout.fragments / f"{name}.conf"
-        if text is None:
-            path.unlink(missing_ok=True)
-        else:
-            path.write_text(text if text.endswith("\n") else text + "\n")
-        self._write_extra_conf()
-        if reconfigure:
-            self.reconfigure()
 
     # ---- stune, installed the way a site installs it ------------------------------------------------
     @property

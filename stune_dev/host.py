@@ -85,6 +85,18 @@ def pid_alive(pidfile: Path) -> int | None:
 EXITED_AFTER_S = 2.0
 
 
+def log_tail(logfile: Path, lines: int = 3) -> str:
+    """A daemon log's last lines, and before them the last `error:` line they lack: the cause (slurmctld's
+    "Invalid EpilogSlurmctld(...)") comes a line or two before the generic fatal ones."""
+    try:
+        text = logfile.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    last = text[-lines:]
+    errors = [line for line in text[-50:-lines] if "error:" in line]
+    return " | ".join(errors[-1:] + last)
+
+
 def wait_for(
     what: str,
     predicate,
@@ -106,9 +118,7 @@ def wait_for(
         else:
             dead_since = None
         time.sleep(0.2)
-    tail = ""
-    if logfile and logfile.exists():
-        tail = " | ".join(logfile.read_text(errors="replace").strip().splitlines()[-3:])
+    tail = log_tail(logfile) if logfile else ""
     raise ClusterError(f"{what} {problem}{': ' + tail if tail else ''}")
 
 

@@ -257,3 +257,48 @@ def test_build_slurm_names_the_series_it_offers(tmp_path):
         "build-slurm.sh: no build for Slurm 25.11 (26.05 or 24.11; 22.05 is Debian 12's packages)\n"
     )
     assert not (tmp_path / "p").exists()
+
+
+def test_a_fragment_naming_a_program_that_is_gone_is_dropped_and_the_cause_is_in_the_error(tmp_path, capsys):
+    """A test run cut off before its teardown leaves its fragment (EpilogSlurmctld in its temp dir); once pytest
+    prunes that dir, slurmctld 23.02+ exits at start ("Invalid EpilogSlurmctld"): one CI run on 26.05 failed whole
+    so. `up` drops such a fragment, saying so, and keeps the others."""
+    layout = Layout(root=tmp_path / "c", port_base=29900)
+    dev = DevCluster(layout, profiles_dir=tmp_path, install=SlurmInstall("22.05"))
+    layout.fragments.mkdir(parents=True)
+    script = tmp_path / "ctld"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    dev.set_fragment(
+        "gone", f"EpilogSlurmctld={tmp_path}/pytest-7/epilog\nPrologFlags=Alloc", reconfigure=False
+    )
+    dev.set_fragment(
+        "kept", f"PrologSlurmctld={script}  # ours\nProlog={tmp_path}/prolog.d/*", reconfigure=False
+    )
+    dev.set_fragment("plain", "SchedulerParameters=enable_user_top", reconfigure=False)
+    script2 = tmp_path / "not-executable"
+    script2.write_text("#!/bin/sh\n")
+    dev.set_fragment("noexec", f"HealthCheckProgram={script2} HealthCheckInterval=60", reconfigure=False)
+    assert dev.drop_broken_fragments() == ["gone", "noexec"]
+    assert dev.fragments() == ["kept", "plain"]
+    err = capsys.readouterr().err
+    assert (
+        f"dropped the slurm.conf fragment gone: EpilogSlurmctld={tmp_path}/pytest-7/epilog cannot be run"
+        in err
+    )
+    assert dev.clear_fragments() == ["kept", "plain"] and dev.fragments() == []
+
+
+def test_a_daemon_that_exits_is_reported_with_the_error_that_caused_it(tmp_path):
+    log_file = tmp_path / "slurmctld.log"
+    log_file.write_text(
+        "[t] started\n[t] error: Invalid EpilogSlurmctld(`/tmp/x`): No such file or directory\n"
+        "[t] error: Couldn't load specified plugin name for prep/script\n[t] error: prep_g_init: cannot create\n"
+        "[t] fatal: failed to initialize prep plugin\n"
+    )
+    assert host.log_tail(log_file) == (
+        "[t] error: Invalid EpilogSlurmctld(`/tmp/x`): No such file or directory | "
+        "[t] error: Couldn't load specified plugin name for prep/script | [t] error: prep_g_init: cannot create | "
+        "[t] fatal: failed to initialize prep plugin"
+    )
+    assert host.log_tail(tmp_path / "none.log") == ""

@@ -143,10 +143,12 @@ def world(cluster, tmp_path_factory):
     try:
         yield w
     finally:
-        stop_samplers(w.samplers.values())
-        cluster.install_stune()
-        cluster.set_fragment(FRAGMENT, None, reconfigure=False)
-        cluster.restart_controller()
+        try:
+            stop_samplers(w.samplers.values())
+            cluster.install_stune()
+        finally:  # the fragment goes even when the above fails: a later run's slurmctld would not start on it
+            cluster.set_fragment(FRAGMENT, None, reconfigure=False)
+            cluster.restart_controller()
 
 
 def submit_as(slurm, args: list[str], wrap: str, user: str = "stune-alice") -> int:
