@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from . import accelspec
 from .driftspec import DRIFT, with_fabric_defaults
 from .errors import ConfigError
 from .profilehealth import HANG_KEYS, REMEDIATION, XID
@@ -27,7 +28,7 @@ from .schema import (
     deep_merge,
     load_yaml,
 )
-from .text import parse_version
+from .text import parse_vendor_version, parse_version
 
 SITE_FILE = "site.yaml"
 
@@ -119,11 +120,13 @@ PROFILE_SCHEMA = Section(
                 "gpu_driver": _version_rule("NVIDIA driver, e.g. 535.161.08"),
                 "cuda_driver": _version_rule("CUDA driver API version, e.g. 12.2"),
                 "vbios": _version_rule("GPU VBIOS"),
+                **accelspec.version_keys(_version_rule),
             }
         ),
         "gpu": Section(
             {
-                "count": Int(0, min=0, max=64, doc="GPUs per node; 0 skips GPU checks"),
+                "count": Int(0, min=0, max=64, doc="GPUs (or NPUs) per node; 0 skips their checks"),
+                "gres": accelspec.GPU_GRES,
                 "model": Nullable(Str(), doc="substring of the NVML name, e.g. 'H100 80GB HBM3'"),
                 "nvlink_down": Str("fail", choices=("degraded", "fail")),
                 "persistence_mode": Bool(True, doc="persistence mode off is degraded"),
@@ -291,6 +294,7 @@ PROFILE_SCHEMA = Section(
                 "bisect": Bool(True, doc="test both members of a slow pair against good partners"),
             }
         ),
+        **accelspec.SECTIONS,  # accelerator, accel, hccl, rccl (issue 26)
         "drift": DRIFT,  # tuning drift: the host settings the nodes are tuned to (driftspec.py)
         # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
         "idle_policy": Section(
@@ -354,7 +358,7 @@ def _cross_checks(data: dict, where: Where) -> None:
         )
     versions = data["versions"]
     for name, rule in [(f"versions.hca_firmware.{k}", v) for k, v in versions["hca_firmware"].items()] + [
-        (f"versions.{k}", versions[k]) for k in ("gpu_driver", "cuda_driver", "vbios")
+        (f"versions.{k}", versions[k]) for k in ("gpu_driver", "cuda_driver", "vbios", *accelspec.VERSIONS)
     ]:
         if rule is not None and rule["min"] is None and not rule["allowed"]:
             raise where.error(name, "give `min` or `allowed`")
@@ -364,7 +368,8 @@ def _cross_checks(data: dict, where: Where) -> None:
             continue
         hex_parts = name == "versions.vbios"
         for version in rule["allowed"] + ([rule["min"]] if rule["min"] is not None else []):
-            if parse_version(version, hex_parts) is None:
+            vendor = name.removeprefix("versions.") in accelspec.VERSIONS  # 24.1.rc2: parse_vendor_version
+            if (parse_vendor_version(version) if vendor else parse_version(version, hex_parts)) is None:
                 form = "dot-separated hex numbers" if hex_parts else "dot-separated numbers"
                 raise where.error(
                     name,
@@ -375,6 +380,7 @@ def _cross_checks(data: dict, where: Where) -> None:
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
     check_incident_keys(data, where)
+    accelspec.check(data, where)
     recovery = data["recovery"]
     if recovery["expedite"] and not (recovery["avoid_culprit"] and recovery["requeue"]):
         raise where.error(

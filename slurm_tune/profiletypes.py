@@ -45,10 +45,16 @@ class Versions:
     gpu_driver: VersionRule | None
     cuda_driver: VersionRule | None
     vbios: VersionRule | None
+    npu_driver: VersionRule | None
+    npu_firmware: VersionRule | None
+    cann: VersionRule | None
+    rocm: VersionRule | None
+    amdgpu_driver: VersionRule | None
 
 
 class Gpu:
     count: int
+    gres: str | None
     model: str | None
     nvlink_down: str
     persistence_mode: bool
@@ -178,6 +184,38 @@ class Drift:
     sysctls: Frozen
 
 
+class Hccn:
+    check: bool
+    require_ip: bool
+    net_health: str
+
+
+class Accel:
+    max_temp_c: int | None
+    max_power_w: float | None
+    health_warning: str
+    ecc_uncorrected: str
+    ecc_corrected_max: int | None
+    links_down: str
+    hccn: Hccn
+    tools: Frozen
+
+
+class Hccl:
+    socket_ifname: str | None
+    if_ip: bool
+    connect_timeout: int | None
+    exec_timeout: int | None
+    buffsize: int | None
+    rank_table: bool
+    env: Frozen
+
+
+class Rccl:
+    fine_grain_pcie: bool
+    env: Frozen
+
+
 class Sections:
     """A profile's sections (profilestore.Profile adds its name, source, digest and key origins)."""
 
@@ -186,6 +224,7 @@ class Sections:
     fabric: Fabric
     nccl: Nccl
     versions: Versions
+    accelerator: str
     gpu: Gpu
     numa: Numa
     cache: Cache
@@ -195,4 +234,7 @@ class Sections:
     placement: Placement
     active: Active
     idle_policy: IdlePolicy
+    accel: Accel
+    hccl: Hccl
+    rccl: Rccl
     drift: Drift
