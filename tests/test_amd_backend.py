@@ -342,7 +342,7 @@ def test_amd_source_a_hung_sample_is_unmeasured_and_not_called_into_again():
 
 
 def test_amd_source_that_cannot_open_raises_one_line():
-    with pytest.raises(StuneError, match="^amdsmi could not be opened: AMDSMI_STATUS_DRIVER_NOT_LOADED"):
+    with pytest.raises(StuneError, match=r"^amdsmi could not be opened: AMDSMI_STATUS_DRIVER_NOT_LOADED"):
         amd.AmdSource(amdsmi_module=node(fail_init=fake.AMDSMI_STATUS_DRIVER_NOT_LOADED))
     hung = node(1, hang=(0, "amdsmi_get_gpu_asic_info"))
     with pytest.raises(StuneError, match=r"^amdsmi: amdsmi-init did not answer within 0.2s$"):

@@ -335,8 +335,18 @@ def test_unit_forms_and_not_given_values():
     TEMPERATURE:
         HOTSPOT: N/A
         EDGE: 35 °C
+GPU: 1
+    POWER:
+        SOCKET_POWER: 65534 W
+    TEMPERATURE:
+        HOTSPOT: 511 °C
+        EDGE: -273 °C
 """
-    (d,) = amdparse.parse_amdsmi_text(text)["devices"]
+    d, garbage = amdparse.parse_amdsmi_text(text)["devices"]
+    assert (garbage["power_w"], garbage["temperature_c"]) == (
+        None,
+        None,
+    )  # no device reads that: a sensor's junk
     assert (d["power_w"], d["mem_total_mb"], d["mem_used_mb"]) == (731.0, 196608.0, None)
     assert (d["util_pct"], d["mem_util_pct"]) == (None, None)  # over 100 %, a percentage in MHz: garbage
     assert d["bus_id"] == "0000:xx:00.0" and d["pcie"]["max_gen"] == 4 and d["temperature_c"] == 35.0

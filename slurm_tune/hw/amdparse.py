@@ -38,9 +38,11 @@ from .amdvalues import (
     watts,
 )
 
-_KEY = re.compile(r"( *)([A-Za-z0-9_][A-Za-z0-9_ ]{0,63}?)\s*:(?:\s+(.*?))?\s*")
-MAX_DEVICES = 1024  # more GPU blocks than any node has: the rest of such an output is not read
+_KEY = re.compile(r"( *)([A-Za-z0-9_][A-Za-z0-9_ ]{0,63}?)[ \t]*:(?:[ \t]+(.*))?")
+MAX_DEVICES = 1024
+MAX_VALUE = 4096  # a value wrapped over lines is not followed further (amd-smi's longest list is ~200 chars)  # more GPU blocks than any node has: the rest of such an output is not read
 _REPAIR_LINES = 64  # a cut JSON document is closed after one of its last lines
+MAX_JSON = 16 << 20  # a cut document longer than this is not repaired (amd-smi's for 8 GPUs is ~100 kB)
 
 
 def _tree_text(data: str) -> list[tuple[int, dict]]:
@@ -52,10 +54,10 @@ def _tree_text(data: str) -> list[tuple[int, dict]]:
     for line in data.expandtabs(4).splitlines():
         match = _KEY.fullmatch(line)
         if match is None:
-            if last is not None and line.strip():
+            if last is not None and line.strip() and len(last[0][last[1]]) < MAX_VALUE:
                 last[0][last[1]] += " " + line.strip()
             continue
-        indent, key, value = len(match[1]), match[2].strip().lower(), match[3]
+        indent, key, value = len(match[1]), match[2].strip().lower(), (match[3] or "").strip()
         last = None
         if indent == 0:
             index = count(value) if key == "gpu" else None
@@ -84,11 +86,15 @@ def _json_start(data: str) -> int:
     return match.end() - 1 if match else -1
 
 
-def _closers(data: str) -> str | None:
-    """The brackets that close what `data` leaves open, None if it ends inside a string or is unbalanced."""
+def _closers_at(data: str, cuts: set[int]) -> dict[int, str | None]:
+    """At each offset in `cuts`, the brackets that close what data[:offset] leaves open; None where it is
+    inside a string or a bracket closed the wrong one. One pass."""
     stack: list[str] = []
-    in_string = escaped = False
-    for ch in data:
+    in_string = escaped = broken = False
+    out: dict[int, str | None] = {}
+    for i, ch in enumerate(data):
+        if i in cuts:
+            out[i] = None if in_string or broken else "".join(reversed(stack))
         if in_string:
             escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
         elif ch == '"':
@@ -96,8 +102,8 @@ def _closers(data: str) -> str | None:
         elif ch in "[{":
             stack.append("]" if ch == "[" else "}")
         elif ch in "]}" and (not stack or stack.pop() != ch):
-            return None
-    return None if in_string else "".join(reversed(stack))
+            broken = True
+    return out
 
 
 def load_json(data: str):
@@ -112,15 +118,16 @@ def load_json(data: str):
         return json.loads(data)
     except (ValueError, RecursionError):
         pass
-    lines = data.splitlines()
-    whole = len(lines) if data.endswith("\n") else len(lines) - 1  # a last line without its newline was cut
-    for end in range(whole, max(0, whole - _REPAIR_LINES), -1):
-        head = "\n".join(lines[:end]).rstrip().rstrip(",")
-        closers = _closers(head)
-        if closers is None or head.endswith(":"):
+    if len(data) > MAX_JSON:
+        return None
+    cuts = [m.start() for m in re.finditer("\n", data)][-_REPAIR_LINES:]
+    closers = _closers_at(data, set(cuts))
+    for cut in reversed(cuts):
+        head, tail = data[:cut].rstrip().rstrip(","), closers[cut]
+        if tail is None or head.endswith(":"):
             continue
         try:
-            return json.loads(head + closers)
+            return json.loads(head + tail)
         except (ValueError, RecursionError):
             continue
     return None
@@ -246,11 +253,11 @@ def kind(data: str) -> str | None:
         return "amdsmi-json"
     if _BANNER.search(data) or re.search(r"\|\s*BDF\s+GPU-Name\s*\|", data):
         return "amdsmi-table"
-    if re.search(r"^GPU:\s*[0-9]+\s*$", data, re.M):
+    if re.search(r"^GPU:[ \t]*[0-9]+[ \t]*$", data, re.M):
         return "amdsmi-text"
-    if re.search(r"^\s*GPU\[[0-9]+\]\s*:|^\s*(Device|GPU)\s+.*\bGPU%", data, re.M):
+    if re.search(r"^[ \t]*GPU\[[0-9]+\][ \t]*:|^[ \t]*(Device|GPU)[ \t]+.*\bGPU%", data, re.M):
         return "rocm-smi"
-    if re.search(r"^\s*Marketing Name:|^\s*Device Type:", data, re.M):
+    if re.search(r"^[ \t]*(Marketing Name|Device Type):", data, re.M):
         return "rocminfo"
     return None
 

@@ -19,6 +19,9 @@ _BUS_ID = re.compile(r"(?:[0-9a-fx]{4,8}:)?[0-9a-fx]{2}:[0-9a-fx]{2}\.[0-7x]")
 _GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}  # PCIe GT/s -> generation
 _NOT_GIVEN = frozenset(("", "n/a", "na", "-", "none", "unknown", "not supported", "<redacted>"))
 MIB = 1048576.0
+# Beyond these a reading is a sensor answering garbage, not a device: unmeasured, so it can never fail a node
+MAX_WATTS = 10000.0  # one accelerator (an MI355X OAM is rated 1400 W)
+TEMPERATURE_C = (-50.0, 200.0)  # a die hotter than 200 °C has long shut itself down
 
 
 def blank_device(index: int) -> dict:
@@ -111,7 +114,8 @@ def _scaled(value, units: dict) -> float | None:
 
 
 def watts(value) -> float | None:
-    return _scaled(value, {"": 1.0, "W": 1.0, "mW": 1e-3, "uW": 1e-6, "µW": 1e-6, "kW": 1e3})
+    w = _scaled(value, {"": 1.0, "W": 1.0, "mW": 1e-3, "uW": 1e-6, "µW": 1e-6, "kW": 1e3})
+    return w if w is not None and w <= MAX_WATTS else None
 
 
 def mib(value) -> float | None:
@@ -122,7 +126,8 @@ def mib(value) -> float | None:
 
 def celsius(value) -> float | None:
     q = quantity(value)
-    return q[0] if q is not None and q[1] in ("", "°C", "C", "c") and -100 < q[0] < 1000 else None
+    low, high = TEMPERATURE_C
+    return q[0] if q is not None and q[1] in ("", "°C", "C", "c") and low < q[0] < high else None
 
 
 def percent(value) -> float | None:

@@ -31,7 +31,7 @@ from .amdvalues import (
 )
 
 MAX_DEVICES = 1024
-_LINE = re.compile(r"(?:WARNING: |ERROR: )?GPU\[([0-9]{1,6})\]\s*:\s*(.{1,96}?):\s+(.*?)\s*")
+_LINE = re.compile(r"(?:WARNING: |ERROR: )?GPU\[([0-9]{1,6})\]\s*:\s*(.{1,96}?):\s+(.*)")
 _PCIE_LEVEL = re.compile(r"\(\s*([0-9.]+\s*GT/s)\s*,?\s*x([0-9]+)\s*\)")
 _ROCK = re.compile(r"ROCk module(?: version)?\s+(\S+)\s+is loaded")
 
@@ -77,7 +77,12 @@ def _table(lines: list[str]) -> dict[int, dict]:
     rows: dict[int, dict] = {}
     for line in lines:
         words = line.split()
-        if words and words[0] in ("Device", "GPU") and any(w.endswith("%") for w in words):
+        if (
+            words
+            and words[0] in ("Device", "GPU")
+            and any(w.endswith("%") for w in words)
+            and len(line) < 512
+        ):
             columns = re.sub(r"\([^)]*\)", " ", line).split()
             continue
         cells: list[str] = []
@@ -125,7 +130,7 @@ def parse_rocm_smi(data: str) -> dict:
     for line in lines:
         match = _LINE.fullmatch(line.strip())
         if match and len(match[1]) <= 6 and (int(match[1]) in readings or len(readings) < MAX_DEVICES):
-            readings.setdefault(int(match[1]), {})[" ".join(match[2].lower().split())] = match[3]
+            readings.setdefault(int(match[1]), {})[" ".join(match[2].lower().split())] = match[3].strip()
     devices = {index: _device(index, kv) for index, kv in readings.items()}
     for index, row in _table(lines).items():
         _fill(devices.setdefault(index, blank_device(index)), row)
