@@ -1,8 +1,9 @@
 """A stand-in for AMD's amdsmi module (the `amd` extra), for nodes without AMD GPUs: the same function names,
-arguments, exceptions and returned dicts as amdsmi 7.0 (py-interface/amdsmi_interface.py), with devices
-described by plain dicts whose defaults are MI300X and MI210 values. A reading can answer not supported
-(AMDSMI_STATUS_NOT_SUPPORTED) or fail with any status, a call can hang (a GPU lost under the driver), a
-function can be absent (an older amdsmi release), and amdsmi_init can fail (driver not loaded)."""
+arguments, exceptions and returned dicts as amdsmi 7.0.2 from PyPI (its amdsmi_interface.py; 6.0's process
+handles on request), with devices described by plain dicts whose defaults are MI300X and MI210 values. A
+reading can answer not supported (AMDSMI_STATUS_NOT_SUPPORTED) or fail with any status, a call can hang (a GPU
+lost under the driver), a function can be absent (an older amdsmi release), and amdsmi_init can fail (driver
+not loaded)."""
 
 from __future__ import annotations
 
@@ -222,9 +223,11 @@ class FakeAmdSmi:
             setattr(self, name, globals()[name])
 
     def __getattribute__(self, name):
-        if name.startswith("amdsmi_") and name in object.__getattribute__(self, "missing"):
+        get = object.__getattribute__
+        old = name == "amdsmi_get_gpu_process_info" and not get(self, "process_handles")  # gone in 6.1
+        if old or (name.startswith("amdsmi_") and name in get(self, "missing")):
             raise AttributeError(f"module 'amdsmi' has no attribute '{name}'")
-        return object.__getattribute__(self, name)
+        return get(self, name)
 
     # -- library
     def amdsmi_init(self, flag=AmdSmiInitFlags.INIT_AMD_GPUS):
@@ -417,7 +420,7 @@ class FakeAmdSmi:
             return [pid for pid, _ in procs]
         return [_process(pid, vram) for pid, vram in procs]
 
-    def amdsmi_get_gpu_process_info(self, h, process):
+    def amdsmi_get_gpu_process_info(self, h, process):  # amdsmi 6.0 only (process_handles=True)
         d = self._dev(h, "amdsmi_get_gpu_process_info")
         vram = dict(d["processes"]).get(process)
         if vram is None:

@@ -60,7 +60,8 @@ def load_amdsmi():
             raise StuneError(MISSING) from None
         raise StuneError(f"amdsmi cannot be imported: {exc}") from None
     except Exception as exc:  # KeyError('libamd_smi.so'), OSError: the library is not there
-        why = " ".join(said.getvalue().split()[:24]) or f"{type(exc).__name__}: {exc}"
+        printed = [line.strip() for line in said.getvalue().splitlines() if line.strip()]
+        why = printed[0][:200] if printed else f"{type(exc).__name__}: {exc}"
         raise StuneError(f"amdsmi cannot load libamd_smi.so (install amd-smi-lib from ROCm): {why}") from None
     return amdsmi
 
