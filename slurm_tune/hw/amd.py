@@ -9,6 +9,10 @@ package. Values are amdsmi's own converted to the section's units (power cap uW 
 process memory bytes -> MiB; socket power is W, VRAM MB, temperatures °C already). A reading the device does
 not support (AMDSMI_STATUS_NOT_SUPPORTED or NOT_YET_IMPLEMENTED, an "N/A", a function this amdsmi release does
 not have) is None; a reading that failed otherwise is None and named in the device's `errors`.
+
+A device's `render` is N of its /dev/dri/renderDN (amdsmi_get_gpu_enumeration_info's drm_render: amdsmi 7.0 has
+it, 6.0 does not) and `minor` Slurm's number for it (amdvalues.fill_minors: N - 128 where render nodes are
+contiguous, the step taken out on MI300, which has 8 per GPU; the bus-id-ordered position without a render).
 """
 
 from __future__ import annotations

@@ -189,6 +189,17 @@ def fill_minors(devices: list[dict], base: int = 128) -> None:
             )
 
 
+def fill(into: dict, dev: dict) -> None:
+    """Give `into` (a device) each value of `dev` (the same device from another output) it does not have."""
+    for key, value in dev.items():
+        if isinstance(value, dict):
+            into[key].update({k: v for k, v in value.items() if into[key].get(k) is None})
+        elif key == "links":
+            into[key] = into[key] or value
+        elif into.get(key) is None:
+            into[key] = value
+
+
 def merge(parts: list[dict]) -> dict:
     """One {system, devices} from several parsed outputs of the same node: devices matched by index, each
     value taken from the first output that gives it (list them in order of trust)."""
@@ -201,12 +212,5 @@ def merge(parts: list[dict]) -> dict:
             elif system.get(key) is None:
                 system[key] = value
         for dev in part.get("devices", []):
-            into = devices.setdefault(dev["index"], blank_device(dev["index"]))
-            for key, value in dev.items():
-                if isinstance(value, dict):
-                    into[key].update({k: v for k, v in value.items() if into[key].get(k) is None})
-                elif key == "links":
-                    into[key] = into[key] or value
-                elif into.get(key) is None:
-                    into[key] = value
+            fill(devices.setdefault(dev["index"], blank_device(dev["index"])), dev)
     return {"system": system, "devices": [devices[i] for i in sorted(devices)]}

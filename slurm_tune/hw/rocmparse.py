@@ -20,6 +20,7 @@ from .amdvalues import (
     bus_id,
     celsius,
     count,
+    fill,
     first,
     gen_of_speed,
     lanes,
@@ -104,14 +105,6 @@ def _table(lines: list[str]) -> dict[int, dict]:
     return rows
 
 
-def _fill(into: dict, dev: dict) -> None:
-    for key, value in dev.items():
-        if isinstance(value, dict):
-            into[key].update({k: v for k, v in value.items() if into[key].get(k) is None})
-        elif into.get(key) is None:
-            into[key] = value
-
-
 def parse_rocm_smi(data: str) -> dict:
     """`rocm-smi` as printed: GPU[n] lines, the concise table, or `--json`; all three may be in one output."""
     system = blank_system()
@@ -133,7 +126,7 @@ def parse_rocm_smi(data: str) -> dict:
             readings.setdefault(int(match[1]), {})[" ".join(match[2].lower().split())] = match[3].strip()
     devices = {index: _device(index, kv) for index, kv in readings.items()}
     for index, row in _table(lines).items():
-        _fill(devices.setdefault(index, blank_device(index)), row)
+        fill(devices.setdefault(index, blank_device(index)), row)
     for kv in readings.values():
         system["driver_version"] = system["driver_version"] or version(kv.get("driver version"))
     return {"system": system, "devices": [devices[i] for i in sorted(devices)]}
