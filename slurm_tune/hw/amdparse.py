@@ -5,7 +5,7 @@ built from what a node printed when amdsmi could not be run in place.
   lines) or `--json` (a list of {"gpu": N, ...} with {value, unit} objects beside bare "N/A"; a cut JSON
   document is closed after its last whole line);
 - `amd-smi` with no command: the default table (two rows per GPU, a version banner);
-- `rocm-smi`: the concise table and the `GPU[n]\t\t: key: value` lines (`--showallinfo` and its parts), and
+- `rocm-smi`: the concise table and the `GPU[n]\\t\\t: key: value` lines (`--showallinfo` and its parts), and
   `--json`; rocmparse.py;
 - `rocminfo`: the GPU agents' names; rocmparse.py.
 
@@ -39,8 +39,8 @@ from .amdvalues import (
 )
 
 _KEY = re.compile(r"( *)([A-Za-z0-9_][A-Za-z0-9_ ]{0,63}?)[ \t]*:(?:[ \t]+(.*))?")
-MAX_DEVICES = 1024
-MAX_VALUE = 4096  # a value wrapped over lines is not followed further (amd-smi's longest list is ~200 chars)  # more GPU blocks than any node has: the rest of such an output is not read
+MAX_DEVICES = 1024  # more GPU blocks than any node has: the rest of such an output is not read
+MAX_VALUE = 4096  # a value wrapped over lines is not followed further (amd-smi's longest list is ~200 chars)
 _REPAIR_LINES = 64  # a cut JSON document is closed after one of its last lines
 MAX_JSON = 16 << 20  # a cut document longer than this is not repaired (amd-smi's for 8 GPUs is ~100 kB)
 

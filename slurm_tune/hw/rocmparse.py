@@ -1,7 +1,7 @@
 """`rocm-smi` and `rocminfo` outputs -> the `accel` section's device dicts (hw/amdparse.py tells the outputs
 apart and merges them; hw/amdvalues.py holds the device dict and the value forms).
 
-rocm-smi prints one `GPU[n]\t\t: key: \tvalue` line per reading (`--showallinfo` and each --show option), a
+rocm-smi prints one `GPU[n]\\t\\t: key: \\tvalue` line per reading (`--showallinfo` and each --show option), a
 concise table (`rocm-smi` alone: Device, Node, IDs, Temp, Power, Partitions, SCLK, MCLK, Fan, Perf, PwrCap,
 VRAM%, GPU%, columns that moved between releases; a partition's secondary rows are N/A), or with `--json` an
 object of `cardN` -> {key: value} with the same keys. VRAM% is memory allocated, not memory activity: it is not
