@@ -40,8 +40,8 @@ RANGES = {  # field -> (low, high) of a value that is not None
     "temperature_c": (-50, 200),
     "util_pct": (0, 100),
     "mem_util_pct": (0, 100),
-    "mem_used_mb": (0, 1e20),
-    "mem_total_mb": (0, 1e20),
+    "mem_used_mb": (0, 2**30),
+    "mem_total_mb": (0, 2**30),
 }
 
 

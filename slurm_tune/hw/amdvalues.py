@@ -22,6 +22,7 @@ MIB = 1048576.0
 # Beyond these a reading is a sensor answering garbage, not a device: unmeasured, so it can never fail a node
 MAX_WATTS = 10000.0  # one accelerator (an MI355X OAM is rated 1400 W)
 TEMPERATURE_C = (-50.0, 200.0)  # a die hotter than 200 °C has long shut itself down
+MAX_MIB = float(1 << 30)  # a pebibyte of device memory
 
 
 def blank_device(index: int) -> dict:
@@ -121,7 +122,8 @@ def watts(value) -> float | None:
 def mib(value) -> float | None:
     """Memory in MiB (amd-smi's MB are MiB: it divides bytes by 1024*1024)."""
     units = {"": 1.0, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0, "KB": 1 / 1024, "KiB": 1 / 1024}
-    return _scaled(value, {**units, "B": 1 / MIB})
+    mb = _scaled(value, {**units, "B": 1 / MIB})
+    return mb if mb is not None and mb <= MAX_MIB else None
 
 
 def celsius(value) -> float | None:

@@ -14,7 +14,6 @@ import json
 import re
 
 from .amdvalues import (
-    MIB,
     blank_device,
     blank_system,
     bus_id,
@@ -24,6 +23,7 @@ from .amdvalues import (
     first,
     gen_of_speed,
     lanes,
+    mib,
     percent,
     quantity,
     text,
@@ -39,7 +39,7 @@ _ROCK = re.compile(r"ROCk module(?: version)?\s+(\S+)\s+is loaded")
 
 def _bytes_mib(value) -> float | None:
     q = quantity(value)
-    return q[0] / MIB if q is not None and q[1] in ("", "B") and q[0] >= 0 else None
+    return mib({"value": q[0], "unit": "B"}) if q is not None and q[1] in ("", "B") else None
 
 
 def _device(index: int, kv: dict) -> dict:
