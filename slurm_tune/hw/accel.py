@@ -26,8 +26,12 @@ The section:
      "devices": [{
         "index": int,            # the device's id in its tool (npu-smi NPU ID, amdsmi index)
         "chip": int,             # Ascend: chip within the NPU (A3 and 310P cards have two); AMD: 0
-        "minor": int | None,     # the device file's position: N of /dev/davinciN; AMD: the render node's number
-                                 #   less 128 (renderD128 is 0). Slurm's GRES ids follow gres.conf's files
+        "minor": int | None,     # the device file's position: N of /dev/davinciN; AMD: the render node's place
+                                 #   among the node's (renderD128 is 0; MI300's 8 nodes per GPU, D128, D136,
+                                 #   ..., give 0, 1, ...; hw/amdvalues.fill_minors). Slurm's GRES ids follow
+                                 #   gres.conf's files
+        "render": int | None,    # AMD: the renderD number itself
+        "firmware": {name: version},     # AMD: per-device firmware (amdsmi); {} where none
         "name": str | None,      # npu-smi Name (910B3), amdsmi market name (AMD Instinct MI300X)
         "health": str | None,    # Ascend: OK / Warning / Alarm / Critical as npu-smi prints it; AMD: None
         "bus_id": str | None,    # 0000:c1:00.0 (lower case; a masked 0000:xx:00.0 stays as printed)
