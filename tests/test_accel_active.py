@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_active_cli import sweep_cli
-from test_active_parse import _sane
+from test_active_parse import _sane, mutate
 
 from slurm_tune.active import agent, checks, jobs, judge, parse, parse_accel, report, store, sweep
 from slurm_tune.active.agent import MARK
@@ -80,7 +80,10 @@ def test_hccl_test_a_failed_result_check_fails_naming_the_size_and_rank():
             "".join(comm(HCCL_DOC).splitlines(True)[:-3]),
             "truncated hccl_test output (11 rows, none at maxbytes",
         ),
-        ("".join(comm(HCCL_DOC).splitlines(True)[1:]), "hccl_test output without its `the minbytes is ...` line"),
+        (
+            "".join(comm(HCCL_DOC).splitlines(True)[1:]),
+            "hccl_test output without its `the minbytes is ...` line",
+        ),
         (comm(HCCL_DOC).splitlines(True)[0], "no result rows in the hccl_test output"),
     ],
 )
@@ -177,21 +180,7 @@ def test_every_truncation_is_unknown_or_the_whole_result(name):
 @given(data=st.data())
 def test_byte_level_fuzz_never_raises(name, data):
     parser, whole = WHOLE[name]
-    base = bytearray(whole)
-    for _ in range(data.draw(st.integers(0, 8))):
-        pos = data.draw(st.integers(0, max(0, len(base) - 1)))
-        choice = data.draw(st.sampled_from(["flip", "insert", "delete", "huge"]))
-        if not base:
-            break
-        if choice == "flip":
-            base[pos] = data.draw(st.integers(0, 255))
-        elif choice == "insert":
-            base[pos:pos] = data.draw(st.binary(max_size=16))
-        elif choice == "delete":
-            del base[pos : pos + data.draw(st.integers(1, 64))]
-        else:
-            base[pos:pos] = b"9" * 400 + b".5"
-    _sane(parser(bytes(base)))
+    _sane(parser(mutate(data, whole)))
 
 
 @settings(max_examples=300, deadline=None)
