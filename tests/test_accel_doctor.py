@@ -215,6 +215,12 @@ def test_nvidia_gpus_on_an_ascend_partition_and_npus_on_an_nvidia_one(tmp_path):
     ), lines
 
 
+def test_a_partition_without_a_gpu_count_over_npu_nodes_is_no_mismatch(tmp_path):
+    """gpu.count 0 skips GPU checks: a CPU partition over Ascend nodes (the default accelerator, nvidia)."""
+    lines = run_checks(*setup(tmp_path, "", {"n1": ascend()}, gres="npu:8"))
+    assert not any("accelerator" in line or "gres.conf" in line for line in lines), lines
+
+
 def test_another_vendors_devices_missing_devices_and_unreadable_ones(tmp_path):
     snaps = {
         "n1": amd(),

@@ -108,20 +108,21 @@ class AccelChecks(GresChecks):
     matrix: dict[str, dict[str, str]]
 
     def check_accel(self, profiles, nodes, conf) -> None:
-        """Per partition with a profile: its nodes' devices against its accelerator and gpu.count; on AMD and
-        Ascend partitions also gres.conf against those devices."""
+        """Per partition with a profile and a gpu.count (0 skips GPU checks: a CPU partition over accelerator
+        nodes is no mismatch): its nodes' devices against its accelerator and gpu.count; on AMD and Ascend
+        partitions also gres.conf against those devices."""
         for name, profile in sorted(profiles.items()):
             members = [n for n in nodes if name in n.partitions]
-            if not members:
+            if not members or not profile.gpu.count:
                 continue
             found = self.check_vendor(name, profile, members)
-            if profile.accelerator in (AMD, ASCEND) and profile.gpu.count:
+            if profile.accelerator in (AMD, ASCEND):
                 self.check_gres_conf(name, profile, members, conf, found)
 
     def check_vendor(self, part: str, profile, members) -> dict[str, list[dict]]:
         """Each node's devices against the profile's accelerator and gpu.count; returns node -> the devices
         of the profile's vendor its capture found (those whose capture answered)."""
-        vendor, want = profile.accelerator, profile.gpu.count or 0
+        vendor, want = profile.accelerator, profile.gpu.count
         problems: dict[tuple[str, str, str], list[str]] = {}
         found: dict[str, list[dict]] = {}
         fine = []
@@ -140,8 +141,7 @@ class AccelChecks(GresChecks):
         for (level, text, fix), names in sorted(problems.items()):
             self.add(level, f"accelerator {part}", f"{compress_hostlist(names)}: {text}", fix)
         if fine and vendor != NVIDIA:
-            count = f"{want} " if want else ""
-            self.add(OK, f"accelerator {part}", f"{compress_hostlist(fine)}: {count}{NOUN[vendor]}(s) found")
+            self.add(OK, f"accelerator {part}", f"{compress_hostlist(fine)}: {want} {NOUN[vendor]}(s) found")
         return found
 
     def check_vendor_versions(self, part: str, members: list[str]) -> bool:
@@ -208,7 +208,7 @@ def _vendor_problem(snap: dict, vendor: str, want: int) -> tuple[str, str, str]:
         if section is not None and section.get("answered") is not True:
             why = str(section.get("error") or "no reason given")[:160]
             return WARNING, f"its {NOUN[vendor]}s could not be read: {why}", capture
-        if want and len(devices) != want:
+        if len(devices) != want:
             return (
                 ERROR,
                 f"found {len(devices)} {NOUN[vendor]}(s), gpu.count is {want}",
