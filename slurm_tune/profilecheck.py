@@ -43,7 +43,7 @@ ACTIVE_CHECKS = (
     "ib_write_bw",
     "nccl_pair",
     "iperf3",
-    "numeric",
+    *("numeric", "hccl_allreduce", "rccl_allreduce"),  # and Ascend's HCCL Test, AMD's rccl-tests (issue 26)
 )
 
 

@@ -47,7 +47,7 @@ def test_checks_json_lists_the_partitions_checks_and_where_their_tools_are(tmp_p
     text = sweep_cli("checks", "-p", "vpc", env={"STUNE_PARTITIONS": str(directory)}).stdout
     assert f"tool here: {tool}" in text and "tool here: not available (active.tools.all_reduce_perf" in text
     everything = json.loads(sweep_cli("checks", "--json", env={"PATH": "/nonexistent"}).stdout)
-    assert everything["partition"] is None and len(everything["checks"]) == 8
+    assert everything["partition"] is None and len(everything["checks"]) == 10  # with hccl and rccl
 
 
 def test_a_misspelt_option_gets_the_subcommands_usage_and_the_right_spelling():

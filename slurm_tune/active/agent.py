@@ -16,6 +16,7 @@ import subprocess
 import time
 
 from .. import safeio
+from ..accelspec import AMD, ASCEND
 from ..hw.sysfs import resolve_root
 from ..output import compact_json
 from . import parse_io
@@ -26,21 +27,12 @@ OUTPUT_LIMIT = 8 << 20
 CONNECT_MARKERS = ("Connection refused", "Couldn't connect", "unable to connect", "Unable to init")
 
 
-def fingerprint(environ=None) -> dict:
-    """The node's version fingerprint, read under the relocatable root (STUNE_SYSFS_ROOT, %n = node)."""
+def fingerprint(environ=None, vendor: str = "nvidia") -> dict:
+    """The node's version fingerprint, read under the relocatable root (STUNE_SYSFS_ROOT, %n = node). On an
+    AMD or Ascend partition's node (`vendor`) it also names the vendor and that vendor's versions (store.py's
+    VENDOR_PARTS); an NVIDIA fingerprint keeps its five parts."""
     root = resolve_root(None, os.environ if environ is None else environ)
-
-    def read(rel: str) -> str:
-        try:
-            fd = safeio.open_file(os.path.join(root, rel), single_link=False)
-        except (OSError, safeio.UnsafePathError):
-            return ""
-        try:
-            data = safeio.read_bounded(fd, 4096) or b""
-        finally:
-            os.close(fd)
-        return data.decode("utf-8", "replace").strip()
-
+    read = _reader(root)
     kernel = read("proc/sys/kernel/osrelease") or (os.uname().release if root in ("", "/") else "")
     driver = ""
     words = read("proc/driver/nvidia/version").split()
@@ -55,13 +47,57 @@ def fingerprint(environ=None) -> dict:
         }
         - {""}
     )
-    return {
+    fp = {
         "driver": driver[:40],
         "cuda": "",
         "nccl": "",
         "hca_fw": ",".join(fws)[:120],
         "kernel": kernel[:80],
     }
+    if vendor == ASCEND:
+        installs = sorted(glob.glob(os.path.join(root, ASCEND_TOOLKIT_INFO)))
+        fp.update(
+            vendor=ASCEND,
+            npu_driver=_info_version(read(ASCEND_DRIVER_INFO)),
+            npu_firmware=_info_version(read(ASCEND_FIRMWARE_INFO)),
+            cann=_info_version(read(os.path.relpath(installs[0], root))) if installs else "",
+        )
+    elif vendor == AMD:
+        fp.update(vendor=AMD, rocm=read(ROCM_VERSION)[:40], amdgpu_driver=read(AMDGPU_VERSION)[:40])
+    return fp
+
+
+# Where the vendors' versions are, under the node's root (the Ascend files: `Version=24.1.rc2`, CANN's
+# install file `version=8.0.RC2`; ROCm's `6.2.0-66`; the amdgpu module's version where it is a DKMS build).
+ASCEND_DRIVER_INFO = "usr/local/Ascend/driver/version.info"
+ASCEND_FIRMWARE_INFO = "usr/local/Ascend/firmware/version.info"
+ASCEND_TOOLKIT_INFO = "usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info"
+ROCM_VERSION = "opt/rocm/.info/version"
+AMDGPU_VERSION = "sys/module/amdgpu/version"
+
+
+def _reader(root: str):
+    def read(rel: str) -> str:
+        try:
+            fd = safeio.open_file(os.path.join(root, rel), single_link=False)
+        except (OSError, safeio.UnsafePathError):
+            return ""
+        try:
+            data = safeio.read_bounded(fd, 4096) or b""
+        finally:
+            os.close(fd)
+        return data.decode("utf-8", "replace").strip()
+
+    return read
+
+
+def _info_version(text: str) -> str:
+    """The `Version=` (or `version=`) value of an Ascend version.info or ascend_toolkit_install.info."""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() == "version":
+            return value.strip()[:40]
+    return ""
 
 
 def _run(argv: list[str], timeout: float, env: dict) -> tuple[bytes, int | None]:
@@ -97,7 +133,7 @@ def _argv(template: str, tool_path: str, tool: str, values: dict) -> list[str]:
 def run_spec(spec: dict, emit=print, environ=None) -> int:
     environ = dict(os.environ if environ is None else environ)
     check = CATALOGUE[spec["check"]]
-    fp = fingerprint(environ)
+    fp = fingerprint(environ, spec.get("accelerator") or "nvidia")
     env = dict(environ, **check.env)
     base = {
         "at": 0.0,
@@ -170,6 +206,8 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
                 )
                 if not rfp["driver"] and reading.extra.get("driver"):
                     rfp["driver"] = str(reading.extra["driver"])[:40]
+                if rfp.get("vendor") == AMD and not rfp["rocm"] and reading.extra.get("rocm"):
+                    rfp["rocm"] = str(reading.extra["rocm"])[:40]  # RCCL's banner, where no file says
                 emit(
                     MARK
                     + compact_json(

@@ -12,6 +12,7 @@ import shlex
 import time
 
 from .. import safeio
+from ..accelspec import gres_name
 from ..output import compact_json
 from . import store
 from .agent import MARK, targets
@@ -57,8 +58,8 @@ def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> li
         "--open-mode=truncate",
         f"--deadline=now+{limit_min + 60}minutes",
     ]
-    if check.gpus and profile.gpu.count:
-        args.append(f"--gres=gpu:{profile.gpu.count}")
+    if check.gpus and profile.gpu.count:  # the partition's GRES: gpu, or npu on Ascend
+        args.append(f"--gres={gres_name(profile)}:{profile.gpu.count}")
     reservation = opts.reservation or a.reservation
     if reservation:
         args += ["--reservation", reservation]
@@ -86,6 +87,7 @@ def _spec(
         "size": a.disk_size,
         "sweep": sweep_id,
         "partition": opts.partition,
+        "accelerator": profile.accelerator,  # the agent's fingerprint reads this vendor's versions
         "hcas": hcas or [],
         "server_addr": addrs.get(nodes[0], nodes[0]),
         "tcp_port": TCP_PORT_BASE + port_index % 1000,

@@ -11,15 +11,17 @@ Units: bandwidths come out in GB/s (1e9 bytes/s) for GPUs and disks, Gb/s (1e9 b
 tools print them.
 
 What a Reading is, and the rules for numbers and cut output, live in reading.py. This module holds the
-parsers of the GPU tools (nccl-tests, nvbandwidth, dcgmi diag, the numeric consistency check); parse_io.py
-those of the network and storage tools (perftest, iperf3, fio, dd). PARSERS names them all by tool.
+parsers of the GPU tools (nccl-tests and rccl-tests, nvbandwidth, dcgmi diag, the numeric consistency check);
+parse_accel.py Ascend's HCCL Test; parse_io.py those of the network and storage tools (perftest, iperf3, fio,
+dd). PARSERS names them all by tool.
 """
 
 from __future__ import annotations
 
 import re
 
-from . import parse_io
+from ..comm.prefix import strip_wrappers
+from . import parse_accel, parse_io
 from .reading import (
     NUMBER,
     OK,
@@ -46,9 +48,19 @@ _NCCL_ERRORS = (
     "mpirun noticed",
     "cudaErrorNoDevice",
     "no CUDA-capable device",
+    "hipErrorNoDevice",
+    "Test HIP failure",
 )
+# Warnings RCCL prints on healthy runs (NCCL_DEBUG=WARN or INFO): not a reason to doubt the table.
+_NCCL_BENIGN = ("Cannot enable MSCCL++",)
 _NCCL_VERSION = re.compile(r"NCCL version ([0-9]+\.[0-9]+\.[0-9]+)(?:\+cuda([0-9]+\.[0-9]+))?")
 _NCCL_TESTS_VERSION = re.compile(r"nccl-library=([0-9]{4,6})")
+# RCCL: its banner `RCCL version : 2.21.5-HEAD:9a0e6a1` (NCCL_DEBUG=INFO) or NCCL_DEBUG=VERSION's
+# `RCCL version 2.18.3+hip6.0 HEAD:...`; the banner's `ROCm version : 6.3.3.0-74-cbc70b5`.
+_RCCL_VERSION = re.compile(
+    r"RCCL version :? ?([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})(?:\+hip([0-9]{1,3}\.[0-9]{1,3}))?"
+)
+_ROCM_VERSION = re.compile(r"ROCm version : ([0-9]{1,3}(?:\.[0-9]{1,5}){1,3})")
 
 
 def _nccl_lib_version(code: str) -> str:
@@ -62,12 +74,16 @@ def _nccl_lib_version(code: str) -> str:
 
 
 def nccl_tests(output) -> Reading:
-    """all_reduce_perf's table: the bus bandwidth (GB/s) at the largest message size, the better of
-    out-of-place and in-place. A non-zero #wrong or out-of-bounds count fails; no closing
-    `# Avg bus bandwidth` line (a run cut short, a crash) is unknown."""
-    lines = complete_lines(output)
-    extra = {}
+    """all_reduce_perf's table (nccl-tests, and rccl-tests, which prints the same): the bus bandwidth (GB/s)
+    at the largest message size, the better of out-of-place and in-place. A non-zero #wrong or out-of-bounds
+    count fails; no closing `# Avg bus bandwidth` line (a run cut short, a crash) is unknown. Launchers'
+    line labels (srun --label's ` 0: `) are read through; the old layout's `error` column (a float such as
+    4e-07, rccl929) is no count: its out-of-bounds line says whether values were wrong."""
+    lines = [strip_wrappers(line) for line in complete_lines(output)]  # srun --label, mpirun's [1,0]<stdout>:
+    extra = _rccl_versions(lines)
     for line in lines:
+        if "nccl" in extra:
+            break
         m = _NCCL_VERSION.search(line)
         if m:
             extra["nccl"] = m.group(1)
@@ -82,8 +98,7 @@ def nccl_tests(output) -> Reading:
     if ranks:
         extra["ranks"] = ranks
     rows, wrong, avg, oob = [], 0, None, None
-    for line in lines:
-        stripped = line.strip()
+    for stripped in lines:
         if stripped.startswith("# Avg bus bandwidth"):
             avg = number(stripped.rpartition(":")[2].strip())
             continue
@@ -101,11 +116,11 @@ def nccl_tests(output) -> Reading:
         tail = fields[-8:]
         out_of_place, in_place = number(tail[2]), number(tail[6])
         wrongs = [tail[3], tail[7]]
-        if out_of_place is None or in_place is None or any(not (w.isdigit() or w == "N/A") for w in wrongs):
+        if out_of_place is None or in_place is None or not all(map(_wrong_column, wrongs)):
             continue
         rows.append((int(fields[0]), max(out_of_place, in_place)))
         wrong += sum(int(w) for w in wrongs if w.isdigit() and len(w) < 12)
-    error = first_error(lines, _NCCL_ERRORS)
+    error = first_error((x for x in lines if not any(b in x for b in _NCCL_BENIGN)), _NCCL_ERRORS)
     if wrong:
         return fail(f"{wrong} wrong results (data corruption on a collective)", **extra)
     if oob:
@@ -120,6 +135,26 @@ def nccl_tests(output) -> Reading:
     extra["avg_busbw"] = avg
     extra["size"] = size
     return ok(best, "GB/s", f"busbw {best:g} GB/s at {size} B (average {avg:g})", **extra)
+
+
+def _wrong_column(token: str) -> bool:
+    """A #wrong count (digits), N/A (no check), or the old layout's `error` column (4e-07: a float)."""
+    return token.isdigit() or token == "N/A" or ("e" in token and number(token, exponent=True) is not None)
+
+
+def _rccl_versions(lines: list[str]) -> dict:
+    """RCCL's own version (as `nccl`: the collective library, and `rccl`) and ROCm's, from its banner."""
+    out: dict = {}
+    for line in lines:
+        m = _RCCL_VERSION.search(line)
+        if m and "nccl" not in out:
+            out["nccl"] = out["rccl"] = m.group(1)
+            if m.group(2):
+                out["hip"] = m.group(2)
+        m = _ROCM_VERSION.search(line)
+        if m and "rocm" not in out:
+            out["rocm"] = m.group(1)
+    return out
 
 
 # ---- nvbandwidth ---------------------------------------------------------------------------------------
@@ -327,4 +362,5 @@ PARSERS = {
     "nvbandwidth": nvbandwidth,
     "dcgmi": dcgmi_diag,
     "numeric": numeric,
+    "hccl_test": parse_accel.hccl_test,
 }

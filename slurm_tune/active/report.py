@@ -9,8 +9,8 @@ import io
 
 from ..output import table as text_table
 from . import judge
-from .checks import CATALOGUE, configured, tool_path
-from .store import FINGERPRINT_KEYS, fingerprint_key
+from .checks import CATALOGUE, configured, skipped, tool_path
+from .store import FINGERPRINT_KEYS, fingerprint_key, vendor_of
 
 COLUMNS = (
     "check",
@@ -106,10 +106,11 @@ def drift(results) -> list[dict]:
         prev_fp = older[-1]["fingerprint"]
         prev_key = fingerprint_key(prev_fp)
         prev = [r["value"] for r in older if fingerprint_key(r["fingerprint"]) == prev_key]
+        now_fp = rs[-1]["fingerprint"]
         changed = ", ".join(
-            f"{k} {prev_fp.get(k) or '?'} -> {rs[-1]['fingerprint'].get(k) or '?'}"
+            f"{k} {_part(prev_fp, k) or '?'} -> {_part(now_fp, k) or '?'}"
             for k in FINGERPRINT_KEYS
-            if (prev_fp.get(k) or "") != (rs[-1]["fingerprint"].get(k) or "")
+            if _part(prev_fp, k) != _part(now_fp, k)
         )
         before, after = judge.median(prev), judge.median(cur)
         out.append(
@@ -125,6 +126,11 @@ def drift(results) -> list[dict]:
             }
         )
     return out
+
+
+def _part(fp: dict, key: str) -> str:
+    """A fingerprint's part, the vendor read as store.vendor_of does (none: nvidia)."""
+    return vendor_of(fp) if key == "vendor" else str(fp.get(key) or "")
 
 
 def table(data: list[dict], columns) -> str:
@@ -217,15 +223,17 @@ def png(path: str, partition: str, data: list[dict]) -> None:
 
 def checks_listing(profile=None) -> list[dict]:
     """`stune-sweep checks`: every check stune knows, or those `profile` configures, each with the command it
-    runs and whether its tool is here (a path set in active.tools must be an executable file; otherwise the
-    tool is looked up on PATH), and what to install when it is not."""
+    runs, the accelerators whose partitions run it, and whether its tool is here (a path set in active.tools
+    must be an executable file; otherwise the tool is looked up on PATH), and what to install when it is not.
+    A check the profile configures for another vendor's partitions is listed with why it is not run."""
     chosen = None if profile is None else {c.name: s for c, s in configured(profile)}
+    other = {} if profile is None else {c.name: why for c, why in skipped(profile)}
     tools = {} if profile is None else profile.active.tools.to_dict()
     out = []
     for c in CATALOGUE.values():
-        if chosen is not None and c.name not in chosen:
+        if chosen is not None and c.name not in chosen and c.name not in other:
             continue
-        setting = chosen[c.name] if chosen is not None else None
+        setting = profile.active.checks[c.name] if profile is not None else None
         command = (
             (setting.command if setting is not None and setting.command else None)
             or c.command
@@ -245,6 +253,7 @@ def checks_listing(profile=None) -> list[dict]:
             {
                 "name": c.name,
                 "kind": c.kind,
+                "accelerators": list(c.vendors),
                 "tool": c.tool,
                 "metric": c.metric,
                 "unit": c.unit or None,
@@ -254,6 +263,7 @@ def checks_listing(profile=None) -> list[dict]:
                 "install": c.install,
                 "time_limit_s": None if setting is None else setting.time_limit,
                 "floor": None if setting is None else setting.floor,
+                "not_run": other.get(c.name),
             }
         )
     return out
@@ -263,9 +273,11 @@ def checks_text(listing: list[dict]) -> str:
     lines = []
     for c in listing:
         here = c["tool_path"] or f"not available ({c['problem']}): install {c['install']}"
+        vendors = "" if len(c["accelerators"]) > 2 else f" [{'/'.join(c['accelerators'])}]"
         lines += [
-            f"{c['name']:15} {c['kind']:4} {c['metric']} ({c['unit'] or 'pass/fail'})",
+            f"{c['name']:15} {c['kind']:4} {c['metric']} ({c['unit'] or 'pass/fail'}){vendors}",
             f"{'':20}command: {c['command']}",
             f"{'':20}tool here: {here}",
+            *([f"{'':20}{c['not_run']}"] if c["not_run"] else []),
         ]
     return "".join(line + "\n" for line in lines)

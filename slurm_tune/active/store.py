@@ -4,7 +4,13 @@ the months inside `active.window`). The store is root's: files are opened withou
 read with a size bound; a line that does not parse is skipped, never trusted.
 
 A result: {at, sweep, partition, check, subject (node, or "a+b" for a pair), nodes, hca, run, status, value,
-unit, detail, fingerprint: {driver, cuda, nccl, hca_fw, kernel}, job}.
+unit, detail, fingerprint: {driver, cuda, nccl, hca_fw, kernel[, vendor, <the vendor's parts>]}, job}.
+
+The fingerprint of an AMD or Ascend node also names its vendor and that vendor's version matrix (VENDOR_PARTS:
+Ascend's NPU driver, NPU firmware and CANN; AMD's ROCm and amdgpu driver; `nccl` holds RCCL's version there),
+so its results never join an NVIDIA baseline. An NVIDIA fingerprint has no vendor (results stored before
+there were others have none either): its key is what it always was, so old and new NVIDIA results still
+compare.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from ..readback import EPOCH_MAX, number, problem
 
 DEFAULT_DIR = "/var/lib/stune/active"
 MAX_FILE_BYTES = 256 << 20
-FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "hca_fw", "kernel")
+BASE_KEYS = ("driver", "cuda", "nccl", "hca_fw", "kernel")
+VENDOR_PARTS = {"ascend": ("npu_driver", "npu_firmware", "cann"), "amd": ("rocm", "amdgpu_driver")}
+FINGERPRINT_KEYS = (*BASE_KEYS, "vendor", *(k for parts in VENDOR_PARTS.values() for k in parts))
 VALUE_MAX = 1e15  # a measured value (GB/s, ms, TFLOP/s): anything bigger is garbage
 
 
@@ -127,8 +135,21 @@ def valid(r) -> bool:
     return isinstance(fp, dict) and all(isinstance(fp.get(k, ""), str) for k in FINGERPRINT_KEYS)
 
 
+def vendor_of(fp: dict) -> str:
+    """The accelerator a fingerprint was taken on: nvidia when it names none (every result before issue 26)."""
+    vendor = fp.get("vendor")
+    return vendor if isinstance(vendor, str) and vendor else "nvidia"
+
+
 def fingerprint_key(fp: dict) -> str:
-    return " ".join(f"{k}={fp.get(k) or '?'}" for k in FINGERPRINT_KEYS)
+    """One baseline per key: the base versions, then (AMD, Ascend) the vendor and its parts. An NVIDIA
+    fingerprint, old or new, keys as it always did."""
+    key = " ".join(f"{k}={fp.get(k) or '?'}" for k in BASE_KEYS)
+    vendor = vendor_of(fp)
+    if vendor == "nvidia":
+        return key
+    parts = VENDOR_PARTS.get(vendor, ())
+    return f"{key} vendor={vendor}" + "".join(f" {k}={fp.get(k) or '?'}" for k in parts)
 
 
 class SweepLock(safeio.LockFile):

@@ -27,7 +27,7 @@ from ..health import apply
 from ..hostlist import expand_hostlist
 from ..nodestate import ACTIVE_COMMENT, ACTIVE_DRAIN, REASON_PREFIX
 from . import judge, store
-from .checks import NODE, configured
+from .checks import NODE, configured, skipped
 from .jobs import run_jobs, submit_all
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
@@ -167,9 +167,12 @@ def apply_marks(slurm, profile: Profile, wants: dict, store_dir: str, now: float
 def sweep(slurm, profile: Profile, opts, now=None, log=print) -> dict:
     now = time.time() if now is None else now
     sweep_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
+    for _check, why in skipped(profile):
+        log(why)
     if not configured(profile):
         raise StuneError(
-            f"partition {opts.partition}: no active checks configured (active.checks in {profile.source})"
+            f"partition {opts.partition}: no active checks configured for its accelerator "
+            f"({profile.accelerator}; active.checks in {profile.source})"
         )
     nodes = idle_nodes(slurm, opts.partition, opts.reservation or profile.active.reservation, opts.nodes)
     log(f"sweep {sweep_id}: {len(nodes)} idle node(s) in {opts.partition}: {','.join(nodes) or '-'}")

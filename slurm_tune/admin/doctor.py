@@ -1,11 +1,12 @@
 """`stune-admin doctor`: check a live cluster against everything stune relies on; one finding per line.
 
 Every Slurm call goes through the adapter with a timeout, so doctor never hangs on a dead controller.
-Node facts (GPU model, driver, CUDA, HCA model and firmware, kernel) come from what stune records: a
-capture per node (`stune-health capture -o DIR/<node>.json`, then `--facts DIR`), or, in hardware-less
-mode, the node's sysfs tree and GPU snapshot named with %n in the env file. A missing fact is said, never
-guessed. Doctor's checks of the node facts and the version matrix are doctor_nodes.py's, those of the usage
-pipeline's daemons doctor_daemons.py's.
+Node facts (GPU model, driver, CUDA, HCA model and firmware, kernel; the AMD and Ascend version matrix)
+come from what stune records: a capture per node (`stune-health capture -o DIR/<node>.json`, then
+`--facts DIR`), or, in hardware-less mode, the node's sysfs tree and GPU snapshot named with %n in the env
+file. A missing fact is said, never
+guessed. Doctor's checks of the node facts and the version matrix are doctor_nodes.py's (AMD and Ascend:
+doctor_accel.py's, gres.conf doctor_gres.py's), those of the usage pipeline's daemons doctor_daemons.py's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from dataclasses import asdict
 
 from .. import trust
+from ..accelspec import NVIDIA, gres_name
 from ..errors import StuneError
 from ..output import json_text
 from ..profiles import validate_directory
@@ -28,6 +30,7 @@ from ..thisnode import uses_node
 from . import shipped
 from .doctor_daemons import DaemonChecks
 from .doctor_drift import DriftChecks
+from .doctor_gres import gres_count
 from .doctor_nodes import NodeChecks
 from .findings import ERROR, OK, WARNING, Finding
 from .slurmconf import SlurmConf, gpu_partitions, partition_needs, read_key_values, requirements
@@ -63,6 +66,7 @@ class Doctor(NodeChecks, DaemonChecks, DriftChecks):
         self.snapshots: dict[str, dict | None] = {}
         self.drift: dict[str, dict] = {}
         self.drift_sysctls: list[str] = []
+        self.node_profiles: dict = {}
 
     def add(self, severity, subject, message, fix=""):
         self.findings.append(Finding(severity, subject, message, fix))
@@ -268,20 +272,22 @@ class Doctor(NodeChecks, DaemonChecks, DriftChecks):
             if not want:  # the schema's "0 skips GPU checks": nothing to compare
                 self.add(OK, f"profile {name}", "partition exists; gpu.count 0: GPU checks skipped")
                 continue
+            gres = gres_name(profile)  # gpu, or npu on Ascend (gpu.gres)
+            what = "GPU(s)" if gres == "gpu" else f"{gres} device(s)"
             bad = []
             for node in (n for n in nodes if name in n.partitions):
-                have = gres_gpus(node.gres)
+                have = gres_gpus(node.gres) if gres == "gpu" else gres_count(node.gres, gres)
                 if have != want:
                     bad.append(f"{node.name} has {have}")
             if bad:
                 self.add(
                     ERROR,
                     f"profile {name}",
-                    f"gpu.count is {want} but {', '.join(bad)} GPU(s) in GRES",
-                    f"fix gpu.count in {profile.source} or the nodes' Gres= in slurm.conf",
+                    f"gpu.count is {want} but {', '.join(bad)} {what} in GRES",
+                    f"fix gpu.count in {profile.source} or the nodes' Gres={gres}:N in slurm.conf",
                 )
             else:
-                self.add(OK, f"profile {name}", f"partition exists; GRES GPU count {want} on every node")
+                self.add(OK, f"profile {name}", f"partition exists; GRES {gres} count {want} on every node")
         return [by_name[n] for n in sorted(by_name)]
 
     def check_cache_tiers(self, profiles, nodes) -> None:
@@ -337,8 +343,16 @@ def run(
     doc.check_slurm_conf(conf, roles, sorted(with_gpus))
     nodes = doc.check_cluster(profiles)
     doc.drift_sysctls = sorted({k for p in profiles.values() for k in p.drift.sysctls})
+    doc.node_profiles = {
+        n.name: p
+        for name, p in sorted(profiles.items())
+        if p.accelerator != NVIDIA
+        for n in nodes
+        if name in n.partitions
+    }
     if nodes:
         doc.check_nodes(nodes)
+        doc.check_accel(profiles, nodes, conf)
         doc.check_drift(profiles, nodes)
         doc.check_cache_tiers(profiles, nodes)
         doc.check_sampler(nodes)
