@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_tune.frozen import Frozen
 from slurm_tune.hw import ascend, ascendtools
 
 STANDINS = Path(__file__).parent / "accel_standins"
@@ -259,7 +260,8 @@ def test_accel_tools_win_over_the_tools_dir_and_the_dir_over_path(tmp_path):
         install(tmp_path / d, state(n)) for d, n in (("p", 1), ("e", 2), ("path", 3))
     )
     on_path = {"PATH": f"{path_dir}:/usr/bin:/bin"}
-    tools = {"npu-smi": str(profile_dir / "npu-smi"), "hccn_tool": str(profile_dir / "hccn_tool")}
+    # the profile's accel.tools, as the loaded profile gives it
+    tools = Frozen({"npu-smi": str(profile_dir / "npu-smi"), "hccn_tool": str(profile_dir / "hccn_tool")})
     assert (
         len(
             ascend.capture(
@@ -327,7 +329,7 @@ def test_a_hanging_npu_smi_stops_at_the_deadline_and_says_where(tmp_path):
     s = ascend.capture(str(tmp_path), timeout_s=1.5, environ=env(tools))
     assert time.monotonic() - start < 3
     assert (s["answered"], s["stalled_at"], s["timeout"], s["reader"]) == (False, "npu-smi info", True, "S")
-    assert s["error"] == "`npu-smi info` did not answer by the capture's deadline (1.5s)"
+    assert s["error"] == "`npu-smi info` did not answer within 1.5s"
     assert (s["devices"], s["ports"]) == ([], {})
     assert gone_soon(tools), "the stuck stand-in was not killed"
     start = time.monotonic()
@@ -345,14 +347,34 @@ def test_a_hanging_hccn_tool_keeps_what_was_read_and_names_the_command(tmp_path)
         "S",
     )
     assert len(s["devices"]) == 3 and s["ports"]["0"]["errors"] == {} and s["ports"]["0"]["link"] == "UP"
-    stalled = "not read: the capture stalled at `hccn_tool -i 1 -link -g`"
+    stalled = "not read: `hccn_tool -i 1 -link -g` hung first"
     assert s["ports"]["1"]["errors"] == {
-        "link": "`hccn_tool -i 1 -link -g` did not answer by the capture's deadline (3s)",
+        "link": "`hccn_tool -i 1 -link -g` did not answer within the hccn_tool reads' 3s",
         "net_health": stalled,
         "ip": stalled,
     }
-    assert s["ports"]["2"]["errors"] == {"link": stalled, "net_health": stalled, "ip": stalled}
-    assert all(s["ports"][k][v] is None for k in "12" for v in ("link", "net_health", "ip"))
+    assert all(s["ports"]["1"][v] is None for v in ("link", "net_health", "ip"))
+    for other in "02":  # read beside it
+        assert (s["ports"][other]["link"], s["ports"][other]["errors"]) == ("UP", {})
+    assert gone_soon(tools)
+
+
+def test_when_every_link_read_hangs_the_devices_not_started_are_not_read(tmp_path):
+    tools = install(tmp_path / "t", state(ascend.PARALLEL + 2, hang="link", hang_s=60))
+    start = time.monotonic()
+    s = ascend.capture(str(tmp_path), timeout_s=2, environ=env(tools))
+    assert time.monotonic() - start < 6
+    side_by_side = [str(i) for i in range(ascend.PARALLEL)]
+    assert s["answered"] is True and s["timeout"] is True
+    assert s["stalled_at"] in {f"hccn_tool -i {n} -link -g" for n in side_by_side}
+    for n in side_by_side:
+        assert (
+            s["ports"][n]["errors"]["link"]
+            == f"`hccn_tool -i {n} -link -g` did not answer within the hccn_tool reads' 2s"
+        )
+    stalled = f"not read: `{s['stalled_at']}` hung first"
+    for n in (str(ascend.PARALLEL), str(ascend.PARALLEL + 1)):
+        assert s["ports"][n]["errors"] == {"link": stalled, "net_health": stalled, "ip": stalled}
     assert gone_soon(tools)
 
 

@@ -86,8 +86,9 @@ def shown(argv: list[str]) -> str:
     return " ".join([os.path.basename(argv[0]), *argv[1:]])
 
 
-def run_tool(argv: list[str], timeout_s: float, env: dict[str, str]) -> ToolRun:
-    """Run argv (argv[0] a path from find_tool) with stdin closed; never raises, never waits past timeout_s."""
+def run_tool(argv: list[str], timeout_s: float, env: dict[str, str], deadline: str = "") -> ToolRun:
+    """Run argv (argv[0] a path from find_tool) with stdin closed; never raises, never waits past timeout_s.
+    `deadline`: how a timeout names the deadline (default: timeout_s)."""
     import signal
     import subprocess
 
@@ -130,7 +131,11 @@ def run_tool(argv: list[str], timeout_s: float, env: dict[str, str]) -> ToolRun:
             state = thread_state(None, proc.pid)
             _kill(proc, signal)
             _stuck[argv[0]] = proc
-        return ToolRun(why=f"`{command}` did not answer within {timeout_s:.3g}s", timeout=True, reader=state)
+        return ToolRun(
+            why=f"`{command}` did not answer within {deadline or f'{timeout_s:.3g}s'}",
+            timeout=True,
+            reader=state,
+        )
     if result.status == ERROR:
         return ToolRun(why=f"`{command}` could not run: {result.message}")
     code, data = result.value
