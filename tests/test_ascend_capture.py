@@ -428,6 +428,23 @@ def test_garbage_from_npu_smi_is_an_unanswered_section(tmp_path):
     assert ascend.capture(str(tmp_path), 20, environ=env(tmp_path / "t"))["answered"] is False
 
 
+def test_a_table_with_a_chip_row_left_out_is_unanswered_keeping_the_rest(tmp_path):
+    tools = install(tmp_path / "t", state(3))
+    table = subprocess.run([tools / "npu-smi", "info"], capture_output=True, text=True, check=True).stdout
+    row = "| 1     910B3               | OK            | 92.5        45"
+    assert table.count(row) == 1
+    garbled = table.replace(row, row[:-2] + "  ")  # NPU 1 without its temperature: its values do not line up
+    script(tools / "npu-smi", f"cat <<'EOF'\n{garbled}EOF")
+    s = ascend.capture(str(tmp_path), 20, environ=env(tools))
+    assert s["answered"] is False
+    assert (
+        s["error"]
+        == "`npu-smi info`: 1 chip row(s) left out: a row whose values do not line up with the header"
+    )
+    assert [d["minor"] for d in s["devices"]] == [0, 2] and sorted(s["ports"]) == ["0", "2"]
+    assert s["ports"]["2"]["link"] == "UP"
+
+
 def test_garbage_or_a_failing_hccn_tool_is_unknown_in_the_port(tmp_path):
     tools = install(tmp_path / "t", state(2))
     script(

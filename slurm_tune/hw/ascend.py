@@ -20,8 +20,10 @@ A command that does not answer has its process group killed; the section then sa
 `stalled_at` (the command, e.g. `hccn_tool -i 3 -link -g`) and `reader` (the stuck tool's state letter, D when
 the driver holds it), and no command is started after it; what was read is kept and what was not is None with
 a reason. The section is `answered` when npu-smi listed the devices; a missing npu-smi, one that hangs, fails
-or prints no device row leaves it unanswered with `error` saying which. A missing hccn_tool, or one that hangs
-or prints garbage, is said in each port's `errors`.
+or prints no device row leaves it unanswered with `error` saying which, and so does a table with a chip row
+that could not be read (the chips that could are kept, with their ports: a device count that falls short
+there is garbage, unknown, never a missing chip). A missing hccn_tool, or one that hangs or prints garbage, is
+said in each port's `errors`.
 Never raises.
 
 `utilization()` is the sampler's reading: one `npu-smi info` per call, no hccn_tool, no files.
@@ -202,14 +204,17 @@ def capture(
         if system["driver_version"] is None and parsed["driver_version"] is not None:
             system["driver_version"] = parsed["driver_version"]
             system["errors"].pop("driver_version", None)
-        if parsed["devices"]:
+        if parsed["errors"]:  # a garbled table: what it lists may fall short; unknown, never a missing chip
+            left_out = len(parsed["errors"])
+            out["error"] = f"`npu-smi info`: {left_out} chip row(s) left out: {parsed['errors'][0]}"
+        elif parsed["devices"]:
             out["answered"] = True
         else:
             said = _last_line(done.output) or "nothing"
             out["error"] = f"`npu-smi info` exited {done.code} and listed no NPU: {said}"
     else:
         out["error"] = done.why
-    if out["answered"]:
+    if out["devices"]:
         ids = sorted({d["minor"] for d in out["devices"] if d["minor"] is not None})
         hccn, why = find_tool(HCCN_TOOL, tools, environ, node)
         run = _Phase(timeout_s, env, "hccn_tool reads")
