@@ -7,14 +7,24 @@ while the node runs no GPU job. Each sample stands for the time since the previo
 `max_gap` intervals: if the sampler was down, the gap is not counted as sampled (coverage drops, and a
 job with too little coverage is charged as Slurm charges it, eta = 1).
 
+The device source follows the node's profile `accelerator` (open_source): nvidia reads NVML (or replays a
+snapshot's `gpus` section), amd reads amdsmi (hw/amd.py's AmdSource), ascend runs `npu-smi info` once per tick
+(hw/ascend.py's utilization); a replayed snapshot of an AMD or Ascend node is read from its `accel` section
+(hw/accel.py). Each backend is imported only on the nodes that need it.
+
 Slurm's GPU ids are positions in gres.conf, which sites list by device minor number (/dev/nvidia0..7);
 NVML numbers GPUs by PCI order. The map is read once from /proc/driver/nvidia/gpus/<bus>/information
-("Device Minor"); where that is missing (snapshot sources, odd drivers) the NVML index is used.
+("Device Minor"); where that is missing (snapshot sources, odd drivers) the NVML index is used. AMD and
+Ascend readings are numbered by their device file already (`index` is the minor: N of /dev/davinciN, the
+render node's number less 128), which is gres.conf's order for gres/npu over /dev/davinci* and gres/gpu over
+/dev/dri/renderD*: no map is needed.
 
 Honest idleness: a GPU with no compute process on it (NVML's running-process list, read with the
-utilization) is idle whatever a stale utilization reading says; a GPU whose utilization NVML cannot report
-(MIG, NVML_ERROR_NOT_SUPPORTED) reads None and is unmeasured, never 0 %: it adds no sampled time, so the job's
-coverage drops and the accountant charges it as Slurm does (eta = 1).
+utilization; amdsmi's and npu-smi's process tables on AMD and Ascend) is idle whatever a stale utilization
+reading says; a GPU whose utilization its tool cannot report (MIG, NVML_ERROR_NOT_SUPPORTED, npu-smi's `-`,
+a tool that timed out) reads None and is unmeasured, never 0 %: it adds no sampled time, so the job's
+coverage drops and the accountant charges it as Slurm does (eta = 1). Where the tool cannot list processes
+(None), the utilization reading is trusted.
 
 Beside the GPUs (issue 24 §1), with a `perf` (perfrec.NodePerf): each tick the node's network ports, storage
 devices and the jobs' cgroups are read once, whatever the number of jobs, into each running job's perf
@@ -25,13 +35,77 @@ This module imports no numpy and nothing heavy: it runs for the node's lifetime 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
 
+from ..errors import StuneError
+from ..hw.accel import SECTION as ACCEL_SECTION
+from ..hw.accel import utilization_from_section
+from ..hw.nvml import SnapshotGpuSource, open_gpu_source, utilization_from_snapshot
 from . import accum, pipeline, spool
 
 MAX_GAP_INTERVALS = 2.5
+NVIDIA, AMD, ASCEND = "nvidia", "amd", "ascend"  # the profile's `accelerator` (accelspec.VENDORS)
+
+
+def _backend(vendor: str):
+    """hw/amd.py or hw/ascend.py, imported only on a node that has that vendor's devices."""
+    try:
+        return importlib.import_module(f"slurm_tune.hw.{vendor}")
+    except ImportError as exc:
+        raise StuneError(f"no {vendor} backend in this stune (slurm_tune.hw.{vendor}: {exc})") from None
+
+
+class AscendSource:
+    """The sampler's live Ascend source: one `npu-smi info` per tick (hw/ascend.py, behind its deadline): AICore
+    %, HBM use, power and the process count per NPU chip, numbered by /dev/davinciN."""
+
+    def __init__(self, timeout_s: float = 5.0, tools=None, environ=None, node: str | None = None):
+        self.read = _backend(ASCEND).utilization
+        self.timeout_s, self.tools, self.environ, self.node = timeout_s, tools, environ, node
+
+    def utilization(self) -> list:
+        return list(self.read(self.timeout_s, tools=self.tools, environ=self.environ, node=self.node))
+
+    def close(self) -> None:
+        pass
+
+
+def _accel_readings(snapshot) -> list:
+    return utilization_from_section(snapshot.get(ACCEL_SECTION) if isinstance(snapshot, dict) else None)
+
+
+def _any_readings(snapshot) -> list:
+    """No profile says the vendor: the `gpus` section where the snapshot has one, else its `accel` section."""
+    if isinstance(snapshot, dict) and "gpus" not in snapshot and ACCEL_SECTION in snapshot:
+        return _accel_readings(snapshot)
+    return utilization_from_snapshot(snapshot)
+
+
+def open_source(
+    vendor: str | None,
+    snapshot: str | None = None,
+    *,
+    timeout_s: float = 5.0,
+    perf: bool = False,
+    tools=None,
+    environ=None,
+    node: str | None = None,
+):
+    """The device source of a node whose profile says `accelerator: vendor` (None: no profile is known, which
+    reads as nvidia live and as either section in a replay). A `snapshot` file is replayed whatever the vendor:
+    its `gpus` section on NVIDIA, its `accel` section on AMD and Ascend. Raises StuneError when the live
+    backend cannot be opened (NVML, amdsmi) or is not installed."""
+    if snapshot:
+        reader = {NVIDIA: utilization_from_snapshot, None: _any_readings}.get(vendor, _accel_readings)
+        return SnapshotGpuSource(snapshot, reader=reader)
+    if vendor == AMD:
+        return _backend(AMD).AmdSource(timeout_s)
+    if vendor == ASCEND:
+        return AscendSource(timeout_s, tools=tools, environ=environ, node=node)
+    return open_gpu_source(timeout_s=timeout_s, perf=perf)
 
 
 class _Job:
@@ -74,6 +148,7 @@ class Sampler:
         proc_root: str = "/proc/driver/nvidia/gpus",
         clock=time.time,
         perf=None,
+        vendor: str | None = None,
     ):
         self.source = source
         self.jobs_dir = os.path.join(local_dir, pipeline.JOBS_DIR)
@@ -94,6 +169,7 @@ class Sampler:
         self.samples = 0
         self.errors: list[str] = []
         self.perf = perf  # perfrec.NodePerf, or None: GPUs only
+        self.vendor = vendor  # amd, ascend: readings are numbered by device minor already (no /proc map)
 
     # ---- jobs ---------------------------------------------------------------------------------------------
     def refresh_jobs(self) -> None:
@@ -149,7 +225,7 @@ class Sampler:
     # ---- sampling -----------------------------------------------------------------------------------------
     def _build_map(self, readings) -> dict[int, int]:
         by_minor = {}
-        if self.gpu_map in ("auto", "minor"):
+        if self.gpu_map == "minor" or (self.gpu_map == "auto" and self.vendor in (None, NVIDIA)):
             for pos, r in enumerate(readings):
                 minor = device_minor(r.pci_bus_id, self.proc_root)
                 if minor is not None:
