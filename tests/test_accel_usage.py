@@ -21,7 +21,7 @@ from slurm_tune.fairshare import charges, sacct
 from slurm_tune.hw.nvml import GpuUtilization, SnapshotGpuSource
 from slurm_tune.slurm.tres import accel_count, gres_gpus
 from slurm_tune.usage import accum, spool, summary
-from slurm_tune.usage.sampler import AscendSource, Sampler, open_source
+from slurm_tune.usage.sampler import AscendSource, Sampler, open_source, slurm_resolver
 from stune_dev.accel import amd_section
 
 REPO = Path(__file__).resolve().parent.parent
@@ -341,3 +341,112 @@ def test_the_daemon_on_an_ascend_node_without_its_backend_says_so_in_one_line(tm
         timeout=60,
     )
     assert unknown.returncode == 0 and "note: profile nosuch:" in unknown.stderr
+
+
+# ---- which NPUs a job holds: the prolog's `?` and one question to Slurm -----------------------------------
+DETAIL = """JobId=61 JobName=wrap
+   UserId=root(0) GroupId=root(0) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=n[1-3]
+   BatchHost=n1
+   NumNodes=3 NumCPUs=3 NumTasks=3 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=npu:5
+     Nodes=n1 CPU_IDs=0 Mem=0 GRES=npu:3(IDX:0-1,3)
+     Nodes=n[2-3] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:2),npu:910b:1(IDX:2)
+   MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0
+"""
+
+
+def test_scontrol_detail_names_each_nodes_gres_ids():
+    assert spool.gres_ids_from_detail(DETAIL, "n1", "npu") == [0, 1, 3]
+    assert spool.gres_ids_from_detail(DETAIL, "n3", "npu") == [2]  # a typed GRES, on a grouped line
+    assert spool.gres_ids_from_detail(DETAIL, "n3", "gpu") == [2]
+    assert spool.gres_ids_from_detail(DETAIL, "n1", "gpu") == []
+    assert spool.gres_ids_from_detail(DETAIL, "n9", "npu") is None  # not allocated there
+    cpu_only = DETAIL.replace("GRES=npu:3(IDX:0-1,3)", "GRES=").replace("JOB_GRES=npu:5", "JOB_GRES=(null)")
+    assert spool.gres_ids_from_detail(cpu_only, "n1", "npu") == []
+    assert spool.gres_ids_from_detail("garbage\nNodes=n[1-\n", "n1", "npu") is None
+
+
+class FakeSlurm:
+    def __init__(self, answers):
+        self.answers, self.calls = list(answers), []
+
+    def run_full(self, argv):
+        self.calls.append(argv)
+        return self.answers.pop(0)
+
+
+def test_the_sampler_asks_slurm_once_for_the_npus_of_a_job_the_prolog_could_not_name(tmp_path):
+    clock = Clock()
+    local = tmp_path / "usage"
+    slurm = FakeSlurm([(0, DETAIL, "")])
+    resolve = slurm_resolver("npu", "n1", slurm=slurm)
+    record(local, "61", "?", clock.t)  # the prolog's record of an npu job
+    record(local, "62", "?", clock.t)  # a CPU job: Slurm says no npu on n1
+    record(local, "63", "0,1", clock.t)  # $SLURM_JOB_GPUS: gres/gpu ids, not this node's NPUs
+    slurm.answers.append((0, DETAIL.replace("GRES=npu:3(IDX:0-1,3)", "GRES="), ""))
+    sampler = Sampler(
+        Scripted([(50.0, 1)]), str(local), interval=1.0, clock=clock, vendor="ascend", resolve=resolve
+    )
+    run_ticks(sampler, clock, 5)
+    assert set(sampler.jobs) == {"61"} and [c[-1] for c in slurm.calls] == ["61", "62"]
+    _, devs = accum.read(str(local / "acc" / "61"))
+    assert [int(d["gpu_id"]) for d in devs] == [0, 1, 3] and all(d["sm_dt"] == 5.0 for d in devs)
+    sampler.close()
+    # a restarted sampler finds the answer in the accumulators: Slurm is not asked about 61 again
+    slurm.answers.append((0, DETAIL.replace("GRES=npu:3(IDX:0-1,3)", "GRES="), ""))
+    again = Sampler(
+        Scripted([(50.0, 1)]), str(local), interval=1.0, clock=clock, vendor="ascend", resolve=resolve
+    )
+    run_ticks(again, clock, 5)
+    assert set(again.jobs) == {"61"} and len(slurm.calls) == 3  # 62 asked again (nothing was kept for it)
+    again.close()
+    # the node epilog takes the ids from the accumulators
+    node = spool.node_summary(str(local), "61", "n1", None, clock.t)
+    assert node is not None and [g["id"] for g in node["gpus"]] == [0, 1, 3]
+    assert spool.node_summary(str(local), "62", "n1", None, clock.t) is None
+
+
+def test_an_nvidia_sampler_takes_a_question_mark_as_a_job_without_gpus(tmp_path):
+    clock = Clock()
+    local = tmp_path / "usage"
+    record(local, "70", "?", clock.t)
+    sampler = Sampler(Scripted([(50.0, 1)]), str(local), interval=1.0, clock=clock)
+    run_ticks(sampler, clock, 3)
+    assert sampler.jobs == {} and sampler.samples == 0
+    sampler.close()
+    assert spool.node_summary(str(local), "70", "n1", None, clock.t) is None
+
+
+def test_slurm_that_cannot_tell_yet_is_asked_again_later_and_the_npus_are_unmeasured_meanwhile(
+    tmp_path, monkeypatch
+):
+    from slurm_tune.usage import sampler as sampler_module
+
+    clock = Clock()
+    local = tmp_path / "usage"
+    record(local, "64", "?", clock.t)
+    slurm = FakeSlurm(
+        [(1, "", "slurm_load_jobs error: Socket timed out on send/recv operation"), (0, DETAIL, "")]
+    )
+    monkeypatch.setattr(sampler_module, "RESOLVE_RETRY_S", 0.0)
+    sampler = Sampler(
+        Scripted([(50.0, 1)]),
+        str(local),
+        interval=1.0,
+        clock=clock,
+        vendor="ascend",
+        resolve=slurm_resolver("npu", "n1", slurm=slurm),
+    )
+    clock.t += 1.0
+    assert sampler.sample_once() == 0 and sampler.jobs == {}
+    assert (
+        "job 64: its devices: scontrol show job -d 64: slurm_load_jobs error: Socket timed out"
+        in sampler.errors[0]
+    )
+    run_ticks(sampler, clock, 2)
+    assert set(sampler.jobs) == {"64"} and len(slurm.calls) == 2
+    gone = FakeSlurm([(1, "", "slurm_load_jobs error: Invalid job id specified")])
+    assert slurm_resolver("npu", "n1", slurm=gone)("65") == []  # ended already: its epilog removes the record
+    sampler.close()

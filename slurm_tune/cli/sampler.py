@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 
+from ..accelspec import gres_name
 from ..errors import StuneError
 from ..hw.sysfs import resolve_root
 from ..output import print_json
@@ -38,7 +39,7 @@ from ..usage import accum, pipeline
 from ..usage.config import load_config, usage_dirs
 from ..usage.perf import node_perf, reason_text
 from ..usage.perfrec import NodePerf
-from ..usage.sampler import MAX_GAP_INTERVALS, NVIDIA, Sampler, open_source
+from ..usage.sampler import MAX_GAP_INTERVALS, NVIDIA, Sampler, open_source, slurm_resolver
 from ..usage.spool import node_epilog
 from . import options
 from .common import EXIT_OK, guarded
@@ -67,6 +68,9 @@ def _run(args) -> int:
     vendor = profile.accelerator if profile is not None else None
     tools = profile.accel.tools.to_dict() if profile is not None and vendor != NVIDIA else None
     node = args.node or node_name()
+    gres = gres_name(profile) if profile is not None else "gpu"
+    # Slurm names a job's ids in the Prolog's environment for gres/gpu only: for another GRES, ask it per job
+    resolve = slurm_resolver(gres, node) if gres != "gpu" else None
     source = open_source(vendor, snapshot, perf=not args.no_perf, tools=tools, environ=os.environ, node=node)
     node_perf = None
     if not args.no_perf:
@@ -89,12 +93,14 @@ def _run(args) -> int:
         gpu_map=args.gpu_map,
         perf=node_perf,
         vendor=vendor,
+        resolve=resolve,
     )
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     print(
         f"{PROG}: sampling every {interval:g}s into {local} "
-        f"({'snapshot ' + snapshot if snapshot else _LIVE.get(vendor or NVIDIA, 'NVML')})",
+        f"({'snapshot ' + snapshot if snapshot else _LIVE.get(vendor or NVIDIA, 'NVML')}"
+        f"{f'; gres/{gres} ids from Slurm per job' if resolve else ''})",
         file=sys.stderr,
         flush=True,
     )

@@ -3,7 +3,11 @@ job that Slurm allocated that GPU to.
 
 Attribution comes from the prolog's records (`<local_dir>/jobs/<jobid>` holding SLURM_JOB_GPUS). The
 sampler notices new and finished jobs from one stat() of that directory per tick, and reads no GPU at all
-while the node runs no GPU job. Each sample stands for the time since the previous one, capped at
+while the node runs no GPU job. Slurm puts no ids in the Prolog's (or the TaskProlog's) environment for a GRES
+other than gpu (gres/npu: plugin-less, counts and device files only), so the prolog records such a job as
+`?`; on a node whose devices are such a GRES (the profile's gpu.gres, npu on Ascend) the sampler asks Slurm
+once per new job (`scontrol show job -d`: `GRES=npu:2(IDX:0-1)` on the node's line, slurm_resolver) and
+keeps the answer in the job's accumulators, where a restarted sampler and the node epilog find it. Each sample stands for the time since the previous one, capped at
 `max_gap` intervals: if the sampler was down, the gap is not counted as sampled (coverage drops, and a
 job with too little coverage is charged as Slurm charges it, eta = 1).
 
@@ -47,6 +51,7 @@ from ..hw.nvml import SnapshotGpuSource, open_gpu_source, utilization_from_snaps
 from . import accum, pipeline, spool
 
 MAX_GAP_INTERVALS = 2.5
+RESOLVE_RETRY_S = 15.0  # a job whose devices Slurm could not name yet is asked about again after this
 NVIDIA, AMD, ASCEND = "nvidia", "amd", "ascend"  # the profile's `accelerator` (accelspec.VENDORS)
 
 
@@ -108,6 +113,30 @@ def open_source(
     return open_gpu_source(timeout_s=timeout_s, perf=perf)
 
 
+def slurm_resolver(gres: str, node: str, slurm=None, timeout_s: float = 5.0):
+    """resolve(job_id) -> the ids of GRES `gres` the job holds on `node` ([]: none), from one `scontrol show
+    job -d` through the adapter; raises StuneError when Slurm cannot tell now (the sampler asks again later).
+    A job Slurm no longer knows holds nothing: its epilog is removing the record."""
+
+    def resolve(job_id: str) -> list[int]:
+        nonlocal slurm
+        if slurm is None:
+            from ..slurm import Slurm
+
+            slurm = Slurm.from_env(timeout=timeout_s)
+        rc, out, err = slurm.run_full(["scontrol", "show", "job", "-d", job_id])
+        if rc != 0:
+            if "invalid job id" in err.lower():
+                return []
+            raise StuneError(f"scontrol show job -d {job_id}: {(err or out).strip()[:200] or f'exit {rc}'}")
+        ids = spool.gres_ids_from_detail(out, node, gres)
+        if ids is None:
+            raise StuneError(f"scontrol show job -d {job_id} gives no allocation on {node} (yet)")
+        return ids
+
+    return resolve
+
+
 class _Job:
     __slots__ = ("job_id", "acc")
 
@@ -149,6 +178,7 @@ class Sampler:
         clock=time.time,
         perf=None,
         vendor: str | None = None,
+        resolve=None,
     ):
         self.source = source
         self.jobs_dir = os.path.join(local_dir, pipeline.JOBS_DIR)
@@ -170,6 +200,10 @@ class Sampler:
         self.errors: list[str] = []
         self.perf = perf  # perfrec.NodePerf, or None: GPUs only
         self.vendor = vendor  # amd, ascend: readings are numbered by device minor already (no /proc map)
+        # the node's devices are a GRES other than gpu: resolve(job_id) -> their ids (slurm_resolver)
+        self.resolve = resolve
+        self._passed: set[str] = set()  # records of jobs with none of this node's devices
+        self._ask_at: dict[str, float] = {}  # job -> when to ask Slurm again (monotonic)
 
     # ---- jobs ---------------------------------------------------------------------------------------------
     def refresh_jobs(self) -> None:
@@ -191,7 +225,9 @@ class Sampler:
                 self.perf.forget(gone)
         if self.perf is not None:
             self.perf.sweep(names)
-        for job_id in sorted(names - set(self.jobs)):
+        self._passed &= names
+        self._ask_at = {j: t for j, t in self._ask_at.items() if j in names}
+        for job_id in sorted(names - set(self.jobs) - self._passed):
             path = os.path.join(self.jobs_dir, job_id)
             try:
                 with open(path, encoding="ascii", errors="replace") as fh:
@@ -202,11 +238,12 @@ class Sampler:
             if not text.strip():  # the prolog is writing it right now
                 self._retry = True
                 continue
-            try:
-                gpu_ids = spool.parse_gpu_ids(text)
-            except ValueError:
-                continue
-            if gpu_ids:
+            gpu_ids = self._device_ids(job_id, text)
+            if gpu_ids is None:  # Slurm could not tell yet
+                self._retry = True
+            elif not gpu_ids:
+                self._passed.add(job_id)
+            else:
                 try:
                     acc = accum.JobAccumulator(os.path.join(self.acc_dir, job_id), gpu_ids, created)
                 except (OSError, ValueError) as exc:  # a full disk: try again next tick
@@ -221,6 +258,32 @@ class Sampler:
             for gpu in job.acc.gpu_ids:
                 owner[gpu] = job.job_id
         self._owner = owner
+
+    def _device_ids(self, job_id: str, text: str) -> list[int] | None:
+        """The ids of this node's devices a job's record gives ([]: none of them), or None: not known yet."""
+        try:
+            ids = spool.record_ids(text)
+        except ValueError:
+            return []
+        if self.resolve is None:
+            return ids or []  # `?` where the devices are gres/gpu: Slurm named no GPU, the job has none
+        if ids is not None:
+            return []  # $SLURM_JOB_GPUS: gres/gpu ids, not this node's GRES
+        try:  # asked before this sampler (re)started: the accumulators hold the answer
+            _, records = accum.read(os.path.join(self.acc_dir, job_id))
+        except accum.AccumulatorError:
+            records = []
+        if records:
+            return [int(r["gpu_id"]) for r in records]
+        now = time.monotonic()
+        if now < self._ask_at.get(job_id, 0.0):
+            return None
+        try:
+            return self.resolve(job_id)
+        except StuneError as exc:
+            self._ask_at[job_id] = now + RESOLVE_RETRY_S
+            self.errors.append(f"job {job_id}: its devices: {exc}; asking again in {RESOLVE_RETRY_S:g}s")
+            return None
 
     # ---- sampling -----------------------------------------------------------------------------------------
     def _build_map(self, readings) -> dict[int, int]:
