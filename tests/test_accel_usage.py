@@ -450,3 +450,61 @@ def test_slurm_that_cannot_tell_yet_is_asked_again_later_and_the_npus_are_unmeas
     gone = FakeSlurm([(1, "", "slurm_load_jobs error: Invalid job id specified")])
     assert slurm_resolver("npu", "n1", slurm=gone)("65") == []  # ended already: its epilog removes the record
     sampler.close()
+
+
+GRES_CAPTURES = REPO / "tests" / "fixtures" / "slurm-gres"
+RELEASES = sorted(p.name for p in GRES_CAPTURES.iterdir() if p.is_dir())
+
+
+def _env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_slurm_names_npus_only_in_scontrol_detail(release):
+    """The captures (README.md there): no Prolog or TaskProlog variable names a gres/npu job's devices, while
+    a gres/gpu job's are in both; `scontrol show job -d` names each node's."""
+    d = GRES_CAPTURES / release
+    assert len(RELEASES) >= 2
+    for name in (
+        "prolog_env_npu2.txt",
+        "taskprolog_env_npu2_step0.txt",
+        "taskprolog_env_N2_npu1_step0_task1.txt",
+    ):
+        env = _env(d / name)
+        assert env["SLURM_JOB_PARTITION"] == "ascend"
+        assert not [k for k, v in env.items() if "npu" in (k + v).lower() or "GPU" in k or "VISIBLE" in k], (
+            name
+        )
+    for name in ("prolog_env_gpu2.txt", "taskprolog_env_gpu2_batch.txt"):
+        assert _env(d / name)["SLURM_JOB_GPUS"] == "0,1"
+    one = (d / "scontrol_show_job_d_npu2.txt").read_text()
+    assert spool.gres_ids_from_detail(one, "n1", "npu") == [0, 1]
+    assert spool.gres_ids_from_detail(one, "n2", "npu") is None
+    two = (d / "scontrol_show_job_d_N2_npu1.txt").read_text()
+    assert [spool.gres_ids_from_detail(two, n, "npu") for n in ("n2", "n3")] == [[0], [0]]
+    gpu = (d / "scontrol_show_job_d_gpu2.txt").read_text()
+    assert spool.gres_ids_from_detail(gpu, "n2", "npu") == [] and spool.gres_ids_from_detail(
+        gpu, "n2", "gpu"
+    ) == [0, 1]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_prolog_records_npu_jobs_as_unnamed_from_slurms_real_environment(tmp_path, release):
+    d = GRES_CAPTURES / release
+    for name, expect in (("prolog_env_npu2.txt", "?\n"), ("prolog_env_gpu2.txt", "0,1\n")):
+        env = {k: v for k, v in _env(d / name).items() if k.startswith("SLURM")}
+        env.pop("SLURM_CONF", None)
+        proc = subprocess.run(
+            [str(REPO / "prolog" / "20-stune-jobgpus")],
+            env={
+                "PATH": "/usr/bin:/bin",
+                **env,
+                "STUNE_ENV_FILE": str(tmp_path / "none.env"),
+                "STUNE_USAGE_DIR": str(tmp_path / "usage"),
+            },
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0 and proc.stderr == ""
+        assert (tmp_path / "usage" / "jobs" / env["SLURM_JOB_ID"]).read_text() == expect
