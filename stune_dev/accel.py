@@ -121,6 +121,61 @@ def amd_section(
     }
 
 
+def ascend_section(aicore: float | None = 0.0, procs: int | None = 0, npus: int = NPUS_PER_NODE) -> dict:
+    """An `accel` section (hw/accel.py, vendor ascend) of `npus` 910B3 chips at `aicore` % AICore with `procs`
+    processes each, as a replay of npu-smi: numbered by /dev/davinciN."""
+    return {
+        "answered": True,
+        "vendor": "ascend",
+        "source": "replay",
+        "elapsed_s": 0.2,
+        "system": {
+            "driver_version": "24.1.rc2",
+            "firmware_version": "7.5.0.1.129",
+            "cann_version": "8.0.RC2",
+            "rocm_version": None,
+            "tool_version": "24.1.rc2",
+            "errors": {},
+        },
+        "devices": [
+            {
+                "index": i,
+                "chip": 0,
+                "minor": i,
+                "name": "910B3",
+                "health": "OK",
+                "bus_id": f"0000:{0xC1 + i:02x}:00.0",
+                "serial": None,
+                "power_w": 92.5 if not aicore else 300.0,
+                "power_limit_w": None,
+                "temperature_c": 45.0,
+                "util_pct": aicore,
+                "mem_util_pct": 5.2,
+                "mem_used_mb": 3400.0,
+                "mem_total_mb": 65536.0,
+                "ecc": {"uncorrected": None, "corrected": None},
+                "pcie": {"width": None, "max_width": None, "gen": None, "max_gen": None},
+                "links": [],
+                "processes": None
+                if procs is None
+                else [{"pid": 5000 + p, "mem_mb": 1024.0} for p in range(procs)],
+                "errors": {},
+            }
+            for i in range(npus)
+        ],
+        "ports": {
+            str(i): {
+                "link": "UP",
+                "net_health": "Success",
+                "ip": f"192.168.1.{10 + i}",
+                "netmask": "255.255.255.0",
+                "errors": {},
+            }
+            for i in range(npus)
+        },
+    }
+
+
 class AccelNodes:
     layout: Layout
 

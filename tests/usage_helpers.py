@@ -61,15 +61,16 @@ def hermetic_env(tmp_path, **extra) -> dict:
     return env
 
 
-def start_sampler(snapshot: Path, local_dir: Path, env: dict, log: Path, *extra: str) -> subprocess.Popen:
-    """One `stune-gpu-sampler run` as a node's unit runs it, on a snapshot GPU source at 0.2 s ticks (`extra`:
-    more options), its stderr in `log`."""
+def start_sampler(
+    snapshot: Path | None, local_dir: Path, env: dict, log: Path, *extra: str
+) -> subprocess.Popen:
+    """One `stune-gpu-sampler run` as a node's unit runs it, on a snapshot GPU source (None: the node's live
+    backend) at 0.2 s ticks (`extra`: more options), its stderr in `log`."""
     return subprocess.Popen(
         [
             f"{os.path.dirname(sys.executable)}/stune-gpu-sampler",
             "run",
-            "--gpu-snapshot",
-            str(snapshot),
+            *(["--gpu-snapshot", str(snapshot)] if snapshot is not None else []),
             "--local-dir",
             str(local_dir),
             "--interval",
