@@ -508,3 +508,48 @@ def test_the_prolog_records_npu_jobs_as_unnamed_from_slurms_real_environment(tmp
         )
         assert proc.returncode == 0 and proc.stderr == ""
         assert (tmp_path / "usage" / "jobs" / env["SLURM_JOB_ID"]).read_text() == expect
+
+
+def test_the_idle_policy_judges_an_idle_npu_as_an_idle_gpu(tmp_path):
+    """The ascend partition with the idle policy on: an NPU job idle for 40 minutes after 3 busy hours is
+    warned, one idle for over 2 hours cancelled, one whose AICore npu-smi never reported left alone."""
+    from slurm_tune.fairshare import idlepolicy
+    from slurm_tune.profiles import load_profiles
+
+    d = tmp_path / "partitions"
+    d.mkdir()
+    policy = "idle_policy:\n  enabled: true\n  threshold: 5\n  warn_after: 30m\n  cancel_after: 2h\n"
+    (d / "ascend.yaml").write_text((REPO / "partitions" / "ascend.yaml").read_text() + policy)
+    profiles = load_profiles(str(d))
+
+    class Records:
+        def job_record(self, job_id):
+            return {
+                "JobState": "RUNNING",
+                "Partition": "ascend",
+                "NodeList": "n1",
+                "UserId": "u(1)",
+                "BatchFlag": "1",
+            }
+
+    verdicts = {}
+    for name, plan in (
+        ("warn", [(3 * 3600, 95.0, 1), (40 * 60, 0.0, 0)]),
+        ("cancel", [(3 * 3600, 95.0, 1), (2 * 3600 + 600, 0.0, 0)]),
+        ("unmeasured", [(3 * 3600, None, None)]),
+    ):
+        clock, local = Clock(), tmp_path / name
+        record(local, "20", "?", clock.t)
+        slurm = FakeSlurm([(0, DETAIL.replace("JobId=61", "JobId=20"), "")])
+        sampler = Sampler(
+            Scripted([(a, p) for s, a, p in plan for _ in range(int(s))]),
+            str(local),
+            interval=1.0,
+            clock=clock,
+            vendor="ascend",
+            resolve=slurm_resolver("npu", "n1", slurm=slurm),
+        )
+        run_ticks(sampler, clock, sum(int(s) for s, _, _ in plan))
+        sampler.close()
+        verdicts[name] = idlepolicy.evaluate(Records(), profiles, str(local), "n1", now=clock.t)[0].action
+    assert verdicts == {"warn": "warn", "cancel": "cancel", "unmeasured": "skip"}
