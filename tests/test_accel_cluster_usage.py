@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import slurm_exports, slurm_path, wait_for_state, wait_until
-from usage_helpers import start_sampler, stop_samplers, write_snapshot
+from helpers import wait_for_state, wait_until
+from usage_helpers import accounting_hooks, start_sampler, stop_samplers, write_snapshot
 
 from slurm_tune import safeio
 from slurm_tune.usage import summary
@@ -103,31 +103,25 @@ def rig(cluster, tmp_path_factory):
         f"accountant:\n  state_dir: {root / 'state'}\n  settle_delay: 0\n"
         f"usage:\n  spool_dir: {r.spool}\n  interval: 0.2\n  collect_wait: 20\n"
     )
-    # the epilog's `stune-gpu-sampler epilog` runs this checkout's stune (the env file is the hooks' environment)
-    cluster.install_stune(
-        STUNE_USAGE_SPOOL=str(r.spool), STUNE_FAIRSHARE_CONFIG=str(r.config), PYTHONPATH=str(REPO)
-    )
-    ctld = root / "epilog-slurmctld"
-    ctld.write_text(
-        f"#!/bin/sh\nexport PATH={slurm_path(f'{VENV_BIN}:/usr/bin:/bin')} {slurm_exports()} "
-        f"PYTHONPATH={REPO} STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={r.config} STUNE_USAGE_SPOOL={r.spool} "
-        f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={r.store_log}\n"
-        f"exec {REPO}/epilog/stune-usage-slurmctld\n"
-    )
-    ctld.chmod(0o755)
-    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\nPrologFlags=Alloc", reconfigure=False)
-    cluster.restart_controller()
-    try:
-        yield r
-    finally:
+    # the hooks' `stune-gpu-sampler epilog` and the store run this checkout's stune (the env file is their
+    # environment), whichever checkout the venv's editable install names
+    this = {"PYTHONPATH": str(REPO)}
+    with accounting_hooks(
+        cluster,
+        root,
+        FRAGMENT,
+        spool=r.spool,
+        config=r.config,
+        store_log=r.store_log,
+        settings=this,
+        ctld_env=this,
+    ):
         try:
+            yield r
+        finally:
             stop_samplers(r.samplers.values())
             for node in NODES:
                 cluster.write_npu_state(node)  # healthy and idle again
-            cluster.install_stune()  # the site's own env file back
-        finally:  # the fragment goes even when the above fails: a later run's slurmctld would not start on it
-            cluster.set_fragment(FRAGMENT, None, reconfigure=False)
-            cluster.restart_controller()
 
 
 def submit(slurm, shared_tmp, args: list[str], seconds: int = 8) -> int:
