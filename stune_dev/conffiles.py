@@ -47,15 +47,16 @@ def is_executable(path: str) -> bool:
 class ConfFiles:
     # ---- configuration -------------------------------------------------------------------------------
     def partitions(self) -> list[tuple[str, bool]]:
-        """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3. The default is
-        $STUNE_DEFAULT_PARTITION, else the first NVIDIA one by name (a plain `sbatch --gres=gpu:1` lands on
-        NVIDIA GPUs, as before the AMD and Ascend examples were shipped), else the first."""
+        """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3, in slurm.conf's
+        order: the NVIDIA ones by name, then the AMD and Ascend ones. So, as before those examples were shipped,
+        a node's first partition (the profile its periodic health run takes when none is set) and the default
+        partition (a plain `sbatch --gres=gpu:1`) are the first NVIDIA one; $STUNE_DEFAULT_PARTITION overrides
+        the default."""
         from slurm_tune.profiles import load_profiles
 
         profiles = load_profiles(self.profiles_dir)
-        names = sorted(profiles)
-        nvidia = [n for n in names if profiles[n].accelerator == "nvidia"]
-        default = os.environ.get("STUNE_DEFAULT_PARTITION") or next(iter(nvidia or names), None)
+        names = sorted(profiles, key=lambda n: (profiles[n].accelerator != "nvidia", n))
+        default = os.environ.get("STUNE_DEFAULT_PARTITION") or next(iter(names), None)
         return [(n, n == default) for n in names]
 
     def render_slurm_conf(self) -> str:

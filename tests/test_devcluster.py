@@ -318,8 +318,10 @@ def test_every_node_has_npus_beside_its_gpus_and_the_default_partition_stays_nvi
         f"NodeName=n[1-3] Name=npu File={layout.dev}/davinci[0-3]",
     ]
     parts = dict(cluster.partitions())
-    assert {"amd", "ascend", "hdr", "roce", "vpc"} <= set(parts)
+    assert list(parts) == ["hdr", "roce", "vpc", "amd", "ascend"]  # a node's first partition stays hdr
     assert [name for name, default in parts.items() if default] == ["hdr"]  # not amd, first by name
+    lines = [line.split()[0] for line in conf if line.startswith("PartitionName=")]
+    assert lines == [f"PartitionName={name}" for name in parts]
     assert cluster.site_settings()["STUNE_ACCEL_TOOLS"] == f"{layout.root}/nodes/%n/accel-tools"
 
 
