@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 
-from .layout import CLUSTER_NAME, CPUS_PER_NODE, GPUS_PER_NODE, MEMORY_MB, NODES, log
+from .layout import CLUSTER_NAME, CPUS_PER_NODE, GPUS_PER_NODE, MEMORY_MB, NODES, NPUS_PER_NODE, log
 
 # slurm.conf keys whose value is a program Slurm runs (a glob in Prolog/Epilog is left alone)
 PROGRAM_KEYS = frozenset(
@@ -47,11 +47,16 @@ def is_executable(path: str) -> bool:
 class ConfFiles:
     # ---- configuration -------------------------------------------------------------------------------
     def partitions(self) -> list[tuple[str, bool]]:
-        """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3."""
+        """(name, is_default) per partition profile: one Slurm partition each, all over n1..n3, in slurm.conf's
+        order: the NVIDIA ones by name, then the AMD and Ascend ones. So, as before those examples were shipped,
+        a node's first partition (the profile its periodic health run takes when none is set) and the default
+        partition (a plain `sbatch --gres=gpu:1`) are the first NVIDIA one; $STUNE_DEFAULT_PARTITION overrides
+        the default."""
         from slurm_tune.profiles import load_profiles
 
-        names = sorted(load_profiles(self.profiles_dir))
-        default = os.environ.get("STUNE_DEFAULT_PARTITION") or (names[0] if names else None)
+        profiles = load_profiles(self.profiles_dir)
+        names = sorted(profiles, key=lambda n: (profiles[n].accelerator != "nvidia", n))
+        default = os.environ.get("STUNE_DEFAULT_PARTITION") or next(iter(names), None)
         return [(n, n == default) for n in names]
 
     def render_slurm_conf(self) -> str:
@@ -90,7 +95,7 @@ class ConfFiles:
             "SlurmdParameters=config_overrides",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
-            "GresTypes=gpu",
+            "GresTypes=gpu,npu",
             "SchedulerType=sched/backfill",
             # A failed prolog drains the node and requeues the job without holding it, so it runs elsewhere.
             "SchedulerParameters=sched_interval=5,bf_interval=5,nohold_on_prolog_fail",
@@ -104,7 +109,8 @@ class ConfFiles:
             "AccountingStorageHost=127.0.0.1",
             f"AccountingStoragePort={L.dbd_port}",
             f"AccountingStoragePass={L.munge_socket}",  # the munge socket for the slurmdbd connection
-            "AccountingStorageTRES=gres/gpu",
+            # gres/npu too: an Ascend job's NPUs are in its AllocTRES (what the accountant counts as held)
+            "AccountingStorageTRES=gres/gpu,gres/npu",
             # `limits` also makes Slurm charge a finished job's last partial PriorityCalcPeriod.
             "AccountingStorageEnforce=associations,limits",
             "JobCompType=jobcomp/none",
@@ -125,7 +131,8 @@ class ConfFiles:
         for i, node in enumerate(NODES):
             lines.append(
                 f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={L.node_port(i)} "
-                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
+                f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB} Gres=gpu:{GPUS_PER_NODE},npu:{NPUS_PER_NODE} "
+                "State=UNKNOWN"
             )
         for name, default in self.partitions():
             lines.append(
@@ -135,10 +142,13 @@ class ConfFiles:
         return "\n".join(lines) + "\n"
 
     def render_gres_conf(self) -> str:
-        last = GPUS_PER_NODE - 1
+        """The fake GPUs (/dev/nvidiaN) and, for the ascend partition, the fake NPUs (/dev/davinciN, Slurm's
+        gres/npu has no plugin: counts and device files only)."""
+        nodes = f"NodeName={NODES[0][0]}[1-{len(NODES)}]"
         return (
             f"AutoDetect=off\n"
-            f"NodeName={NODES[0][0]}[1-{len(NODES)}] Name=gpu File={self.layout.dev}/nvidia[0-{last}]\n"
+            f"{nodes} Name=gpu File={self.layout.dev}/nvidia[0-{GPUS_PER_NODE - 1}]\n"
+            f"{nodes} Name=npu File={self.layout.dev}/davinci[0-{NPUS_PER_NODE - 1}]\n"
         )
 
     def render_slurmdbd_conf(self) -> str:

@@ -29,6 +29,7 @@ from slurm_tune.errors import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, SlurmError, S
 from slurm_tune.output import print_json, table
 from slurm_tune.slurm import Slurm
 
+from .accel import AccelNodes
 from .conffiles import ConfFiles
 from .daemons import Daemons
 from .host import (
@@ -57,7 +58,7 @@ from .layout import (
 RECONFIGURE = ["scontrol", "reconfigure"]  # the dev cluster's own; production stune never reconfigures
 
 
-class DevCluster(ConfFiles, Daemons):
+class DevCluster(ConfFiles, Daemons, AccelNodes):
     def __init__(
         self,
         layout: Layout | None = None,
@@ -138,6 +139,7 @@ class DevCluster(ConfFiles, Daemons):
             path = L.dev / f"nvidia{i}"
             if not path.exists():
                 os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, i))
+        self.make_npu_devices()
         return changed
 
     def ensure_associations(self) -> None:
@@ -193,6 +195,7 @@ class DevCluster(ConfFiles, Daemons):
             # unreachable, so restart the daemons on the new config
             self.down()
             was_running = False
+        self.install_accel_tools()
         self.install_stune()
         self.start_munge()
         self.start_mysql()
@@ -251,12 +254,14 @@ class DevCluster(ConfFiles, Daemons):
 
     def site_settings(self) -> dict[str, str]:
         """The env file's settings beyond what install detects: this cluster's hardware-less mode (per-node
-        sysfs trees and GPU snapshots under nodes/<node>/, %n being the node name) and node-local state."""
+        sysfs trees, GPU snapshots and Ascend stand-in tools under nodes/<node>/, %n being the node name) and
+        node-local state."""
         nodes = self.layout.root / "nodes" / "%n"
         return {
             "STUNE_PARTITIONS": str(self.profiles_dir),
             "STUNE_SYSFS_ROOT": f"{nodes}/sysfs",
             "STUNE_GPU_SNAPSHOT": f"{nodes}/gpus.json",
+            "STUNE_ACCEL_TOOLS": f"{nodes}/accel-tools",
             "STUNE_STATE_DIR": f"{nodes}/health",
             "STUNE_USAGE_DIR": f"{nodes}/usage",
             # a built Slurm's commands: the hooks' PATH has only Debian's (/usr/bin)

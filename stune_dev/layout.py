@@ -19,6 +19,10 @@ def log(msg: str) -> None:
 
 NODES = ("n1", "n2", "n3")
 GPUS_PER_NODE = 4
+# The Ascend partition's NPUs: gres/npu over fake /dev/davinci0-3 on every node, beside the 4 GPUs (a job of
+# the ascend partition asks --gres=npu:N). The davinci driver's major is assigned at load time; 236 is common.
+NPUS_PER_NODE = 4
+DAVINCI_MAJOR = 236
 CPUS_PER_NODE = 8
 MEMORY_MB = 16000
 NVIDIA_MAJOR = 195
@@ -146,3 +150,13 @@ class Layout:
         """A per-node directory standing in for that node's local disk: fixture sysfs trees, stune's
         node-local state, the cache tier. Hooks find it from $SLURMD_NODENAME."""
         return self.root / "nodes" / node
+
+    def accel_tools(self, node: str) -> Path:
+        """The node's Ascend tools ($STUNE_ACCEL_TOOLS, nodes/%n/accel-tools): stand-in `npu-smi` and
+        `hccn_tool` that print the real formats from `state.json` beside them."""
+        return self.node_dir(node) / "accel-tools"
+
+    def gpu_replay(self, node: str) -> Path:
+        """The node's GPU snapshot ($STUNE_GPU_SNAPSHOT, nodes/%n/gpus.json): tests write it; an AMD node's
+        devices are its `accel` section."""
+        return self.node_dir(node) / "gpus.json"

@@ -55,9 +55,10 @@ def site(cluster, tmp_path):
         },
     }
     text = live.text.replace("HealthCheckInterval=0\n", "")
-    for part in ("hdr", "roce", "vpc"):
+    for part, _ in cluster.partitions():  # every node has GPUs (and NPUs, for the ascend partition)
         text = text.replace(
-            f"PartitionName={part} ", f'PartitionName={part} TRESBillingWeights="CPU=1.0,GRES/gpu=8.0" '
+            f"PartitionName={part} ",
+            f'PartitionName={part} TRESBillingWeights="CPU=1.0,GRES/gpu=8.0,GRES/npu=8.0" ',
         )
     text += "".join(
         n.line + "\n" for n in requirements(live, paths) if not n.ok and n.key != "HealthCheckInterval"

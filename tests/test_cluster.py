@@ -10,6 +10,7 @@ from helpers import wait_for_state, wait_until
 
 from slurm_tune.errors import SlurmError
 from stune_dev.devcluster import GPUS_PER_NODE, NODES
+from stune_dev.layout import DAVINCI_MAJOR, NPUS_PER_NODE
 
 pytestmark = pytest.mark.cluster
 
@@ -17,15 +18,23 @@ pytestmark = pytest.mark.cluster
 def test_the_cluster_has_three_gpu_nodes_in_every_profile_partition(cluster, slurm):
     nodes = slurm.nodes()
     assert sorted(n.name for n in nodes) == list(NODES)
+    every = {"amd", "ascend", "hdr", "roce", "vpc"}  # one per shipped profile
     for node in nodes:
-        assert node.gres == f"gpu:{GPUS_PER_NODE}"
-        assert set(node.partitions) == {"hdr", "roce", "vpc"}
-        assert "gres/gpu=4" in node.tres
-    assert {p.name for p in slurm.partitions()} == {"hdr", "roce", "vpc"}
-    assert slurm.default_partition() == "hdr"
+        assert node.gres == f"gpu:{GPUS_PER_NODE},npu:{NPUS_PER_NODE}"  # the ascend partition's NPUs too
+        assert set(node.partitions) == every
+        assert "gres/gpu=4" in node.tres and "gres/npu=4" in node.tres
+    assert {p.name for p in slurm.partitions()} == every
+    assert slurm.default_partition() == "hdr"  # the first NVIDIA one, not amd
     for i in range(GPUS_PER_NODE):
         dev = os.stat(cluster.layout.dev / f"nvidia{i}")
         assert stat.S_ISCHR(dev.st_mode) and os.major(dev.st_rdev) == 195 and os.minor(dev.st_rdev) == i
+    for i in range(NPUS_PER_NODE):
+        dev = os.stat(cluster.layout.dev / f"davinci{i}")
+        assert (
+            stat.S_ISCHR(dev.st_mode)
+            and os.major(dev.st_rdev) == DAVINCI_MAJOR
+            and os.minor(dev.st_rdev) == i
+        )
 
 
 def test_up_twice_is_harmless(cluster, slurm):

@@ -4,6 +4,8 @@ packages; and that the dev tools (stune_dev) stay out of the production package.
 from __future__ import annotations
 
 import ast
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -302,3 +304,55 @@ def test_a_daemon_that_exits_is_reported_with_the_error_that_caused_it(tmp_path)
         "[t] fatal: failed to initialize prep plugin"
     )
     assert host.log_tail(tmp_path / "none.log") == ""
+
+
+# ---- the Ascend and AMD partitions (issue 26) -----------------------------------------------------------
+def test_every_node_has_npus_beside_its_gpus_and_the_default_partition_stays_nvidias(tmp_path):
+    layout = Layout(root=tmp_path / "c", port_base=29900)
+    cluster = DevCluster(layout, profiles_dir=REPO / "partitions", install=SlurmInstall("22.05"))
+    conf = cluster.render_slurm_conf().splitlines()
+    assert "GresTypes=gpu,npu" in conf and "AccountingStorageTRES=gres/gpu,gres/npu" in conf
+    assert all("Gres=gpu:4,npu:4 " in line for line in conf if line.startswith("NodeName="))
+    assert cluster.render_gres_conf().splitlines()[1:] == [
+        f"NodeName=n[1-3] Name=gpu File={layout.dev}/nvidia[0-3]",
+        f"NodeName=n[1-3] Name=npu File={layout.dev}/davinci[0-3]",
+    ]
+    parts = dict(cluster.partitions())
+    assert list(parts) == ["hdr", "roce", "vpc", "amd", "ascend"]  # a node's first partition stays hdr
+    assert [name for name, default in parts.items() if default] == ["hdr"]  # not amd, first by name
+    lines = [line.split()[0] for line in conf if line.startswith("PartitionName=")]
+    assert lines == [f"PartitionName={name}" for name in parts]
+    assert cluster.site_settings()["STUNE_ACCEL_TOOLS"] == f"{layout.root}/nodes/%n/accel-tools"
+
+
+def test_a_nodes_npu_state_and_amd_replay_are_written_for_its_tools(tmp_path, monkeypatch):
+    from stune_dev import accel
+
+    monkeypatch.setattr(accel, "STANDINS", tmp_path / "standins")
+    layout = Layout(root=tmp_path / "c", port_base=29900)
+    cluster = DevCluster(layout, profiles_dir=REPO / "partitions", install=SlurmInstall("22.05"))
+    assert cluster.install_accel_tools() == []  # no stand-ins shipped: the states all the same
+    (tmp_path / "standins").mkdir()
+    for tool in accel.TOOLS:
+        (tmp_path / "standins" / tool).write_text("#!/bin/sh\necho stand-in\n")
+    assert cluster.install_accel_tools() == list(accel.TOOLS)
+    tools = layout.accel_tools("n2")
+    assert os.access(tools / "npu-smi", os.X_OK) and os.access(tools / "hccn_tool", os.X_OK)
+    state = cluster.npu_state("n2")
+    assert [n["health"] for n in state["npus"]] == ["OK"] * 4 and state["ports"]["3"]["link"] == "UP"
+    assert state["ports"]["0"]["ip"] != cluster.npu_state("n3")["ports"]["0"]["ip"]  # rank tables need it
+    state["npus"][1]["health"] = "Warning"
+    cluster.write_npu_state("n2", state)
+    assert cluster.npu_state("n2")["npus"][1]["health"] == "Warning"
+    cluster.write_npu_state("n2")  # back to healthy
+    assert cluster.npu_state("n2")["npus"][1]["health"] == "OK"
+
+    replay = layout.gpu_replay("n1")
+    cluster.set_accel_replay("n1", accel.amd_section(util=10.0))
+    assert json.loads(replay.read_text())["accel"]["vendor"] == "amd"
+    cluster.set_accel_replay("n1", None)
+    assert not replay.exists()  # nothing else was in it
+    replay.write_text(json.dumps({"gpus": {"devices": []}}))
+    cluster.set_accel_replay("n1", accel.amd_section())
+    cluster.set_accel_replay("n1", None)
+    assert json.loads(replay.read_text()) == {"gpus": {"devices": []}}  # NVIDIA's section untouched

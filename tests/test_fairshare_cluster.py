@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import sacctmgr, slurm_exports, slurm_path, wait_for_state, wait_until
-from usage_helpers import start_sampler, stop_samplers, write_snapshot
+from helpers import sacctmgr, wait_for_state, wait_until
+from usage_helpers import accounting_hooks, start_sampler, stop_samplers, write_snapshot
 
 from slurm_tune.fairshare.sacct import FIELDS
 from slurm_tune.usage import summary
@@ -90,31 +90,16 @@ def world(cluster, tmp_path_factory):
         write_snapshot(w.snapshots[node], 0, gpus=4, power=60.0)
     # the hooks exactly as `stune-admin install` placed them (no wrapper): the env file's per-node
     # STUNE_USAGE_DIR (nodes/%n/usage) is expanded by the hooks themselves, as by the samplers
-    cluster.install_stune(STUNE_USAGE_SPOOL=str(w.spool), STUNE_FAIRSHARE_CONFIG=str(w.config))
-    assert cluster.site_settings()["STUNE_USAGE_DIR"] == f"{cluster.layout.root}/nodes/%n/usage"
-    ctld = root / "epilog-slurmctld"
-    ctld.write_text(
-        f"#!/bin/sh\nexport PATH={slurm_path(f'{VENV_BIN}:/usr/bin:/bin')} {slurm_exports()} "
-        f"STUNE_BIN={VENV_BIN} STUNE_FAIRSHARE_CONFIG={w.config} STUNE_USAGE_SPOOL={w.spool} "
-        f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={w.store_log}\n"
-        f"exec {REPO}/epilog/stune-usage-slurmctld\n"
-    )
-    ctld.chmod(0o755)
-    cluster.set_fragment(FRAGMENT, f"EpilogSlurmctld={ctld}\nPrologFlags=Alloc", reconfigure=False)
-    cluster.restart_controller()
-    for node in NODES:
-        w.samplers[node] = start_sampler(
-            w.snapshots[node], w.local[node], w.env(), root / f"sampler-{node}.log"
-        )
-    try:
-        yield w
-    finally:
+    with accounting_hooks(cluster, root, FRAGMENT, spool=w.spool, config=w.config, store_log=w.store_log):
+        assert cluster.site_settings()["STUNE_USAGE_DIR"] == f"{cluster.layout.root}/nodes/%n/usage"
+        for node in NODES:
+            w.samplers[node] = start_sampler(
+                w.snapshots[node], w.local[node], w.env(), root / f"sampler-{node}.log"
+            )
         try:
+            yield w
+        finally:
             stop_samplers(w.samplers.values())
-            cluster.install_stune()  # the site's own env file back
-        finally:  # the fragment goes even when the above fails: a later run's slurmctld would not start on it
-            cluster.set_fragment(FRAGMENT, None, reconfigure=False)
-            cluster.restart_controller()
 
 
 def cancel_everything(slurm) -> None:

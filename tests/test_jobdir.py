@@ -53,8 +53,8 @@ def test_the_prolog_makes_the_jobs_directory_for_its_user(tmp_path, alice):
     assert stat.S_IMODE(run.stat().st_mode) == 0o755 and run.stat().st_uid == 0
     st = mine.lstat()
     assert stat.S_ISDIR(st.st_mode) and st.st_uid == alice.pw_uid and stat.S_IMODE(st.st_mode) == 0o700
-    # a CPU job gets one too, and no GPU record
-    assert not (usage / "jobs" / "41").exists()
+    # a CPU job gets one too, and a record without GPU ids ("?": the sampler of an NPU node asks Slurm)
+    assert (usage / "jobs" / "41").read_text() == "?\n"
 
 
 def test_a_stale_jobs_directory_is_made_anew(tmp_path, alice):

@@ -174,7 +174,9 @@ def test_two_files_cannot_define_one_partition(profiles):
 
 
 def test_unknown_partition_lists_the_known_ones(profiles):
-    with pytest.raises(ConfigError, match=r"no profile for partition 'gpu' \(profiles: hdr, roce, vpc\)"):
+    with pytest.raises(
+        ConfigError, match=r"no profile for partition 'gpu' \(profiles: amd, ascend, hdr, roce, vpc\)"
+    ):
         load_profile("gpu", profiles)
 
 
@@ -202,7 +204,9 @@ def test_a_cached_profile_is_read_alone_and_a_damaged_one_is_validated_again(pro
     first = load_profile("hdr", profiles)
     cache = Path(profilestore._cache_path(str(profiles)))
     fingerprint, packed = marshal.loads(cache.read_bytes())
-    assert set(packed) == {"hdr", "roce", "vpc"} and all(isinstance(v, bytes) for v in packed.values())
+    assert set(packed) == {"amd", "ascend", "hdr", "roce", "vpc"} and all(
+        isinstance(v, bytes) for v in packed.values()
+    )
     assert load_profile("hdr", profiles).to_dict() == first.to_dict()  # from the cache
     packed["hdr"] = b"\xff\x00"
     cache.write_bytes(marshal.dumps((fingerprint, packed)))
@@ -254,7 +258,7 @@ def test_check_profiles_command_prints_one_line_per_error(profiles):
 
 
 def test_validate_directory_bypasses_the_cache(profiles):
-    assert set(validate_directory(profiles)) == {"hdr", "roce", "vpc"}
+    assert set(validate_directory(profiles)) == {"amd", "ascend", "hdr", "roce", "vpc"}
 
 
 def test_the_typed_profile_has_every_key_of_the_schema_with_its_type():

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from slurm_tune import safeio
@@ -61,15 +62,16 @@ def hermetic_env(tmp_path, **extra) -> dict:
     return env
 
 
-def start_sampler(snapshot: Path, local_dir: Path, env: dict, log: Path, *extra: str) -> subprocess.Popen:
-    """One `stune-gpu-sampler run` as a node's unit runs it, on a snapshot GPU source at 0.2 s ticks (`extra`:
-    more options), its stderr in `log`."""
+def start_sampler(
+    snapshot: Path | None, local_dir: Path, env: dict, log: Path, *extra: str
+) -> subprocess.Popen:
+    """One `stune-gpu-sampler run` as a node's unit runs it, on a snapshot GPU source (None: the node's live
+    backend) at 0.2 s ticks (`extra`: more options), its stderr in `log`."""
     return subprocess.Popen(
         [
             f"{os.path.dirname(sys.executable)}/stune-gpu-sampler",
             "run",
-            "--gpu-snapshot",
-            str(snapshot),
+            *(["--gpu-snapshot", str(snapshot)] if snapshot is not None else []),
             "--local-dir",
             str(local_dir),
             "--interval",
@@ -88,3 +90,49 @@ def stop_samplers(procs: Iterable[subprocess.Popen]) -> None:
         proc.terminate()
     for proc in procs:
         proc.wait(timeout=30)
+
+
+@contextmanager
+def accounting_hooks(
+    cluster,
+    root: Path,
+    fragment: str,
+    *,
+    spool: Path,
+    config: Path,
+    store_log: Path,
+    settings: dict[str, str] | None = None,
+    ctld_env: dict[str, str] | None = None,
+    conf: str = "",
+) -> Iterator[Path]:
+    """The usage pipeline's hooks on the dev cluster for one test module: `stune-admin install` with this
+    module's spool and fair-share config (and `settings`) in the env file, EpilogSlurmctld running
+    epilog/stune-usage-slurmctld with the same (and `ctld_env`), `PrologFlags=Alloc` (and `conf`'s lines) in
+    the slurm.conf fragment `fragment`; slurmctld restarted, as EpilogSlurmctld is read only at its start.
+    Afterwards the site's env file back, the fragment gone (even when the rest fails: a later run's slurmctld
+    would not start on it) and slurmctld restarted. Yields the EpilogSlurmctld script."""
+    from helpers import slurm_exports, slurm_path
+
+    repo, venv_bin = Path(__file__).resolve().parent.parent, os.path.dirname(sys.executable)
+    cluster.install_stune(
+        STUNE_USAGE_SPOOL=str(spool), STUNE_FAIRSHARE_CONFIG=str(config), **(settings or {})
+    )
+    ctld = root / "epilog-slurmctld"
+    more = "".join(f" {k}={v}" for k, v in (ctld_env or {}).items())
+    ctld.write_text(
+        f"#!/bin/sh\nexport PATH={slurm_path(f'{venv_bin}:/usr/bin:/bin')} {slurm_exports()} "
+        f"STUNE_BIN={venv_bin} STUNE_FAIRSHARE_CONFIG={config} STUNE_USAGE_SPOOL={spool} "
+        f"STUNE_USAGE_DIR=/nonexistent STUNE_USAGE_LOG={store_log}{more}\n"
+        f"exec {repo}/epilog/stune-usage-slurmctld\n"
+    )
+    ctld.chmod(0o755)
+    cluster.set_fragment(fragment, f"EpilogSlurmctld={ctld}\nPrologFlags=Alloc\n{conf}", reconfigure=False)
+    cluster.restart_controller()
+    try:
+        yield ctld
+    finally:
+        try:
+            cluster.install_stune()  # the site's own env file back
+        finally:
+            cluster.set_fragment(fragment, None, reconfigure=False)
+            cluster.restart_controller()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import StuneError
 from ..hostlist import expand_hostlist
-from ..slurm.tres import gres_gpus, tres_count
+from ..slurm.tres import accel_count, gres_gpus
 from ..thisnode import expand, uses_node
 from ..usage import pipeline, summary
 from ..usage.config import SCHEMA, load_config
@@ -69,7 +69,7 @@ class DaemonChecks:
         """Whether stune-gpu-sampler runs on each GPU node, from the evidence the controller holds: the usage
         summary (AdminComment) of the last GPU job that ended on the node within a day. Its per-GPU means
         for that node are measured only where the sampler ran."""
-        gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres)}
+        gpu_nodes = {n.name for n in nodes if gres_gpus(n.gres) or gres_gpus(n.gres, "npu")}
         if not gpu_nodes:
             return
         try:
@@ -83,7 +83,7 @@ class DaemonChecks:
         for row in rows:
             try:
                 ended = int(row.get("End") or 0)
-                gpus = tres_count(row.get("AllocTRES", ""), "gres/gpu")
+                gpus = accel_count(row.get("AllocTRES", ""))
             except ValueError:
                 continue
             if ended <= 0 or gpus <= 0:

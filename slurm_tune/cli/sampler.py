@@ -9,6 +9,11 @@
 `run --snapshot FILE` is the old spelling of `--gpu-snapshot FILE` (stune-health's name for the same replay;
 its `--snapshot` is a whole node's snapshot): still accepted, with a note.
 
+The devices are read by the backend of the node's profile (`--partition`, default $STUNE_HEALTH_PARTITION):
+`accelerator: nvidia` NVML, `amd` amdsmi, `ascend` npu-smi (the profile's accel.tools, else $STUNE_ACCEL_TOOLS,
+PATH and the vendor's directories); a snapshot replays its `gpus` section on NVIDIA, its `accel` section on
+AMD and Ascend (usage/sampler.open_source). Without a profile: NVML, as before.
+
 Beside the GPUs (`--no-perf` turns it off), the node's counters go into each job's perf record
 (usage/perfrec.py): read under `--sysfs-root` ($STUNE_SYSFS_ROOT, %n the node name, as every stune command);
 the ports are the profile's fabric where the node has one (`--partition`, default $STUNE_HEALTH_PARTITION),
@@ -24,17 +29,17 @@ import signal
 import sys
 import time
 
+from ..accelspec import gres_name
 from ..errors import StuneError
-from ..hw.nvml import open_gpu_source
 from ..hw.sysfs import resolve_root
 from ..output import print_json
 from ..profilestore import load_profile
-from ..thisnode import expand, job_context
+from ..thisnode import expand, job_context, node_name
 from ..usage import accum, pipeline
 from ..usage.config import load_config, usage_dirs
 from ..usage.perf import node_perf, reason_text
 from ..usage.perfrec import NodePerf
-from ..usage.sampler import MAX_GAP_INTERVALS, Sampler
+from ..usage.sampler import MAX_GAP_INTERVALS, NVIDIA, Sampler, open_source, slurm_resolver
 from ..usage.spool import node_epilog
 from . import options
 from .common import EXIT_OK, guarded
@@ -59,10 +64,17 @@ def _run(args) -> int:
     # the shipped systemd unit passes no --gpu-snapshot: $STUNE_GPU_SNAPSHOT (as for stune-health, %n allowed)
     snapshot = args.gpu_snapshot or os.environ.get("STUNE_GPU_SNAPSHOT") or None
     snapshot = expand(snapshot) if snapshot else None
-    source = open_gpu_source(snapshot=snapshot, perf=not args.no_perf)
+    profile = _node_profile(args)
+    vendor = profile.accelerator if profile is not None else None
+    tools = profile.accel.tools.to_dict() if profile is not None and vendor != NVIDIA else None
+    node = args.node or node_name()
+    gres = gres_name(profile) if profile is not None else "gpu"
+    # Slurm names a job's ids in the Prolog's environment for gres/gpu only: for another GRES, ask it per job
+    resolve = slurm_resolver(gres, node) if gres != "gpu" else None
+    source = open_source(vendor, snapshot, perf=not args.no_perf, tools=tools, environ=os.environ, node=node)
     node_perf = None
     if not args.no_perf:
-        fabric, paths = _node_hints(args)
+        fabric, paths = _node_hints(args, profile)
         root = resolve_root(args.sysfs_root)
         node_perf = NodePerf(local, root, fabric, paths, max_gap=MAX_GAP_INTERVALS * interval)
         sel = node_perf.select(time.time())
@@ -80,12 +92,15 @@ def _run(args) -> int:
         busy_util=config.report.busy_util,
         gpu_map=args.gpu_map,
         perf=node_perf,
+        vendor=vendor,
+        resolve=resolve,
     )
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     print(
         f"{PROG}: sampling every {interval:g}s into {local} "
-        f"({'snapshot ' + snapshot if snapshot else 'NVML'})",
+        f"({'snapshot ' + snapshot if snapshot else _LIVE.get(vendor or NVIDIA, 'NVML')}"
+        f"{f'; gres/{gres} ids from Slurm per job' if resolve else ''})",
         file=sys.stderr,
         flush=True,
     )
@@ -98,24 +113,32 @@ def _run(args) -> int:
     return EXIT_OK
 
 
-def _node_hints(args) -> tuple[dict | None, list[tuple[str, str]]]:
+_LIVE = {"nvidia": "NVML", "amd": "amdsmi", "ascend": "npu-smi"}
+
+
+def _node_profile(args):
+    """The node's profile (`--partition`, default $STUNE_HEALTH_PARTITION), or None: none named, or one that
+    cannot be loaded (a note; the sampler then reads NVML and chooses ports and disks without it)."""
+    partition = args.partition or os.environ.get("STUNE_HEALTH_PARTITION")
+    if not partition:
+        return None
+    try:
+        return load_profile(partition)
+    except StuneError as exc:
+        print(f"{PROG}: note: profile {partition}: {exc}; sampling without it", file=sys.stderr)
+        return None
+
+
+def _node_hints(args, profile) -> tuple[dict | None, list[tuple[str, str]]]:
     """(fabric, [(path, role)]) from the node's profile and the options; no profile: the automatic rules."""
     fabric, paths = None, []
-    partition = args.partition or os.environ.get("STUNE_HEALTH_PARTITION")
-    if partition:
-        try:
-            profile = load_profile(partition)
-            f = profile.fabric
-            hcas = [(h.device, h.port) for h in f.hcas or ()]
-            fabric = {"type": f.type, "hcas": hcas, "socket_ifname": f.socket_ifname}
-            if profile.cache.path:
-                paths.append((profile.cache.path, "cache"))
-            paths.extend((src, "source") for src in profile.cache.stage or ())
-        except (StuneError, AttributeError) as exc:
-            print(
-                f"{PROG}: note: profile {partition}: {exc}; choosing ports and disks without it",
-                file=sys.stderr,
-            )
+    if profile is not None:
+        f = profile.fabric
+        hcas = [(h.device, h.port) for h in f.hcas or ()]
+        fabric = {"type": f.type, "hcas": hcas, "socket_ifname": f.socket_ifname}
+        if profile.cache.path:
+            paths.append((profile.cache.path, "cache"))
+        paths.extend((src, "source") for src in profile.cache.stage or ())
     paths.extend((p, "cache") for p in args.cache or ())
     paths.extend((p, "source") for p in args.source or ())
     return fabric, paths
@@ -240,15 +263,17 @@ def _parser() -> argparse.ArgumentParser:
         "--gpu-map",
         choices=("auto", "minor", "index"),
         default="auto",
-        help="how Slurm GPU ids map to GPUs: device minor (from /proc) or NVML index",
+        help="how Slurm GPU ids map to GPUs: device minor (from /proc) or NVML index; auto: AMD and Ascend "
+        "readings are numbered by device file already",
     )
     options.add(p, "sysfs_root")
     options.add(
         p,
         "partition",
-        help="the node's profile: its fabric's ports, cache tier and sources (default "
-        "$STUNE_HEALTH_PARTITION; none: every ACTIVE IB/RoCE port, every disk)",
+        help="the node's profile: its accelerator's backend, its fabric's ports, cache tier and sources "
+        "(default $STUNE_HEALTH_PARTITION; none: NVML, every ACTIVE IB/RoCE port, every disk)",
     )
+    options.add(p, "node", help="the node's name, for %%n in $STUNE_ACCEL_TOOLS (default: $SLURMD_NODENAME)")
     p.add_argument(
         "--cache", action="append", metavar="PATH", help="the cache tier's path (its device is measured)"
     )

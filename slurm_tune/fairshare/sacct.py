@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import StuneError
-from ..slurm.tres import tres_count
+from ..slurm.tres import accel_count, tres_count
 from . import sacct_values as values
 from .sacct_values import BAD_TIME
 
@@ -343,7 +343,7 @@ def _parse(blocks: Iterable[str], source: str) -> JobTable:
     tres = columns.coded["AllocTRES"]
     tres_codes = tres.array()
     billing = np.array([tres_count(t, "billing") for t in tres.names] or [0.0])[tres_codes]
-    gpus = np.array([tres_count(t, "gres/gpu") for t in tres.names] or [0.0])[tres_codes]
+    gpus = np.array([accel_count(t) for t in tres.names] or [0.0])[tres_codes]  # GPUs or NPUs
     comments = columns.kept["AdminComment"]
     start, end, elapsed = (
         [np.concatenate(parts) for parts in zip(*columns.numbers)]

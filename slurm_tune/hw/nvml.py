@@ -361,8 +361,11 @@ class SnapshotGpuSource:
     """GPU readings from a snapshot file (the `stune-health capture` format), re-read whenever it changes.
     Tests and replays drive the sampler with these."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, reader=None):
         self.path = path
+        self.reader = (
+            reader or utilization_from_snapshot
+        )  # the snapshot's section to read (AMD, Ascend: accel)
         self._stamp: tuple[int, int, int] | None = None
         self._readings: list[GpuUtilization] = []
 
@@ -373,7 +376,7 @@ class SnapshotGpuSource:
         except OSError:
             return [r._replace(sm_util=None, mem_util=None, power_w=None) for r in self._readings]
         if stamp != self._stamp:
-            self._readings = utilization_from_snapshot(_load_json(self.path))
+            self._readings = self.reader(_load_json(self.path))
             self._stamp = stamp
         return list(self._readings)
 

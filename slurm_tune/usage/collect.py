@@ -21,7 +21,7 @@ import time
 
 from ..errors import SlurmError
 from ..hostlist import expand_hostlist
-from ..slurm.tres import tres_count
+from ..slurm.tres import accel_count
 from . import jobfiles, spool, summary, whyslow
 
 
@@ -29,7 +29,7 @@ def job_gpus(slurm, job_id: str) -> float:
     rows = slurm.sacct(["JobIDRaw", "AllocTRES"], job_ids=[job_id])
     for row in rows:
         if row["JobIDRaw"] == str(job_id):
-            return tres_count(row["AllocTRES"], "gres/gpu")
+            return accel_count(row["AllocTRES"])  # GPUs or Ascend NPUs
     return -1.0  # not in the database (yet)
 
 

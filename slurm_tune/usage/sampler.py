@@ -3,18 +3,32 @@ job that Slurm allocated that GPU to.
 
 Attribution comes from the prolog's records (`<local_dir>/jobs/<jobid>` holding SLURM_JOB_GPUS). The
 sampler notices new and finished jobs from one stat() of that directory per tick, and reads no GPU at all
-while the node runs no GPU job. Each sample stands for the time since the previous one, capped at
+while the node runs no GPU job. Slurm puts no ids in the Prolog's (or the TaskProlog's) environment for a GRES
+other than gpu (gres/npu: plugin-less, counts and device files only), so the prolog records such a job as
+`?`; on a node whose devices are such a GRES (the profile's gpu.gres, npu on Ascend) the sampler asks Slurm
+once per new job (`scontrol show job -d`: `GRES=npu:2(IDX:0-1)` on the node's line, slurm_resolver) and
+keeps the answer in the job's accumulators, where a restarted sampler and the node epilog find it. Each sample stands for the time since the previous one, capped at
 `max_gap` intervals: if the sampler was down, the gap is not counted as sampled (coverage drops, and a
 job with too little coverage is charged as Slurm charges it, eta = 1).
 
+The device source follows the node's profile `accelerator` (open_source): nvidia reads NVML (or replays a
+snapshot's `gpus` section), amd reads amdsmi (hw/amd.py's AmdSource), ascend runs `npu-smi info` once per tick
+(hw/ascend.py's utilization); a replayed snapshot of an AMD or Ascend node is read from its `accel` section
+(hw/accel.py). Each backend is imported only on the nodes that need it.
+
 Slurm's GPU ids are positions in gres.conf, which sites list by device minor number (/dev/nvidia0..7);
 NVML numbers GPUs by PCI order. The map is read once from /proc/driver/nvidia/gpus/<bus>/information
-("Device Minor"); where that is missing (snapshot sources, odd drivers) the NVML index is used.
+("Device Minor"); where that is missing (snapshot sources, odd drivers) the NVML index is used. AMD and
+Ascend readings are numbered by their device file already (`index` is the minor: N of /dev/davinciN, the
+render node's number less 128), which is gres.conf's order for gres/npu over /dev/davinci* and gres/gpu over
+/dev/dri/renderD*: no map is needed.
 
 Honest idleness: a GPU with no compute process on it (NVML's running-process list, read with the
-utilization) is idle whatever a stale utilization reading says; a GPU whose utilization NVML cannot report
-(MIG, NVML_ERROR_NOT_SUPPORTED) reads None and is unmeasured, never 0 %: it adds no sampled time, so the job's
-coverage drops and the accountant charges it as Slurm does (eta = 1).
+utilization; amdsmi's and npu-smi's process tables on AMD and Ascend) is idle whatever a stale utilization
+reading says; a GPU whose utilization its tool cannot report (MIG, NVML_ERROR_NOT_SUPPORTED, npu-smi's `-`,
+a tool that timed out) reads None and is unmeasured, never 0 %: it adds no sampled time, so the job's
+coverage drops and the accountant charges it as Slurm does (eta = 1). Where the tool cannot list processes
+(None), the utilization reading is trusted.
 
 Beside the GPUs (issue 24 §1), with a `perf` (perfrec.NodePerf): each tick the node's network ports, storage
 devices and the jobs' cgroups are read once, whatever the number of jobs, into each running job's perf
@@ -25,13 +39,102 @@ This module imports no numpy and nothing heavy: it runs for the node's lifetime 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
 
+from ..errors import StuneError
+from ..hw.accel import SECTION as ACCEL_SECTION
+from ..hw.accel import utilization_from_section
+from ..hw.nvml import SnapshotGpuSource, open_gpu_source, utilization_from_snapshot
 from . import accum, pipeline, spool
 
 MAX_GAP_INTERVALS = 2.5
+RESOLVE_RETRY_S = 15.0  # a job whose devices Slurm could not name yet is asked about again after this
+NVIDIA, AMD, ASCEND = "nvidia", "amd", "ascend"  # the profile's `accelerator` (accelspec.VENDORS)
+
+
+def _backend(vendor: str):
+    """hw/amd.py or hw/ascend.py, imported only on a node that has that vendor's devices."""
+    try:
+        return importlib.import_module(f"slurm_tune.hw.{vendor}")
+    except ImportError as exc:
+        raise StuneError(f"no {vendor} backend in this stune (slurm_tune.hw.{vendor}: {exc})") from None
+
+
+class AscendSource:
+    """The sampler's live Ascend source: one `npu-smi info` per tick (hw/ascend.py, behind its deadline): AICore
+    %, HBM use, power and the process count per NPU chip, numbered by /dev/davinciN."""
+
+    def __init__(self, timeout_s: float = 5.0, tools=None, environ=None, node: str | None = None):
+        self.read = _backend(ASCEND).utilization
+        self.timeout_s, self.tools, self.environ, self.node = timeout_s, tools, environ, node
+
+    def utilization(self) -> list:
+        return list(self.read(self.timeout_s, tools=self.tools, environ=self.environ, node=self.node))
+
+    def close(self) -> None:
+        pass
+
+
+def _accel_readings(snapshot) -> list:
+    return utilization_from_section(snapshot.get(ACCEL_SECTION) if isinstance(snapshot, dict) else None)
+
+
+def _any_readings(snapshot) -> list:
+    """No profile says the vendor: the `gpus` section where the snapshot has one, else its `accel` section."""
+    if isinstance(snapshot, dict) and "gpus" not in snapshot and ACCEL_SECTION in snapshot:
+        return _accel_readings(snapshot)
+    return utilization_from_snapshot(snapshot)
+
+
+def open_source(
+    vendor: str | None,
+    snapshot: str | None = None,
+    *,
+    timeout_s: float = 5.0,
+    perf: bool = False,
+    tools=None,
+    environ=None,
+    node: str | None = None,
+):
+    """The device source of a node whose profile says `accelerator: vendor` (None: no profile is known, which
+    reads as nvidia live and as either section in a replay). A `snapshot` file is replayed whatever the vendor:
+    its `gpus` section on NVIDIA, its `accel` section on AMD and Ascend. Raises StuneError when the live
+    backend cannot be opened (NVML, amdsmi) or is not installed."""
+    if snapshot:
+        reader = {NVIDIA: utilization_from_snapshot, None: _any_readings}.get(vendor, _accel_readings)
+        return SnapshotGpuSource(snapshot, reader=reader)
+    if vendor == AMD:
+        return _backend(AMD).AmdSource(timeout_s)
+    if vendor == ASCEND:
+        return AscendSource(timeout_s, tools=tools, environ=environ, node=node)
+    return open_gpu_source(timeout_s=timeout_s, perf=perf)
+
+
+def slurm_resolver(gres: str, node: str, slurm=None, timeout_s: float = 5.0):
+    """resolve(job_id) -> the ids of GRES `gres` the job holds on `node` ([]: none), from one `scontrol show
+    job -d` through the adapter; raises StuneError when Slurm cannot tell now (the sampler asks again later).
+    A job Slurm no longer knows holds nothing: its epilog is removing the record."""
+
+    def resolve(job_id: str) -> list[int]:
+        nonlocal slurm
+        if slurm is None:
+            from ..slurm import Slurm
+
+            slurm = Slurm.from_env(timeout=timeout_s)
+        rc, out, err = slurm.run_full(["scontrol", "show", "job", "-d", job_id])
+        if rc != 0:
+            if "invalid job id" in err.lower():
+                return []
+            raise StuneError(f"scontrol show job -d {job_id}: {(err or out).strip()[:200] or f'exit {rc}'}")
+        ids = spool.gres_ids_from_detail(out, node, gres)
+        if ids is None:
+            raise StuneError(f"scontrol show job -d {job_id} gives no allocation on {node} (yet)")
+        return ids
+
+    return resolve
 
 
 class _Job:
@@ -74,6 +177,8 @@ class Sampler:
         proc_root: str = "/proc/driver/nvidia/gpus",
         clock=time.time,
         perf=None,
+        vendor: str | None = None,
+        resolve=None,
     ):
         self.source = source
         self.jobs_dir = os.path.join(local_dir, pipeline.JOBS_DIR)
@@ -94,6 +199,11 @@ class Sampler:
         self.samples = 0
         self.errors: list[str] = []
         self.perf = perf  # perfrec.NodePerf, or None: GPUs only
+        self.vendor = vendor  # amd, ascend: readings are numbered by device minor already (no /proc map)
+        # the node's devices are a GRES other than gpu: resolve(job_id) -> their ids (slurm_resolver)
+        self.resolve = resolve
+        self._passed: set[str] = set()  # records of jobs with none of this node's devices
+        self._ask_at: dict[str, float] = {}  # job -> when to ask Slurm again (monotonic)
 
     # ---- jobs ---------------------------------------------------------------------------------------------
     def refresh_jobs(self) -> None:
@@ -115,7 +225,9 @@ class Sampler:
                 self.perf.forget(gone)
         if self.perf is not None:
             self.perf.sweep(names)
-        for job_id in sorted(names - set(self.jobs)):
+        self._passed &= names
+        self._ask_at = {j: t for j, t in self._ask_at.items() if j in names}
+        for job_id in sorted(names - set(self.jobs) - self._passed):
             path = os.path.join(self.jobs_dir, job_id)
             try:
                 with open(path, encoding="ascii", errors="replace") as fh:
@@ -126,11 +238,12 @@ class Sampler:
             if not text.strip():  # the prolog is writing it right now
                 self._retry = True
                 continue
-            try:
-                gpu_ids = spool.parse_gpu_ids(text)
-            except ValueError:
-                continue
-            if gpu_ids:
+            gpu_ids = self._device_ids(job_id, text)
+            if gpu_ids is None:  # Slurm could not tell yet
+                self._retry = True
+            elif not gpu_ids:
+                self._passed.add(job_id)
+            else:
                 try:
                     acc = accum.JobAccumulator(os.path.join(self.acc_dir, job_id), gpu_ids, created)
                 except (OSError, ValueError) as exc:  # a full disk: try again next tick
@@ -146,10 +259,36 @@ class Sampler:
                 owner[gpu] = job.job_id
         self._owner = owner
 
+    def _device_ids(self, job_id: str, text: str) -> list[int] | None:
+        """The ids of this node's devices a job's record gives ([]: none of them), or None: not known yet."""
+        try:
+            ids = spool.record_ids(text)
+        except ValueError:
+            return []
+        if self.resolve is None:
+            return ids or []  # `?` where the devices are gres/gpu: Slurm named no GPU, the job has none
+        if ids is not None:
+            return []  # $SLURM_JOB_GPUS: gres/gpu ids, not this node's GRES
+        try:  # asked before this sampler (re)started: the accumulators hold the answer
+            _, records = accum.read(os.path.join(self.acc_dir, job_id))
+        except accum.AccumulatorError:
+            records = []
+        if records:
+            return [int(r["gpu_id"]) for r in records]
+        now = time.monotonic()
+        if now < self._ask_at.get(job_id, 0.0):
+            return None
+        try:
+            return self.resolve(job_id)
+        except StuneError as exc:
+            self._ask_at[job_id] = now + RESOLVE_RETRY_S
+            self.errors.append(f"job {job_id}: its devices: {exc}; asking again in {RESOLVE_RETRY_S:g}s")
+            return None
+
     # ---- sampling -----------------------------------------------------------------------------------------
     def _build_map(self, readings) -> dict[int, int]:
         by_minor = {}
-        if self.gpu_map in ("auto", "minor"):
+        if self.gpu_map == "minor" or (self.gpu_map == "auto" and self.vendor in (None, NVIDIA)):
             for pos, r in enumerate(readings):
                 minor = device_minor(r.pci_bus_id, self.proc_root)
                 if minor is not None:

@@ -1,7 +1,10 @@
 """Where usage data lives on disk, and the node epilog's job: accumulators -> node summary -> shared spool.
 
 Node-local (`usage.local_dir`, default /var/lib/stune/usage):
-    jobs/<jobid>    written by the prolog: the job's Slurm GPU ids ("0,1"); its mtime is the job's start here
+    jobs/<jobid>    written by the prolog: the job's Slurm GPU ids ("0,1"); its mtime is the job's start here.
+                    "?" (UNNAMED) when Slurm named no GPU ids: a job without GPUs, or one holding another
+                    GRES (gres/npu), whose ids Slurm puts in no Prolog or TaskProlog environment; the sampler
+                    of a node that schedules such a GRES asks Slurm for them once (usage/sampler.py)
     acc/<jobid>     the sampler's accumulators (accum.py)
 
 Shared (`usage.spool_dir`, default /var/spool/stune/usage; NFS or any filesystem the nodes and the
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 
 from .. import safeio
+from ..hostlist import expand_hostlist
 from . import accum, perf, pipeline
 from .pipeline import NODE_SUMMARY_SUFFIX, STORED_MARKER
 from .summary import ACC_FIELDS
@@ -55,6 +60,39 @@ def parse_gpu_ids(text: str) -> list[int]:
     return out
 
 
+UNNAMED = "?"  # the prolog's record of a job whose device ids Slurm did not put in the Prolog's environment
+# one GRES of `scontrol show job -d`'s `GRES=` (npu:2(IDX:0-1), npu:910b:3(IDX:0-1,3), gpu:1(IDX:0))
+_GRES_IDX = re.compile(r"([A-Za-z0-9_.-]+)(?::[^:(),=\s]+)*:\d+\(IDX:([0-9,-]*)\)")
+
+
+def record_ids(text: str) -> list[int] | None:
+    """A jobs file's device ids; None for the UNNAMED record. Raises ValueError on anything else."""
+    return None if text.strip() == UNNAMED else parse_gpu_ids(text)
+
+
+def gres_ids_from_detail(text: str, node: str, gres: str) -> list[int] | None:
+    """The ids of GRES `gres` that `scontrol show job -d` gives the job on `node` (its `Nodes=... GRES=...`
+    lines; nodes with the same allocation share one line, as a host list): [] when the job holds none there,
+    None when no line names the node (not allocated there, or not yet)."""
+    for line in text.splitlines():
+        words = line.split()
+        if not words or not words[0].startswith("Nodes="):
+            continue
+        fields = dict(word.split("=", 1) for word in words if "=" in word)
+        try:
+            nodes = expand_hostlist(fields["Nodes"])
+        except ValueError:
+            continue
+        if node not in nodes:
+            continue
+        ids: list[int] = []
+        for name, idx in _GRES_IDX.findall(fields.get("GRES", "")):
+            if name == gres and idx:
+                ids.extend(parse_gpu_ids(idx))
+        return sorted(set(ids))
+    return None
+
+
 def _safe_name(text: str, what: str) -> str:
     if not text or "/" in text or text.startswith(".") or "\0" in text:
         raise ValueError(f"unusable {what} {text!r}")
@@ -67,24 +105,30 @@ def node_summary(local_dir: str, job_id: str, node: str, env_gpus: str | None, n
     record = job_file(local_dir, job_id)
     gpu_ids: list[int] = []
     start = None
+    unnamed = False
     data = safeio.read_small(record, limit=4096)
     if data is not None:
         try:
-            gpu_ids = parse_gpu_ids(data.decode("ascii", "replace"))
+            ids = record_ids(data.decode("ascii", "replace"))
             start = os.stat(record).st_mtime
+            unnamed, gpu_ids = ids is None, ids or []
         except (OSError, ValueError):
             pass
-    if not gpu_ids and env_gpus:
+    if not gpu_ids and env_gpus and not unnamed:
         try:
             gpu_ids = parse_gpu_ids(env_gpus)
         except ValueError:
             gpu_ids = []
-    if not gpu_ids:
+    if not gpu_ids and not unnamed:
         return None
     try:
         created, records, series = accum.read_with_series(acc_file(local_dir, job_id))
     except accum.AccumulatorError:
         created, records, series = 0.0, [], None
+    if unnamed:  # the ids the sampler learned from Slurm are its accumulators' (none: no devices here)
+        gpu_ids = [int(r["gpu_id"]) for r in records]
+        if not gpu_ids:
+            return None
     if start is None:
         start = created or now
     by_id = {int(r["gpu_id"]): r for r in records}
