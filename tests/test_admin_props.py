@@ -119,7 +119,7 @@ JSON = st.recursive(
 def test_facts_from_any_json_are_strings(snap):
     if isinstance(snap, dict):
         facts = doctor_nodes.facts_from_snapshot(snap)
-        assert set(facts) == set(doctor_nodes.FACT_KEYS) and all(
+        assert set(facts) == {*doctor_nodes.FACT_KEYS, *doctor_nodes.ACCEL_FACT_KEYS} and all(
             isinstance(v, str) and v for v in facts.values()
         )
 
