@@ -287,3 +287,31 @@ def test_the_periodic_run_judges_a_port_down_and_says_it_would_drain(world, tmp_
     code, doc = health_node.run(settings(world, root, "asc", replay), None, dry_run=True)
     assert code == 0 and doc["status"] == "fail" and doc["reason"] == "npu3 port link DOWN"
     assert doc["action"] == "drain"
+
+
+def test_a_device_id_stune_does_not_know_is_learned_from_the_full_check(world, tmp_path, monkeypatch):
+    root = node_tree(tmp_path / "root", "ascend", n=0)
+    kw = {"numa_node": 0, "local_cpulist": "0-47"}
+    for address in NPU_ADDRS:  # a later model's id: not in hw/sysfs.ACCEL_PCI
+        hwtrees.pci_device(root, address, vendor="0x19e5", device="0xd806", cls="0x120000", **kw)
+    profile = world["load"]("asc")
+    verdict, _ = judge.judge(collect.fast(str(root), profile, "n1"), profile, {})
+    assert verdict.status == UNKNOWN and verdict.reason.startswith(
+        "node: no device with an Ascend id stune knows"
+    )
+    Backend(monkeypatch, "ascend", ascend_section())
+    verdict, updates = judge.judge(collect.full(str(root), profile, "n1", timeout_s=2.0), profile, {})
+    assert verdict.status == OK and updates["gpu_pci"] == NPU_ADDRS
+    again, _ = judge.judge(collect.fast(str(root), profile, "n1", known_gpus=NPU_ADDRS), profile, {})
+    assert again.status == OK
+
+
+def test_a_device_the_backend_lists_but_the_bus_lacks_is_read_by_address_and_named(
+    world, tmp_path, monkeypatch
+):
+    root = node_tree(tmp_path / "root", "amd", n=7)
+    Backend(monkeypatch, "amd", amd_section())
+    snap = collect.full(str(root), world["load"]("mi"), "n1", timeout_s=2.0)
+    assert snap["pci_accel"]["devices"][AMD_ADDRS[7]] == {"present": False}
+    verdict, _ = judge.judge(snap, world["load"]("mi"), {})
+    assert verdict.status == FAIL and verdict.reason == f"{AMD_ADDRS[7]} gone from PCI"

@@ -23,10 +23,10 @@ from test_active_parse import mutate
 
 from slurm_tune import fastjson
 from slurm_tune.health import judge
-from slurm_tune.health.acceldevice import HEALTH_FAIL, name_of
+from slurm_tune.health.accel import vendor_id
+from slurm_tune.health.acceldevice import HEALTH_FAIL, bus_address, name_of
 from slurm_tune.health.accelports import NET_HEALTH_OTHER
 from slurm_tune.health.result import FAIL
-from slurm_tune.hw.sysfs import accel_match
 from slurm_tune.profiles import load_profile
 
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -82,26 +82,33 @@ def fail_is_backed(r, snapshot: dict, vendor: str) -> bool:
         "accel.hccn_health": lambda: port.get("net_health") in NET_HEALTH_OTHER,
         "accel.hccn_ip": lambda: "ip" in port and port["ip"] is None,
         "accel.backend": lambda: section.get("answered") is False,
-        "accel.pci": lambda: bus_backs_a_failure(snapshot.get("pci_accel"), vendor),
+        "accel.pci": lambda: bus_backs_a_failure(snapshot, vendor),
     }
     return r.check in backed and backed[r.check]()
 
 
-def bus_backs_a_failure(section, vendor: str) -> bool:
-    """A device gone, or fewer devices whose ids spell the vendor's than the known list (or none at all)."""
+def bus_backs_a_failure(snapshot: dict, vendor: str) -> bool:
+    """A device a full check listed (the section's `known`, or the backend's listing in the same snapshot) that
+    is gone from the bus or carries another vendor's readable id."""
+    section = snapshot.get("pci_accel")
     devices = section.get("devices") if isinstance(section, dict) else None
     if not isinstance(devices, dict):
         return False
-    if any(isinstance(d, dict) and d.get("present") is False for d in devices.values()):
-        return True
-    mine = [a for a, d in devices.items() if isinstance(d, dict) and d.get("present") is True]
-    mine = [a for a in mine if accel_match(vendor, devices[a].get)]
-    spelled = all(
-        isinstance(d, dict) and d.get("present") is True and accel_match(vendor, d.get) is not None
-        for d in devices.values()
-    )
     known = section.get("known") if isinstance(section.get("known"), list) else []
-    return spelled and len(mine) < max(1, len(set(known)))
+    accel = snapshot.get("accel") if isinstance(snapshot.get("accel"), dict) else {}
+    listed = accel.get("devices") if isinstance(accel.get("devices"), list) else []
+    known = [*known, *(bus_address(d.get("bus_id")) for d in listed if isinstance(d, dict))]
+    for address in known:
+        dev = devices.get(address) if isinstance(address, str) else None
+        if isinstance(dev, dict) and dev.get("present") is False:
+            return True
+        if (
+            isinstance(dev, dict)
+            and dev.get("present") is True
+            and vendor_id(dev.get("vendor"), vendor) is False
+        ):
+            return True
+    return False
 
 
 def judged(snapshot: dict, profile):

@@ -12,14 +12,14 @@ the PCI bus's view of them (`pci_accel`, the prolog's only view), under the prof
 - Per device (acceldevice.py): Ascend health, ECC/RAS, temperature, power, the PCIe link, AMD's XGMI links.
 - Ascend's on-card RoCE ports (accelports.py, when accel.hccn.check): link, net_health, an IPv4 address.
 - The bus: each device a full check listed (by address, kept in the node state as `gpu_pci`) still on the
-  PCI bus, and at least one there before any full check.
+  PCI bus with the vendor's id; before any full check, said (unknown) only when none of the vendor's is.
 
 Garbage anywhere is unknown, never fail: values count only in the types and words the backends write.
 """
 
 from __future__ import annotations
 
-from ..hw.sysfs import accel_match
+from ..hw.sysfs import ACCEL_PCI, accel_match, parse_int
 from ..text import is_digits
 from . import acceldevice, result
 from .acceldevice import AMD, ASCEND, PREFIX, TOOL, bus_address, minor_of, shown
@@ -69,7 +69,7 @@ def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
         found, listed = judge_section(snapshot["accel"], vendor, profile)
         results += found
     if "pci_accel" in snapshot:
-        found, on_bus = judge_bus(snapshot["pci_accel"], vendor, profile.gpu.count)
+        found, on_bus = judge_bus(snapshot["pci_accel"], vendor, profile.gpu.count, listed)
         results += found
         known = [a for a in listed if a in on_bus]
         if known:  # what the prolog checks by address: the devices the backend listed and the bus showed
@@ -167,11 +167,13 @@ def count_check(devices: list, vendor: str, count: int) -> result.Result:
     return result.ok("accel.count", "node", f"{seen}; expected {count}")
 
 
-def judge_bus(section, vendor: str, count: int) -> tuple[list, set[str]]:
-    """(results, the vendor's addresses seen) of the `pci_accel` section: the devices a full check listed
-    (`known`) still there, else at least one of the vendor's on the bus. Chips per PCI function differ (a 310P
-    card has two chips on one function, an MI300X in CPX mode eight partitions), so the count of functions is
-    compared with what a full check saw, not with gpu.count."""
+def judge_bus(section, vendor: str, count: int, listed=()) -> tuple[list, set[str]]:
+    """(results, the vendor's addresses seen) of the `pci_accel` section. Judged by address: each device a
+    full check listed (the node state's `known`, and in a full snapshot what the backend lists) must still be
+    on the bus with the vendor's id; a known address gone fails, naming it. Chips per PCI function differ (a
+    310P card has two chips on one, an MI300X in CPX mode eight partitions) and a new model brings a device
+    id stune's table lacks, so before any full check only "none of the vendor's devices at all" is said, as
+    unknown: the count is the full check's."""
     if (
         not isinstance(section, dict)
         or section.get("answered") is not True
@@ -180,34 +182,58 @@ def judge_bus(section, vendor: str, count: int) -> tuple[list, set[str]]:
         why = section.get("error") if isinstance(section, dict) else None
         why = why[:ERROR_MAX] if isinstance(why, str) else "unreadable 'pci_accel' section"
         return [result.unknown("accel.pci", "node", f"cannot see the PCI bus: {why}")], set()
-    known = section.get("known")
-    known = [a for a in known if bus_address(a) == a] if isinstance(known, list) else []
-    mine, gone, unreadable = [], [], []
-    for address, dev in sorted((a, d) for a, d in section["devices"].items() if isinstance(a, str)):
-        if isinstance(dev, dict) and dev.get("present") is False:
-            gone.append(address)
+    given = section.get("known")
+    known = [a for a in [*(given if isinstance(given, list) else []), *listed] if bus_address(a) == a]
+    known = list(dict.fromkeys(known))
+    devices = {a: d for a, d in section["devices"].items() if isinstance(a, str)}
+    mine: list[str] = []
+    gone: list[str] = []
+    unreadable: list[str] = []
+    for address in sorted(set(devices) | set(known)):
+        dev = devices.get(address)
+        present = dev.get("present") if isinstance(dev, dict) else None
+        if present is False:
+            if address in known:  # (an address no full check listed is simply not one of these devices)
+                gone.append(address)
             continue
-        match = accel_match(vendor, dev.get) if isinstance(dev, dict) and dev.get("present") is True else None
+        match = accel_match(vendor, dev.get) if present is True and isinstance(dev, dict) else None
+        if match is False and address in known and isinstance(dev, dict):
+            match = vendor_id(dev.get("vendor"), vendor)  # listed by the backend: any device id of the vendor
         if match:
             mine.append(address)
         elif match is None:
-            unreadable.append(address)  # (a readable other id is simply not one of these devices)
+            unreadable.append(address)
     noun = NOUN[vendor]
     seen = f"{len(mine)} {LABEL[vendor]} {noun}s on the PCI bus"
-    expected = len(set(known)) if known else 1
+    lost = [a for a in known if a not in mine and a not in unreadable]  # another vendor's device there
     if gone:
         out = result.fail(
             "accel.pci", "node", f"{seen}; gone from the bus: {', '.join(gone)}", f"{gone[0]} gone from PCI"
         )
-    elif len(mine) < expected and unreadable:
-        out = result.unknown("accel.pci", "node", f"{seen}; unreadable ids of {', '.join(unreadable)}")
-    elif len(mine) < expected:
-        what = f"the {expected} a full check listed" if known else f"{count} (gpu.count)"
-        total = expected if known else count
+    elif lost:
         out = result.fail(
-            "accel.pci", "node", f"{seen}; expected {what}", f"{len(mine)}/{total} {noun}s on PCI"
+            "accel.pci",
+            "node",
+            f"{seen}; not the {LABEL[vendor]} device a full check listed at {', '.join(lost)}",
+            f"{lost[0]} not an {LABEL[vendor]} {noun}",
+        )
+    elif [a for a in unreadable if a in known] or (unreadable and not mine):
+        out = result.unknown("accel.pci", "node", f"{seen}; unreadable ids of {', '.join(unreadable)}")
+    elif not mine:
+        out = result.unknown(
+            "accel.pci",
+            "node",
+            f"no device with an {LABEL[vendor]} id stune knows on the PCI bus; expected {count} {noun}s "
+            "(gpu.count): the full check lists them",
         )
     else:
-        basis = "as the last full check listed" if known else "(chips per PCI function vary by model)"
+        basis = f"as the last full check listed {len(known)}" if known else "(before any full check)"
         out = result.ok("accel.pci", "node", f"{seen} {basis}")
     return [out], set(mine)
+
+
+def vendor_id(text, vendor: str) -> bool | None:
+    """Whether a PCI vendor id (sysfs text) is the vendor's; None when it cannot be read."""
+    if parse_int(text) is None:
+        return None
+    return text.strip().lower() == ACCEL_PCI[vendor][0]

@@ -34,6 +34,11 @@ def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
             devices[address] = sysfs.pci_device(address)
 
 
+def addresses(known) -> list[str]:
+    """The PCI addresses a node state lists (`gpu_pci`), without anything that could leave the bus directory."""
+    return [a for a in known if isinstance(a, str) and "/" not in a] if isinstance(known, list) else []
+
+
 def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
     """The prolog's snapshot: the required HCA ports (the four judged counters, no GID tables), the needed
     netdevs and the GPUs on the PCI bus, read by ONE probe under the profile's deadline (a thread per section
@@ -49,9 +54,7 @@ def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
     names += [h.netdev for h in profile.fabric.hcas if h.netdev]
     if names:
         plan.append(("net", list(dict.fromkeys(names)), sysfs.netdev))
-    known = (
-        [a for a in known_gpus if isinstance(a, str) and "/" not in a] if isinstance(known_gpus, list) else []
-    )
+    known = addresses(known_gpus)
     vendor = profile.accelerator
     if profile.gpu.count and vendor == NVIDIA:
         # the GPUs NVML listed last time, by address; a scan of the whole bus only until that is known
@@ -174,13 +177,23 @@ def add_accel(
     snap["accel"] = (
         replay_accel(gpu_snapshot, vendor) if gpu_snapshot else capture_accel(root, profile, node, timeout_s)
     )
-    sysfs = Sysfs(root)
-    known = (
-        [a for a in known_gpus if isinstance(a, str) and "/" not in a] if isinstance(known_gpus, list) else []
+    from .acceldevice import bus_address
+
+    sysfs, known = Sysfs(root), addresses(known_gpus)
+    devices = snap["accel"].get("devices") if isinstance(snap["accel"], dict) else None
+    listed = (
+        [bus_address(d.get("bus_id")) for d in devices if isinstance(d, dict)]
+        if isinstance(devices, list)
+        else []
     )
-    plan = [
-        ("pci_accel", lambda: list(dict.fromkeys(sysfs.vendor_devices(vendor) + known)), sysfs.pci_device)
-    ]
+    extra = [
+        a for a in known + listed if a
+    ]  # read by address too: a device the backend lists or listed before
+
+    def names():
+        return list(dict.fromkeys(sysfs.vendor_devices(vendor) + extra))
+
+    plan = [("pci_accel", names, sysfs.pci_device)]
     snap.update(read_sections(sysfs, plan, timeout_s))
     snap["pci_accel"].update(vendor=vendor, known=known)
     snap["problems"] = list(dict.fromkeys([*snap.get("problems", []), *sysfs.problems]))
