@@ -4,6 +4,10 @@ The prolog reads only what its checks need (the profile's HCA ports and netdevs,
 through the hardware layer's section readers, each under the profile's probe deadline, and never loads
 NVML. The epilog and the periodic run take a full capture. In tests and replays the NVML part comes from a
 snapshot file (`--gpu-snapshot`, `$STUNE_GPU_SNAPSHOT`) instead of the driver.
+
+An AMD or Ascend partition (`accelerator: amd | ascend`) never touches NVML: its prolog reads the PCI bus's
+view of the vendor's devices (`pci_accel`; no vendor tool runs), its full capture the `accel` section through
+hw/amd.py or hw/ascend.py, or replays one from the same snapshot file (issue 26; health/accel.py judges both).
 """
 
 from __future__ import annotations
@@ -41,9 +45,10 @@ def addresses(known) -> list[str]:
 
 def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
     """The prolog's snapshot: the required HCA ports (the four judged counters, no GID tables), the needed
-    netdevs and the GPUs on the PCI bus, read by ONE probe under the profile's deadline (a thread per section
-    would cost more than the reads). Sections the probe did not finish say they did not answer and keep what
-    was read."""
+    netdevs and the GPUs on the PCI bus (an AMD or Ascend partition's: `pci_accel`, the devices a full check
+    listed by address, else the vendor's on the bus), read by ONE probe under the profile's deadline (a
+    thread per section would cost more than the reads). Sections the probe did not finish say they did not
+    answer and keep what was read."""
     sysfs = Sysfs(root)
     plan: list[tuple] = []  # (section, names or a function listing them, read one)
     if profile.fabric.type in ("ib", "roce"):
@@ -129,8 +134,9 @@ def full(
 ) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
     only when asked for: the checks do not need them, a capture for triage does. A profile without GPUs
-    (gpu.count 0) neither imports pynvml nor probes NVML. `drift`: the host settings too (add_drift): the
-    periodic run and `stune-health capture`, never a hook."""
+    (gpu.count 0) neither imports pynvml nor probes NVML, and an amd or ascend one takes its `accel` section
+    instead (add_accel). `drift`: the host settings too (add_drift): the periodic run and `stune-health
+    capture`, never a hook."""
     from ..hw.snapshot import capture
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
