@@ -87,6 +87,14 @@ def why_unread(dev: dict, *stems: str) -> str | None:
     return None
 
 
+def unmeasured(dev: dict, check: str, subject: str, what: str, vendor: str, stem: str) -> result.Result:
+    """A reading the tool did not give: unknown when the device's `errors` say the read failed, else said."""
+    why = why_unread(dev, stem)
+    if why:
+        return result.unknown(check, subject, f"{what} not read: {why}")
+    return result.ok(check, subject, f"{what} not reported by {TOOL[vendor]}")
+
+
 def _maker(level: str):
     return result.fail if level == result.FAIL else result.degraded
 
@@ -193,10 +201,7 @@ def _ecc(dev, subject, short, vendor, uncorrected_level, corrected_max) -> resul
     if unc is BAD or cor is BAD:
         return result.unknown("accel.ecc", subject, f"unreadable ECC counts {shown(raw, 80)}")
     if unc is None and cor is None:
-        why = why_unread(dev, "ecc")
-        if why:
-            return result.unknown("accel.ecc", subject, f"ECC counts not read: {why}")
-        return result.ok("accel.ecc", subject, f"ECC counts not reported by {TOOL[vendor]}")
+        return unmeasured(dev, "accel.ecc", subject, "ECC counts", vendor, "ecc")
     return result.ok("accel.ecc", subject, f"{unc} uncorrectable, {cor} correctable ECC/RAS errors")
 
 
@@ -207,10 +212,7 @@ def _thermal(dev, subject, short, vendor, limit) -> result.Result:
             "accel.thermal", subject, f"unreadable temperature {shown(dev.get('temperature_c'))}"
         )
     if temp is None:
-        why = why_unread(dev, "temperature")
-        if why:
-            return result.unknown("accel.thermal", subject, f"temperature not read: {why}")
-        return result.ok("accel.thermal", subject, f"temperature not reported by {TOOL[vendor]}")
+        return unmeasured(dev, "accel.thermal", subject, "temperature", vendor, "temperature")
     if temp > limit:
         return result.degraded(
             "accel.thermal",
@@ -225,11 +227,10 @@ def _power(dev, subject, short, vendor, limit) -> result.Result:
     power = number(dev.get("power_w"), *POWER_RANGE)
     if power is BAD:
         return result.unknown("accel.power", subject, f"unreadable power {shown(dev.get('power_w'))}")
+    if power is None and limit is None:
+        return result.ok("accel.power", subject, f"power not reported by {TOOL[vendor]} (no limit set)")
     if power is None:
-        why = why_unread(dev, "power")
-        if why and limit is not None:
-            return result.unknown("accel.power", subject, f"power not read: {why}")
-        return result.ok("accel.power", subject, f"power not reported by {TOOL[vendor]}")
+        return unmeasured(dev, "accel.power", subject, "power", vendor, "power")
     if limit is not None and power > limit:
         return result.degraded(
             "accel.power",
@@ -255,10 +256,7 @@ def _pcie(dev, subject, short, vendor) -> result.Result:
     ):
         return result.unknown("accel.pcie", subject, f"unreadable PCIe link {shown(values, 120)}")
     if width is None or max_width is None:
-        why = why_unread(dev, "pcie")
-        if why:
-            return result.unknown("accel.pcie", subject, f"PCIe link not read: {why}")
-        return result.ok("accel.pcie", subject, f"PCIe link width not reported by {TOOL[vendor]}")
+        return unmeasured(dev, "accel.pcie", subject, "PCIe link width", vendor, "pcie")
     if width < max_width:
         return result.degraded(
             "accel.pcie",

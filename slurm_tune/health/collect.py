@@ -140,27 +140,20 @@ def full(
     from ..hw.snapshot import capture
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
-    if profile is not None and not profile.gpu.count:  # a CPU/IB-only partition: no pynvml, no NVML probe
-        snap = capture(
-            root,
-            timeout_s=timeout,
-            nvml=False,
-            node=node,
-            gids=gids,
-            no_nvml=f"not captured (partition {profile.partition} has gpu.count 0)",
-        )
-        return add_drift(snap, root, profile, timeout) if drift else snap
     vendor = profile.accelerator if profile is not None else NVIDIA
-    if profile is not None and vendor != NVIDIA:  # amd, ascend: their backend, never NVML
+    if profile is not None and (not profile.gpu.count or vendor != NVIDIA):
+        # a CPU/IB-only partition: no pynvml, no NVML probe; an amd or ascend one: its own backend, never NVML
+        why = "has gpu.count 0" if not profile.gpu.count else f"is {vendor}: NVML is not used"
         snap = capture(
             root,
             timeout_s=timeout,
             nvml=False,
             node=node,
             gids=gids,
-            no_nvml=f"not captured (partition {profile.partition} is {vendor}: NVML is not used)",
+            no_nvml=f"not captured (partition {profile.partition} {why})",
         )
-        add_accel(snap, root, profile, node, timeout, gpu_snapshot, known_gpus)
+        if profile.gpu.count:
+            add_accel(snap, root, profile, node, timeout, gpu_snapshot, known_gpus)
         return add_drift(snap, root, profile, timeout) if drift else snap
     snap = capture(root, timeout_s=timeout, nvml=nvml and gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:

@@ -115,6 +115,25 @@ def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     return results, {}
 
 
+def node_version(name: str, label: str, text, rule, where: str, vendor: bool = False) -> result.Result:
+    """One version of the node's (a driver, a toolkit) against its rule: `where` says where it was read, for
+    an unreadable one."""
+    status, expected = judge(text, rule, vendor=vendor)
+    if status == result.FAIL:
+        return result.fail(
+            f"versions.{name}",
+            "node",
+            f"{label} {text}; expected {expected}",
+            f"{label} {text} not validated",
+        )
+    if status == result.UNKNOWN:
+        shown = repr(text) if not isinstance(text, str) or len(text) <= 200 else repr(text[:200]) + "..."
+        return result.unknown(
+            f"versions.{name}", "node", f"unreadable {label} version {shown}{where}; expected {expected}"
+        )
+    return result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}")
+
+
 def _accel_versions(section, profile: Profile) -> list:
     """The version matrix of an AMD or Ascend node (the `accel` section's `system`, read even when the devices
     did not answer): each rule of the section's vendor that the profile sets. A version that is missing or
@@ -130,29 +149,9 @@ def _accel_versions(section, profile: Profile) -> list:
         rule = getattr(profile.versions, name)
         if rule is None or owner != vendor:
             continue
-        text = system.get(key)
-        status, expected = judge(text, rule, vendor=True)
-        if status == result.FAIL:
-            out.append(
-                result.fail(
-                    f"versions.{name}",
-                    "node",
-                    f"{label} {text}; expected {expected}",
-                    f"{label} {text} not validated",
-                )
-            )
-        elif status == result.UNKNOWN:
-            why = errors.get(key)
-            why = f" ({' '.join(why.split())[:160]})" if isinstance(why, str) and why.strip() else ""
-            out.append(
-                result.unknown(
-                    f"versions.{name}",
-                    "node",
-                    f"unreadable {label} version {str(text)[:60]!r}{why}; expected {expected}",
-                )
-            )
-        else:
-            out.append(result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
+        why = errors.get(key)
+        why = f" ({' '.join(why.split())[:160]})" if isinstance(why, str) and why.strip() else ""
+        out.append(node_version(name, label, system.get(key), rule, why, vendor=True))
     return out
 
 
@@ -258,27 +257,7 @@ def _gpu_versions(snapshot, versions) -> list:
         rule = versions[name]
         if rule is None:
             continue
-        text = gpus.get(field)
-        status, expected = judge(text, rule)
-        if status == result.FAIL:
-            out.append(
-                result.fail(
-                    f"versions.{name}",
-                    "node",
-                    f"{label} {text}; expected {expected}",
-                    f"{label} {text} not validated",
-                )
-            )
-        elif status == result.UNKNOWN:
-            out.append(
-                result.unknown(
-                    f"versions.{name}",
-                    "node",
-                    f"unreadable {label} version {text!r} (NVML {field}); expected {expected}",
-                )
-            )
-        else:
-            out.append(result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
+        out.append(node_version(name, label, gpus.get(field), rule, f" (NVML {field})"))
     rule = versions.vbios
     devices = gpus.get("devices")
     if rule is not None and isinstance(devices, list):
