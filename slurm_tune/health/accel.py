@@ -128,12 +128,14 @@ def judge_section(section, vendor: str, profile: Profile) -> tuple[list, list[st
     if not section["answered"]:
         status, why = backend_problem(section)
         if status == result.FAIL:
+            hung = section.get("timeout") is True or "did not answer" in why or "still stuck" in why
+            said, reason = ("did not answer", "not answering") if hung else ("failed", "failing")
             return [
                 result.fail(
                     "accel.backend",
                     "node",
-                    f"{tool} did not answer: {why}; expected {count} {noun}s to answer",
-                    f"{tool} not answering",
+                    f"{tool} {said}: {why}; expected {count} {noun}s to answer",
+                    f"{tool} {reason}",
                 )
             ], []
         return [result.unknown("accel.backend", "node", f"{noun}s not judged: {why}")], []
