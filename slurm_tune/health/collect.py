@@ -4,6 +4,10 @@ The prolog reads only what its checks need (the profile's HCA ports and netdevs,
 through the hardware layer's section readers, each under the profile's probe deadline, and never loads
 NVML. The epilog and the periodic run take a full capture. In tests and replays the NVML part comes from a
 snapshot file (`--gpu-snapshot`, `$STUNE_GPU_SNAPSHOT`) instead of the driver.
+
+An AMD or Ascend partition (`accelerator: amd | ascend`) never touches NVML: its prolog reads the PCI bus's
+view of the vendor's devices (`pci_accel`; no vendor tool runs), its full capture the `accel` section through
+hw/amd.py or hw/ascend.py, or replays one from the same snapshot file (issue 26; health/accel.py judges both).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import time
 
 from .. import fastjson
 from ..hw.sysfs import FORMAT, IB_ERROR_COUNTERS, Sysfs
+
+NVIDIA = "nvidia"  # the profile's default accelerator (accelspec.VENDORS): NVML and the NVIDIA bus view
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
 if TYPE_CHECKING:
@@ -32,15 +38,19 @@ def add_known_gpus(sysfs: Sysfs, snap: dict, known) -> None:
             devices[address] = sysfs.pci_device(address)
 
 
+def addresses(known) -> list[str]:
+    """The PCI addresses a node state lists (`gpu_pci`), without anything that could leave the bus directory."""
+    return [a for a in known if isinstance(a, str) and "/" not in a] if isinstance(known, list) else []
+
+
 def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
     """The prolog's snapshot: the required HCA ports (the four judged counters, no GID tables), the needed
-    netdevs and the GPUs on the PCI bus, read by ONE probe under the profile's deadline (a thread per section
-    would cost more than the reads). Sections the probe did not finish say they did not answer and keep what
-    was read."""
-    from ..hw.deadline import ERROR, run_probe
-
+    netdevs and the GPUs on the PCI bus (an AMD or Ascend partition's: `pci_accel`, the devices a full check
+    listed by address, else the vendor's on the bus), read by ONE probe under the profile's deadline (a
+    thread per section would cost more than the reads). Sections the probe did not finish say they did not
+    answer and keep what was read."""
     sysfs = Sysfs(root)
-    plan: list[tuple] = []  # (section, names or None for every NVIDIA GPU, read one)
+    plan: list[tuple] = []  # (section, names or a function listing them, read one)
     if profile.fabric.type in ("ib", "roce"):
         devices = list(dict.fromkeys(h.device for h in profile.fabric.hcas))
         # an absent HCA reads as None and is left out: judged missing; an unreadable one says why
@@ -49,30 +59,17 @@ def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
     names += [h.netdev for h in profile.fabric.hcas if h.netdev]
     if names:
         plan.append(("net", list(dict.fromkeys(names)), sysfs.netdev))
-    if profile.gpu.count:
+    known = addresses(known_gpus)
+    vendor = profile.accelerator
+    if profile.gpu.count and vendor == NVIDIA:
         # the GPUs NVML listed last time, by address; a scan of the whole bus only until that is known
-        known = (
-            [a for a in known_gpus if isinstance(a, str) and "/" not in a]
-            if isinstance(known_gpus, list)
-            else []
+        plan.append(
+            ("pci_gpus", known if len(known) >= profile.gpu.count else sysfs.nvidia_gpus, sysfs.pci_device)
         )
-        plan.append(("pci_gpus", known if len(known) >= profile.gpu.count else None, sysfs.pci_device))
-    finished: list = []
-
-    def probe(partial):
-        out: dict = {}
-        partial.value = out
-        for section, wanted, read in plan:
-            found = out[section] = {}
-            for name in sysfs.nvidia_gpus() if wanted is None else wanted:
-                value = read(name)
-                if value is not None:
-                    found[name] = value
-            finished.append(section)
-        return out
-
-    result = run_probe("sysfs", probe, profile.health.probe_timeout_s)
-    read = result.value if isinstance(result.value, dict) else {}
+    elif (
+        profile.gpu.count
+    ):  # amd, ascend: the devices a full check listed, by address; else the vendor's on the bus
+        plan.append(("pci_accel", known or (lambda: sysfs.vendor_devices(vendor)), sysfs.pci_device))
     snap: dict = {
         "format": FORMAT,
         "node": node,
@@ -80,19 +77,48 @@ def fast(root: str, profile: Profile, node: str, known_gpus=None) -> dict:
         "sysfs_root": root,
         "scope": "fast",
     }
+    snap.update(read_sections(sysfs, plan, profile.health.probe_timeout_s))
+    if "pci_accel" in snap:
+        snap["pci_accel"].update(vendor=vendor, known=known)
+    add_known_gpus(sysfs, snap, known_gpus)
+    snap["problems"] = list(sysfs.problems)
+    return snap
+
+
+def read_sections(sysfs: Sysfs, plan: list[tuple], timeout_s: float) -> dict:
+    """{section: {"answered", "devices", "elapsed_s"[, "error"]}} of a plan of (section, names or a function
+    giving them, read one), read by ONE probe under the deadline (a thread per section would cost more than
+    the reads). Sections the probe did not finish say they did not answer and keep what was read."""
+    from ..hw.deadline import ERROR, run_probe
+
+    finished: list = []
+
+    def probe(partial):
+        out: dict = {}
+        partial.value = out
+        for section, wanted, read in plan:
+            found = out[section] = {}
+            for name in wanted() if callable(wanted) else wanted:
+                value = read(name)
+                if value is not None:
+                    found[name] = value
+            finished.append(section)
+        return out
+
+    result = run_probe("sysfs", probe, timeout_s)
+    read = result.value if isinstance(result.value, dict) else {}
+    sections: dict = {}
     for section, _, _ in plan:
-        snap[section] = {
+        sections[section] = {
             "answered": section in finished,
             "devices": read.get(section, {}),
             "elapsed_s": round(result.elapsed_s, 4),
         }
         if section not in finished:
-            snap[section]["error"] = (
+            sections[section]["error"] = (
                 result.message if result.status != ERROR else f"sysfs probe failed: {result.message}"
             )
-    add_known_gpus(sysfs, snap, known_gpus)
-    snap["problems"] = list(sysfs.problems)
-    return snap
+    return sections
 
 
 def full(
@@ -108,26 +134,94 @@ def full(
 ) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
     only when asked for: the checks do not need them, a capture for triage does. A profile without GPUs
-    (gpu.count 0) neither imports pynvml nor probes NVML. `drift`: the host settings too (add_drift): the
-    periodic run and `stune-health capture`, never a hook."""
+    (gpu.count 0) neither imports pynvml nor probes NVML, and an amd or ascend one takes its `accel` section
+    instead (add_accel). `drift`: the host settings too (add_drift): the periodic run and `stune-health
+    capture`, never a hook."""
     from ..hw.snapshot import capture
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
-    if profile is not None and not profile.gpu.count:  # a CPU/IB-only partition: no pynvml, no NVML probe
+    vendor = profile.accelerator if profile is not None else NVIDIA
+    if profile is not None and (not profile.gpu.count or vendor != NVIDIA):
+        # a CPU/IB-only partition: no pynvml, no NVML probe; an amd or ascend one: its own backend, never NVML
+        why = "has gpu.count 0" if not profile.gpu.count else f"is {vendor}: NVML is not used"
         snap = capture(
             root,
             timeout_s=timeout,
             nvml=False,
             node=node,
             gids=gids,
-            no_nvml=f"not captured (partition {profile.partition} has gpu.count 0)",
+            no_nvml=f"not captured (partition {profile.partition} {why})",
         )
+        if profile.gpu.count:
+            add_accel(snap, root, profile, node, timeout, gpu_snapshot, known_gpus)
         return add_drift(snap, root, profile, timeout) if drift else snap
     snap = capture(root, timeout_s=timeout, nvml=nvml and gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:
         snap["gpus"] = replay_gpus(gpu_snapshot)
+        if profile is None:  # a capture for triage keeps a replayed accel section too
+            data, _ = snapshot_file(gpu_snapshot)
+            if isinstance(data, dict) and isinstance(data.get("accel"), dict):
+                snap["accel"] = data["accel"]
     add_known_gpus(Sysfs(root), snap, known_gpus)
     return add_drift(snap, root, profile, timeout) if drift else snap
+
+
+def add_accel(
+    snap: dict, root: str, profile: Profile, node: str, timeout_s: float, gpu_snapshot=None, known_gpus=None
+) -> dict:
+    """`snap` with the `accel` section of an amd or ascend partition (replayed from `gpu_snapshot` when given,
+    else read by hw/amd.py or hw/ascend.py) and `pci_accel`, the bus's view of the vendor's devices (those on
+    the bus, and those a full check listed before, by address)."""
+    vendor = profile.accelerator
+    snap["accel"] = (
+        replay_accel(gpu_snapshot, vendor) if gpu_snapshot else capture_accel(root, profile, node, timeout_s)
+    )
+    from .acceldevice import bus_address
+
+    sysfs, known = Sysfs(root), addresses(known_gpus)
+    devices = snap["accel"].get("devices") if isinstance(snap["accel"], dict) else None
+    listed = (
+        [bus_address(d.get("bus_id")) for d in devices if isinstance(d, dict)]
+        if isinstance(devices, list)
+        else []
+    )
+    extra = [
+        a for a in known + listed if a
+    ]  # read by address too: a device the backend lists or listed before
+
+    def names():
+        return list(dict.fromkeys(sysfs.vendor_devices(vendor) + extra))
+
+    plan = [("pci_accel", names, sysfs.pci_device)]
+    snap.update(read_sections(sysfs, plan, timeout_s))
+    snap["pci_accel"].update(vendor=vendor, known=known)
+    snap["problems"] = list(dict.fromkeys([*snap.get("problems", []), *sysfs.problems]))
+    return snap
+
+
+def capture_accel(root: str, profile: Profile, node: str, timeout_s: float) -> dict:
+    """The node's `accel` section from its vendor's backend, imported here only (like hw/nvml.py: the prolog
+    never runs a vendor tool): hw.ascend.capture or hw.amd.capture. A backend that cannot be imported or
+    breaks its never-raise promise is stune's problem: "not captured" (judged unknown), never the node's."""
+    import importlib
+
+    vendor = profile.accelerator
+    blank = {"answered": False, "vendor": vendor, "source": "stune", "devices": []}
+    try:
+        backend = importlib.import_module(f"slurm_tune.hw.{vendor}")
+        if vendor == "ascend":
+            section = backend.capture(root, timeout_s, tools=profile.accel.tools, environ=None, node=node)
+        else:
+            section = backend.capture(timeout_s)
+    except ImportError as exc:
+        return dict(blank, error=f"not captured: stune's {vendor} backend cannot be imported: {exc}")
+    except Exception as exc:
+        return dict(
+            blank, error=f"not captured: stune's {vendor} backend failed: {type(exc).__name__}: {exc}"
+        )
+    if not isinstance(section, dict):
+        return dict(blank, error=f"not captured: stune's {vendor} backend gave no section")
+    return section
 
 
 def add_drift(snap: dict, root: str, profile: Profile | None, timeout_s: float, sysctls=()) -> dict:
@@ -149,20 +243,39 @@ def add_drift(snap: dict, root: str, profile: Profile | None, timeout_s: float, 
     return snap
 
 
-def replay_gpus(path: str) -> dict:
-    """The `gpus` section of a snapshot file, as NVML would have answered it. A file that cannot be read is
-    a setup problem, not the GPUs': the section says "not captured", which the checks judge unknown."""
+def snapshot_file(path: str) -> tuple[object, str]:
+    """(the JSON of a GPU snapshot file, "") or (None, why not). Root replays only from a file root alone can
+    write (safeio.require_trusted). A file that cannot be read is a setup problem, not the devices': the
+    reason says "not captured", which the checks judge unknown."""
     from ..safeio import UnsafePathError, require_trusted
 
     try:
-        require_trusted(path)  # root replays NVML only from a file root alone can write
-        data = fastjson.load_file(path)
+        require_trusted(path)
+        return fastjson.load_file(path), ""
     except UnsafePathError as exc:
-        return {"answered": False, "devices": [], "error": f"not captured: GPU snapshot {exc}"}
+        return None, f"not captured: GPU snapshot {exc}"
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         why = getattr(exc, "strerror", None) or exc
-        return {"answered": False, "devices": [], "error": f"not captured: GPU snapshot {path}: {why}"}
+        return None, f"not captured: GPU snapshot {path}: {why}"
+
+
+def replay_gpus(path: str) -> dict:
+    """The `gpus` section of a snapshot file, as NVML would have answered it."""
+    data, why = snapshot_file(path)
+    if why:
+        return {"answered": False, "devices": [], "error": why}
     gpus = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(gpus, dict):
         return {"answered": False, "devices": [], "error": f"not captured: GPU snapshot {path} has no 'gpus'"}
     return gpus
+
+
+def replay_accel(path: str, vendor: str) -> dict:
+    """The `accel` section of a snapshot file (beside or instead of `gpus`), as the vendor's backend would have
+    given it; the same trust rule as replay_gpus."""
+    data, why = snapshot_file(path)
+    accel = data.get("accel") if isinstance(data, dict) else None
+    if why or not isinstance(accel, dict):
+        why = why or f"not captured: GPU snapshot {path} has no 'accel'"
+        return {"answered": False, "vendor": vendor, "source": "replay", "devices": [], "error": why}
+    return accel

@@ -5,7 +5,8 @@ volatile ECC errors and pending retired pages fail; remapped rows pending are de
 fails; PCIe width below the maximum is degraded, always, and the link generation only under load (GPUs
 train their link down at idle to save power, so an idle gen-1 link says nothing); temperature over the
 profile's limit or thermal / power-brake clock slowdown is degraded; NVLink links down are degraded or fail
-per profile; persistence mode off is degraded. The bus view counts GPUs even when NVML cannot.
+per profile; persistence mode off is degraded. The bus view counts GPUs even when NVML cannot. Only on an
+NVIDIA partition (`accelerator: nvidia`): AMD and Ascend devices are the accel family's (health/accel.py).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def _num(value) -> float | None:
 
 def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     spec = profile.gpu
-    if not spec.count or not isinstance(snapshot, dict):
-        return [], {}
+    if not spec.count or not isinstance(snapshot, dict) or profile.accelerator != "nvidia":
+        return [], {}  # (an amd or ascend partition's devices are the accel family's: health/accel.py)
     results: list = []
     nvml_devices = None
     if "gpus" in snapshot:

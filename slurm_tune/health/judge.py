@@ -33,10 +33,21 @@ def _drift(snapshot, profile: Profile, previous):
     return drift.check(snapshot, profile, previous)
 
 
+def _accel(snapshot, profile: Profile, previous):
+    """The accel family (AMD, Ascend: health/accel.py), imported only for such a partition or a snapshot with
+    their sections; an NVIDIA node's hooks never load it."""
+    if profile.accelerator == "nvidia" and "accel" not in snapshot and "pci_accel" not in snapshot:
+        return [], {}
+    from . import accel
+
+    return accel.check(snapshot, profile, previous)
+
+
 FAMILIES = (
     ("ib", ib.check),
     ("versions", versions.check),
     ("gpu", gpu.check),
+    ("accel", _accel),
     ("xid", _xid),
     ("transport", transport.check),
     ("drift", _drift),

@@ -3,14 +3,16 @@
 HCA firmware (`fw_ver`, by the board's PSID `board_id` - exactly, or by a glob pattern such as `DEL*` for
 OEM PSIDs - then by model `hca_type`), the NVIDIA driver, the CUDA driver API version and each GPU's VBIOS.
 A rule is `{min: V}` (V or newer) or `{allowed: [V, ...]}` (exactly one of these). A version outside the
-matrix fails: the combination was never validated for this partition. A version, board_id or model that is
-not fully well formed is unknown, naming where it was read: garbage is never a lower version.
+matrix fails: the combination was never validated for this partition. AMD and Ascend nodes: ROCm and the
+amdgpu driver, the NPU driver, firmware and CANN, from the `accel` section (text.parse_vendor_version's
+order: 24.1.rc2 < 24.1.rc3 < 24.1.0). A version, board_id or model that is not fully well formed is
+unknown, naming where it was read: garbage is never a lower version.
 """
 
 from __future__ import annotations
 
 from ..hw.sysfs import IB_CLASS
-from ..text import parse_version
+from ..text import parse_vendor_version, parse_version
 from . import result
 from .ib import section
 
@@ -22,24 +24,26 @@ ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345
 ID_MAX = 64
 
 
-def judge(text, rule, hex_parts: bool = False) -> tuple[str, str]:
+def judge(text, rule, hex_parts: bool = False, vendor: bool = False) -> tuple[str, str]:
     """(status, what was expected) for one version string against one rule: unknown unless `text` is a
-    fully well-formed version."""
+    fully well-formed version (`vendor`: an accelerator stack's, with pre-release tags: 24.1.rc2 < 24.1.0)."""
     if rule.min is not None:
         expected = f"{rule.min} or newer"
     else:
         expected = "one of " + ", ".join(rule.allowed)
-    key = parse_version(text, hex_parts)
+
+    def parse(version):
+        return parse_vendor_version(version) if vendor else parse_version(version, hex_parts)
+
+    key = parse(text)
     if key is None:
         return result.UNKNOWN, expected
     if rule.min is not None:
-        floor = parse_version(rule.min, hex_parts)
+        floor = parse(rule.min)
         if floor is None:  # profilecheck refuses such a profile; one that slipped through cannot judge
             return result.UNKNOWN, expected
         return (result.OK if key >= floor else result.FAIL), expected
-    return (
-        result.OK if any(key == parse_version(v, hex_parts) for v in rule.allowed) else result.FAIL
-    ), expected
+    return (result.OK if any(key == parse(v) for v in rule.allowed) else result.FAIL), expected
 
 
 def well_formed_id(text) -> bool:
@@ -90,11 +94,65 @@ def match_rule(rules, board, model) -> tuple[str | None, str | None]:
     return None, None
 
 
+# The accelerator stacks' rules (issue 26): rule -> (vendor, the `accel` section's `system` key, what it is)
+ACCEL_VERSIONS = {
+    "npu_driver": ("ascend", "driver_version", "Ascend NPU driver"),
+    "npu_firmware": ("ascend", "firmware_version", "Ascend NPU firmware"),
+    "cann": ("ascend", "cann_version", "CANN toolkit"),
+    "rocm": ("amd", "rocm_version", "ROCm"),
+    "amdgpu_driver": ("amd", "driver_version", "amdgpu driver"),
+}
+
+
 def check(snapshot, profile: Profile, previous: dict) -> tuple[list, dict]:
     results = _hca_firmware(snapshot, profile) if profile.fabric.hcas else []
-    if isinstance(snapshot, dict) and "gpus" in snapshot and profile.gpu.count:
+    if not isinstance(snapshot, dict) or not profile.gpu.count:
+        return results, {}
+    if "gpus" in snapshot and profile.accelerator == "nvidia":
         results += _gpu_versions(snapshot, profile.versions)
+    if "accel" in snapshot:
+        results += _accel_versions(snapshot["accel"], profile)
     return results, {}
+
+
+def node_version(name: str, label: str, text, rule, where: str, vendor: bool = False) -> result.Result:
+    """One version of the node's (a driver, a toolkit) against its rule: `where` says where it was read, for
+    an unreadable one."""
+    status, expected = judge(text, rule, vendor=vendor)
+    if status == result.FAIL:
+        return result.fail(
+            f"versions.{name}",
+            "node",
+            f"{label} {text}; expected {expected}",
+            f"{label} {text} not validated",
+        )
+    if status == result.UNKNOWN:
+        shown = repr(text) if not isinstance(text, str) or len(text) <= 200 else repr(text[:200]) + "..."
+        return result.unknown(
+            f"versions.{name}", "node", f"unreadable {label} version {shown}{where}; expected {expected}"
+        )
+    return result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}")
+
+
+def _accel_versions(section, profile: Profile) -> list:
+    """The version matrix of an AMD or Ascend node (the `accel` section's `system`, read even when the devices
+    did not answer): each rule of the section's vendor that the profile sets. A version that is missing or
+    not fully well formed is unknown, with the backend's reason."""
+    vendor = section.get("vendor") if isinstance(section, dict) else None
+    vendor = vendor if vendor in ("amd", "ascend") else profile.accelerator
+    system = section.get("system") if isinstance(section, dict) else None
+    system = system if isinstance(system, dict) else {}
+    errors = system.get("errors")
+    errors = errors if isinstance(errors, dict) else {}
+    out = []
+    for name, (owner, key, label) in ACCEL_VERSIONS.items():
+        rule = getattr(profile.versions, name)
+        if rule is None or owner != vendor:
+            continue
+        why = errors.get(key)
+        why = f" ({' '.join(why.split())[:160]})" if isinstance(why, str) and why.strip() else ""
+        out.append(node_version(name, label, system.get(key), rule, why, vendor=True))
+    return out
 
 
 def _hca_firmware(snapshot, profile: Profile) -> list:
@@ -199,27 +257,7 @@ def _gpu_versions(snapshot, versions) -> list:
         rule = versions[name]
         if rule is None:
             continue
-        text = gpus.get(field)
-        status, expected = judge(text, rule)
-        if status == result.FAIL:
-            out.append(
-                result.fail(
-                    f"versions.{name}",
-                    "node",
-                    f"{label} {text}; expected {expected}",
-                    f"{label} {text} not validated",
-                )
-            )
-        elif status == result.UNKNOWN:
-            out.append(
-                result.unknown(
-                    f"versions.{name}",
-                    "node",
-                    f"unreadable {label} version {text!r} (NVML {field}); expected {expected}",
-                )
-            )
-        else:
-            out.append(result.ok(f"versions.{name}", "node", f"{label} {text}; expected {expected}"))
+        out.append(node_version(name, label, gpus.get(field), rule, f" (NVML {field})"))
     rule = versions.vbios
     devices = gpus.get("devices")
     if rule is not None and isinstance(devices, list):

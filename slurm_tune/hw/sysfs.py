@@ -22,6 +22,15 @@ PCI_DEVICES = "sys/bus/pci/devices"
 NUMA_NODES = "sys/devices/system/node"
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
+# Other vendors' accelerators on the bus: vendor id and (class prefixes, device ids); docs/accelerators.md.
+# AMD: VGA (0x0300), display controller (0x0380: MI50/MI100/MI200) and processing accelerator (0x1200:
+# MI300X/MI325X); the HDMI audio and the CPU's functions are other classes or vendor 0x1022. Huawei (0x19e5,
+# whose NICs share the vendor): the Ascend ids of Huawei's driver log-collection script, 310 d100, 310P d500,
+# 910 d801, 910B d802, 910_93 (A3) d803.
+ACCEL_PCI = {
+    "amd": ("0x1002", ("0x0300", "0x0380", "0x1200"), ()),
+    "ascend": ("0x19e5", (), ("0xd100", "0xd500", "0xd801", "0xd802", "0xd803")),
+}
 # The error counters the health checks judge; capture takes every file in counters/ regardless.
 IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 IFF_UP = 0x1
@@ -257,6 +266,11 @@ class Sysfs:
                 found.append(address)
         return found
 
+    def vendor_devices(self, vendor: str) -> list[str]:
+        """PCI addresses of an accelerator vendor's devices (ACCEL_PCI: "amd", "ascend"), in bus order."""
+        found = self.listdir(PCI_DEVICES)
+        return [a for a in found if accel_match(vendor, lambda f, a=a: self.read(f"{PCI_DEVICES}/{a}/{f}"))]
+
     def numa_cpulist(self, node: int) -> str | None:
         return self.read(f"{NUMA_NODES}/node{node}/cpulist")
 
@@ -379,6 +393,19 @@ def parse_cpulist(text: str | None) -> frozenset[int] | None:
             return None
         cpus.update(range(start, end + 1))
     return frozenset(cpus)
+
+
+def accel_match(vendor: str, read) -> bool | None:
+    """Whether a PCI device is one of `vendor`'s accelerators (ACCEL_PCI); `read(name)` gives the text of its
+    vendor, class or device file. None: an id that cannot be read (never taken for another vendor's)."""
+    vendor_id, classes, ids = ACCEL_PCI[vendor]
+    texts = [read("vendor")]
+    if parse_int(texts[0]) is not None and texts[0].strip().lower() == vendor_id:
+        texts.append(read("class" if classes else "device"))
+    if any(parse_int(t) is None for t in texts):
+        return None
+    last = texts[-1].strip().lower()
+    return len(texts) == 2 and (last[:6] in classes if classes else last in ids)
 
 
 def parse_int(text: str | None) -> int | None:
