@@ -165,7 +165,7 @@ def test_a_full_capture_of_an_amd_node_calls_amd_capture_with_its_deadline(
     root = node_tree(tmp_path / "root", "amd")
     backend = Backend(monkeypatch, "amd", amd_section())
     snap = collect.full(str(root), world["load"]("mi"), "n1", timeout_s=2.5)
-    assert backend.calls == [((2.5,), {})]
+    assert backend.calls == [((2.5,), {"root": str(root)})]  # the ROCm version file under the node's root
     assert snap["accel"]["vendor"] == "amd" and len(snap["pci_accel"]["devices"]) == 8
 
 

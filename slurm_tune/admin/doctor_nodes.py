@@ -75,7 +75,15 @@ class NodeChecks(AccelChecks):
                     # never this host's NVML for another node
                     if root:  # an AMD/Ascend node's profile: its capture reads that vendor's devices
                         profile = self.node_profiles.get(node)
-                        snap = full(root, profile, node, gpu_file, timeout_s=5.0, nvml=False)
+                        snap = full(
+                            root,
+                            profile,
+                            node,
+                            gpu_file,
+                            timeout_s=5.0,
+                            nvml=False,
+                            environ={**os.environ, **self.env},
+                        )
                         add_drift(snap, root, None, 5.0, sysctls=self.drift_sysctls)
                     elif gpu_file:
                         snap = {"gpus": replay_gpus(gpu_file)}

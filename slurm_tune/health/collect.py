@@ -131,12 +131,14 @@ def full(
     known_gpus=None,
     nvml: bool = True,
     drift: bool = False,
+    environ=None,
 ) -> dict:
     """Everything (`stune-health capture`), with NVML replayed from `gpu_snapshot` when given. GID tables
     only when asked for: the checks do not need them, a capture for triage does. A profile without GPUs
     (gpu.count 0) neither imports pynvml nor probes NVML, and an amd or ascend one takes its `accel` section
     instead (add_accel). `drift`: the host settings too (add_drift): the periodic run and `stune-health
-    capture`, never a hook."""
+    capture`, never a hook. `environ`: where an Ascend node's tools are looked for ($STUNE_ACCEL_TOOLS; default
+    this process's environment; doctor passes the site's env file)."""
     from ..hw.snapshot import capture
 
     timeout = timeout_s or (profile.health.probe_timeout_s if profile is not None else 5.0)
@@ -153,7 +155,7 @@ def full(
             no_nvml=f"not captured (partition {profile.partition} {why})",
         )
         if profile.gpu.count:
-            add_accel(snap, root, profile, node, timeout, gpu_snapshot, known_gpus)
+            add_accel(snap, root, profile, node, timeout, gpu_snapshot, known_gpus, environ)
         return add_drift(snap, root, profile, timeout) if drift else snap
     snap = capture(root, timeout_s=timeout, nvml=nvml and gpu_snapshot is None, node=node, gids=gids)
     if gpu_snapshot:
@@ -167,14 +169,23 @@ def full(
 
 
 def add_accel(
-    snap: dict, root: str, profile: Profile, node: str, timeout_s: float, gpu_snapshot=None, known_gpus=None
+    snap: dict,
+    root: str,
+    profile: Profile,
+    node: str,
+    timeout_s: float,
+    gpu_snapshot=None,
+    known_gpus=None,
+    environ=None,
 ) -> dict:
     """`snap` with the `accel` section of an amd or ascend partition (replayed from `gpu_snapshot` when given,
     else read by hw/amd.py or hw/ascend.py) and `pci_accel`, the bus's view of the vendor's devices (those on
     the bus, and those a full check listed before, by address)."""
     vendor = profile.accelerator
     snap["accel"] = (
-        replay_accel(gpu_snapshot, vendor) if gpu_snapshot else capture_accel(root, profile, node, timeout_s)
+        replay_accel(gpu_snapshot, vendor)
+        if gpu_snapshot
+        else capture_accel(root, profile, node, timeout_s, environ)
     )
     from .acceldevice import bus_address
 
@@ -199,7 +210,7 @@ def add_accel(
     return snap
 
 
-def capture_accel(root: str, profile: Profile, node: str, timeout_s: float) -> dict:
+def capture_accel(root: str, profile: Profile, node: str, timeout_s: float, environ=None) -> dict:
     """The node's `accel` section from its vendor's backend, imported here only (like hw/nvml.py: the prolog
     never runs a vendor tool): hw.ascend.capture or hw.amd.capture. A backend that cannot be imported or
     breaks its never-raise promise is stune's problem: "not captured" (judged unknown), never the node's."""
@@ -210,9 +221,9 @@ def capture_accel(root: str, profile: Profile, node: str, timeout_s: float) -> d
     try:
         backend = importlib.import_module(f"slurm_tune.hw.{vendor}")
         if vendor == "ascend":
-            section = backend.capture(root, timeout_s, tools=profile.accel.tools, environ=None, node=node)
-        else:
-            section = backend.capture(timeout_s)
+            section = backend.capture(root, timeout_s, tools=profile.accel.tools, environ=environ, node=node)
+        else:  # the ROCm version file is read under the relocatable root where amdsmi cannot say it
+            section = backend.capture(timeout_s, root=root)
     except ImportError as exc:
         return dict(blank, error=f"not captured: stune's {vendor} backend cannot be imported: {exc}")
     except Exception as exc:
