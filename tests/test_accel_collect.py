@@ -7,6 +7,7 @@ a later prolog finds gone."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -315,3 +316,26 @@ def test_a_device_the_backend_lists_but_the_bus_lacks_is_read_by_address_and_nam
     assert snap["pci_accel"]["devices"][AMD_ADDRS[7]] == {"present": False}
     verdict, _ = judge.judge(snap, world["load"]("mi"), {})
     assert verdict.status == FAIL and verdict.reason == f"{AMD_ADDRS[7]} gone from PCI"
+
+
+def test_stune_health_capture_of_an_ascend_partition_has_its_accel_section(world, tmp_path, capsys):
+    """`stune-health capture -p P` on an Ascend node: what doctor's fix text asks an admin to run. The real
+    backend through the stand-in npu-smi and hccn_tool (tests/accel_standins), found in $STUNE_ACCEL_TOOLS."""
+    from test_ascend_capture import install, state
+
+    from slurm_tune.cli import health as health_cli
+
+    tools = install(tmp_path / "tools", state(2))
+    root = node_tree(tmp_path / "root", "ascend", n=2)
+    os.environ["STUNE_ACCEL_TOOLS"] = str(tools)
+    try:
+        code = health_cli.main(["capture", "-p", "asc", "--sysfs-root", str(root), "--node", "n1"])
+    finally:
+        del os.environ["STUNE_ACCEL_TOOLS"]
+    snap = json.loads(capsys.readouterr().out)
+    assert code == 0 and snap["accel"]["answered"] is True and snap["accel"]["source"] == "npu-smi"
+    assert [d["minor"] for d in snap["accel"]["devices"]] == [0, 1] and set(snap["accel"]["ports"]) == {
+        "0",
+        "1",
+    }
+    assert snap["gpus"]["answered"] is False  # NVML is not asked on an Ascend partition's node

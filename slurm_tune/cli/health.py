@@ -133,7 +133,11 @@ def _capture(options: dict) -> int:
         timeout_s=timeout,
         nvml=not options.get("no_nvml"),
     )
-    collect.add_drift(snap, cfg.root, _capture_profile(cfg), timeout or 5.0)
+    profile = _capture_profile(cfg)
+    if profile is not None and profile.accelerator != "nvidia" and profile.gpu.count:
+        # an AMD or Ascend partition's devices: its backend (or the replay file), beside whatever NVML said
+        collect.add_accel(snap, cfg.root, profile, cfg.node, timeout or 5.0, cfg.gpu_snapshot)
+    collect.add_drift(snap, cfg.root, profile, timeout or 5.0)
     out = options.get("output")
     if out and out != "-":
         from ..hw.snapshot import save
@@ -148,8 +152,8 @@ def _capture(options: dict) -> int:
 
 
 def _capture_profile(cfg):
-    """The profile a capture reads the drift section's sysctls for (--partition or $STUNE_HEALTH_PARTITION),
-    or None: then only the built-in ones (hw/drift.py)."""
+    """The profile a capture reads the drift section's sysctls (and an AMD or Ascend partition's devices) for
+    (--partition or $STUNE_HEALTH_PARTITION), or None: then only the built-in sysctls (hw/drift.py)."""
     if not cfg.partition:
         return None
     from ..errors import StuneError

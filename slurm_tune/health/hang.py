@@ -26,6 +26,7 @@ SECTIONS = {
     "pci_gpus": ("sysfs-pci", "sysfs read"),
     "kernel": ("kmsg", "kernel log read"),
     "gpus": ("nvml", "NVML read"),
+    "accel": ("accel", "accelerator tool read"),  # npu-smi / hccn_tool / amdsmi (hw/ascend.py, hw/amd.py)
 }
 
 
