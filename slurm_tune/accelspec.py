@@ -10,15 +10,9 @@ devices whatever the vendor (an NPU is a "gpu" there); `gpu.gres` is the GRES Sl
 from __future__ import annotations
 
 from .schema import Bool, Float, Int, Map, Nullable, Section, Str
+from .vendors import AMD, ASCEND, DEFAULT_GRES, DEFAULT_MAX_TEMP_C, NVIDIA, VENDORS
 
-NVIDIA, AMD, ASCEND = "nvidia", "amd", "ascend"
-VENDORS = (NVIDIA, AMD, ASCEND)
-# The GRES a vendor's devices are scheduled as when gpu.gres is empty: AMD sites use gres/gpu over
-# /dev/dri/renderD*, Ascend sites commonly gres/npu over /dev/davinci*.
-DEFAULT_GRES = {NVIDIA: "gpu", AMD: "gpu", ASCEND: "npu"}
-# Hot-limit defaults when accel.max_temp_c is empty (docs/accelerators.md): the temperature each vendor's
-# tool reports (AMD: the hotspot/junction sensor; Ascend: the chip), below the vendor's throttle point.
-DEFAULT_MAX_TEMP_C = {AMD: 100, ASCEND: 85}
+__all__ = ["AMD", "ASCEND", "DEFAULT_GRES", "DEFAULT_MAX_TEMP_C", "NVIDIA", "VENDORS"]
 
 
 class EnvName(Str):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from slurm_tune import accelspec
 from slurm_tune.health import acceldevice, apply, judge
 from slurm_tune.health.result import DEGRADED, FAIL, OK, UNKNOWN
 from slurm_tune.hw.snapshot import FORMAT
@@ -529,10 +528,6 @@ def test_temperature(profiles, name, temp, extra, status, message):
     assert (found.status, found.message) == (status, message)
     if status == DEGRADED:
         assert found.reason == f"{subject.split()[0]} {temp:g}C"
-
-
-def test_the_default_temperature_limits_are_accelspecs():
-    assert acceldevice.DEFAULT_MAX_TEMP_C == accelspec.DEFAULT_MAX_TEMP_C
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,9 @@ from slurm_tune import fastjson
 from slurm_tune.health import judge
 from slurm_tune.health.accel import vendor_id
 from slurm_tune.health.acceldevice import HEALTH_FAIL, bus_address, name_of
-from slurm_tune.health.accelports import NET_HEALTH_OTHER
 from slurm_tune.health.result import FAIL
 from slurm_tune.profiles import load_profile
+from slurm_tune.vendors import HCCN_NET_HEALTH, NET_HEALTH_OK
 
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 DEVICE_CHECKS = ("accel.model", "accel.health", "accel.ecc", "accel.thermal", "accel.power", "accel.pcie")
@@ -79,7 +79,9 @@ def fail_is_backed(r, snapshot: dict, vendor: str) -> bool:
         "accel.ecc": lambda: type(ecc.get("uncorrected")) is int and ecc["uncorrected"] > 0,
         "accel.xgmi": lambda: any(isinstance(k, dict) and k.get("up") is False for k in links),
         "accel.hccn_link": lambda: port.get("link") == "DOWN",
-        "accel.hccn_health": lambda: port.get("net_health") in NET_HEALTH_OTHER,
+        "accel.hccn_health": lambda: (
+            port.get("net_health") in HCCN_NET_HEALTH and port.get("net_health") != NET_HEALTH_OK
+        ),
         "accel.hccn_ip": lambda: "ip" in port and port["ip"] is None,
         "accel.backend": lambda: section.get("answered") is False,
         "accel.pci": lambda: bus_backs_a_failure(snapshot, vendor),

@@ -8,13 +8,13 @@ section's type and range (text for a number, a bool, 1e300 degrees) is unknown, 
 
 from __future__ import annotations
 
+from ..vendors import AMD, ASCEND, DEFAULT_MAX_TEMP_C
 from . import result
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
 if TYPE_CHECKING:
     from ..profilestore import Profile
 
-AMD, ASCEND = "amd", "ascend"
 PREFIX = {AMD: "gpu", ASCEND: "npu"}
 TOOL = {AMD: "amdsmi", ASCEND: "npu-smi"}
 # npu-smi's health states (npu-smi info's Health column): OK is healthy, Warning is the profile's call,
@@ -24,7 +24,6 @@ BAD = object()  # a value present but not of its type and range
 TEMP_RANGE, POWER_RANGE, COUNT_RANGE = (-60.0, 250.0), (0.0, 10000.0), (0, (1 << 64) - 1)
 WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 GEN_RANGE = (1, 8)
-DEFAULT_MAX_TEMP_C = {AMD: 100, ASCEND: 85}  # = accelspec.DEFAULT_MAX_TEMP_C (AMD hotspot, Ascend chip)
 
 
 def number(value, low: float, high: float, whole: bool = False):
@@ -117,8 +116,8 @@ def check(dev, pos: int, vendor: str, profile: Profile) -> list:
 
 
 def max_temp_c(profile: Profile, vendor: str) -> int:
-    """accel.max_temp_c, else the vendor's default: accelspec.max_temp_c's rule, which imports the schema (not
-    on a hook's path); tests/test_accel_checks.py holds the two to the same table."""
+    """accel.max_temp_c, else the vendor's default (vendors.py): accelspec.max_temp_c's rule, without the
+    schema accelspec imports (not on a hook's path)."""
     given = profile.accel.max_temp_c
     return given if given is not None else DEFAULT_MAX_TEMP_C[vendor]
 

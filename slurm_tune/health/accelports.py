@@ -8,24 +8,11 @@ answer, or whose answer is not in hccn_tool's words, is unknown.
 from __future__ import annotations
 
 from ..text import is_digits
+from ..vendors import HCCN_NET_HEALTH, NET_HEALTH_OK
 from . import result
 from .acceldevice import minor_of, shown
 
 LINK_UP, LINK_DOWN = "UP", "DOWN"
-NET_HEALTH_OK = "Success"
-# hccn_tool -net_health -g's other results, as its documentation lists them (the port cannot reach its detect
-# IP, or detection is not set up); anything else is not a result and judged unknown.
-NET_HEALTH_OTHER = (
-    "Socket fail",
-    "Receive timeout",
-    "Unreachable",
-    "Time exceeded",
-    "Fault",
-    "Init",
-    "Thread error",
-    "Detect ip set",
-    "Detect ip not set",
-)
 
 
 def ipv4(text) -> bool:
@@ -101,7 +88,7 @@ def _net_health(n, port, subject, name, hccn) -> result.Result:
     command = f"hccn_tool -i {n} -net_health -g"
     if health == NET_HEALTH_OK:
         return result.ok("accel.hccn_health", subject, f"net_health Success ({command})")
-    if health in NET_HEALTH_OTHER:
+    if health in HCCN_NET_HEALTH:
         maker = result.fail if hccn.net_health == result.FAIL else result.degraded
         return maker(
             "accel.hccn_health",

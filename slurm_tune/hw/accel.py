@@ -56,10 +56,12 @@ the render node), but a device is always named by `minor` where the job side nee
 
 from __future__ import annotations
 
+from ..vendors import AMD, ASCEND
 from .nvml import GpuUtilization
 
+__all__ = ["AMD", "ASCEND", "SECTION", "utilization_from_section"]
+
 SECTION = "accel"
-AMD, ASCEND = "amd", "ascend"
 
 
 def _num(value) -> float | None:

@@ -17,22 +17,10 @@ Version files (key=value lines): /usr/local/Ascend/driver/version.info and firmw
 
 from __future__ import annotations
 
+from ..vendors import HCCN_LINK, HCCN_NET_HEALTH
 from .amdvalues import count, text, version
 
-LINK = ("UP", "DOWN")
-# hccn_tool -net_health -g's results as its documentation lists them; Success is the healthy one
-NET_HEALTH = (
-    "Success",
-    "Socket fail",
-    "Receive timeout",
-    "Unreachable",
-    "Time exceeded",
-    "Fault",
-    "Init",
-    "Thread error",
-    "Detect ip set",
-    "Detect ip not set",
-)
+LINK, NET_HEALTH = HCCN_LINK, HCCN_NET_HEALTH  # hccn_tool's words (vendors.py)
 _NET_HEALTH = {word.lower(): word for word in NET_HEALTH}
 ERROR_COUNTER_WORDS = ("err", "drop", "fail", "bad")
 MAX_LINES = 4096  # more than any of these outputs has; the rest is not looked at
