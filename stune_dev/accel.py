@@ -33,6 +33,26 @@ TOOLS = ("npu-smi", "hccn_tool")
 STATE_FILE = "state.json"
 
 
+def npu_entry(i: int, **values) -> dict:
+    """One idle, healthy 910B3 NPU of a state.json (id and davinci number `i`), with `values` changed."""
+    return {
+        "id": i,
+        "chip": 0,
+        "name": "910B3",
+        "health": "OK",
+        "power_w": 92.5,
+        "temp_c": 45,
+        "aicore_pct": 0,
+        "memory_used_mb": 0,
+        "memory_total_mb": 0,
+        "hbm_used_mb": 3400,
+        "hbm_total_mb": 65536,
+        "bus_id": f"0000:{0xC1 + i:02X}:00.0",
+        "processes": [],
+        **values,
+    }
+
+
 def default_npu_state(node: str, npus: int = NPUS_PER_NODE) -> dict:
     """A healthy Atlas 800T A2 node with `npus` idle 910B3 NPUs: OK, AICore 0 %, no process, every port UP
     with net_health Success and its own address (192.168.<node>.<npu>: the nodes' device IPs differ, as a
@@ -43,24 +63,7 @@ def default_npu_state(node: str, npus: int = NPUS_PER_NODE) -> dict:
     host = NODES.index(node) + 1 if node in NODES else 9
     return {
         "npu_smi_version": "24.1.rc2",
-        "npus": [
-            {
-                "id": i,
-                "chip": 0,
-                "name": "910B3",
-                "health": "OK",
-                "power_w": 92.5,
-                "temp_c": 45,
-                "aicore_pct": 0,
-                "memory_used_mb": 0,
-                "memory_total_mb": 0,
-                "hbm_used_mb": 3400,
-                "hbm_total_mb": 65536,
-                "bus_id": f"0000:{0xC1 + i:02X}:00.0",
-                "processes": [],
-            }
-            for i in range(npus)
-        ],
+        "npus": [npu_entry(i) for i in range(npus)],
         "ports": {
             str(i): {
                 "link": "UP",

@@ -16,6 +16,7 @@ import pytest
 
 from slurm_tune.frozen import Frozen
 from slurm_tune.hw import ascend, ascendtools
+from stune_dev.accel import npu_entry
 
 STANDINS = Path(__file__).parent / "accel_standins"
 FIX = Path(__file__).parent / "fixtures" / "accel" / "ascend"
@@ -24,22 +25,7 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
 
 
 def npu(i: int, **values) -> dict:
-    return {
-        "id": i,
-        "chip": 0,
-        "name": "910B3",
-        "health": "OK",
-        "power_w": 92.5,
-        "temp_c": 45,
-        "aicore_pct": 0,
-        "memory_used_mb": 0,
-        "memory_total_mb": 0,
-        "hbm_used_mb": 3400,
-        "hbm_total_mb": 65536,
-        "bus_id": f"0000:{0xC1 + i:02X}:00.0",
-        "processes": [],
-        **values,
-    }
+    return npu_entry(i, **values)  # the dev cluster's: one home for a stand-in NPU
 
 
 def state(n: int = 4, **top) -> dict:
