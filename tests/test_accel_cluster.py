@@ -24,6 +24,7 @@ from helpers import wait_for_state
 from test_ascend_capture import version_tree
 from test_health_cluster import Health
 
+from slurm_tune.nodeenv import ranktable
 from slurm_tune.nodestate import DEGRADED_FEATURE
 from stune_dev.accel import amd_section, default_npu_state
 from stune_dev.devcluster import NODES
@@ -255,3 +256,77 @@ def test_state_json_is_what_the_standins_read(cluster):
     assert out.returncode == 0 and "910B3" in out.stdout and "OK" in out.stdout
     state = copy.deepcopy(default_npu_state("n1"))
     assert cluster.npu_state("n1") == state
+
+
+def test_a_two_node_job_on_the_ascend_partition_gets_the_hccl_variables_and_a_valid_rank_table(
+    ascend, slurm, cluster, shared_tmp
+):
+    """The periodic run publishes each node's NPU port addresses into the shared spool; the TaskProlog (the
+    site's, as install placed it) gives every task of a 2-node job HCCL's variables, its NPUs and the same rank
+    table, built from the allocation Slurm reports and the published maps."""
+    site = dict(line.split("=", 1) for line in cluster.env_file.read_text().splitlines() if "=" in line[:40])
+    spool = Path(site["STUNE_USAGE_SPOOL"])
+    ascend.env_file.write_text(ascend.env_file.read_text() + f"STUNE_USAGE_SPOOL={spool}\n")
+    ascend.env["STUNE_USAGE_SPOOL"] = str(spool)
+    shutil.rmtree(spool / ranktable.DEVICES_DIR, ignore_errors=True)
+    task_prolog = cluster.site_root / "etc" / "slurm" / "stune-task-prolog"
+    cluster.set_fragment("accel-taskprolog", f"TaskProlog={task_prolog}")  # the slurmds take it meanwhile
+    try:
+        ascend.all_healthy()  # each node's run publishes its map
+        published = sorted(p.name for p in (spool / ranktable.DEVICES_DIR).iterdir())
+        assert published == [f"{n}.json" for n in NODES]
+        out = shared_tmp / "hccl-%j.txt"
+        script = (
+            "srun -N2 --ntasks-per-node=1 -l sh -c "
+            "'echo vars $HCCL_SOCKET_IFNAME $HCCL_CONNECT_TIMEOUT $ASCEND_RT_VISIBLE_DEVICES $RANK_TABLE_FILE "
+            'NCCL=${NCCL_IB_DISABLE:-none}; cat $RANK_TABLE_FILE | tr -d "\\n "; echo\''
+        )
+        proc = subprocess.run(
+            [
+                BIN / "stune-sbatch",
+                "--parsable",
+                "-p",
+                "ascend",
+                "-N2",
+                "--gres=npu:2",
+                "-o",
+                out,
+                "--wrap",
+                script,
+            ],
+            capture_output=True,
+            text=True,
+            # the test process's hermetic env file must not reach the job: the site's is read (install's)
+            env={k: v for k, v in os.environ.items() if k != "STUNE_ENV_FILE"},
+        )
+        assert proc.returncode == 0, proc.stderr
+        job = int(proc.stdout.strip().split(";")[0])
+        assert wait_for_state(slurm, job, ("COMPLETED", "FAILED")) == "COMPLETED"
+    finally:
+        cluster.set_fragment("accel-taskprolog", None)
+    lines = (shared_tmp / f"hccl-{job}.txt").read_text().splitlines()
+    varlines = sorted(line for line in lines if " vars " in line)
+    assert len(varlines) == 2, lines
+    tables = set()
+    for line in varlines:
+        words = line.split()
+        assert words[2:5] == ["eth0", "600", "0,1"] and words[6] == "NCCL=none", line
+        assert words[5].endswith(f"/run/{job}/rank_table.json")
+    for line in lines:
+        if '"server_list"' in line:
+            tables.add(line.split(":", 1)[1].strip())
+    assert len(tables) == 1, tables  # every node built the same table
+    table = json.loads(tables.pop())
+    assert ranktable.problems(table) == []
+    assert [s["server_id"] for s in table["server_list"]] == slurm_nodes(slurm, job)
+    for server in table["server_list"]:
+        host = NODES.index(server["server_id"]) + 1
+        assert [d["device_ip"] for d in server["device"]] == [f"192.168.{host}.10", f"192.168.{host}.11"]
+    assert [d["rank_id"] for s in table["server_list"] for d in s["device"]] == ["0", "1", "2", "3"]
+
+
+def slurm_nodes(slurm, job: int) -> list[str]:
+    from slurm_tune.hostlist import expand_hostlist
+
+    rows = slurm.sacct(["JobIDRaw", "NodeList"], job_ids=[str(job)])
+    return expand_hostlist(next(r["NodeList"] for r in rows if r["JobIDRaw"] == str(job)))

@@ -158,6 +158,8 @@ COLD_BRANCHES = {
     "slurm_tune.health.ladder": "`stune-health run` with remediation.enabled: the remediation ladder's steps",
     "slurm_tune.cli.health_incidents": "`stune-health incidents` and `xids`: read commands, not hooks",
     "slurm_tune.cli.reliability": "`stune-health lemons` and `reliability`: fleet-wide reports from sacct",
+    "slurm_tune.nodeenv.ascendenv": "an Ascend partition's task: its NPUs and rank table, once per job and node",
+    "slurm_tune.nodeenv.ranktable": "an Ascend partition's rank tables: the periodic run publishes, a task builds",
 }
 
 

@@ -641,4 +641,7 @@ def test_the_node_sets_only_the_tables_node_rows(tmp_path):
         "NCCL_DEBUG_SUBSYS",
         "NCCL_DEBUG_FILE",
         "STUNE_STEPS_FILE",
+        "HCCL_IF_IP",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "RANK_TABLE_FILE",
     ]

@@ -258,6 +258,29 @@ def _say_and_log(prog: str, cfg, line: str) -> None:
         state.log(cfg.state_dir, line)
 
 
+def _publish_devices(cfg: Settings, profile, snap: dict, environ=None) -> list[str]:
+    """An Ascend node's NPU port addresses into the shared usage spool, for the rank tables of its multi-node
+    jobs (nodeenv/ranktable.py), where the profile asks for rank tables. Never part of the verdict: a spool
+    that cannot be written is a note in the node's log."""
+    if profile.accelerator != "ascend" or not profile.hccl.rank_table:
+        return []
+    from ..hw.sysfs import Sysfs
+    from ..nodeenv import ascendenv, ranktable
+    from ..nodeenv.detect import ipv4_address, socket_interfaces
+    from ..nodeenv.envrules import hccl_ifname
+
+    env = os.environ if environ is None else environ
+    ifname, host = hccl_ifname(profile), None
+    if ifname and not cfg.root.rstrip("/"):  # the host's own interfaces (a relocated tree has no address)
+        up, _ = socket_interfaces(Sysfs("/"), ifname)
+        host = ipv4_address(up[0]) if up else None
+    try:
+        ranktable.publish(ascendenv.spool_dir(env, cfg.node), cfg.node, snap.get("accel"), host)
+    except OSError as exc:
+        return [f"NPU device map not published: {exc}"]
+    return []
+
+
 def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int, dict]:
     """The periodic run: full checks, then apply to Slurm only if the wanted state changed."""
     from ..errors import SlurmError
@@ -350,7 +373,7 @@ def run(cfg: Settings, slurm, dry_run: bool = False, environ=None) -> tuple[int,
     doc = outputs.report(cfg.node, profile.partition, policy, "run", now, verdict, extra)
     if dry_run:
         return 0, doc
-    problems = _outputs(cfg, doc, "run")
+    problems = _outputs(cfg, doc, "run") + _publish_devices(cfg, profile, snap, environ)
     line = f"run {verdict.status}" + (f": {verdict.reason}" if verdict.reason else "")
     if why:
         line += f"; Slurm: {why}" + (f", changed {','.join(outcome.updates) or 'nothing'}" if outcome else "")

@@ -15,6 +15,7 @@ Plain data and small functions: the TaskProlog imports it before every task (the
 
 from __future__ import annotations
 
+from ..gdr import profile_expects_gdr
 from .managed import MASTER_PORT_BASE, MASTER_PORT_SPAN
 
 TYPE_CHECKING = False  # (typing's constant, without importing typing)
@@ -30,6 +31,15 @@ TRANSPORT_LOG_LEVEL, TRANSPORT_LOG_SUBSYS = "INFO", "INIT,NET"
 # still holds the value stune set (STUNE_MANAGED). ONCE: set when absent, once per job; never refined.
 USER = "yours wins"
 ONCE = "set once per job when absent; yours wins"
+
+
+def nccl(profile) -> bool:
+    """NCCL's variables apply: NVIDIA (NCCL) and AMD (RCCL reads NCCL_*); not Ascend (HCCL)."""
+    return profile.accelerator != "ascend"
+
+
+def ascend(profile) -> bool:
+    return profile.accelerator == "ascend"
 
 
 def rdma(fabric) -> bool:
@@ -122,12 +132,39 @@ def _always(profile: Profile) -> bool:
     return True
 
 
+def hccl_ifname(profile: Profile) -> str | None:
+    """HCCL_SOCKET_IFNAME: hccl.socket_ifname, else the fabric's socket interface."""
+    return profile.hccl.socket_ifname or profile.fabric.socket_ifname
+
+
+def _hccl_env(profile: Profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    return [(n, str(v), (f"hccl.env.{n}",)) for n, v in sorted(profile.hccl.env.to_dict().items())]
+
+
+def _rccl_env(profile: Profile) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    return [(n, str(v), (f"rccl.env.{n}",)) for n, v in sorted(profile.rccl.env.to_dict().items())]
+
+
+def _hccl_value(key: str) -> Rule:
+    """HCCL_<KEY> from hccl.<key>, when the profile sets it (empty: HCCL's own default)."""
+    return Rule(
+        f"HCCL_{key.upper()}",
+        f"ascend, `hccl.{key}` set",
+        lambda p: ascend(p) and getattr(p.hccl, key) is not None,
+        SUBMIT,
+        lambda p: str(getattr(p.hccl, key)),
+        (f"hccl.{key}",),
+        "",
+        "the profile's value",
+    )
+
+
 # In the order the plan lists them (and STUNE_MANAGED records them).
 RULES: tuple[Rule, ...] = (
     Rule(
         "NCCL_IB_HCA",
-        "ib, roce",
-        lambda p: rdma(p.fabric),
+        "ib, roce; nvidia, amd",
+        lambda p: nccl(p) and rdma(p.fabric),
         REFINED,
         lambda p: hca_value(p.fabric.hcas),
         ("fabric.hcas",),
@@ -138,8 +175,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_IB_GID_INDEX",
-        "roce, `fabric.gid_index` set",
-        lambda p: gid_fixed(p.fabric),
+        "roce, `fabric.gid_index` set; nvidia, amd",
+        lambda p: nccl(p) and gid_fixed(p.fabric),
         SUBMIT,
         lambda p: str(p.fabric.gid_index),
         ("fabric.gid_index",),
@@ -148,8 +185,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_IB_GID_INDEX",
-        "roce, `fabric.gid_index` empty",
-        lambda p: gid_detected(p.fabric),
+        "roce, `fabric.gid_index` empty; nvidia, amd",
+        lambda p: nccl(p) and gid_detected(p.fabric),
         NODE,
         None,
         (),
@@ -160,8 +197,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_IB_TIMEOUT",
-        "ib, roce",
-        lambda p: rdma(p.fabric),
+        "ib, roce; nvidia, amd",
+        lambda p: nccl(p) and rdma(p.fabric),
         SUBMIT,
         lambda p: str(p.nccl.ib_timeout),
         ("nccl.ib_timeout",),
@@ -170,8 +207,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_IB_RETRY_CNT",
-        "ib, roce",
-        lambda p: rdma(p.fabric),
+        "ib, roce; nvidia, amd",
+        lambda p: nccl(p) and rdma(p.fabric),
         SUBMIT,
         lambda p: str(p.nccl.ib_retry_cnt),
         ("nccl.ib_retry_cnt",),
@@ -180,8 +217,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_NET_GDR_LEVEL",
-        "ib, roce, `nccl.net_gdr_level` set",
-        lambda p: rdma(p.fabric) and bool(p.nccl.net_gdr_level),
+        "ib, roce, `nccl.net_gdr_level` set; nvidia, amd",
+        lambda p: nccl(p) and rdma(p.fabric) and bool(p.nccl.net_gdr_level),
         SUBMIT,
         lambda p: p.nccl.net_gdr_level,
         ("nccl.net_gdr_level",),
@@ -190,8 +227,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_IB_DISABLE",
-        "tcp",
-        lambda p: not rdma(p.fabric),
+        "tcp; nvidia, amd",
+        lambda p: nccl(p) and not rdma(p.fabric),
         SUBMIT,
         lambda p: "1",
         ("fabric.type",),
@@ -200,8 +237,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_NET_GDR_LEVEL",
-        "tcp",
-        lambda p: not rdma(p.fabric),
+        "tcp; nvidia, amd",
+        lambda p: nccl(p) and not rdma(p.fabric),
         SUBMIT,
         lambda p: "0",
         ("fabric.type",),
@@ -210,8 +247,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_SOCKET_IFNAME",
-        "`fabric.socket_ifname` set",
-        lambda p: socket(p.fabric),
+        "`fabric.socket_ifname` set; nvidia, amd",
+        lambda p: nccl(p) and socket(p.fabric),
         REFINED,
         lambda p: p.fabric.socket_ifname,
         ("fabric.socket_ifname",),
@@ -258,8 +295,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_DEBUG",
-        "all, `nccl.transport_log` on",
-        lambda p: p.nccl.transport_log,
+        "all, `nccl.transport_log` on; nvidia, amd",
+        lambda p: nccl(p) and p.nccl.transport_log,
         NODE,
         None,
         ("nccl.transport_log",),
@@ -270,8 +307,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_DEBUG_SUBSYS",
-        "all, `nccl.transport_log` on",
-        lambda p: p.nccl.transport_log,
+        "all, `nccl.transport_log` on; nvidia, amd",
+        lambda p: nccl(p) and p.nccl.transport_log,
         NODE,
         None,
         ("nccl.transport_log",),
@@ -281,8 +318,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NCCL_DEBUG_FILE",
-        "all, `nccl.transport_log` on",
-        lambda p: p.nccl.transport_log,
+        "all, `nccl.transport_log` on; nvidia, amd",
+        lambda p: nccl(p) and p.nccl.transport_log,
         NODE,
         None,
         ("nccl.transport_log",),
@@ -303,7 +340,89 @@ RULES: tuple[Rule, ...] = (
         "where your script may record its steps (docs/steps.md); summarised in your job's record",
     ),
     Rule(
-        "nccl.env", "all", _always, SUBMIT, None, (), "", "every `nccl.env` entry, verbatim", many=_nccl_env
+        "nccl.env",
+        "nvidia, amd",
+        nccl,
+        SUBMIT,
+        None,
+        (),
+        "",
+        "every `nccl.env` entry, verbatim",
+        many=_nccl_env,
+    ),
+    # Ascend: HCCL (docs/accelerators.md, "Communication settings"); nodeenv/ascendenv.py decides the node's rows
+    Rule(
+        "HCCL_SOCKET_IFNAME",
+        "ascend, a socket interface set",
+        lambda p: ascend(p) and bool(hccl_ifname(p)),
+        SUBMIT,
+        hccl_ifname,
+        ("hccl.socket_ifname", "fabric.socket_ifname"),
+        "hccl.socket_ifname, else fabric.socket_ifname",
+        "`hccl.socket_ifname`, else `fabric.socket_ifname`: the host interface of HCCL's bootstrap",
+    ),
+    Rule(
+        "HCCL_IF_IP",
+        "ascend, `hccl.if_ip` on",
+        lambda p: ascend(p) and p.hccl.if_ip and bool(hccl_ifname(p)),
+        NODE,
+        None,
+        ("hccl.if_ip",),
+        "",
+        "the IPv4 address of HCCL_SOCKET_IFNAME's first up interface on each node",
+        "the IPv4 address of the HCCL interface, detected on each node",
+    ),
+    _hccl_value("connect_timeout"),
+    _hccl_value("exec_timeout"),
+    _hccl_value("buffsize"),
+    Rule(
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "ascend",
+        ascend,
+        NODE,
+        None,
+        (),
+        "the job's NPUs on each node",
+        "the job's NPUs on the node, Slurm's GRES ids (gres/npu: `scontrol show job -d`, asked once per job "
+        "and node; gres/gpu: SLURM_JOB_GPUS)",
+        "the job's NPUs on each node: Slurm sets no variable for gres/npu",
+    ),
+    Rule(
+        "RANK_TABLE_FILE",
+        "ascend, `hccl.rank_table` on",
+        lambda p: ascend(p) and p.hccl.rank_table,
+        NODE,
+        None,
+        ("hccl.rank_table",),
+        "",
+        "multi-node jobs: `<job dir>/rank_table.json`, HCCL's rank table v1.0 from the allocation and each "
+        "node's published NPU port addresses",
+        "multi-node jobs: HCCL's rank table, from the allocation and each node's NPU port addresses",
+    ),
+    Rule(
+        "hccl.env", "ascend", ascend, SUBMIT, None, (), "", "every `hccl.env` entry, verbatim", many=_hccl_env
+    ),
+    # AMD: RCCL reads the NCCL_* rows above; these are ROCm's own
+    Rule(
+        "HSA_FORCE_FINE_GRAIN_PCIE",
+        "amd, GPUDirect RDMA expected, `rccl.fine_grain_pcie` on",
+        lambda p: p.accelerator == "amd" and p.rccl.fine_grain_pcie and profile_expects_gdr(p),
+        SUBMIT,
+        lambda p: "1",
+        ("rccl.fine_grain_pcie", "nccl.net_gdr_level"),
+        "",
+        "`1`: RCCL's RDMA from GPU memory needs fine-grained PCIe memory",
+    ),
+    Rule(
+        "rccl.env",
+        "amd",
+        lambda p: p.accelerator == "amd",
+        SUBMIT,
+        None,
+        (),
+        "",
+        "every `rccl.env` entry, verbatim",
+        many=_rccl_env,
     ),
 )
 
@@ -316,11 +435,11 @@ REFINED_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RULES if r.
 def markdown_table() -> str:
     """docs/sbatch.md's table of the rules (tests/test_nodeenv.py checks the docs hold exactly this)."""
     rows = [
-        "| variable | fabric | decided | from | how | who wins |",
+        "| variable | applies | decided | from | how | who wins |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in RULES:
         name = f"`{r.name}.NAME` → `NAME`" if r.many else f"`{r.name}`"
-        where = ", ".join(f"`{k}`" for k in r.cites) or ("`nccl.env`" if r.many else f"rule: {r.rule}")
+        where = ", ".join(f"`{k}`" for k in r.cites) or (f"`{r.name}`" if r.many else f"rule: {r.rule}")
         rows.append(f"| {name} | {r.applies} | {r.decided} | {where} | {r.how} | {r.user} |")
     return "\n".join(rows) + "\n"

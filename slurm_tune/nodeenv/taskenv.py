@@ -23,9 +23,11 @@ from .detect import Port, active_ports, gid_type, ipv4_address, roce_v2_gid_inde
 from .envrules import (
     TRANSPORT_LOG_LEVEL,
     TRANSPORT_LOG_SUBSYS,
+    ascend,
     gid_detected,
     gid_fixed,
     hca_value,
+    nccl,
     rdma,
     socket,
 )
@@ -43,10 +45,13 @@ from .managed import (
 )
 
 
-def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict[str, str | None], list[str]]:
+def node_exports(
+    job, sysfs: Sysfs | None = None, address_of=None, slurm=None
+) -> tuple[dict[str, str | None], list[str]]:
     """For `job` (a JobContext with its profile): ({NAME: value, or None to unset it}, messages for the
     job's stderr). Messages do not name the node: the caller says where (and may say a message once per
-    job). `sysfs` defaults to $STUNE_SYSFS_ROOT (`%n`: the job's node)."""
+    job). `sysfs` defaults to $STUNE_SYSFS_ROOT (`%n`: the job's node). On an Ascend partition the NCCL rows
+    give way to HCCL's (nodeenv/ascendenv.py, which asks Slurm through `slurm` or an adapter of its own)."""
     environ = job.environ
     sysfs = sysfs or Sysfs(resolve_root(None, environ, job.node))
     managed = parse_managed(environ.get(MANAGED_VAR), environ)
@@ -65,7 +70,8 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
     fabric = job.profile.fabric
     exports: dict[str, str | None] = {}
     messages: list[str] = []
-    if rdma(fabric):
+    uses_nccl = nccl(job.profile)
+    if rdma(fabric) and uses_nccl:
         ports = [Port(h.device, h.port, h.netdev) for h in fabric.hcas]
         active, down = active_ports(sysfs, ports)
         if not active:
@@ -94,18 +100,23 @@ def node_exports(job, sysfs: Sysfs | None = None, address_of=None) -> tuple[dict
     if socket(fabric):
         up, problem = socket_interfaces(sysfs, fabric.socket_ifname)
         if up:
-            if mine("NCCL_SOCKET_IFNAME"):
+            if mine("NCCL_SOCKET_IFNAME") and uses_nccl:
                 exports["NCCL_SOCKET_IFNAME"] = fabric.socket_ifname
             if mine("GLOO_SOCKET_IFNAME"):
                 exports["GLOO_SOCKET_IFNAME"] = up[0]
         else:
-            unset("NCCL_SOCKET_IFNAME", f"{problem}: NCCL picks an interface itself")
+            if uses_nccl:
+                unset("NCCL_SOCKET_IFNAME", f"{problem}: NCCL picks an interface itself")
             if "GLOO_SOCKET_IFNAME" in environ and mine("GLOO_SOCKET_IFNAME"):
                 exports["GLOO_SOCKET_IFNAME"] = None
     if address_of is None and (sysfs.root or "/").rstrip("/"):
         address_of = _no_address  # a relocated (fixture) tree: the kernel's interfaces are not the tree's
     exports.update(rendezvous(job, up, address_of))
     job_files(job, mine, exports, messages)
+    if ascend(job.profile):
+        from . import ascendenv  # an Ascend partition's task only (HCCL, its NPUs, the rank table)
+
+        ascendenv.exports(job, sysfs, address_of, mine, exports, messages, slurm)
     return exports, messages
 
 
@@ -128,7 +139,7 @@ def job_files(job, mine, exports: dict[str, str | None], messages: list[str]) ->
     if mine("STUNE_STEPS_FILE"):
         exports["STUNE_STEPS_FILE"] = f"{path}/{STEPS_FILE}"
     nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
-    if not (job.profile.nccl.transport_log and nodes.isdigit() and int(nodes) > 1):
+    if not (job.profile.nccl.transport_log and nccl(job.profile) and nodes.isdigit() and int(nodes) > 1):
         return
     if mine("NCCL_DEBUG") and mine("NCCL_DEBUG_FILE"):
         exports["NCCL_DEBUG"] = TRANSPORT_LOG_LEVEL
