@@ -8,11 +8,9 @@ from __future__ import annotations
 import hashlib
 import os
 
-from . import accelspec
+from . import accelspec, profilehealth, validatespec
 from .driftspec import DRIFT, with_fabric_defaults
 from .errors import ConfigError
-from .profilehealth import HANG_KEYS, REMEDIATION, XID
-from .profilehealth import check as check_incident_keys
 from .schema import (
     Bool,
     Duration,
@@ -187,8 +185,8 @@ PROFILE_SCHEMA = Section(
                     "is marked degraded (docs/comm.md); 0 never",
                 ),
                 "comm_window": Duration(7 * 86400, doc="how far back comm_degrade_after counts"),
-                "xid": XID,
-                **HANG_KEYS,
+                "xid": profilehealth.XID,
+                **profilehealth.HANG_KEYS,
                 # lemon nodes (`stune-health lemons`, docs/reliability.md): scored from sacct, per partition
                 "lemon_window": Duration(30 * 86400, doc="how far back the lemon scoring reads sacct"),
                 "lemon_alpha": Float(
@@ -209,7 +207,7 @@ PROFILE_SCHEMA = Section(
                 ),
             }
         ),
-        "remediation": REMEDIATION,
+        "remediation": profilehealth.REMEDIATION,
         "recovery": Section(
             {
                 "requeue": Bool(True),
@@ -295,6 +293,7 @@ PROFILE_SCHEMA = Section(
             }
         ),
         **accelspec.SECTIONS,  # accelerator, accel, hccl, rccl (issue 26)
+        **validatespec.SECTIONS,  # validate, scaling (issue 27)
         "drift": DRIFT,  # tuning drift: the host settings the nodes are tuned to (driftspec.py)
         # stune-fairshare idle-policy (docs/fairshare.md): off unless enabled, judged over a sliding window
         "idle_policy": Section(
@@ -379,7 +378,7 @@ def _cross_checks(data: dict, where: Where) -> None:
     gpu = data["gpu"]
     if gpu["count"] == 0 and gpu["model"]:
         raise where.error("gpu.model", "a GPU model is set but gpu.count is 0")
-    check_incident_keys(data, where)
+    profilehealth.check(data, where)
     accelspec.check(data, where)
     recovery = data["recovery"]
     if recovery["expedite"] and not (recovery["avoid_culprit"] and recovery["requeue"]):

@@ -157,6 +157,26 @@ class Active:
     bisect: bool
 
 
+class Validate:
+    python: str | None
+    reference: str | None
+    time_limit: int
+    seed: int
+    tolerances: Frozen
+    steps: int
+    cold_steps: int
+    band: float
+
+
+class Scaling:
+    devices: tuple[int, ...]
+    max_nodes: int | None
+    knee: float
+    time_limit: int
+    command: str | None
+    multinode_command: str | None
+
+
 class IdlePolicy:
     enabled: bool
     threshold: float
@@ -238,3 +258,5 @@ class Sections:
     hccl: Hccl
     rccl: Rccl
     drift: Drift
+    validate: Validate
+    scaling: Scaling

@@ -3,6 +3,9 @@
 the months inside `active.window`). The store is root's: files are opened without following links and
 read with a size bound; a line that does not parse is skipped, never trusted.
 
+(The validation layers' and the scaling curves' records share the layout, under `validate/` and `scaling/`
+instead of `results/`: append and load with `kind`.)
+
 A result: {at, sweep, partition, check, subject (node, or "a+b" for a pair), nodes, hca, run, status, value,
 unit, detail, fingerprint: {driver, cuda, nccl, hca_fw, kernel[, vendor, <the vendor's parts>]}, job}.
 
@@ -23,6 +26,10 @@ from .. import safeio
 from ..errors import CorruptFileError
 from ..output import compact_json
 from ..readback import EPOCH_MAX, number, problem
+
+TYPE_CHECKING = False  # (typing's constant, without importing typing)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DEFAULT_DIR = "/var/lib/stune/active"
 MAX_FILE_BYTES = 256 << 20
@@ -45,14 +52,21 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "_"
 
 
-def partition_dir(store: str, partition: str) -> str:
-    return os.path.join(store, "results", _safe_name(partition))
+# The record streams under the store, each `<store>/<kind>/<partition>/<YYYY-MM>.jsonl`: the checks' results
+# (this module's), the validation layers' (slurm_tune/validate) and the scaling curves (active/scaling.py).
+KINDS = ("results", "validate", "scaling")
 
 
-def append(store: str, partition: str, results: list[dict]) -> None:
-    """Append results (one partition) to their month's file, all of them or none (safeio.append_whole):
-    FileWriteError naming the file when the disk is full."""
-    directory = partition_dir(store, partition)
+def partition_dir(store: str, partition: str, kind: str = "results") -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown record kind {kind!r}")
+    return os.path.join(store, kind, _safe_name(partition))
+
+
+def append(store: str, partition: str, results: list[dict], kind: str = "results") -> None:
+    """Append records (one partition; each with its `at`) to their month's file, all of them or none
+    (safeio.append_whole): FileWriteError naming the file when the disk is full."""
+    directory = partition_dir(store, partition, kind)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     by_month: dict[str, list[str]] = {}
     for r in results:
@@ -81,10 +95,19 @@ def months_between(since: float, until: float) -> list[str]:
         t += 27 * 86400
 
 
-def load(store: str, partition: str, since: float = 0.0, until: float | None = None) -> list[dict]:
-    """Results of a partition at or after `since`, oldest first. Unreadable lines are skipped."""
+def load(
+    store: str,
+    partition: str,
+    since: float = 0.0,
+    until: float | None = None,
+    kind: str = "results",
+    accept: Callable[[object], bool] | None = None,
+) -> list[dict]:
+    """Records of a partition at or after `since`, oldest first. Unreadable lines, and lines `accept` (for
+    the checks' results: `valid`) refuses, are skipped."""
     until = time.time() if until is None else until
-    directory = partition_dir(store, partition)
+    accept = valid if accept is None else accept
+    directory = partition_dir(store, partition, kind)
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
     except FileNotFoundError:
@@ -111,7 +134,7 @@ def load(store: str, partition: str, since: float = 0.0, until: float | None = N
                 r = json.loads(line)
             except (ValueError, UnicodeDecodeError, RecursionError):
                 continue
-            if valid(r) and r["at"] >= since:
+            if accept(r) and not problem(r.get("at"), 0, EPOCH_MAX) and r["at"] >= since:
                 out.append(r)
     out.sort(key=lambda r: r["at"])
     return out

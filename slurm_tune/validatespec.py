@@ -1,0 +1,68 @@
+"""The profile's `validate` and `scaling` sections (issue 27): accepting a partition or a software stack.
+
+- `validate`: the layered precision checks, run as Slurm jobs through PyTorch on the node's device (layer 1,
+  operator alignment; layer 2, a seeded small training run), compared with fp64 on the CPU and with the
+  reference partition's stored results (docs/validate.md).
+- `scaling`: the all-reduce scaling curve, within one node (devices) and across nodes (docs/active.md).
+
+Loaded with the schema only (profilecheck.py).
+"""
+
+from __future__ import annotations
+
+from .schema import Duration, Float, Int, List, Map, Nullable, Section, Str
+
+VALIDATE = Section(
+    {
+        "python": Nullable(
+            Str(absolute_path=True),
+            doc="the interpreter with PyTorch (torch_npu on Ascend) that runs layers 1 and 2; default "
+            "active.tools.python, else stune's own",
+        ),
+        "reference": Nullable(
+            Str(),
+            doc="the partition this one is compared with (layer 1's outputs, layer 2's loss curve); none: "
+            "layer 1 against fp64 on the CPU, and layer 2 becomes this partition's own reference",
+        ),
+        "time_limit": Duration(900, doc="Slurm time limit of one validation job (both layers)"),
+        "seed": Int(20240601, min=0, max=2**31 - 1, doc="the seed of every generated input and model"),
+        "tolerances": Map(
+            Section({"abs": Float(min=0.0), "rel": Float(min=0.0)}),
+            doc="`<operator>.<dtype>` (e.g. matmul.bf16) -> {abs, rel}: overrides the built-in tolerance",
+        ),
+        "steps": Int(200, min=10, max=1000000, doc="layer 2: training steps"),
+        "cold_steps": Int(10, min=1, max=1000, doc="layer 2: the first steps, reported apart (compilation)"),
+        "band": Float(
+            0.05, min=0.0, max=1.0, doc="layer 2: the loss may differ from the reference's by this fraction"
+        ),
+    }
+)
+
+SCALING = Section(
+    {
+        "devices": List(
+            Int(min=1, max=64),
+            default=(1, 2, 4, 8),
+            unique=True,
+            doc="device counts of the single-node curve (capped at gpu.count)",
+        ),
+        "max_nodes": Nullable(
+            Int(min=2), doc="largest node count of the multi-node curve; default all the nodes the sweep has"
+        ),
+        "knee": Float(
+            0.8,
+            min=0.0,
+            max=1.0,
+            doc="efficiency (against the single-node figure) below which scaling has a knee",
+        ),
+        "time_limit": Duration(600, doc="Slurm time limit of one point's job"),
+        "command": Nullable(
+            Str(), doc="single-node command ({gpus}); default the vendor's all-reduce check's"
+        ),
+        "multinode_command": Nullable(
+            Str(), doc="multi-node command ({gpus} per node, {nodes}); default the vendor's"
+        ),
+    }
+)
+
+SECTIONS = {"validate": VALIDATE, "scaling": SCALING}
