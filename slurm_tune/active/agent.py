@@ -100,7 +100,7 @@ def _info_version(text: str) -> str:
     return ""
 
 
-def _run(argv: list[str], timeout: float, env: dict) -> tuple[bytes, int | None]:
+def run_bounded(argv: list[str], timeout: float, env: dict) -> tuple[bytes, int | None]:
     """(stdout+stderr, exit code or None on timeout). The whole process group is killed at the deadline."""
     try:
         proc = subprocess.Popen(
@@ -186,7 +186,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
         return _emit_all(emit, spec, base, fp, "unavailable", f"{where}: install {check.install}")
     try:
         if prepare:
-            _run(prepare, spec["run_timeout"], env)
+            run_bounded(prepare, spec["run_timeout"], env)
         for subject, hca in targets(spec):
             device, _, port = (hca or ":1").partition(":")
             args = dict(values, hca=device, port=port or "1")
@@ -195,7 +195,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
                 if check.server:
                     out = _server_client(spec, check, path, args, env)
                 else:
-                    out, code = _run(_argv(template, path, tool, args), spec["run_timeout"], env)
+                    out, code = run_bounded(_argv(template, path, tool, args), spec["run_timeout"], env)
                     if code is None:
                         out += b"\n(stune: killed at the run's deadline)\n"
                 reading = check.parser(out)
@@ -279,7 +279,7 @@ def _server_client(spec, check, path, values, env) -> bytes:
     try:
         out = b""
         while time.monotonic() < deadline:
-            out, _code = _run(
+            out, _code = run_bounded(
                 [*step, b, *_argv(check.client, path, check.tool, values)], deadline - time.monotonic(), env
             )
             if not any(m.encode() in out for m in CONNECT_MARKERS):  # iperf3 -J exits 0 even when refused

@@ -37,35 +37,71 @@ def plan_pairs(nodes: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> list[str]:
-    a = profile.active
-    limit_min = max(1, -(-int(settings.time_limit) // 60))
+def job_args(
+    partition: str,
+    nodes: list[str],
+    time_limit_s: float,
+    job_name: str,
+    spool: str,
+    *,
+    nice: int,
+    qos: str | None = None,
+    reservation: str | None = None,
+    gres: str | None = None,
+) -> list[str]:
+    """sbatch arguments of a job that must never push user work aside (the sweep's checks, stune-validate's
+    layers): the whole node, far below every user job (`nice`, optionally a scavenger QOS), its own time
+    limit, no requeue, and a deadline so Slurm drops it rather than let it wait; output to `spool/<job>.out`."""
+    limit_min = max(1, -(-int(time_limit_s) // 60))
     args = [
         "--partition",
-        opts.partition,
+        partition,
         "--nodelist",
         ",".join(nodes),
         "--nodes",
         str(len(nodes)),
         "--exclusive",
         f"--time={limit_min}",
-        f"--nice={a.nice}",
+        f"--nice={nice}",
         "--no-requeue",
         "--job-name",
         job_name,
         "--output",
-        os.path.join(opts.spool, "%j.out"),
+        os.path.join(spool, "%j.out"),
         "--open-mode=truncate",
         f"--deadline=now+{limit_min + 60}minutes",
     ]
-    if check.gpus and profile.gpu.count:  # the partition's GRES: gpu, or npu on Ascend
-        args.append(f"--gres={gres_name(profile)}:{profile.gpu.count}")
-    reservation = opts.reservation or a.reservation
+    if gres:
+        args.append(f"--gres={gres}")
     if reservation:
         args += ["--reservation", reservation]
-    if a.qos:
-        args += ["--qos", a.qos]
+    if qos:
+        args += ["--qos", qos]
     return args
+
+
+def partition_gres(profile: Profile) -> str | None:
+    """All of the partition's devices (gpu:N, or npu:N on Ascend), or None where it has none."""
+    return f"{gres_name(profile)}:{profile.gpu.count}" if profile.gpu.count else None
+
+
+def job_script(argv: list[str]) -> str:
+    return "#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in argv) + "\n"
+
+
+def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> list[str]:
+    a = profile.active
+    return job_args(
+        opts.partition,
+        nodes,
+        settings.time_limit,
+        job_name,
+        opts.spool,
+        nice=a.nice,
+        qos=a.qos,
+        reservation=opts.reservation or a.reservation,
+        gres=partition_gres(profile) if check.gpus else None,
+    )
 
 
 def _spec(
@@ -118,11 +154,7 @@ def submit_all(
         for i, (members, subject, hcas) in enumerate(targets):
             spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
             args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
-            script = (
-                "#!/bin/sh\nexec "
-                + " ".join(shlex.quote(x) for x in [*opts.agent, "--spec", compact_json(spec)])
-                + "\n"
-            )
+            script = job_script([*opts.agent, "--spec", compact_json(spec)])
             if opts.dry_run:
                 jobs.append((None, spec, args))
                 continue
@@ -151,6 +183,29 @@ def wait_jobs(slurm, job_ids: list[int], timeout_s: float) -> list[int]:
     return []
 
 
+def read_marked(spool: str, job_id: int, mark: str) -> list[dict]:
+    """The JSON objects a job's agent printed after `mark` (one a line) in its output file; a line that does
+    not parse is skipped, and a missing or unsafe file gives none."""
+    try:
+        fd = safeio.open_file(os.path.join(spool, f"{job_id}.out"))
+        try:
+            data = safeio.read_bounded(fd, 16 << 20) or b""
+        finally:
+            os.close(fd)
+    except (OSError, safeio.UnsafePathError):
+        return []
+    out = []
+    for line in data.split(b"\n"):
+        if line.startswith(mark.encode()):
+            try:
+                r = json.loads(line[len(mark) :])
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            if isinstance(r, dict):
+                out.append(r)
+    return out
+
+
 def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
     """The agents' result lines from the jobs' output files. A job that left none (cancelled, failed to
     start, killed at its time limit) gives one unknown result per planned run."""
@@ -159,23 +214,10 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
         spec = specs[job_id]
         expected = {subject for subject, _ in targets(spec)}
         found = []
-        try:
-            fd = safeio.open_file(os.path.join(spool, f"{job_id}.out"))
-            try:
-                data = safeio.read_bounded(fd, 16 << 20) or b""
-            finally:
-                os.close(fd)
-        except (OSError, safeio.UnsafePathError):
-            data = b""
-        for line in data.split(b"\n"):
-            if line.startswith(MARK.encode()):
-                try:
-                    r = json.loads(line[len(MARK) :])
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    continue
-                if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
-                    r["job"] = str(job_id)
-                    found.append(r)
+        for r in read_marked(spool, job_id, MARK):
+            if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
+                r["job"] = str(job_id)
+                found.append(r)
         seen = {r["subject"] for r in found}
         for subject, hca in targets(spec):
             if subject not in seen:
