@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurm_tune import errors
-from slurm_tune.cli import admin, fairshare, health, options, sampler, sbatch, stage, sweep
+from slurm_tune.cli import admin, fairshare, health, options, sampler, sbatch, stage, sweep, validate
 from slurm_tune.output import json_text, table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,6 +28,7 @@ PARSERS = {  # every argparse command: its parser, built as the command builds i
     "stune-gpu-sampler": sampler._parser,
     "stune-stage": stage._parser,
     "stune-sweep": sweep._parser,
+    "stune-validate": validate._parser,
     "stune-sbatch history": sbatch._history_parser,
 }
 # The read commands the issue lists, and the others that print what they read: each takes --json.
@@ -44,6 +45,9 @@ READ_COMMANDS = {
     ("stune-stage", "status"),
     ("stune-sweep", "report"),
     ("stune-sweep", "history"),
+    ("stune-validate", "run"),
+    ("stune-validate", "report"),
+    ("stune-validate", "show"),
     ("stune-sbatch history", ""),
 }
 DRY_RUN_COMMANDS = {
@@ -54,6 +58,8 @@ DRY_RUN_COMMANDS = {
     ("stune-stage", "gc"),
     ("stune-sweep", "run"),
     ("stune-sweep", "judge"),
+    ("stune-validate", "run"),
+    ("stune-validate", "report"),
 }
 
 
@@ -153,6 +159,10 @@ WORDS_IN_HELP = {  # the options each command's own --help must show (subcommand
         "epilog": ["--partition"],
     },
     "stune-sweep": {"report": ["-p PARTITION, --partition PARTITION", "--json"], "judge": ["--dry-run"]},
+    "stune-validate": {
+        "run": ["-p PARTITION, --partition PARTITION", "--json", "--dry-run"],
+        "show": ["--json"],
+    },
     "stune-health": {
         "check": ["-p, --partition", "--json", "--node", "--sysfs-root"],
         "run": ["--dry-run", "--json"],

@@ -57,7 +57,13 @@ def _file_metrics(path: str) -> dict:
 
 
 def record(
-    partition: str, verdict: str, metrics: list[str], note: str, file: str | None, directory: str
+    partition: str,
+    verdict: str,
+    metrics: list[str],
+    note: str,
+    file: str | None,
+    directory: str,
+    store_it: bool = True,
 ) -> dict:
     values = _file_metrics(file) if file else {}
     values.update(_metric(m) for m in metrics)
@@ -83,5 +89,6 @@ def record(
     }
     if file:
         r["file"] = os.path.abspath(file)
-    store.append(directory, partition, [r], kind="validate")
+    if store_it:
+        store.append(directory, partition, [r], kind="validate")
     return r

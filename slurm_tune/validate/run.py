@@ -42,10 +42,11 @@ class Options:
         against_previous=False,
         spool=None,
         agent=None,
+        dry_run=False,
     ):
         self.partition, self.store, self.layers, self.nodes = partition, store, tuple(layers), nodes
         self.reservation, self.wait_s, self.against_previous = reservation, wait_s, against_previous
-        self.spool = spool or os.path.join(store, "spool")
+        self.spool, self.dry_run = spool or os.path.join(store, "spool"), dry_run
         self.agent = agent or [sys.executable, "-m", "slurm_tune.cli.validate", "agent"]
 
 
@@ -109,9 +110,10 @@ def choose_nodes(slurm, opts: Options, reservation: str | None) -> list[str]:
     return idle[:1]
 
 
-def submit(slurm, profile: Profile, opts: Options, nodes: list[str]) -> dict:
-    """{job_id: node}, one job per node."""
-    os.makedirs(opts.spool, mode=0o755, exist_ok=True)
+def submit(slurm, profile: Profile, opts: Options, nodes: list[str], log=print) -> dict:
+    """{job_id: node}, one job per node (with dry_run: none, each said)."""
+    if not opts.dry_run:
+        os.makedirs(opts.spool, mode=0o755, exist_ok=True)
     job_spec = spec(profile, opts)
     a = profile.active
     script = jobs.job_script([*opts.agent, "--spec", compact_json(job_spec)])
@@ -128,7 +130,12 @@ def submit(slurm, profile: Profile, opts: Options, nodes: list[str]) -> dict:
             reservation=opts.reservation or a.reservation,
             gres=jobs.partition_gres(profile),
         )
+        if opts.dry_run:
+            log(f"would submit on {node}: sbatch {' '.join(args)}")
+            continue
         out[slurm.submit(args, script=script)] = node
+    if opts.dry_run:
+        log(f"the agent's spec: {compact_json(job_spec)}")
     return out
 
 
@@ -179,7 +186,9 @@ def run(slurm, profile: Profile, opts: Options, log=print) -> list[dict]:
     reservation = opts.reservation or profile.active.reservation
     nodes = choose_nodes(slurm, opts, reservation)
     log(f"validating {opts.partition} ({', '.join(opts.layers)}) on {','.join(nodes)}")
-    submitted = submit(slurm, profile, opts, nodes)
+    submitted = submit(slurm, profile, opts, nodes, log)
+    if opts.dry_run:
+        return []
     wait = opts.wait_s if opts.wait_s is not None else profile.validate.time_limit * len(submitted) + 120
     jobs.wait_jobs(slurm, list(submitted), wait)
     records = collect(opts.spool, submitted, spec(profile, opts))

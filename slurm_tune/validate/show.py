@@ -16,11 +16,20 @@ def _g(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def _ref(e: dict) -> str:
-    ref = e.get("ref")
-    if not ref:
+def _cell(e: dict) -> str:
+    """An operator's DETAIL cell: short (the layer's full detail and the version matrix follow the table)."""
+    ref = e.get("ref") or {}
+    if e["status"] == "fail":
+        return (
+            f"differs from {ref.get('against')}" if ref.get("status") == "fail" else "over tolerance vs fp64"
+        )
+    if e["status"] in ("unsupported", "unknown"):
         return e.get("detail", "")
-    return e.get("detail") or f"{ref['status']} against {ref['against']}"
+    return f"{ref['status']} against {ref['against']}" if ref else "vs fp64"
+
+
+def _short(detail: str) -> str:
+    return detail.split("; version matrix:", 1)[0]
 
 
 def rows(r: dict) -> list[tuple]:
@@ -33,7 +42,7 @@ def rows(r: dict) -> list[tuple]:
                 _g(e.get("max_abs")),
                 _g(e.get("max_rel")),
                 f"abs {e['tol_abs']:g} rel {e['tol_rel']:g}" if "tol_abs" in e else "-",
-                _ref(e)[:100],
+                _cell(e)[:100],
             )
             for e in r["ops"]
         ]
@@ -47,7 +56,7 @@ def rows(r: dict) -> list[tuple]:
                 "-",
                 _g(r.get("max_dev")),
                 f"band {r['band']:g}",
-                r["detail"][:100],
+                _short(r["detail"])[:100],
             )
         ]
     return [(r["layer"], "-", r["status"], "-", "-", "-", r["detail"][:160])]
@@ -131,7 +140,9 @@ def show_text(records: list[dict], history: list[dict] | None = None) -> str:
         fp = r["fingerprint"]
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["at"]))
         detail = (
-            r["detail"] if r["layer"] != "training" else f"verdict {r['verdict']} by {r.get('by') or '?'}"
+            _short(r["detail"])
+            if r["layer"] != "training"
+            else f"verdict {r['verdict']} by {r.get('by') or '?'}"
         )
         out.append(
             (
