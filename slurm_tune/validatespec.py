@@ -27,13 +27,24 @@ VALIDATE = Section(
         "time_limit": Duration(900, doc="Slurm time limit of one validation job (both layers)"),
         "seed": Int(20240601, min=0, max=2**31 - 1, doc="the seed of every generated input and model"),
         "tolerances": Map(
-            Section({"abs": Float(min=0.0), "rel": Float(min=0.0)}),
-            doc="`<operator>.<dtype>` (e.g. matmul.bf16) -> {abs, rel}: overrides the built-in tolerance",
+            Section(
+                {
+                    "abs": Nullable(Float(min=0.0), doc="absolute part; empty: the built-in one"),
+                    "rel": Nullable(
+                        Float(min=0.0), doc="part relative to the output's scale; empty: built-in"
+                    ),
+                }
+            ),
+            doc="`<operator>.<dtype>` (e.g. matmul.bf16) -> {abs, rel}: overrides the built-in tolerance "
+            "(layer 1 passes when max abs error <= abs + rel x max |fp64 output|; docs/validate.md)",
         ),
         "steps": Int(200, min=10, max=1000000, doc="layer 2: training steps"),
         "cold_steps": Int(10, min=1, max=1000, doc="layer 2: the first steps, reported apart (compilation)"),
         "band": Float(
-            0.05, min=0.0, max=1.0, doc="layer 2: the loss may differ from the reference's by this fraction"
+            0.05,
+            min=0.0,
+            max=1.0,
+            doc="layer 2: each 10-step mean of the loss may differ from the reference's by this fraction",
         ),
     }
 )

@@ -72,6 +72,12 @@ def test_the_tolerance_is_relative_to_the_outputs_scale_not_element_wise():
     assert r["status"] == "pass" and r["ops"][0]["status"] == "pass"
 
 
+def test_a_profile_may_override_one_part_of_a_tolerance(tmp_path):
+    text = (Path(__file__).parent.parent / "partitions" / "hdr.yaml").read_text()
+    (tmp_path / "hdr.yaml").write_text(text + "validate:\n  tolerances:\n    matmul.bf16: {rel: 0.02}\n")
+    assert judge.tolerance("matmul", "bf16", tolerances(load_profile("hdr", tmp_path))) == (1e-3, 0.02)
+
+
 def test_a_profile_tolerance_for_no_operator_of_the_suite_is_one_line_naming_the_key(tmp_path):
     text = (Path(__file__).parent.parent / "partitions" / "hdr.yaml").read_text()
     (tmp_path / "hdr.yaml").write_text(
