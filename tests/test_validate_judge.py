@@ -139,6 +139,9 @@ def test_the_reference_partitions_sample_is_compared_within_twice_the_tolerance(
     assert "softmax/fp32: differs from plain (node a1) by 0.001" in r["detail"]
     none = judge.judge_ops(ops_record(op("softmax", "fp32", 1e-7)), {}, None, "plain")
     assert none["status"] == "pass" and "no passing layer-1 record of plain" in none["detail"]
+    other_seed = judge.judge_ops(far, {}, dict(ref, seed=8), "plain")  # other inputs: never compared
+    assert other_seed["status"] == "pass" and other_seed["ops"][0]["ref"] is None
+    assert "plain's layer-1 record ran seed 8, this one 7: not compared" in other_seed["detail"]
 
 
 def test_the_real_cpu_suite_passes_its_own_defaults_and_matches_itself():

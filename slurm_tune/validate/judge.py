@@ -111,13 +111,19 @@ def judge_ops(record: dict, overrides: dict, reference: dict | None, ref_label: 
     layer's status (fail if an operator fails; unknown if one could not say or none could run)."""
     if record["status"] in ("unavailable",) or not record.get("ops"):
         return record
+    skipped = ""
+    if reference is not None and reference.get("seed") != record.get("seed"):  # other inputs, other outputs
+        skipped = f"; {ref_label}'s layer-1 record ran seed {reference.get('seed')}, this one {record.get('seed')}: not compared"
+        reference = None
     ops = [judge_op(e, overrides, reference, ref_label) for e in record["ops"]]
     failed = [e for e in ops if e["status"] == "fail"]
     unknown = [e for e in ops if e["status"] == "unknown"]
     ran = [e for e in ops if e["status"] != "unsupported"]
     unsupported = [f"{e['op']}/{e['dtype']}" for e in ops if e["status"] == "unsupported"]
     note = f"; unsupported here: {', '.join(unsupported)}" if unsupported else ""
-    if ref_label and reference is None:
+    if skipped:
+        note += skipped
+    elif ref_label and reference is None:
         note += f"; no passing layer-1 record of {ref_label} stored to compare with"
     if failed:
         status = "fail"
