@@ -265,3 +265,21 @@ def test_byte_level_fuzz_never_raises(name, data):
 def test_random_bytes_are_unknown(blob, layer):
     status, reading, _ = scriptout.parse(blob, layer)
     assert (status, reading) == ("unknown", None)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.sampled_from(["at", "layer", "status", "fingerprint", "ops", "losses", "band", "metrics", "node"]),
+    value=JSON,
+)
+def test_valid_record_answers_any_json_without_raising(key, value):
+    good = judge.judge_ops(ops_record(op("matmul", "fp32", 1e-7, scale=60.0)), {}, None)
+    assert valid_record(dict(good, **{key: value})) in (True, False)
+    assert valid_record(value) is False or isinstance(value, dict)
