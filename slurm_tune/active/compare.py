@@ -17,7 +17,7 @@ from ..errors import StuneError
 from ..output import table
 from . import streams
 from .judge import median, pair_members
-from .store import BASE_KEYS, VENDOR_PARTS, fingerprint_key, load, vendor_of
+from .store import BASE_KEYS, VALUE_MAX, VENDOR_PARTS, fingerprint_key, load, vendor_of
 
 LATEST, PREVIOUS = "latest", "previous"
 ALLREDUCE = "all-reduce busbw"
@@ -186,7 +186,7 @@ def op_score(o: dict) -> float:
         for err, tol in (("max_abs", "tol_abs"), ("max_rel", "tol_rel"))
         if o.get(err) is not None and o.get(tol)
     ]
-    return max(ratios) if ratios else (o.get("max_rel") or 0.0)
+    return min(max(ratios), VALUE_MAX) if ratios else (o.get("max_rel") or 0.0)  # a tiny tolerance: inf
 
 
 def layers(groups: dict) -> dict:
