@@ -148,3 +148,22 @@ def test_any_json_in_any_field_is_judged_without_raising(doc, base, key):
     for valid in VALID.values():
         valid(record)
         valid(doc)
+
+
+def test_the_store_reads_each_line_as_json_loads_would(tmp_path):
+    """store._lines (the scanner in place) against json.loads per line, on odd lines among good ones."""
+    from slurm_tune.active.store import _lines
+
+    good = json.dumps(LINES["scaling"][0])
+    odd = [good, "  " + good + " \r", "{}{}", "[1,", "NaN", '"x"', "", "\x00", good + " x", "9" * 5000, good]
+    data = "\n".join(odd).encode()
+    want = []
+    for line in data.split(b"\n"):
+        try:
+            if line.strip():
+                want.append(json.loads(line))
+        except ValueError:
+            pass
+    got = list(_lines(data))
+    assert len(got) == len(want) == 5 and json.dumps(got, default=str) == json.dumps(want, default=str)
+    assert len(list(_lines(data + b"\n\xff\xfe\n" + good.encode()))) == 6  # bad UTF-8 costs its own line only
