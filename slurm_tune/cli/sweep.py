@@ -3,6 +3,8 @@
     stune-sweep run -p PARTITION [--reservation R] [--checks a,b] [--nodes n1,n2] [--runs N] [--dry-run]
     stune-sweep judge -p PARTITION [--dry-run]          re-judge the stored history and mark/clear nodes
     stune-sweep report -p PARTITION [--json | --format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
+    stune-sweep report --compare A B [--json] [-o FILE] [--png FILE]   two partitions (or PART@previous)
+    stune-sweep accept -p PARTITION [--json]            the acceptance page: runs, correct, fast, stable
     stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--json | --format table|csv|json]
     stune-sweep checks [-p PARTITION] [--json]          the catalogue: tools, commands, what to install
     stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
@@ -19,10 +21,10 @@ import json
 import sys
 import time
 
-from ..active import judge, report, store, sweep
+from ..active import acceptance, compare, judge, report, store, sweep
 from ..active.agent import run_spec
 from ..active.report import checks_listing, checks_text
-from ..errors import StuneError
+from ..errors import NoProfileError, StuneError
 from ..output import json_text
 from ..profiles import load_profile
 from ..safeio import write_atomic
@@ -44,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,accept,history,checks}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
@@ -62,13 +64,22 @@ def _parser() -> argparse.ArgumentParser:
     options.add(judge, "partition", required=True)
     options.add(judge, "dry_run", help="say what would be marked or cleared")
     rep = sub.add_parser("report", parents=[common], help="results against the partition baseline")
-    options.add(rep, "partition", required=True)
+    options.add(rep, "partition", help="the partition whose profile to use (not with --compare)")
+    rep.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="two partitions side by side (PART, or PART@previous: before its latest version change)",
+    )
     rep.add_argument("--format", choices=("table", "csv", "json", "prom"), default="table")
     options.add(rep, "json", help="the same as --format json")
     rep.add_argument("-o", "--output", help="write here instead of stdout")
     rep.add_argument("--png", help="also draw a PNG here")
     rep.add_argument("--drift", action="store_true", help="before/after a version change instead")
     rep.add_argument("--check", help="only this check")
+    acc = sub.add_parser("accept", parents=[common], help="the partition's acceptance page")
+    options.add(acc, "partition", required=True)
+    options.add(acc, "json", help="the page as JSON")
     hist = sub.add_parser("history", parents=[common], help="every stored result of a node, pair or check")
     options.add(hist, "partition", required=True)
     options.add(hist, "node", help="results whose subject involves this node")
@@ -100,7 +111,13 @@ def _main(argv: list[str]) -> int:
     directory = store.store_dir(args.store)
     if args.command == "checks":
         return _checks(args)
+    if args.command == "report" and args.compare:
+        return _compare(args, directory)
+    if args.command == "report" and not args.partition:
+        raise StuneError("report needs -p PARTITION (or --compare A B)")
     profile = _profile(args)
+    if args.command == "accept":
+        return _accept(args, profile, directory)
     if args.command == "report":
         return _report(args, profile, directory)
     if args.command == "history":
@@ -238,8 +255,57 @@ def _report(args, profile: Profile, directory: str) -> int:
     else:
         sys.stdout.write(text)
     if args.png:
-        report.png(args.png, args.partition, data)
+        _png(args.png, lambda: report.png(args.png, args.partition, data))
     return EXIT_OK
+
+
+DEFAULT_WINDOW = 30 * 86400  # a side whose partition has no profile (any more): the schema's active.window
+
+
+def _window(partition: str, partitions_dir: str | None) -> float:
+    try:
+        return load_profile(partition, partitions_dir).active.window
+    except NoProfileError:
+        return DEFAULT_WINDOW
+
+
+def _compare(args, directory: str) -> int:
+    if args.drift:
+        raise StuneError("--compare and --drift: give one (--compare A A@previous is a before/after)")
+    now = time.time()
+    sides = [
+        compare.load_side(directory, side, now, _window(compare.parse_side(side)[0], args.partitions_dir))
+        for side in args.compare
+    ]
+    doc = compare.compare(*sides)
+    fmt = "json" if args.json else args.format
+    if fmt not in ("table", "json"):
+        raise StuneError(f"--compare prints a table or JSON, not --format {fmt}")
+    text = json_text(doc) if fmt == "json" else compare.text(doc)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    if args.png:
+        _png(args.png, lambda: compare.png(args.png, doc))
+    return EXIT_OK
+
+
+def _png(path: str, draw) -> None:
+    try:
+        draw()
+    except ImportError:
+        raise StuneError(f"--png {path}: needs matplotlib (pip install 'slurm-tune[reports]')") from None
+    except ValueError as exc:
+        raise StuneError(f"--png {path}: {exc}") from None
+    except OSError as exc:
+        raise StuneError(f"--png {path}: {exc.strerror or exc}") from None
+
+
+def _accept(args, profile: Profile, directory: str) -> int:
+    page = acceptance.build(directory, profile, args.partition, time.time(), profile.active.window)
+    sys.stdout.write(json_text(page) if args.json else acceptance.text(page))
+    return EXIT_ATTENTION if page["state"] in (acceptance.FAIL, acceptance.ATTENTION) else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
