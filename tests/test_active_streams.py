@@ -17,6 +17,7 @@ from test_active_parse import mutate
 
 from slurm_tune.active import acceptance, compare, judge, streams
 from slurm_tune.active.store import partition_dir
+from slurm_tune.validate.records import valid_record
 
 NOW = time.time()
 BAD = kit.op("softmax", "fp16", "fail", max_rel=0.3)
@@ -32,7 +33,7 @@ LINES = {
             losses=[2.3, 1.9],
             steps=200,
             band=0.05,
-            reference="a100",
+            reference={"against": "partition a100", "node": "g1", "at": NOW - 900},
             max_dev=0.01,
             cold={"steps": 10, "seconds": 4.2, "steps_per_s": 2.4},
             steady={"steps": 190, "seconds": 20.0, "steps_per_s": 9.5},
@@ -50,7 +51,7 @@ LINES = {
     ],
 }
 READERS = {"validate": streams.load_validate, "scaling": streams.load_scaling}
-VALID = {"validate": streams.valid_validate, "scaling": streams.valid_scaling}
+VALID = {"validate": valid_record, "scaling": streams.valid_scaling}
 
 
 def test_the_writers_lines_are_read_whole():

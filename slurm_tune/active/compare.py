@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..errors import StuneError
 from ..output import table
+from ..validate.records import LAYERS
 from . import streams
 from .judge import median, pair_members
 from .store import BASE_KEYS, VALUE_MAX, VENDOR_PARTS, fingerprint_key, load, vendor_of
@@ -250,7 +251,7 @@ def compare(a: dict, b: dict) -> dict:
             }
         )
     validation = []
-    for layer in [x for x in streams.LAYERS if x in a["validate"] or x in b["validate"]]:
+    for layer in [x for x in LAYERS if x in a["validate"] or x in b["validate"]]:
         la, lb = a["validate"].get(layer), b["validate"].get(layer)
         validation.append(
             {

@@ -1,5 +1,6 @@
-"""Tolerant readers of the store's two other record streams: the validation layers' (`validate`) and the
-scaling curves' (`scaling`), as the comparison and the acceptance page read them.
+"""Tolerant readers of the store's two other record streams: the validation layers' (`validate`, judged by
+stune-validate's own validator, validate/records.py) and the scaling curves' (`scaling`), as the comparison
+and the acceptance page read them.
 
 A record is accepted only when every field those readers use has the type and range stune writes; anything
 else (a torn line, a foreign field type, NaN, a huge number) skips the whole record, never raises. Fields
@@ -15,14 +16,13 @@ baseline, knee: null|{n, efficiency, why, ...}, verdict, fingerprint}.
 from __future__ import annotations
 
 from ..readback import EPOCH_MAX, problem
+from ..validate.records import VERSION_KEYS, valid_record
 from . import store
 from .store import FINGERPRINT_KEYS, VALUE_MAX
 
-STATUSES = ("pass", "fail", "unknown", "unavailable")
-LAYERS = ("ops", "converge", "training")
 VERDICTS = ("pass", "knee", "fail", "unknown", "skipped")
 SCOPES = ("node", "nodes")
-VALIDATE_PARTS = ("torch", "device", "backend")  # what a validation record's fingerprint adds
+VALIDATE_PARTS = VERSION_KEYS  # what a validation record's fingerprint adds
 TEXT_MAX = 4096  # a name or a detail longer than this is not one stune wrote
 MAX_ITEMS = 4096  # operators per record, points per curve
 
@@ -52,45 +52,6 @@ def _common(r) -> bool:
         and problem(r.get("at"), 0, EPOCH_MAX) is None
         and _fingerprint(r.get("fingerprint"))
     )
-
-
-def _op(o) -> bool:
-    return (
-        isinstance(o, dict)
-        and _text(o.get("op"), optional=False)
-        and _text(o.get("dtype"))
-        and o.get("status") in STATUSES
-        and all(_num(o.get(k)) for k in ("max_abs", "max_rel", "tol_abs", "tol_rel"))
-    )
-
-
-def _rate(d) -> bool:
-    return d is None or (
-        isinstance(d, dict)
-        and _count(d.get("steps"))
-        and _num(d.get("seconds"))
-        and _num(d.get("steps_per_s"))
-    )
-
-
-def valid_validate(r) -> bool:
-    """A validation layer's record stune could have written (module docstring)."""
-    if not _common(r) or r.get("layer") not in LAYERS or r.get("status") not in STATUSES:
-        return False
-    if not (_text(r.get("node"), optional=False) and r["node"] and _text(r.get("detail"))):
-        return False
-    layer = r["layer"]
-    if layer == "ops":
-        ops = r.get("ops")
-        return ops is None or (isinstance(ops, list) and len(ops) <= MAX_ITEMS and all(_op(o) for o in ops))
-    if layer == "converge":
-        return (
-            all(_num(r.get(k)) for k in ("max_dev", "band", "peak_mem_bytes"))
-            and _count(r.get("steps"))
-            and _rate(r.get("cold"))
-            and _rate(r.get("steady"))
-        )
-    return _text(r.get("verdict")) and _text(r.get("note")) and _text(r.get("by"))
 
 
 def _point(p) -> bool:
@@ -131,7 +92,7 @@ def valid_scaling(r) -> bool:
 
 
 def load_validate(directory: str, partition: str, since: float, until: float | None = None) -> list[dict]:
-    return store.load(directory, partition, since, until, kind="validate", accept=valid_validate)
+    return store.load(directory, partition, since, until, kind="validate", accept=valid_record)
 
 
 def load_scaling(directory: str, partition: str, since: float, until: float | None = None) -> list[dict]:
