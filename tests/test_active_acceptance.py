@@ -1,4 +1,4 @@
-"""The acceptance page (`stune-sweep accept -p P`): runs, correct, fast and stable from synthetic records, each
+"""The acceptance page (`stune-validate status -p P`): runs, correct, fast and stable from synthetic records, each
 pass / fail / pending / attention with its reason."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import comparekit as kit
 import pytest
 
 from slurm_tune.active import acceptance
-from slurm_tune.cli import sweep
+from slurm_tune.cli import validate
 from slurm_tune.profiles import load_profile
 
 NOW = time.time()
@@ -219,13 +219,13 @@ def test_build_reads_the_store_with_the_reference_and_the_cli_prints_it(profile,
     profiles.mkdir()
     for f in (kit.REPO / "partitions").glob("*.yaml"):
         (profiles / f.name).write_text(f.read_text())
-    code = sweep.main(
-        ["accept", "-p", "hdr", "--store", str(store), "--partitions-dir", str(profiles), "--json"]
+    code = validate.main(
+        ["status", "-p", "hdr", "--store", str(store), "--partitions-dir", str(profiles), "--json"]
     )
     doc = json.loads(capsys.readouterr().out)
     assert code == 3 and doc["stages"]["fast"]["state"] == "attention" and doc["partition"] == "hdr"
-    code = sweep.main(
-        ["accept", "-p", "hdr", "--store", str(tmp_path / "empty"), "--partitions-dir", str(profiles)]
+    code = validate.main(
+        ["status", "-p", "hdr", "--store", str(tmp_path / "empty"), "--partitions-dir", str(profiles)]
     )
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("partition hdr: pending")

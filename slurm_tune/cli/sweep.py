@@ -4,7 +4,6 @@
     stune-sweep judge -p PARTITION [--dry-run]          re-judge the stored history and mark/clear nodes
     stune-sweep report -p PARTITION [--json | --format table|csv|json|prom] [-o FILE] [--png FILE] [--drift]
     stune-sweep report --compare A B [--json] [-o FILE] [--png FILE]   two partitions (or PART@previous)
-    stune-sweep accept -p PARTITION [--json]            the acceptance page: runs, correct, fast, stable
     stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--json | --format table|csv|json]
     stune-sweep checks [-p PARTITION] [--json]          the catalogue: tools, commands, what to install
     stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
@@ -21,7 +20,7 @@ import json
 import sys
 import time
 
-from ..active import acceptance, compare, judge, report, store, sweep
+from ..active import compare, judge, report, store, sweep
 from ..active.agent import run_spec
 from ..active.report import checks_listing, checks_text
 from ..errors import NoProfileError, StuneError
@@ -46,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,accept,history,checks}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
@@ -77,9 +76,6 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--png", help="also draw a PNG here")
     rep.add_argument("--drift", action="store_true", help="before/after a version change instead")
     rep.add_argument("--check", help="only this check")
-    acc = sub.add_parser("accept", parents=[common], help="the partition's acceptance page")
-    options.add(acc, "partition", required=True)
-    options.add(acc, "json", help="the page as JSON")
     hist = sub.add_parser("history", parents=[common], help="every stored result of a node, pair or check")
     options.add(hist, "partition", required=True)
     options.add(hist, "node", help="results whose subject involves this node")
@@ -116,8 +112,6 @@ def _main(argv: list[str]) -> int:
     if args.command == "report" and not args.partition:
         raise StuneError("report needs -p PARTITION (or --compare A B)")
     profile = _profile(args)
-    if args.command == "accept":
-        return _accept(args, profile, directory)
     if args.command == "report":
         return _report(args, profile, directory)
     if args.command == "history":
@@ -300,12 +294,6 @@ def _png(path: str, draw) -> None:
         raise StuneError(f"--png {path}: {exc}") from None
     except OSError as exc:
         raise StuneError(f"--png {path}: {exc.strerror or exc}") from None
-
-
-def _accept(args, profile: Profile, directory: str) -> int:
-    page = acceptance.build(directory, profile, args.partition, time.time(), profile.active.window)
-    sys.stdout.write(json_text(page) if args.json else acceptance.text(page))
-    return EXIT_ATTENTION if page["state"] in (acceptance.FAIL, acceptance.ATTENTION) else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@
     stune-validate report -p PARTITION --verdict pass|fail [--metric name=value ...] [--note TEXT]
                           [--file results.json]          layer 3: record your full training's verdict
     stune-validate show -p PARTITION [--json]            the latest record per layer and node
+    stune-validate status -p PARTITION [--json]          the acceptance page: runs, correct, fast, stable
     stune-validate agent --spec JSON                     (inside a validation job: run the layers here)
 
 Common: --store DIR (default $STUNE_ACTIVE_DIR or /var/lib/stune/active; records under validate/).
@@ -17,8 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
-from ..active import store
+from ..active import acceptance, store
 from ..errors import StuneError
 from ..hostlist import expand_hostlist
 from ..output import json_text
@@ -41,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,show}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,show,status}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", help="records directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
@@ -71,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", parents=[common], help="the latest record per layer and node")
     options.add(sh, "partition", required=True)
     options.add(sh, "json", help="the records as JSON")
+    st = sub.add_parser("status", parents=[common], help="the acceptance page: runs, correct, fast, stable")
+    options.add(st, "partition", required=True)
+    options.add(st, "json", help="the page as JSON")
     agent = sub.add_parser("agent")
     agent.add_argument("--spec", required=True)
     return p
@@ -118,6 +123,13 @@ def _show(args, directory: str) -> int:
     return EXIT_OK
 
 
+def _status(args, directory: str) -> int:
+    profile = load_profile(args.partition, args.partitions_dir)
+    page = acceptance.build(directory, profile, args.partition, time.time(), profile.active.window)
+    sys.stdout.write(json_text(page) if args.json else acceptance.text(page))
+    return EXIT_ATTENTION if page["state"] in (acceptance.FAIL, acceptance.ATTENTION) else EXIT_OK
+
+
 def _main(argv: list[str]) -> int:
     args = options.parse(_parser(), argv)
     if args.command == "agent":
@@ -131,6 +143,8 @@ def _main(argv: list[str]) -> int:
         return _run(args, directory)
     if args.command == "show":
         return _show(args, directory)
+    if args.command == "status":
+        return _status(args, directory)
     load_profile(args.partition, args.partitions_dir)  # a partition stune knows, not a typo
     record = layer3.record(
         args.partition, args.verdict, args.metric, args.note, args.file, directory, store_it=not args.dry_run
