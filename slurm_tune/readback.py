@@ -23,6 +23,8 @@ def problem(value, lo: float = 0.0, hi: float = COUNT_MAX, *, integer: bool = Fa
     if kind is not int and (integer or kind is not float):
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         return f"{shown} is not {'an integer' if integer else 'a number'}"
+    if lo <= value <= hi:  # the common case first: NaN and (with finite bounds) inf fail it
+        return None
     if value != value or value in (float("inf"), float("-inf")):
         return f"{value!r} is not a finite number"
     if not lo <= value <= hi:
