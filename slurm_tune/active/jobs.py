@@ -37,9 +37,11 @@ def plan_pairs(nodes: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> list[str]:
+def sbatch_args(profile: Profile, opts, check, time_limit: float, nodes, job_name) -> list[str]:
+    """A sweep job's sbatch arguments (also the scaling curve's, scaling.py): the nodes, exclusive, the time
+    limit, nice, no requeue, a deadline, the partition's GRES for a GPU check, the reservation and QOS."""
     a = profile.active
-    limit_min = max(1, -(-int(settings.time_limit) // 60))
+    limit_min = max(1, -(-int(time_limit) // 60))
     args = [
         "--partition",
         opts.partition,
@@ -68,7 +70,7 @@ def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> li
     return args
 
 
-def _spec(
+def job_spec(
     profile: Profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=None, port_index=0
 ) -> dict:
     a = profile.active
@@ -116,18 +118,23 @@ def submit_all(
             )
             targets = [([a, b], f"{a}+{b}", hcas) for a, b in plan]  # one job per pair, its HCAs in turn
         for i, (members, subject, hcas) in enumerate(targets):
-            spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
-            args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
-            script = (
-                "#!/bin/sh\nexec "
-                + " ".join(shlex.quote(x) for x in [*opts.agent, "--spec", compact_json(spec)])
-                + "\n"
+            spec = job_spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
+            args = sbatch_args(
+                profile, opts, check, settings.time_limit, members, f"stune-active:{check.name}"
             )
+            script = agent_script(opts.agent, spec)
             if opts.dry_run:
                 jobs.append((None, spec, args))
                 continue
             jobs.append((slurm.submit(args, script=script), spec, args))
     return jobs
+
+
+def agent_script(agent: list[str], spec: dict) -> str:
+    """The job's batch script: the agent (`stune-sweep agent`) with its spec."""
+    return (
+        "#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in [*agent, "--spec", compact_json(spec)]) + "\n"
+    )
 
 
 def wait_jobs(slurm, job_ids: list[int], timeout_s: float) -> list[int]:
@@ -158,24 +165,9 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
     for job_id in job_ids:
         spec = specs[job_id]
         expected = {subject for subject, _ in targets(spec)}
-        found = []
-        try:
-            fd = safeio.open_file(os.path.join(spool, f"{job_id}.out"))
-            try:
-                data = safeio.read_bounded(fd, 16 << 20) or b""
-            finally:
-                os.close(fd)
-        except (OSError, safeio.UnsafePathError):
-            data = b""
-        for line in data.split(b"\n"):
-            if line.startswith(MARK.encode()):
-                try:
-                    r = json.loads(line[len(MARK) :])
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    continue
-                if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
-                    r["job"] = str(job_id)
-                    found.append(r)
+        found = [
+            r for r in read_marks(spool, job_id) if r["check"] == spec["check"] and r["subject"] in expected
+        ]
         seen = {r["subject"] for r in found}
         for subject, hca in targets(spec):
             if subject not in seen:
@@ -199,6 +191,30 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
                     }
                 )
         out.extend(found[: max(1, spec["runs"]) * len(expected)])
+    return out
+
+
+def read_marks(spool: str, job_id: int) -> list[dict]:
+    """The agent's result lines (store.valid ones) in a job's output file, each with its job id; [] when the
+    file is missing or unsafe."""
+    try:
+        fd = safeio.open_file(os.path.join(spool, f"{job_id}.out"))
+        try:
+            data = safeio.read_bounded(fd, 16 << 20) or b""
+        finally:
+            os.close(fd)
+    except (OSError, safeio.UnsafePathError):
+        data = b""
+    out = []
+    for line in data.split(b"\n"):
+        if line.startswith(MARK.encode()):
+            try:
+                r = json.loads(line[len(MARK) :])
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            if store.valid(r):
+                r["job"] = str(job_id)
+                out.append(r)
     return out
 
 
