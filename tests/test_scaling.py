@@ -405,7 +405,11 @@ def test_a_run_marks_the_knee_where_the_third_node_joins_under_another_switch(wo
     )
     assert scaling.exit_attention(out["curves"])
     text = scaling_out.text(out["curves"])
-    assert "<- knee" in text and "(algbw: reference only)" in text and "knee at 3 nodes:" in text
+    assert (
+        "<- knee" in text
+        and "(algbw: reference only)" in text
+        and "at the knee: joined: n3; switches: s1,s2" in text
+    )
     scaling_out.png(str(tmp_path / "curve.png"), "hdr", out["curves"])
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert [r["scope"] for r in scaling.history(str(tmp_path / "store"), "hdr")] == ["node", "nodes"]

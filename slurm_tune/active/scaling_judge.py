@@ -85,7 +85,11 @@ def point(n: int, nodes: list[str], result: dict | None, vendor: str, ranks: int
 def judge_curve(points: list[dict], scope: str, knee: float, fallback: float | None = None) -> dict:
     """Efficiency of each point, the knee and the verdict. Returns {baseline, baseline_n, knee_at (index or
     None), verdict, detail}; sets each point's efficiency in place."""
-    where = "devices" if scope == NODE else "nodes"
+    word = "device" if scope == NODE else "node"
+
+    def where(n) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
     ref = next((p for p in points if p["n"] >= (2 if scope == NODE else 1)), None)
     baseline, baseline_n = None, None
     if ref is not None and ref["status"] == "ok" and ref["value"]:
@@ -103,13 +107,13 @@ def judge_curve(points: list[dict], scope: str, knee: float, fallback: float | N
                 knee_at = i
     if failed:
         p = failed[0]
-        verdict, detail = "fail", f"the tool reported wrong results at {p['n']} {where}: {p['detail']}"
+        verdict, detail = "fail", f"the tool reported wrong results at {where(p['n'])}: {p['detail']}"
     elif knee_at is not None:
         p = points[knee_at]
         verdict = "knee"
         detail = (
-            f"knee at {p['n']} {where}: {p['value']:g} GB/s is {p['efficiency']:.0%} of {baseline:g} GB/s at "
-            f"{baseline_n} {where} (below {knee:.0%})"
+            f"knee at {where(p['n'])}: {p['value']:g} GB/s is {p['efficiency']:.0%} of {baseline:g} GB/s at "
+            f"{where(baseline_n)} (below {knee:.0%})"
         )
     elif not points:
         verdict, detail = "unknown", "no points to measure"
@@ -118,7 +122,7 @@ def judge_curve(points: list[dict], scope: str, knee: float, fallback: float | N
         verdict, detail = "unknown", f"no reference figure: {what}"
     elif any(p["status"] != "ok" for p in points):
         p = next(p for p in points if p["status"] != "ok")
-        verdict, detail = "unknown", f"{p['status']} at {p['n']} {where}: {p['detail']}"
+        verdict, detail = "unknown", f"{p['status']} at {where(p['n'])}: {p['detail']}"
     else:
         low = min((p["efficiency"] for p in points if p["efficiency"] is not None), default=1.0)
         verdict, detail = (

@@ -42,7 +42,12 @@ def text(curves: list[dict]) -> str:
         out += f"{'single-node' if c['scope'] == 'node' else 'multi-node'} curve: {c['verdict']}: {c['detail']}\n"
         knee = c.get("knee")
         if knee and c["scope"] == "nodes":
-            out += f"  knee at {knee['n']} nodes: {knee['why']}\n"
+            why = (
+                knee["why"][len(c["detail"]) :].lstrip("; ")
+                if knee["why"].startswith(c["detail"])
+                else knee["why"]
+            )
+            out += f"  at the knee: {why}\n"
     return out
 
 
