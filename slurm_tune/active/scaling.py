@@ -146,7 +146,7 @@ def run(slurm, profile: Profile, opts: Options, now: float | None = None, log=pr
         now, opts.partition, sweep_id, sj.NODE, name, points, judged,
         sj.knee_of(points, judged, sj.NODE, None, []), _fingerprint(results),
     )  # fmt: skip
-    log(f"single-node curve on {nodes[0]}: {judged['verdict']}: {judged['detail']}")
+    log(f"single-node curve on {nodes[0]}: {judged['verdict']}")
     if judged["verdict"] != "pass":
         why = f"not run: the single-node curve did not pass ({judged['verdict']}: {judged['detail']})"
         nodes_rec = sj.skipped(now, opts.partition, sweep_id, name, why)
@@ -154,8 +154,8 @@ def run(slurm, profile: Profile, opts: Options, now: float | None = None, log=pr
         nodes_rec = sj.skipped(now, opts.partition, sweep_id, name, "not run: one idle node only")
     else:
         full = points[-1]["value"] if points[-1]["status"] == "ok" and points[-1]["n"] > 1 else None
+        log(f"multi-node curve: {','.join(map(str, counts))} nodes")
         nodes_rec = _multinode(slurm, profile, opts, sweep_id, name, multi, nodes, counts, full, now)
-    log(f"multi-node curve: {nodes_rec['verdict']}: {nodes_rec['detail']}")
     store.append(opts.store, opts.partition, [node_rec, nodes_rec], kind="scaling")
     return {"sweep": sweep_id, "curves": [node_rec, nodes_rec]}
 

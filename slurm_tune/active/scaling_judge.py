@@ -69,6 +69,10 @@ def point(n: int, nodes: list[str], result: dict | None, vendor: str, ranks: int
         if ranks <= 1:  # no bus traffic: the algbw is the figure (nccl-tests' column; HCCL Test's value)
             algbw = value if vendor == ASCEND else result.get("algbw")
             value, metric = (float(algbw) if isinstance(algbw, (int, float)) else None), "algbw"
+            if value is not None:
+                detail = (
+                    f"algbw {value:g} GB/s: one device moves nothing over the bus (busbw 0); reference only"
+                )
         else:
             value = round(bus_bandwidth(vendor, float(value), ranks), 4)
     return {

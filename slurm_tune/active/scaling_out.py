@@ -69,6 +69,7 @@ def png(path: str, partition: str, curves: list[dict]) -> None:
     for ax, c in zip(axes[0], drawn):
         pts = [p for p in c["points"] if p["value"] is not None and p.get("metric") != "algbw"]
         ax.plot([p["n"] for p in pts], [p["value"] for p in pts], "o-", color="tab:blue", label="busbw")
+        ax.set_ylim(bottom=0)  # a 3% drop must not look like a collapse
         ax.set_xlabel(SCOPE_WORDS[c["scope"]])
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_xticks([p["n"] for p in c["points"]])
@@ -89,7 +90,8 @@ def png(path: str, partition: str, curves: list[dict]) -> None:
         ax.set_title(
             f"{partition}: {c['check']} {'in one node' if c['scope'] == 'node' else 'across nodes'}: {c['verdict']}"
         )
-        ax.legend(loc="lower left", fontsize="small")
+        handles = ax.get_legend_handles_labels()[0] + eff.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, loc="lower left", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
