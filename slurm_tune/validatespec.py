@@ -3,7 +3,8 @@
 - `validate`: the layered precision checks, run as Slurm jobs through PyTorch on the node's device (layer 1,
   operator alignment; layer 2, a seeded small training run), compared with fp64 on the CPU and with the
   reference partition's stored results (docs/validate.md).
-- `scaling`: the all-reduce scaling curve, within one node (devices) and across nodes (docs/active.md).
+- `scaling`: the all-reduce scaling curve, within one node (devices) and across nodes (`stune-sweep scaling`,
+  active/scaling.py; docs-scaling.md).
 
 Loaded with the schema only (profilecheck.py).
 """
@@ -55,23 +56,34 @@ SCALING = Section(
             Int(min=1, max=64),
             default=(1, 2, 4, 8),
             unique=True,
-            doc="device counts of the single-node curve (capped at gpu.count)",
+            doc="device counts of the single-node curve (capped at gpu.count; gpu.count itself, the full node, "
+            "is always measured)",
         ),
         "max_nodes": Nullable(
-            Int(min=2), doc="largest node count of the multi-node curve; default all the nodes the sweep has"
+            Int(min=2),
+            doc="largest node count of the multi-node curve (1, 2, 4, ... and this); default all the idle nodes "
+            "(or the reservation's); `stune-sweep scaling --max-nodes` wins",
         ),
         "knee": Float(
             0.8,
             min=0.0,
             max=1.0,
-            doc="efficiency (against the single-node figure) below which scaling has a knee",
+            doc="efficiency below which a point is the knee: within a node against the first multi-device "
+            "point's bus bandwidth, across nodes against the single-node figure",
         ),
-        "time_limit": Duration(600, doc="Slurm time limit of one point's job"),
+        "time_limit": Duration(
+            600, doc="Slurm time limit of one job (the single-node job runs every device count)"
+        ),
         "command": Nullable(
-            Str(), doc="single-node command ({gpus}); default the vendor's all-reduce check's"
+            Str(),
+            doc="single-node command ({gpus}: the point's devices); default the vendor's all-reduce check's "
+            "(active.checks.<check>.command, else the catalogue's)",
         ),
         "multinode_command": Nullable(
-            Str(), doc="multi-node command ({gpus} per node, {nodes}); default the vendor's"
+            Str(),
+            doc="multi-node command ({gpus} per node, {nodes}, {ranks} = gpus x nodes); default per vendor: "
+            "srun --ntasks-per-node={gpus} all_reduce_perf ... -g 1 (NVIDIA, AMD), mpirun -n {ranks} "
+            "all_reduce_test (Ascend)",
         ),
     }
 )

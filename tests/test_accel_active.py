@@ -402,9 +402,9 @@ def test_an_ascend_check_job_asks_for_the_npus_and_tells_the_agent_the_vendor(tm
     profile = ascend_profile(tmp_path)
     (check, setting), _ = checks.configured(profile)
     opts = sweep.Options("asc", str(tmp_path / "store"))
-    args = jobs._sbatch_args(profile, opts, check, setting, ["a1"], "stune-active:hccl_allreduce")
+    args = jobs.sbatch_args(profile, opts, check, setting.time_limit, ["a1"], "stune-active:hccl_allreduce")
     assert "--gres=npu:8" in args
-    spec = jobs._spec(profile, opts, check, setting, "a1", ["a1"], "s1", {})
+    spec = jobs.job_spec(profile, opts, check, setting, "a1", ["a1"], "s1", {})
     assert spec["accelerator"] == "ascend" and spec["gpus"] == 8
 
 

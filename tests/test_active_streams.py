@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_active_parse import mutate
 
 from slurm_tune.active import acceptance, compare, judge, streams
+from slurm_tune.active.scaling_judge import valid_record as valid_scaling_record
 from slurm_tune.active.store import partition_dir
 from slurm_tune.validate.records import valid_record
 
@@ -51,7 +52,7 @@ LINES = {
     ],
 }
 READERS = {"validate": streams.load_validate, "scaling": streams.load_scaling}
-VALID = {"validate": valid_record, "scaling": streams.valid_scaling}
+VALID = {"validate": valid_record, "scaling": valid_scaling_record}
 
 
 def test_the_writers_lines_are_read_whole():

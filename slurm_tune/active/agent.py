@@ -170,6 +170,8 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
     else:
         values = {
             "gpus": str(spec.get("gpus") or 1),
+            "nodes": str(len(spec.get("nodes") or ()) or 1),  # the scaling curve's multi-node command
+            "ranks": str((spec.get("gpus") or 1) * (len(spec.get("nodes") or ()) or 1)),
             "server": spec.get("server_addr", ""),
             "tcp_port": str(spec.get("tcp_port") or 18515),
             "size": "",
@@ -189,8 +191,10 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
             run_bounded(prepare, spec["run_timeout"], env)
         for subject, hca in targets(spec):
             device, _, port = (hca or ":1").partition(":")
-            args = dict(values, hca=device, port=port or "1")
-            for run in range(spec.get("runs", 1)):
+            for run, point in _runs(spec):
+                args = dict(values, hca=device, port=port or "1")
+                if point is not None:  # a point of the single-node scaling curve: this many devices
+                    args.update(gpus=str(point), ranks=str(point))
                 started = time.time()
                 if check.server:
                     out = _server_client(spec, check, path, args, env)
@@ -222,6 +226,7 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
                             detail=reading.detail,
                             fingerprint=rfp,
                             tool=tool,
+                            **_scaling_fields(spec, point, reading.extra),
                         )
                     )
                 )
@@ -234,6 +239,27 @@ def run_spec(spec: dict, emit=print, environ=None) -> int:
     return 0
 
 
+def _runs(spec: dict) -> list[tuple[int, int | None]]:
+    """(run, devices): `runs` runs of the spec's command, or one run per point of the scaling curve's
+    `points` (device counts, each filling {gpus} in turn)."""
+    points = spec.get("points")
+    if points:
+        return [(i, int(p)) for i, p in enumerate(points)]
+    return [(run, None) for run in range(spec.get("runs", 1))]
+
+
+def _scaling_fields(spec: dict, point: int | None, extra: dict) -> dict:
+    """A scaling job's result also says its point and what the tool printed besides the result: the algbw
+    (a 1-device run's only figure) and the ranks it saw."""
+    if not spec.get("scaling"):
+        return {}
+    out: dict = {"point": point if point is not None else len(spec.get("nodes") or ())}
+    for key in ("algbw", "ranks"):
+        if isinstance(extra.get(key), (int, float)):
+            out[key] = extra[key]
+    return out
+
+
 def targets(spec: dict) -> list[tuple[str, str | None]]:
     """(subject, hca) measured by one job: a per-HCA check measures each HCA port in turn, as `a+b/mlx5_0`."""
     hcas = spec.get("hcas") or [spec.get("hca")]
@@ -242,7 +268,7 @@ def targets(spec: dict) -> list[tuple[str, str | None]]:
 
 def _emit_all(emit, spec, base, fp, status, detail) -> int:
     for subject, hca in targets(spec):
-        for run in range(spec.get("runs", 1)):
+        for run, point in _runs(spec):
             emit(
                 MARK
                 + compact_json(
@@ -256,6 +282,7 @@ def _emit_all(emit, spec, base, fp, status, detail) -> int:
                         value=None,
                         detail=detail,
                         fingerprint=fp,
+                        **_scaling_fields(spec, point, {}),
                     )
                 )
             )

@@ -89,12 +89,13 @@ def job_script(argv: list[str]) -> str:
     return "#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in argv) + "\n"
 
 
-def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> list[str]:
+def sbatch_args(profile: Profile, opts, check, time_limit: float, nodes, job_name) -> list[str]:
+    """A sweep job's sbatch arguments (the checks', and the scaling curve's: scaling.py)."""
     a = profile.active
     return job_args(
         opts.partition,
         nodes,
-        settings.time_limit,
+        time_limit,
         job_name,
         opts.spool,
         nice=a.nice,
@@ -104,7 +105,7 @@ def _sbatch_args(profile: Profile, opts, check, settings, nodes, job_name) -> li
     )
 
 
-def _spec(
+def job_spec(
     profile: Profile, opts, check, settings, subject, nodes, sweep_id, addrs, hcas=None, port_index=0
 ) -> dict:
     a = profile.active
@@ -152,14 +153,21 @@ def submit_all(
             )
             targets = [([a, b], f"{a}+{b}", hcas) for a, b in plan]  # one job per pair, its HCAs in turn
         for i, (members, subject, hcas) in enumerate(targets):
-            spec = _spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
-            args = _sbatch_args(profile, opts, check, settings, members, f"stune-active:{check.name}")
-            script = job_script([*opts.agent, "--spec", compact_json(spec)])
+            spec = job_spec(profile, opts, check, settings, subject, members, sweep_id, addrs, hcas, i)
+            args = sbatch_args(
+                profile, opts, check, settings.time_limit, members, f"stune-active:{check.name}"
+            )
+            script = agent_script(opts.agent, spec)
             if opts.dry_run:
                 jobs.append((None, spec, args))
                 continue
             jobs.append((slurm.submit(args, script=script), spec, args))
     return jobs
+
+
+def agent_script(agent: list[str], spec: dict) -> str:
+    """A sweep job's batch script: the agent (`stune-sweep agent`) with its spec."""
+    return job_script([*agent, "--spec", compact_json(spec)])
 
 
 def wait_jobs(slurm, job_ids: list[int], timeout_s: float) -> list[int]:
@@ -213,11 +221,9 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
     for job_id in job_ids:
         spec = specs[job_id]
         expected = {subject for subject, _ in targets(spec)}
-        found = []
-        for r in read_marked(spool, job_id, MARK):
-            if store.valid(r) and r.get("check") == spec["check"] and r.get("subject") in expected:
-                r["job"] = str(job_id)
-                found.append(r)
+        found = [
+            r for r in read_marks(spool, job_id) if r["check"] == spec["check"] and r["subject"] in expected
+        ]
         seen = {r["subject"] for r in found}
         for subject, hca in targets(spec):
             if subject not in seen:
@@ -241,6 +247,14 @@ def collect(spool: str, job_ids: list[int], specs: dict) -> list[dict]:
                     }
                 )
         out.extend(found[: max(1, spec["runs"]) * len(expected)])
+    return out
+
+
+def read_marks(spool: str, job_id: int) -> list[dict]:
+    """The sweep agent's results (store.valid ones) in a job's output file, each with its job id."""
+    out = [r for r in read_marked(spool, job_id, MARK) if store.valid(r)]
+    for r in out:
+        r["job"] = str(job_id)
     return out
 
 

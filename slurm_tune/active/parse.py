@@ -115,10 +115,12 @@ def nccl_tests(output) -> Reading:
             continue
         tail = fields[-8:]
         out_of_place, in_place = number(tail[2]), number(tail[6])
+        algbws = [number(tail[1]), number(tail[5])]
         wrongs = [tail[3], tail[7]]
         if out_of_place is None or in_place is None or not all(map(_wrong_column, wrongs)):
             continue
-        rows.append((int(fields[0]), max(out_of_place, in_place)))
+        # algbw: a 1-rank run's only figure (its busbw is 0 by nccl-tests' definition: scaling.py)
+        rows.append((int(fields[0]), max(out_of_place, in_place), max(a or 0.0 for a in algbws)))
         wrong += sum(int(w) for w in wrongs if w.isdigit() and len(w) < 12)
     error = first_error((x for x in lines if not any(b in x for b in _NCCL_BENIGN)), _NCCL_ERRORS)
     if wrong:
@@ -131,9 +133,10 @@ def nccl_tests(output) -> Reading:
         return unknown("no result rows in the nccl-tests output", **extra)
     if avg is None:
         return unknown(f"truncated nccl-tests output ({len(rows)} rows, no closing average line)", **extra)
-    size, best = max(rows)
+    size, best, algbw = max(rows)
     extra["avg_busbw"] = avg
     extra["size"] = size
+    extra["algbw"] = algbw
     return ok(best, "GB/s", f"busbw {best:g} GB/s at {size} B (average {avg:g})", **extra)
 
 

@@ -6,11 +6,13 @@
     stune-sweep report --compare A B [--json] [-o FILE] [--png FILE]   two partitions (or PART@previous)
     stune-sweep history -p PARTITION [--node N] [--check C] [--since 30d] [--json | --format table|csv|json]
     stune-sweep checks [-p PARTITION] [--json]          the catalogue: tools, commands, what to install
+    stune-sweep scaling -p PARTITION [--reservation R] [--nodes n1,n2] [--max-nodes N] [--json] [--png FILE]
+                        [--dry-run]                     the all-reduce scaling curve, in one node and across
     stune-sweep agent --spec JSON                       (inside a sweep job: run one check on this node)
 
 Common: --store DIR (results and state; default $STUNE_ACTIVE_DIR or /var/lib/stune/active).
 Exit status: 0 done; 1 an error (bad profile, Slurm did not answer); 3 (EXIT_ATTENTION) `run`/`judge` found
-outliers. The full table: README's "Exit status".
+outliers, `scaling` found a knee or a failure, or its single-node curve did not pass. The full table: README's "Exit status".
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import sys
 import time
 
-from ..active import compare, judge, report, store, sweep
+from ..active import compare, judge, report, scaling, scaling_out, store, sweep
 from ..active.agent import run_spec
 from ..active.report import checks_listing, checks_text
 from ..errors import NoProfileError, StuneError
@@ -45,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks,scaling}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
@@ -86,6 +88,17 @@ def _parser() -> argparse.ArgumentParser:
     checks = sub.add_parser("checks", parents=[common], help="the catalogue of checks")
     options.add(checks, "partition", help="only the checks this partition's profile configures")
     options.add(checks, "json", help="the catalogue as JSON")
+    sc = sub.add_parser(
+        "scaling", parents=[common], help="the all-reduce scaling curve (one node, then nodes)"
+    )
+    options.add(sc, "partition", required=True)
+    sc.add_argument("--reservation", help="run inside this maintenance reservation (its nodes)")
+    sc.add_argument("--nodes", help="comma list: only these nodes (still only idle ones)")
+    sc.add_argument("--max-nodes", type=int, help="largest node count of the multi-node curve")
+    sc.add_argument("--wait", type=float, help="seconds to wait for each step's jobs before cancelling them")
+    options.add(sc, "json", help="the curves as JSON")
+    sc.add_argument("--png", help="also draw the curves as a PNG here")
+    options.add(sc, "dry_run", help="say what would be submitted")
     agent = sub.add_parser("agent")
     agent.add_argument("--spec", required=True)
     return p
@@ -118,6 +131,8 @@ def _main(argv: list[str]) -> int:
         return _history(args, directory)
 
     slurm = Slurm.from_env()
+    if args.command == "scaling":
+        return _scaling(args, slurm, profile, directory)
     with store.SweepLock(directory, args.partition):
         if args.command == "run":
             opts = sweep.Options(
@@ -294,6 +309,34 @@ def _png(path: str, draw) -> None:
         raise StuneError(f"--png {path}: {exc}") from None
     except OSError as exc:
         raise StuneError(f"--png {path}: {exc.strerror or exc}") from None
+
+
+def _scaling(args, slurm, profile: Profile, directory: str) -> int:
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise StuneError(f"--max-nodes {args.max_nodes}: give a node count of at least 1")
+    opts = scaling.Options(
+        args.partition,
+        directory,
+        max_nodes=args.max_nodes,
+        reservation=args.reservation,
+        nodes=args.nodes.split(",") if args.nodes else None,
+        dry_run=args.dry_run,
+        wait_s=args.wait,
+    )
+    with store.SweepLock(directory, args.partition):  # the same nodes as a sweep's: one at a time
+        out = scaling.run(
+            slurm, profile, opts, log=(lambda line: print(line, file=sys.stderr)) if args.json else print
+        )
+    if args.dry_run:
+        return EXIT_OK
+    curves = out["curves"]
+    if args.json:
+        sys.stdout.write(scaling_out.json_doc(args.partition, out["sweep"], curves))
+    else:
+        sys.stdout.write(scaling_out.text(curves))
+    if args.png:
+        _png(args.png, lambda: scaling_out.png(args.png, args.partition, curves))
+    return EXIT_ATTENTION if scaling.exit_attention(curves) else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

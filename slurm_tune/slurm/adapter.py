@@ -244,6 +244,16 @@ class Slurm(SlurmAccounting):
             if rec.get("NodeName")
         }
 
+    def topology(self) -> list[dict[str, str]]:
+        """`scontrol show topology`: one record per switch (SwitchName, Level, LinkSpeed, Nodes, Switches; a
+        switch above the leaves lists every node beneath it). [] when no topology plugin is configured
+        (scontrol then says "No topology information available", exit 0 on 22.05)."""
+        argv = ["scontrol", "show", "topology"]
+        rc, out, err = self.run_full(argv)
+        if rc != 0 and "topology" not in (err + out).lower():
+            raise SlurmError(argv, rc, err or out)
+        return [rec for rec in parse_records(out) if rec.get("SwitchName")]
+
     def reservation(self, name: str) -> dict[str, str]:
         """`scontrol show reservation NAME -o` as Key=Value (Nodes, StartTime, Users, Flags...); {} when
         scontrol lists none."""
