@@ -4,7 +4,7 @@
   operator alignment; layer 2, a seeded small training run), compared with fp64 on the CPU and with the
   reference partition's stored results (docs/validate.md).
 - `scaling`: the all-reduce scaling curve, within one node (devices) and across nodes (`stune-sweep scaling`,
-  active/scaling.py; docs-scaling.md).
+  active/scaling.py; docs/active.md).
 
 Loaded with the schema only (profilecheck.py).
 """

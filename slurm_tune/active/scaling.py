@@ -1,4 +1,4 @@
-"""`stune-sweep scaling`: the partition's all-reduce scaling curve, as sweep jobs (docs-scaling.md).
+"""`stune-sweep scaling`: the partition's all-reduce scaling curve, as sweep jobs (docs/active.md).
 
 The vendor's all-reduce tool (checks.ALLREDUCE: nccl-tests, rccl-tests, HCCL Test) measures the bus bandwidth
 - within one node, at scaling.devices (capped at gpu.count, and the full node): one job on the first idle

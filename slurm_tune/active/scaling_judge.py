@@ -2,7 +2,7 @@
 bandwidth and efficiency, the knee, who joined at it (nodes, switches, slow pairs), the curve's record and the
 check that a stored record is one stune wrote (`valid_record`, for store.load's accept=).
 
-Efficiency (docs-scaling.md):
+Efficiency (docs/active.md, "The scaling curve"):
 - within a node (scope "node"): against the first multi-device point's bus bandwidth. A 1-device run moves
   nothing over the bus (nccl-tests' busbw is 0 by definition: busbw = algbw x 2(n-1)/n), so the 1-device
   point is reported with its algbw (a local copy rate) as a reference only: no efficiency, never the knee.
