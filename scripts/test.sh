@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # README's second command: set everything up and run the test suite against local Slurm clusters.
 #
-#   bash scripts/test.sh                 # CI: the whole suite on Slurm 22.05, then again on Slurm 26.05
+#   bash scripts/test.sh                 # CI: the whole suite on Slurm 22.05, then every test that uses
+#                                        # Slurm again on Slurm 26.05
 #   bash scripts/test.sh tests/x.py -q   # one run of those pytest args, on $STUNE_SLURM (default 22.05)
 #
 # The oldest and the newest supported release: 22.05 is Debian 12's packages, 26.05 Debian sid's, which
 # scripts/build-slurm.sh installs first (about a minute, reused). STUNE_TEST_SLURM_MATRIX changes the
-# no-argument runs: space-separated SERIES=SCOPE, SCOPE `all` (the whole suite) or `core` (the adapter
+# no-argument runs: space-separated SERIES=SCOPE, SCOPE `all` (the whole suite), `slurm` (every test that
+# uses Slurm: the cluster tests and the modules that run Slurm's commands, marked `slurm` by conftest.py; the
+# rest read captured output or nothing of Slurm's and do not change with the release) or `core` (the adapter
 # contract and the health, sbatch, stage and fair-share cluster tests), e.g. "22.05=all 26.05=all 24.11=core"
 # (24.11 is compiled from Debian 13's source: about 10 minutes on 2 cores). If a release cannot be had, that
 # run is reported as not run and the others still count. Each series gets its own cluster:
@@ -23,7 +26,7 @@ fi
 
 CORE="tests/test_slurm_contract.py tests/test_slurm_adapter.py tests/test_cluster.py tests/test_health_cluster.py
       tests/test_sbatch_cluster.py tests/test_stage_cluster.py tests/test_fairshare_cluster.py"
-matrix=${STUNE_TEST_SLURM_MATRIX:-"22.05=all 26.05=all"}
+matrix=${STUNE_TEST_SLURM_MATRIX:-"22.05=all 26.05=slurm"}
 base_dir=${STUNE_CLUSTER_DIR:-/var/tmp/stune-cluster}
 base_port=${STUNE_CLUSTER_PORT_BASE:-26800}
 summary=()
@@ -49,8 +52,9 @@ for entry in $matrix; do
   i=$((i + 1))
   case "$scope" in
     all) args=() ;;
+    slurm) args=(-m "cluster or slurm") ;;
     core) read -r -a args <<<"$(echo $CORE)" ;;
-    *) echo "test.sh: unknown scope '$scope' in STUNE_TEST_SLURM_MATRIX (all or core)" >&2; exit 2 ;;
+    *) echo "test.sh: unknown scope '$scope' in STUNE_TEST_SLURM_MATRIX (all, slurm or core)" >&2; exit 2 ;;
   esac
   if [ "$series" != 22.05 ]; then
     echo "test.sh: installing Slurm $series for its run (scripts/build-slurm.sh $series; reused once there)"
@@ -88,7 +92,8 @@ for entry in $matrix; do
     'from stune_dev.devcluster import SlurmInstall; from slurm_tune.slurm import Slurm
 print(Slurm(bin_dir=SlurmInstall.choose().bin_dir).version())' 2>/dev/null || echo "$series")
   if [ "$rc" = 0 ]; then result=passed; else result="FAILED (pytest exit $rc)"; status=1; fi
-  summary+=("Slurm $release: $( [ "$scope" = all ] && echo "whole suite" || echo "core cluster tests"): $result")
+  case "$scope" in all) what="whole suite" ;; slurm) what="every test that uses Slurm" ;; *) what="core cluster tests" ;; esac
+  summary+=("Slurm $release: $what: $result")
 done
 echo "===== test.sh: Slurm versions run ====="
 printf '%s\n' "${summary[@]}"

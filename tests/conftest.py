@@ -70,8 +70,29 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line("no cluster test ran (no Slurm release used)")
 
 
+# Test modules that run the installed Slurm's own commands (sbatch --help, scontrol --version) without the
+# cluster: with the cluster tests, what a second Slurm release is tested on (scripts/test.sh's `slurm` scope).
+# The rest read captured output or nothing of Slurm's, the same on every release.
+SLURM_COMMAND_MODULES = frozenset(
+    {
+        "test_clifilter.py",
+        "test_convention_cli.py",
+        "test_devcluster.py",
+        "test_sbatch_dryrun.py",
+        "test_sbatch_history.py",
+        "test_sbatch_options.py",
+        "test_sbatch_plugins.py",
+        "test_steps_history.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """A test that needs the cluster must say so: `-m "not cluster"` must never boot Slurm."""
+    """A test that needs the cluster must say so: `-m "not cluster"` must never boot Slurm. The modules that
+    run Slurm's commands are marked `slurm`."""
+    for item in items:
+        if item.path.name in SLURM_COMMAND_MODULES:
+            item.add_marker(pytest.mark.slurm)
     unmarked = [
         item.nodeid
         for item in items
