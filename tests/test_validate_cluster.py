@@ -87,3 +87,16 @@ def test_the_perturbed_platform_fails_layer_norm_alone_and_the_band_against_the_
 
     shown = stune_validate(profiles, "show", "-p", "roce", *where)
     assert shown.returncode == 0 and shown.stdout.count(" fail ") == 2, shown.stdout
+
+    # the acceptance page of each platform, from what these real jobs stored: the four stages, the
+    # perturbed one not correct (layer 1 naming its operator), neither with a baseline or sweeps yet
+    pages = {}
+    for partition in ("vpc", "roce"):
+        status = stune_validate(profiles, "status", "-p", partition, "--json", *where)
+        pages[partition] = json.loads(status.stdout)
+        assert set(pages[partition]["stages"]) == {"runs", "correct", "fast", "stable"}, status.stdout
+    vpc, roce = pages["vpc"]["stages"], pages["roce"]["stages"]
+    assert vpc["runs"]["state"] == "pass" and vpc["correct"]["state"] == "pass", vpc
+    assert roce["correct"]["state"] == "fail" and "layer_norm.fp32" in roce["correct"]["reason"], roce
+    assert "layer 2" in roce["correct"]["reason"] and pages["roce"]["state"] == "fail"
+    assert {vpc["fast"]["state"], vpc["stable"]["state"]} == {"pending"}, vpc
