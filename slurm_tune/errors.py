@@ -114,8 +114,11 @@ TABLE = (
         "EXIT_ATTENTION",
         EXIT_ATTENTION,
         "done, but a person should look: `stune-admin install`/`uninstall` kept "
-        "an edited file; `stune-sweep run`/`judge` found outliers; `stune-health lemons` found lemons",
-        "stune-admin, stune-sweep, stune-health lemons",
+        "an edited file; `stune-sweep run`/`judge` found outliers, `stune-sweep scaling` a knee, a failure "
+        "or a single-node curve that did not pass; `stune-validate run` a layer that did not pass (failed, "
+        "unknown or unavailable), `stune-validate status` a stage that fails or needs attention; "
+        "`stune-health lemons` found lemons",
+        "stune-admin, stune-sweep, stune-validate, stune-health lemons",
     ),
     ("EXIT_UNKNOWN", EXIT_UNKNOWN, "health verdict unknown: a check could not judge", "stune-health check"),
     ("EXIT_DEGRADED", EXIT_DEGRADED, "health verdict degraded (half-broken)", "stune-health check"),
