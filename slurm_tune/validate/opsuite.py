@@ -137,13 +137,7 @@ def run(seed: int, device: str = "auto") -> dict:
     dev = torchdev.pick(torch, device)
     ops = [run_op(torch, dev, *case) for case in _suite(torch, seed)]
     return {
-        "layer": "ops",
-        "status": "done",
-        "torch": str(torch.__version__),
-        "device": dev["name"],
-        "backend": dev["backend"],
-        "accel_version": dev["accel_version"],
-        "seed": seed,
+        **torchdev.header("ops", torch, dev, seed),
         "ops": ops,
         "seconds": round(time.perf_counter() - started, 3),
     }

@@ -59,6 +59,19 @@ def pick(torch, want: str = "auto") -> dict:
     return {"device": "cpu", "backend": "cpu", "name": _cpu_name(), "accel_version": ""}
 
 
+def header(layer: str, torch, dev: dict, seed: int) -> dict:
+    """What both scripts' documents begin with: the layer, and the versions and seed it ran with."""
+    return {
+        "layer": layer,
+        "status": "done",
+        "torch": str(torch.__version__),
+        "device": dev["name"],
+        "backend": dev["backend"],
+        "accel_version": dev["accel_version"],
+        "seed": seed,
+    }
+
+
 def synchronize(torch, device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

@@ -103,13 +103,7 @@ def run(seed: int, steps: int, cold_steps: int, device: str = "auto") -> dict:
     ended = time.perf_counter()
     peak, kind = _peak(torch, d)
     return {
-        "layer": "converge",
-        "status": "done",
-        "torch": str(torch.__version__),
-        "device": dev["name"],
-        "backend": dev["backend"],
-        "accel_version": dev["accel_version"],
-        "seed": seed,
+        **torchdev.header("converge", torch, dev, seed),
         "steps": steps,
         "loss_every": every,
         "losses": losses,
