@@ -51,6 +51,19 @@ def add(parser, name: str, **overrides):
     return parser.add_argument(*flags, dest=name, **dict(keywords, **overrides))
 
 
+def store_parent(what: str):
+    """The parent parser of the commands over the active store (stune-sweep, stune-validate): --store, and
+    --partitions-dir. `what`: what the store holds, for the help."""
+    import argparse  # (this module is read by stune-health's prolog path, which never builds a parser)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store", help=f"{what} directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
+    )
+    common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
+    return common
+
+
 def flags(name: str) -> tuple[str, ...]:
     return SHARED[name][0]
 

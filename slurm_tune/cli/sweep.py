@@ -48,11 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="{run,judge,report,history,checks,scaling}")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--store", help="results directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
-    )
-    common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
+    common = options.store_parent("results")
     run = sub.add_parser("run", parents=[common], help="submit the partition's checks and judge them")
     options.add(run, "partition", required=True)
     run.add_argument("--reservation", help="run inside this maintenance reservation")

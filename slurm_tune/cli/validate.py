@@ -44,11 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,show,status}")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--store", help="records directory (default $STUNE_ACTIVE_DIR or /var/lib/stune/active)"
-    )
-    common.add_argument("--partitions-dir", help="profile directory (default $STUNE_PARTITIONS)")
+    common = options.store_parent("records")
     run = sub.add_parser("run", parents=[common], help="run layers 1 and 2 as Slurm jobs, judge and store")
     options.add(run, "partition", required=True)
     run.add_argument("--layers", default="ops,converge", help="comma list of ops, converge (default both)")
