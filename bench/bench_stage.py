@@ -208,18 +208,18 @@ class FreshDirs:
     def __init__(self, base: Path, prefix: str):
         self.base, self.prefix, self.made = base, prefix, []
 
-    def next(self) -> Path:
+    def next(self, before=None) -> Path:
+        """A new destination; `before(path)` (untimed) prepares it, e.g. as a fresh tier."""
         path = self.base / f"{self.prefix}-{len(self.made)}"
         drop(path)
         self.made.append(path)
+        if before:
+            before(path)
         return path
 
     def subject(self, make_argv, env=None, before=None):
         def run():
-            dst = self.next()
-            if before:
-                before(dst)
-            return time_once(make_argv(dst), env=env)
+            return time_once(make_argv(self.next(before)), env=env)
 
         return run
 
@@ -228,11 +228,9 @@ class FreshDirs:
         run with the median CPU of `runs` runs, each into a new destination."""
         samples = []
         for _ in range(runs):
-            dst = self.next()
-            if before:
-                before(dst)
+            argv = make_argv(self.next(before))
             start = time.perf_counter()
-            seconds = cpu_once(make_argv(dst), env=env)
+            seconds = cpu_once(argv, env=env)
             samples.append((seconds, time.perf_counter() - start))
         return sorted(samples)[len(samples) // 2]
 
